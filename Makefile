@@ -1,0 +1,97 @@
+# DeepSeek V4 serving system: nginx module + inference engine.
+# Targets: all (llm-engine), module, test, test-gpu, run, deps, clean.
+# Sources are picked up by wildcard: a new engine/*.c joins the engine
+# library, a new tests/test_*.c becomes a TAP test program.
+
+CC       ?= gcc
+CUDA     ?= $(if $(wildcard $(NVCC)),1,0)
+NVCC     ?= /usr/local/cuda/bin/nvcc
+CUDA_HOME ?= /usr/local/cuda
+BUILD    := build
+.DEFAULT_GOAL := all
+OPT      ?= -O2
+CFLAGS   := -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
+            -fPIC -Iengine -Ikernels $(EXTRA_CFLAGS)
+LDLIBS   := -lyajl -lyaml -lpcre2-8 -lm -lpthread -lrt
+
+ENGINE_SRC := $(filter-out engine/main.c,$(wildcard engine/*.c)) \
+              $(wildcard engine/ipc/*.c) $(wildcard kernels/cpu/*.c)
+ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC   := $(wildcard tests/test_*.c)
+TEST_BIN   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+ifeq ($(CUDA),1)
+CU_SRC     := $(wildcard kernels/cuda/*.cu)
+CU_OBJ     := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
+CFLAGS     += -DLLM_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+NVFLAGS    := -std=c++17 -O3 -Xcompiler -fPIC -Iengine -Ikernels \
+              -gencode arch=compute_90a,code=sm_90a \
+              -gencode arch=compute_90,code=compute_90
+LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+              -lcudart_static -ldl -lstdc++
+endif
+
+# Objects rebuild when the flags change (CUDA=0 vs 1, OPT=...).
+FLAGS_STAMP := $(BUILD)/.flags-$(shell echo '$(CFLAGS) $(NVFLAGS)' | md5sum | cut -c1-8)
+$(FLAGS_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/.flags-* && touch $@
+
+GIT_REV := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+$(BUILD)/obj/engine/version.o: CFLAGS += -DLLM_GIT_REV='"$(GIT_REV)"'
+$(BUILD)/obj/engine/version.o: .git/HEAD
+
+LIB := $(BUILD)/libengine.a
+BIN := $(BUILD)/bin/llm-engine
+MOD := $(BUILD)/nginx/ngx_http_llm_module.so
+DEPS_STAMP := $(BUILD)/.deps-ok
+
+.PHONY: all module test test-c test-nginx test-gpu run deps clean
+all: $(BIN)
+
+# Install Debian packages when one is missing (fast no-op otherwise).
+deps:
+	@tools/deps.sh
+$(DEPS_STAMP): tools/deps.sh
+	@tools/deps.sh
+	@mkdir -p $(BUILD) && touch $@
+
+$(BUILD)/obj/%.o: %.c $(DEPS_STAMP) $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%.o: %.cu $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(LIB): $(ENGINE_OBJ) $(CU_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BIN): $(BUILD)/obj/engine/main.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/tap.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< $(LIB) -o $@ $(LDLIBS)
+
+module: $(MOD)
+$(MOD): $(DEPS_STAMP) config $(wildcard ngx_module/*.c ngx_module/*.h \
+        engine/ipc/*.c engine/ipc/*.h)
+	tools/build_module.sh $(BUILD)/nginx
+
+test: $(DEPS_STAMP)
+	@$(MAKE) --no-print-directory test-c test-nginx
+test-c: $(BIN) $(TEST_BIN)
+	prove -f --exec '' $(TEST_BIN)
+test-nginx: $(BIN) $(MOD)
+	prove -f t/
+
+test-gpu: $(BIN)
+	@tools/test_gpu.sh
+
+run: $(BIN) $(MOD)
+	@tools/run.sh
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(ENGINE_OBJ:.o=.d) $(BUILD)/obj/engine/main.d

@@ -1,0 +1,9 @@
+/* Subcommands of build/bin/llm-engine (ARCHITECTURE.md §6).  Each takes
+ * argc/argv with argv[0] = the subcommand name and returns the exit code. */
+#ifndef LLM_CLI_H
+#define LLM_CLI_H
+
+int cmd_check(int argc, char **argv);
+int cmd_version(int argc, char **argv);
+
+#endif
