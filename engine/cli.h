@@ -5,5 +5,8 @@
 
 int cmd_check(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -11,6 +11,9 @@ static const struct {
 } commands[] = {
     { "check", cmd_check, "check --recipe FILE          validate a recipe" },
     { "version", cmd_version, "version                      build identity and devices" },
+    { "logits", cmd_logits, "logits --model DIR --ids 1,2,3 [--tp N] [--mode full|incremental] --out FILE" },
+    { "bench", cmd_bench, "bench --model DIR [--tp N] [--prompt N] [--decode N]   prefill/decode tokens/s" },
+    { "synth", cmd_synth, "synth --out DIR [--preset tiny|mid]   write a synthetic V4 checkpoint" },
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
