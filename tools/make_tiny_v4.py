@@ -678,16 +678,18 @@ def make_ids(p, attempt):
 
 
 def hf_config(cfg, p):
-    """DeepseekV4Config for the released config.json.  transformers' legacy
-    compress_ratios translation knows only 0/4/128, so layer_types and
-    compress_rates are given explicitly; everything else goes through the
-    same legacy kwargs a released config.json would (rope_scaling,
-    qk_rope_head_dim, num_hash_layers)."""
+    """(DeepseekV4Config, notes) for the released config.json.
+    transformers' legacy compress_ratios translation knows only 0/4/128, so
+    layer_types and compress_rates are given explicitly; everything else goes
+    through the same legacy kwargs a released config.json would (rope_scaling,
+    qk_rope_head_dim, num_hash_layers).  Should transformers not read
+    rope_scaling the way the release means it, the rope parameters are given
+    explicitly instead and a note says so."""
     from transformers.models.deepseek_v4.configuration_deepseek_v4 import \
         DeepseekV4Config
     names = {"sliding": "sliding_attention", "csa": "compressed_sparse_attention",
              "hca": "heavily_compressed_attention"}
-    ratios = p["compress_ratios"]
+    ratios, L, notes = p["compress_ratios"], len(p["compress_ratios"]), []
     hca = [r for r in ratios if layer_kind(r) == "hca"]
     kw = {k: v for k, v in cfg.items() if k not in (
         "compress_ratios", "quantization_config", "expert_dtype",
@@ -695,35 +697,53 @@ def hf_config(cfg, p):
     kw["layer_types"] = [names[layer_kind(r)] for r in ratios]
     kw["compress_rates"] = {"compressed_sparse_attention": CSA_RATIO,
                             "heavily_compressed_attention": hca[0] if hca else 128}
-    c = DeepseekV4Config(**json.loads(json.dumps(kw)))
-    c._attn_implementation = "eager"      # V4 supports nothing else anyway
+    rot = p["qk_rope_head_dim"] / p["head_dim"]
+    main_want = {"rope_type": "default", "rope_theta": p["rope_theta"]}
+    comp_want = {"rope_type": "yarn", "rope_theta": p["compress_rope_theta"],
+                 "factor": p["yarn_factor"], "attention_factor": 1.0,
+                 "original_max_position_embeddings":
+                     p["yarn_original_max_position_embeddings"],
+                 "beta_fast": p["yarn_beta_fast"],
+                 "beta_slow": p["yarn_beta_slow"]}
+
+    def build(kwargs):
+        c = DeepseekV4Config(**json.loads(json.dumps(kwargs)))
+        try:
+            c._attn_implementation = "eager"   # V4 supports nothing else
+        except Exception:
+            pass
+        rp = c.rope_parameters
+        ok = all(rp["main"].get(k) == v for k, v in main_want.items()) and \
+            all(rp["compress"].get(k) == v for k, v in comp_want.items())
+        return c, ok
+
+    c, ok = build(kw)
+    if not ok:
+        notes.append(f"transformers read rope_scaling as {c.rope_parameters}; "
+                     "rope_parameters given explicitly instead")
+        kw.pop("rope_scaling")
+        kw["rope_parameters"] = {
+            "main": dict(main_want, partial_rotary_factor=rot),
+            "compress": dict(comp_want, partial_rotary_factor=rot)}
+        c, ok = build(kw)
+        check(ok, f"rope parameters {c.rope_parameters}, want main "
+              f"{main_want} compress {comp_want}")
     # The config must mean what config.json says.
-    L = len(ratios)
     check(c.layer_types == kw["layer_types"], f"layer_types {c.layer_types}")
     check(c.mlp_layer_types == ["hash_moe"] * p["num_hash_layers"] +
           ["moe"] * (L - p["num_hash_layers"]),
           f"mlp_layer_types {c.mlp_layer_types}")
     check(c.qk_rope_head_dim == p["qk_rope_head_dim"],
           f"qk_rope_head_dim {c.qk_rope_head_dim}")
-    main, comp = c.rope_parameters["main"], c.rope_parameters["compress"]
-    check(main["rope_type"] == "default" and
-          main["rope_theta"] == p["rope_theta"], f"main rope {main}")
-    want = {"rope_type": "yarn", "rope_theta": p["compress_rope_theta"],
-            "factor": p["yarn_factor"], "attention_factor": 1.0,
-            "original_max_position_embeddings":
-                p["yarn_original_max_position_embeddings"],
-            "beta_fast": p["yarn_beta_fast"], "beta_slow": p["yarn_beta_slow"]}
-    check(all(comp.get(k) == v for k, v in want.items()),
-          f"compress rope {comp}, want {want}")
     if set(ratios) <= {0, 4, 128}:   # the released-config path must agree
         kw2 = {k: v for k, v in kw.items()
                if k not in ("layer_types", "compress_rates")}
         kw2["compress_ratios"] = cfg["compress_ratios"]
-        c2 = DeepseekV4Config(**json.loads(json.dumps(kw2)))
+        c2, _ = build(kw2)
         check(c2.layer_types == c.layer_types and
               c2.compress_rates == c.compress_rates,
               "legacy compress_ratios path disagrees with explicit layer_types")
-    return c
+    return c, notes
 
 
 class Probe:
@@ -848,7 +868,10 @@ def golden(outdir, cfg, p, args):
                          torch.sqrt(torch.nn.functional.softplus(x))),
           "ACT2FN['sqrtsoftplus'] is not sqrt(softplus(x))")
 
-    model = DeepseekV4ForCausalLM(hf_config(cfg, p)).to(torch.float32).eval()
+    hf_cfg, notes = hf_config(cfg, p)
+    for n in notes:
+        print("note:", n)
+    model = DeepseekV4ForCausalLM(hf_cfg).to(torch.float32).eval()
     experts_impl = "default"
     if hasattr(model, "set_experts_implementation"):   # the looped reference
         try:
@@ -969,6 +992,7 @@ def golden(outdir, cfg, p, args):
         "files": {f: sha256(os.path.join(outdir, f))
                   for f in sorted(os.listdir(outdir)) if f != "golden.json"},
         "seconds": round(time.time() - t0, 1),
+        "notes": notes,
         "errors": errors,
     }
     with open(os.path.join(outdir, "golden.json"), "w") as f:
