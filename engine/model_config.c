@@ -162,23 +162,28 @@ static void get_layer_types(reader *R, yajl_val root, v4_config *c)
     int n = c->n_layers;
     char f[64];
     c->attn = calloc(n ? n : 1, sizeof *c->attn);
+    c->ratio = calloc(n ? n : 1, sizeof *c->ratio);
     c->hash_moe = calloc(n ? n : 1, sizeof *c->hash_moe);
 
-    /* Compression rates per attention type (transformers' compress_rates,
-     * or the legacy scalars, default 4 and 128). */
+    /* transformers' per-type rates (compress_rates, or legacy scalars). */
+    int rate[3] = { 0, 4, 128 };
+    bool rates_given = false;
     yajl_val rates = json_get(root, "compress_rates");
-    c->csa_ratio = 4;
-    c->hca_ratio = 128;
     if (rates && YAJL_IS_OBJECT(rates)) {
-        c->csa_ratio = get_int(R, rates, "compressed_sparse_attention", 4, 1);
-        c->hca_ratio = get_int(R, rates, "heavily_compressed_attention", 128, 1);
+        rate[V4_ATTN_CSA] = get_int(R, rates, "compressed_sparse_attention", 4, 1);
+        rate[V4_ATTN_HCA] = get_int(R, rates, "heavily_compressed_attention", 128, 1);
+        rates_given = true;
     } else if (rates && !YAJL_IS_NULL(rates)) {
         fail(R, "compress_rates", "expected an object");
     }
-    if (json_get(root, "compress_rate_csa"))
-        c->csa_ratio = get_int(R, root, "compress_rate_csa", 4, 1);
-    if (json_get(root, "compress_rate_hca"))
-        c->hca_ratio = get_int(R, root, "compress_rate_hca", 128, 1);
+    if (json_get(root, "compress_rate_csa")) {
+        rate[V4_ATTN_CSA] = get_int(R, root, "compress_rate_csa", 4, 1);
+        rates_given = true;
+    }
+    if (json_get(root, "compress_rate_hca")) {
+        rate[V4_ATTN_HCA] = get_int(R, root, "compress_rate_hca", 128, 1);
+        rates_given = true;
+    }
 
     yajl_val lt = json_get(root, "layer_types");
     yajl_val cr = json_get(root, "compress_ratios");
@@ -193,13 +198,20 @@ static void get_layer_types(reader *R, yajl_val root, v4_config *c)
                 size_t k = 0;
                 while (k < 3 && !(s && !strcmp(s, attn_names[k].name))) k++;
                 snprintf(f, sizeof f, "layer_types[%d]", i);
-                if (k == 3) fail(R, f, "expected one of sliding_attention, "
-                                 "compressed_sparse_attention, heavily_compressed_attention");
-                else c->attn[i] = attn_names[k].type;
+                if (k == 3) {
+                    fail(R, f, "expected one of sliding_attention, "
+                         "compressed_sparse_attention, heavily_compressed_attention");
+                } else {
+                    c->attn[i] = attn_names[k].type;
+                    c->ratio[i] = rate[c->attn[i]];
+                }
             }
     } else if (cr && !YAJL_IS_NULL(cr)) {
         /* Released per-layer ratios (plus trailing entries for draft
-         * layers): 0 sliding, 4 CSA, 128 HCA, as transformers maps them. */
+         * layers): 0 sliding, 4 CSA (overlapping windows and the indexer),
+         * any other value HCA with that window, as DeepSeek's code reads
+         * them.  transformers only maps 0/4/128 and takes the windows from
+         * compress_rates; when both are given they must agree. */
         if (!YAJL_IS_ARRAY(cr)) fail(R, "compress_ratios", "expected an array of integers");
         else if ((int)cr->u.array.len < n)
             fail(R, "compress_ratios", "has %zu entries, num_hidden_layers is %d",
@@ -208,11 +220,15 @@ static void get_layer_types(reader *R, yajl_val root, v4_config *c)
             for (int i = 0; i < n; i++) {
                 long long r;
                 snprintf(f, sizeof f, "compress_ratios[%d]", i);
-                if (!json_int(cr->u.array.values[i], &r)) fail(R, f, "expected an integer");
-                else if (r == 0) c->attn[i] = V4_ATTN_SLIDING;
-                else if (r == 4) c->attn[i] = V4_ATTN_CSA;
-                else if (r == 128) c->attn[i] = V4_ATTN_HCA;
-                else fail(R, f, "%lld: expected 0 (sliding), 4 (CSA) or 128 (HCA)", r);
+                if (!json_int(cr->u.array.values[i], &r) || r < 0 || r > 1 << 20) {
+                    fail(R, f, "expected a non-negative integer");
+                    continue;
+                }
+                c->attn[i] = r == 0 ? V4_ATTN_SLIDING : r == 4 ? V4_ATTN_CSA : V4_ATTN_HCA;
+                c->ratio[i] = (int)r;
+                if (rates_given && r && r != rate[c->attn[i]])
+                    fail(R, f, "%lld disagrees with compress_rates (%s: %d)", r,
+                         attn_names[c->attn[i]].name, rate[c->attn[i]]);
             }
     } else {
         fail(R, "compress_ratios", "missing (or layer_types)");
@@ -359,16 +375,9 @@ int v4_config_load(v4_config *c, const char *path, strbuf *err)
 void v4_config_free(v4_config *c)
 {
     free(c->attn);
+    free(c->ratio);
     free(c->hash_moe);
     c->attn = NULL;
+    c->ratio = NULL;
     c->hash_moe = NULL;
-}
-
-int v4_layer_ratio(const v4_config *c, int layer)
-{
-    switch (c->attn[layer]) {
-    case V4_ATTN_CSA: return c->csa_ratio;
-    case V4_ATTN_HCA: return c->hca_ratio;
-    default: return 0;
-    }
 }

@@ -39,10 +39,10 @@ typedef struct {
     double hc_eps, rms_eps;
     long long max_pos;
     v4_rope rope_main, rope_compress;
-    int csa_ratio, hca_ratio;
     bool tie_embeddings;
     int bos_id, eos_id;                     /* -1 when absent */
     enum v4_attn *attn;                     /* per layer */
+    int *ratio;                             /* per layer: window size, 0 sliding */
     bool *hash_moe;                         /* per layer */
 } v4_config;
 
@@ -54,6 +54,6 @@ int v4_config_load(v4_config *c, const char *path, strbuf *err);
 void v4_config_free(v4_config *c);
 
 /* Compression ratio of a layer (0 for sliding-only layers). */
-int v4_layer_ratio(const v4_config *c, int layer);
+static inline int v4_layer_ratio(const v4_config *c, int layer) { return c->ratio[layer]; }
 
 #endif

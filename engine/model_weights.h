@@ -62,8 +62,8 @@ typedef struct {
     int v0, nv;         /* vocabulary slice of the head */
 } v4_shard;
 
-/* Split the model over tp ranks.  Returns -1 with a message when the
- * configuration cannot be split that way. */
+/* Rank `rank` of tp: contiguous, as-even-as-possible slices (a slice may
+ * be empty when tp exceeds a dimension).  -1 for an invalid rank. */
 int v4_shard_plan(const v4_config *c, int tp, int rank, v4_shard *s, strbuf *err);
 /* Views of `full` restricted to shard s (shares all data). */
 void v4_weights_shard(const v4_weights *full, const v4_config *c, const v4_shard *s,

@@ -13,17 +13,14 @@
 int synth_preset(synth_spec *s, const char *name)
 {
     memset(s, 0, sizeof *s);
-    s->csa_rate = 4;
-    s->hca_rate = 128;
-    s->sinkhorn_iters = 20;
     if (!strcmp(name, "tiny")) {
-        /* Four layers: sliding, CSA, HCA (rate 8 to see entries early), CSA. */
+        /* Four layers: sliding, CSA, HCA (window 8 to see entries early), CSA. */
         *s = (synth_spec){ .vocab = 97, .hidden = 64, .layers = 4, .heads = 4, .head_dim = 32,
                            .rope_dim = 8, .q_lora = 48, .o_groups = 2, .o_lora = 24,
                            .experts = 6, .topk = 2, .moe_inter = 64, .hash_layers = 1,
                            .sliding_window = 8, .index_heads = 2, .index_head_dim = 16,
                            .index_topk = 3, .hc_mult = 3, .sinkhorn_iters = 20,
-                           .ratios = { 0, 4, 128, 4 }, .csa_rate = 4, .hca_rate = 8 };
+                           .swiglu_limit = 10, .routed_scale = 1.5, .ratios = { 0, 4, 8, 4 } };
         return 0;
     }
     if (!strcmp(name, "mid")) {
@@ -32,8 +29,8 @@ int synth_preset(synth_spec *s, const char *name)
                            .o_lora = 256, .experts = 32, .topk = 4, .moe_inter = 512,
                            .hash_layers = 1, .sliding_window = 128, .index_heads = 8,
                            .index_head_dim = 64, .index_topk = 64, .hc_mult = 4,
-                           .sinkhorn_iters = 20, .ratios = { 0, 4, 128, 4, 128, 4 },
-                           .csa_rate = 4, .hca_rate = 128 };
+                           .sinkhorn_iters = 20, .swiglu_limit = 10, .routed_scale = 1.5,
+                           .ratios = { 0, 4, 128, 4, 128, 4 } };
         return 0;
     }
     return -1;
@@ -54,8 +51,8 @@ void synth_config_json(const synth_spec *s, strbuf *o)
               "  \"num_experts_per_tok\": %d,\n  \"moe_intermediate_size\": %d,\n",
               s->experts, s->topk, s->moe_inter);
     sb_printf(o, "  \"scoring_func\": \"sqrtsoftplus\",\n  \"norm_topk_prob\": true,\n"
-              "  \"routed_scaling_factor\": 1.5,\n  \"swiglu_limit\": 10.0,\n"
-              "  \"num_hash_layers\": %d,\n", s->hash_layers);
+              "  \"routed_scaling_factor\": %g,\n  \"swiglu_limit\": %g,\n"
+              "  \"num_hash_layers\": %d,\n", s->routed_scale, s->swiglu_limit, s->hash_layers);
     sb_printf(o, "  \"sliding_window\": %d,\n  \"index_n_heads\": %d,\n"
               "  \"index_head_dim\": %d,\n  \"index_topk\": %d,\n", s->sliding_window,
               s->index_heads, s->index_head_dim, s->index_topk);
@@ -68,9 +65,6 @@ void synth_config_json(const synth_spec *s, strbuf *o)
     sb_printf(o, "  \"compress_ratios\": [");
     for (int l = 0; l < s->layers; l++) sb_printf(o, "%s%d", l ? ", " : "", s->ratios[l]);
     sb_printf(o, ", 0],\n");
-    if (s->csa_rate != 4 || s->hca_rate != 128)
-        sb_printf(o, "  \"compress_rates\": {\"compressed_sparse_attention\": %d, "
-                  "\"heavily_compressed_attention\": %d},\n", s->csa_rate, s->hca_rate);
     sb_printf(o, "  \"bos_token_id\": 0,\n  \"eos_token_id\": 1,\n"
               "  \"tie_word_embeddings\": false,\n  \"expert_dtype\": \"fp4\",\n"
               "  \"quantization_config\": {\"quant_method\": \"fp8\", \"fmt\": \"e4m3\", "
@@ -268,7 +262,7 @@ void synth_tensors(const synth_spec *s, uint64_t seed, st_writer *w)
         linear(w, &r, S_FP8, H, s->o_groups * s->o_lora, "layers.%d.attn.wo_b", l);
         snprintf(p, sizeof p, "layers.%d.attn.attn_sink", l);
         f32_rand(w, &r, p, 1, s->heads, 0, 0, 1.0f);
-        int ratio = s->ratios[l] == 4 ? s->csa_rate : s->ratios[l] == 128 ? s->hca_rate : 0;
+        int ratio = s->ratios[l];
         if (ratio) {
             snprintf(p, sizeof p, "layers.%d.attn.compressor", l);
             compressor(w, &r, p, ratio, s->ratios[l] == 4 ? 2 : 1, hd, H);

@@ -19,8 +19,8 @@ typedef struct {
     int experts, topk, moe_inter, hash_layers;
     int sliding_window, index_heads, index_head_dim, index_topk;
     int hc_mult, sinkhorn_iters;
-    int ratios[SYNTH_MAX_LAYERS];   /* per layer: 0, 4 (CSA) or 128 (HCA) */
-    int csa_rate, hca_rate;         /* written as compress_rates when not 4/128 */
+    double swiglu_limit, routed_scale;
+    int ratios[SYNTH_MAX_LAYERS];   /* per layer: 0 sliding, 4 CSA, else HCA window */
     bool tid_i32;                   /* tid2eid as I32 instead of I64 */
 } synth_spec;
 

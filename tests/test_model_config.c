@@ -59,9 +59,9 @@ int main(void)
     is_int(c.hidden_size, 64, "hidden_size");
     is_int(c.rope_dim, 8, "qk_rope_head_dim");
     ok(c.attn[0] == V4_ATTN_SLIDING && c.attn[1] == V4_ATTN_CSA && c.attn[2] == V4_ATTN_HCA
-       && c.attn[3] == V4_ATTN_CSA, "compress_ratios 0/4/128 map to sliding/CSA/HCA");
-    ok(c.csa_ratio == 4 && c.hca_ratio == 8, "compress_rates give the actual window sizes");
-    ok(v4_layer_ratio(&c, 2) == 8 && v4_layer_ratio(&c, 0) == 0, "per-layer ratio");
+       && c.attn[3] == V4_ATTN_CSA, "compress_ratios 0 / 4 / other: sliding / CSA / HCA");
+    ok(v4_layer_ratio(&c, 2) == 8 && v4_layer_ratio(&c, 1) == 4 && v4_layer_ratio(&c, 0) == 0,
+       "compress_ratios values are the window sizes");
     ok(c.hash_moe[0] && !c.hash_moe[1], "num_hash_layers 1");
     ok(!c.rope_main.yarn && c.rope_main.theta == 10000, "main rope: default, rope_theta");
     ok(c.rope_compress.yarn && c.rope_compress.theta == 160000 && c.rope_compress.factor == 16
@@ -89,7 +89,7 @@ int main(void)
         "\"beta_fast\": 32, \"beta_slow\": 1, \"attention_factor\": 1.0, "
         "\"partial_rotary_factor\": 0.25}}}";
     is_str(parse(hf, &c), "", "transformers-style config parses");
-    ok(c.rope_dim == 4 && c.attn[0] == V4_ATTN_HCA && c.hca_ratio == 16 && c.hash_moe[0]
+    ok(c.rope_dim == 4 && c.attn[0] == V4_ATTN_HCA && c.ratio[0] == 16 && c.ratio[1] == 4 && c.hash_moe[0]
        && !c.hash_moe[1] && c.rope_compress.yarn && c.rope_compress.factor == 4
        && c.rope_compress.original_max_pos == 1024, "layer_types, rates, nested rope_parameters");
     v4_config_free(&c);
@@ -99,10 +99,14 @@ int main(void)
     expect_error("\"hidden_size\": 64,", "", "cfg.json: hidden_size: missing", "missing field");
     expect_error("\"hc_eps\": 1e-06", "\"hc_eps\": [1]", "cfg.json: hc_eps: expected a number",
                  "number field given an array");
-    expect_error("\"compress_ratios\": [0, 4, 128, 4, 0]", "\"compress_ratios\": [0, 4, 16, 4]",
-                 "compress_ratios[2]: 16: expected 0 (sliding), 4 (CSA) or 128 (HCA)",
-                 "unknown compression ratio");
-    expect_error("\"compress_ratios\": [0, 4, 128, 4, 0]", "\"compress_ratios\": [0, 4]",
+    expect_error("\"compress_ratios\": [0, 4, 8, 4, 0]", "\"compress_ratios\": [0, 4, -8, 4]",
+                 "compress_ratios[2]: expected a non-negative integer", "negative ratio");
+    expect_error("\"compress_ratios\": [0, 4, 8, 4, 0]",
+                 "\"compress_ratios\": [0, 4, 8, 4], \"compress_rates\": "
+                 "{\"compressed_sparse_attention\": 4, \"heavily_compressed_attention\": 16}",
+                 "compress_ratios[2]: 8 disagrees with compress_rates (heavily_compressed_attention: 16)",
+                 "ratios disagreeing with compress_rates");
+    expect_error("\"compress_ratios\": [0, 4, 8, 4, 0]", "\"compress_ratios\": [0, 4]",
                  "compress_ratios: has 2 entries, num_hidden_layers is 4", "too few ratios");
     expect_error("\"scoring_func\": \"sqrtsoftplus\"", "\"scoring_func\": \"softmax\"",
                  "scoring_func: expected", "unsupported scoring function");

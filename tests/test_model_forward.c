@@ -407,21 +407,40 @@ static double rel_errf(const float *a, const float *b, size_t n, double *maxabs)
     return r;
 }
 
+static void run_case(const synth_spec *sp, const char *name);
+
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/test_model_forward.XXXXXX");
-    if (!mkdtemp(dir)) return 1;
     synth_spec spec;
     synth_preset(&spec, "tiny");
+    run_case(&spec, "tiny");
+    /* Other shapes: CSA first, an HCA window of 16, 4 streams and 7
+     * Sinkhorn rounds, 3 output groups (uneven over 2 ranks), 2 hash layers
+     * with I32 tid2eid, an active SwiGLU clamp. */
+    spec.heads = 6, spec.o_groups = 3, spec.o_lora = 16, spec.hc_mult = 4;
+    spec.sinkhorn_iters = 7, spec.hash_layers = 2, spec.tid_i32 = true;
+    spec.swiglu_limit = 0.5, spec.routed_scale = 2.5, spec.topk = 3, spec.index_topk = 5;
+    spec.sliding_window = 12, spec.layers = 4;
+    spec.ratios[0] = 4, spec.ratios[1] = 16, spec.ratios[2] = 0, spec.ratios[3] = 4;
+    run_case(&spec, "variant");
+    return exit_status();
+}
+
+static void run_case(const synth_spec *sp, const char *name)
+{
+    synth_spec spec = *sp;
+    diag("case %s", name);
+    snprintf(dir, sizeof dir, "/tmp/test_model_forward.XXXXXX");
+    if (!mkdtemp(dir)) return;
     strbuf err;
     sb_init(&err);
     if (synth_write_dir(&spec, 3, dir, 1, &err)) {
         diag("synth: %s", err.data);
-        return 1;
+        return;
     }
     for (int i = 0; i < N; i++) ids[i] = (i * 37 + 11) % spec.vocab;
     v4_model *m = load(1, 3, 4 * N);
-    if (!m) return 1;
+    if (!m) return;
     int V = m->cfg.vocab_size;
     size_t NV = (size_t)N * V;
     float *full = malloc(NV * sizeof *full), *other = malloc(NV * sizeof *other);
@@ -503,11 +522,17 @@ int main(void)
     {
         v4_cache_info ci;
         v4_cache_info_get(m, &ci);
-        ok(ci.block_tokens % 8 == 0 && ci.block_tokens >= 64 && ci.blocks_used == 0
-           && ci.seqs_total == 3 && ci.seqs_used == 0, "pool: block of %d positions, all free",
-           ci.block_tokens);
-        /* tiny: CSA layers 1 and 3 (4 per entry, 32 + 16 floats), HCA layer 2 (8 per entry) */
-        ok(ci.block_bytes == (size_t)(2 * (64 / 4) * (32 + 16) + (64 / 8) * 32) * 4 * (ci.block_tokens / 64),
+        size_t want = 0;
+        bool divisible = ci.block_tokens >= 64;
+        for (int l = 0; l < spec.layers; l++) {
+            int r = spec.ratios[l];
+            if (!r) continue;
+            divisible &= ci.block_tokens % r == 0;
+            want += (size_t)(ci.block_tokens / r) * (spec.head_dim + (r == 4 ? spec.index_head_dim : 0));
+        }
+        ok(divisible && ci.blocks_used == 0 && ci.seqs_total == 3 && ci.seqs_used == 0,
+           "pool: block of %d positions (a multiple of every window), all free", ci.block_tokens);
+        ok(ci.block_bytes == want * sizeof(float),
            "block bytes = compressed entries + indexer keys of its positions");
         ok(v4_blocks_for_tokens(m, 1) == 1 && v4_blocks_for_tokens(m, ci.block_tokens + 1) == 2
            && v4_blocks_for_tokens(m, 0) == 0, "blocks for n tokens");
@@ -546,16 +571,18 @@ int main(void)
     }
     v4_model_free(m);
 
-    /* TP=2 against TP=1, full and incremental. */
-    m = load(2, 1, N);
-    ok(m != NULL, "tp 2 loads");
-    if (m) {
+    /* TP=2 and TP=4 (more ranks than output groups: some hold no heads)
+     * against TP=1, full and incremental. */
+    for (int tp = 2; tp <= 4; tp += 2) {
+        m = load(tp, 1, N);
+        ok(m != NULL, "tp %d loads", tp);
+        if (!m) continue;
         run_chunks(m, all, 1, other);
         re = rel_errf(other, full, NV, &ma);
-        ok(re < 1e-5 && ma < 1e-4, "tp 2 full = tp 1 (rel %.2g, max abs %.2g)", re, ma);
+        ok(re < 1e-5 && ma < 1e-4, "tp %d full = tp 1 (rel %.2g, max abs %.2g)", tp, re, ma);
         run_chunks(m, halves, 2, other);
         re = rel_errf(other, full, NV, &ma);
-        ok(re < 1e-5, "tp 2 incremental = tp 1 (rel %.2g)", re);
+        ok(re < 1e-5, "tp %d incremental = tp 1 (rel %.2g)", tp, re);
         v4_model_free(m);
     }
     free(full), free(other), free(ref);
@@ -563,5 +590,4 @@ int main(void)
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) diag("could not remove %s", dir);
-    return exit_status();
 }

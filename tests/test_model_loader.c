@@ -249,7 +249,6 @@ static void test_weights(void)
     if (m) v4_model_free(m);
     sb_free(&err);
 
-    load_fails("tp3", NULL, NULL, NULL, 3, "--tp 3: o_groups 2 is not divisible by 3");
     load_fails("noscale", rm_scale, NULL, NULL, 1, "tensor layers.1.attn.wq_b.scale: missing");
     load_fails("noexpert", rm_expert, NULL, NULL, 1, "tensor layers.3.ffn.experts.5.w2.weight: missing");
     load_fails("unknown", add_unknown, NULL, NULL, 1, "safetensors: tensor layers.1.attn.bogus: unknown");
