@@ -2,39 +2,61 @@
 
 #include <stdlib.h>
 
+#include "hot.h"
+
 /* Rows dequantized together; they share each load of x. */
 #define RB 4
 
-/* x86-64: build the hot loops for AVX2 too and pick at load time. */
-#if defined(__x86_64__) && defined(__GNUC__)
-#define HOT __attribute__((target_clones("avx2", "default")))
-#else
-#define HOT
-#endif
 
-/* Eight independent partial sums per row keep the loop free of
- * reassociation, so the compiler vectorizes it without -ffast-math. */
-HOT static void dot_rows(const float *x, const float *w, int K, int nr, float *out)
+/* Eight independent partial sums per row keep the loops free of
+ * reassociation, so the compiler vectorizes them without -ffast-math. */
+HOT static float dot1(const float *x, const float *w, int K)
 {
-    float acc[RB][8] = { { 0 } };
+    float acc[8] = { 0 };
     int k = 0;
-    if (nr == RB) {
-        const float *w0 = w, *w1 = w + K, *w2 = w + 2 * K, *w3 = w + 3 * K;
-        for (; k + 8 <= K; k += 8)
-            for (int j = 0; j < 8; j++) {
-                float xv = x[k + j];
-                acc[0][j] += xv * w0[k + j];
-                acc[1][j] += xv * w1[k + j];
-                acc[2][j] += xv * w2[k + j];
-                acc[3][j] += xv * w3[k + j];
-            }
+    for (; k + 8 <= K; k += 8)
+        for (int j = 0; j < 8; j++) acc[j] += x[k + j] * w[k + j];
+    float s = 0;
+    for (; k < K; k++) s += x[k] * w[k];
+    for (int j = 0; j < 8; j++) s += acc[j];
+    return s;
+}
+
+/* Four rows against one x: each load of x serves four rows. */
+HOT static void dot4(const float *x, const float *w, int K, float *out)
+{
+    float a0[8] = { 0 }, a1[8] = { 0 }, a2[8] = { 0 }, a3[8] = { 0 };
+    const float *w0 = w, *w1 = w + K, *w2 = w + 2 * K, *w3 = w + 3 * K;
+    int k = 0;
+    for (; k + 8 <= K; k += 8)
+        for (int j = 0; j < 8; j++) {
+            float xv = x[k + j];
+            a0[j] += xv * w0[k + j];
+            a1[j] += xv * w1[k + j];
+            a2[j] += xv * w2[k + j];
+            a3[j] += xv * w3[k + j];
+        }
+    float s[4] = { 0, 0, 0, 0 };
+    for (; k < K; k++) {
+        s[0] += x[k] * w0[k];
+        s[1] += x[k] * w1[k];
+        s[2] += x[k] * w2[k];
+        s[3] += x[k] * w3[k];
     }
-    for (int r = 0; r < nr; r++) {
-        float s = 0;
-        for (int kk = k; kk < K; kk++) s += x[kk] * w[r * K + kk];
-        for (int j = 0; j < 8; j++) s += acc[r][j];
-        out[r] = s;
+    for (int j = 0; j < 8; j++) {
+        s[0] += a0[j];
+        s[1] += a1[j];
+        s[2] += a2[j];
+        s[3] += a3[j];
     }
+    for (int r = 0; r < 4; r++) out[r] = s[r];
+}
+
+static void dot_rows(const float *x, const float *w, int K, int nr, float *out)
+{
+    if (nr == RB) dot4(x, w, K, out);
+    else
+        for (int r = 0; r < nr; r++) out[r] = dot1(x, w + (size_t)r * K, K);
 }
 
 float cpu_dot(const float *a, const float *b, int n)

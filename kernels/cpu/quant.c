@@ -29,7 +29,12 @@ float fp8_e4m3_to_f32(uint8_t b)
 
 float e8m0_to_f32(uint8_t e)
 {
-    return e == 255 ? NAN : ldexpf(1.0f, (int)e - 127);
+    /* 2^(e-127) is the float with exponent field e; e = 0 is the
+     * subnormal 2^-127. */
+    uint32_t u = e == 255 ? 0x7fc00000u : e ? (uint32_t)e << 23 : 0x00400000u;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
 }
 
 static float fp8_values[256];
