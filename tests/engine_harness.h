@@ -94,15 +94,18 @@ static inline const char *h_name(const char *tag)
     return h_names[h_n_names++];
 }
 
-/* Write a recipe for the scripted runner; returns its path (static). */
+/* Write a recipe for the scripted runner (max_model_len 4096 unless
+ * extra sets it); returns its path (static). */
 static inline const char *h_recipe(const char *name, int max_num_seqs, int slots, const char *extra)
 {
     static char path[320];
     snprintf(path, sizeof path, "%s/%s.yaml", h_run_dir, name);
     FILE *f = fopen(path, "w");
     fprintf(f, "name: %s\nrun_dir: %s\nbackend: cpu\nmodel:\n  path: /nonexistent/%s\n"
-               "max_model_len: 4096\nmax_num_seqs: %d\nslots: %d\nmax_request_bytes: 1MiB\n%s",
-            name, h_run_dir, name, max_num_seqs, slots, extra ? extra : "");
+               "max_num_seqs: %d\nslots: %d\nmax_request_bytes: 1MiB\n%s%s",
+            name, h_run_dir, name, max_num_seqs, slots,
+            extra && strstr(extra, "max_model_len:") ? "" : "max_model_len: 4096\n",
+            extra ? extra : "");
     fclose(f);
     return path;
 }
