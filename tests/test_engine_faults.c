@@ -92,6 +92,11 @@ static void test_engine_killed(void)
         return;
     }
     uint64_t epoch1 = c.epoch;
+    /* A worker that attached to this engine but connects only after the
+     * restart must notice the new engine behind the socket. */
+    llm_ipc_client late;
+    char err[256];
+    int late_ok = llm_ipc_attach(&late, h_run_dir, name, 0, err, sizeof err) == 0;
     llm_ipc_handle h;
     h_submit(&c, &h, long_body, LLM_KIND_CHAT);
     h_sleep_ms(100);
@@ -113,6 +118,15 @@ static void test_engine_killed(void)
         return;
     }
     ok(c2.epoch != epoch1, "restarted engine has a new epoch");
+    if (late_ok && llm_ipc_connect(&late, err, sizeof err) >= 0) {
+        llm_ipc_msg m[4];
+        int r = 0;
+        for (long t = h_now_ms(); r == 0 && h_now_ms() - t < 2000; h_sleep_ms(2)) r = llm_ipc_recv(&late, m, 4);
+        is_int(r, LLM_IPC_EDEAD, "a client of the old epoch connecting to the new engine is told it is stale");
+        llm_ipc_detach(&late);
+    } else {
+        ok(0, "late client attach/connect: %s", err);
+    }
     is_int(llm_ipc_slot_state(&c2, &h), LLM_IPC_ESTALE, "a handle from before the restart is stale");
     is_int(llm_ipc_release(&c2, &h), LLM_IPC_ESTALE, "and cannot touch the new engine's slot");
     llm_ipc_handle h2;

@@ -226,6 +226,23 @@ static void test_processes(void)
     is_int(good, N, "four client processes each get their own three streams intact");
 }
 
+/* The heartbeat comes from its own thread: a long step does not stop it. */
+static void test_heartbeat(llm_ipc_client *c)
+{
+    llm_ipc_handle h;
+    h_submit(c, &h, "{\"test_script\":{\"content\":\"ab\",\"step_ms\":1200}}", LLM_KIND_CHAT);
+    int64_t worst = 0;
+    long t0 = h_now_ms();
+    while (h_now_ms() - t0 < 1000) {
+        int64_t age = llm_ipc_heartbeat_age_ms(c);
+        if (age > worst) worst = age;
+        h_sleep_ms(5);
+    }
+    ok(worst < 600, "heartbeat stays fresh during a 1.2 s step (worst age %lld ms, period %d ms)",
+       (long long)worst, LLM_IPC_HEARTBEAT_MS);
+    llm_ipc_release(c, &h);
+}
+
 static void test_cli(void)
 {
     yajl_val st = h_status(name);
@@ -279,6 +296,7 @@ int main(void)
     test_cancel(&c);
     test_max_num_seqs(&c);
     test_processes();
+    test_heartbeat(&c);
     test_cli();
     is_int(h_slots_in(&c, LLM_SLOT_FREE), 16, "every slot is free at the end");
     llm_ipc_detach(&c);
