@@ -291,6 +291,7 @@ static void print_capacity(server *sv, const recipe *r, const runner_capacity *c
 static int serve_loop(server *sv, int sig_fd)
 {
     struct pollfd *pfd = malloc((MAX_CONNS + 2) * sizeof *pfd);
+    if (!pfd) return 1;
     strbuf err;
     sb_init(&err);
     int status = STEP_IDLE, rc = 0;
@@ -378,6 +379,11 @@ int server_run(const server_opts *o)
         return 2;
     }
     server *sv = calloc(1, sizeof *sv);
+    if (!sv) {
+        recipe_free(&r);
+        sb_free(&err);
+        return 1;
+    }
     const char *run_dir = o->run_dir ? o->run_dir : r.run_dir;
     sv->name = o->name ? o->name : r.name;
     sv->listen_fd = -1;

@@ -186,8 +186,9 @@ static void test_max_num_seqs(llm_ipc_client *c)
     ok(fifo, "admitted in submission order, two at a time");
 }
 
-/* Four client processes at once, each checks its own stream. */
-static void test_processes(void)
+/* Four client processes at once, each checks its own stream; meanwhile
+ * the engine never runs more than max_num_seqs=2 of their requests. */
+static void test_processes(const llm_ipc_client *c)
 {
     enum { N = 4 };
     pid_t kids[N];
@@ -216,6 +217,20 @@ static void test_processes(void)
         }
         h_track_child(kids[i]);
     }
+    int max_running = 0, alive = N;
+    while (alive) {
+        int running = h_slots_in(c, LLM_SLOT_RUNNING);
+        if (running > max_running) max_running = running;
+        alive = 0;
+        for (int i = 0; i < N; i++) {
+            siginfo_t si;
+            si.si_pid = 0;
+            if (waitid(P_PID, (id_t)kids[i], &si, WEXITED | WNOHANG | WNOWAIT) == 0 && !si.si_pid) alive++;
+        }
+        h_sleep_ms(1);
+    }
+    ok(max_running >= 1 && max_running <= 2, "concurrent submissions from four processes: at most 2 running (saw %d)",
+       max_running);
     int good = 0;
     for (int i = 0; i < N; i++) {
         int st;
@@ -295,7 +310,7 @@ int main(void)
     test_errors(&c);
     test_cancel(&c);
     test_max_num_seqs(&c);
-    test_processes();
+    test_processes(&c);
     test_heartbeat(&c);
     test_cli();
     is_int(h_slots_in(&c, LLM_SLOT_FREE), 16, "every slot is free at the end");
