@@ -5,5 +5,6 @@
 
 int cmd_check(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+int cmd_render(int argc, char **argv);
 
 #endif

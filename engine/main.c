@@ -11,6 +11,7 @@ static const struct {
 } commands[] = {
     { "check", cmd_check, "check --recipe FILE          validate a recipe" },
     { "version", cmd_version, "version                      build identity and devices" },
+    { "render", cmd_render, "render --request FILE        OpenAI chat request -> prompt text" },
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
