@@ -6,5 +6,6 @@
 int cmd_check(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_render(int argc, char **argv);
+int cmd_parse(int argc, char **argv);
 
 #endif

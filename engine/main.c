@@ -12,6 +12,7 @@ static const struct {
     { "check", cmd_check, "check --recipe FILE          validate a recipe" },
     { "version", cmd_version, "version                      build identity and devices" },
     { "render", cmd_render, "render --request FILE        OpenAI chat request -> prompt text" },
+    { "parse", cmd_parse, "parse --mode thinking|chat   completion on stdin -> message JSON" },
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
