@@ -413,8 +413,19 @@ static void core_step(output_parser *p, bool final)
 
 /* ---- input stage ---- */
 
+/* Move in[0..n) to the core as well-formed UTF-8.  NUL bytes become
+ * U+FFFD too: they are never text, and names and values travel as C
+ * strings. */
 static void pass_clean(output_parser *p, size_t n, bool final)
 {
+    const char *nul;
+    while ((nul = memchr(p->in.data, 0, n))) {
+        size_t k = (size_t)(nul - p->in.data);
+        utf8_repair(&p->pend, p->in.data, k, true);
+        sb_puts(&p->pend, "\xEF\xBF\xBD");
+        consume(&p->in, k + 1);
+        n -= k + 1;
+    }
     size_t used = utf8_repair(&p->pend, p->in.data, n, final);
     consume(&p->in, used);
     core_step(p, false);

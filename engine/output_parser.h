@@ -9,7 +9,7 @@
  *
  * Only bytes that may still begin a marker (</think>, the DSML opener, the
  * EOS text) or an unfinished UTF-8 character are held back; all other text
- * is emitted at once.  Ill-formed UTF-8 becomes U+FFFD.  Each tool call is
+ * is emitted at once.  Ill-formed UTF-8 and NUL bytes become U+FFFD.  Each tool call is
  * emitted when its invoke is complete (begin, one arguments delta, end): a
  * truncated or malformed invoke cannot be taken back once streamed, and the
  * contract is that it degrades to content.  Never fails; the lenient rules

@@ -277,6 +277,12 @@ static void rules(void)
                    NULL, 0, FINISH_STOP);
     expect_message("ill-formed UTF-8 becomes U+FFFD", false, "a\xff b\xe4\xbd" EOS, GEN_STOP,
                    "a\xef\xbf\xbd b\xef\xbf\xbd", "", NULL, 0, FINISH_STOP);
+    {
+        recorder r;
+        check_splits("NUL bytes", false, "a\0b" EOS, 4 + strlen(EOS), GEN_STOP, &r);
+        is_str(str_or_empty(&r.msg.content), "a\xef\xbf\xbd" "b", "NUL bytes become U+FFFD");
+        parsed_message_free(&r.msg);
+    }
     expect_message("partial markers at a length stop are text", true,
                    "r</thi", GEN_LENGTH, "", "r</thi", NULL, 0, FINISH_LENGTH);
     expect_message("a partial opener and a partial EOS at the end are content", false,
