@@ -231,10 +231,7 @@ static int key_ref_cmp(const void *a, const void *b)
     return c ? c : (x->i > y->i) - (x->i < y->i);
 }
 
-/* For each member i of an object: the member whose value Python keeps at
- * position i (the last duplicate), or n when position i is not emitted (a
- * later duplicate).  NULL when there are no duplicates. */
-static size_t *object_dedup(yajl_val v)
+size_t *json_object_slots(yajl_val v)
 {
     size_t n = v->u.object.len;
     if (n < 2) return NULL;
@@ -289,7 +286,7 @@ void json_dump(strbuf *sb, yajl_val v, enum json_style style)
     }
     if (YAJL_IS_OBJECT(v)) {
         size_t n = v->u.object.len;
-        size_t *slot = object_dedup(v);
+        size_t *slot = json_object_slots(v);
         bool first = true;
         sb_putc(sb, '{');
         for (size_t i = 0; i < n; i++) {

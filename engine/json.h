@@ -44,6 +44,12 @@ void json_put_cstr(strbuf *sb, const char *s);
  * non-integral numbers are written as repr(float) does, and a key repeated
  * in one object appears once, at its first position, with its last value. */
 void json_dump(strbuf *sb, yajl_val v, enum json_style style);
+/* An object's members as a Python dict holds them: for member i, the index
+ * of the value kept at position i (the last duplicate of its key), or the
+ * object's length when a duplicate key earlier in the object already took
+ * its place.  NULL when the object has no duplicate keys (slot i is i).
+ * The caller frees the array. */
+size_t *json_object_slots(yajl_val obj);
 /* A double as Python's repr(float) writes it: shortest round-trip digits,
  * "1.0", "1e-05", "1.5e+16". */
 void json_put_double(strbuf *sb, double d);
