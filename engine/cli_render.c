@@ -22,9 +22,7 @@ static int defaults_from_recipe(const char *path, chat_options *d)
     if (n) {
         fputs(errors.data, stderr);
     } else {
-        d->thinking = r.thinking;
-        d->drop_thinking = r.drop_thinking;
-        chat_effort_from_name(r.reasoning_effort, &d->effort);
+        chat_options_from_recipe(d, &r);
     }
     recipe_free(&r);
     sb_free(&errors);

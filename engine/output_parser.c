@@ -42,7 +42,6 @@ typedef struct {
 } param;
 
 struct output_parser {
-    bool thinking;
     enum state st;
     parse_event_fn on_event;
     void *ctx;
@@ -51,11 +50,13 @@ struct output_parser {
 
     strbuf in;          /* raw bytes not yet past the input stage */
     bool eos;           /* EOS seen: ignore the rest */
+    bool finished;
     strbuf pend;        /* clean text the core has not resolved */
 
-    /* DSML block: pend[0 .. bstart) is committed; parsing is at bpos. */
+    /* DSML block: pend holds its text from the first byte not yet part of
+     * an emitted call; parsing is at bpos, marker searches resume at scan. */
     enum block_state bs;
-    size_t bstart, bpos, scan;
+    size_t bpos, scan;
     char  *name;        /* current invoke */
     param *params;
     size_t n_params, cap_params;
@@ -297,7 +298,7 @@ static bool block_step(output_parser *p, bool final)
             if (p->bs == B_INVOKE_END) {
                 commit_invoke(p);
                 consume(b, p->bpos);
-                p->bstart = p->bpos = 0;
+                p->bpos = 0;
             }
             p->bs = B_NEXT;
             break;
@@ -307,7 +308,7 @@ static bool block_step(output_parser *p, bool final)
             if (r == -2) goto malformed;
             if (r == 1) {   /* block complete: back to content */
                 consume(b, p->bpos + strlen(BLOCK_END));
-                p->bstart = p->bpos = 0;
+                p->bpos = 0;
                 p->st = S_CONTENT;
                 return true;
             }
@@ -357,9 +358,9 @@ static bool block_step(output_parser *p, bool final)
 malformed:
     /* Everything not yet committed, and all that follows, is content. */
     reset_invoke(p);
-    emit_text(p, PARSE_CONTENT, b->data + p->bstart, b->len - p->bstart);
+    emit_text(p, PARSE_CONTENT, b->data, b->len);
     sb_reset(b);
-    p->bstart = p->bpos = 0;
+    p->bpos = 0;
     p->st = S_RAW;
     return true;
 }
@@ -395,7 +396,6 @@ static void core_step(output_parser *p, bool final)
             consume(b, opener);
             p->st = S_TOOLS;
             p->bs = B_START;
-            p->bstart = 0;
             p->bpos = strlen(OPENER);
             continue;
         }
@@ -436,7 +436,6 @@ output_parser *output_parser_new(bool thinking, parse_event_fn on_event, void *c
 {
     output_parser *p = calloc(1, sizeof *p);
     if (!p) abort();
-    p->thinking = thinking;
     p->st = thinking ? S_REASONING : S_CONTENT;
     p->on_event = on_event;
     p->ctx = ctx;
@@ -451,7 +450,7 @@ output_parser *output_parser_new(bool thinking, parse_event_fn on_event, void *c
 
 void output_parser_feed(output_parser *p, const char *text, size_t len)
 {
-    if (p->eos || !len) return;
+    if (p->eos || p->finished || !len) return;
     sb_append(&p->in, text, len);
     size_t e = find(p->in.data, 0, p->in.len, EOS);
     if (e < p->in.len) {
@@ -466,6 +465,8 @@ void output_parser_feed(output_parser *p, const char *text, size_t len)
 
 void output_parser_finish(output_parser *p, enum gen_stop why)
 {
+    if (p->finished) return;
+    p->finished = true;
     if (p->in.len) pass_clean(p, p->in.len, true);
     core_step(p, true);
     parse_event ev = { .kind = PARSE_FINISH };

@@ -65,7 +65,8 @@ output_parser *output_parser_new(bool thinking, parse_event_fn on_event, void *c
 void output_parser_feed(output_parser *p, const char *text, size_t len);
 /* End of the completion: flushes what was held back and emits FINISH
  * (stop, length, or tool_calls when a call was emitted and generation
- * stopped).  Text after an EOS was ignored, and an EOS means GEN_STOP. */
+ * stopped).  Text after an EOS was ignored, and an EOS means GEN_STOP.
+ * Later feeds and finishes are ignored. */
 void output_parser_finish(output_parser *p, enum gen_stop why);
 void output_parser_free(output_parser *p);
 
