@@ -210,10 +210,11 @@ static int keyed_cmp(const void *a, const void *b)
 }
 
 /* The position of the call a tool result answers in the latest assistant
- * message with tool calls (the last call with that id), or 0. */
+ * message with tool calls (the last call with that id), or 0; empty ids
+ * never match (the encoder skips them). */
 static long call_order(const chat_message *calls, const char *id)
 {
-    if (!id) return 0;
+    if (!id || !*id) return 0;
     for (size_t k = calls->n_calls; k-- > 0;)
         if (calls->calls[k].id && !strcmp(calls->calls[k].id, id)) return (long)k;
     return 0;
