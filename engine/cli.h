@@ -10,5 +10,7 @@ int cmd_status(int argc, char **argv);
 int cmd_client(int argc, char **argv);
 int cmd_janitor(int argc, char **argv);
 int cmd_bench_ipc(int argc, char **argv);
+int cmd_render(int argc, char **argv);
+int cmd_parse(int argc, char **argv);
 
 #endif

@@ -16,6 +16,8 @@ static const struct {
     { "client", cmd_client, "client --run-dir DIR --name NAME --request FILE [--kind KIND]   one request, events as JSON lines" },
     { "janitor", cmd_janitor, "janitor --run-dir DIR        one scan for orphaned engine segments" },
     { "bench-ipc", cmd_bench_ipc, "bench-ipc [--iters N]        protocol round trip and scheduler overhead" },
+    { "render", cmd_render, "render --request FILE        OpenAI chat request -> prompt text" },
+    { "parse", cmd_parse, "parse --mode thinking|chat   completion on stdin -> message JSON" },
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
