@@ -50,7 +50,7 @@ BIN := $(BUILD)/bin/llm-engine
 MOD := $(BUILD)/nginx/ngx_http_llm_module.so
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: all module test test-c test-nginx test-gpu run deps clean
+.PHONY: all module test test-c test-nginx test-gpu run deps clean fuzz
 all: $(BIN)
 
 # Install Debian packages when one is missing (fast no-op otherwise).
@@ -89,6 +89,16 @@ test-c: $(BIN) $(TEST_BIN)
 	prove -f --exec '' $(TEST_BIN)
 test-nginx: $(BIN) $(MOD)
 	prove -f t/
+
+# libFuzzer harness for the chat renderer and parser (clang; not in test):
+#   make fuzz && build/fuzz/fuzz_chat -max_total_time=300
+FUZZ_SRC := engine/chat_render.c engine/chat_messages.c engine/chat_request.c \
+            engine/output_parser.c engine/json.c engine/strbuf.c engine/utf8.c
+fuzz: $(BUILD)/fuzz/fuzz_chat
+$(BUILD)/fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c $(FUZZ_SRC)
+	@mkdir -p $(dir $@)
+	clang -std=c11 -O1 -g -D_GNU_SOURCE -Iengine -fsanitize=fuzzer,address,undefined \
+	    $^ -o $@ -lyajl
 
 test-gpu: $(BIN)
 	@tools/test_gpu.sh
