@@ -108,8 +108,7 @@ int seq_cache_reserve(block_pool *p, const cache_layout *L, seq_cache *s, int64_
     return 0;
 }
 
-void seq_cache_trim(block_pool *p, const cache_layout *L, seq_cache *s)
+void seq_cache_trim(block_pool *p, seq_cache *s, int64_t keep)
 {
-    int64_t keep = cache_blocks_for(L, s->len);
     while (s->nblocks > keep) p->free_blocks[p->nfree++] = s->blocks[--s->nblocks];
 }

@@ -61,7 +61,7 @@ int seq_cache_open(block_pool *p, seq_cache *s);            /* -1: no free slot 
 void seq_cache_close(block_pool *p, seq_cache *s);
 /* Grow to hold n positions; -1 (and nothing taken) when the pool is short. */
 int seq_cache_reserve(block_pool *p, const cache_layout *L, seq_cache *s, int64_t n);
-/* Give back blocks beyond what len positions need (after a failed step). */
-void seq_cache_trim(block_pool *p, const cache_layout *L, seq_cache *s);
+/* Give back blocks beyond the first `keep` (undoing a failed reserve). */
+void seq_cache_trim(block_pool *p, seq_cache *s, int64_t keep);
 
 #endif

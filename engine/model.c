@@ -181,6 +181,18 @@ v4_seq *v4_seq_new(v4_model *m, strbuf *err)
     return s;
 }
 
+int v4_seq_reserve(v4_model *m, v4_seq *s, int64_t n, strbuf *err)
+{
+    pthread_mutex_lock(&m->mu);
+    int rc = seq_cache_reserve(&m->pool, &m->layout, &s->c, n);
+    if (rc)
+        sb_printf(err, "cache pool: %lld blocks needed for %lld positions, %lld free\n",
+                  (long long)(cache_blocks_for(&m->layout, n) - s->c.nblocks), (long long)n,
+                  (long long)m->pool.nfree);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
 void v4_seq_free(v4_model *m, v4_seq *s)
 {
     if (!s) return;
@@ -223,16 +235,20 @@ static int check_items(v4_model *m, v4_step_item *items, int n, strbuf *err)
 static int step_locked(v4_model *m, v4_step_item *items, int n, strbuf *err)
 {
     if (check_items(m, items, n, err)) return -1;
-    /* Reserve every sequence's blocks first: all or nothing. */
+    /* Take every sequence's blocks first: all or nothing. */
+    int64_t *had = malloc(n * sizeof *had);
+    for (int i = 0; i < n; i++) had[i] = items[i].seq->c.nblocks;
     for (int i = 0; i < n; i++) {
         seq_cache *sc = &items[i].seq->c;
         if (seq_cache_reserve(&m->pool, &m->layout, sc, sc->len + items[i].n_tokens)) {
-            for (int j = 0; j <= i; j++) seq_cache_trim(&m->pool, &m->layout, &items[j].seq->c);
+            for (int j = 0; j <= i; j++) seq_cache_trim(&m->pool, &items[j].seq->c, had[j]);
             sb_printf(err, "step: cache pool exhausted (%lld of %lld blocks free)\n",
                       (long long)m->pool.nfree, (long long)m->pool.nblocks);
+            free(had);
             return -1;
         }
     }
+    free(had);
     int T = 0, nout = 0;
     for (int i = 0; i < n; i++) {
         T += items[i].n_tokens;

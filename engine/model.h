@@ -56,6 +56,10 @@ bool v4_can_admit(v4_model *m, int64_t n);
 
 /* NULL (message in err) when every state slot is taken. */
 v4_seq *v4_seq_new(v4_model *m, strbuf *err);
+/* Take the blocks for n positions now (admission), so later steps up to n
+ * cannot run out.  -1 with a message, and nothing taken, if they are not
+ * free.  Steps past n take more blocks as they go. */
+int v4_seq_reserve(v4_model *m, v4_seq *s, int64_t n, strbuf *err);
 void v4_seq_free(v4_model *m, v4_seq *s);
 int64_t v4_seq_len(const v4_seq *s);
 

@@ -559,6 +559,22 @@ static void run_case(const synth_spec *sp, const char *name)
         ok(full_slots && v4_can_admit(m, 10) && v4_can_admit(m, free_blocks * ci.block_tokens)
            && !v4_can_admit(m, free_blocks * ci.block_tokens + 1),
            "admission needs a free slot and enough free blocks");
+        /* Reservation at admission: b takes all but one block up front;
+         * a can still run one block's worth, and nothing more fits. */
+        rc = v4_seq_reserve(m, b, (free_blocks - 1) * ci.block_tokens, &err);
+        v4_cache_info_get(m, &ci);
+        ok(rc == 0 && ci.blocks_used == free_blocks - 1, "reserve takes blocks up front");
+        sb_reset(&err);
+        ok(v4_seq_reserve(m, a, 2 * ci.block_tokens, &err) < 0 && strstr(err.data, "2 blocks needed"),
+           "a reservation that does not fit fails whole: %s", msg(&err));
+        it[0] = (v4_step_item){ a, ids, 5, lg, false };
+        it[1] = (v4_step_item){ b, ids, 7, lg, false };
+        v4_cache_info_get(m, &ci);
+        int64_t used = ci.blocks_used;
+        rc = v4_step(m, it, 2, &err);
+        v4_cache_info_get(m, &ci);
+        ok(rc == 0 && ci.blocks_used == used + 1 && v4_seq_len(b) == 7,
+           "steps inside a reservation take no new blocks");
         it[0].n_tokens = 1;
         int32_t badtok = V;
         it[0].tokens = &badtok;
