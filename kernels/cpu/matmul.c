@@ -1,5 +1,6 @@
 #include "matmul.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "hot.h"
@@ -102,7 +103,9 @@ void cpu_matmul(threadpool *p, const qweight *w, const float *x, int ldx, int T,
     if (T <= 0 || w->rows <= 0) return;
     int nthreads = threadpool_size(p);
     int groups = (w->rows + RB - 1) / RB;
-    int ntasks = nthreads == 1 ? 1 : nthreads * 4;
+    /* Below ~64K multiply-adds waking the workers costs more than it saves. */
+    bool small = (int64_t)w->rows * w->cols * T < (1 << 16);
+    int ntasks = nthreads == 1 || small ? 1 : nthreads * 4;
     if (ntasks > groups) ntasks = groups;
     int per = (groups + ntasks - 1) / ntasks * RB;
     ntasks = (w->rows + per - 1) / per;

@@ -10,7 +10,7 @@ struct threadpool {
     pthread_t *th;
     pthread_mutex_t mu;
     pthread_cond_t start, done;
-    unsigned gen;           /* bumped per run; workers wait for a change */
+    atomic_uint gen;        /* bumped per run; workers wait for a change */
     int busy;               /* workers still inside the current run */
     bool stop;
     task_fn fn;
@@ -25,15 +25,24 @@ static void drain(threadpool *p)
     while ((i = atomic_fetch_add(&p->next, 1)) < p->ntasks) p->fn(p->ctx, i);
 }
 
+/* Runs come in quick succession during a forward pass: poll briefly
+ * before sleeping, so a run does not pay a wake-up for every worker. */
+#define SPIN 20000
+
 static void *worker(void *arg)
 {
     threadpool *p = arg;
     unsigned seen = 0;
     for (;;) {
+        for (int i = 0; i < SPIN && atomic_load(&p->gen) == seen; i++) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
         pthread_mutex_lock(&p->mu);
-        while (p->gen == seen && !p->stop) pthread_cond_wait(&p->start, &p->mu);
+        while (atomic_load(&p->gen) == seen && !p->stop) pthread_cond_wait(&p->start, &p->mu);
         if (p->stop) { pthread_mutex_unlock(&p->mu); return NULL; }
-        seen = p->gen;
+        seen = atomic_load(&p->gen);
         pthread_mutex_unlock(&p->mu);
         drain(p);
         pthread_mutex_lock(&p->mu);
@@ -83,7 +92,7 @@ void threadpool_run(threadpool *p, task_fn fn, void *ctx, int ntasks)
     p->ntasks = ntasks;
     atomic_store(&p->next, 0);
     p->busy = p->n - 1;
-    p->gen++;
+    atomic_fetch_add(&p->gen, 1);
     pthread_cond_broadcast(&p->start);
     pthread_mutex_unlock(&p->mu);
     drain(p);
