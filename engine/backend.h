@@ -110,7 +110,6 @@ struct backend {
 
     void *(*alloc)(backend *b, size_t bytes);       /* zero-filled */
     void (*release)(backend *b, void *p);
-    void (*zero)(backend *b, void *p, size_t bytes);
     /* Copy `rows` rows of `n` floats between strided buffers. */
     void (*copy_rows)(backend *b, float *dst, int ldd, const float *src, int lds, int rows,
                       int n);

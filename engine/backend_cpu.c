@@ -28,7 +28,6 @@ static void *cpu_alloc(backend *b, size_t bytes)
 }
 
 static void cpu_release(backend *b, void *p) { (void)b; free(p); }
-static void cpu_zero(backend *b, void *p, size_t n) { (void)b; memset(p, 0, n); }
 
 static void cpu_copy_rows(backend *b, float *dst, int ldd, const float *src, int lds,
                           int rows, int n)
@@ -406,7 +405,6 @@ backend *backend_cpu_new(int threads, tp_group *g, int rank)
     b->impl = c;
     b->alloc = cpu_alloc;
     b->release = cpu_release;
-    b->zero = cpu_zero;
     b->copy_rows = cpu_copy_rows;
     b->matmul = cpu_matmul_op;
     b->embed = cpu_embed;

@@ -39,8 +39,6 @@ static void test_formats(void)
     ok(e8m0_to_f32(127) == 1.0f && e8m0_to_f32(130) == 8.0f && e8m0_to_f32(0) == ldexpf(1, -127)
        && isnan(e8m0_to_f32(255)), "ue8m0: 2^(e-127), 255 is NaN");
     ok(bf16_to_f32(0x3f80) == 1.0f && bf16_to_f32(0xc040) == -3.0f, "bf16 decode");
-    ok(f16_to_f32(0x3c00) == 1.0f && f16_to_f32(0xc000) == -2.0f && f16_to_f32(0x0001) == ldexpf(1, -24),
-       "f16 decode incl. subnormal");
     const float fp4[8] = { 0, 0.5f, 1, 1.5f, 2, 3, 4, 6 };
     bad = 0;
     for (int c = 0; c < 16; c++) bad += fp4_e2m1_table[c] != (c & 8 ? -fp4[c & 7] : fp4[c & 7]);

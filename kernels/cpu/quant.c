@@ -7,16 +7,6 @@ const float fp4_e2m1_table[16] = {
     -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f,
 };
 
-float f16_to_f32(uint16_t h)
-{
-    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-    float v;
-    if (e == 0) v = ldexpf((float)m, -24);
-    else if (e == 31) v = m ? NAN : INFINITY;
-    else v = ldexpf((float)(m | 1024), e - 25);
-    return s ? -v : v;
-}
-
 float fp8_e4m3_to_f32(uint8_t b)
 {
     int s = b >> 7, e = (b >> 3) & 15, m = b & 7;

@@ -1,5 +1,5 @@
 /* Scalar decoders for the number formats of the released DeepSeek V4
- * checkpoint: BF16, F16, FP8 e4m3 (the "fn" variant: no infinities, 0x7f
+ * checkpoint: BF16, FP8 e4m3 (the "fn" variant: no infinities, 0x7f
  * and 0xff are NaN), UE8M0 power-of-two scales and MXFP4 (E2M1) codes. */
 #ifndef LLM_CPU_QUANT_H
 #define LLM_CPU_QUANT_H
@@ -15,7 +15,6 @@ static inline float bf16_to_f32(uint16_t h)
     return f;
 }
 
-float f16_to_f32(uint16_t h);
 float fp8_e4m3_to_f32(uint8_t b);
 /* 2^(e - 127); 255 is NaN. */
 float e8m0_to_f32(uint8_t e);

@@ -73,11 +73,6 @@ HOT void qweight_row(const qweight *w, int r, int c0, int n, float *out)
         for (int i = 0; i < n; i++) out[i] = bf16_to_f32(p[i]);
         break;
     }
-    case QT_F16: {
-        const uint16_t *p = (const uint16_t *)w->data + row * w->ld + col;
-        for (int i = 0; i < n; i++) out[i] = f16_to_f32(p[i]);
-        break;
-    }
     case QT_FP8: {
         const uint8_t *p = (const uint8_t *)w->data + row * w->ld + col;
         const uint8_t *s = w->scale + (row / 128) * w->scale_ld;

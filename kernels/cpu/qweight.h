@@ -5,13 +5,13 @@
  *   QT_FP8    e4m3 bytes [R][C] with UE8M0 scales [ceil(R/128)][ceil(C/128)]
  *   QT_MXFP4  E2M1 nibbles [R][C/2] (low nibble = even column) with UE8M0
  *             scales [R][C/32]
- *   QT_BF16, QT_F16, QT_F32 plain [R][C]                                    */
+ *   QT_BF16, QT_F32 plain [R][C]                                          */
 #ifndef LLM_CPU_QWEIGHT_H
 #define LLM_CPU_QWEIGHT_H
 
 #include <stdint.h>
 
-enum qtype { QT_F32, QT_BF16, QT_F16, QT_FP8, QT_MXFP4 };
+enum qtype { QT_F32, QT_BF16, QT_FP8, QT_MXFP4 };
 
 typedef struct {
     enum qtype type;
