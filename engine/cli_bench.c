@@ -70,17 +70,14 @@ int cmd_bench(int argc, char **argv)
     double t_decode = now() - t0;
     v4_cache_info ci;
     v4_cache_info_get(m, &ci);
-    printf("model            %s\n", model);
-    printf("tp x threads     %d x %d\n", v4_model_tp(m),
-           opt.threads_per_rank ? opt.threads_per_rank : -1);
-    printf("load             %.2f s\n", t_load);
-    printf("prefill          %d tokens in %.3f s = %.1f tokens/s (TTFT %.1f ms)\n", prompt,
-           t_prefill, prompt / t_prefill, t_prefill * 1e3);
-    if (decode)
-        printf("decode           %d tokens in %.3f s = %.2f tokens/s (%.1f ms/token)\n", decode,
-               t_decode, decode / t_decode, t_decode * 1e3 / decode);
-    printf("cache per token  %.0f bytes per rank (+ %zu bytes fixed per sequence)\n",
-           v4_cache_bytes_per_token(m), ci.state_bytes);
+    printf("| model | tp | threads/rank | prompt | prefill tok/s | TTFT ms | decode | "
+           "decode tok/s | ms/token |\n");
+    printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    printf("| %s | %d | %d | %d | %.1f | %.1f | %d | %.2f | %.2f |\n", model, v4_model_tp(m),
+           v4_model_threads(m), prompt, prompt / t_prefill, t_prefill * 1e3, decode,
+           decode ? decode / t_decode : 0.0, decode ? t_decode * 1e3 / decode : 0.0);
+    printf("\nload %.2f s; cache %.0f bytes per position per rank, %zu bytes of state per "
+           "sequence per rank\n", t_load, v4_cache_bytes_per_token(m), ci.state_bytes);
     rc = 0;
 out:
     if (rc) fprintf(stderr, "llm-engine bench: %s", err.data);

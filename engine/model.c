@@ -7,6 +7,7 @@
 
 const v4_config *v4_model_config(const v4_model *m) { return &m->cfg; }
 int v4_model_tp(const v4_model *m) { return m->tp; }
+int v4_model_threads(const v4_model *m) { return m->threads; }
 
 static int default_threads(int tp)
 {
@@ -86,6 +87,7 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
     block_pool_init(&m->pool, max_seqs, nblocks);
 
     m->tp = tp;
+    m->threads = threads;
     m->group = tp_group_new(tp);
     m->ranks = calloc(tp, sizeof *m->ranks);
     pthread_mutex_init(&m->mu, NULL);

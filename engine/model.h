@@ -37,6 +37,7 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
 void v4_model_free(v4_model *m);
 const v4_config *v4_model_config(const v4_model *m);
 int v4_model_tp(const v4_model *m);
+int v4_model_threads(const v4_model *m);   /* kernel threads per rank */
 
 typedef struct {
     int block_tokens;           /* positions per block */

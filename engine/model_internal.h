@@ -39,7 +39,7 @@ struct v4_model {
     v4_config cfg;
     safetensors st;
     v4_weights w;
-    int tp;
+    int tp, threads;
     v4_rank *ranks;
     tp_group *group;
     cache_layout layout;
