@@ -151,6 +151,27 @@ static void get_ropes(reader *R, yajl_val root, v4_config *c)
     get_rope(R, scaling, "rope_scaling", ctheta, c->max_pos, true, &c->rope_compress);
 }
 
+/* The weight formats the loader implements: FP8 in 128x128 blocks with
+ * UE8M0 scales, MXFP4 experts.  Anything else would be misread. */
+static void get_quant(reader *R, yajl_val root)
+{
+    yajl_val q = json_get(root, "quantization_config");
+    if (q && !YAJL_IS_NULL(q)) {
+        yajl_val bs = json_get(q, "weight_block_size");
+        long long a, b;
+        if (bs && !(YAJL_IS_ARRAY(bs) && bs->u.array.len == 2
+                    && json_int(bs->u.array.values[0], &a) && json_int(bs->u.array.values[1], &b)
+                    && a == 128 && b == 128))
+            fail(R, "quantization_config.weight_block_size", "only [128, 128] is supported");
+        const char *sf = json_string(json_get(q, "scale_fmt"));
+        if (json_get(q, "scale_fmt") && (!sf || strcmp(sf, "ue8m0")))
+            fail(R, "quantization_config.scale_fmt", "only \"ue8m0\" is supported");
+    }
+    const char *ed = json_string(json_get(root, "expert_dtype"));
+    if (json_get(root, "expert_dtype") && (!ed || strcmp(ed, "fp4")))
+        fail(R, "expert_dtype", "only \"fp4\" (MXFP4) experts are supported");
+}
+
 static const struct { const char *name; enum v4_attn type; } attn_names[] = {
     { "sliding_attention", V4_ATTN_SLIDING },
     { "compressed_sparse_attention", V4_ATTN_CSA },
@@ -332,6 +353,7 @@ int v4_config_parse(v4_config *c, const char *text, size_t len, const char *name
         fail(&R, "qk_rope_head_dim", "missing (or partial_rotary_factor)");
     }
     get_ropes(&R, root, c);
+    get_quant(&R, root);
     if (c->n_layers > 0 && c->n_layers <= 100000) get_layer_types(&R, root, c);
 
     /* Cross-field rules the model code relies on. */

@@ -114,6 +114,11 @@ int main(void)
                  "heads not divisible into groups");
     expect_error("\"type\": \"yarn\"", "\"type\": \"ntk\"", "rope_scaling.rope_type: \"ntk\" is not supported",
                  "unknown rope type");
+    expect_error("\"weight_block_size\": [128, 128]", "\"weight_block_size\": [64, 64]",
+                 "quantization_config.weight_block_size: only [128, 128] is supported",
+                 "other FP8 block size");
+    expect_error("\"expert_dtype\": \"fp4\"", "\"expert_dtype\": \"fp8\"",
+                 "expert_dtype: only \"fp4\" (MXFP4) experts are supported", "other expert format");
     expect_error("\"num_key_value_heads\": 1", "\"num_key_value_heads\": 2",
                  "num_key_value_heads: must be 1", "more than one KV head");
     ok(strstr(parse("[1, 2]", &c), "cfg.json: expected a JSON object") != NULL, "not an object");
