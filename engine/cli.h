@@ -5,5 +5,8 @@
 
 int cmd_check(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+int cmd_bench_tokenizer(int argc, char **argv);
 
 #endif

@@ -11,6 +11,9 @@ static const struct {
 } commands[] = {
     { "check", cmd_check, "check --recipe FILE          validate a recipe" },
     { "version", cmd_version, "version                      build identity and devices" },
+    { "tokenize", cmd_tokenize, "tokenize --tokenizer FILE [--special]   text (stdin) -> ids" },
+    { "detokenize", cmd_detokenize, "detokenize --tokenizer FILE [--skip-special]   ids (stdin) -> text" },
+    { "bench-tokenizer", cmd_bench_tokenizer, "bench-tokenizer --tokenizer FILE --text FILE [--repeat N]" },
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
