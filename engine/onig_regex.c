@@ -23,13 +23,15 @@ static const char WHITE_SPACE[] =
     "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
     "\\x{202F}\\x{205F}\\x{3000}";
 
-/* General category names PCRE2 and Oniguruma share. */
+/* General category names PCRE2 and Oniguruma share, except C and Cn: code
+ * points Unicode 15-16 assigned would have to leave those, and a class
+ * can only gain members. */
 static bool is_category(const char *name, size_t len)
 {
     static const char *const names[] = {
         "L", "Lu", "Ll", "Lt", "Lm", "Lo", "M", "Mn", "Mc", "Me", "N", "Nd", "Nl", "No",
         "P", "Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po", "S", "Sm", "Sc", "Sk", "So",
-        "Z", "Zs", "Zl", "Zp",
+        "Z", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co",
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strlen(names[i]) == len && memcmp(names[i], name, len) == 0) return true;

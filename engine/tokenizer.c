@@ -128,6 +128,22 @@ typedef struct {
     int32_t new_id;
 } merge;
 
+/* Words already encoded in this call: text repeats words a lot.  Every
+ * length is cached (HF caches words under 256 bytes), since DeepSeek's CJK
+ * split makes whole Chinese sentences into one word. */
+typedef struct {
+    uint64_t hash;
+    uint32_t key_off, key_len;      /* in keys */
+    uint32_t ids_off, ids_len;      /* in ids; key_len 0: empty slot */
+} cache_slot;
+
+typedef struct {
+    cache_slot *slots;
+    size_t cap, n;
+    strbuf keys;
+    tok_ids ids;
+} word_cache;
+
 typedef struct {
     const tokenizer *t;
     tok_ids *out;
@@ -143,7 +159,37 @@ typedef struct {
     size_t sym_cap;
     merge *heap;
     size_t heap_n, heap_cap;
+    word_cache cache;
 } encoder;
+
+static cache_slot *cache_find(word_cache *c, const char *w, size_t n, uint64_t h)
+{
+    for (size_t i = h & (c->cap - 1);; i = (i + 1) & (c->cap - 1)) {
+        cache_slot *s = &c->slots[i];
+        if (!s->key_len || (s->hash == h && s->key_len == n && !memcmp(c->keys.data + s->key_off, w, n)))
+            return s;
+    }
+}
+
+static void cache_put(word_cache *c, const char *w, size_t n, uint64_t h, const int32_t *ids, size_t nids)
+{
+    if ((c->n + 1) * 2 > c->cap) {
+        word_cache old = *c;
+        c->cap = old.cap ? old.cap * 2 : 4096;
+        c->slots = calloc(c->cap, sizeof *c->slots);
+        if (!c->slots) abort();
+        for (size_t i = 0; i < old.cap; i++)
+            if (old.slots[i].key_len) *cache_find(c, old.keys.data + old.slots[i].key_off,
+                                                  old.slots[i].key_len, old.slots[i].hash) = old.slots[i];
+        free(old.slots);
+    }
+    cache_slot *s = cache_find(c, w, n, h);
+    *s = (cache_slot){ .hash = h, .key_off = (uint32_t)c->keys.len, .key_len = (uint32_t)n,
+                       .ids_off = (uint32_t)c->ids.len, .ids_len = (uint32_t)nids };
+    sb_append(&c->keys, w, n);
+    for (size_t i = 0; i < nids; i++) tok_ids_push(&c->ids, ids[i]);
+    c->n++;
+}
 
 /* ---- BPE ---- */
 
@@ -274,10 +320,26 @@ static void add_char(encoder *e, int32_t *n, pending_unk *unk, int32_t id,
 
 /* BPE over one pre-token w[0..n) (original bytes, not yet ByteLevel
  * mapped). */
+static void bpe_word_uncached(encoder *e, const char *w, size_t n);
+
 static void bpe_word(encoder *e, const char *w, size_t n)
 {
-    const tokenizer *t = e->t;
     if (n == 0) return;
+    word_cache *c = &e->cache;
+    uint64_t h = hash_bytes(w, n);
+    cache_slot *s = c->cap ? cache_find(c, w, n, h) : NULL;
+    if (s && s->key_len) {
+        for (uint32_t i = 0; i < s->ids_len; i++) tok_ids_push(e->out, c->ids.data[s->ids_off + i]);
+        return;
+    }
+    size_t mark = e->out->len;
+    bpe_word_uncached(e, w, n);
+    cache_put(c, w, n, h, e->out->data + mark, e->out->len - mark);
+}
+
+static void bpe_word_uncached(encoder *e, const char *w, size_t n)
+{
+    const tokenizer *t = e->t;
     if (t->ignore_merges) {
         sb_reset(&e->word);
         if (t->byte_level) {
@@ -546,6 +608,7 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool allow_spec
 {
     if (utf8_valid_prefix(text, len) != len) return TOK_EUTF8;
     encoder e = { .t = t, .out = out, .sc = onig_scratch_new() };
+    sb_init(&e.cache.keys);
     sb_init(&e.prefixed);
     sb_init(&e.word);
     size_t mark = out->len;
@@ -561,6 +624,9 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool allow_spec
     free(e.segs.v);
     sb_free(&e.prefixed);
     sb_free(&e.word);
+    free(e.cache.slots);
+    sb_free(&e.cache.keys);
+    tok_ids_free(&e.cache.ids);
     free(e.sym);
     free(e.heap);
     return rc;

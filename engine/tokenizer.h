@@ -2,7 +2,7 @@
  * the encoding and decoding of HF `tokenizers` (checked against 0.23.2).
  *
  * Supported tokenizer.json (anything else is a load error naming the key):
- *   normalizer     null
+ *   normalizer     null (or a Sequence of nothing, as in DeepSeek's file)
  *   pre_tokenizer  null, Split (Regex or String pattern; Removed, Isolated,
  *                  MergedWithPrevious, MergedWithNext, Contiguous; invert),
  *                  ByteLevel (add_prefix_space, use_regex; must come last),

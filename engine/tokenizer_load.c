@@ -392,15 +392,29 @@ static int load_decoder(loader *L, yajl_val root)
 
 /* ---- the whole file ---- */
 
+/* Only normalizers that change nothing: null, or Sequences of those
+ * (DeepSeek's file has {"type": "Sequence", "normalizers": []}). */
+static int check_normalizer(loader *L, yajl_val v, const char *where)
+{
+    if (!v || YAJL_IS_NULL(v)) return 0;
+    const char *type = json_string(json_get(v, "type"));
+    yajl_val list = json_get(v, "normalizers");
+    if (!type || strcmp(type, "Sequence") || !list || !YAJL_IS_ARRAY(list))
+        return fail(L, "%s: \"%s\" is not supported (only null or a Sequence of nothing)",
+                    where, type ? type : "?");
+    for (size_t i = 0; i < list->u.array.len; i++) {
+        char sub[256];
+        snprintf(sub, sizeof sub, "%s.normalizers[%zu]", where, i);
+        if (check_normalizer(L, list->u.array.values[i], sub)) return -1;
+    }
+    return 0;
+}
+
 static int load_all(loader *L, yajl_val root)
 {
     tokenizer *t = L->t;
     if (!YAJL_IS_OBJECT(root)) return fail(L, "expected a JSON object at the top level");
-    yajl_val norm = json_get(root, "normalizer");
-    if (norm && !YAJL_IS_NULL(norm)) {
-        const char *type = json_string(json_get(norm, "type"));
-        return fail(L, "normalizer: \"%s\" is not supported (only null)", type ? type : "?");
-    }
+    if (check_normalizer(L, json_get(root, "normalizer"), "normalizer")) return -1;
     yajl_val model = json_get(root, "model");
     if (!model) return fail(L, "model: missing");
     if (!YAJL_IS_OBJECT(model)) return fail(L, "model: expected an object");
