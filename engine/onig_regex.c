@@ -201,7 +201,7 @@ onig_regex *onig_regex_compile(const char *pattern, size_t len, bool literal,
     }
     pcre2_compile_context *cctx = pcre2_compile_context_create(NULL);
     pcre2_set_newline(cctx, PCRE2_NEWLINE_LF);
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : PCRE2_MULTILINE);
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
     int code;
     PCRE2_SIZE off;
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat.data, pat.len, opts, &code, &off, cctx);

@@ -95,8 +95,8 @@ static void test_find_all(void)
     sp.n = 0;
     char err[256];
     re = onig_regex_compile("a.b", 3, true, err, sizeof err);
-    onig_regex_find_all(re, sc, "axb a.b", 7, &sp);
-    ok(sp.n == 1 && sp.v[0].start == 4, "literal pattern matches only itself");
+    ok(re && onig_regex_find_all(re, sc, "axb a.b", 7, &sp) == 0 && sp.n == 1 && sp.v[0].start == 4,
+       "literal pattern matches only itself");
     onig_regex_free(re);
     onig_spans_free(&sp);
 }

@@ -11,6 +11,8 @@ Needs HF `tokenizers` (0.23.2 on the GPU machine).  Two modes:
         tokenizer-flags.json  same model plus added tokens exercising
                               lstrip/rstrip/single_word/normalized
         golden.json, golden-flags.json   golden ids and decodes
+        golden-variants.json  ids with other pre-tokenizers (GPT-2, Llama 3,
+                              every Split behavior, ...) on the same model
 
   python3 tools/make_tokenizer.py --golden-only --tokenizer X.json --out G.json
       Golden ids for any tokenizer.json (e.g. DeepSeek's own), in the same
@@ -26,6 +28,7 @@ is the same generator for tokenizers' npm build (same Rust core), used for
 development where Python tokenizers is not installed.
 """
 import argparse
+import copy
 import json
 import os
 import random
@@ -128,6 +131,28 @@ def goldens(path, cases, seed):
             "tokenizer": os.path.basename(path), "encode": encoded, "decode": decoded}
 
 
+def variant_goldens(path, spec):
+    """golden-variants.json: the fixture with other pre-tokenizers and model
+    options (spec["variants"]), ids for spec["variant_cases"]."""
+    with open(path, encoding="utf-8") as f:
+        base = json.load(f)
+    cases = [c for c in spec["cases"] if c["name"] in spec["variant_cases"]]
+    variants = []
+    for v in spec["variants"]:
+        raw = copy.deepcopy(base)
+        if "pre_tokenizer" in v:
+            raw["pre_tokenizer"] = v["pre_tokenizer"]
+        raw["model"].update(v.get("model", {}))
+        tok = Tokenizer.from_str(json.dumps(raw))
+        out = {k: v[k] for k in ("name", "pre_tokenizer", "model") if k in v}
+        out["encode"] = [{"name": c["name"], "text": c["text"], "bytes": utf8_len(c["text"]),
+                          "ids_special": tok.encode(c["text"], add_special_tokens=False).ids}
+                         for c in cases]
+        variants.append(out)
+    return {"generator": "tokenizers %s (python)" % tokenizers.__version__,
+            "tokenizer": os.path.basename(path), "variants": variants}
+
+
 def write_json(g, path):
     """One encode/decode entry per line: small files, readable diffs."""
     def dumps(x):
@@ -135,8 +160,13 @@ def write_json(g, path):
     def entries(xs):
         return "[\n" + ",\n".join(dumps(x) for x in xs) + "\n]"
     with open(path, "w", encoding="utf-8") as f:
-        f.write('{"generator": %s, "tokenizer": %s,\n"encode": %s,\n"decode": %s}\n' % (
-            dumps(g["generator"]), dumps(g["tokenizer"]), entries(g["encode"]), entries(g["decode"])))
+        if "variants" in g:
+            f.write('{"generator": %s, "tokenizer": %s,\n"variants": %s}\n' % (
+                dumps(g["generator"]), dumps(g["tokenizer"]), entries(g["variants"])))
+        else:
+            f.write('{"generator": %s, "tokenizer": %s,\n"encode": %s,\n"decode": %s}\n' % (
+                dumps(g["generator"]), dumps(g["tokenizer"]), entries(g["encode"]),
+                entries(g["decode"])))
     print("wrote", path, os.path.getsize(path), "bytes")
 
 
@@ -165,6 +195,7 @@ def main():
     write_json(goldens(main_path, spec["cases"], 1), os.path.join(FIXTURES, "golden.json"))
     write_json(goldens(flags_path, spec["flags_cases"], 2),
                os.path.join(FIXTURES, "golden-flags.json"))
+    write_json(variant_goldens(main_path, spec), os.path.join(FIXTURES, "golden-variants.json"))
 
 
 if __name__ == "__main__":

@@ -121,11 +121,33 @@ async function goldens(file, cases, seed) {
   return { generator: `tokenizers ${VERSION} (node)`, tokenizer: path.basename(file), encode: encoded, decode: decoded };
 }
 
+async function variantGoldens(file, spec) {
+  const base = JSON.parse(fs.readFileSync(file, 'utf8'));
+  const cases = spec.cases.filter((c) => spec.variant_cases.includes(c.name));
+  const variants = [];
+  for (const v of spec.variants) {
+    const raw = JSON.parse(JSON.stringify(base));
+    if ('pre_tokenizer' in v) raw.pre_tokenizer = v.pre_tokenizer;
+    Object.assign(raw.model, v.model || {});
+    const tok = hf.Tokenizer.fromString(JSON.stringify(raw));
+    const out = {};
+    for (const k of ['name', 'pre_tokenizer', 'model']) if (k in v) out[k] = v[k];
+    out.encode = [];
+    for (const c of cases) {
+      const e = await tok.encode(c.text, null, { addSpecialTokens: false });
+      out.encode.push({ name: c.name, text: c.text, bytes: Buffer.byteLength(c.text), ids_special: e.getIds() });
+    }
+    variants.push(out);
+  }
+  return { generator: `tokenizers ${VERSION} (node)`, tokenizer: path.basename(file), variants };
+}
+
 // One encode/decode entry per line: small files, readable diffs.
 function writeJson(g, file) {
   const list = (xs) => '[\n' + xs.map((x) => JSON.stringify(x)).join(',\n') + '\n]';
-  fs.writeFileSync(file, `{"generator": ${JSON.stringify(g.generator)}, "tokenizer": ${JSON.stringify(g.tokenizer)},\n` +
-    `"encode": ${list(g.encode)},\n"decode": ${list(g.decode)}}\n`);
+  const head = `{"generator": ${JSON.stringify(g.generator)}, "tokenizer": ${JSON.stringify(g.tokenizer)},\n`;
+  fs.writeFileSync(file, head + (g.variants ? `"variants": ${list(g.variants)}}\n`
+    : `"encode": ${list(g.encode)},\n"decode": ${list(g.decode)}}\n`));
   console.log('wrote', file, fs.statSync(file).size, 'bytes');
 }
 
@@ -148,6 +170,7 @@ async function main() {
   console.log('vocab', tok.getVocabSize(false), 'with added', tok.getVocabSize(true));
   writeJson(await goldens(mainPath, spec.cases, 1), path.join(FIXTURES, 'golden.json'));
   writeJson(await goldens(flagsPath, spec.flags_cases, 2), path.join(FIXTURES, 'golden-flags.json'));
+  writeJson(await variantGoldens(mainPath, spec), path.join(FIXTURES, 'golden-variants.json'));
 }
 
 main().catch((e) => { console.error(e); process.exit(1); });
