@@ -198,6 +198,45 @@ static void test_errors(void)
     }
 }
 
+/* BPE model options on a tiny vocab; expected ids are HF tokenizers
+ * 0.23.2's for the same file. */
+static void test_model_options(void)
+{
+    static const struct { const char *opts, *text; int32_t want[4]; size_t n; } cases[] = {
+        { "", "abc", { 0, 4 }, 2 },
+        { "\"ignore_merges\": true,", "abc", { 5 }, 1 },
+        { "\"ignore_merges\": true,", "abcabc", { 0, 4, 0, 4 }, 4 },
+        { "\"byte_fallback\": true, \"unk_token\": \"<unk>\",", "abd\xC3\xA9", { 3, 7, 8, 9 }, 4 },
+        { "\"unk_token\": \"<unk>\",", "xyab", { 6, 6, 3 }, 3 },
+        { "\"unk_token\": \"<unk>\", \"fuse_unk\": true,", "xyabz", { 6, 3, 6 }, 3 },
+        { "", "xyab", { 3 }, 1 },
+        { "\"byte_fallback\": true,", "dxd", { 7, 7 }, 2 },
+        { "\"byte_fallback\": true, \"unk_token\": \"<unk>\", \"fuse_unk\": true,", "xdy", { 7, 6 }, 2 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        strbuf json;
+        sb_init(&json);
+        sb_printf(&json, "{\"decoder\": {\"type\": \"ByteLevel\"}, \"added_tokens\": [], \"model\": {%s"
+                  " \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"ab\": 3, \"bc\": 4, \"abc\": 5, \"<unk>\": 6,"
+                  " \"<0x64>\": 7, \"<0xC3>\": 8, \"<0xA9>\": 9}, \"merges\": [\"b c\", \"a b\", \"ab c\"]}}",
+                  cases[i].opts);
+        char path[] = "/tmp/test_tokenizer_XXXXXX";
+        int fd = mkstemp(path);
+        bool written = fd >= 0 && write(fd, json.data, json.len) == (ssize_t)json.len;
+        if (fd >= 0) close(fd);
+        char err[512];
+        tokenizer *t = written ? tok_load(path, err, sizeof err) : NULL;
+        tok_ids ids = { 0 };
+        bool same = t && tok_encode(t, cases[i].text, strlen(cases[i].text), false, &ids) == 0
+                    && ids.len == cases[i].n && !memcmp(ids.data, cases[i].want, ids.len * sizeof *ids.data);
+        ok(same, "model {%s} encodes \"%s\" as HF does", cases[i].opts, cases[i].text);
+        tok_ids_free(&ids);
+        tok_free(t);
+        unlink(path);
+        sb_free(&json);
+    }
+}
+
 /* ---- randomized ---- */
 
 static void put_cp(strbuf *sb, uint32_t cp)
@@ -356,6 +395,7 @@ int main(void)
     }
     test_added_tokens(t);
     test_errors();
+    test_model_options();
     test_random(t);
     test_threads(t);
     tok_free(t);
