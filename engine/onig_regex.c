@@ -234,10 +234,8 @@ onig_scratch *onig_scratch_new(void)
     if (!sc) abort();
     sc->md = pcre2_match_data_create(1, NULL);
     sc->mctx = pcre2_match_context_create(NULL);
-    /* Long whitespace runs backtrack deeply; the default 32 KiB is small. */
-    sc->stack = pcre2_jit_stack_create(64 * 1024, 64 * 1024 * 1024, NULL);
+    sc->stack = NULL;       /* made on first need: see match() */
     if (!sc->md || !sc->mctx) abort();
-    if (sc->stack) pcre2_jit_stack_assign(sc->mctx, NULL, sc->stack);
     return sc;
 }
 
@@ -267,13 +265,28 @@ static void spans_push(onig_spans *s, size_t start, size_t end)
     s->v[s->n++] = (onig_span){ start, end };
 }
 
+/* pcre2_match, moving to a large JIT stack when PCRE2's default 32 KiB
+ * one runs out (deep backtracking over long whitespace runs). */
+static int match(const onig_regex *re, onig_scratch *sc, const char *s, size_t n, size_t pos,
+                 uint32_t opts)
+{
+    int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, pos, opts, sc->md, sc->mctx);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !sc->stack) {
+        sc->stack = pcre2_jit_stack_create(256 * 1024, 256 * 1024 * 1024, NULL);
+        if (!sc->stack) return rc;
+        pcre2_jit_stack_assign(sc->mctx, NULL, sc->stack);
+        rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, pos, opts, sc->md, sc->mctx);
+    }
+    return rc;
+}
+
 int onig_regex_find_all(const onig_regex *re, onig_scratch *sc,
                         const char *s, size_t n, onig_spans *out)
 {
     size_t pos = 0, last_end = 0;
     bool matched = false;
     while (pos <= n) {
-        int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, sc->md, sc->mctx);
+        int rc = match(re, sc, s, n, pos, PCRE2_NO_UTF_CHECK);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) return rc;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(sc->md);
@@ -292,6 +305,5 @@ int onig_regex_find_all(const onig_regex *re, onig_scratch *sc,
 
 bool onig_regex_match_here(const onig_regex *re, onig_scratch *sc, const char *s, size_t n)
 {
-    return pcre2_match(re->code, (PCRE2_SPTR)s, n, 0, PCRE2_NO_UTF_CHECK | PCRE2_ANCHORED,
-                       sc->md, sc->mctx) > 0;
+    return match(re, sc, s, n, 0, PCRE2_NO_UTF_CHECK | PCRE2_ANCHORED) > 0;
 }

@@ -175,7 +175,7 @@ static void cache_put(word_cache *c, const char *w, size_t n, uint64_t h, const 
 {
     if ((c->n + 1) * 2 > c->cap) {
         word_cache old = *c;
-        c->cap = old.cap ? old.cap * 2 : 4096;
+        c->cap = old.cap ? old.cap * 2 : 256;
         c->slots = calloc(c->cap, sizeof *c->slots);
         if (!c->slots) abort();
         for (size_t i = 0; i < old.cap; i++)

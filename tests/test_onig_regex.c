@@ -101,6 +101,24 @@ static void test_find_all(void)
     onig_spans_free(&sp);
 }
 
+/* Deep backtracking outgrows PCRE2's default JIT stack; matching must
+ * carry on with a bigger one rather than fail. */
+static void test_deep(void)
+{
+    size_t n = 400000;
+    char *s = malloc(n + 1);
+    for (size_t i = 0; i < n; i++) s[i] = "ab"[i % 2];
+    s[n] = 'c';
+    onig_regex *re = compile("(?:a|b)*c");
+    onig_spans sp = { 0 };
+    int rc = onig_regex_find_all(re, sc, s, n + 1, &sp);
+    ok(rc == 0 && sp.n == 1 && sp.v[0].start == 0 && sp.v[0].end == n + 1,
+       "(?:a|b)*c over %zu bytes matches whole (rc %d)", n + 1, rc);
+    onig_spans_free(&sp);
+    onig_regex_free(re);
+    free(s);
+}
+
 static void test_errors(void)
 {
     char err[256];
@@ -116,6 +134,7 @@ int main(void)
     sc = onig_scratch_new();
     test_classes();
     test_find_all();
+    test_deep();
     test_errors();
     onig_scratch_free(sc);
     return exit_status();
