@@ -17,6 +17,7 @@ Needs HF `tokenizers` (0.23.2 on the GPU machine).  Two modes:
   python3 tools/make_tokenizer.py --golden-only --tokenizer X.json --out G.json
       Golden ids for any tokenizer.json (e.g. DeepSeek's own), in the same
       format; check with: build/tests/test_tokenizer_golden X.json G.json
+      Add --fuzz N [--seed S] to use N random texts instead of the cases.
 
 Golden format: {"generator", "tokenizer", "encode": [{"name", "text",
 "bytes", "ids_special", "ids_plain"}], "decode": [{"ids", "text", "bytes",
@@ -103,6 +104,34 @@ def decode_inputs(tok, encoded, seed):
     return seqs
 
 
+def fuzz_cases(spec, tokenizer_path, n, seed):
+    """n random texts: words, spaces, digits, the tokenizer's added tokens
+    and random code points (any plane, no surrogates)."""
+    with open(tokenizer_path, encoding="utf-8") as f:
+        added = [a["content"] for a in json.load(f).get("added_tokens") or []]
+    added = added[:50] + added[-30:]
+    rng = random.Random(seed)
+
+    def code_point():
+        k = rng.random()
+        lo, size = ((0x20, 0x60) if k < 0.3 else (0xA0, 0x2000) if k < 0.5 else
+                    (0x3000, 0x7000) if k < 0.7 else (0x1F000, 0x1000) if k < 0.8 else (0, 0x110000))
+        c = lo + rng.randrange(size)
+        return chr(0x41 if 0xD800 <= c <= 0xDFFF else c)
+
+    cases = []
+    for i in range(n):
+        parts = []
+        for _ in range(rng.randrange(1, 41)):
+            k = rng.random()
+            parts.append(rng.choice(spec["fuzz_words"]) if k < 0.3 else
+                         rng.choice(spec["fuzz_spaces"]) if k < 0.5 else
+                         rng.choice(added) if k < 0.6 and added else
+                         str(rng.randrange(10 ** 7)) if k < 0.7 else code_point())
+        cases.append({"name": "fuzz%d" % i, "text": "".join(parts)})
+    return cases
+
+
 def utf8_len(s):
     # Byte lengths let C readers keep strings with U+0000 whole.
     return len(s.encode("utf-8"))
@@ -175,13 +204,17 @@ def main():
     ap.add_argument("--golden-only", action="store_true")
     ap.add_argument("--tokenizer", help="tokenizer.json for --golden-only")
     ap.add_argument("--out", help="golden output for --golden-only")
+    ap.add_argument("--fuzz", type=int, metavar="N", help="--golden-only on N random texts instead")
+    ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     with open(os.path.join(CORPUS, "spec.json"), encoding="utf-8") as f:
         spec = json.load(f)
     if args.golden_only:
         if not args.tokenizer or not args.out:
             ap.error("--golden-only needs --tokenizer and --out")
-        write_json(goldens(args.tokenizer, spec["cases"] + spec["flags_cases"], 1), args.out)
+        cases = (fuzz_cases(spec, args.tokenizer, args.fuzz, args.seed) if args.fuzz
+                 else spec["cases"] + spec["flags_cases"])
+        write_json(goldens(args.tokenizer, cases, args.seed), args.out)
         return
     os.makedirs(FIXTURES, exist_ok=True)
     main_path = os.path.join(FIXTURES, "tokenizer.json")

@@ -5,6 +5,7 @@
 //   mkdir -p /tmp/npmtok && (cd /tmp/npmtok && npm install tokenizers@0.23.2)
 //   NODE_PATH=/tmp/npmtok/node_modules node tools/make_tokenizer_dev.cjs
 //   NODE_PATH=... node tools/make_tokenizer_dev.cjs --golden-only --tokenizer X --out G
+//       [--fuzz N [--seed S]]   (N random texts instead of the spec's cases)
 // The npm binding cannot configure the BPE trainer, so training runs to
 // completion and the merges are cut to VOCAB_SIZE afterwards with the
 // special tokens and the full byte alphabet placed as BpeTrainer places them.
@@ -79,7 +80,7 @@ function train(spec) {
   return tok;
 }
 
-// Deterministic PRNG (mulberry32) for the random decode inputs.
+// Deterministic PRNG (mulberry32) for the random inputs.
 function rng(seed) {
   return () => {
     seed = (seed + 0x6D2B79F5) | 0;
@@ -99,6 +100,33 @@ function decodeInputs(tok, encoded, seed) {
   for (let k = 0; k < 8; k++) seqs.push(Array.from({ length: 1 + Math.floor(r() * 59) }, () => pick(allIds)));
   for (let k = 0; k < 8; k++) seqs.push(Array.from({ length: 1 + Math.floor(r() * 11) }, () => pick(byteIds)));
   return seqs;
+}
+
+// n random texts: words, spaces, digits, the tokenizer's added tokens and
+// random code points (any plane, no surrogates).
+function fuzzCases(spec, file, n, seed) {
+  let added = (JSON.parse(fs.readFileSync(file, 'utf8')).added_tokens || []).map((a) => a.content);
+  added = added.slice(0, 50).concat(added.length > 50 ? added.slice(-30) : []);
+  const r = rng(seed);
+  const pick = (arr) => arr[Math.floor(r() * arr.length)];
+  const codePoint = () => {
+    const k = r();
+    const [lo, size] = k < 0.3 ? [0x20, 0x60] : k < 0.5 ? [0xa0, 0x2000] : k < 0.7 ? [0x3000, 0x7000]
+      : k < 0.8 ? [0x1f000, 0x1000] : [0, 0x110000];
+    const c = lo + Math.floor(r() * size);
+    return String.fromCodePoint(c >= 0xd800 && c <= 0xdfff ? 0x41 : c);
+  };
+  const cases = [];
+  for (let i = 0; i < n; i++) {
+    let text = '';
+    for (let k = 1 + Math.floor(r() * 40); k > 0; k--) {
+      const x = r();
+      text += x < 0.3 ? pick(spec.fuzz_words) : x < 0.5 ? pick(spec.fuzz_spaces)
+        : x < 0.6 && added.length ? pick(added) : x < 0.7 ? String(Math.floor(r() * 1e7)) : codePoint();
+    }
+    cases.push({ name: `fuzz${i}`, text });
+  }
+  return cases;
 }
 
 async function goldens(file, cases, seed) {
@@ -157,7 +185,10 @@ async function main() {
   const spec = JSON.parse(fs.readFileSync(path.join(CORPUS, 'spec.json'), 'utf8'));
   if (args.includes('--golden-only')) {
     if (!opt('--tokenizer') || !opt('--out')) throw new Error('--golden-only needs --tokenizer and --out');
-    writeJson(await goldens(opt('--tokenizer'), spec.cases.concat(spec.flags_cases), 1), opt('--out'));
+    const seed = opt('--seed') ? Number(opt('--seed')) : 1;
+    const cases = opt('--fuzz') ? fuzzCases(spec, opt('--tokenizer'), Number(opt('--fuzz')), seed)
+      : spec.cases.concat(spec.flags_cases);
+    writeJson(await goldens(opt('--tokenizer'), cases, seed), opt('--out'));
     return;
   }
   fs.mkdirSync(FIXTURES, { recursive: true });
