@@ -90,6 +90,7 @@ const char *tok_strerror(int code)
     case TOK_OK: return "ok";
     case TOK_EUTF8: return "text is not valid UTF-8";
     case TOK_EREGEX: return "pre-tokenizer regex failed (match limit)";
+    case TOK_EMARK: return "a marked offset does not hold its added token";
     }
     return "unknown tokenizer error";
 }
@@ -604,7 +605,34 @@ static int encode_with_added(encoder *e, const char *s, size_t n)
     return 0;
 }
 
-int tok_encode(const tokenizer *t, const char *text, size_t len, bool allow_special, tok_ids *out)
+static int encode_marked(encoder *e, const char *s, size_t n, const tok_mark *marks, size_t n_marks)
+{
+    const tokenizer *t = e->t;
+    size_t done = 0;        /* start of the ordinary text not yet encoded */
+    for (size_t i = 0; i < n_marks; i++) {
+        size_t start = marks[i].offset, len;
+        const char *str = tok_id_to_token(t, marks[i].id, &len);
+        int32_t a;
+        if (!str || !strmap_get(&t->added_map, str, len, &a) || start < done || start > n
+            || len > n - start || memcmp(s + start, str, len))
+            return TOK_EMARK;
+        size_t stop = start + len;
+        /* lstrip/rstrip take adjacent white space, as in HF's split. */
+        if (t->added[a].lstrip) start = done + trailing_space_start(s + done, start - done);
+        if (t->added[a].rstrip) stop += leading_space_len(s + stop, n - stop);
+    int rc = encode_text(e, s + done, start - done);
+        if (rc) return rc;
+        tok_ids_push(e->out, t->added[a].id);
+        done = stop;
+    }
+    return encode_text(e, s + done, n - done);
+}
+
+enum encode_mode { PLAIN_TEXT, ADDED_TOKENS, MARKED_TOKENS };
+
+/* Per-call state around one of the three ways in. */
+static int encode(const tokenizer *t, const char *text, size_t len, enum encode_mode mode,
+                  const tok_mark *marks, size_t n_marks, tok_ids *out)
 {
     if (utf8_valid_prefix(text, len) != len) return TOK_EUTF8;
     encoder e = { .t = t, .out = out, .sc = onig_scratch_new() };
@@ -612,8 +640,9 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool allow_spec
     sb_init(&e.prefixed);
     sb_init(&e.word);
     size_t mark = out->len;
-    int rc = allow_special && t->n_added ? encode_with_added(&e, text, len)
-                                         : encode_text(&e, text, len);
+    int rc = mode == MARKED_TOKENS ? encode_marked(&e, text, len, marks, n_marks)
+           : mode == ADDED_TOKENS && t->n_added ? encode_with_added(&e, text, len)
+           : encode_text(&e, text, len);
     if (rc) out->len = mark;
     onig_scratch_free(e.sc);
     onig_spans_free(&e.spans);
@@ -630,4 +659,15 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool allow_spec
     free(e.sym);
     free(e.heap);
     return rc;
+}
+
+int tok_encode(const tokenizer *t, const char *text, size_t len, bool allow_special, tok_ids *out)
+{
+    return encode(t, text, len, allow_special ? ADDED_TOKENS : PLAIN_TEXT, NULL, 0, out);
+}
+
+int tok_encode_marked(const tokenizer *t, const char *text, size_t len, const tok_mark *marks,
+                      size_t n_marks, tok_ids *out)
+{
+    return encode(t, text, len, MARKED_TOKENS, marks, n_marks, out);
 }

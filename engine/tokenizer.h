@@ -48,6 +48,7 @@ enum {
     TOK_OK = 0,
     TOK_EUTF8 = -1,     /* text is not valid UTF-8 (utf8_valid_prefix says where) */
     TOK_EREGEX = -2,    /* the regex engine gave up (match or memory limit) */
+    TOK_EMARK = -3,     /* tok_encode_marked: a mark is not its token */
 };
 
 /* Append the ids of text[0..len) to out.  allow_special: added tokens
@@ -58,6 +59,24 @@ enum {
 int tok_encode(const tokenizer *t, const char *text, size_t len, bool allow_special,
                tok_ids *out);
 const char *tok_strerror(int code);
+
+/* Encode a whole prompt in which exactly the marked added tokens are
+ * tokens; all other text, including text that spells an added token, is
+ * ordinary.  Ordinary text between two marks is pre-tokenized as one
+ * piece, as HF does, so a prompt whose ordinary text spells no added token
+ * gets exactly HF's ids for the whole string, while encoding template and
+ * user spans separately can differ at span edges ("hi  " + "\n\n" is not
+ * "hi  \n\n").  This is the chat renderer's entry point.  Marks are in
+ * ascending offset order.  Returns TOK_OK, TOK_EUTF8, TOK_EREGEX or
+ * TOK_EMARK (a mark's id is not an added token spelled at its offset, or
+ * marks overlap). */
+typedef struct {
+    size_t offset;          /* byte offset of the token's text */
+    int32_t id;             /* an added token's id (tok_added_token_id) */
+} tok_mark;
+
+int tok_encode_marked(const tokenizer *t, const char *text, size_t len, const tok_mark *marks,
+                      size_t n_marks, tok_ids *out);
 
 /* Number of ids: 1 + the largest id of any model or added token. */
 int32_t tok_vocab_size(const tokenizer *t);

@@ -96,6 +96,34 @@ static void test_added_tokens(const tokenizer *t)
                  && ids.data[k] != tok_added_token_id(t, "<｜Assistant｜>");
     ok(clean && roundtrip(t, inject, strlen(inject), false), "user text spelling markers injects none");
     tok_ids_free(&ids);
+
+    /* Marked encoding: only the marked spelling is a token. */
+    const char *prompt = "<｜User｜>say </think> now<｜Assistant｜></think>";
+    tok_mark marks[] = {
+        { 0, tok_added_token_id(t, "<｜User｜>") },
+        { strlen("<｜User｜>say </think> now"), tok_added_token_id(t, "<｜Assistant｜>") },
+        { strlen("<｜User｜>say </think> now<｜Assistant｜>"), tok_added_token_id(t, "</think>") },
+    };
+    tok_ids got = { 0 }, want = { 0 };
+    int rc = tok_encode_marked(t, prompt, strlen(prompt), marks, 3, &got);
+    tok_ids_push(&want, tok_added_token_id(t, "<｜User｜>"));
+    tok_encode(t, "say </think> now", strlen("say </think> now"), false, &want);
+    tok_ids_push(&want, tok_added_token_id(t, "<｜Assistant｜>"));
+    tok_ids_push(&want, tok_added_token_id(t, "</think>"));
+    ok(rc == 0 && got.len == want.len && !memcmp(got.data, want.data, got.len * sizeof *got.data),
+       "tok_encode_marked: marked markers are tokens, the user's </think> is text");
+    tok_mark bad_marks[] = { { 1, marks[0].id } };
+    got.len = 0;
+    ok(tok_encode_marked(t, prompt, strlen(prompt), bad_marks, 1, &got) == TOK_EMARK && got.len == 0,
+       "a mark whose token is not at its offset is TOK_EMARK");
+    tok_mark not_added[] = { { 0, 100 } };
+    ok(tok_encode_marked(t, prompt, strlen(prompt), not_added, 1, &got) == TOK_EMARK,
+       "a mark with a model (not added) token id is TOK_EMARK");
+    tok_mark overlap[] = { marks[0], { 3, marks[0].id } };
+    ok(tok_encode_marked(t, prompt, strlen(prompt), overlap, 2, &got) == TOK_EMARK,
+       "overlapping marks are TOK_EMARK");
+    tok_ids_free(&got);
+    tok_ids_free(&want);
     yajl_tree_free(root);
     sb_free(&text);
 }

@@ -49,6 +49,38 @@ static bool text_equal(const strbuf *got, const char *want, size_t n, const char
     return false;
 }
 
+/* tok_encode_marked with a mark wherever HF's ids have an added token
+ * must give HF's ids.  The marks come from the golden ids: each id's
+ * decoded bytes advance the offset (where decoding gives the text back). */
+static void check_marked(const tokenizer *t, const char *name, const char *text, size_t len,
+                         yajl_val special)
+{
+    size_t n = json_len(special), at = 0, n_marks = 0;
+    tok_mark *marks = malloc((n ? n : 1) * sizeof *marks);
+    bool aligned = true;
+    for (size_t i = 0; i < n && aligned; i++) {
+        long long id = -1;
+        json_int(special->u.array.values[i], &id);
+        size_t slen, blen;
+        const char *s = tok_id_to_token(t, (int32_t)id, &slen);
+        const char *b = tok_id_bytes(t, (int32_t)id, &blen);
+        if (!s || !b || at + blen > len || memcmp(text + at, b, blen)) { aligned = false; break; }
+        char *content = strndup(s, slen);
+        if (tok_added_token_id(t, content) == id) marks[n_marks++] = (tok_mark){ at, (int32_t)id };
+        free(content);
+        at += blen;
+    }
+    if (aligned && at == len && n_marks) {
+        tok_ids ids = { 0 };
+        int rc = tok_encode_marked(t, text, len, marks, n_marks, &ids);
+        char what[160];
+        snprintf(what, sizeof what, "%s: %zu marked added tokens", name, n_marks);
+        ok(!rc && ids_equal(&ids, special, what), "encode_marked %s", what);
+        tok_ids_free(&ids);
+    }
+    free(marks);
+}
+
 static void check_encode(const tokenizer *t, yajl_val e)
 {
     const char *name = json_string(json_get(e, "name"));
@@ -68,6 +100,7 @@ static void check_encode(const tokenizer *t, yajl_val e)
         ok(!rc && ids_equal(&ids, mode == 0 ? special : plain, what), "encode %s", what);
         tok_ids_free(&ids);
     }
+    check_marked(t, name, text, len, special);
 }
 
 /* Whole decode, and one id at a time: every chunk valid UTF-8, the chunks
