@@ -6,8 +6,10 @@
  * naming the byte offset (HF's Python API cannot even receive such input).
  *
  * detokenize: whitespace-separated ids on stdin -> text on stdout (no
- * newline added), special tokens included unless --skip-special.  A word
- * that is not a number, or an id no token has, is an error. */
+ * newline added), special tokens included unless --skip-special; the text
+ * is written as it completes, never splitting a UTF-8 character.  A word
+ * that is not a number, or an id no token has, is an error (exit 1) after
+ * the text of the ids before it. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
