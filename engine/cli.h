@@ -12,5 +12,8 @@ int cmd_janitor(int argc, char **argv);
 int cmd_bench_ipc(int argc, char **argv);
 int cmd_render(int argc, char **argv);
 int cmd_parse(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+int cmd_bench_tokenizer(int argc, char **argv);
 
 #endif

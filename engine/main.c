@@ -18,6 +18,9 @@ static const struct {
     { "bench-ipc", cmd_bench_ipc, "bench-ipc [--iters N]        protocol round trip and scheduler overhead" },
     { "render", cmd_render, "render --request FILE        OpenAI chat request -> prompt text" },
     { "parse", cmd_parse, "parse --mode thinking|chat   completion on stdin -> message JSON" },
+    { "tokenize", cmd_tokenize, "tokenize --tokenizer FILE [--special]   text (stdin) -> ids" },
+    { "detokenize", cmd_detokenize, "detokenize --tokenizer FILE [--skip-special]   ids (stdin) -> text" },
+    { "bench-tokenizer", cmd_bench_tokenizer, "bench-tokenizer --tokenizer FILE --text FILE [--repeat N]" },
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
