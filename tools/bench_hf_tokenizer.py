@@ -61,7 +61,8 @@ def main():
     print("            %.1f MB/s, %.0f tokens/s" % (len(data) / 1e6 / (med / 1e3), len(ids) / (med / 1e3)))
     print("decode      median %.2f ms" % dmed)
     if args.engine:
-        out = subprocess.run([args.engine, "tokenize", "--tokenizer", args.tokenizer],
+        # HF's encode recognizes added tokens: compare with --special.
+        out = subprocess.run([args.engine, "tokenize", "--special", "--tokenizer", args.tokenizer],
                              input=data, capture_output=True, check=True).stdout
         mine = [int(x) for x in out.split()]
         if mine == ids:
