@@ -79,6 +79,16 @@ int32_t tok_added_token_id(const tokenizer *t, const char *s)
     return strmap_get(&t->added_map, s, strlen(s), &i) ? t->added[i].id : -1;
 }
 
+size_t tok_n_added(const tokenizer *t) { return (size_t)t->n_added; }
+
+const char *tok_added_content(const tokenizer *t, size_t i, size_t *len, int32_t *id)
+{
+    if (i >= (size_t)t->n_added) return NULL;
+    *len = t->added[i].len;
+    *id = t->added[i].id;
+    return t->added[i].content;
+}
+
 bool tok_is_special(const tokenizer *t, int32_t id)
 {
     return id >= 0 && id < t->n_ids && t->special[id];

@@ -87,6 +87,9 @@ const char *tok_id_to_token(const tokenizer *t, int32_t id, size_t *len);
 int32_t tok_token_to_id(const tokenizer *t, const char *s, size_t len);
 /* Id of the added token whose content is s; -1 when there is none. */
 int32_t tok_added_token_id(const tokenizer *t, const char *s);
+/* The added tokens, i in [0, tok_n_added): content (len bytes) and id. */
+size_t tok_n_added(const tokenizer *t);
+const char *tok_added_content(const tokenizer *t, size_t i, size_t *len, int32_t *id);
 /* <｜begin▁of▁sentence｜> and <｜end▁of▁sentence｜>, or -1. */
 int32_t tok_bos_id(const tokenizer *t);
 int32_t tok_eos_id(const tokenizer *t);
