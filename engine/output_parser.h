@@ -88,9 +88,10 @@ typedef struct {
 void parsed_message_init(parsed_message *m);
 void parsed_message_free(parsed_message *m);
 void parsed_message_on_event(void *ctx, const parse_event *ev);
-/* {"content": ..., "reasoning_content": ..., "tool_calls": [{"id", "type":
- * "function", "function": {"name", "arguments"}}]}; content and
- * reasoning_content are null when empty. */
+/* {"role": "assistant", "content": ..., "reasoning_content": ...,
+ * "tool_calls": [{"id", "type": "function", "function": {"name",
+ * "arguments"}}]}, the reference parser's shape: content and
+ * reasoning_content are "" when empty. */
 void parsed_message_json(const parsed_message *m, strbuf *out);
 
 const char *finish_reason_name(enum finish_reason r);
