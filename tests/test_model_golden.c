@@ -126,7 +126,9 @@ static void fixture(const char *name)
     int rc = system(cmd.data);
     size_t nc = 0;
     float *cli = rc == 0 ? read_f32(tmp, &nc) : NULL;
-    if (cli && nc == ng) compare("logits CLI --tp 2 --mode incremental", cli, gold, ng);
+    char what[128];
+    snprintf(what, sizeof what, "%s via the logits CLI, --tp 2 --mode incremental", name);
+    if (cli && nc == ng) compare(what, cli, gold, ng);
     else ok(0, "%s: logits CLI wrote %zu floats (want %zu), exit %d", name, nc, ng, rc);
     remove(tmp);
     free(cli);
