@@ -1,0 +1,149 @@
+/* Cold managed start: run --start-cmd in its own process group and time
+ * until /health answers 200 and a one-token request succeeds.  The stack
+ * we started is stopped when the run ends (unless --keep-running). */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "qualify.h"
+
+/* 0 while the managed command runs; else its wait status in *st. */
+static int stack_exited(qctx *q, int *st)
+{
+    if (q->stack_pid <= 0) return 0;
+    pid_t p = waitpid(q->stack_pid, st, WNOHANG);
+    return p == q->stack_pid;
+}
+
+void stack_stop(qctx *q)
+{
+    if (q->stack_pid <= 0) return;
+    pid_t pg = q->stack_pid;
+    q->stack_pid = 0;
+    if (kill(-pg, SIGTERM) < 0 && errno == ESRCH) {
+        waitpid(pg, NULL, WNOHANG);
+        return;
+    }
+    /* Give the group 10 s to exit, then SIGKILL what is left. */
+    for (int i = 0; i < 100; i++) {
+        waitpid(pg, NULL, WNOHANG);
+        if (kill(-pg, 0) < 0 && errno == ESRCH) return;
+        usleep(100 * 1000);
+    }
+    fprintf(stderr, "llm-qualify: the managed stack did not stop on SIGTERM; sending SIGKILL\n");
+    kill(-pg, SIGKILL);
+    waitpid(pg, NULL, 0);
+}
+
+static void describe_exit(int st, strbuf *out)
+{
+    if (WIFEXITED(st)) sb_printf(out, "exited with status %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st)) sb_printf(out, "was killed by signal %d", WTERMSIG(st));
+    else sb_puts(out, "stopped");
+}
+
+/* The log's last lines, for a failure message. */
+static void log_tail(const char *path, strbuf *out)
+{
+    strbuf all;
+    sb_init(&all);
+    if (sb_read_file(&all, path) == 0 && all.len) {
+        size_t start = all.len > 400 ? all.len - 400 : 0;
+        sb_printf(out, "; log tail: %s", all.data + start);
+    }
+    sb_free(&all);
+}
+
+void gate_cold_start(qctx *q, gate *g)
+{
+    jw_str(&g->mw, "start_cmd", q->start_cmd);
+    /* Something already answering means nothing cold is measured. */
+    http_resp r;
+    http_resp_init(&r);
+    q_http(q, "before-start-health", "GET", "/health", NULL, 0, false, NULL, NULL, &r);
+    long before = r.status;
+    http_resp_free(&r);
+    if (before) {
+        gate_check(g, ST_FAIL, "nothing serving before start",
+                   "%s already answers /health with HTTP %ld before --start-cmd ran: stop it "
+                   "first, or leave out --start-cmd", q->base_url, before);
+        return;
+    }
+    gate_check(g, ST_PASS, "nothing serving before start", "no HTTP answer at %s", q->base_url);
+
+    strbuf err;
+    sb_init(&err);
+    int idx = art_reserve(&q->art, g->id, "start-cmd", ".log", &q->stack_log, &err);
+    if (idx < 0) {
+        gate_check(g, ST_FAIL, "start", "%s", err.data);
+        sb_free(&err);
+        return;
+    }
+    jw_str(&g->aw, NULL, q->art.items[idx].path);
+    fflush(NULL);
+    double t0 = now_s();
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        int fd = open(q->stack_log.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0) dup2(devnull, 0);
+        execl("/bin/sh", "sh", "-c", q->start_cmd, (char *)NULL);
+        _exit(127);
+    }
+    if (pid < 0) {
+        gate_check(g, ST_FAIL, "start", "fork: %s", strerror(errno));
+        sb_free(&err);
+        return;
+    }
+    setpgid(pid, pid);   /* both sides, so no signal can race the child's */
+    q->stack_pid = pid;
+
+    /* Poll in slices so a command that dies is noticed at once. */
+    strbuf why;
+    sb_init(&why);
+    double took = -1;
+    int st = 0, exited = 0;
+    while (took < 0 && q->deadline - now_s() > 0 && !http_interrupted) {
+        if (!exited && stack_exited(q, &st)) {
+            exited = 1;
+            /* A launcher that daemonizes may exit 0; keep waiting then. */
+            if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) break;
+        }
+        double slice = q->deadline - now_s();
+        if (slice > 2) slice = 2;
+        double t = wait_ready(q, "start", slice, &why);
+        if (t >= 0) took = now_s() - t0;
+    }
+    jw_num(&g->mw, "seconds_to_ready", took, 3);
+    jw_num(&g->mw, "bound_s", g->bound_s, 0);
+    if (took >= 0) {
+        gate_check(g, ST_PASS, "ready", "/health 200 and a one-token request in %.1f s", took);
+        gate_summary(g, "Passed health and a one-token request in %.1f seconds", took);
+        if (exited) gate_caveat(g, "the start command exited 0 before the stack was ready (a "
+                                   "daemonizing launcher): it cannot be stopped by llm-qualify");
+    } else if (exited && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+        strbuf d;
+        sb_init(&d);
+        describe_exit(st, &d);
+        sb_printf(&d, " before the stack was ready (last: %s)", why.data ? why.data : "");
+        log_tail(q->stack_log.data, &d);
+        gate_check(g, ST_FAIL, "ready", "the start command %s", d.data);
+        sb_free(&d);
+    } else if (!g->out_of_time) {
+        gate_check(g, ST_FAIL, "ready", "not ready: %s", why.data ? why.data : "");
+    } else {
+        gate_check(g, ST_FAIL, "ready", "not ready within %.0f s; last: %s", g->bound_s,
+                   why.data ? why.data : "");
+    }
+    sb_free(&why);
+    sb_free(&err);
+}
