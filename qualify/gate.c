@@ -54,7 +54,7 @@ void gate_begin(qctx *q, gate *g)
 
 void gate_end(qctx *q, gate *g)
 {
-    g->duration_s = now_s() - g->t0;
+    g->duration_s = g->ran ? now_s() - g->t0 : 0;
     if (g->skipped) g->status = ST_SKIPPED;
     else if (g->n_fail) g->status = ST_FAIL;
     else if (g->n_pass + g->n_not_meaningful == 0) {

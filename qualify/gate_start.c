@@ -52,6 +52,8 @@ static void log_tail(const char *path, strbuf *out)
     strbuf all;
     sb_init(&all);
     if (sb_read_file(&all, path) == 0 && all.len) {
+        while (all.len && (all.data[all.len - 1] == '\n' || all.data[all.len - 1] == ' '))
+            all.data[--all.len] = 0;
         size_t start = all.len > 400 ? all.len - 400 : 0;
         sb_printf(out, "; log tail: %s", all.data + start);
     }
@@ -128,13 +130,16 @@ void gate_cold_start(qctx *q, gate *g)
     if (took >= 0) {
         gate_check(g, ST_PASS, "ready", "/health 200 and a one-token request in %.1f s", took);
         gate_summary(g, "Passed health and a one-token request in %.1f seconds", took);
-        if (exited) gate_caveat(g, "the start command exited 0 before the stack was ready (a "
-                                   "daemonizing launcher): it cannot be stopped by llm-qualify");
+        if (exited)
+            gate_caveat(g, "the start command exited 0 before the stack was ready: llm-qualify "
+                        "stops what remains in its process group at the end; processes that left "
+                        "the group (daemons) need --stop-cmd");
     } else if (exited && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
         strbuf d;
         sb_init(&d);
         describe_exit(st, &d);
-        sb_printf(&d, " before the stack was ready (last: %s)", why.data ? why.data : "");
+        sb_puts(&d, " before the stack was ready");
+        if (why.len) sb_printf(&d, " (last: %s)", why.data);
         log_tail(q->stack_log.data, &d);
         gate_check(g, ST_FAIL, "ready", "the start command %s", d.data);
         sb_free(&d);

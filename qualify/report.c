@@ -5,34 +5,32 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
-#include <yajl/yajl_gen.h>
 
 #include "json.h"
 #include "qualify.h"
 #include "version.h"
 
-static void gen_value(yajl_gen g, yajl_val v)
+/* Indented JSON, two spaces per level; numbers keep their text. */
+static void pretty(strbuf *sb, yajl_val v, int depth)
 {
-    if (YAJL_IS_OBJECT(v)) {
-        yajl_gen_map_open(g);
-        for (size_t i = 0; i < v->u.object.len; i++) {
-            const char *k = v->u.object.keys[i];
-            yajl_gen_string(g, (const unsigned char *)k, strlen(k));
-            gen_value(g, v->u.object.values[i]);
+    bool obj = YAJL_IS_OBJECT(v);
+    if (obj || YAJL_IS_ARRAY(v)) {
+        size_t n = obj ? v->u.object.len : v->u.array.len;
+        sb_putc(sb, obj ? '{' : '[');
+        for (size_t i = 0; i < n; i++) {
+            sb_printf(sb, "%s\n%*s", i ? "," : "", 2 * (depth + 1), "");
+            if (obj) {
+                json_put_cstr(sb, v->u.object.keys[i]);
+                sb_puts(sb, ": ");
+            }
+            pretty(sb, obj ? v->u.object.values[i] : v->u.array.values[i], depth + 1);
         }
-        yajl_gen_map_close(g);
-    } else if (YAJL_IS_ARRAY(v)) {
-        yajl_gen_array_open(g);
-        for (size_t i = 0; i < v->u.array.len; i++) gen_value(g, v->u.array.values[i]);
-        yajl_gen_array_close(g);
-    } else if (YAJL_IS_STRING(v)) {
-        yajl_gen_string(g, (const unsigned char *)v->u.string, strlen(v->u.string));
+        if (n) sb_printf(sb, "\n%*s", 2 * depth, "");
+        sb_putc(sb, obj ? '}' : ']');
     } else if (YAJL_IS_NUMBER(v)) {
-        yajl_gen_number(g, v->u.number.r, strlen(v->u.number.r));
-    } else if (YAJL_IS_TRUE(v) || YAJL_IS_FALSE(v)) {
-        yajl_gen_bool(g, YAJL_IS_TRUE(v));
+        sb_puts(sb, v->u.number.r);
     } else {
-        yajl_gen_null(g);
+        json_dump(sb, v, JSON_COMPACT);
     }
 }
 
@@ -235,18 +233,10 @@ int report_write(qctx *q, double started_unix, double duration_s, strbuf *err)
         write_file(q->out_dir, "qualification-status.invalid.json", compact.data, compact.len, err);
         goto out;
     }
-    yajl_gen g = yajl_gen_alloc(NULL);
-    yajl_gen_config(g, yajl_gen_beautify, 1);
-    yajl_gen_config(g, yajl_gen_indent_string, "  ");
-    gen_value(g, doc);
-    const unsigned char *buf;
-    size_t len;
-    yajl_gen_get_buf(g, &buf, &len);
     strbuf out;
     sb_init(&out);
-    sb_append(&out, buf, len);
-    if (!out.len || out.data[out.len - 1] != '\n') sb_putc(&out, '\n');
-    yajl_gen_free(g);
+    pretty(&out, doc, 0);
+    sb_putc(&out, '\n');
     report_md(doc, &md);
     rc = write_file(q->out_dir, "qualification-status.json", out.data, out.len, err);
     if (rc == 0) rc = write_file(q->out_dir, "report.md", md.data, md.len, err);
