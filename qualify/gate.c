@@ -275,6 +275,11 @@ double wait_ready(qctx *q, const char *label, double bound_s, strbuf *why)
     double saved_deadline = q->deadline;
     if (q->deadline > end) q->deadline = end;
     while (!http_interrupted) {
+        if (stack_failed(q)) {
+            sb_reset(why);
+            sb_puts(why, "the start command exited");
+            break;
+        }
         http_resp r;
         http_resp_init(&r);
         /* Polls are kept only while they change nothing: the first and

@@ -77,6 +77,8 @@ typedef struct {
     gate          *g;               /* the running gate */
     double         deadline;        /* of the running gate (now_s clock) */
     pid_t          stack_pid;       /* managed stack's process group, 0 if none */
+    bool           stack_exited;    /* its leader (the shell) exited ... */
+    int            stack_status;    /* ... with this wait status */
     strbuf         stack_log;       /* its log file (absolute path) */
 } qctx;
 
@@ -140,6 +142,9 @@ void gate_route(qctx *q, gate *g);
 
 /* Stop the managed stack (process group), if we started it. */
 void stack_stop(qctx *q);
+/* The managed start command exited unsuccessfully (a launcher that
+ * exits 0 may have left the stack running). */
+bool stack_failed(qctx *q);
 
 /* ---- output ---------------------------------------------------------- */
 

@@ -12,7 +12,7 @@
  *       [--startup-delay-ms N] [--readmit-delay-ms N] [--lifetime S]
  *
  * Faults: usage-off-by-one, vague-400, fingerprint-mismatch,
- * bad-tool-args, no-kv, route-change, effort-ignored, no-done.
+ * bad-tool-args, no-kv, small-kv, route-change, effort-ignored, no-done.
  * One connection at a time, Connection: close. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -325,6 +325,12 @@ static int serving(void)
 
 /* ---- endpoints -------------------------------------------------------------- */
 
+/* A KV pool of about three full-length sequences (small-kv: half of one). */
+static long kv_tokens(void)
+{
+    return fault("small-kv") ? S.max_model_len / 2 + 123 : S.max_model_len * 3 + 123;
+}
+
 static void status_json(strbuf *b, int with_kv)
 {
     int ready = serving();
@@ -340,8 +346,8 @@ static void status_json(strbuf *b, int with_kv)
     json_put_cstr(b, S.model);
     sb_puts(b, "]");
     if (with_kv && !fault("no-kv"))
-        sb_printf(b, ",\"kv_capacity_tokens\":%ld,\"kv_capacity_bytes\":%ld", S.max_model_len * 3 + 123,
-                  (S.max_model_len * 3 + 123) * 3584L);
+        sb_printf(b, ",\"kv_capacity_tokens\":%ld,\"kv_capacity_bytes\":%ld", kv_tokens(),
+                  kv_tokens() * 3584L);
     sb_puts(b, "}]}");
 }
 
@@ -584,7 +590,7 @@ static void handle(int fd, const char *method, const char *path, const char *aut
     } else if (!strcmp(path, "/metrics")) {
         sb_puts(&b, "# HELP llm_running Sequences running.\n# TYPE llm_running gauge\nllm_running 0\n");
         if (!fault("no-kv"))
-            sb_printf(&b, "llm_engine_kv_capacity_tokens{engine=\"fake-0\"} %ld\n", S.max_model_len * 3 + 123);
+            sb_printf(&b, "llm_engine_kv_capacity_tokens{engine=\"fake-0\"} %ld\n", kv_tokens());
         respond(fd, 200, "text/plain; version=0.0.4", NULL, b.data, b.len);
     } else if (!strncmp(path, "/admin/", 7)) {
         admin(fd, path, auth);
