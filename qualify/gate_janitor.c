@@ -8,8 +8,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "command.h"
 #include "ipc/llm_ipc.h"
 #include "json.h"
 #include "qualify.h"
@@ -74,58 +73,6 @@ static int plant(const char *name, const char *sock_path, pid_t dead, strbuf *wh
         return -1;
     }
     close(s);
-    return 0;
-}
-
-/* Run the janitor once with a deadline; stdout in out.  0 on exit 0. */
-static int run_janitor(qctx *q, const char *run_dir, strbuf *out, strbuf *why)
-{
-    int p[2];
-    if (pipe(p) < 0) {
-        sb_printf(why, "pipe: %s", strerror(errno));
-        return -1;
-    }
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(p[1], 1);
-        dup2(p[1], 2);
-        close(p[0]);
-        close(p[1]);
-        execl(q->engine_bin, q->engine_bin, "janitor", "--run-dir", run_dir, (char *)NULL);
-        fprintf(stderr, "cannot run %s: %s\n", q->engine_bin, strerror(errno));
-        _exit(127);
-    }
-    close(p[1]);
-    if (pid < 0) {
-        close(p[0]);
-        sb_printf(why, "fork: %s", strerror(errno));
-        return -1;
-    }
-    char buf[4096];
-    for (;;) {
-        double left = q->deadline - now_s();
-        struct pollfd pf = { p[0], POLLIN, 0 };
-        int r = left > 0 ? poll(&pf, 1, (int)(left * 1000) + 1) : 0;
-        if (r <= 0) {
-            if (r < 0 && errno == EINTR) continue;
-            kill(pid, SIGKILL);
-            sb_printf(why, "%s janitor did not finish within the gate's bound", q->engine_bin);
-            break;
-        }
-        ssize_t n = read(p[0], buf, sizeof buf);
-        if (n <= 0) break;
-        sb_append(out, buf, (size_t)n);
-    }
-    close(p[0]);
-    int st;
-    waitpid(pid, &st, 0);
-    if (why->len) return -1;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        sb_printf(why, "%s janitor exited with status %d: %.300s", q->engine_bin,
-                  WIFEXITED(st) ? WEXITSTATUS(st) : -1, out->data ? out->data : "");
-        return -1;
-    }
     return 0;
 }
 
@@ -207,7 +154,8 @@ void gate_janitor(qctx *q, gate *g)
         char label[32], check[32], act[32];
         snprintf(label, sizeof label, "scan-%d", scan);
         snprintf(check, sizeof check, "scan %d", scan);
-        int rc = run_janitor(q, scratch, &out, &why);
+        char *argv[] = { (char *)q->engine_bin, "janitor", "--run-dir", scratch, NULL };
+        int rc = run_command(q, argv, &out, &why);
         q_keep(q, label, ".jsonl", out.data ? out.data : "", out.len);
         if (rc < 0) {
             gate_check(g, ST_FAIL, check, "%s", why.data);

@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "command.h"
 #include "json.h"
 #include "qualify.h"
+#include "recipe.h"
 
 typedef struct {
     double tokens, bytes;   /* < 0: not reported */
@@ -96,6 +98,39 @@ static int from_metrics(const char *text, kv_info *out)
     return n;
 }
 
+/* The engine's own header, through `llm-engine status` (same host). */
+static int from_engine_status(qctx *q, kv_info *out, strbuf *why)
+{
+    recipe r;
+    strbuf errors, text;
+    sb_init(&errors);
+    sb_init(&text);
+    int n = 0;
+    if (recipe_load(&r, q->recipe_path, &errors) != 0) {
+        sb_printf(why, "the recipe does not load: %s", errors.data ? errors.data : "");
+    } else {
+        char *argv[] = { (char *)q->engine_bin, "status", "--run-dir", r.run_dir, "--name", r.name, NULL };
+        int rc = run_command(q, argv, &text, why);
+        q_keep(q, "engine-status", ".json", text.data ? text.data : "", text.len);
+        char err[128];
+        yajl_val v = rc == 0 ? json_parse(text.data, text.len, err, sizeof err) : NULL;
+        double tokens, bytes;
+        if (v && json_number(json_get(v, "kv_capacity_tokens"), &tokens) && tokens > 0) {
+            out[0] = (kv_info){ tokens, -1, "", "llm-engine status" };
+            if (json_number(json_get(v, "kv_capacity_bytes"), &bytes) && bytes > 0) out[0].bytes = bytes;
+            snprintf(out[0].engine, sizeof out[0].engine, "%s", r.name);
+            n = 1;
+        } else if (rc == 0) {
+            sb_printf(why, "llm-engine status for %s reports no kv_capacity_tokens", r.name);
+        }
+        yajl_tree_free(v);
+    }
+    recipe_free(&r);
+    sb_free(&errors);
+    sb_free(&text);
+    return n;
+}
+
 void gate_kv(qctx *q, gate *g)
 {
     kv_info kv[MAX_KV];
@@ -116,10 +151,16 @@ void gate_kv(qctx *q, gate *g)
         else describe_error(&r, &why);
     }
     http_resp_free(&r);
+    strbuf local;
+    sb_init(&local);
+    if (!n && q->recipe_path) n = from_engine_status(q, kv, &local);
     if (!n) {
         gate_check(g, ST_FAIL, "reported", "neither /health (engines[].kv_capacity_tokens) nor "
-                   "/metrics (llm_engine_kv_capacity_tokens) reports the KV capacity%s%s",
-                   why.len ? "; /metrics: " : "", why.data ? why.data : "");
+                   "/metrics (llm_engine_kv_capacity_tokens) reports the KV capacity%s%s%s%s",
+                   why.len ? "; /metrics: " : "", why.data ? why.data : "",
+                   q->recipe_path ? "; llm-engine status: " : " (with --recipe, llm-engine status "
+                   "is asked too)", local.data ? local.data : "");
+        sb_free(&local);
         sb_free(&why);
         return;
     }
@@ -156,5 +197,6 @@ void gate_kv(qctx *q, gate *g)
     gate_summary(g, "%s%.0f tokens, %.2fx capacity at the configured %ld-token envelope (%s)",
                  gib.data ? gib.data : "", w->tokens, conc, q->max_model_len, w->source);
     sb_free(&gib);
+    sb_free(&local);
     sb_free(&why);
 }

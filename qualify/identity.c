@@ -4,7 +4,9 @@
  * SHA-256.  Anything not found is null with a note, never guessed. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "command.h"
 #include "json.h"
 #include "qualify.h"
 #include "recipe.h"
@@ -196,6 +198,22 @@ void identity_collect(qctx *q)
     jw_str(w, "system_fingerprint", fp);
     if (!version)
         jw_str(&notes, NULL, "neither /health nor /admin/status reports an engine version");
+
+    /* The engine binary on this host (what --engine-bin names), labelled
+     * as such: it is what serves only if the operator deployed it. */
+    strbuf out, err;
+    sb_init(&out);
+    sb_init(&err);
+    char *argv[] = { (char *)q->engine_bin, "version", NULL };
+    if (access(q->engine_bin, X_OK) == 0 && run_command(q, argv, &out, &err) == 0) {
+        size_t len = strcspn(out.data ? out.data : "", "\n");
+        jw_strn(w, "engine_bin_version", out.data ? out.data : "", len);
+    } else {
+        jw_null(w, "engine_bin_version");
+    }
+    jw_str(w, "engine_bin", q->engine_bin);
+    sb_free(&out);
+    sb_free(&err);
 
     recipe_identity(q, w, &notes);
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -428,6 +429,52 @@ static void defects(void)
            "capacity", "target 5000 exceeds max_model_len 4096");
 }
 
+/* No KV numbers over HTTP: with --recipe the gate reads the engine's
+ * header through `llm-engine status` (a real engine, scripted runner). */
+static void kv_from_engine(void)
+{
+    char recipe[300], name[64], out[300];
+    snprintf(name, sizeof name, "qualify-kv-%d", (int)getpid());
+    snprintf(recipe, sizeof recipe, "%s/kv.yaml", tmp);
+    FILE *f = fopen(recipe, "w");
+    fprintf(f, "name: %s\nrun_dir: %s\nbackend: cpu\nmodel:\n  path: /nonexistent/x\n"
+               "  served_model_name: tiny\nmax_model_len: 4096\n", name, tmp);
+    fclose(f);
+    fflush(stdout);
+    pid_t eng = fork();
+    if (eng == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        dup2(fd, 2);
+        execl("build/bin/llm-engine", "llm-engine", "serve", "--recipe", recipe, "--test-runner",
+              "scripted", (char *)NULL);
+        _exit(127);
+    }
+    fakes[n_fakes++] = eng;   /* killed with the fakes */
+    char sock[400];
+    snprintf(sock, sizeof sock, "%s/%s.sock", tmp, name);
+    for (int i = 0; i < 300 && access(sock, F_OK) < 0; i++) usleep(10 * 1000);
+    const char *url = fake((const char *[]){ "--fault", "no-kv", NULL });
+    snprintf(out, sizeof out, "%s/kv-engine", tmp);
+    const char *a[] = { "--gates", "kv_allocation", "--recipe", recipe, NULL };
+    is_int(qualify(out, url, a), 0, "KV from the engine's header when HTTP does not report it");
+    yajl_val st = load_status(out);
+    yajl_val e = json_get(json_get(gate(st, "kv_allocation"), "measurements"), "engines");
+    yajl_val e0 = json_len(e) ? e->u.array.values[0] : NULL;
+    const char *src = json_string(json_get(e0, "source"));
+    ok(src && !strcmp(src, "llm-engine status") && num(json_get(e0, "capacity_tokens")) > 0
+           && num(json_get(e0, "concurrency_at_max_model_len")) > 0,
+       "source llm-engine status, %.0f tokens, %.2fx max_model_len", num(json_get(e0, "capacity_tokens")),
+       num(json_get(e0, "concurrency_at_max_model_len")));
+    const char *bin = json_string(json_get(json_get(st, "identity"), "engine_bin_version"));
+    ok(bin && !strncmp(bin, "llm-engine ", 11), "identity: the local engine binary's version (%s)",
+       bin ? bin : "none");
+    yajl_tree_free(st);
+    stop_fakes();
+    char shm[128];
+    snprintf(shm, sizeof shm, "/llm-%s", name);
+    shm_unlink(shm);
+}
+
 static void random_model(void)
 {
     char out[300];
@@ -523,6 +570,7 @@ int main(void)
     alarm(30);
     clean_run();
     defects();
+    kv_from_engine();
     random_model();
     managed_start();
     usage_errors();
