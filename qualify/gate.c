@@ -255,6 +255,30 @@ int one_token(qctx *q, const char *label, strbuf *why)
     return rc;
 }
 
+/* A /health answer in a line: its status and each engine's state and
+ * reason, rather than the whole body. */
+static void describe_health(const http_resp *r, strbuf *out)
+{
+    char err[128];
+    yajl_val v = r->status ? json_parse(r->body.data ? r->body.data : "", r->body.len, err, sizeof err)
+                           : NULL;
+    yajl_val engines = json_get(v, "engines");
+    if (!json_len(engines)) {
+        describe_error(r, out);
+    } else {
+        sb_printf(out, "HTTP %ld", r->status);
+        for (size_t i = 0; i < json_len(engines); i++) {
+            yajl_val e = engines->u.array.values[i];
+            const char *name = json_string(json_get(e, "name"));
+            const char *state = json_string(json_get(e, "state"));
+            const char *reason = json_string(json_get(e, "reason"));
+            sb_printf(out, "%s engine %s %s", i ? ";" : ",", name ? name : "?", state ? state : "?");
+            if (reason && *reason) sb_printf(out, " (%s)", reason);
+        }
+    }
+    yajl_tree_free(v);
+}
+
 double wait_ready(qctx *q, const char *label, double bound_s, strbuf *why)
 {
     double t0 = now_s(), end = t0 + bound_s;
@@ -296,7 +320,7 @@ double wait_ready(qctx *q, const char *label, double bound_s, strbuf *why)
             if (one_token(q, name.data, why) == 0) took = now_s() - t0;
         } else {
             sb_puts(why, "/health: ");
-            describe_error(&r, why);
+            describe_health(&r, why);
         }
         http_resp_free(&r);
         if (took >= 0 || now_s() + 0.25 > end) break;

@@ -143,13 +143,25 @@ static long probe_target(qctx *q, gate *g, cap_ctx *c, long target, long budget,
     sb_init(&body);
     cap_body(c, &cr.fill, budget, true, &body);
     char label[64];
-    snprintf(label, sizeof label, "probe-%d-%ld", i + 1, target);
     chat_result r;
     chat_result_init(&r);
-    chat_send(q, label, body.data, body.len, true, &r);
+    /* r33 replayed a failed context probe; so may we, --capacity-retries
+     * times, but every failed attempt stays in the record. */
+    int attempt = 0;
+    for (;;) {
+        snprintf(label, sizeof label, "probe-%d-%ld%s", i + 1, target, attempt ? "-retry" : "");
+        chat_send(q, label, body.data, body.len, true, &r);
+        if (r.ok || attempt >= q->capacity_retries || time_left(q) <= 0) break;
+        gate_caveat(g, "retained failure: target %ld, attempt %d: %s", target, attempt + 1,
+                    r.problem.data);
+        attempt++;
+        chat_result_free(&r);
+        chat_result_init(&r);
+    }
+    jw_int(m, "attempts", attempt + 1);
     if (!r.ok) {
         jw_null(m, "prompt_tokens_reported");
-        gate_check(g, ST_FAIL, name, "%s", r.problem.data);
+        gate_check(g, ST_FAIL, name, "%s%s", r.problem.data, attempt ? " (also on every retry)" : "");
     } else {
         reported = r.prompt_tokens;
         double decode = -1, prefill = -1;

@@ -189,7 +189,10 @@ void gate_route(qctx *q, gate *g)
     if (took >= 0) took = now_s() - t0;
     jw_num(&g->mw, "readmission_s", took >= 0 ? took : NAN, 3);
     jw_num(&g->mw, "readmission_bound_s", bound, 0);
-    if (took < 0)
+    if (took < 0 && http_interrupted)
+        gate_check(g, ST_FAIL, "readmission", "interrupted %.1f s after the resume, before "
+                   "readmission; last: %s", now_s() - t0, why.data);
+    else if (took < 0)
         gate_check(g, ST_FAIL, "readmission", "not readmitted within %.0f s of the resume; last: %s",
                    bound, why.data);
     else

@@ -41,6 +41,7 @@ static const char usage_text[] =
     "  --capacity-fractions LIST  targets as fractions of max_model_len - budget\n"
     "                           (default 0.25,0.5,0.75,0.9,1)\n"
     "  --capacity-max-tokens N  completion budget of capacity requests (256)\n"
+    "  --capacity-retries N     replays of a failed capacity probe, each failure kept (0)\n"
     "  --request-timeout S      bound of one request (600)\n"
     "  --readmit-timeout S      readmission bound after resume (60)\n"
     "  --gate-timeout GATE=S    bound of a gate (repeatable)\n"
@@ -204,6 +205,9 @@ int main(int argc, char **argv)
             else if (!strcmp(a, "--max-tokens")) q.quality_max_tokens = (int)n;
             else if (!strcmp(a, "--needle-tokens")) q.needle_tokens = (int)n;
             else q.capacity_max_tokens = (int)n;
+        } else if (!strcmp(a, "--capacity-retries")) {
+            if (parse_long(v, 0, 10, &n) < 0) return die_usage("%s needs an integer 0..10", a);
+            q.capacity_retries = (int)n;
         } else if (!strcmp(a, "--request-timeout") || !strcmp(a, "--readmit-timeout")) {
             double d;
             if (parse_double(v, 0.001, &d) < 0) return die_usage("%s needs seconds > 0", a);

@@ -60,6 +60,7 @@ typedef struct {
     bool   model_is_random, keep_running, drain_check;
     double request_timeout_s, readmit_timeout_s;
     int    tool_calls, quality_k, quality_max_tokens, needle_tokens, capacity_max_tokens;
+    int    capacity_retries;
     long   targets[MAX_TARGETS];
     double target_fracs[MAX_TARGETS];
     int    n_targets, n_fracs;

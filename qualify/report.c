@@ -105,6 +105,7 @@ static void status_json(qctx *q, double started, double duration, strbuf *sb)
     jw_int(&w, "max_tokens", q->quality_max_tokens);
     jw_int(&w, "needle_tokens", q->needle_tokens);
     jw_int(&w, "capacity_max_tokens", q->capacity_max_tokens);
+    jw_int(&w, "capacity_retries", q->capacity_retries);
     jw_end(&w);
 
     jw_arr(&w, "gates");
@@ -140,10 +141,16 @@ static void status_json(qctx *q, double started, double duration, strbuf *sb)
     jw_end(&w);
 }
 
-/* A table cell: one line, pipes escaped. */
+/* A table cell: one line, pipes escaped, long text cut (the Failures
+ * section below has it whole). */
 static void md_cell(strbuf *md, const char *s)
 {
-    for (; s && *s; s++) {
+    size_t n = 0;
+    for (; s && *s; s++, n++) {
+        if (n >= 240 && ((unsigned char)*s & 0xc0) != 0x80) {   /* not inside a UTF-8 char */
+            sb_puts(md, "...");
+            break;
+        }
         if (*s == '|') sb_puts(md, "\\|");
         else if (*s == '\n' || *s == '\r') sb_putc(md, ' ');
         else sb_putc(md, *s);

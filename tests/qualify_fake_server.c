@@ -12,7 +12,9 @@
  *       [--startup-delay-ms N] [--readmit-delay-ms N] [--lifetime S]
  *
  * Faults: usage-off-by-one, vague-400, fingerprint-mismatch,
- * bad-tool-args, no-kv, small-kv, route-change, effort-ignored, no-done.
+ * bad-tool-args, no-kv, small-kv, route-change, effort-ignored, no-done,
+ * flaky-400 (the first long streamed request gets a 400, as r33's 120K
+ * attempt did).
  * One connection at a time, Connection: close. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -422,6 +424,12 @@ static void generate(int fd, yajl_val req, char kind)
                      "requested %lld tokens (%ld in the messages, %lld in the completion).",
                      S.max_model_len, prompt + max_tokens, prompt, max_tokens);
         error(fd, 400, "invalid_request_error", "context_length_exceeded", msg, NULL);
+        goto out;
+    }
+    static int flaked;
+    if (fault("flaky-400") && !flaked && prompt > 500 && YAJL_IS_TRUE(json_get(req, "stream"))) {
+        flaked = 1;
+        error(fd, 400, "invalid_request_error", NULL, "injected transient failure", NULL);
         goto out;
     }
     if (fault("usage-off-by-one") && prompt > 1000) prompt++;

@@ -475,6 +475,29 @@ static void kv_from_engine(void)
     shm_unlink(shm);
 }
 
+/* A failed probe is replayed only with --capacity-retries, and the failed
+ * attempt stays on record (r33 kept its 400 at 120K). */
+static void retained_failure(void)
+{
+    char out[300];
+    const char *url = fake((const char *[]){ "--fault", "flaky-400", NULL });
+    snprintf(out, sizeof out, "%s/flaky-retry", tmp);
+    const char *a[] = { "--gates", "capacity", "--capacity-retries", "1", NULL };
+    is_int(qualify(out, url, a), 0, "a probe that fails once passes on its replay");
+    yajl_val st = load_status(out);
+    yajl_val cav = json_get(gate(st, "capacity"), "caveats");
+    const char *c0 = json_len(cav) ? json_string(cav->u.array.values[0]) : NULL;
+    ok(c0 && strstr(c0, "retained failure: target 960, attempt 1: HTTP 400") && strstr(c0, "injected"),
+       "the failed attempt is kept as a caveat with its error: %s", c0 ? c0 : "none");
+    yajl_val p0 = json_get(json_get(gate(st, "capacity"), "measurements"), "probes");
+    is_int(num(json_get(json_len(p0) ? p0->u.array.values[0] : NULL, "attempts")), 2,
+           "and the probe records 2 attempts");
+    yajl_tree_free(st);
+    stop_fakes();
+    defect("flaky-no-retry", (const char *[]){ "--fault", "flaky-400", NULL }, "capacity", NULL,
+           "capacity", "HTTP 400 invalid_request_error/-: injected transient failure");
+}
+
 static void random_model(void)
 {
     char out[300];
@@ -571,6 +594,7 @@ int main(void)
     clean_run();
     defects();
     kv_from_engine();
+    retained_failure();
     random_model();
     managed_start();
     usage_errors();
