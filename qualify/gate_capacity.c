@@ -48,7 +48,7 @@ static void cap_body(cap_ctx *c, const calib_fill *f, long max_tokens, bool stre
     if (max_tokens > 0) jw_int(&w, "max_tokens", max_tokens);
     if (stream) {
         jw_bool(&w, "stream", true);
-        jw_raw(&w, "stream_options", "{\"include_usage\":true}", 22);
+        jw_json(&w, "stream_options", "{\"include_usage\":true}");
     }
     jw_end(&w);
     sb_free(&content);

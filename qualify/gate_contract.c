@@ -128,8 +128,8 @@ void gate_contract(qctx *q, gate *g)
         jw_init(&w, &body);
         jw_obj(&w, NULL);
         jw_str(&w, "model", q->model);
-        jw_raw(&w, "messages", conversation, strlen(conversation));
-        jw_raw(&w, "chat_template_kwargs", "{\"thinking\":true}", 17);
+        jw_json(&w, "messages", conversation);
+        jw_json(&w, "chat_template_kwargs", "{\"thinking\":true}");
         jw_str(&w, "reasoning_effort", efforts[i]);
         jw_end(&w);
         char label[32], name[32];

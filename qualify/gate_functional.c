@@ -58,7 +58,7 @@ static void json_mode(qctx *q, gate *g, tally *t)
     chat_body_begin(q, &w, &body);
     user_msg(&w, "Return a JSON object with one key \"capital\" whose value is the capital of "
                  "France. Output only the JSON.");
-    jw_raw(&w, "response_format", "{\"type\":\"json_object\"}", 22);
+    jw_json(&w, "response_format", "{\"type\":\"json_object\"}");
     jw_int(&w, "max_tokens", gen_budget(q));
     jw_end(&w);
     chat_result r;
@@ -92,12 +92,12 @@ static int forced_call(qctx *q, gate *g, const char *label, bool stream, strbuf 
     jw w;
     chat_body_begin(q, &w, &body);
     user_msg(&w, "What is the weather in Paris right now? Use the tool.");
-    jw_raw(&w, "tools", weather_tools, strlen(weather_tools));
-    jw_raw(&w, "tool_choice", weather_choice, strlen(weather_choice));
+    jw_json(&w, "tools", weather_tools);
+    jw_json(&w, "tool_choice", weather_choice);
     jw_int(&w, "max_tokens", gen_budget(q));
     if (stream) {
         jw_bool(&w, "stream", true);
-        jw_raw(&w, "stream_options", "{\"include_usage\":true}", 22);
+        jw_json(&w, "stream_options", "{\"include_usage\":true}");
     }
     jw_end(&w);
     chat_result r;
@@ -183,8 +183,8 @@ static void continuation(qctx *q, gate *g, tally *t)
     sb_init(&body);
     jw w;
     chat_body_begin(q, &w, &body);
-    jw_raw(&w, "messages", messages, strlen(messages));
-    jw_raw(&w, "tools", weather_tools, strlen(weather_tools));
+    jw_json(&w, "messages", messages);
+    jw_json(&w, "tools", weather_tools);
     jw_int(&w, "max_tokens", gen_budget(q));
     jw_end(&w);
     chat_result r;

@@ -22,7 +22,7 @@ typedef struct {
 /* Members every quality request carries after "messages". */
 static void reasoning_fields(qctx *q, jw *w)
 {
-    jw_raw(w, "chat_template_kwargs", "{\"thinking\":true}", 17);
+    jw_json(w, "chat_template_kwargs", "{\"thinking\":true}");
     jw_str(w, "reasoning_effort", q->quality_effort);
     jw_int(w, "max_tokens", gen_budget(q));
 }
@@ -160,7 +160,7 @@ static void tools(qctx *q, gate *g)
         jw_str(&w, "content", "Should I take an umbrella in Tokyo today? Check the weather first.");
         jw_end(&w);
         jw_end(&w);
-        jw_raw(&w, "tools", weather_tools, strlen(weather_tools));
+        jw_json(&w, "tools", weather_tools);
         jw_str(&w, "tool_choice", "auto");
         reasoning_fields(q, &w);
         jw_end(&w);
@@ -217,7 +217,7 @@ static void needle_body(qctx *q, calibrator *cal, const calib_fill *f, bool for_
     jw_end(&w);
     jw_end(&w);
     if (for_tokenize) {   /* the fields that change the prompt, nothing else */
-        jw_raw(&w, "chat_template_kwargs", "{\"thinking\":true}", 17);
+        jw_json(&w, "chat_template_kwargs", "{\"thinking\":true}");
         jw_str(&w, "reasoning_effort", q->quality_effort);
     } else {
         reasoning_fields(q, &w);

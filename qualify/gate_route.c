@@ -21,13 +21,14 @@ static void topology(yajl_val st, strbuf *out)
     jw_arr(&w, "routes");
     yajl_val routes = json_get(st, "routes");
     for (size_t i = 0; YAJL_IS_ARRAY(routes) && i < routes->u.array.len; i++) {
-        yajl_val r = routes->u.array.values[i];
+        yajl_val r = routes->u.array.values[i], pool = json_get(r, "engines");
         strbuf eng;
         sb_init(&eng);
-        json_dump(&eng, json_get(r, "engines") ? json_get(r, "engines") : NULL, JSON_COMPACT);
+        if (pool) json_dump(&eng, pool, JSON_COMPACT);
+        else sb_puts(&eng, "null");
         jw_obj(&w, NULL);
         jw_str(&w, "model", json_string(json_get(r, "model")));
-        jw_raw(&w, "engines", eng.len ? eng.data : "null", eng.len ? eng.len : 4);
+        jw_raw(&w, "engines", eng.data, eng.len);
         jw_bool(&w, "promoted", YAJL_IS_TRUE(json_get(r, "promoted")));
         jw_end(&w);
         sb_free(&eng);

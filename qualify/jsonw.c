@@ -88,3 +88,5 @@ void jw_raw(jw *w, const char *key, const char *json, size_t n)
     jw_key(w, key);
     sb_append(w->sb, json, n);
 }
+
+void jw_json(jw *w, const char *key, const char *json) { jw_raw(w, key, json, strlen(json)); }

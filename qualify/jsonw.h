@@ -32,5 +32,6 @@ void jw_bool(jw *w, const char *key, bool v);
 void jw_null(jw *w, const char *key);
 /* Already-serialized JSON text (trusted to be one valid value). */
 void jw_raw(jw *w, const char *key, const char *json, size_t n);
+void jw_json(jw *w, const char *key, const char *json);   /* NUL-terminated */
 
 #endif
