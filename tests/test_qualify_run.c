@@ -28,9 +28,15 @@
 static char tmp[256];
 static pid_t fakes[8];
 static int n_fakes;
+static pid_t running;   /* the llm-qualify being waited for */
 
 static void cleanup(void)
 {
+    if (running > 0) {
+        kill(running, SIGKILL);
+        waitpid(running, NULL, 0);
+        running = 0;
+    }
     for (int i = 0; i < n_fakes; i++)
         if (fakes[i] > 0) {
             kill(fakes[i], SIGKILL);
@@ -141,8 +147,10 @@ static int qualify(const char *out, const char *url, const char *const *args)
         execv(QUALIFY, (char *const *)argv);
         _exit(127);
     }
+    running = p;
     int st;
     waitpid(p, &st, 0);
+    running = 0;
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -557,7 +565,8 @@ static void managed_start(void)
 
     const char *busy = fake(NULL);
     snprintf(out, sizeof out, "%s/start-busy", tmp);
-    const char *c[] = { "--start-cmd", "sleep 5", "--gates", "cold_start", NULL };
+    const char *c[] = { "--start-cmd", "sleep 5", "--gates", "cold_start", "--gate-timeout",
+                        "cold_start=5", NULL };
     is_int(qualify(out, busy, c), 1, "something already serving: exit 1");
     st = load_status(out);
     ok(has_check(st, "cold_start", "fail", "already answers /health"), "no cold start can be measured");
