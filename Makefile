@@ -49,9 +49,15 @@ LIB := $(BUILD)/libengine.a
 BIN := $(BUILD)/bin/llm-engine
 MOD := $(BUILD)/nginx/ngx_http_llm_module.so
 DEPS_STAMP := $(BUILD)/.deps-ok
+# llm-qualify (qualify/README.md); rules near the end.
+QUALIFY_SRC  := $(filter-out qualify/main.c,$(wildcard qualify/*.c))
+QUALIFY_OBJ  := $(QUALIFY_SRC:%.c=$(BUILD)/obj/%.o)
+QUALIFY_LIB  := $(BUILD)/libqualify.a
+QUALIFY_BIN  := $(BUILD)/bin/llm-qualify
+QUALIFY_FAKE := $(BUILD)/tests/qualify_fake_server
 
-.PHONY: all module test test-c test-nginx test-gpu run deps clean fuzz
-all: $(BIN)
+.PHONY: all module test test-c test-nginx test-gpu run deps clean fuzz qualify
+all: $(BIN) $(QUALIFY_BIN)
 
 # Install Debian packages when one is missing (fast no-op otherwise).
 deps:
@@ -85,7 +91,7 @@ $(MOD): $(DEPS_STAMP) config $(wildcard ngx_module/*.c ngx_module/*.h \
 
 test: $(DEPS_STAMP)
 	@$(MAKE) --no-print-directory test-c test-nginx
-test-c: $(BIN) $(TEST_BIN)
+test-c: $(BIN) $(TEST_BIN) $(QUALIFY_BIN) $(QUALIFY_FAKE)
 	prove -f --exec '' $(TEST_BIN)
 test-nginx: $(BIN) $(MOD)
 	prove -f t/
@@ -109,4 +115,22 @@ run: $(BIN) $(MOD)
 clean:
 	rm -rf $(BUILD)
 
--include $(ENGINE_OBJ:.o=.d) $(BUILD)/obj/engine/main.d
+# llm-qualify: the qualification gates as an HTTP client; links libcurl
+# and the engine library for json/strbuf/sha256.  Its tests
+# (tests/test_qualify_*.c) link it too and drive a fake server.
+qualify: $(QUALIFY_BIN)
+$(QUALIFY_LIB): $(QUALIFY_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(QUALIFY_BIN): $(BUILD)/obj/qualify/main.o $(QUALIFY_LIB) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lcurl
+$(BUILD)/tests/test_qualify_%: tests/test_qualify_%.c tests/tap.h $(QUALIFY_LIB) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -Iqualify $< $(QUALIFY_LIB) $(LIB) -o $@ $(LDLIBS) -lcurl
+$(QUALIFY_FAKE): tests/qualify_fake_server.c tests/qualify_fake_tok.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< $(LIB) -o $@ $(LDLIBS)
+
+-include $(ENGINE_OBJ:.o=.d) $(BUILD)/obj/engine/main.d $(QUALIFY_OBJ:.o=.d) \
+         $(BUILD)/obj/qualify/main.d
