@@ -1,8 +1,10 @@
 /* The serving runner ("model"): what turns a canonical request into events.
  *
- *   prepare   parse the request, render the chat prompt (chat_render), encode
- *             it with special tokens only where the template wrote them
- *             (tok_encode_marked), check the context limit, set sampling
+ *   prepare   queue the request for the prep thread, which parses it,
+ *             renders the chat prompt (chat_render) and encodes it with
+ *             special tokens only where the template wrote them
+ *             (tok_encode_marked); poll then checks the context limit and
+ *             sets sampling on the main thread
  *   admit     reserve the sequence's cache blocks (prompt + budget)
  *   step      one v4_step over the batch: decoding sequences feed their last
  *             token, prefilling ones a chunk (max_num_batched_tokens in all);
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/random.h>
 
 #include "chat_render.h"
@@ -47,9 +50,30 @@ struct model_runner {
     size_t       *added_len;
     size_t        n_added;
     uint64_t      rng;            /* tool call ids */
+    /* background preparation */
+    pthread_t       prep_tid;
+    bool            prep_started, prep_stop;
+    pthread_mutex_t prep_mu;
+    pthread_cond_t  prep_cv;
+    struct mseq    *prep_head;    /* jobs not yet taken */
+    struct mseq    *pending;      /* sequences prepare() took, not yet finished */
 };
 
+enum prep_state { PREP_QUEUED, PREP_RUNNING, PREP_DONE };
+
 struct mseq {
+    /* preparation (prep thread until prep == PREP_DONE) */
+    llm_seq      *seq;
+    const char   *request;
+    size_t        request_len;
+    enum llm_ipc_kind kind;
+    enum prep_state prep;
+    struct mseq  *prep_next;      /* job queue */
+    struct mseq  *pending_next;   /* prepared or not, not yet finished */
+    yajl_val      req;
+    char          err_param[128], err_msg[600];
+    bool          ready;          /* prep_finish succeeded */
+    /* generation */
     tok_ids       prompt;
     int           fed;            /* prompt tokens already in the cache */
     int32_t       next;           /* sampled, not yet fed */
@@ -100,6 +124,7 @@ static bool get_int(yajl_val req, const char *key, long long *out)
 static void free_mseq(struct mseq *q)
 {
     if (!q) return;
+    yajl_tree_free(q->req);
     tok_ids_free(&q->prompt);
     sampler_free(q->smp);
     stop_free(&q->stop);
@@ -163,12 +188,15 @@ static void make_fingerprint(const recipe *rc, char out[LLM_IPC_FINGERPRINT])
 }
 
 static void mr_unload(void *self);
+static void *prep_thread(void *arg);
 
 static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *err)
 {
     struct model_runner *R = calloc(1, sizeof *R);
     if (!R) { sb_puts(err, "out of memory"); return -1; }
     R->rc = rc;
+    pthread_mutex_init(&R->prep_mu, NULL);
+    pthread_cond_init(&R->prep_cv, NULL);
     char terr[1024];
     R->tok = tok_load(rc->tokenizer_path, terr, sizeof terr);
     if (!R->tok) {
@@ -221,6 +249,12 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     cap->kv_capacity_bytes = (int64_t)tp * (ci.blocks_total * (int64_t)ci.block_bytes
                                             + (int64_t)ci.seqs_total * (int64_t)ci.state_bytes);
     make_fingerprint(rc, cap->fingerprint);
+    if (pthread_create(&R->prep_tid, NULL, prep_thread, R)) {
+        sb_puts(err, "cannot start the tokenizer thread");
+        mr_unload(R);
+        return -1;
+    }
+    R->prep_started = true;
     *self = R;
     return 0;
 }
@@ -229,6 +263,15 @@ static void mr_unload(void *self)
 {
     struct model_runner *R = self;
     if (!R) return;
+    if (R->prep_started) {
+        pthread_mutex_lock(&R->prep_mu);
+        R->prep_stop = true;
+        pthread_cond_broadcast(&R->prep_cv);
+        pthread_mutex_unlock(&R->prep_mu);
+        pthread_join(R->prep_tid, NULL);
+    }
+    pthread_mutex_destroy(&R->prep_mu);
+    pthread_cond_destroy(&R->prep_cv);
     if (R->model) v4_model_free(R->model);
     if (R->tok) tok_free(R->tok);
     free(R->logits);
@@ -434,59 +477,74 @@ static void sampling_from(const recipe *rc, yajl_val req, sampling_params *p)
 
 static void parser_event(void *ctx, const parse_event *ev);
 
-static int mr_prepare(void *self, llm_seq *s)
+/* Background half of preparation (the prep thread): parse, render and
+ * tokenize.  Touches only the request, the tokenizer (read-only) and q. */
+static void prep_job(struct model_runner *R, struct mseq *q)
 {
-    struct model_runner *R = self;
-    const recipe *rc = R->rc;
     char perr[256];
-    yajl_val req = json_parse(s->request, s->request_len, perr, sizeof perr);
-    if (!req || !YAJL_IS_OBJECT(req)) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "request body is not a JSON object: %s",
-                 req ? "another JSON value" : perr);
-        fail(s, 400, "invalid_request_error", NULL, msg);
-        yajl_tree_free(req);
-        return -1;
+    q->req = json_parse(q->request, q->request_len, perr, sizeof perr);
+    if (!q->req || !YAJL_IS_OBJECT(q->req)) {
+        snprintf(q->err_msg, sizeof q->err_msg, "request body is not a JSON object: %s",
+                 q->req ? "another JSON value" : perr);
+        q->err_param[0] = 0;
+        return;
     }
-    if (s->kind == LLM_KIND_TOKENIZE || s->kind == LLM_KIND_DETOKENIZE) {
-        int r = answer_now(R, s, req);
-        yajl_tree_free(req);
-        return r;
+    snprintf(q->err_param, sizeof q->err_param, "messages");
+    if (q->kind == LLM_KIND_COMPLETIONS) {
+        const char *param, *e = encode_prompt(R, q->req, &q->prompt, &param);
+        snprintf(q->err_param, sizeof q->err_param, "%s", param);
+        if (e) snprintf(q->err_msg, sizeof q->err_msg, "%s", e);
+        return;
     }
+    chat_error cerr;
+    yajl_val probe = NULL, use = q->req;
+    if (q->kind == LLM_KIND_PROBE && !json_get(q->req, "messages")) {
+        char e2[64];
+        static const char ping[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"ping\"}]}";
+        probe = json_parse(ping, sizeof ping - 1, e2, sizeof e2);
+        use = probe;
+    }
+    if (chat_tokens(R, use, &q->prompt, &q->thinking, &cerr)) {
+        snprintf(q->err_param, sizeof q->err_param, "%s", cerr.param);
+        snprintf(q->err_msg, sizeof q->err_msg, "%s", cerr.message);
+    }
+    yajl_tree_free(probe);
+}
 
-    struct mseq *q = calloc(1, sizeof *q);
-    sb_init(&q->text);
-    sb_init(&q->kept);
-    s->state = q;
-    const char *param = "messages";
-    if (s->kind == LLM_KIND_COMPLETIONS) {
-        const char *e = encode_prompt(R, req, &q->prompt, &param);
-        if (e) {
-            fail(s, 400, "invalid_request_error", param, e);
-            yajl_tree_free(req);
-            return -1;
-        }
-    } else {
-        chat_error cerr;
-        yajl_val probe = NULL;
-        yajl_val use = req;
-        if (s->kind == LLM_KIND_PROBE && !json_get(req, "messages")) {
-            char e2[64];
-            static const char ping[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"ping\"}]}";
-            probe = json_parse(ping, sizeof ping - 1, e2, sizeof e2);
-            use = probe;
-        }
-        int r = chat_tokens(R, use, &q->prompt, &q->thinking, &cerr);
-        yajl_tree_free(probe);
-        if (r) {
-            fail(s, 400, "invalid_request_error", cerr.param, cerr.message);
-            yajl_tree_free(req);
-            return -1;
-        }
+static void *prep_thread(void *arg)
+{
+    struct model_runner *R = arg;
+    pthread_mutex_lock(&R->prep_mu);
+    for (;;) {
+        while (!R->prep_head && !R->prep_stop) pthread_cond_wait(&R->prep_cv, &R->prep_mu);
+        if (R->prep_stop) break;
+        struct mseq *q = R->prep_head;
+        R->prep_head = q->prep_next;
+        q->prep = PREP_RUNNING;
+        pthread_mutex_unlock(&R->prep_mu);
+        prep_job(R, q);
+        pthread_mutex_lock(&R->prep_mu);
+        q->prep = PREP_DONE;
+        pthread_cond_broadcast(&R->prep_cv);
+    }
+    pthread_mutex_unlock(&R->prep_mu);
+    return NULL;
+}
+
+/* Main-thread half, once the job is done: limits, sampling, output path.
+ * Emits error + finish and returns -1 when the request cannot run. */
+static int prep_finish(struct model_runner *R, llm_seq *s)
+{
+    const recipe *rc = R->rc;
+    struct mseq *q = s->state;
+    yajl_val req = q->req;
+    const char *param = q->err_param[0] ? q->err_param : NULL;
+    if (q->err_msg[0]) {
+        fail(s, 400, "invalid_request_error", param, q->err_msg);
+        return -1;
     }
     if (q->prompt.len == 0) {
         fail(s, 400, "invalid_request_error", param, "the prompt is empty");
-        yajl_tree_free(req);
         return -1;
     }
     int prompt = (int)q->prompt.len;
@@ -500,20 +558,17 @@ static int mr_prepare(void *self, llm_seq *s)
     if (s->kind == LLM_KIND_PROBE) max_tokens = 1;
     if (get_int(req, "n", &v) && v != 1) {
         fail(s, 400, "invalid_request_error", "n", "n: only n = 1 is supported");
-        yajl_tree_free(req);
         return -1;
     }
+    const char *what = s->kind == LLM_KIND_COMPLETIONS ? "prompt" : "messages";
     if (prompt >= rc->max_model_len || (max_tokens > 0 && prompt + max_tokens > rc->max_model_len)) {
         long long want = max_tokens > 0 ? max_tokens : 0;
         seq_emit_error(s, 400, "context_length_exceeded", param,
                        "This model's maximum context length is %d tokens. However, you "
                        "requested %lld tokens (%d in the %s, %lld in the completion). "
                        "Please reduce the length of the %s or completion.",
-                       rc->max_model_len, prompt + want, prompt,
-                       s->kind == LLM_KIND_COMPLETIONS ? "prompt" : "messages", want,
-                       s->kind == LLM_KIND_COMPLETIONS ? "prompt" : "messages");
+                       rc->max_model_len, prompt + want, prompt, what, want, what);
         seq_emit_finish(s, LLM_FINISH_ERROR);
-        yajl_tree_free(req);
         return -1;
     }
     int room = rc->max_model_len - prompt;
@@ -526,7 +581,6 @@ static int mr_prepare(void *self, llm_seq *s)
                        (long long)v4_blocks_for_tokens(R->model, prompt + q->budget), prompt,
                        q->budget);
         seq_emit_finish(s, LLM_FINISH_ERROR);
-        yajl_tree_free(req);
         return -1;
     }
 
@@ -555,7 +609,8 @@ static int mr_prepare(void *self, llm_seq *s)
     bool skip_special = true;
     json_bool(json_get(req, "skip_special_tokens"), &skip_special);
     tok_stream_init(&q->detok, R->tok, skip_special);
-    yajl_tree_free(req);
+    yajl_tree_free(q->req);
+    q->req = NULL;
     if (s->kind != LLM_KIND_COMPLETIONS) {
         q->parser = output_parser_new(q->thinking, parser_event, s, next_rand, &R->rng);
         q->in_reasoning = q->thinking;
@@ -565,14 +620,86 @@ static int mr_prepare(void *self, llm_seq *s)
         return -1;
     }
     seq_emit_prompt_info(s, (uint32_t)prompt, 0, fingerprint64(&q->prompt));
+    q->ready = true;
     return 0;
+}
+
+/* Generating requests are parsed, rendered and tokenized on the prep
+ * thread, so a long prompt never stalls the decode steps of running
+ * sequences; poll() finishes them on the main thread.  tokenize and
+ * detokenize answer at once. */
+static int mr_prepare(void *self, llm_seq *s)
+{
+    struct model_runner *R = self;
+    if (s->kind == LLM_KIND_TOKENIZE || s->kind == LLM_KIND_DETOKENIZE) {
+        char perr[256];
+        yajl_val req = json_parse(s->request, s->request_len, perr, sizeof perr);
+        int r;
+        if (!req || !YAJL_IS_OBJECT(req)) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "request body is not a JSON object: %s",
+                     req ? "another JSON value" : perr);
+            fail(s, 400, "invalid_request_error", NULL, msg);
+            r = -1;
+        } else {
+            r = answer_now(R, s, req);
+        }
+        yajl_tree_free(req);
+        return r;
+    }
+    struct mseq *q = calloc(1, sizeof *q);
+    if (!q) {
+        fail(s, 503, "engine_out_of_memory", NULL, "engine out of memory");
+        return -1;
+    }
+    sb_init(&q->text);
+    sb_init(&q->kept);
+    q->request = s->request;
+    q->request_len = s->request_len;
+    q->kind = s->kind;
+    q->seq = s;
+    s->state = q;
+    pthread_mutex_lock(&R->prep_mu);
+    struct mseq **tail = &R->prep_head;
+    while (*tail) tail = &(*tail)->prep_next;
+    *tail = q;
+    q->pending_next = R->pending;
+    R->pending = q;
+    pthread_cond_broadcast(&R->prep_cv);
+    pthread_mutex_unlock(&R->prep_mu);
+    return 0;
+}
+
+/* Finish the sequences whose background preparation is done. */
+static void mr_poll(void *self)
+{
+    struct model_runner *R = self;
+    pthread_mutex_lock(&R->prep_mu);
+    struct mseq *done = NULL;
+    for (struct mseq **pp = &R->pending; *pp;) {
+        struct mseq *q = *pp;
+        if (q->prep == PREP_DONE) {
+            *pp = q->pending_next;
+            q->pending_next = done;
+            done = q;
+        } else {
+            pp = &q->pending_next;
+        }
+    }
+    pthread_mutex_unlock(&R->prep_mu);
+    for (struct mseq *q = done, *next; q; q = next) {
+        next = q->pending_next;
+        q->pending_next = NULL;
+        if (!q->seq->done) prep_finish(R, q->seq);
+    }
 }
 
 static int mr_admit(void *self, llm_seq *s)
 {
     struct model_runner *R = self;
     struct mseq *q = s->state;
-    if (!q || q->vs) return 1;
+    if (!q || !q->ready) return 0;       /* still being tokenized */
+    if (q->vs) return 1;
     strbuf err;
     sb_init(&err);
     v4_seq *vs = v4_seq_new(R->model, &err);
@@ -757,6 +884,17 @@ static void mr_release(void *self, llm_seq *s)
 {
     struct model_runner *R = self;
     struct mseq *q = s->state;
+    if (q) {
+        /* take it off the job queue and the pending list; a job in
+         * progress is waited for (it reads the request) */
+        pthread_mutex_lock(&R->prep_mu);
+        for (struct mseq **pp = &R->prep_head; *pp; pp = &(*pp)->prep_next)
+            if (*pp == q) { *pp = q->prep_next; q->prep = PREP_DONE; break; }
+        while (q->prep == PREP_RUNNING) pthread_cond_wait(&R->prep_cv, &R->prep_mu);
+        for (struct mseq **pp = &R->pending; *pp; pp = &(*pp)->pending_next)
+            if (*pp == q) { *pp = q->pending_next; break; }
+        pthread_mutex_unlock(&R->prep_mu);
+    }
     if (q && q->vs) v4_seq_free(R->model, q->vs);
     free_mseq(q);
     s->state = NULL;
@@ -775,6 +913,7 @@ const runner_ops runner_model = {
     .name = "model",
     .load = mr_load,
     .prepare = mr_prepare,
+    .poll = mr_poll,
     .admit = mr_admit,
     .step = mr_step,
     .cancel = mr_cancel,
