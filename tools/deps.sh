@@ -2,7 +2,7 @@
 # Install the Debian packages the project needs, only when one is missing.
 # Idempotent and quiet: when everything is present it costs one dpkg-query.
 set -e
-PKGS="nginx nginx-dev libyajl-dev libyaml-dev libpcre2-dev libcurl4-openssl-dev
+PKGS="nginx nginx-dev libyajl-dev libyaml-dev libpcre2-dev libcurl4-openssl-dev curl
       perl make gcc"
 missing=""
 for p in $PKGS; do
