@@ -25,7 +25,7 @@ is($rc, 0, 'nginx -t accepts load_module and the llm directives') or diag($out);
 
 start_nginx($dir, $port);
 my $r = http('POST', "http://127.0.0.1:$port/v1/chat/completions", '{}');
-is($r->{status}, 503, 'API location answers 503 until engines are wired');
+is($r->{status}, 400, 'API location validates the request');
 my $body = eval { decode_json($r->{content}) };
 ok($body && $body->{error} && $body->{error}{message}, 'OpenAI error body')
     or diag($r->{content});
