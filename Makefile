@@ -38,7 +38,7 @@ $(FLAGS_STAMP):
 
 GIT_REV := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 $(BUILD)/obj/engine/version.o: CFLAGS += -DLLM_GIT_REV='"$(GIT_REV)"'
-$(BUILD)/obj/engine/version.o: .git/HEAD
+$(BUILD)/obj/engine/version.o: $(wildcard .git/HEAD)
 
 LIB := $(BUILD)/libengine.a
 BIN := $(BUILD)/bin/llm-engine

@@ -5,5 +5,10 @@
 
 int cmd_check(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_client(int argc, char **argv);
+int cmd_janitor(int argc, char **argv);
+int cmd_bench_ipc(int argc, char **argv);
 
 #endif

@@ -11,6 +11,11 @@ static const struct {
 } commands[] = {
     { "check", cmd_check, "check --recipe FILE          validate a recipe" },
     { "version", cmd_version, "version                      build identity and devices" },
+    { "serve", cmd_serve, "serve --recipe FILE [--run-dir DIR] [--name NAME]   run the engine daemon" },
+    { "status", cmd_status, "status --run-dir DIR --name NAME   an engine's state and counters as JSON" },
+    { "client", cmd_client, "client --run-dir DIR --name NAME --request FILE [--kind KIND]   one request, events as JSON lines" },
+    { "janitor", cmd_janitor, "janitor --run-dir DIR        one scan for orphaned engine segments" },
+    { "bench-ipc", cmd_bench_ipc, "bench-ipc [--iters N]        protocol round trip and scheduler overhead" },
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

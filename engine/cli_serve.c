@@ -1,0 +1,46 @@
+/* llm-engine serve --recipe FILE [--run-dir DIR] [--name NAME]
+ *
+ * --test-runner NAME (not in the usage text) swaps the model runner for a
+ * test runner such as "scripted"; it exists for the test suite only. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "server.h"
+
+static const char usage_text[] = "usage: llm-engine serve --recipe FILE [--run-dir DIR] [--name NAME]\n";
+
+static int valid_name(const char *s)
+{
+    if (!*s || strlen(s) > 63) return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9')
+              || *s == '-' || *s == '_' || *s == '.'))
+            return 0;
+    return 1;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    server_opts o = { .runner = "model" };
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--recipe") && i + 1 < argc) o.recipe_path = argv[++i];
+        else if (!strcmp(argv[i], "--run-dir") && i + 1 < argc) o.run_dir = argv[++i];
+        else if (!strcmp(argv[i], "--name") && i + 1 < argc) o.name = argv[++i];
+        else if (!strcmp(argv[i], "--test-runner") && i + 1 < argc) o.runner = argv[++i];
+        else {
+            fprintf(stderr, "serve: unexpected argument '%s'\n%s", argv[i], usage_text);
+            return 2;
+        }
+    }
+    if (!o.recipe_path) {
+        fputs(usage_text, stderr);
+        return 2;
+    }
+    if (o.name && !valid_name(o.name)) {
+        fprintf(stderr, "serve: --name '%s' may hold only letters, digits, '-', '_' and '.' "
+                        "(at most 63)\n", o.name);
+        return 2;
+    }
+    return server_run(&o);
+}

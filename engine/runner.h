@@ -1,0 +1,111 @@
+/* The runner seam: what the scheduler (scheduler.c) asks of whatever turns
+ * requests into tokens.  The real runner (chat renderer + tokenizer +
+ * model + sampler + output parser) implements runner_ops; the scripted
+ * test runner (runner_scripted.c) implements it without a model so the
+ * protocol, scheduling and fault handling can be tested.
+ *
+ * Threading: every call comes from the engine's main thread, one at a
+ * time.  A runner may use its own threads inside step().
+ *
+ * A sequence's life, as the scheduler drives it:
+ *
+ *   prepare(s)        once, when the submission is taken (the request may
+ *                     wait in the FIFO queue afterwards)
+ *   admit(s)          when s reaches the head of the queue and the batch
+ *                     has room; until it says yes s keeps waiting
+ *   step(batch)       repeatedly while s runs: advance every sequence in
+ *                     the batch by one step, emitting its events; a
+ *                     sequence is over once seq_emit_finish() was called
+ *                     for it.  A sequence held back by a slow reader is
+ *                     left out of some steps.
+ *   cancel(s)         the owner asked to stop: emit usage and
+ *                     finish(LLM_FINISH_CANCELLED) now
+ *   release(s)        always last (after finish, after cancel, or when the
+ *                     owner vanished): free everything s holds
+ */
+#ifndef LLM_RUNNER_H
+#define LLM_RUNNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ipc/llm_ipc.h"
+#include "recipe.h"
+#include "strbuf.h"
+
+struct seq_out;
+
+typedef struct llm_seq {
+    uint32_t    slot;           /* slot index: a stable id while s lives */
+    enum llm_ipc_kind kind;     /* endpoint */
+    const char *request;        /* canonical request JSON, NUL-terminated engine copy */
+    size_t      request_len;
+    int         prompt_tokens;  /* set by prepare */
+    void       *state;          /* the runner's per-sequence state */
+    bool        done;           /* set by seq_emit_finish */
+    struct seq_out *out;        /* the scheduler's output path (seq_emit_*) */
+} llm_seq;
+
+typedef struct {
+    int64_t kv_capacity_tokens;   /* tokens the KV cache holds */
+    int64_t kv_capacity_bytes;
+    int64_t kv_blocks_total;
+    char    fingerprint[LLM_IPC_FINGERPRINT];  /* system_fingerprint */
+} runner_capacity;
+
+typedef struct {
+    int64_t kv_blocks_used;
+    int64_t prefix_cache_hits;    /* cumulative prompt tokens served from cache */
+} runner_stats;
+
+typedef struct runner_ops {
+    const char *name;
+    /* Load what the recipe names.  0 with *self and *cap filled, or -1
+     * with a one-line reason in err (the engine goes FAILED with it). */
+    int  (*load)(void **self, const recipe *rc, runner_capacity *cap, strbuf *err);
+    /* Parse the request, render and tokenize it.  0: s->prompt_tokens is
+     * set and s may run.  -1: refused; the runner has emitted error and
+     * finish (e.g. 400 context_length_exceeded with the numbers). */
+    int  (*prepare)(void *self, llm_seq *s);
+    /* 1 if s can start now (KV blocks reserved), 0 to keep waiting.
+     * May be NULL: always 1. */
+    int  (*admit)(void *self, llm_seq *s);
+    /* One step over the batch.  Returns the tokens generated, or -1 on a
+     * fatal error with the reason in err (the engine fails every sequence
+     * and exits). */
+    int  (*step)(void *self, llm_seq **batch, int n, strbuf *err);
+    void (*cancel)(void *self, llm_seq *s);
+    void (*release)(void *self, llm_seq *s);
+    /* Live KV and prefix-cache numbers, read after every step.  May be NULL. */
+    void (*stats)(void *self, runner_stats *st);
+    void (*unload)(void *self);
+} runner_ops;
+
+/* Runners built into this binary, by name ("scripted", ...); NULL if
+ * absent.  The serving runner is "model". */
+const runner_ops *runner_lookup(const char *name);
+
+/* ---- events: what runners emit (seq_output.c) ------------------------- */
+
+/* Text must be whole UTF-8 code points; long text is split into several
+ * records at code point boundaries. */
+void seq_emit_text(llm_seq *s, enum llm_ev_type type, const char *text, size_t len);
+void seq_emit_tool_begin(llm_seq *s, uint32_t index, const char *id, const char *name);
+void seq_emit_tool_args(llm_seq *s, uint32_t index, const char *text, size_t len);
+void seq_emit_tool_end(llm_seq *s, uint32_t index);
+void seq_emit_tokens(llm_seq *s, const uint32_t *ids, size_t n);
+void seq_emit_prompt_info(llm_seq *s, uint32_t prompt_tokens, uint32_t cached_tokens,
+                          uint64_t fingerprint);
+void seq_emit_logprob(llm_seq *s, uint32_t token_id, float logprob, const char *bytes,
+                      size_t bytes_len, uint32_t n_top, const float *top_lp,
+                      const char *const *top_bytes, const size_t *top_len);
+void seq_emit_usage(llm_seq *s, const llm_ipc_usage *u);
+/* status: the HTTP status the module should answer with (400, 503, 500);
+ * code/param: OpenAI error code and parameter (may be NULL). */
+void seq_emit_error(llm_seq *s, uint32_t status, const char *code, const char *param,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* The last event of a sequence; sets s->done. */
+void seq_emit_finish(llm_seq *s, enum llm_finish_reason reason);
+
+#endif
