@@ -94,6 +94,13 @@ static ngx_command_t  ngx_http_llm_commands[] = {
       offsetof(ngx_http_llm_loc_conf_t, admin_token),
       NULL },
 
+    { ngx_string("llm_test_script"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_llm_loc_conf_t, test_script),
+      NULL },
+
     { ngx_string("llm_api"),
       NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_llm_api,
@@ -717,6 +724,7 @@ ngx_http_llm_create_loc_conf(ngx_conf_t *cf)
     llcf->api = NGX_CONF_UNSET_UINT;
     llcf->max_body_size = NGX_CONF_UNSET_SIZE;
     llcf->read_timeout = NGX_CONF_UNSET_MSEC;
+    llcf->test_script = NGX_CONF_UNSET;
 
     return llcf;
 }
@@ -735,6 +743,7 @@ ngx_http_llm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_msec_value(conf->read_timeout, prev->read_timeout,
                               600000);
     ngx_conf_merge_str_value(conf->admin_token, prev->admin_token, "");
+    ngx_conf_merge_value(conf->test_script, prev->test_script, 0);
 
     if (conf->api == NGX_CONF_UNSET_UINT) {
         return NGX_CONF_OK;
@@ -792,7 +801,15 @@ ngx_http_llm_init_process(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
-    return ngx_http_llm_worker_init(cycle, lmcf);
+    if (ngx_http_llm_links_init(cycle, lmcf) != NGX_OK
+        || ngx_http_llm_wake_init(cycle)
+           != NGX_OK
+        || ngx_http_llm_health_init(cycle, lmcf) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
 }
 
 
@@ -807,5 +824,7 @@ ngx_http_llm_exit_process(ngx_cycle_t *cycle)
         return;
     }
 
-    ngx_http_llm_worker_exit(cycle, lmcf);
+    ngx_http_llm_health_exit(lmcf);
+    ngx_http_llm_links_close();
+    ngx_http_llm_wake_close();
 }

@@ -21,6 +21,8 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include "llm_ipc_client.h"
+
 
 #define NGX_HTTP_LLM_MAX_ENGINES   32
 #define NGX_HTTP_LLM_MAX_ROUTES    64
@@ -92,6 +94,7 @@ typedef struct {
     size_t                     max_body_size;
     ngx_msec_t                 read_timeout;
     ngx_str_t                  admin_token;
+    ngx_flag_t                 test_script;
 } ngx_http_llm_loc_conf_t;
 
 extern ngx_module_t  ngx_http_llm_module;
@@ -120,6 +123,7 @@ typedef struct {
     time_t                     since;        /* last transition */
     uint64_t                   epoch;        /* engine instance seen last */
     ngx_pid_t                  pid;          /* engine process */
+    time_t                     started;      /* engine start, unix time */
     ngx_uint_t                 max_num_seqs;
     ngx_uint_t                 max_model_len;
     ngx_uint_t                 running;      /* admitted by nginx now */
@@ -263,8 +267,13 @@ void ngx_http_llm_put_string(ngx_http_llm_wbuf_t *w, u_char *data,
 void ngx_http_llm_put_json(ngx_http_llm_wbuf_t *w, ngx_http_llm_json_t *v);
 void ngx_http_llm_printf(ngx_http_llm_wbuf_t *w, const char *fmt, ...);
 
-#define ngx_http_llm_puts(w, lit)  ngx_http_llm_put(w, lit, sizeof(lit) - 1)
 #define ngx_http_llm_wbuf_len(w)   ((size_t) ((w)->last - (w)->start))
+
+static ngx_inline void
+ngx_http_llm_puts(ngx_http_llm_wbuf_t *w, const char *s)
+{
+    ngx_http_llm_put(w, s, ngx_strlen(s));
+}
 
 
 /* ---- requests (ngx_http_llm_request.c) --------------------------------- */
@@ -283,6 +292,7 @@ typedef struct {
                                             the response object repeats */
     unsigned             stream:1;
     unsigned             include_usage:1;
+    unsigned             test_script:1;  /* forward "test_script" */
 
     ngx_uint_t           status;         /* error: HTTP status */
     ngx_str_t            err_message;
@@ -319,7 +329,7 @@ typedef struct {
     uint64_t                    completion;
     uint64_t                    reasoning;
     uint64_t                    cached;
-    int32_t                    *tokens;    /* tokens: ids */
+    uint32_t                   *tokens;    /* tokens: ids */
     ngx_uint_t                  ntokens;
 } ngx_http_llm_event_t;
 
@@ -359,8 +369,7 @@ typedef struct {
     uint64_t               completion;
     uint64_t               reasoning;
     uint64_t               cached;
-    int32_t               *tokens;         /* tokenize */
-    ngx_uint_t             ntokens;
+    ngx_http_llm_wbuf_t    tokens;         /* tokenize: uint32_t ids */
 
     unsigned               started:1;
     unsigned               usage:1;
@@ -393,6 +402,85 @@ ngx_int_t ngx_http_llm_send_json(ngx_http_request_t *r, ngx_uint_t status,
     ngx_http_llm_wbuf_t *body);
 ngx_int_t ngx_http_llm_send_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *message, ngx_str_t *param, const char *code);
+ngx_int_t ngx_http_llm_send_error_str(ngx_http_request_t *r,
+    ngx_uint_t status, ngx_str_t *message, ngx_str_t *param,
+    ngx_str_t *code);
+/* a wake-up: granted admissions of this worker's requests can start */
+void ngx_http_llm_waiters_run(ngx_event_t *ev);
+
+
+/* ---- engine links (ngx_http_llm_engine.c) ------------------------------ */
+
+typedef struct ngx_http_llm_seq_s   ngx_http_llm_seq_t;
+typedef struct ngx_http_llm_link_s  ngx_http_llm_link_t;
+
+/* called when the slot may have events, or when the engine went away */
+typedef void (*ngx_http_llm_seq_pt)(ngx_http_llm_seq_t *seq);
+
+/* One sequence on an engine slot, owned by this worker. */
+struct ngx_http_llm_seq_s {
+    ngx_http_llm_link_t       *link;
+    llm_ipc_handle             handle;
+    ngx_http_llm_seq_pt        handler;
+    void                      *data;
+    unsigned                   active:1;     /* holds the slot */
+    unsigned                   dead:1;       /* the engine went away */
+};
+
+/* This worker's connection to one engine. */
+struct ngx_http_llm_link_s {
+    ngx_http_llm_main_conf_t    *lmcf;
+    ngx_http_llm_engine_conf_t  *conf;
+    llm_ipc_client               client;
+    ngx_connection_t            *conn;       /* doorbell socket */
+    ngx_event_t                  retry;      /* reconnect timer */
+    ngx_msec_t                   backoff;
+    ngx_http_llm_seq_t         **owners;     /* by slot */
+    uint32_t                     nslots;
+    ngx_int_t                    err_rc;     /* last attach failure */
+    u_char                       err[256];
+    unsigned                     attached:1;
+};
+
+ngx_int_t ngx_http_llm_links_init(ngx_cycle_t *cycle,
+    ngx_http_llm_main_conf_t *lmcf);
+void ngx_http_llm_links_close(void);
+ngx_http_llm_link_t *ngx_http_llm_link(ngx_uint_t engine);
+ngx_int_t ngx_http_llm_seq_submit(ngx_http_llm_seq_t *seq,
+    ngx_http_llm_link_t *link, enum llm_ipc_kind kind, ngx_str_t *request,
+    ngx_str_t *why);
+long ngx_http_llm_seq_read(ngx_http_llm_seq_t *seq, void *buf, size_t cap);
+
+/* one worker-wide buffer for reading event records: readers drain it
+   before they return to the event loop */
+#define NGX_HTTP_LLM_EVBUF  65536
+extern u_char  ngx_http_llm_evbuf[NGX_HTTP_LLM_EVBUF];
+void ngx_http_llm_seq_release(ngx_http_llm_seq_t *seq);
+
+
+/* ---- admission (ngx_http_llm_admission.c) ------------------------------ */
+
+/*
+ * ngx_http_llm_admit() returns NGX_OK (running on (*t)->engine), NGX_AGAIN
+ * (queued: the worker is woken when granted), NGX_BUSY (queue full),
+ * NGX_DECLINED (no engine of the pool can serve; why says so) or
+ * NGX_ERROR (zone memory exhausted).
+ */
+ngx_int_t ngx_http_llm_admit(ngx_http_llm_main_conf_t *lmcf,
+    ngx_int_t route, uint64_t pool, ngx_http_llm_ticket_t **t,
+    const char **why);
+/* the queued ticket's engine now, or -1; removes it when still waiting
+   and giving up */
+ngx_int_t ngx_http_llm_admit_check(ngx_http_llm_main_conf_t *lmcf,
+    ngx_http_llm_ticket_t *t, ngx_uint_t give_up);
+void ngx_http_llm_admit_release(ngx_http_llm_main_conf_t *lmcf,
+    ngx_http_llm_ticket_t *t);
+/* capacity may have appeared: grant waiters, wake their workers */
+void ngx_http_llm_admit_kick(ngx_http_llm_main_conf_t *lmcf);
+/* drop tickets of workers that died (leader only) */
+void ngx_http_llm_admit_reap(ngx_http_llm_main_conf_t *lmcf);
+ngx_int_t ngx_http_llm_wake_init(ngx_cycle_t *cycle);
+void ngx_http_llm_wake_close(void);
 
 
 /* ---- routing and health (ngx_http_llm_health.c) ------------------------ */
@@ -400,14 +488,71 @@ ngx_int_t ngx_http_llm_send_error(ngx_http_request_t *r, ngx_uint_t status,
 /* the engines serving model: NGX_OK, or NGX_DECLINED for no such route */
 ngx_int_t ngx_http_llm_route_find(ngx_http_llm_main_conf_t *lmcf,
     ngx_str_t *model, ngx_int_t *route, uint64_t *pool);
+ngx_uint_t ngx_http_llm_admissible(ngx_http_llm_engine_sh_t *es);
 
-
-/* ---- process life (ngx_http_llm_engine.c) ------------------------------ */
-
-ngx_int_t ngx_http_llm_worker_init(ngx_cycle_t *cycle,
+void ngx_http_llm_engine_attached(ngx_http_llm_link_t *link);
+void ngx_http_llm_engine_down(ngx_http_llm_main_conf_t *lmcf,
+    ngx_uint_t engine, const char *fmt, ...);
+void ngx_http_llm_engine_state(ngx_http_llm_link_t *link, uint32_t state);
+/* a request ended: NGX_OK served, NGX_ERROR engine-side failure */
+void ngx_http_llm_engine_outcome(ngx_http_llm_main_conf_t *lmcf,
+    ngx_uint_t engine, ngx_int_t rc, ngx_str_t *why);
+ngx_int_t ngx_http_llm_health_init(ngx_cycle_t *cycle,
     ngx_http_llm_main_conf_t *lmcf);
-void ngx_http_llm_worker_exit(ngx_cycle_t *cycle,
-    ngx_http_llm_main_conf_t *lmcf);
+void ngx_http_llm_health_exit(ngx_http_llm_main_conf_t *lmcf);
+
+/* admin: NGX_OK, or NGX_DECLINED with why */
+ngx_int_t ngx_http_llm_engine_drain(ngx_http_llm_main_conf_t *lmcf,
+    ngx_uint_t engine, ngx_uint_t drain, const char **why);
+ngx_int_t ngx_http_llm_route_promote(ngx_http_llm_main_conf_t *lmcf,
+    ngx_str_t *model, ngx_uint_t engine, const char **why);
+ngx_int_t ngx_http_llm_engine_find(ngx_http_llm_main_conf_t *lmcf,
+    ngx_str_t *name);
+
+/* engines and routes as JSON (/health, /admin/status, /v1/models);
+   model: only that route (NULL: all) */
+void ngx_http_llm_status_json(ngx_http_llm_main_conf_t *lmcf,
+    ngx_http_llm_wbuf_t *w, ngx_str_t *model, ngx_uint_t *ready);
+void ngx_http_llm_models_json(ngx_http_llm_main_conf_t *lmcf,
+    ngx_http_llm_wbuf_t *w);
+
+typedef struct ngx_http_llm_probe_s  ngx_http_llm_probe_t;
+
+typedef void (*ngx_http_llm_probe_pt)(ngx_http_llm_probe_t *probe);
+
+/* a one-token generation on one engine */
+struct ngx_http_llm_probe_s {
+    ngx_http_llm_main_conf_t  *lmcf;
+    ngx_uint_t                 engine;
+    ngx_http_llm_seq_t         seq;
+    ngx_event_t                timer;
+    ngx_http_llm_probe_pt      handler;     /* result */
+    void                      *data;
+    ngx_int_t                  rc;          /* NGX_OK passed */
+    u_char                     reason[NGX_HTTP_LLM_REASON_LEN];
+    uint64_t                   fingerprint;
+    uint64_t                   completion;
+    unsigned                   running:1;
+};
+
+ngx_int_t ngx_http_llm_probe_start(ngx_http_llm_probe_t *probe);
+void ngx_http_llm_probe_abort(ngx_http_llm_probe_t *probe);
+
+
+/* ---- metrics (ngx_http_llm_metrics.c) ---------------------------------- */
+
+void ngx_http_llm_observe(ngx_http_llm_main_conf_t *lmcf,
+    ngx_http_llm_hist_e hist, uint64_t ns);
+void ngx_http_llm_count_request(ngx_http_llm_main_conf_t *lmcf,
+    ngx_uint_t api, ngx_uint_t status);
+void ngx_http_llm_count_tokens(ngx_http_llm_main_conf_t *lmcf,
+    llm_ipc_usage *u);
+ngx_int_t ngx_http_llm_metrics_handler(ngx_http_request_t *r);
+
+
+/* ---- informational and admin endpoints (ngx_http_llm_admin.c) ---------- */
+
+ngx_int_t ngx_http_llm_info_handler(ngx_http_request_t *r);
 
 
 #endif /* _NGX_HTTP_LLM_MODULE_H_INCLUDED_ */

@@ -87,6 +87,8 @@ ngx_http_llm_fmt_init(ngx_http_llm_fmt_t *f, ngx_pool_t *pool,
     f->fingerprint = *fingerprint;
     f->created = created;
 
+    ngx_http_llm_wbuf_init(&f->tokens, pool);
+
     return ngx_array_init(&f->items, pool, 4, sizeof(ngx_http_llm_item_t));
 }
 
@@ -713,14 +715,13 @@ ngx_http_llm_fmt_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
         break;
 
     case NGX_HTTP_LLM_EV_TOKENS:
-        f->tokens = ngx_pnalloc(f->pool, ev->ntokens * sizeof(int32_t) + 1);
-        if (f->tokens == NULL) {
+        ngx_http_llm_put(&f->tokens, ev->tokens,
+                         ev->ntokens * sizeof(uint32_t));
+
+        if (f->tokens.failed) {
             f->failed = 1;
-            break;
         }
 
-        ngx_memcpy(f->tokens, ev->tokens, ev->ntokens * sizeof(int32_t));
-        f->ntokens = ev->ntokens;
         break;
 
     default: /* errors are the caller's: fmt_fail or an HTTP error */
@@ -947,7 +948,8 @@ ngx_http_llm_resp_status(ngx_http_llm_fmt_t *f)
 void
 ngx_http_llm_fmt_end(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
 {
-    ngx_uint_t           i;
+    uint32_t             id;
+    ngx_uint_t           i, n;
     const char          *status;
     ngx_http_llm_req_t  *req = f->req;
 
@@ -992,11 +994,16 @@ ngx_http_llm_fmt_end(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
         return;
 
     case NGX_HTTP_LLM_API_TOKENIZE:
-        ngx_http_llm_printf(out, "{\"count\":%ui,\"max_model_len\":%uL,"
-                            "\"tokens\":[", f->ntokens, f->max_model_len);
+        n = ngx_http_llm_wbuf_len(&f->tokens) / sizeof(uint32_t);
 
-        for (i = 0; i < f->ntokens; i++) {
-            ngx_http_llm_printf(out, i ? ",%D" : "%D", f->tokens[i]);
+        ngx_http_llm_printf(out, "{\"count\":%ui,\"max_model_len\":%uL,"
+                            "\"tokens\":[", n, f->max_model_len);
+
+        for (i = 0; i < n; i++) {
+            /* the buffer is not aligned for uint32_t */
+            ngx_memcpy(&id, f->tokens.start + i * sizeof(uint32_t),
+                       sizeof(uint32_t));
+            ngx_http_llm_printf(out, i ? ",%uD" : "%uD", id);
         }
 
         ngx_http_llm_puts(out, "]}");

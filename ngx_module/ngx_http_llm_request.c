@@ -2021,7 +2021,7 @@ ngx_http_llm_request_parse(ngx_pool_t *pool, ngx_http_llm_req_t *req,
 {
     ngx_int_t             rc;
     ngx_str_t             err;
-    ngx_http_llm_json_t  *root;
+    ngx_http_llm_json_t  *root, *v;
     ngx_http_llm_vctx_t   ctx;
 
     ngx_memzero(&ctx, sizeof(ngx_http_llm_vctx_t));
@@ -2090,6 +2090,14 @@ ngx_http_llm_request_parse(ngx_pool_t *pool, ngx_http_llm_req_t *req,
 
     if (rc != NGX_OK) {
         return rc;
+    }
+
+    /* for the engine's scripted test runner only (llm_test_script on) */
+    v = ngx_http_llm_json_get(root, "test_script");
+
+    if (req->test_script && v && v->type == NGX_HTTP_LLM_JSON_OBJECT) {
+        ngx_http_llm_puts(&ctx.out, ",\"test_script\":");
+        ngx_http_llm_put_json(&ctx.out, v);
     }
 
     ngx_http_llm_puts(&ctx.out, "}");
