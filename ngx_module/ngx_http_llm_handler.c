@@ -38,6 +38,7 @@ typedef struct {
     ngx_chain_t               *free;
     ngx_chain_t               *busy;
 
+    off_t                      received;       /* body bytes */
     uint64_t                   start;          /* ns, monotonic */
     uint64_t                   last;           /* last token event */
 
@@ -46,6 +47,7 @@ typedef struct {
     ngx_str_t                  err_param;
     ngx_str_t                  err_message;
 
+    unsigned                   too_large:1;    /* body over the limit */
     unsigned                   queued:1;
     unsigned                   header_sent:1;
     unsigned                   finished:1;     /* finish event seen */
@@ -60,6 +62,8 @@ static void ngx_http_llm_process(ngx_http_llm_ctx_t *ctx);
 
 
 static ngx_queue_t  ngx_http_llm_waiting;
+
+static ngx_http_request_body_filter_pt   ngx_http_llm_next_body_filter;
 
 
 static ngx_int_t
@@ -390,6 +394,65 @@ ngx_http_llm_handler(ngx_http_request_t *r)
 
 
 /*
+ * Counts the request body as nginx reads it: past llm_max_body_size the
+ * rest is read and dropped, so even a chunked body gets an OpenAI-style
+ * 413 and nothing over the limit is stored.  (llm_api locations turn
+ * nginx's own client_max_body_size off: this limit replaces it.)
+ */
+static ngx_int_t
+ngx_http_llm_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_chain_t              *cl;
+    ngx_http_llm_ctx_t       *ctx;
+    ngx_http_llm_loc_conf_t  *llcf;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_llm_module);
+
+    if (ctx == NULL || r != r->main) {
+        return ngx_http_llm_next_body_filter(r, in);
+    }
+
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+    for (cl = in; cl; cl = cl->next) {
+        ctx->received += ngx_buf_size(cl->buf);
+    }
+
+    if (ctx->received > (off_t) llcf->max_body_size) {
+        ctx->too_large = 1;
+    }
+
+    if (!ctx->too_large) {
+        return ngx_http_llm_next_body_filter(r, in);
+    }
+
+    /* drop this and what was kept before: nginx reuses those buffers */
+    for (cl = in; cl; cl = cl->next) {
+        cl->buf->pos = cl->buf->last;
+    }
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        cl->buf->pos = cl->buf->last;
+    }
+
+    r->request_body->bufs = NULL;
+
+    /* empty now, but the last one still tells nginx the body ended */
+    return ngx_http_llm_next_body_filter(r, in);
+}
+
+
+ngx_int_t
+ngx_http_llm_body_filter_init(ngx_conf_t *cf)
+{
+    ngx_http_llm_next_body_filter = ngx_http_top_request_body_filter;
+    ngx_http_top_request_body_filter = ngx_http_llm_body_filter;
+
+    return NGX_OK;
+}
+
+
+/*
  * The body as one contiguous buffer.  nginx keeps a body larger than
  * client_body_buffer_size in a temporary file it just wrote; reading that
  * back is a page-cache copy, as nginx itself does for such bodies.
@@ -566,17 +629,17 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
     llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
     lmcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
 
-    if (ngx_http_llm_body(r, &body) != NGX_OK) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
-
-    if (body.len > llcf->max_body_size) {
+    if (ctx->too_large) {
         ngx_http_finalize_request(r,
             ngx_http_llm_send_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
                                     "the request body is larger than "
                                     "llm_max_body_size", NULL,
                                     "request_too_large"));
+        return;
+    }
+
+    if (ngx_http_llm_body(r, &body) != NGX_OK) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
 

@@ -736,6 +736,7 @@ ngx_http_llm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_llm_loc_conf_t  *prev = parent;
     ngx_http_llm_loc_conf_t  *conf = child;
 
+    ngx_http_core_loc_conf_t  *clcf;
     ngx_http_llm_main_conf_t  *lmcf;
 
     ngx_conf_merge_size_value(conf->max_body_size, prev->max_body_size,
@@ -748,6 +749,14 @@ ngx_http_llm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     if (conf->api == NGX_CONF_UNSET_UINT) {
         return NGX_CONF_OK;
     }
+
+    /*
+     * llm_max_body_size replaces client_max_body_size here, so that an
+     * oversized body gets an OpenAI error rather than nginx's HTML page
+     * (the core module merged its value already).
+     */
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->client_max_body_size = 0;
 
     lmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_llm_module);
 
@@ -780,7 +789,7 @@ ngx_http_llm_postconfiguration(ngx_conf_t *cf)
 
     *h = ngx_http_llm_log_handler;
 
-    return NGX_OK;
+    return ngx_http_llm_body_filter_init(cf);
 }
 
 

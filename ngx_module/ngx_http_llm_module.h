@@ -398,6 +398,7 @@ void ngx_http_llm_error_body(ngx_http_llm_wbuf_t *w, ngx_uint_t status,
 
 ngx_int_t ngx_http_llm_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_llm_log_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_llm_body_filter_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_llm_send_json(ngx_http_request_t *r, ngx_uint_t status,
     ngx_http_llm_wbuf_t *body);
 ngx_int_t ngx_http_llm_send_error(ngx_http_request_t *r, ngx_uint_t status,

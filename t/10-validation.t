@@ -22,6 +22,10 @@ write_conf($dir, <<"CONF");
         location = /v1/responses { llm_api responses; }
         location = /tokenize { llm_api tokenize; }
         location = /detokenize { llm_api detokenize; }
+        location = /big {
+            llm_api chat_completions;
+            llm_max_body_size 3m;
+        }
         location / { llm_api not_found; }
     }
 CONF
@@ -77,6 +81,20 @@ my $big = post('/v1/chat/completions',
                { %chat, messages => [{ role => 'user', content => 'x' x 5000 }] });
 is($big->{status}, 413, 'body over llm_max_body_size: 413');
 is($big->{json}{error}{code}, 'request_too_large', '413 code');
+
+my $chunks = 0;
+my $chunked = HTTP::Tiny->new(timeout => 10)->request('POST',
+    "$base/v1/chat/completions", {
+        headers => { 'Content-Type' => 'application/json' },
+        content => sub { $chunks++ < 10 ? ('x' x 1000) : undef } });
+is($chunked->{status}, 413, 'chunked body over the limit: 413');
+like($chunked->{content}, qr/"code":"request_too_large"/,
+     'an OpenAI error, not nginx\'s page');
+
+# above nginx's default client_max_body_size (1m), within llm_max_body_size
+my $large = post('/big', { %chat, messages => [{ role => 'user',
+                                                 content => 'y' x 2_000_000 }] });
+is($large->{status}, 503, 'a 2 MB request within llm_max_body_size passes');
 
 # ---- methods and paths ----------------------------------------------------
 my $g = http('GET', "$base/v1/chat/completions");
