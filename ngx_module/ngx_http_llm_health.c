@@ -314,13 +314,12 @@ ngx_http_llm_health_engine(ngx_http_llm_main_conf_t *lmcf, ngx_uint_t i)
             ngx_http_llm_transition(lmcf, i, NGX_HTTP_LLM_STARTING, &note,
                                     "%s", link->err);
 
-        } else if (es->state == NGX_HTTP_LLM_ABSENT
-                   || es->state == NGX_HTTP_LLM_UNHEALTHY)
-        {
+        } else if (es->state == NGX_HTTP_LLM_ABSENT) {
             ngx_http_llm_transition(lmcf, i, es->state, &note,
                                     "not reachable: %s", link->err);
 
-        } else {
+        } else if (es->state != NGX_HTTP_LLM_UNHEALTHY) {
+            /* an unhealthy engine keeps the reason it went down for */
             ngx_http_llm_transition(lmcf, i, NGX_HTTP_LLM_UNHEALTHY, &note,
                                     "not reachable: %s", link->err);
         }

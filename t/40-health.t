@@ -113,8 +113,8 @@ ok(healthy($na), 'client errors (400) never count against an engine');
 for (1 .. 2) {
     chat(script => { error => { status => 500, code => 'oops', message => 'boom' } });
 }
-like(state_of($na)->{reason}, qr/2 requests in a row failed/,
-     'fails= consecutive failed requests: unhealthy, with the reason');
+ok(wait_for(sub { `grep -c 'healthy -> unhealthy: 2 requests in a row failed' $dir/logs/error.log` > 0 }, 2),
+   'fails= consecutive failed requests: unhealthy, with the reason logged');
 ok(wait_for(sub { healthy($na) }, 5), 'then readmitted by probes');
 
 # ---- kill -9 mid-stream --------------------------------------------------------------
