@@ -266,6 +266,11 @@ ngx_http_llm_engine(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    /* a relative run_dir is relative to the prefix, like nginx's paths */
+    if (ngx_conf_full_name(cf->cycle, &ec->run_dir, 0) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     return NGX_CONF_OK;
 
 invalid:
