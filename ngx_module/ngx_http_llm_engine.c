@@ -88,6 +88,7 @@ ngx_http_llm_link_fail(ngx_http_llm_link_t *link, ngx_int_t rc,
     const char *err)
 {
     link->err_rc = rc;
+    link->failed = 0;
     ngx_cpystrn(link->err, (u_char *) err, sizeof(link->err));
 
     return NGX_DECLINED;
@@ -137,7 +138,9 @@ ngx_http_llm_link_open(ngx_http_llm_link_t *link)
                      st == LLM_STATE_FAILED ? "failed" : "stopped",
                      client->hdr->state_msg);
         llm_ipc_detach(client);
-        return ngx_http_llm_link_fail(link, LLM_IPC_EDEAD, err);
+        ngx_http_llm_link_fail(link, LLM_IPC_EDEAD, err);
+        link->failed = 1;
+        return NGX_DECLINED;
     }
 
     link->attached = 1;

@@ -314,7 +314,7 @@ ngx_http_llm_health_engine(ngx_http_llm_main_conf_t *lmcf, ngx_uint_t i)
             ngx_http_llm_transition(lmcf, i, NGX_HTTP_LLM_STARTING, &note,
                                     "%s", link->err);
 
-        } else if (es->state == NGX_HTTP_LLM_ABSENT) {
+        } else if (es->state == NGX_HTTP_LLM_ABSENT && !link->failed) {
             ngx_http_llm_transition(lmcf, i, es->state, &note,
                                     "not reachable: %s", link->err);
 
@@ -886,6 +886,8 @@ ngx_int_t
 ngx_http_llm_engine_drain(ngx_http_llm_main_conf_t *lmcf, ngx_uint_t engine,
     ngx_uint_t drain, const char **why)
 {
+    ngx_uint_t                 own;
+    ngx_http_llm_link_t       *link;
     ngx_http_llm_note_t        note;
     ngx_http_llm_engine_sh_t  *es;
 
@@ -897,12 +899,17 @@ ngx_http_llm_engine_drain(ngx_http_llm_main_conf_t *lmcf, ngx_uint_t engine,
     es = &lmcf->sh->engines[engine];
     es->drain = drain;
 
+    /* an engine draining on its own stays draining */
+    link = ngx_http_llm_link(engine);
+    own = link->attached
+          && llm_ipc_engine_state(&link->client) == LLM_STATE_DRAINING;
+
     if (drain && es->state == NGX_HTTP_LLM_HEALTHY) {
         ngx_http_llm_transition(lmcf, engine, NGX_HTTP_LLM_DRAINING, &note,
                                 "drained by admin: running requests finish, "
                                 "new ones are not admitted");
 
-    } else if (!drain && es->state == NGX_HTTP_LLM_DRAINING) {
+    } else if (!drain && es->state == NGX_HTTP_LLM_DRAINING && !own) {
         ngx_http_llm_transition(lmcf, engine, NGX_HTTP_LLM_HEALTHY, &note,
                                 "resumed by admin");
     }

@@ -441,6 +441,8 @@ struct ngx_http_llm_link_s {
     ngx_int_t                    err_rc;     /* last attach failure */
     u_char                       err[256];
     unsigned                     attached:1;
+    unsigned                     failed:1;   /* segment says FAILED or
+                                                STOPPED */
 };
 
 ngx_int_t ngx_http_llm_links_init(ngx_cycle_t *cycle,
