@@ -38,7 +38,8 @@ $(FLAGS_STAMP):
 
 GIT_REV := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 $(BUILD)/obj/engine/version.o: CFLAGS += -DLLM_GIT_REV='"$(GIT_REV)"'
-$(BUILD)/obj/engine/version.o: $(wildcard .git/HEAD)
+# In a worktree .git is a file; ask git where HEAD lives.
+$(BUILD)/obj/engine/version.o: $(wildcard $(shell git rev-parse --git-dir 2>/dev/null)/HEAD)
 
 LIB := $(BUILD)/libengine.a
 BIN := $(BUILD)/bin/llm-engine

@@ -95,11 +95,11 @@ int shm_users(const char *file, pid_t *pids, int max, bool *unknown)
         if (!isdigit((unsigned char)e->d_name[0])) continue;
         pid_t pid = (pid_t)atoi(e->d_name);
         if (pid == self) continue;
-        bool denied = false;
-        bool hit = maps_file(pid, target, &denied) || holds_file(pid, target, &denied);
-        /* A process that vanished meanwhile is no user; one we may not
-         * inspect might be. */
-        if (denied && pid_alive(pid)) *unknown = true;
+        bool maps_denied = false, fd_denied = false;
+        bool hit = maps_file(pid, target, &maps_denied) || holds_file(pid, target, &fd_denied);
+        /* Clients keep the segment's fd open while attached, so either
+         * view suffices; a live process hiding both might be a user. */
+        if (!hit && maps_denied && fd_denied && pid_alive(pid)) *unknown = true;
         if (hit) {
             if (n < max) pids[n] = pid;
             n++;

@@ -10,9 +10,10 @@
 /* True if pid exists and is not a zombie (a zombie has closed its files). */
 bool pid_alive(pid_t pid);
 
-/* Processes other than this one that map or hold open /dev/shm/<file>.
- * Stores up to max pids, returns how many there are; *unknown is set when
- * some process could not be inspected (no permission). */
+/* Processes other than this one that map or hold open /dev/shm/<file>
+ * (from /proc/PID/maps and /proc/PID/fd).  Stores up to max pids, returns
+ * how many there are; *unknown is set when a live process allows neither
+ * view (no permission), so it might be a user. */
 int shm_users(const char *file, pid_t *pids, int max, bool *unknown);
 
 #endif

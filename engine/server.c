@@ -79,21 +79,13 @@ static void *heartbeat_main(void *arg)
 
 /* ---- connections ------------------------------------------------------- */
 
-static bool send_now(int fd, const llm_ipc_msg *m)
-{
-    return send(fd, m, sizeof *m, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof *m;
-}
-
-/* Queue-or-send a message; a worker that leaves its doorbell unread for
- * pending_max messages is hung and loses its connection. */
+/* Queue a message; conn_flush sends the queue as packets at the end of
+ * the loop iteration, so a worker gets one packet per step however many
+ * of its slots have events.  A worker that leaves pending_max messages
+ * unread is hung and loses its connection. */
 static void conn_send(server *sv, struct conn *c, const llm_ipc_msg *m)
 {
     if (c->closing) return;
-    if (!c->n_pending && send_now(c->fd, m)) return;
-    if (!c->n_pending && errno != EAGAIN && errno != EWOULDBLOCK) {
-        c->closing = true;
-        return;
-    }
     if (c->n_pending == sv->pending_max) {
         logf_(sv, "worker pid %d does not read its doorbell; dropping its connection", c->pid);
         c->closing = true;
@@ -105,8 +97,17 @@ static void conn_send(server *sv, struct conn *c, const llm_ipc_msg *m)
 static void conn_flush(struct conn *c)
 {
     int i = 0;
-    while (i < c->n_pending && send_now(c->fd, &c->pending[i])) i++;
-    if (i < c->n_pending && errno != EAGAIN && errno != EWOULDBLOCK) c->closing = true;
+    while (i < c->n_pending && !c->closing) {
+        int k = c->n_pending - i;
+        if (k > LLM_IPC_MSGS_PER_PACKET) k = LLM_IPC_MSGS_PER_PACKET;
+        ssize_t r = send(c->fd, c->pending + i, (size_t)k * sizeof *c->pending,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (r < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) c->closing = true;
+            break;
+        }
+        i += k;
+    }
     memmove(c->pending, c->pending + i, (size_t)(c->n_pending - i) * sizeof *c->pending);
     c->n_pending -= i;
 }
@@ -157,34 +158,41 @@ static void accept_all(server *sv)
     }
 }
 
+/* One worker message; -1 when the connection must close. */
+static int handle_msg(server *sv, struct conn *c, const llm_ipc_msg *m)
+{
+    switch (m->type) {
+    case LLM_MSG_HELLO:
+        if (m->version != LLM_IPC_VERSION) {
+            logf_(sv, "worker pid %d speaks protocol %u, engine %u; closing", c->pid,
+                  m->version, LLM_IPC_VERSION);
+            c->closing = true;
+            return -1;
+        }
+        break;
+    case LLM_MSG_SUBMIT:
+    case LLM_MSG_CANCEL:
+        sched_poke(sv->S, m->slot);
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
 static void read_conn(server *sv, struct conn *c)
 {
+    static llm_ipc_msg in[LLM_IPC_MSGS_PER_PACKET];
     for (;;) {
-        llm_ipc_msg m;
-        ssize_t r = recv(c->fd, &m, sizeof m, MSG_DONTWAIT);
+        ssize_t r = recv(c->fd, in, sizeof in, MSG_DONTWAIT);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         if (r <= 0) {
             c->closing = true;
             return;
         }
-        if (r != (ssize_t)sizeof m) continue;
-        switch (m.type) {
-        case LLM_MSG_HELLO:
-            if (m.version != LLM_IPC_VERSION) {
-                logf_(sv, "worker pid %d speaks protocol %u, engine %u; closing", c->pid,
-                      m.version, LLM_IPC_VERSION);
-                c->closing = true;
-                return;
-            }
-            break;
-        case LLM_MSG_SUBMIT:
-        case LLM_MSG_CANCEL:
-            sched_poke(sv->S, m.slot);
-            break;
-        default:
-            break;
-        }
+        for (size_t i = 0; i < (size_t)r / sizeof *in; i++)
+            if (handle_msg(sv, c, &in[i]) < 0) return;
     }
 }
 
@@ -283,6 +291,7 @@ static void print_capacity(server *sv, const recipe *r, const runner_capacity *c
 static int serve_loop(server *sv, int sig_fd)
 {
     struct pollfd *pfd = malloc((MAX_CONNS + 2) * sizeof *pfd);
+    if (!pfd) return 1;
     strbuf err;
     sb_init(&err);
     int status = STEP_IDLE, rc = 0;
@@ -370,6 +379,11 @@ int server_run(const server_opts *o)
         return 2;
     }
     server *sv = calloc(1, sizeof *sv);
+    if (!sv) {
+        recipe_free(&r);
+        sb_free(&err);
+        return 1;
+    }
     const char *run_dir = o->run_dir ? o->run_dir : r.run_dir;
     sv->name = o->name ? o->name : r.name;
     sv->listen_fd = -1;
@@ -443,12 +457,12 @@ int server_run(const server_opts *o)
     if (exit_code == 0) {
         segment_set_state(&sv->seg, LLM_STATE_STOPPED, NULL);
         broadcast_state(sv, LLM_STATE_STOPPED);
-        for (int i = 0; i < sv->n_conns; i++) conn_flush(&sv->conns[i]);
         logf_(sv, "drained; stopped");
     }
     sb_reset(&err);
 stop:
     for (int i = 0; i < sv->n_conns; i++) {
+        conn_flush(&sv->conns[i]);
         close(sv->conns[i].fd);
         free(sv->conns[i].pending);
     }

@@ -35,7 +35,7 @@ static pid_t h_children[H_MAX_CHILDREN];
 static int h_n_children;
 static pid_t h_parent;
 
-static void h_cleanup(void)
+static inline void h_cleanup(void)
 {
     if (getpid() != h_parent) return;
     for (int i = 0; i < H_MAX_ENGINES; i++)
@@ -51,19 +51,19 @@ static void h_cleanup(void)
             h_children[i] = 0;
         }
     for (int i = 0; i < h_n_names; i++) {
-        char shm[96];
+        char shm[sizeof h_names + 8];
         snprintf(shm, sizeof shm, "/llm-%s", h_names[i]);
         shm_unlink(shm);
     }
     if (h_run_dir[0]) {
-        char cmd[300];
+        char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", h_run_dir);
         if (system(cmd) != 0) fprintf(stderr, "# could not remove %s\n", h_run_dir);
         h_run_dir[0] = 0;
     }
 }
 
-static void h_on_alarm(int sig)
+static inline void h_on_alarm(int sig)
 {
     (void)sig;
     static const char msg[] = "not ok - test ran past its 20 s bound\n";
@@ -73,7 +73,7 @@ static void h_on_alarm(int sig)
 }
 
 /* Call first: private run dir, cleanup at exit, a 20 s bound. */
-static void h_init(const char *test)
+static inline void h_init(const char *test)
 {
     h_parent = getpid();
     snprintf(h_run_dir, sizeof h_run_dir, "/tmp/llm-%s-XXXXXX", test);
@@ -88,26 +88,29 @@ static void h_init(const char *test)
 }
 
 /* A unique engine name for this test run ("t-<tag>-<pid>"). */
-static const char *h_name(const char *tag)
+static inline const char *h_name(const char *tag)
 {
     snprintf(h_names[h_n_names], sizeof h_names[0], "t-%s-%d", tag, (int)getpid());
     return h_names[h_n_names++];
 }
 
-/* Write a recipe for the scripted runner; returns its path (static). */
-static const char *h_recipe(const char *name, int max_num_seqs, int slots, const char *extra)
+/* Write a recipe for the scripted runner (max_model_len 4096 unless
+ * extra sets it); returns its path (static). */
+static inline const char *h_recipe(const char *name, int max_num_seqs, int slots, const char *extra)
 {
     static char path[320];
     snprintf(path, sizeof path, "%s/%s.yaml", h_run_dir, name);
     FILE *f = fopen(path, "w");
     fprintf(f, "name: %s\nrun_dir: %s\nbackend: cpu\nmodel:\n  path: /nonexistent/%s\n"
-               "max_model_len: 4096\nmax_num_seqs: %d\nslots: %d\nmax_request_bytes: 1MiB\n%s",
-            name, h_run_dir, name, max_num_seqs, slots, extra ? extra : "");
+               "max_num_seqs: %d\nslots: %d\nmax_request_bytes: 1MiB\n%s%s",
+            name, h_run_dir, name, max_num_seqs, slots,
+            extra && strstr(extra, "max_model_len:") ? "" : "max_model_len: 4096\n",
+            extra ? extra : "");
     fclose(f);
     return path;
 }
 
-static int h_engine_index(pid_t pid)
+static inline int h_engine_index(pid_t pid)
 {
     for (int i = 0; i < H_MAX_ENGINES; i++)
         if (h_engines[i] == pid) return i;
@@ -116,7 +119,7 @@ static int h_engine_index(pid_t pid)
 
 /* fork/exec `llm-engine serve` with the given runner; stderr goes to
  * <run_dir>/<name>.log. */
-static pid_t h_start_engine_with(const char *name, const char *recipe, const char *runner)
+static inline pid_t h_start_engine_with(const char *name, const char *recipe, const char *runner)
 {
     pid_t pid = fork();
     if (pid == 0) {
@@ -133,35 +136,35 @@ static pid_t h_start_engine_with(const char *name, const char *recipe, const cha
     return pid;
 }
 
-static pid_t h_start_engine(const char *name, const char *recipe)
+static inline pid_t h_start_engine(const char *name, const char *recipe)
 {
     return h_start_engine_with(name, recipe, "scripted");
 }
 
-static void h_forget_engine(pid_t pid)
+static inline void h_forget_engine(pid_t pid)
 {
     int i = h_engine_index(pid);
     if (i >= 0) h_engines[i] = 0;
 }
 
-static void h_track_child(pid_t pid)
+static inline void h_track_child(pid_t pid)
 {
     if (h_n_children < H_MAX_CHILDREN) h_children[h_n_children++] = pid;
 }
 
-static long h_now_ms(void)
+static inline long h_now_ms(void)
 {
     return (long)(llm_ipc_now_ns() / 1000000);
 }
 
-static void h_sleep_ms(long ms)
+static inline void h_sleep_ms(long ms)
 {
     struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
     nanosleep(&ts, NULL);
 }
 
 /* Attach (and connect) once the engine is READY; 0 on success. */
-static int h_attach_ready(llm_ipc_client *c, const char *name, long timeout_ms)
+static inline int h_attach_ready(llm_ipc_client *c, const char *name, long timeout_ms)
 {
     char err[256] = "";
     long end = h_now_ms() + timeout_ms;
@@ -179,7 +182,7 @@ static int h_attach_ready(llm_ipc_client *c, const char *name, long timeout_ms)
 }
 
 /* Exit status of pid within timeout_ms, or -1 if still running. */
-static int h_wait_exit(pid_t pid, long timeout_ms)
+static inline int h_wait_exit(pid_t pid, long timeout_ms)
 {
     long end = h_now_ms() + timeout_ms;
     int st;
@@ -195,7 +198,7 @@ static int h_wait_exit(pid_t pid, long timeout_ms)
 }
 
 /* Claim a slot, write body, submit.  Returns 0 or a client error code. */
-static int h_submit(llm_ipc_client *c, llm_ipc_handle *h, const char *body, enum llm_ipc_kind kind)
+static inline int h_submit(llm_ipc_client *c, llm_ipc_handle *h, const char *body, enum llm_ipc_kind kind)
 {
     int rc = llm_ipc_claim(c, h);
     if (rc) return rc;
@@ -212,7 +215,7 @@ static int h_submit(llm_ipc_client *c, llm_ipc_handle *h, const char *body, enum
  * to content (either may be NULL).  Returns the finish reason, 0 on
  * timeout, LLM_IPC_EDEAD if the engine died first, other negatives on
  * protocol errors. */
-static int h_collect(llm_ipc_client *c, const llm_ipc_handle *h, long timeout_ms, strbuf *out,
+static inline int h_collect(llm_ipc_client *c, const llm_ipc_handle *h, long timeout_ms, strbuf *out,
                      strbuf *content)
 {
     static unsigned char buf[2 * LLM_IPC_EVENT_MAX];
@@ -244,7 +247,7 @@ static int h_collect(llm_ipc_client *c, const llm_ipc_handle *h, long timeout_ms
 }
 
 /* Run `llm-engine ARGS...` and capture stdout; returns the exit status. */
-static int h_run_cli(strbuf *out, const char *const *args)
+static inline int h_run_cli(strbuf *out, const char *const *args)
 {
     int pfd[2];
     if (pipe(pfd) < 0) return -1;
@@ -272,7 +275,7 @@ static int h_run_cli(strbuf *out, const char *const *args)
 }
 
 /* `llm-engine status` for name, parsed; caller frees with yajl_tree_free. */
-static yajl_val h_status(const char *name)
+static inline yajl_val h_status(const char *name)
 {
     strbuf out;
     sb_init(&out);
@@ -285,13 +288,13 @@ static yajl_val h_status(const char *name)
 }
 
 /* A counter from the mapped header. */
-static uint64_t h_counter(const llm_ipc_client *c, enum llm_ipc_counter k)
+static inline uint64_t h_counter(const llm_ipc_client *c, enum llm_ipc_counter k)
 {
     return atomic_load_explicit(&c->hdr->counters[k], memory_order_relaxed);
 }
 
 /* Slots of the mapped segment in state st. */
-static int h_slots_in(const llm_ipc_client *c, enum llm_slot_state st)
+static inline int h_slots_in(const llm_ipc_client *c, enum llm_slot_state st)
 {
     int n = 0;
     for (uint32_t k = 0; k < c->hdr->n_slots; k++)

@@ -170,7 +170,11 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free in
 
 /* ---- doorbells ------------------------------------------------------- */
 
-/* Fixed 16-byte messages over the SOCK_SEQPACKET socket <run_dir>/<name>.sock. */
+/* Fixed 16-byte messages over the SOCK_SEQPACKET socket <run_dir>/<name>.sock.
+ * One packet carries 1..LLM_IPC_MSGS_PER_PACKET of them back to back: the
+ * engine sends each worker one packet per step, however many of its slots
+ * got events. */
+#define LLM_IPC_MSGS_PER_PACKET 256
 enum llm_ipc_msg_type {
     LLM_MSG_HELLO   = 1,  /* worker→engine: arg = pid */
     LLM_MSG_SUBMIT  = 2,  /* worker→engine: slot submitted, arg = generation */

@@ -170,23 +170,27 @@ int llm_ipc_connect(llm_ipc_client *c, char *err, size_t errlen)
 int llm_ipc_recv(llm_ipc_client *c, llm_ipc_msg *msgs, int max)
 {
     int n = 0;
-    if (c->dead) return LLM_IPC_EDEAD;
-    if (c->sock_fd < 0) return 0;
+    if (c->sock_fd < 0) return c->dead ? LLM_IPC_EDEAD : 0;
     while (n < max) {
-        llm_ipc_msg m;
-        ssize_t r = recv(c->sock_fd, &m, sizeof m, MSG_DONTWAIT);
+        if (c->in_off < c->in_n) {
+            llm_ipc_msg m = c->in[c->in_off++];
+            if (m.type == LLM_MSG_WELCOME) {
+                if (m.arg != c->epoch) c->dead = 1;  /* a new engine behind the old socket */
+                continue;
+            }
+            msgs[n++] = m;
+            continue;
+        }
+        if (c->dead) break;
+        ssize_t r = recv(c->sock_fd, c->in, sizeof c->in, MSG_DONTWAIT);
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {                 /* EOF or reset: the engine is gone */
             c->dead = 1;
             break;
         }
-        if (r != (ssize_t)sizeof m) continue;   /* not a protocol message */
-        if (m.type == LLM_MSG_WELCOME) {
-            if (m.arg != c->epoch) c->dead = 1;  /* a new engine behind the old socket */
-            continue;
-        }
-        msgs[n++] = m;
+        c->in_n = (uint32_t)((size_t)r / sizeof(llm_ipc_msg));
+        c->in_off = 0;
     }
     return n ? n : c->dead ? LLM_IPC_EDEAD : 0;
 }

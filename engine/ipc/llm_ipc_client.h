@@ -55,6 +55,8 @@ typedef struct {
     uint64_t epoch;             /* engine epoch at attach */
     int32_t  pid;               /* this process, recorded at attach */
     uint32_t next_slot;         /* where the next claim starts looking */
+    uint32_t in_n, in_off;      /* doorbell messages received, not yet returned */
+    llm_ipc_msg in[LLM_IPC_MSGS_PER_PACKET];
     char     shm_name[LLM_IPC_NAME_MAX + 8];
     char     sock_path[108];
 } llm_ipc_client;

@@ -1,0 +1,285 @@
+#include "sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+struct sampler {
+    sampling_params p;
+    int       vocab;
+    uint64_t  rng[4];        /* xoshiro256** */
+    uint32_t *out_count;     /* times each token was generated */
+    uint8_t  *in_prompt;     /* token appeared in the prompt */
+    /* scratch */
+    float    *prob;
+    int32_t  *idx;
+    uint8_t  *keep;
+};
+
+void sampling_params_default(sampling_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->temperature = 1.0f;
+    p->top_p = 1.0f;
+    p->top_k = -1;
+    p->repetition_penalty = 1.0f;
+    p->top_logprobs = -1;
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t next_u64(uint64_t *s)
+{
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
+    s[2] ^= t; s[3] = rotl(s[3], 45);
+    return r;
+}
+
+/* uniform in [0, 1) with 53 random bits */
+static double next_unit(uint64_t *s) { return (next_u64(s) >> 11) * 0x1.0p-53; }
+
+sampler *sampler_new(const sampling_params *p, int vocab,
+                     const int32_t *prompt, int n_prompt)
+{
+    sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->p = *p;
+    s->vocab = vocab;
+    s->out_count = calloc((size_t)vocab, sizeof *s->out_count);
+    s->in_prompt = calloc((size_t)vocab, 1);
+    s->prob = malloc((size_t)vocab * sizeof *s->prob);
+    s->idx = malloc((size_t)vocab * sizeof *s->idx);
+    s->keep = malloc((size_t)vocab);
+    if (!s->out_count || !s->in_prompt || !s->prob || !s->idx || !s->keep) {
+        sampler_free(s);
+        return NULL;
+    }
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] >= 0 && prompt[i] < vocab) s->in_prompt[prompt[i]] = 1;
+    uint64_t seed = p->seed;
+    if (!p->has_seed && getrandom(&seed, sizeof seed, 0) != sizeof seed)
+        seed = (uint64_t)(uintptr_t)s ^ 0x5eed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&seed);
+    return s;
+}
+
+void sampler_free(sampler *s)
+{
+    if (!s) return;
+    free(s->out_count);
+    free(s->in_prompt);
+    free(s->prob);
+    free(s->idx);
+    free(s->keep);
+    free(s);
+}
+
+void sampler_ban(float *logits, int32_t token) { logits[token] = -INFINITY; }
+
+static void apply_penalties(const sampler *s, float *logits)
+{
+    const sampling_params *p = &s->p;
+    bool rep = p->repetition_penalty != 1.0f;
+    bool pf = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    if (!rep && !pf) return;
+    for (int i = 0; i < s->vocab; i++) {
+        uint32_t c = s->out_count[i];
+        if (rep && (c || s->in_prompt[i]))
+            logits[i] = logits[i] > 0 ? logits[i] / p->repetition_penalty
+                                      : logits[i] * p->repetition_penalty;
+        if (pf && c)
+            logits[i] -= p->frequency_penalty * (float)c + p->presence_penalty;
+    }
+}
+
+/* Fill top-n (token, logprob) of the raw distribution. */
+static void top_logprobs(const float *logits, int vocab, float lse, int n,
+                         sample_result *out)
+{
+    out->n_top = 0;
+    for (int i = 0; i < vocab; i++) {
+        float v = logits[i];
+        if (!(v > -INFINITY)) continue;
+        int k = out->n_top;
+        if (k == n && v <= logits[out->top_token[k - 1]]) continue;
+        if (k < n) out->n_top++;
+        else k = n - 1;
+        while (k > 0 && logits[out->top_token[k - 1]] < v) {
+            out->top_token[k] = out->top_token[k - 1];
+            k--;
+        }
+        out->top_token[k] = i;
+    }
+    for (int k = 0; k < out->n_top; k++)
+        out->top_logprob[k] = logits[out->top_token[k]] - lse;
+}
+
+static float log_sum_exp(const float *x, int n, float *maxv)
+{
+    float m = -INFINITY;
+    for (int i = 0; i < n; i++) if (x[i] > m) m = x[i];
+    *maxv = m;
+    if (m == -INFINITY) return m;
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)(x[i] - m));
+    return m + (float)log(sum);
+}
+
+/* Move the k largest-probability entries of idx[0..n) to the front
+ * (unordered); quickselect, expected O(n). */
+static void select_top(const float *prob, int32_t *idx, int n, int k)
+{
+    int lo = 0, hi = n;
+    while (hi - lo > 1) {
+        float pivot = prob[idx[lo + (hi - lo) / 2]];
+        int i = lo, j = hi - 1;
+        while (i <= j) {
+            while (prob[idx[i]] > pivot) i++;
+            while (prob[idx[j]] < pivot) j--;
+            if (i <= j) { int32_t t = idx[i]; idx[i] = idx[j]; idx[j] = t; i++; j--; }
+        }
+        if (k <= j) hi = j + 1;
+        else if (k >= i) lo = i;
+        else return;
+    }
+}
+
+static int by_prob_desc(const void *a, const void *b, void *ctx)
+{
+    const float *prob = ctx;
+    float x = prob[*(const int32_t *)a], y = prob[*(const int32_t *)b];
+    if (x != y) return x < y ? 1 : -1;
+    return *(const int32_t *)a - *(const int32_t *)b;
+}
+
+void sampler_sample(sampler *s, float *logits, sample_result *out)
+{
+    const sampling_params *p = &s->p;
+    int V = s->vocab;
+    float mx;
+
+    /* logprobs come from the raw distribution */
+    if (p->top_logprobs >= 0) {
+        float lse = log_sum_exp(logits, V, &mx);
+        int n = p->top_logprobs > SAMPLER_MAX_TOP_LOGPROBS ? SAMPLER_MAX_TOP_LOGPROBS
+                                                           : p->top_logprobs;
+        top_logprobs(logits, V, lse, n, out);
+        out->logprob = lse;   /* completed below once the token is known */
+    } else {
+        out->n_top = 0;
+    }
+    float raw_lse = out->logprob;
+    float *raw_copy = NULL;
+    if (p->top_logprobs >= 0 && (p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f
+                                 || p->frequency_penalty != 0.0f)) {
+        raw_copy = malloc((size_t)V * sizeof *raw_copy);
+        if (raw_copy) memcpy(raw_copy, logits, (size_t)V * sizeof *raw_copy);
+    }
+
+    apply_penalties(s, logits);
+
+    int32_t tok = 0;
+    if (p->temperature <= 0.0f) {
+        /* greedy: the lowest id among equal maxima */
+        float best = -INFINITY;
+        for (int i = 0; i < V; i++)
+            if (logits[i] > best) { best = logits[i]; tok = i; }
+    } else {
+        /* softmax at temperature into prob[] */
+        float inv_t = 1.0f / p->temperature;
+        float m = -INFINITY;
+        for (int i = 0; i < V; i++) if (logits[i] > m) m = logits[i];
+        int n = 0;
+        double sum = 0;
+        for (int i = 0; i < V; i++) {
+            float e = logits[i] > -INFINITY ? expf((logits[i] - m) * inv_t) : 0.0f;
+            s->prob[i] = e;
+            if (e > 0) { s->idx[n++] = i; sum += e; }
+        }
+        if (n == 0) { s->idx[n++] = 0; s->prob[0] = 1; sum = 1; }
+        /* top-k */
+        if (p->top_k > 0 && p->top_k < n) {
+            select_top(s->prob, s->idx, n, p->top_k);
+            n = p->top_k;
+            sum = 0;
+            for (int i = 0; i < n; i++) sum += s->prob[s->idx[i]];
+        }
+        /* top-p: the smallest high-probability set with mass >= top_p.
+         * Narrow with quickselect before sorting: the set is usually tiny. */
+        if (p->top_p < 1.0f) {
+            double need = p->top_p * sum;
+            int k = 64 < n ? 64 : n;
+            for (;;) {
+                select_top(s->prob, s->idx, n, k);
+                double mass = 0;
+                for (int i = 0; i < k; i++) mass += s->prob[s->idx[i]];
+                if (mass >= need || k == n) break;
+                k = k * 4 < n ? k * 4 : n;
+            }
+            qsort_r(s->idx, (size_t)k, sizeof *s->idx, by_prob_desc, s->prob);
+            double acc = 0;
+            int keep = 0;
+            while (keep < k) {
+                acc += s->prob[s->idx[keep++]];
+                if (acc >= need) break;
+            }
+            n = keep;
+            sum = acc;
+        }
+        /* min-p: drop tokens below min_p times the top probability */
+        if (p->min_p > 0.0f) {
+            float top = 0;
+            for (int i = 0; i < n; i++) if (s->prob[s->idx[i]] > top) top = s->prob[s->idx[i]];
+            float cut = p->min_p * top;
+            int w = 0;
+            sum = 0;
+            for (int i = 0; i < n; i++)
+                if (s->prob[s->idx[i]] >= cut) { s->idx[w++] = s->idx[i]; sum += s->prob[s->idx[i]]; }
+            n = w;
+        }
+        /* inverse CDF in a canonical order (ascending id) so the same seed
+         * gives the same token however selection permuted the candidates */
+        double r = next_unit(s->rng) * sum, acc = 0;
+        tok = -1;
+        if (n <= 256) {
+            int32_t *a = s->idx;
+            for (int i = 1; i < n; i++) {
+                int32_t v = a[i];
+                int j = i;
+                while (j > 0 && a[j - 1] > v) { a[j] = a[j - 1]; j--; }
+                a[j] = v;
+            }
+            for (int i = 0; i < n && tok < 0; i++) {
+                acc += s->prob[a[i]];
+                if (r < acc) tok = a[i];
+            }
+            if (tok < 0) tok = a[n - 1];
+        } else {
+            memset(s->keep, 0, (size_t)V);
+            for (int i = 0; i < n; i++) s->keep[s->idx[i]] = 1;
+            for (int i = 0; i < V && tok < 0; i++) {
+                if (!s->keep[i]) continue;
+                acc += s->prob[i];
+                if (r < acc) tok = i;
+            }
+            for (int i = V - 1; tok < 0 && i >= 0; i--)
+                if (s->keep[i]) tok = i;
+        }
+    }
+
+    out->token = tok;
+    if (p->top_logprobs >= 0)
+        out->logprob = (raw_copy ? raw_copy[tok] : logits[tok]) - raw_lse;
+    free(raw_copy);
+    if (tok >= 0 && tok < V) s->out_count[tok]++;
+}

@@ -1,0 +1,215 @@
+/* Sampler and stop strings: each filter keeps exactly the tokens it should,
+ * seeds reproduce, frequencies follow the distribution, logprobs are the
+ * raw model's, stop strings match across token boundaries. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sampler.h"
+#include "stop_match.h"
+#include "tap.h"
+
+/* logits whose softmax is probs[] */
+static void logits_of(const double *probs, int n, float *out)
+{
+    for (int i = 0; i < n; i++) out[i] = probs[i] > 0 ? (float)log(probs[i]) : -INFINITY;
+}
+
+/* Sample `draws` times; count[i] = how often token i came out. */
+static void histogram(const sampling_params *p, const double *probs, int n, int draws,
+                      int *count)
+{
+    sampler *s = sampler_new(p, n, NULL, 0);
+    float *lg = malloc(sizeof(float) * (size_t)n);
+    memset(count, 0, sizeof(int) * (size_t)n);
+    for (int d = 0; d < draws; d++) {
+        sample_result r;
+        logits_of(probs, n, lg);
+        sampler_sample(s, lg, &r);
+        count[r.token]++;
+    }
+    free(lg);
+    sampler_free(s);
+}
+
+int main(void)
+{
+    sampling_params p;
+    const double probs[4] = { 0.5, 0.3, 0.15, 0.05 };
+    int count[1000];
+    sample_result r;
+
+    /* greedy */
+    sampling_params_default(&p);
+    p.temperature = 0;
+    {
+        float lg[5] = { 1, 3, 3, -INFINITY, 2 };
+        sampler *s = sampler_new(&p, 5, NULL, 0);
+        sampler_sample(s, lg, &r);
+        is_int(r.token, 1, "greedy: argmax, lowest id among ties");
+        sampler_free(s);
+    }
+
+    /* plain sampling follows the distribution (fixed seed: deterministic) */
+    sampling_params_default(&p);
+    p.has_seed = true;
+    p.seed = 42;
+    histogram(&p, probs, 4, 40000, count);
+    int within = 1;
+    for (int i = 0; i < 4; i++) {
+        double f = count[i] / 40000.0;
+        if (fabs(f - probs[i]) > 4 * sqrt(probs[i] * (1 - probs[i]) / 40000.0)) within = 0;
+    }
+    ok(within, "temperature 1 frequencies within 4 sigma (%d %d %d %d)", count[0],
+       count[1], count[2], count[3]);
+
+    /* temperature sharpens */
+    p.temperature = 0.5f;
+    histogram(&p, probs, 4, 20000, count);
+    {
+        /* p^2 normalized: .25/(.25+.09+.0225+.0025) = .685 */
+        double f0 = count[0] / 20000.0;
+        ok(fabs(f0 - 0.25 / 0.365) < 0.02, "temperature 0.5 squares the odds (%.3f)", f0);
+    }
+
+    p.temperature = 1;
+    p.top_k = 2;
+    histogram(&p, probs, 4, 5000, count);
+    ok(count[2] == 0 && count[3] == 0 && count[0] > count[1] && count[1] > 0,
+       "top_k 2 keeps the two most likely");
+    p.top_k = -1;
+    p.top_p = 0.7f;
+    histogram(&p, probs, 4, 5000, count);
+    ok(count[2] == 0 && count[3] == 0 && count[1] > 0, "top_p 0.7 keeps {0.5, 0.3}");
+    p.top_p = 0.85f;
+    histogram(&p, probs, 4, 5000, count);
+    ok(count[2] > 0 && count[3] == 0, "top_p 0.85 keeps three");
+    p.top_p = 1;
+    p.min_p = 0.5f;
+    histogram(&p, probs, 4, 5000, count);
+    ok(count[1] > 0 && count[2] == 0 && count[3] == 0, "min_p 0.5 drops p < 0.25");
+    p.min_p = 0;
+
+    /* seeds: same seed same tokens; the large-vocab path too */
+    {
+        double big[1000];
+        for (int i = 0; i < 1000; i++) big[i] = 1.0 / 1000;
+        int a[50], b[50], c[50];
+        for (int run = 0; run < 3; run++) {
+            sampling_params q = p;
+            q.seed = run == 2 ? 7 : 1234;
+            sampler *s = sampler_new(&q, 1000, NULL, 0);
+            float lg[1000];
+            for (int t = 0; t < 50; t++) {
+                logits_of(big, 1000, lg);
+                sampler_sample(s, lg, &r);
+                (run == 0 ? a : run == 1 ? b : c)[t] = r.token;
+            }
+            sampler_free(s);
+        }
+        ok(!memcmp(a, b, sizeof a), "same seed, same 50 tokens (1000-token vocab)");
+        ok(memcmp(a, c, sizeof a) != 0, "another seed, another sequence");
+        histogram(&p, big, 1000, 20000, count);
+        int nonzero = 0;
+        for (int i = 0; i < 1000; i++) nonzero += count[i] > 0;
+        ok(nonzero > 990, "uniform 1000-token vocab reaches nearly every token (%d)", nonzero);
+    }
+
+    /* penalties */
+    {
+        sampling_params q;
+        sampling_params_default(&q);
+        q.temperature = 0;
+        q.repetition_penalty = 2;
+        int32_t prompt[1] = { 0 };
+        sampler *s = sampler_new(&q, 3, prompt, 1);
+        float lg[3] = { 2.0f, 1.5f, -1.0f };
+        sampler_sample(s, lg, &r);
+        ok(r.token == 1 && lg[0] == 1.0f, "repetition penalty divides a positive prompt logit");
+        sampler_free(s);
+
+        q.repetition_penalty = 1;
+        q.frequency_penalty = 0.6f;
+        s = sampler_new(&q, 3, NULL, 0);
+        float l1[3] = { 1.0f, 0.5f, 0.0f };
+        sampler_sample(s, l1, &r);
+        is_int(r.token, 0, "first pick is the argmax");
+        float l2[3] = { 1.0f, 0.5f, 0.0f };
+        sampler_sample(s, l2, &r);
+        ok(r.token == 1 && fabsf(l2[0] - 0.4f) < 1e-6f, "frequency penalty after one use");
+        sampler_free(s);
+
+        q.frequency_penalty = 0;
+        q.presence_penalty = 2;
+        q.repetition_penalty = 1.5f;
+        q.top_logprobs = 2;
+        s = sampler_new(&q, 3, NULL, 0);
+        float l3[3] = { 1.0f, 0.0f, -1.0f };
+        sampler_sample(s, l3, &r);
+        float l4[3] = { 1.0f, 0.0f, -1.0f };
+        sampler_sample(s, l4, &r);
+        double lse = log(exp(1.0) + exp(0.0) + exp(-1.0));
+        ok(r.token == 1 && fabs(r.logprob - (0.0 - lse)) < 1e-5,
+           "logprob is the raw model's even after penalties (%f)", r.logprob);
+        ok(r.n_top == 2 && r.top_token[0] == 0 && r.top_token[1] == 1
+           && fabs(r.top_logprob[0] - (1.0 - lse)) < 1e-5, "top_logprobs sorted, raw");
+        sampler_free(s);
+    }
+
+    /* -inf never sampled */
+    {
+        sampling_params q;
+        sampling_params_default(&q);
+        q.has_seed = true;
+        q.seed = 3;
+        sampler *s = sampler_new(&q, 4, NULL, 0);
+        int bad = 0;
+        for (int t = 0; t < 2000; t++) {
+            float lg[4] = { 0, -INFINITY, 0, -INFINITY };
+            sampler_sample(s, lg, &r);
+            bad += r.token == 1 || r.token == 3;
+        }
+        is_int(bad, 0, "banned (-inf) tokens never come out");
+        sampler_free(s);
+    }
+
+    /* stop strings across token boundaries */
+    {
+        const char *stops[] = { "END", "<|x|>" };
+        stop_matcher m;
+        strbuf out;
+        sb_init(&out);
+        stop_init(&m, stops, 2);
+        const char *pieces[] = { "hello E", "N", "ough <|", "x", "|> tail" };
+        bool hit = false;
+        for (int i = 0; i < 5 && !hit; i++) hit = stop_feed(&m, pieces[i], strlen(pieces[i]), &out);
+        ok(hit && m.which == 1, "stop string split over three tokens matches");
+        is_str(out.data, "hello ENough ", "text before the stop, held prefix released");
+        stop_free(&m);
+
+        sb_reset(&out);
+        stop_init(&m, stops, 2);
+        stop_feed(&m, "abc EN", 6, &out);
+        is_str(out.data, "abc ", "possible prefix held back");
+        stop_flush(&m, &out);
+        is_str(out.data, "abc EN", "flush releases held text at the end");
+        stop_free(&m);
+
+        sb_reset(&out);
+        const char *st2[] = { "bc", "abcd" };
+        stop_init(&m, st2, 2);
+        hit = stop_feed(&m, "xxabcd", 6, &out);
+        ok(hit && m.which == 1, "the earliest-starting match wins");
+        is_str(out.data, "xx", "output ends before the stop");
+        ok(stop_feed(&m, "more", 4, &out) && !strcmp(out.data, "xx"), "nothing after a match");
+        stop_free(&m);
+
+        sb_reset(&out);
+        stop_init(&m, NULL, 0);
+        stop_feed(&m, "abc", 3, &out);
+        is_str(out.data, "abc", "no stops: pass-through");
+        stop_free(&m);
+        sb_free(&out);
+    }
+    return exit_status();
+}
