@@ -666,6 +666,10 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
         return;
     }
 
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "llm request %V: %V", &ctx->request_id,
+                   &ctx->req.canonical);
+
     rc = ngx_http_llm_admit(lmcf, ctx->route, ctx->pool, &ctx->ticket, &why);
 
     switch (rc) {

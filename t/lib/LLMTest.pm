@@ -38,9 +38,11 @@ sub scratch_dir {
     return $d;
 }
 
-# write_conf($dir, $http_block) -> path of nginx.conf
+# write_conf($dir, $http_block, %opt) -> path of nginx.conf
+#   log_level => 'debug' (default 'info')
 sub write_conf {
-    my ($dir, $http) = @_;
+    my ($dir, $http, %opt) = @_;
+    my $level = $opt{log_level} // 'info';
     my $mod = module_path();
     # workers must map the engine's segment: run them as this user
     my $user = $> == 0 ? 'user root;' : '';
@@ -51,7 +53,7 @@ daemon on;
 master_process on;
 $user
 worker_processes 2;
-error_log $dir/logs/error.log info;
+error_log $dir/logs/error.log $level;
 pid $dir/nginx.pid;
 events { worker_connections 256; }
 http {
