@@ -1094,9 +1094,13 @@ ngx_http_llm_start(ngx_http_llm_ctx_t *ctx)
 static ngx_int_t
 ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
 {
+    float                      lp;
+    size_t                     pos, len;
     uint64_t                   now;
     uint32_t                   ids[LLM_IPC_TOKENS_MAX], i;
+    const char                *bytes;
     ngx_pool_t                *pool;
+    ngx_http_llm_top_t         top[LLM_IPC_TOP_MAX];
     ngx_http_llm_event_t       ev;
     ngx_http_llm_main_conf_t  *lmcf;
 
@@ -1148,6 +1152,25 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
         ev.reasoning = raw->usage.reasoning_tokens;
         ev.cached = raw->usage.cached_tokens;
         ngx_http_llm_count_tokens(lmcf, &raw->usage);
+        break;
+
+    case LLM_EV_LOGPROB:
+        ev.type = NGX_HTTP_LLM_EV_LOGPROB;
+        ev.text.data = (u_char *) raw->text;
+        ev.text.len = raw->text_len;
+        ev.logprob = raw->logprob;
+        ev.top = top;
+        pos = 0;
+
+        while (ev.ntop < LLM_IPC_TOP_MAX
+               && llm_ipc_event_top(raw, &pos, &lp, &bytes, &len) == 1)
+        {
+            top[ev.ntop].bytes.data = (u_char *) bytes;
+            top[ev.ntop].bytes.len = len;
+            top[ev.ntop].logprob = lp;
+            ev.ntop++;
+        }
+
         break;
 
     case LLM_EV_TOKENS:
@@ -1212,7 +1235,7 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
         ev.name.len = ngx_strlen(ev.name.data);
         break;
 
-    default: /* prompt_info, logprob */
+    default: /* prompt_info */
         return NGX_OK;
     }
 

@@ -293,6 +293,7 @@ typedef struct {
     unsigned             stream:1;
     unsigned             include_usage:1;
     unsigned             test_script:1;  /* forward "test_script" */
+    unsigned             logprobs:1;     /* return log probabilities */
 
     ngx_uint_t           status;         /* error: HTTP status */
     ngx_str_t            err_message;
@@ -315,8 +316,15 @@ typedef enum {
     NGX_HTTP_LLM_EV_FINISH,
     NGX_HTTP_LLM_EV_USAGE,
     NGX_HTTP_LLM_EV_ERROR,
-    NGX_HTTP_LLM_EV_TOKENS
+    NGX_HTTP_LLM_EV_TOKENS,
+    NGX_HTTP_LLM_EV_LOGPROB
 } ngx_http_llm_event_type_e;
+
+/* an alternative token of a logprob event */
+typedef struct {
+    ngx_str_t                   bytes;
+    double                      logprob;
+} ngx_http_llm_top_t;
 
 /* One engine event, decoded from the slot's ring. */
 typedef struct {
@@ -331,6 +339,9 @@ typedef struct {
     uint64_t                    cached;
     uint32_t                   *tokens;    /* tokens: ids */
     ngx_uint_t                  ntokens;
+    double                      logprob;   /* logprob: text is the token */
+    ngx_http_llm_top_t         *top;
+    ngx_uint_t                  ntop;
 } ngx_http_llm_event_t;
 
 typedef enum {
@@ -370,6 +381,12 @@ typedef struct {
     uint64_t               reasoning;
     uint64_t               cached;
     ngx_http_llm_wbuf_t    tokens;         /* tokenize: uint32_t ids */
+    ngx_http_llm_wbuf_t    lp;             /* logprob entries (chat), or
+                                              "tokens" (completions) */
+    ngx_http_llm_wbuf_t    lp_values;      /* completions: token_logprobs */
+    ngx_http_llm_wbuf_t    lp_tops;        /* completions: top_logprobs */
+    ngx_http_llm_wbuf_t    lp_offsets;     /* completions: text_offset */
+    uint64_t               text_offset;    /* completions: characters */
 
     unsigned               started:1;
     unsigned               usage:1;

@@ -11,6 +11,8 @@
 
 #include "ngx_http_llm_module.h"
 
+#include <math.h>
+
 
 static void ngx_http_llm_fmt_usage(ngx_http_llm_fmt_t *f,
     ngx_http_llm_wbuf_t *out);
@@ -88,6 +90,10 @@ ngx_http_llm_fmt_init(ngx_http_llm_fmt_t *f, ngx_pool_t *pool,
     f->created = created;
 
     ngx_http_llm_wbuf_init(&f->tokens, pool);
+    ngx_http_llm_wbuf_init(&f->lp, pool);
+    ngx_http_llm_wbuf_init(&f->lp_values, pool);
+    ngx_http_llm_wbuf_init(&f->lp_tops, pool);
+    ngx_http_llm_wbuf_init(&f->lp_offsets, pool);
 
     return ngx_array_init(&f->items, pool, 4, sizeof(ngx_http_llm_item_t));
 }
@@ -370,6 +376,276 @@ ngx_http_llm_item_open(ngx_http_llm_fmt_t *f, ngx_http_llm_item_kind_e kind,
     }
 
     return it;
+}
+
+
+/* ---- log probabilities ------------------------------------------------- */
+
+/* length of the valid UTF-8 sequence at p, or 0 */
+static size_t
+ngx_http_llm_utf8_len(u_char *p, u_char *end)
+{
+    size_t      n, i;
+    uint32_t    c;
+
+    c = *p;
+
+    if (c < 0x80) {
+        return 1;
+    }
+
+    n = (c >= 0xf0 && c < 0xf5) ? 4 : (c >= 0xe0) && c < 0xf0 ? 3
+        : (c >= 0xc2 && c < 0xe0) ? 2 : 0;
+
+    if (n == 0 || (size_t) (end - p) < n) {
+        return 0;
+    }
+
+    c &= 0x7f >> n;
+
+    for (i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) {
+            return 0;
+        }
+
+        c = (c << 6) | (p[i] & 0x3f);
+    }
+
+    if ((n == 3 && (c < 0x800 || (c >= 0xd800 && c < 0xe000)))
+        || (n == 4 && (c < 0x10000 || c > 0x10ffff)))
+    {
+        return 0;
+    }
+
+    return n;
+}
+
+
+/*
+ * A token as a JSON string.  A token may end inside a character: such
+ * bytes become U+FFFD here, and "bytes" carries the exact ones.
+ */
+static void
+ngx_http_llm_put_token(ngx_http_llm_wbuf_t *w, ngx_str_t *t)
+{
+    size_t   n;
+    u_char  *p, *end, *run;
+
+    ngx_http_llm_puts(w, "\"");
+
+    p = t->data;
+    end = p + t->len;
+    run = p;
+
+    while (p < end) {
+        n = ngx_http_llm_utf8_len(p, end);
+
+        if (n) {
+            p += n;
+            continue;
+        }
+
+        if (ngx_http_llm_wbuf_reserve(w, 6 * (p - run) + 6) == NULL) {
+            return;
+        }
+
+        w->last = (u_char *) ngx_escape_json(w->last, run, p - run);
+        ngx_http_llm_puts(w, "\\ufffd");
+
+        run = ++p;
+    }
+
+    if (ngx_http_llm_wbuf_reserve(w, 6 * (p - run) + 1) != NULL) {
+        w->last = (u_char *) ngx_escape_json(w->last, run, p - run);
+    }
+
+    ngx_http_llm_puts(w, "\"");
+}
+
+
+static void
+ngx_http_llm_put_logprob(ngx_http_llm_wbuf_t *w, double lp)
+{
+    /* -inf (an impossible token) as OpenAI writes it */
+    if (isnan(lp) || lp < -9999.0) {
+        lp = -9999.0;
+    }
+
+    ngx_http_llm_printf(w, "%s%.6f", lp < 0 ? "-" : "", fabs(lp));
+}
+
+
+/* {"token","logprob","bytes"} without the closing brace */
+static void
+ngx_http_llm_put_lp(ngx_http_llm_wbuf_t *w, ngx_str_t *t, double lp)
+{
+    size_t  i;
+
+    ngx_http_llm_puts(w, "{\"token\":");
+    ngx_http_llm_put_token(w, t);
+    ngx_http_llm_puts(w, ",\"logprob\":");
+    ngx_http_llm_put_logprob(w, lp);
+    ngx_http_llm_puts(w, ",\"bytes\":[");
+
+    for (i = 0; i < t->len; i++) {
+        ngx_http_llm_printf(w, i ? ",%ui" : "%ui", (ngx_uint_t) t->data[i]);
+    }
+
+    ngx_http_llm_puts(w, "]");
+}
+
+
+/* a chat / responses logprob entry */
+static void
+ngx_http_llm_lp_entry(ngx_http_llm_event_t *ev, ngx_http_llm_wbuf_t *w)
+{
+    ngx_uint_t  i;
+
+    ngx_http_llm_put_lp(w, &ev->text, ev->logprob);
+    ngx_http_llm_puts(w, ",\"top_logprobs\":[");
+
+    for (i = 0; i < ev->ntop; i++) {
+        ngx_http_llm_puts(w, i ? "," : "");
+        ngx_http_llm_put_lp(w, &ev->top[i].bytes, ev->top[i].logprob);
+        ngx_http_llm_puts(w, "}");
+    }
+
+    ngx_http_llm_puts(w, "]}");
+}
+
+
+/* the legacy completions shape: four parallel arrays */
+static void
+ngx_http_llm_lp_legacy(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
+    ngx_uint_t first)
+{
+    size_t      i;
+    ngx_uint_t  k;
+
+    ngx_http_llm_puts(&f->lp, first ? "" : ",");
+    ngx_http_llm_put_token(&f->lp, &ev->text);
+
+    ngx_http_llm_puts(&f->lp_values, first ? "" : ",");
+    ngx_http_llm_put_logprob(&f->lp_values, ev->logprob);
+
+    ngx_http_llm_puts(&f->lp_tops, first ? "{" : ",{");
+
+    for (k = 0; k < ev->ntop; k++) {
+        ngx_http_llm_puts(&f->lp_tops, k ? "," : "");
+        ngx_http_llm_put_token(&f->lp_tops, &ev->top[k].bytes);
+        ngx_http_llm_puts(&f->lp_tops, ":");
+        ngx_http_llm_put_logprob(&f->lp_tops, ev->top[k].logprob);
+    }
+
+    ngx_http_llm_puts(&f->lp_tops, "}");
+
+    ngx_http_llm_printf(&f->lp_offsets, first ? "%uL" : ",%uL",
+                        f->text_offset);
+
+    /* characters, not bytes: skip UTF-8 continuation bytes */
+    for (i = 0; i < ev->text.len; i++) {
+        f->text_offset += (ev->text.data[i] & 0xc0) != 0x80;
+    }
+}
+
+
+static void
+ngx_http_llm_lp_legacy_json(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
+{
+    ngx_http_llm_puts(out, "{\"tokens\":[");
+    ngx_http_llm_put(out, f->lp.start, ngx_http_llm_wbuf_len(&f->lp));
+    ngx_http_llm_puts(out, "],\"token_logprobs\":[");
+    ngx_http_llm_put(out, f->lp_values.start,
+                     ngx_http_llm_wbuf_len(&f->lp_values));
+    ngx_http_llm_puts(out, "],\"top_logprobs\":[");
+    ngx_http_llm_put(out, f->lp_tops.start,
+                     ngx_http_llm_wbuf_len(&f->lp_tops));
+    ngx_http_llm_puts(out, "],\"text_offset\":[");
+    ngx_http_llm_put(out, f->lp_offsets.start,
+                     ngx_http_llm_wbuf_len(&f->lp_offsets));
+    ngx_http_llm_puts(out, "]}");
+}
+
+
+/* "logprobs" of a choice at the end: all tokens, or null */
+static void
+ngx_http_llm_fmt_logprobs(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
+{
+    if (!f->req->logprobs) {
+        ngx_http_llm_puts(out, "null");
+        return;
+    }
+
+    if (f->req->api == NGX_HTTP_LLM_API_COMPLETIONS) {
+        ngx_http_llm_lp_legacy_json(f, out);
+        return;
+    }
+
+    ngx_http_llm_puts(out, "{\"content\":[");
+    ngx_http_llm_put(out, f->lp.start, ngx_http_llm_wbuf_len(&f->lp));
+    ngx_http_llm_puts(out, "],\"refusal\":null}");
+}
+
+
+static void ngx_http_llm_chunk_open(ngx_http_llm_fmt_t *f,
+    ngx_http_llm_wbuf_t *out);
+static void ngx_http_llm_chunk_close(ngx_http_llm_fmt_t *f,
+    ngx_http_llm_wbuf_t *out);
+
+
+static void
+ngx_http_llm_fmt_logprob(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
+    ngx_http_llm_wbuf_t *out)
+{
+    ngx_uint_t  first;
+
+    if (!f->req->logprobs
+        || (f->req->api != NGX_HTTP_LLM_API_CHAT
+            && f->req->api != NGX_HTTP_LLM_API_COMPLETIONS))
+    {
+        return;
+    }
+
+    if (f->req->stream) {
+        /* a chunk of its own: the token's text went out in its delta */
+        f->lp.last = f->lp.start;
+        f->lp_values.last = f->lp_values.start;
+        f->lp_tops.last = f->lp_tops.start;
+        f->lp_offsets.last = f->lp_offsets.start;
+    }
+
+    first = (ngx_http_llm_wbuf_len(&f->lp) == 0);
+
+    if (f->req->api == NGX_HTTP_LLM_API_COMPLETIONS) {
+        ngx_http_llm_lp_legacy(f, ev, first);
+
+    } else {
+        ngx_http_llm_puts(&f->lp, first ? "" : ",");
+        ngx_http_llm_lp_entry(ev, &f->lp);
+    }
+
+    if (f->lp.failed || f->lp_values.failed || f->lp_tops.failed
+        || f->lp_offsets.failed)
+    {
+        f->failed = 1;
+        return;
+    }
+
+    if (!f->req->stream) {
+        return;
+    }
+
+    ngx_http_llm_chunk_open(f, out);
+
+    if (f->req->api == NGX_HTTP_LLM_API_CHAT) {
+        ngx_http_llm_puts(out, "{\"index\":0,\"delta\":{},\"logprobs\":");
+    } else {
+        ngx_http_llm_puts(out, "{\"index\":0,\"text\":\"\",\"logprobs\":");
+    }
+
+    ngx_http_llm_fmt_logprobs(f, out);
+    ngx_http_llm_puts(out, ",\"finish_reason\":null}");
+    ngx_http_llm_chunk_close(f, out);
 }
 
 
@@ -714,6 +990,10 @@ ngx_http_llm_fmt_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
         f->cached = ev->cached;
         break;
 
+    case NGX_HTTP_LLM_EV_LOGPROB:
+        ngx_http_llm_fmt_logprob(f, ev, out);
+        break;
+
     case NGX_HTTP_LLM_EV_TOKENS:
         ngx_http_llm_put(&f->tokens, ev->tokens,
                          ev->ntokens * sizeof(uint32_t));
@@ -829,7 +1109,9 @@ ngx_http_llm_chat_body(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
     if (req->api == NGX_HTTP_LLM_API_COMPLETIONS) {
         ngx_http_llm_puts(out, ",\"choices\":[{\"index\":0,\"text\":");
         ngx_http_llm_fmt_text(f, NGX_HTTP_LLM_ITEM_MESSAGE, "\"\"", out);
-        ngx_http_llm_puts(out, ",\"logprobs\":null,\"finish_reason\":");
+        ngx_http_llm_puts(out, ",\"logprobs\":");
+        ngx_http_llm_fmt_logprobs(f, out);
+        ngx_http_llm_puts(out, ",\"finish_reason\":");
 
     } else {
         ngx_http_llm_puts(out, ",\"choices\":[{\"index\":0,\"message\":"
@@ -859,7 +1141,9 @@ ngx_http_llm_chat_body(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
         }
 
         ngx_http_llm_puts(out, n ? "]}" : "}");
-        ngx_http_llm_puts(out, ",\"logprobs\":null,\"finish_reason\":");
+        ngx_http_llm_puts(out, ",\"logprobs\":");
+        ngx_http_llm_fmt_logprobs(f, out);
+        ngx_http_llm_puts(out, ",\"finish_reason\":");
     }
 
     ngx_http_llm_put_or_null(out, &f->finish);

@@ -1347,9 +1347,9 @@ ngx_http_llm_chat(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
     }
 
     if (logprobs) {
-        return ngx_http_llm_unsupported(ctx, "logprobs",
-                                        "is not supported yet: the engine "
-                                        "does not report log probabilities");
+        ctx->req->logprobs = 1;
+        ngx_http_llm_printf(&ctx->out, ",\"logprobs\":true,"
+                            "\"top_logprobs\":%L", set ? top : 0);
     }
 
     return NGX_OK;
@@ -1476,9 +1476,9 @@ ngx_http_llm_completions(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
     }
 
     if (set) {
-        return ngx_http_llm_unsupported(ctx, "logprobs",
-                                        "is not supported yet: the engine "
-                                        "does not report log probabilities");
+        ctx->req->logprobs = 1;
+        ngx_http_llm_printf(&ctx->out, ",\"logprobs\":true,"
+                            "\"top_logprobs\":%L", logprobs);
     }
 
     return NGX_OK;

@@ -198,7 +198,8 @@ my @chat_bad = (
      'chat_template_kwargs.reasoning_effort', qr/must be one of/],
     [{ %chat, logprobs => 'yes' }, 'logprobs', qr/boolean/],
     [{ %chat, top_logprobs => 3 }, 'top_logprobs', qr/needs logprobs/],
-    [{ %chat, logprobs => JSON::PP::true }, 'logprobs', qr/not supported yet/],
+    [{ %chat, logprobs => JSON::PP::true, top_logprobs => 21 }, 'top_logprobs',
+     qr/between 0 and 20/],
 );
 for my $c (@chat_bad) {
     expect_error('/v1/chat/completions', $c->[0], 400, $c->[1], $c->[2],

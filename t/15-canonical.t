@@ -138,6 +138,18 @@ is_deeply(canonical('/v1/completions', { model => 'demo', prompt => [[1, 2]],
     seed => 1, stop => ['a', 'b'] },
   'completions: one batched prompt unwrapped, max_tokens 16 by default');
 
+is_deeply(canonical('/v1/chat/completions', { model => 'demo',
+    messages => [{ role => 'user', content => 'm' }], logprobs => $t,
+    top_logprobs => 2 }),
+  { kind => 'chat', model => 'demo',
+    messages => [{ role => 'user', content => 'm' }],
+    logprobs => $t, top_logprobs => 2 }, 'chat: logprobs');
+
+is_deeply(canonical('/v1/completions', { model => 'demo', prompt => 'p',
+                                         logprobs => 0 }),
+  { kind => 'completion', model => 'demo', prompt => 'p', max_tokens => 16,
+    logprobs => $t, top_logprobs => 0 }, 'completions: logprobs');
+
 is_deeply(canonical('/tokenize', { model => 'demo', prompt => 'p',
                                    add_special_tokens => $f }),
   { kind => 'tokenize', model => 'demo', prompt => 'p',

@@ -176,6 +176,37 @@ cmp_ok($tok[-1][0] - $tok[0][0], '>', 0.5,
        'tokens arrive as generated, not buffered to the end')
     if @tok == 4;
 
+# ---- log probabilities ----------------------------------------------------------
+my $lp = { content => "a\x{e9}", logprobs => $true };
+my @want = (
+    { token => 'a', logprob => -0.25, bytes => [97],
+      top_logprobs => [{ token => 'a', logprob => -0.25, bytes => [97] },
+                       { token => '?', logprob => -2.5, bytes => [63] }] },
+    { token => "\x{e9}", logprob => -0.25, bytes => [195, 169],
+      top_logprobs => [{ token => "\x{e9}", logprob => -0.25, bytes => [195, 169] },
+                       { token => '?', logprob => -2.5, bytes => [63] }] });
+$r = post('/v1/chat/completions', { model => 'demo', messages => $user,
+          logprobs => $true, top_logprobs => 2, test_script => $lp });
+is_deeply($r->{json}{choices}[0]{logprobs}, { content => \@want, refusal => undef },
+          'chat: logprobs per token with top_logprobs and bytes');
+$r = post('/v1/chat/completions', { model => 'demo', messages => $user,
+                                    test_script => $lp });
+ok(exists $r->{json}{choices}[0]{logprobs}
+   && !defined $r->{json}{choices}[0]{logprobs}, 'chat: logprobs null unless asked');
+$r = stream('/v1/chat/completions', { model => 'demo', messages => $user,
+            stream => $true, logprobs => $true, top_logprobs => 2,
+            test_script => $lp });
+@chunks = map { decode_json($_->[1]) } @{ $r->{events} }[0 .. $#{ $r->{events} } - 1];
+is_deeply([map { @{ $_->{choices}[0]{logprobs}{content} } }
+           grep { $_->{choices}[0] && $_->{choices}[0]{logprobs} } @chunks],
+          \@want, 'chat stream: logprobs chunks');
+$r = post('/v1/completions', { model => 'demo', prompt => 'p', logprobs => 2,
+                               test_script => $lp });
+is_deeply($r->{json}{choices}[0]{logprobs}, {
+    tokens => ['a', "\x{e9}"], token_logprobs => [-0.25, -0.25],
+    top_logprobs => [{ a => -0.25, '?' => -2.5 }, { "\x{e9}" => -0.25, '?' => -2.5 }],
+    text_offset => [0, 1] }, 'completions: legacy logprobs');
+
 # ---- completions -------------------------------------------------------------
 $r = post('/v1/completions', { model => 'demo', prompt => 'Once',
                                test_script => { content => ' upon' } });
