@@ -42,8 +42,9 @@ ngx_http_llm_links_init(ngx_cycle_t *cycle, ngx_http_llm_main_conf_t *lmcf)
     ngx_http_llm_link_t  *link;
 
     ngx_http_llm_nlinks = lmcf->engines.nelts;
-    ngx_http_llm_links = ngx_pcalloc(cycle->pool, ngx_http_llm_nlinks
-                                                  * sizeof(ngx_http_llm_link_t));
+    ngx_http_llm_links = ngx_pcalloc(cycle->pool,
+                                     ngx_http_llm_nlinks
+                                     * sizeof(ngx_http_llm_link_t));
     if (ngx_http_llm_links == NULL) {
         return NGX_ERROR;
     }

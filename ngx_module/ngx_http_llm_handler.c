@@ -1065,9 +1065,18 @@ ngx_http_llm_start(ngx_http_llm_ctx_t *ctx)
         return;
     }
 
+    /* a copy: the segment is unmapped when the engine goes away */
     h = link->client.hdr;
-    fp.data = (u_char *) h->fingerprint;
-    fp.len = ngx_strnlen(fp.data, sizeof(h->fingerprint));
+    fp.len = ngx_strnlen((u_char *) h->fingerprint, sizeof(h->fingerprint));
+    fp.data = ngx_pnalloc(r->pool, fp.len + 1);
+
+    if (fp.data == NULL) {
+        ngx_http_llm_cleanup(ctx);
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ngx_memcpy(fp.data, h->fingerprint, fp.len);
 
     if (ngx_http_llm_fmt_init(&ctx->fmt, r->pool, &ctx->req, &fp, ngx_time())
         != NGX_OK)
