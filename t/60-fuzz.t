@@ -60,18 +60,24 @@ my @values = (undef, JSON::PP::true, JSON::PP::false, 0, -1, 1e308, -1e308,
               1.5, 9223372036854775808, "", "x" x 300, "\x{0}", [], {},
               [undef], { a => [] }, "\x{202e}\x{feff}", 'auto', 'function');
 
+# a fresh copy of a random value (shared refs would nest into themselves)
+sub value {
+    my $v = $values[rand @values];
+    return (ref $v && !JSON::PP::is_bool($v)) ? decode_json(encode_json($v)) : $v;
+}
+
 # replace a random node of the tree with a random value
 sub mutate {
     my ($v) = @_;
     if (ref $v eq 'HASH' && %$v) {
         my @k = keys %$v;
         my $k = $k[rand @k];
-        if (rand() < 0.4) { $v->{$k} = $values[rand @values] }
+        if (rand() < 0.4) { $v->{$k} = value() }
         else { mutate($v->{$k}) }
-        $v->{ 'k' . int(rand 9) } = $values[rand @values] if rand() < 0.1;
+        $v->{ 'k' . int(rand 9) } = value() if rand() < 0.1;
     } elsif (ref $v eq 'ARRAY' && @$v) {
         my $i = int rand @$v;
-        if (rand() < 0.4) { $v->[$i] = $values[rand @values] }
+        if (rand() < 0.4) { $v->[$i] = value() }
         else { mutate($v->[$i]) }
     }
 }
