@@ -250,9 +250,9 @@ ngx_int_t
 ngx_http_llm_admit(ngx_http_llm_main_conf_t *lmcf, ngx_int_t route,
     uint64_t pool, ngx_http_llm_ticket_t **tp, const char **why)
 {
-    ngx_int_t                  e, rc;
-    ngx_uint_t                 i, draining, blocked;
-    ngx_queue_t               *q;
+    ngx_int_t                  rc;
+    ngx_uint_t                 i, n, draining, blocked;
+    ngx_pid_t                  pids[NGX_HTTP_LLM_WAKE_MAX];
     ngx_http_llm_shctx_t      *sh = lmcf->sh;
     ngx_http_llm_ticket_t     *t;
     ngx_http_llm_engine_sh_t  *es;
@@ -291,26 +291,6 @@ ngx_http_llm_admit(ngx_http_llm_main_conf_t *lmcf, ngx_int_t route,
         return NGX_DECLINED;
     }
 
-    /* FIFO: run now only if nobody waits for these engines */
-    e = ngx_http_llm_pick(sh, pool);
-
-    for (q = ngx_queue_head(&sh->waiters);
-         e != -1 && q != ngx_queue_sentinel(&sh->waiters);
-         q = ngx_queue_next(q))
-    {
-        t = ngx_queue_data(q, ngx_http_llm_ticket_t, link);
-
-        if (ngx_http_llm_ticket_pool(sh, t) & pool) {
-            e = -1;
-        }
-    }
-
-    if (e == -1 && sh->waiting >= lmcf->queue) {
-        ngx_shmtx_unlock(&lmcf->shpool->mutex);
-        *why = "the admission queue is full";
-        return NGX_BUSY;
-    }
-
     t = ngx_slab_calloc_locked(lmcf->shpool, sizeof(ngx_http_llm_ticket_t));
     if (t == NULL) {
         ngx_shmtx_unlock(&lmcf->shpool->mutex);
@@ -324,17 +304,35 @@ ngx_http_llm_admit(ngx_http_llm_main_conf_t *lmcf, ngx_int_t route,
     t->engine = -1;
     t->enqueued = llm_ipc_now_ns();
 
-    if (e != -1) {
-        ngx_http_llm_run_locked(lmcf, t, e);
+    /*
+     * Join the queue and let the grant pass decide, in FIFO order: the new
+     * ticket runs now only if no earlier one can take its engine.
+     */
+    ngx_queue_insert_tail(&sh->waiters, &t->link);
+    sh->waiting++;
+
+    n = 0;
+    ngx_http_llm_grant_locked(lmcf, pids, &n);
+
+    if (t->engine >= 0) {
         rc = NGX_OK;
 
+    } else if (sh->waiting > lmcf->queue) {
+        ngx_queue_remove(&t->link);
+        sh->waiting--;
+        ngx_slab_free_locked(lmcf->shpool, t);
+        t = NULL;
+        *why = "the admission queue is full";
+        rc = NGX_BUSY;
+
     } else {
-        ngx_queue_insert_tail(&sh->waiters, &t->link);
-        sh->waiting++;
         rc = NGX_AGAIN;
     }
 
     ngx_shmtx_unlock(&lmcf->shpool->mutex);
+
+    /* the pass may have granted earlier tickets too */
+    ngx_http_llm_wake(pids, n);
 
     *tp = t;
 

@@ -23,6 +23,7 @@ write_conf($dir, <<"CONF");
     llm_engine $na run_dir=$dir;
     llm_engine $nb run_dir=$dir;
     llm_route demo $na $nb;
+    llm_route only-a $na;
     llm_health interval=100ms passes=1;
     llm_test_script on;
     llm_admin_token sekrit;
@@ -64,6 +65,29 @@ for (@s) {
     close $_;
 }
 is(scalar keys %fp, 2, 'two concurrent requests ran on the two engines');
+
+# FIFO per engine, not across pools: a request that can run on a free
+# engine does not wait behind one queued for a busy engine
+sub chat_to {
+    my ($model, %script) = @_;
+    return encode_json({ model => $model,
+                         messages => [{ role => 'user', content => 'x' }],
+                         test_script => \%script });
+}
+my $busy = raw_open($port, 'POST', '/v1/chat/completions',
+                    chat_to('only-a', content => 'abcdefghij', step_ms => 150));
+ok(wait_for(sub { status()->{engines}[0]{running} == 1 }, 5), 'a is busy');
+my $behind = raw_open($port, 'POST', '/v1/chat/completions',
+                      chat_to('only-a', content => 'later'));
+ok(wait_for(sub { status()->{waiting} == 1 }, 5), 'a request waits for a');
+my $r = http_json('POST', "$base/v1/chat/completions",
+                  chat_to('demo', content => 'now'));
+is($r->{json}{system_fingerprint}, "fp_scripted_$nb",
+   'a request for the pool runs on b at once');
+is(status()->{waiting}, 1, 'while the other still waits for a');
+is(raw_response($busy, 10)->{status}, 200, 'the long one finishes');
+is(raw_response($behind, 10)->{status}, 200, 'then the queued one runs');
+close $_ for $busy, $behind;
 
 is(http_json('POST', "$base/admin/promote?route=demo&engine=$nb", '', $auth)->{status},
    200, 'promote demo to b');
