@@ -20,6 +20,7 @@ typedef struct {
     ngx_http_llm_wbuf_t    echo;         /* responses: echoed fields */
     ngx_array_t            tools;        /* ngx_str_t: declared tool names */
     ngx_int_t              thinking;     /* -1 unset, 0, 1 */
+    int64_t                max_tokens;   /* 0: the engine's default */
 } ngx_http_llm_vctx_t;
 
 
@@ -548,7 +549,56 @@ ngx_http_llm_max_tokens(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body,
         n = dflt;
     }
 
+    ctx->max_tokens = n;
     ngx_http_llm_printf(&ctx->out, ",\"max_tokens\":%L", n);
+
+    return NGX_OK;
+}
+
+
+/* vLLM's extensions the engine honours: min_tokens, ignore_eos,
+   skip_special_tokens (after max_tokens, which min_tokens must not pass) */
+static ngx_int_t
+ngx_http_llm_vllm_params(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
+{
+    int64_t     n;
+    ngx_int_t   ignore, skip;
+    ngx_uint_t  set;
+
+    ignore = -1;
+    skip = -1;
+
+    if (ngx_http_llm_get_int(ctx, body, NULL, "min_tokens", 0, INT32_MAX, &n,
+                             &set)
+        != NGX_OK
+        || ngx_http_llm_get_bool(ctx, body, NULL, "ignore_eos", &ignore)
+           != NGX_OK
+        || ngx_http_llm_get_bool(ctx, body, NULL, "skip_special_tokens",
+                                 &skip)
+           != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (set) {
+        if (ctx->max_tokens && n > ctx->max_tokens) {
+            return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "min_tokens"),
+                                    "must not exceed the maximum of %L "
+                                    "tokens", ctx->max_tokens);
+        }
+
+        ngx_http_llm_printf(&ctx->out, ",\"min_tokens\":%L", n);
+    }
+
+    if (ignore != -1) {
+        ngx_http_llm_printf(&ctx->out, ",\"ignore_eos\":%s",
+                            ignore ? "true" : "false");
+    }
+
+    if (skip != -1) {
+        ngx_http_llm_printf(&ctx->out, ",\"skip_special_tokens\":%s",
+                            skip ? "true" : "false");
+    }
 
     return NGX_OK;
 }
@@ -1341,6 +1391,10 @@ ngx_http_llm_chat(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
         return NGX_DECLINED;
     }
 
+    if (ngx_http_llm_vllm_params(ctx, body) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
     if (set && !logprobs) {
         return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "top_logprobs"),
                                 "needs logprobs set to true");
@@ -1455,6 +1509,7 @@ ngx_http_llm_completions(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
         || ngx_http_llm_one_choice(ctx, body, "n") != NGX_OK
         || ngx_http_llm_one_choice(ctx, body, "best_of") != NGX_OK
         || ngx_http_llm_max_tokens(ctx, body, "max_tokens", 16) != NGX_OK
+        || ngx_http_llm_vllm_params(ctx, body) != NGX_OK
         || ngx_http_llm_sampling_params(ctx, body) != NGX_OK
         || ngx_http_llm_stop(ctx, body) != NGX_OK
         || ngx_http_llm_get_bool(ctx, body, NULL, "echo", &echo) != NGX_OK

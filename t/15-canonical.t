@@ -133,9 +133,11 @@ is_deeply(canonical('/v1/responses', { model => 'demo', input => 'hello',
   'responses: string input; effort none turns thinking off');
 
 is_deeply(canonical('/v1/completions', { model => 'demo', prompt => [[1, 2]],
-                                         seed => 1.0, stop => ['a', 'b'] }),
+    seed => 1.0, stop => ['a', 'b'], min_tokens => 2, ignore_eos => $t,
+    skip_special_tokens => $f }),
   { kind => 'completion', model => 'demo', prompt => [1, 2], max_tokens => 16,
-    seed => 1, stop => ['a', 'b'] },
+    seed => 1, stop => ['a', 'b'], min_tokens => 2, ignore_eos => $t,
+    skip_special_tokens => $f },
   'completions: one batched prompt unwrapped, max_tokens 16 by default');
 
 is_deeply(canonical('/v1/chat/completions', { model => 'demo',
