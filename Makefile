@@ -41,13 +41,23 @@ $(BUILD)/obj/engine/version.o: CFLAGS += -DLLM_GIT_REV='"$(GIT_REV)"'
 # In a worktree .git is a file; ask git where HEAD lives.
 $(BUILD)/obj/engine/version.o: $(wildcard $(shell git rev-parse --git-dir 2>/dev/null)/HEAD)
 
+# Dequantization loops vectorize only at -O3 (matmul's dot loop is written
+# for -O2's straight-line vectorizer and gets worse at -O3).
+$(BUILD)/obj/kernels/cpu/qweight.o: CFLAGS += -O3
+
 LIB := $(BUILD)/libengine.a
 BIN := $(BUILD)/bin/llm-engine
 MOD := $(BUILD)/nginx/ngx_http_llm_module.so
 DEPS_STAMP := $(BUILD)/.deps-ok
+# llm-qualify (qualify/README.md); rules near the end.
+QUALIFY_SRC  := $(filter-out qualify/main.c,$(wildcard qualify/*.c))
+QUALIFY_OBJ  := $(QUALIFY_SRC:%.c=$(BUILD)/obj/%.o)
+QUALIFY_LIB  := $(BUILD)/libqualify.a
+QUALIFY_BIN  := $(BUILD)/bin/llm-qualify
+QUALIFY_FAKE := $(BUILD)/tests/qualify_fake_server
 
-.PHONY: all module test test-c test-nginx test-gpu run deps clean
-all: $(BIN)
+.PHONY: all module test test-c test-nginx test-gpu run deps clean fuzz qualify
+all: $(BIN) $(QUALIFY_BIN)
 
 # Install Debian packages when one is missing (fast no-op otherwise).
 deps:
@@ -81,10 +91,20 @@ $(MOD): $(DEPS_STAMP) config $(wildcard ngx_module/*.c ngx_module/*.h \
 
 test: $(DEPS_STAMP)
 	@$(MAKE) --no-print-directory test-c test-nginx
-test-c: $(BIN) $(TEST_BIN)
+test-c: $(BIN) $(TEST_BIN) $(QUALIFY_BIN) $(QUALIFY_FAKE)
 	prove -f --exec '' $(TEST_BIN)
 test-nginx: $(BIN) $(MOD)
 	prove -f t/
+
+# libFuzzer harness for the chat renderer and parser (clang; not in test):
+#   make fuzz && build/fuzz/fuzz_chat -max_total_time=300
+FUZZ_SRC := engine/chat_render.c engine/chat_messages.c engine/chat_request.c \
+            engine/output_parser.c engine/json.c engine/strbuf.c engine/utf8.c
+fuzz: $(BUILD)/fuzz/fuzz_chat
+$(BUILD)/fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c $(FUZZ_SRC)
+	@mkdir -p $(dir $@)
+	clang -std=c11 -O1 -g -D_GNU_SOURCE -Iengine -fsanitize=fuzzer,address,undefined \
+	    $^ -o $@ -lyajl
 
 test-gpu: $(BIN)
 	@tools/test_gpu.sh
@@ -95,4 +115,22 @@ run: $(BIN) $(MOD)
 clean:
 	rm -rf $(BUILD)
 
--include $(ENGINE_OBJ:.o=.d) $(BUILD)/obj/engine/main.d
+# llm-qualify: the qualification gates as an HTTP client; links libcurl
+# and the engine library for json/strbuf/sha256.  Its tests
+# (tests/test_qualify_*.c) link it too and drive a fake server.
+qualify: $(QUALIFY_BIN)
+$(QUALIFY_LIB): $(QUALIFY_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(QUALIFY_BIN): $(BUILD)/obj/qualify/main.o $(QUALIFY_LIB) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lcurl
+$(BUILD)/tests/test_qualify_%: tests/test_qualify_%.c tests/tap.h $(QUALIFY_LIB) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -Iqualify $< $(QUALIFY_LIB) $(LIB) -o $@ $(LDLIBS) -lcurl
+$(QUALIFY_FAKE): tests/qualify_fake_server.c tests/qualify_fake_tok.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< $(LIB) -o $@ $(LDLIBS)
+
+-include $(ENGINE_OBJ:.o=.d) $(BUILD)/obj/engine/main.d $(QUALIFY_OBJ:.o=.d) \
+         $(BUILD)/obj/qualify/main.d

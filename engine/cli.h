@@ -10,5 +10,13 @@ int cmd_status(int argc, char **argv);
 int cmd_client(int argc, char **argv);
 int cmd_janitor(int argc, char **argv);
 int cmd_bench_ipc(int argc, char **argv);
+int cmd_render(int argc, char **argv);
+int cmd_parse(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+int cmd_bench_tokenizer(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

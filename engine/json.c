@@ -5,6 +5,46 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
+
+/* What yajl lets through but must not reach the tree: ill-formed UTF-8
+ * (yajl accepts encoded surrogates), nesting deep enough to overflow the
+ * stack of yajl's or our recursive walkers, and \u0000, which yajl's
+ * NUL-terminated strings would silently truncate. */
+static bool json_prescan(const char *text, size_t len, char *err, size_t errlen)
+{
+    size_t bad;
+    if (!utf8_valid(text, len, &bad)) {
+        snprintf(err, errlen, "invalid UTF-8 at byte %zu", bad);
+        return false;
+    }
+    int depth = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (c == '"') in_string = false;
+            else if (c == '\\' && i + 1 < len) {
+                if (text[i + 1] == 'u' && i + 5 < len && !memcmp(text + i + 2, "0000", 4)) {
+                    snprintf(err, errlen, "\\u0000 in a string at byte %zu is not supported", i);
+                    return false;
+                }
+                i++;
+            }
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > JSON_MAX_DEPTH) {
+                snprintf(err, errlen, "nesting deeper than %d at byte %zu", JSON_MAX_DEPTH, i);
+                return false;
+            }
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
+    return true;
+}
+
 yajl_val json_parse(const char *text, size_t len, char *err, size_t errlen)
 {
     /* yajl_tree_parse wants a NUL-terminated string. */
@@ -15,6 +55,10 @@ yajl_val json_parse(const char *text, size_t len, char *err, size_t errlen)
     if (strlen(copy) != len) {
         free(copy);
         snprintf(err, errlen, "NUL byte inside JSON text");
+        return NULL;
+    }
+    if (!json_prescan(copy, len, err, errlen)) {
+        free(copy);
         return NULL;
     }
     char ebuf[256];
@@ -178,6 +222,43 @@ static bool number_is_integral_text(const char *r)
     return strpbrk(r, ".eE") == NULL;
 }
 
+typedef struct { const char *key; size_t i; } key_ref;
+
+static int key_ref_cmp(const void *a, const void *b)
+{
+    const key_ref *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+size_t *json_object_slots(yajl_val v)
+{
+    size_t n = v->u.object.len;
+    if (n < 2) return NULL;
+    key_ref *refs = malloc(n * sizeof *refs);
+    size_t *slot = malloc(n * sizeof *slot);
+    if (!refs || !slot) abort();
+    for (size_t i = 0; i < n; i++) {
+        refs[i] = (key_ref){ v->u.object.keys[i], i };
+        slot[i] = i;
+    }
+    qsort(refs, n, sizeof *refs, key_ref_cmp);
+    bool dup = false;
+    for (size_t g = 0; g < n;) {
+        size_t e = g + 1;
+        while (e < n && !strcmp(refs[e].key, refs[g].key)) e++;
+        if (e - g > 1) {
+            dup = true;
+            slot[refs[g].i] = refs[e - 1].i;
+            for (size_t k = g + 1; k < e; k++) slot[refs[k].i] = n;
+        }
+        g = e;
+    }
+    free(refs);
+    if (!dup) { free(slot); return NULL; }
+    return slot;
+}
+
 void json_dump(strbuf *sb, yajl_val v, enum json_style style)
 {
     const char *comma = style == JSON_PYTHON ? ", " : ",";
@@ -187,10 +268,11 @@ void json_dump(strbuf *sb, yajl_val v, enum json_style style)
     if (YAJL_IS_FALSE(v)) { sb_puts(sb, "false"); return; }
     if (YAJL_IS_STRING(v)) { json_put_cstr(sb, v->u.string); return; }
     if (YAJL_IS_NUMBER(v)) {
-        if (number_is_integral_text(v->u.number.r))
-            sb_puts(sb, v->u.number.r);
+        const char *r = v->u.number.r;
+        if (!number_is_integral_text(r))
+            json_put_double(sb, strtod(r, NULL));
         else
-            json_put_double(sb, strtod(v->u.number.r, NULL));
+            sb_puts(sb, strcmp(r, "-0") ? r : "0");
         return;
     }
     if (YAJL_IS_ARRAY(v)) {
@@ -203,13 +285,20 @@ void json_dump(strbuf *sb, yajl_val v, enum json_style style)
         return;
     }
     if (YAJL_IS_OBJECT(v)) {
+        size_t n = v->u.object.len;
+        size_t *slot = json_object_slots(v);
+        bool first = true;
         sb_putc(sb, '{');
-        for (size_t i = 0; i < v->u.object.len; i++) {
-            if (i) sb_puts(sb, comma);
+        for (size_t i = 0; i < n; i++) {
+            size_t j = slot ? slot[i] : i;
+            if (j == n) continue;
+            if (!first) sb_puts(sb, comma);
+            first = false;
             json_put_cstr(sb, v->u.object.keys[i]);
             sb_puts(sb, colon);
-            json_dump(sb, v->u.object.values[i], style);
+            json_dump(sb, v->u.object.values[j], style);
         }
         sb_putc(sb, '}');
+        free(slot);
     }
 }

@@ -17,8 +17,13 @@ enum json_style {
     JSON_PYTHON,    /* {"a": 1, "b": [1, 2]}  (json.dumps default) */
 };
 
+/* Deepest array/object nesting json_parse accepts (Python's json stops
+ * near 1000 too). */
+#define JSON_MAX_DEPTH 1000
+
 /* Parse text[0..len) (need not be NUL-terminated).  On failure returns NULL
- * and writes a one-line reason into err. */
+ * and writes a one-line reason into err.  Rejects ill-formed UTF-8, nesting
+ * beyond JSON_MAX_DEPTH and \u0000 in strings. */
 yajl_val json_parse(const char *text, size_t len, char *err, size_t errlen);
 
 /* Object member by key, or NULL when obj is not an object or lacks it. */
@@ -34,9 +39,17 @@ size_t json_len(yajl_val v);                    /* array/object length */
  * are escaped; everything else (including non-ASCII) is copied. */
 void json_put_string(strbuf *sb, const char *s, size_t n);
 void json_put_cstr(strbuf *sb, const char *s);
-/* Serialize a parsed tree in the given style.  Numbers keep their integer
- * text; non-integral numbers are written as Python's repr(float) does. */
+/* Serialize a parsed tree in the given style, with the values Python's
+ * json.loads would have built: numbers keep their integer text (-0 is 0),
+ * non-integral numbers are written as repr(float) does, and a key repeated
+ * in one object appears once, at its first position, with its last value. */
 void json_dump(strbuf *sb, yajl_val v, enum json_style style);
+/* An object's members as a Python dict holds them: for member i, the index
+ * of the value kept at position i (the last duplicate of its key), or the
+ * object's length when a duplicate key earlier in the object already took
+ * its place.  NULL when the object has no duplicate keys (slot i is i).
+ * The caller frees the array. */
+size_t *json_object_slots(yajl_val obj);
 /* A double as Python's repr(float) writes it: shortest round-trip digits,
  * "1.0", "1e-05", "1.5e+16". */
 void json_put_double(strbuf *sb, double d);

@@ -16,6 +16,14 @@ static const struct {
     { "client", cmd_client, "client --run-dir DIR --name NAME --request FILE [--kind KIND]   one request, events as JSON lines" },
     { "janitor", cmd_janitor, "janitor --run-dir DIR        one scan for orphaned engine segments" },
     { "bench-ipc", cmd_bench_ipc, "bench-ipc [--iters N]        protocol round trip and scheduler overhead" },
+    { "render", cmd_render, "render --request FILE        OpenAI chat request -> prompt text" },
+    { "parse", cmd_parse, "parse --mode thinking|chat   completion on stdin -> message JSON" },
+    { "tokenize", cmd_tokenize, "tokenize --tokenizer FILE [--special]   text (stdin) -> ids" },
+    { "detokenize", cmd_detokenize, "detokenize --tokenizer FILE [--skip-special]   ids (stdin) -> text" },
+    { "bench-tokenizer", cmd_bench_tokenizer, "bench-tokenizer --tokenizer FILE --text FILE [--repeat N]" },
+    { "logits", cmd_logits, "logits --model DIR --ids 1,2,3 [--tp N] [--mode full|incremental] --out FILE" },
+    { "bench", cmd_bench, "bench --model DIR [--tp N] [--prompt N] [--decode N]   prefill/decode tokens/s" },
+    { "synth", cmd_synth, "synth --out DIR [--preset tiny|mid]   write a synthetic V4 checkpoint" },
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

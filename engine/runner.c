@@ -1,14 +1,16 @@
-/* The runners built into this binary.  "model" (the real one: chat
- * renderer, tokenizer, model, sampler, output parser) joins this table
- * when it lands; "scripted" is test-only (runner_scripted.c) and is
+/* The runners built into this binary.  "model" is the real one (chat
+ * renderer, tokenizer, model, sampler, output parser: runner_model.c);
+ * "scripted" is test-only (runner_scripted.c) and is
  * reachable only through `serve --test-runner scripted`, never a recipe. */
 #include <string.h>
 
 #include "runner.h"
 
+extern const runner_ops runner_model;
 extern const runner_ops runner_scripted;
 
 static const runner_ops *const runners[] = {
+    &runner_model,
     &runner_scripted,
 };
 

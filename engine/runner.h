@@ -10,7 +10,8 @@
  * A sequence's life, as the scheduler drives it:
  *
  *   prepare(s)        once, when the submission is taken (the request may
- *                     wait in the FIFO queue afterwards)
+ *                     wait in the FIFO queue afterwards; the runner may
+ *                     finish preparing it in the background, in poll())
  *   admit(s)          when s reaches the head of the queue and the batch
  *                     has room; until it says yes s keeps waiting
  *   step(batch)       repeatedly while s runs: advance every sequence in
@@ -68,6 +69,10 @@ typedef struct runner_ops {
      * set and s may run.  -1: refused; the runner has emitted error and
      * finish (e.g. 400 context_length_exceeded with the numbers). */
     int  (*prepare)(void *self, llm_seq *s);
+    /* Called at the start of every scheduler step: a runner that prepares
+     * in the background finishes such sequences here (and may end them
+     * with error + finish).  May be NULL. */
+    void (*poll)(void *self);
     /* 1 if s can start now (KV blocks reserved), 0 to keep waiting.
      * May be NULL: always 1. */
     int  (*admit)(void *self, llm_seq *s);

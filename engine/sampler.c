@@ -107,6 +107,7 @@ static void top_logprobs(const float *logits, int vocab, float lse, int n,
                          sample_result *out)
 {
     out->n_top = 0;
+    if (n <= 0) return;
     for (int i = 0; i < vocab; i++) {
         float v = logits[i];
         if (!(v > -INFINITY)) continue;

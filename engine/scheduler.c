@@ -428,6 +428,7 @@ int sched_step(sched *S, strbuf *err)
 {
     uint64_t t0 = llm_ipc_now_ns(), runner_ns = 0;
     deliver_all(S);
+    if (S->cfg.ops->poll) S->cfg.ops->poll(S->cfg.runner);
     admit(S);
     int n = 0;
     for (int i = 0; i < S->n_running; i++) {

@@ -23,6 +23,7 @@ void sb_reserve(strbuf *sb, size_t extra)
     while (cap < need) cap *= 2;
     char *p = realloc(sb->data, cap);
     if (!p) { fprintf(stderr, "out of memory (%zu bytes)\n", cap); abort(); }
+    p[sb->len] = 0;   /* a fresh buffer is a valid empty string at once */
     sb->data = p;
     sb->cap = cap;
 }

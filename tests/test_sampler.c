@@ -156,6 +156,20 @@ int main(void)
         sampler_free(s);
     }
 
+    /* logprobs without alternatives */
+    {
+        sampling_params q;
+        sampling_params_default(&q);
+        q.temperature = 0;
+        q.top_logprobs = 0;
+        sampler *s = sampler_new(&q, 3, NULL, 0);
+        float lg[3] = { 0.0f, 2.0f, 1.0f };
+        sampler_sample(s, lg, &r);
+        ok(r.token == 1 && r.n_top == 0 && r.logprob < 0 && r.logprob > -1,
+           "logprobs with top_logprobs 0: the chosen token's only");
+        sampler_free(s);
+    }
+
     /* -inf never sampled */
     {
         sampling_params q;

@@ -1,0 +1,167 @@
+/* The seam between the model code (forward.c, shared by all backends) and
+ * a backend that supplies memory and kernels.  The model code never reads
+ * activation or cache memory itself: every touch goes through these ops,
+ * so a CUDA backend can keep all of it on the device.  Host-side inputs
+ * (token ids, positions, block pointers) are plain host arrays.
+ *
+ * One backend instance per tensor-parallel rank; ops on one instance are
+ * called from that rank's thread only. */
+#ifndef LLM_BACKEND_H
+#define LLM_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpu/qweight.h"
+
+/* RoPE frequencies (one table: "main" or "compress"): rotation of channel
+ * pair i at position p is p * inv_freq[i]; cos and sin are multiplied by
+ * attn_factor.  Applied to the last 2*npairs channels of each head. */
+typedef struct {
+    int npairs;
+    const float *inv_freq;
+    float attn_factor;
+} rope_table;
+
+/* Rows of one layer's compressed cache, spread over fixed-size blocks:
+ * row i lives in blocks[i / per_block] at byte offset `off`, slot
+ * i % per_block, each row `row_len` floats. */
+typedef struct {
+    char *const *blocks;
+    size_t off;
+    int per_block;
+    int row_len;
+} paged_rows;
+
+static inline float *paged_row(const paged_rows *p, int i)
+{
+    return (float *)(p->blocks[i / p->per_block] + p->off) + (size_t)(i % p->per_block) * p->row_len;
+}
+
+/* Compressor over one sequence's new tokens: fold each token's kv/gate
+ * row into the window state; every completed window emits one entry
+ * (softmax-gated sum, RMSNorm, RoPE at the window's first position). */
+typedef struct {
+    int n, pos0;            /* new tokens and the position of the first */
+    int ratio, d;           /* window size and entry width */
+    bool overlap;           /* CSA: rows are 2*d wide, [Ca | Cb] */
+    const float *kv, *gate; /* [n][coff*d], row stride ld */
+    int ld;
+    const float *ape;       /* [ratio][coff*d] */
+    const float *norm;      /* [d] */
+    float eps;
+    const rope_table *rope;
+    float *state;           /* window rows (+ overlap rows), see kv_cache.c */
+    paged_rows out;         /* entry i -> paged_row(&out, i) */
+} compress_args;
+
+/* Lightning indexer: for each new token choose the top-k visible
+ * compressed entries by sum_h w_h * relu(q_h . k_s) * d^-0.5. */
+typedef struct {
+    int n, pos0, ratio;
+    int nheads, d, topk;
+    const float *q;         /* [n][nheads*d], RoPE applied */
+    const float *w;         /* [n][nheads], already scaled */
+    paged_rows keys;
+    int32_t *sel;           /* [n][topk] out: chosen entries, ascending */
+    int *nsel;              /* [n] out */
+} indexer_args;
+
+/* Attention of one sequence's new tokens over the sliding window (ring
+ * plus this chunk's keys) and compressed entries, with per-head sinks. */
+typedef struct {
+    int n, pos0;
+    int nheads, head_dim, window;
+    float scale;
+    const float *q;         /* [n][nheads*head_dim] */
+    const float *kv;        /* [n][head_dim] this chunk's keys (= values) */
+    const float *ring;      /* [window][head_dim]: position p at p % window */
+    const float *sinks;     /* [nheads] */
+    int ratio;              /* 0: no compressed entries */
+    paged_rows comp;
+    const int32_t *sel;     /* CSA: [n][sel_ld] chosen entries; NULL: all visible */
+    const int *nsel;
+    int sel_ld;
+    float *out;             /* [n][nheads*head_dim] */
+} attention_args;
+
+/* Mixture of experts over T tokens (this rank's slice of every expert). */
+typedef struct {
+    int T, H;
+    const float *x;         /* [T][H] */
+    const int32_t *ids;     /* [T] token ids (hash routing) */
+    const qweight *gate;    /* router [E][H] */
+    const float *bias;      /* [E] or NULL */
+    const void *tid2eid;    /* [vocab][topk] or NULL */
+    bool tid_i64;
+    int n_experts, topk;
+    bool sigmoid_scores;    /* else sqrt(softplus) */
+    float routed_scale, limit;
+    const qweight *w1, *w2, *w3;    /* [E] */
+    const qweight *sw1, *sw2, *sw3;
+    float *out;             /* [T][H] */
+} moe_args;
+
+typedef struct backend backend;
+struct backend {
+    const char *name;
+    void *impl;
+
+    void *(*alloc)(backend *b, size_t bytes);       /* zero-filled */
+    void (*release)(backend *b, void *p);
+    /* Copy `rows` rows of `n` floats between strided buffers. */
+    void (*copy_rows)(backend *b, float *dst, int ldd, const float *src, int lds, int rows,
+                      int n);
+
+    /* y[t][0..w->rows) = x[t] . W^T */
+    void (*matmul)(backend *b, const qweight *w, const float *x, int ldx, int T, float *y,
+                   int ldy);
+    /* out[t] = dequantized row ids[t] of w */
+    void (*embed)(backend *b, const qweight *w, const int32_t *ids, int T, float *out);
+    /* RMSNorm of T rows of n: out = weight * (x / rms); weight NULL: none.
+     * In place is fine. */
+    void (*rmsnorm)(backend *b, const float *x, int ldx, int T, int n, const float *weight,
+                    float eps, float *out, int ldo);
+    /* RoPE on T rows of nheads heads of head_dim; inverse rotates back. */
+    void (*rope)(backend *b, float *x, int ld, int T, int nheads, int head_dim,
+                 const rope_table *rt, const int32_t *pos, bool inverse);
+    /* x[t][i] *= s */
+    void (*scale)(backend *b, float *x, int ld, int T, int n, float s);
+
+    /* Hyper-connection collapse: streams h [T][hc][H] -> post [T][hc],
+     * comb [T][hc][hc] (Sinkhorn), collapsed [T][H]. */
+    void (*hc_pre)(backend *b, const float *h, int T, int hc, int H, const float *fn,
+                   const float *base, const float *scale, int iters, float hc_eps,
+                   float norm_eps, float *post, float *comb, float *collapsed);
+    /* h[k] = post[k] * y + sum_j comb[j][k] * h[j] */
+    void (*hc_post)(backend *b, float *h, const float *y, const float *post,
+                    const float *comb, int T, int hc, int H);
+    /* Final collapse with sigmoid weights (hc_head). */
+    void (*hc_head)(backend *b, const float *h, int T, int hc, int H, const float *fn,
+                    const float *base, const float *scale, float hc_eps, float norm_eps,
+                    float *out);
+
+    void (*compress)(backend *b, const compress_args *a);
+    void (*indexer)(backend *b, const indexer_args *a);
+    void (*attention)(backend *b, const attention_args *a);
+    /* Keep the last `window` keys of a chunk in the ring. */
+    void (*ring_store)(backend *b, float *ring, int window, int head_dim, const float *kv,
+                       int n, int pos0);
+    void (*moe)(backend *b, const moe_args *a);
+
+    /* Collectives over the tensor-parallel group, as this backend's rank.
+     * allreduce: buf[0..n) = sum over ranks.  gather_cols: put this rank's
+     * [rows][nv] slice at column v0 of the host matrix out (row stride ldo). */
+    void (*allreduce)(backend *b, float *buf, size_t n);
+    void (*gather_cols)(backend *b, const float *part, int rows, int nv, float *out,
+                        int ldo, int v0);
+
+    void (*destroy)(backend *b);
+};
+
+struct tp_group;
+/* CPU backend for `rank` of group g with `threads` kernel threads. */
+backend *backend_cpu_new(int threads, struct tp_group *g, int rank);
+
+#endif

@@ -1,0 +1,426 @@
+/* The reference CPU backend: float32 everywhere, weights dequantized on
+ * the fly, work split over a per-rank thread pool. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cpu/matmul.h"
+#include "cpu/ops.h"
+#include "cpu/threadpool.h"
+#include "tp.h"
+
+typedef struct {
+    threadpool *pool;
+    tp_group *group;
+    int rank;
+} cpu_impl;
+
+static threadpool *pool_of(backend *b) { return ((cpu_impl *)b->impl)->pool; }
+
+static void *cpu_alloc(backend *b, size_t bytes)
+{
+    (void)b;
+    size_t n = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, n ? n : 64);
+    if (p) memset(p, 0, n);
+    return p;
+}
+
+static void cpu_release(backend *b, void *p) { (void)b; free(p); }
+
+static void cpu_copy_rows(backend *b, float *dst, int ldd, const float *src, int lds,
+                          int rows, int n)
+{
+    (void)b;
+    for (int r = 0; r < rows; r++)
+        memcpy(dst + (size_t)r * ldd, src + (size_t)r * lds, n * sizeof(float));
+}
+
+static void cpu_matmul_op(backend *b, const qweight *w, const float *x, int ldx, int T,
+                          float *y, int ldy)
+{
+    cpu_matmul(pool_of(b), w, x, ldx, T, y, ldy);
+}
+
+static void cpu_embed(backend *b, const qweight *w, const int32_t *ids, int T, float *out)
+{
+    (void)b;
+    for (int t = 0; t < T; t++) qweight_row(w, ids[t], 0, w->cols, out + (size_t)t * w->cols);
+}
+
+static void cpu_rmsnorm(backend *b, const float *x, int ldx, int T, int n,
+                        const float *weight, float eps, float *out, int ldo)
+{
+    (void)b;
+    for (int t = 0; t < T; t++)
+        cpu_rmsnorm_row(x + (size_t)t * ldx, n, weight, eps, out + (size_t)t * ldo);
+}
+
+static void cpu_rope(backend *b, float *x, int ld, int T, int nheads, int head_dim,
+                     const rope_table *rt, const int32_t *pos, bool inverse)
+{
+    (void)b;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nheads; h++)
+            cpu_rope_head(x + (size_t)t * ld + (size_t)h * head_dim, head_dim, rt->npairs,
+                          rt->inv_freq, rt->attn_factor, pos[t], inverse);
+}
+
+static void cpu_scale(backend *b, float *x, int ld, int T, int n, float s)
+{
+    (void)b;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < n; i++) x[(size_t)t * ld + i] *= s;
+}
+
+/* ---- hyper-connections ---- */
+
+typedef struct {
+    const float *h, *fn, *base, *scale;
+    int hc, H, iters;
+    float hc_eps, norm_eps;
+    float *post, *comb, *out;
+    bool head;          /* hc_head: only the pre weights, no Sinkhorn */
+} hc_job;
+
+static void hc_task(void *ctx, int t)
+{
+    hc_job *J = ctx;
+    int hc = J->hc, H = J->H, n = hc * H;
+    int nmix = J->head ? hc : (2 + hc) * hc;
+    const float *h = J->h + (size_t)t * n;
+    float *flat = malloc(n * sizeof *flat);
+    float *m = malloc(nmix * sizeof *m), *pre = malloc(hc * sizeof *pre);
+    /* Unweighted RMSNorm over all streams, then the mix projection. */
+    cpu_rmsnorm_row(h, n, NULL, J->norm_eps, flat);
+    for (int j = 0; j < nmix; j++) m[j] = cpu_dot(flat, J->fn + (size_t)j * n, n);
+    if (J->head) {
+        for (int s = 0; s < hc; s++)
+            pre[s] = cpu_sigmoid(m[s] * J->scale[0] + J->base[s]) + J->hc_eps;
+    } else {
+        cpu_hc_mix(m, hc, J->base, J->scale, J->iters, J->hc_eps, pre,
+                   J->post + (size_t)t * hc, J->comb + (size_t)t * hc * hc);
+    }
+    float *o = J->out + (size_t)t * H;
+    for (int d = 0; d < H; d++) {
+        float s = 0;
+        for (int k = 0; k < hc; k++) s += pre[k] * h[(size_t)k * H + d];
+        o[d] = s;
+    }
+    free(flat);
+    free(m);
+    free(pre);
+}
+
+static void cpu_hc_pre(backend *b, const float *h, int T, int hc, int H, const float *fn,
+                       const float *base, const float *scale, int iters, float hc_eps,
+                       float norm_eps, float *post, float *comb, float *collapsed)
+{
+    hc_job J = { h, fn, base, scale, hc, H, iters, hc_eps, norm_eps, post, comb, collapsed,
+                 false };
+    threadpool_run(pool_of(b), hc_task, &J, T);
+}
+
+static void cpu_hc_head(backend *b, const float *h, int T, int hc, int H, const float *fn,
+                        const float *base, const float *scale, float hc_eps, float norm_eps,
+                        float *out)
+{
+    hc_job J = { h, fn, base, scale, hc, H, 0, hc_eps, norm_eps, NULL, NULL, out, true };
+    threadpool_run(pool_of(b), hc_task, &J, T);
+}
+
+static void cpu_hc_post(backend *b, float *h, const float *y, const float *post,
+                        const float *comb, int T, int hc, int H)
+{
+    (void)b;
+    float old[64];
+    for (int t = 0; t < T; t++) {
+        float *ht = h + (size_t)t * hc * H;
+        const float *pt = post + (size_t)t * hc, *ct = comb + (size_t)t * hc * hc;
+        const float *yt = y + (size_t)t * H;
+        for (int d = 0; d < H; d++) {
+            for (int j = 0; j < hc; j++) old[j] = ht[(size_t)j * H + d];
+            for (int k = 0; k < hc; k++) {
+                float s = 0;
+                for (int j = 0; j < hc; j++) s += ct[j * hc + k] * old[j];
+                ht[(size_t)k * H + d] = pt[k] * yt[d] + s;
+            }
+        }
+    }
+}
+
+/* ---- compressor ---- */
+
+static void cpu_compress(backend *b, const compress_args *a)
+{
+    (void)b;
+    int m = a->ratio, d = a->d, coff = a->overlap ? 2 : 1, wd = coff * d;
+    float *win = a->state;                          /* m rows of [kv wd | gate wd] */
+    float *ovl = win + (size_t)m * 2 * wd;          /* m rows of [Ca d | Ga d] */
+    float *entry = malloc(d * sizeof *entry);
+    float *lg = malloc(2 * m * sizeof *lg), *val = malloc(2 * m * sizeof *val);
+    for (int i = 0; i < a->n; i++) {
+        int pos = a->pos0 + i, s = pos % m;
+        float *row = win + (size_t)s * 2 * wd;
+        const float *kv = a->kv + (size_t)i * a->ld, *g = a->gate + (size_t)i * a->ld;
+        const float *ape = a->ape + (size_t)s * wd;
+        for (int c = 0; c < wd; c++) {
+            row[c] = kv[c];
+            row[wd + c] = g[c] + ape[c];
+        }
+        if (s != m - 1) continue;
+        int w = pos / m;
+        for (int c = 0; c < d; c++) {
+            int ns = 0;
+            if (a->overlap && w > 0)
+                for (int j = 0; j < m; j++) {
+                    lg[ns] = ovl[(size_t)j * 2 * d + d + c];
+                    val[ns++] = ovl[(size_t)j * 2 * d + c];
+                }
+            int off = a->overlap ? d : 0;   /* CSA: this window's Cb half */
+            for (int j = 0; j < m; j++) {
+                lg[ns] = win[(size_t)j * 2 * wd + wd + off + c];
+                val[ns++] = win[(size_t)j * 2 * wd + off + c];
+            }
+            float mx = -INFINITY, sum = 0, acc = 0;
+            for (int j = 0; j < ns; j++) mx = lg[j] > mx ? lg[j] : mx;
+            for (int j = 0; j < ns; j++) { lg[j] = expf(lg[j] - mx); sum += lg[j]; }
+            for (int j = 0; j < ns; j++) acc += val[j] * (lg[j] / sum);
+            entry[c] = acc;
+        }
+        cpu_rmsnorm_row(entry, d, a->norm, a->eps, entry);
+        cpu_rope_head(entry, d, a->rope->npairs, a->rope->inv_freq, a->rope->attn_factor,
+                      w * m, 0);
+        memcpy(paged_row(&a->out, w), entry, d * sizeof *entry);
+        if (a->overlap)
+            for (int j = 0; j < m; j++) {
+                memcpy(ovl + (size_t)j * 2 * d, win + (size_t)j * 2 * wd, d * sizeof(float));
+                memcpy(ovl + (size_t)j * 2 * d + d, win + (size_t)j * 2 * wd + wd,
+                       d * sizeof(float));
+            }
+    }
+    free(entry);
+    free(lg);
+    free(val);
+}
+
+/* ---- lightning indexer ---- */
+
+static int cmp_i32(const void *x, const void *y)
+{
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a > b) - (a < b);
+}
+
+static void indexer_task(void *ctx, int i)
+{
+    const indexer_args *a = ctx;
+    int p = a->pos0 + i, nvis = (p + 1) / a->ratio;
+    int32_t *sel = a->sel + (size_t)i * a->topk;
+    if (nvis <= a->topk) {
+        /* Every visible entry is chosen whatever the scores. */
+        for (int s = 0; s < nvis; s++) sel[s] = s;
+        a->nsel[i] = nvis;
+        return;
+    }
+    float *score = malloc(nvis * sizeof *score);
+    const float *q = a->q + (size_t)i * a->nheads * a->d, *w = a->w + (size_t)i * a->nheads;
+    float sm = (float)pow(a->d, -0.5);
+    for (int s = 0; s < nvis; s++) {
+        const float *k = paged_row(&a->keys, s);
+        float acc = 0;
+        for (int h = 0; h < a->nheads; h++) {
+            float dot = cpu_dot(q + (size_t)h * a->d, k, a->d);
+            acc += (dot > 0 ? dot : 0) * sm * w[h];
+        }
+        score[s] = acc;
+    }
+    cpu_topk(score, nvis, a->topk, sel);
+    qsort(sel, a->topk, sizeof *sel, cmp_i32);
+    a->nsel[i] = a->topk;
+    free(score);
+}
+
+static void cpu_indexer(backend *b, const indexer_args *a)
+{
+    threadpool_run(pool_of(b), indexer_task, (void *)a, a->n);
+}
+
+/* ---- attention ---- */
+
+#define HEADS_PER_TASK 4
+
+static void attention_task(void *ctx, int task)
+{
+    const attention_args *a = ctx;
+    int hchunks = (a->nheads + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
+    int i = task / hchunks, h0 = task % hchunks * HEADS_PER_TASK;
+    int nh = a->nheads - h0 < HEADS_PER_TASK ? a->nheads - h0 : HEADS_PER_TASK;
+    int p = a->pos0 + i, hd = a->head_dim;
+    int first = p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+    int ncomp = 0;
+    if (a->ratio) ncomp = a->sel ? a->nsel[i] : (p + 1) / a->ratio;
+    int nk = p - first + 1 + ncomp;
+    const float **keys = malloc(nk * sizeof *keys);
+    float *work = malloc(nk * sizeof *work);
+    int k = 0;
+    for (int j = first; j <= p; j++)
+        keys[k++] = j >= a->pos0 ? a->kv + (size_t)(j - a->pos0) * hd
+                                 : a->ring + (size_t)(j % a->window) * hd;
+    for (int s = 0; s < ncomp; s++)
+        keys[k++] = paged_row(&a->comp, a->sel ? a->sel[(size_t)i * a->sel_ld + s] : s);
+    size_t qo = (size_t)i * a->nheads * hd + (size_t)h0 * hd;
+    cpu_attend(a->q + qo, nh, hd, keys, nk, a->scale, a->sinks + h0, a->out + qo, work);
+    free(keys);
+    free(work);
+}
+
+static void cpu_attention(backend *b, const attention_args *a)
+{
+    int hchunks = (a->nheads + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
+    threadpool_run(pool_of(b), attention_task, (void *)a, a->n * hchunks);
+}
+
+static void cpu_ring_store(backend *b, float *ring, int window, int head_dim,
+                           const float *kv, int n, int pos0)
+{
+    (void)b;
+    int from = pos0 + n - window > pos0 ? pos0 + n - window : pos0;
+    for (int j = from; j < pos0 + n; j++)
+        memcpy(ring + (size_t)(j % window) * head_dim, kv + (size_t)(j - pos0) * head_dim,
+               head_dim * sizeof(float));
+}
+
+/* ---- mixture of experts ---- */
+
+static void swiglu(const float *g, const float *u, size_t n, float limit, float *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        float gv = g[i] > limit ? limit : g[i];          /* clamp(max=limit) */
+        float uv = u[i] > limit ? limit : u[i] < -limit ? -limit : u[i];
+        out[i] = cpu_silu(gv) * uv;
+    }
+}
+
+/* One expert (or the shared one) on `n` gathered rows: out = mlp(x). */
+static void expert(threadpool *p, const qweight *w1, const qweight *w2, const qweight *w3,
+                   const float *x, int n, int H, float limit, float *out)
+{
+    int I = w1->rows;
+    float *g = malloc((size_t)n * I * sizeof *g), *u = malloc((size_t)n * I * sizeof *u);
+    cpu_matmul(p, w1, x, H, n, g, I);
+    cpu_matmul(p, w3, x, H, n, u, I);
+    swiglu(g, u, (size_t)n * I, limit, g);
+    cpu_matmul(p, w2, g, I, n, out, H);
+    free(g);
+    free(u);
+}
+
+static void cpu_moe(backend *b, const moe_args *a)
+{
+    threadpool *p = pool_of(b);
+    int T = a->T, H = a->H, E = a->n_experts, K = a->topk;
+    float *scores = malloc((size_t)T * E * sizeof *scores);
+    int32_t *idx = malloc((size_t)T * K * sizeof *idx);
+    float *wt = malloc((size_t)T * K * sizeof *wt), *biased = malloc(E * sizeof *biased);
+    cpu_matmul(p, a->gate, a->x, H, T, scores, E);
+    for (int t = 0; t < T; t++) {
+        float *sc = scores + (size_t)t * E;
+        for (int e = 0; e < E; e++)
+            sc[e] = a->sigmoid_scores ? cpu_sigmoid(sc[e]) : sqrtf(cpu_softplus(sc[e]));
+        int32_t *it = idx + (size_t)t * K;
+        if (a->tid2eid) {
+            for (int k = 0; k < K; k++)
+                it[k] = a->tid_i64 ? (int32_t)((const int64_t *)a->tid2eid)[(size_t)a->ids[t] * K + k]
+                                   : ((const int32_t *)a->tid2eid)[(size_t)a->ids[t] * K + k];
+        } else {
+            for (int e = 0; e < E; e++) biased[e] = sc[e] + a->bias[e];
+            cpu_topk(biased, E, K, it);
+        }
+        float sum = 0;
+        for (int k = 0; k < K; k++) sum += sc[it[k]];
+        for (int k = 0; k < K; k++) wt[(size_t)t * K + k] = sc[it[k]] / (sum + 1e-20f) * a->routed_scale;
+    }
+    memset(a->out, 0, (size_t)T * H * sizeof(float));
+    /* Experts in ascending order, each on the rows routed to it. */
+    int *rows = malloc((size_t)T * K * sizeof *rows);
+    float *xs = malloc((size_t)T * K * H * sizeof *xs), *ys = malloc((size_t)T * K * H * sizeof *ys);
+    for (int e = 0; e < E; e++) {
+        int n = 0;
+        for (int t = 0; t < T; t++)
+            for (int k = 0; k < K; k++)
+                if (idx[(size_t)t * K + k] == e) {
+                    rows[n] = t * K + k;
+                    memcpy(xs + (size_t)n * H, a->x + (size_t)t * H, H * sizeof(float));
+                    n++;
+                }
+        if (!n) continue;
+        expert(p, &a->w1[e], &a->w2[e], &a->w3[e], xs, n, H, a->limit, ys);
+        for (int j = 0; j < n; j++) {
+            float w = wt[rows[j]];
+            float *o = a->out + (size_t)(rows[j] / K) * H;
+            const float *y = ys + (size_t)j * H;
+            for (int d = 0; d < H; d++) o[d] += y[d] * w;
+        }
+    }
+    expert(p, a->sw1, a->sw2, a->sw3, a->x, T, H, a->limit, ys);
+    for (size_t i = 0; i < (size_t)T * H; i++) a->out[i] += ys[i];
+    free(rows);
+    free(xs);
+    free(ys);
+    free(scores);
+    free(idx);
+    free(wt);
+    free(biased);
+}
+
+static void cpu_allreduce(backend *b, float *buf, size_t n)
+{
+    cpu_impl *c = b->impl;
+    tp_allreduce_sum(c->group, c->rank, buf, n);
+}
+
+static void cpu_gather_cols(backend *b, const float *part, int rows, int nv, float *out,
+                            int ldo, int v0)
+{
+    (void)b;
+    for (int r = 0; r < rows; r++)
+        memcpy(out + (size_t)r * ldo + v0, part + (size_t)r * nv, nv * sizeof(float));
+}
+
+static void cpu_destroy(backend *b)
+{
+    threadpool_free(pool_of(b));
+    free(b->impl);
+    free(b);
+}
+
+backend *backend_cpu_new(int threads, tp_group *g, int rank)
+{
+    backend *b = calloc(1, sizeof *b);
+    cpu_impl *c = calloc(1, sizeof *c);
+    *c = (cpu_impl){ threadpool_new(threads), g, rank };
+    b->name = "cpu";
+    b->impl = c;
+    b->alloc = cpu_alloc;
+    b->release = cpu_release;
+    b->copy_rows = cpu_copy_rows;
+    b->matmul = cpu_matmul_op;
+    b->embed = cpu_embed;
+    b->rmsnorm = cpu_rmsnorm;
+    b->rope = cpu_rope;
+    b->scale = cpu_scale;
+    b->hc_pre = cpu_hc_pre;
+    b->hc_post = cpu_hc_post;
+    b->hc_head = cpu_hc_head;
+    b->compress = cpu_compress;
+    b->indexer = cpu_indexer;
+    b->attention = cpu_attention;
+    b->ring_store = cpu_ring_store;
+    b->moe = cpu_moe;
+    b->allreduce = cpu_allreduce;
+    b->gather_cols = cpu_gather_cols;
+    b->destroy = cpu_destroy;
+    return b;
+}

@@ -1,0 +1,245 @@
+/* The DeepSeek V4 forward pass of one tensor-parallel rank, written once
+ * for every backend: it only computes sizes and addresses and calls the
+ * backend's ops (backend.h).  Follows transformers' modeling_deepseek_v4.py;
+ * docs/MODEL.md lists the points where the order of operations matters. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_internal.h"
+
+/* Grow the rank's activation buffers to hold T tokens and nout logits rows. */
+static void ensure_scratch(v4_model *M, v4_rank *R, int T, int nout)
+{
+    const v4_config *c = &M->cfg;
+    v4_scratch *s = &R->s;
+    backend *be = R->be;
+    int H = c->hidden_size, hc = c->hc_mult, hd = c->head_dim;
+    int qd = R->shard.nh * hd, ihd = c->index_head_dim, inh = c->index_heads;
+    if (T > s->cap_T) {
+        float **bufs[] = { &s->h, &s->x, &s->col, &s->y, &s->post, &s->comb, &s->qr, &s->q,
+                           &s->kv, &s->attn, &s->oa, &s->ckv, &s->cg, &s->ikv, &s->ig,
+                           &s->qi, &s->iw };
+        size_t widths[] = { (size_t)hc * H, H, H, H, hc, (size_t)hc * hc, c->q_lora_rank, qd,
+                            hd, qd, (size_t)R->shard.ng * c->o_lora_rank, 2 * hd, 2 * hd,
+                            2 * ihd, 2 * ihd, (size_t)inh * ihd, inh };
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+            be->release(be, *bufs[i]);
+            *bufs[i] = be->alloc(be, (size_t)T * widths[i] * sizeof(float));
+        }
+        be->release(be, s->sel);
+        be->release(be, s->nsel);
+        s->sel = be->alloc(be, (size_t)T * c->index_topk * sizeof *s->sel);
+        s->nsel = be->alloc(be, (size_t)T * sizeof *s->nsel);
+        s->cap_T = T;
+    }
+    if (nout > s->cap_out) {
+        be->release(be, s->head_in);
+        be->release(be, s->logits);
+        s->head_in = be->alloc(be, (size_t)nout * H * sizeof(float));
+        s->logits = be->alloc(be, (size_t)nout * R->shard.nv * sizeof(float));
+        s->cap_out = nout;
+    }
+}
+
+static char *seq_state(v4_model *M, v4_rank *R, const v4_segment *g)
+{
+    return R->state_mem + (size_t)g->seq->c.slot * M->layout.state_bytes;
+}
+
+static paged_rows seg_rows(v4_model *M, v4_rank *R, const v4_segment *g, size_t off,
+                           int ratio, int row_len)
+{
+    return (paged_rows){ R->blockptr + g->blk0, off, M->layout.block_tokens / ratio, row_len };
+}
+
+/* Run the compressor over every segment's new tokens. */
+static void compress_all(v4_model *M, v4_rank *R, const v4_batch *B, const v4_comp_w *cw,
+                         int l, bool indexer, const float *kv, const float *gate)
+{
+    const v4_config *c = &M->cfg;
+    bool csa = c->attn[l] == V4_ATTN_CSA;
+    int ratio = v4_layer_ratio(c, l), d = indexer ? c->index_head_dim : c->head_dim;
+    int ld = (csa ? 2 : 1) * d;
+    size_t state_off = indexer ? M->layout.icomp_off[l] : M->layout.comp_off[l];
+    size_t rows_off = indexer ? M->layout.ikey_off[l] : M->layout.entry_off[l];
+    for (int i = 0; i < B->nseg; i++) {
+        const v4_segment *g = &B->segs[i];
+        compress_args a = {
+            .n = g->n, .pos0 = g->pos0, .ratio = ratio, .d = d, .overlap = csa,
+            .kv = kv + (size_t)g->t0 * ld, .gate = gate + (size_t)g->t0 * ld, .ld = ld,
+            .ape = cw->ape, .norm = cw->norm, .eps = (float)c->rms_eps, .rope = &M->rope_comp,
+            .state = (float *)(seq_state(M, R, g) + state_off),
+            .out = seg_rows(M, R, g, rows_off, ratio, d),
+        };
+        R->be->compress(R->be, &a);
+    }
+}
+
+/* Attention sublayer: x [T][H] -> partial output y [T][H] (this rank's heads). */
+static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
+{
+    const v4_config *c = &M->cfg;
+    const v4_layer *L = &R->w.layers[l];
+    v4_scratch *s = &R->s;
+    backend *be = R->be;
+    int T = B->T, H = c->hidden_size, hd = c->head_dim, qlr = c->q_lora_rank;
+    int nh = R->shard.nh, qd = nh * hd, olr = c->o_lora_rank, ng = R->shard.ng;
+    int ratio = v4_layer_ratio(c, l);
+    bool csa = c->attn[l] == V4_ATTN_CSA;
+    float eps = (float)c->rms_eps;
+    const rope_table *rt = ratio ? &M->rope_comp : &M->rope_main;
+
+    be->matmul(be, &L->wq_a, s->x, H, T, s->qr, qlr);
+    be->rmsnorm(be, s->qr, qlr, T, qlr, L->q_norm, eps, s->qr, qlr);
+    be->matmul(be, &L->wq_b, s->qr, qlr, T, s->q, qd);
+    be->rmsnorm(be, s->q, hd, T * nh, hd, NULL, eps, s->q, hd);
+    be->rope(be, s->q, qd, T, nh, hd, rt, B->pos, false);
+    be->matmul(be, &L->wkv, s->x, H, T, s->kv, hd);
+    be->rmsnorm(be, s->kv, hd, T, hd, L->kv_norm, eps, s->kv, hd);
+    be->rope(be, s->kv, hd, T, 1, hd, rt, B->pos, false);
+
+    if (ratio) {
+        int cd = (csa ? 2 : 1) * hd;
+        be->matmul(be, &L->comp.wkv, s->x, H, T, s->ckv, cd);
+        be->matmul(be, &L->comp.wgate, s->x, H, T, s->cg, cd);
+        compress_all(M, R, B, &L->comp, l, false, s->ckv, s->cg);
+    }
+    if (csa) {
+        int ihd = c->index_head_dim, inh = c->index_heads;
+        be->matmul(be, &L->icomp.wkv, s->x, H, T, s->ikv, 2 * ihd);
+        be->matmul(be, &L->icomp.wgate, s->x, H, T, s->ig, 2 * ihd);
+        compress_all(M, R, B, &L->icomp, l, true, s->ikv, s->ig);
+        be->matmul(be, &L->iwq_b, s->qr, qlr, T, s->qi, inh * ihd);
+        be->rope(be, s->qi, inh * ihd, T, inh, ihd, &M->rope_comp, B->pos, false);
+        be->matmul(be, &L->iweights, s->x, H, T, s->iw, inh);
+        be->scale(be, s->iw, inh, T, inh, (float)pow(inh, -0.5));
+        for (int i = 0; i < B->nseg; i++) {
+            const v4_segment *g = &B->segs[i];
+            indexer_args a = {
+                .n = g->n, .pos0 = g->pos0, .ratio = ratio, .nheads = inh, .d = ihd,
+                .topk = c->index_topk, .q = s->qi + (size_t)g->t0 * inh * ihd,
+                .w = s->iw + (size_t)g->t0 * inh,
+                .keys = seg_rows(M, R, g, M->layout.ikey_off[l], ratio, ihd),
+                .sel = s->sel + (size_t)g->t0 * c->index_topk, .nsel = s->nsel + g->t0,
+            };
+            be->indexer(be, &a);
+        }
+    }
+
+    for (int i = 0; i < B->nseg; i++) {
+        const v4_segment *g = &B->segs[i];
+        attention_args a = {
+            .n = g->n, .pos0 = g->pos0, .nheads = nh, .head_dim = hd,
+            .window = c->sliding_window, .scale = (float)pow(hd, -0.5),
+            .q = s->q + (size_t)g->t0 * qd, .kv = s->kv + (size_t)g->t0 * hd,
+            .ring = (const float *)(seq_state(M, R, g) + M->layout.ring_off[l]),
+            .sinks = L->sink, .ratio = ratio,
+            .out = s->attn + (size_t)g->t0 * qd,
+        };
+        if (ratio) a.comp = seg_rows(M, R, g, M->layout.entry_off[l], ratio, hd);
+        if (csa) {
+            a.sel = s->sel + (size_t)g->t0 * c->index_topk;
+            a.nsel = s->nsel + g->t0;
+            a.sel_ld = c->index_topk;
+        }
+        be->attention(be, &a);
+    }
+    for (int i = 0; i < B->nseg; i++) {
+        const v4_segment *g = &B->segs[i];
+        be->ring_store(be, (float *)(seq_state(M, R, g) + M->layout.ring_off[l]),
+                       c->sliding_window, hd, s->kv + (size_t)g->t0 * hd, g->n, g->pos0);
+    }
+
+    /* K = V carried RoPE into the output: rotate it back at the query
+     * position, then the grouped output projection. */
+    be->rope(be, s->attn, qd, T, nh, hd, rt, B->pos, true);
+    int gin = (c->n_heads / c->o_groups) * hd;
+    for (int gi = 0; gi < ng; gi++) {
+        qweight wg = qweight_view(&L->wo_a, gi * olr, olr, 0, gin);
+        be->matmul(be, &wg, s->attn + (size_t)gi * gin, qd, T, s->oa + (size_t)gi * olr,
+                   ng * olr);
+    }
+    be->matmul(be, &L->wo_b, s->oa, ng * olr, T, s->y, H);
+}
+
+static void ffn(v4_model *M, v4_rank *R, const v4_batch *B, int l)
+{
+    const v4_config *c = &M->cfg;
+    const v4_layer *L = &R->w.layers[l];
+    moe_args a = {
+        .T = B->T, .H = c->hidden_size, .x = R->s.x, .ids = B->ids, .gate = &L->gate,
+        .bias = L->gate_bias, .tid2eid = L->tid2eid, .tid_i64 = L->tid_i64,
+        .n_experts = c->n_experts, .topk = c->topk,
+        .sigmoid_scores = c->scoring == V4_SCORE_SIGMOID,
+        .routed_scale = (float)c->routed_scale, .limit = (float)c->swiglu_limit,
+        .w1 = L->w1, .w2 = L->w2, .w3 = L->w3, .sw1 = &L->sw1, .sw2 = &L->sw2, .sw3 = &L->sw3,
+        .out = R->s.y,
+    };
+    R->be->moe(R->be, &a);
+}
+
+/* One hyper-connected sublayer: collapse the streams, normalize, run the
+ * sublayer, all-reduce its partial output, expand back into the streams. */
+static void sublayer(v4_model *M, v4_rank *R, const v4_batch *B, int l, bool is_ffn)
+{
+    const v4_config *c = &M->cfg;
+    const v4_layer *L = &R->w.layers[l];
+    v4_scratch *s = &R->s;
+    backend *be = R->be;
+    int T = B->T, H = c->hidden_size, hc = c->hc_mult;
+    be->hc_pre(be, s->h, T, hc, H, is_ffn ? L->hc_ffn_fn : L->hc_attn_fn,
+               is_ffn ? L->hc_ffn_base : L->hc_attn_base,
+               is_ffn ? L->hc_ffn_scale : L->hc_attn_scale, c->hc_sinkhorn_iters,
+               (float)c->hc_eps, (float)c->rms_eps, s->post, s->comb, s->col);
+    be->rmsnorm(be, s->col, H, T, H, is_ffn ? L->ffn_norm : L->attn_norm, (float)c->rms_eps,
+                s->x, H);
+    if (is_ffn) ffn(M, R, B, l);
+    else attention(M, R, B, l);
+    be->allreduce(be, s->y, (size_t)T * H);
+    be->hc_post(be, s->h, s->y, s->post, s->comb, T, hc, H);
+}
+
+void v4_forward_rank(void *batch, int rank)
+{
+    v4_batch *B = batch;
+    v4_model *M = B->m;
+    v4_rank *R = &M->ranks[rank];
+    const v4_config *c = &M->cfg;
+    backend *be = R->be;
+    int T = B->T, H = c->hidden_size, hc = c->hc_mult;
+    ensure_scratch(M, R, T, B->nout);
+    v4_scratch *s = &R->s;
+
+    /* Block addresses of every segment in this rank's memory. */
+    int64_t nb = 0;
+    for (int i = 0; i < B->nseg; i++) nb += B->segs[i].seq->c.nblocks;
+    if (nb > R->cap_blockptr) {
+        R->blockptr = realloc(R->blockptr, nb * sizeof *R->blockptr);
+        R->cap_blockptr = nb;
+    }
+    for (int i = 0; i < B->nseg; i++) {
+        const seq_cache *sc = &B->segs[i].seq->c;
+        for (int64_t b = 0; b < sc->nblocks; b++)
+            R->blockptr[B->segs[i].blk0 + b] =
+                R->block_mem + (size_t)sc->blocks[b] * M->layout.block_bytes;
+    }
+
+    be->embed(be, &R->w.embed, B->ids, T, s->x);
+    for (int k = 0; k < hc; k++) be->copy_rows(be, s->h + (size_t)k * H, hc * H, s->x, H, T, H);
+    for (int l = 0; l < c->n_layers; l++) {
+        sublayer(M, R, B, l, false);
+        sublayer(M, R, B, l, true);
+    }
+
+    /* Only the rows whose logits are wanted go through the head. */
+    be->hc_head(be, s->h, T, hc, H, R->w.hc_fn, R->w.hc_base, R->w.hc_scale,
+                (float)c->hc_eps, (float)c->rms_eps, s->col);
+    for (int i = 0; i < B->nout; i++)
+        be->copy_rows(be, s->head_in + (size_t)i * H, H, s->col + (size_t)B->out_tok[i] * H, H,
+                      1, H);
+    be->rmsnorm(be, s->head_in, H, B->nout, H, R->w.norm, (float)c->rms_eps, s->head_in, H);
+    be->matmul(be, &R->w.head, s->head_in, H, B->nout, s->logits, R->shard.nv);
+    be->gather_cols(be, s->logits, B->nout, R->shard.nv, B->logits, c->vocab_size,
+                    R->shard.v0);
+}

@@ -1,0 +1,301 @@
+/* Model loading, the cache pool and the step driver (model.h). */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model_internal.h"
+
+const v4_config *v4_model_config(const v4_model *m) { return &m->cfg; }
+int v4_model_tp(const v4_model *m) { return m->tp; }
+int v4_model_threads(const v4_model *m) { return m->threads; }
+
+static int default_threads(int tp)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    int t = (int)(n > 0 ? n : 1) / tp;
+    return t < 1 ? 1 : t;
+}
+
+int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf *err)
+{
+    v4_options o = opt ? *opt : (v4_options){ 0 };
+    *out = NULL;
+    if (o.backend && strcmp(o.backend, "cpu")) {
+        sb_printf(err, "backend %s: not available in this build (cpu only)\n", o.backend);
+        return -1;
+    }
+    int tp = o.tp > 0 ? o.tp : 1;
+    int threads = o.threads_per_rank > 0 ? o.threads_per_rank : default_threads(tp);
+    int max_seqs = o.max_seqs > 0 ? o.max_seqs : 1;
+    if (tp > 64) {
+        sb_printf(err, "--tp %d: at most 64 ranks\n", tp);
+        return -1;
+    }
+
+    v4_model *m = calloc(1, sizeof *m);
+    strbuf p;
+    sb_init(&p);
+    sb_printf(&p, "%s/config.json", dir);
+    int rc = v4_config_load(&m->cfg, p.data, err);
+    sb_free(&p);
+    if (rc) { free(m); return -1; }
+    const v4_config *c = &m->cfg;
+    v4_shard sh[64];
+    for (int r = 0; r < tp; r++)
+        if (v4_shard_plan(c, tp, r, &sh[r], err)) {
+            v4_config_free(&m->cfg);
+            free(m);
+            return -1;
+        }
+    if (st_open_dir(&m->st, dir, err)) {
+        v4_config_free(&m->cfg);
+        free(m);
+        return -1;
+    }
+    if (v4_weights_load(&m->w, c, &m->st, dir, err)) {
+        st_close(&m->st);
+        v4_config_free(&m->cfg);
+        free(m);
+        return -1;
+    }
+
+    int np = c->rope_dim / 2;
+    m->inv_main = malloc(np * sizeof(float));
+    m->inv_comp = malloc(np * sizeof(float));
+    v4_rope_inv_freq(&c->rope_main, c->rope_dim, m->inv_main);
+    v4_rope_inv_freq(&c->rope_compress, c->rope_dim, m->inv_comp);
+    m->rope_main = (rope_table){ np, m->inv_main, (float)c->rope_main.attention_factor };
+    m->rope_comp = (rope_table){ np, m->inv_comp, (float)c->rope_compress.attention_factor };
+
+    /* The pool: max_seqs state slots and as many blocks as fit. */
+    cache_layout_init(&m->layout, c);
+    int64_t nblocks;
+    if (o.cache_bytes) {
+        size_t fixed = (size_t)max_seqs * m->layout.state_bytes;
+        if (o.cache_bytes < fixed) {
+            sb_printf(err, "cache memory %zu bytes is less than the %zu bytes of state for "
+                      "%d sequences\n", o.cache_bytes, fixed, max_seqs);
+            v4_model_free(m);
+            return -1;
+        }
+        nblocks = m->layout.block_bytes ? (int64_t)((o.cache_bytes - fixed) / m->layout.block_bytes)
+                                        : 0;
+    } else {
+        int64_t tokens = o.cache_tokens > 0 ? o.cache_tokens : 4096 * (int64_t)max_seqs;
+        nblocks = cache_blocks_for(&m->layout, tokens) + (m->layout.block_bytes ? max_seqs : 0);
+    }
+    block_pool_init(&m->pool, max_seqs, nblocks);
+
+    m->tp = tp;
+    m->threads = threads;
+    m->group = tp_group_new(tp);
+    m->ranks = calloc(tp, sizeof *m->ranks);
+    pthread_mutex_init(&m->mu, NULL);
+    for (int r = 0; r < tp; r++) {
+        v4_rank *R = &m->ranks[r];
+        R->rank = r;
+        R->shard = sh[r];
+        v4_weights_shard(&m->w, c, &sh[r], &R->w);
+        R->be = backend_cpu_new(threads, m->group, r);
+        R->state_mem = R->be->alloc(R->be, (size_t)max_seqs * m->layout.state_bytes);
+        R->block_mem = R->be->alloc(R->be, (size_t)nblocks * m->layout.block_bytes);
+        if (!R->state_mem || !R->block_mem) {
+            sb_printf(err, "cannot allocate the cache pool (%d sequences, %lld blocks of %zu "
+                      "bytes)\n", max_seqs, (long long)nblocks, m->layout.block_bytes);
+            v4_model_free(m);
+            return -1;
+        }
+    }
+    *out = m;
+    return 0;
+}
+
+void v4_model_free(v4_model *m)
+{
+    if (!m) return;
+    for (int r = 0; m->ranks && r < m->tp; r++) {
+        v4_rank *R = &m->ranks[r];
+        backend *be = R->be;
+        v4_scratch *s = &R->s;
+        if (!be) continue;
+        void *bufs[] = { s->h, s->x, s->col, s->y, s->post, s->comb, s->qr, s->q, s->kv,
+                         s->attn, s->oa, s->ckv, s->cg, s->ikv, s->ig, s->qi, s->iw, s->sel,
+                         s->nsel, s->head_in, s->logits, R->state_mem, R->block_mem };
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->release(be, bufs[i]);
+        be->destroy(be);
+        free(R->blockptr);
+        v4_weights_free(&R->w);
+    }
+    if (m->ranks) pthread_mutex_destroy(&m->mu);
+    free(m->ranks);
+    tp_group_free(m->group);
+    block_pool_free(&m->pool);
+    cache_layout_free(&m->layout);
+    free(m->inv_main);
+    free(m->inv_comp);
+    v4_weights_free(&m->w);
+    st_close(&m->st);
+    v4_config_free(&m->cfg);
+    free(m);
+}
+
+void v4_cache_info_get(v4_model *m, v4_cache_info *ci)
+{
+    pthread_mutex_lock(&m->mu);
+    *ci = (v4_cache_info){
+        .block_tokens = m->layout.block_tokens, .block_bytes = m->layout.block_bytes,
+        .state_bytes = m->layout.state_bytes, .blocks_total = m->pool.nblocks,
+        .blocks_used = m->pool.nblocks - m->pool.nfree, .seqs_total = m->pool.nslots,
+        .seqs_used = m->pool.nslots - m->pool.nfree_slots,
+    };
+    pthread_mutex_unlock(&m->mu);
+}
+
+int64_t v4_blocks_for_tokens(const v4_model *m, int64_t n)
+{
+    return cache_blocks_for(&m->layout, n);
+}
+
+double v4_cache_bytes_per_token(const v4_model *m)
+{
+    return (double)m->layout.block_bytes / m->layout.block_tokens;
+}
+
+bool v4_can_admit(v4_model *m, int64_t n)
+{
+    pthread_mutex_lock(&m->mu);
+    bool ok = m->pool.nfree_slots > 0 && cache_blocks_for(&m->layout, n) <= m->pool.nfree;
+    pthread_mutex_unlock(&m->mu);
+    return ok;
+}
+
+v4_seq *v4_seq_new(v4_model *m, strbuf *err)
+{
+    v4_seq *s = calloc(1, sizeof *s);
+    pthread_mutex_lock(&m->mu);
+    int rc = seq_cache_open(&m->pool, &s->c);
+    pthread_mutex_unlock(&m->mu);
+    if (rc) {
+        sb_printf(err, "no free sequence slot (max_seqs %d)\n", m->pool.nslots);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+int v4_seq_reserve(v4_model *m, v4_seq *s, int64_t n, strbuf *err)
+{
+    pthread_mutex_lock(&m->mu);
+    int rc = seq_cache_reserve(&m->pool, &m->layout, &s->c, n);
+    if (rc)
+        sb_printf(err, "cache pool: %lld blocks needed for %lld positions, %lld free\n",
+                  (long long)(cache_blocks_for(&m->layout, n) - s->c.nblocks), (long long)n,
+                  (long long)m->pool.nfree);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+void v4_seq_free(v4_model *m, v4_seq *s)
+{
+    if (!s) return;
+    pthread_mutex_lock(&m->mu);
+    seq_cache_close(&m->pool, &s->c);
+    pthread_mutex_unlock(&m->mu);
+    free(s);
+}
+
+int64_t v4_seq_len(const v4_seq *s) { return s->c.len; }
+
+static int check_items(v4_model *m, v4_step_item *items, int n, strbuf *err)
+{
+    if (n <= 0) { sb_printf(err, "step: no sequences\n"); return -1; }
+    for (int i = 0; i < n; i++) {
+        v4_step_item *it = &items[i];
+        if (!it->seq || it->n_tokens <= 0 || !it->tokens || !it->logits) {
+            sb_printf(err, "step: item %d needs a sequence, tokens and a logits buffer\n", i);
+            return -1;
+        }
+        if (it->seq->c.len + it->n_tokens > 0x7fffffff - 1) {
+            sb_printf(err, "step: item %d: sequence too long\n", i);
+            return -1;
+        }
+        for (int j = 0; j < i; j++)
+            if (items[j].seq == it->seq) {
+                sb_printf(err, "step: sequence given twice (items %d and %d)\n", j, i);
+                return -1;
+            }
+        for (int t = 0; t < it->n_tokens; t++)
+            if (it->tokens[t] < 0 || it->tokens[t] >= m->cfg.vocab_size) {
+                sb_printf(err, "step: item %d: token %d is outside the vocabulary [0, %d)\n", i,
+                          it->tokens[t], m->cfg.vocab_size);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+static int step_locked(v4_model *m, v4_step_item *items, int n, strbuf *err)
+{
+    if (check_items(m, items, n, err)) return -1;
+    /* Take every sequence's blocks first: all or nothing. */
+    int64_t *had = malloc(n * sizeof *had);
+    for (int i = 0; i < n; i++) had[i] = items[i].seq->c.nblocks;
+    for (int i = 0; i < n; i++) {
+        seq_cache *sc = &items[i].seq->c;
+        if (seq_cache_reserve(&m->pool, &m->layout, sc, sc->len + items[i].n_tokens)) {
+            for (int j = 0; j <= i; j++) seq_cache_trim(&m->pool, &items[j].seq->c, had[j]);
+            sb_printf(err, "step: cache pool exhausted (%lld of %lld blocks free)\n",
+                      (long long)m->pool.nfree, (long long)m->pool.nblocks);
+            free(had);
+            return -1;
+        }
+    }
+    free(had);
+    int T = 0, nout = 0;
+    for (int i = 0; i < n; i++) {
+        T += items[i].n_tokens;
+        nout += items[i].all_logits ? items[i].n_tokens : 1;
+    }
+    v4_segment *segs = calloc(n, sizeof *segs);
+    int32_t *ids = malloc(T * sizeof *ids), *pos = malloc(T * sizeof *pos);
+    int32_t *out_tok = malloc(nout * sizeof *out_tok);
+    float *logits = malloc((size_t)nout * m->cfg.vocab_size * sizeof *logits);
+    int t = 0, o = 0;
+    int64_t blk = 0;
+    for (int i = 0; i < n; i++) {
+        v4_step_item *it = &items[i];
+        segs[i] = (v4_segment){ it->seq, it->n_tokens, (int)it->seq->c.len, t, blk };
+        blk += it->seq->c.nblocks;
+        for (int j = 0; j < it->n_tokens; j++, t++) {
+            ids[t] = it->tokens[j];
+            pos[t] = (int32_t)(it->seq->c.len + j);
+            if (it->all_logits || j == it->n_tokens - 1) out_tok[o++] = t;
+        }
+    }
+    v4_batch B = { m, n, T, segs, ids, pos, nout, out_tok, logits };
+    tp_reserve(m->group, (size_t)T * m->cfg.hidden_size);
+    tp_run(m->group, v4_forward_rank, &B);
+
+    o = 0;
+    size_t V = m->cfg.vocab_size;
+    for (int i = 0; i < n; i++) {
+        int rows = items[i].all_logits ? items[i].n_tokens : 1;
+        memcpy(items[i].logits, logits + o * V, rows * V * sizeof(float));
+        o += rows;
+        items[i].seq->c.len += items[i].n_tokens;
+    }
+    free(segs);
+    free(ids);
+    free(pos);
+    free(out_tok);
+    free(logits);
+    return 0;
+}
+
+int v4_step(v4_model *m, v4_step_item *items, int n_items, strbuf *err)
+{
+    pthread_mutex_lock(&m->mu);
+    int rc = step_locked(m, items, n_items, err);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}

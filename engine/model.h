@@ -1,0 +1,79 @@
+/* DeepSeek V4 inference engine: the API the serving runtime uses.
+ *
+ *   v4_model_load()    config.json + safetensors weights, split over tp ranks,
+ *                      cache pool sized from the options
+ *   v4_seq_new/free()  per-sequence cache state from the pool
+ *   v4_step()          run one batch: each item is a sequence with a chunk of
+ *                      new tokens (a prefill chunk or one decode token); writes
+ *                      the logits of the chunk's last position (or of all)
+ *
+ * Thread safety: every function may be called from any thread; calls are
+ * serialized internally (one step at a time).  Logits match transformers'
+ * DeepseekV4ForCausalLM in float32 (docs/MODEL.md). */
+#ifndef LLM_MODEL_H
+#define LLM_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model_config.h"
+#include "strbuf.h"
+
+typedef struct v4_model v4_model;
+typedef struct v4_seq v4_seq;
+
+typedef struct {
+    int tp;                 /* tensor-parallel ranks; 0 or 1: one */
+    int threads_per_rank;   /* CPU kernel threads per rank; 0: cores / tp */
+    int max_seqs;           /* sequences holding cache state at once; 0: 1 */
+    int64_t cache_tokens;   /* pool capacity in positions, over all sequences;
+                               used when cache_bytes is 0 (0: 4096 per sequence) */
+    size_t cache_bytes;     /* memory per rank for state slots and blocks */
+    const char *backend;    /* "cpu" (NULL: cpu) */
+} v4_options;
+
+int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf *err);
+void v4_model_free(v4_model *m);
+const v4_config *v4_model_config(const v4_model *m);
+int v4_model_tp(const v4_model *m);
+int v4_model_threads(const v4_model *m);   /* kernel threads per rank */
+
+typedef struct {
+    int block_tokens;           /* positions per block */
+    size_t block_bytes;         /* per rank */
+    size_t state_bytes;         /* fixed state per sequence per rank */
+    int64_t blocks_total, blocks_used;
+    int seqs_total, seqs_used;
+} v4_cache_info;
+
+void v4_cache_info_get(v4_model *m, v4_cache_info *ci);
+/* Blocks a sequence of n positions needs. */
+int64_t v4_blocks_for_tokens(const v4_model *m, int64_t n);
+/* Growing cache bytes per position, per rank (the fixed state excluded). */
+double v4_cache_bytes_per_token(const v4_model *m);
+/* Whether a new sequence of n positions fits in what is free now. */
+bool v4_can_admit(v4_model *m, int64_t n);
+
+/* NULL (message in err) when every state slot is taken. */
+v4_seq *v4_seq_new(v4_model *m, strbuf *err);
+/* Take the blocks for n positions now (admission), so later steps up to n
+ * cannot run out.  -1 with a message, and nothing taken, if they are not
+ * free.  Steps past n take more blocks as they go. */
+int v4_seq_reserve(v4_model *m, v4_seq *s, int64_t n, strbuf *err);
+void v4_seq_free(v4_model *m, v4_seq *s);
+int64_t v4_seq_len(const v4_seq *s);
+
+typedef struct {
+    v4_seq *seq;
+    const int32_t *tokens;
+    int n_tokens;               /* >= 1 */
+    float *logits;              /* [vocab], or [n_tokens][vocab] with all_logits */
+    bool all_logits;
+} v4_step_item;
+
+/* Returns 0, or -1 with a message (bad token, pool exhausted, ...); on
+ * error no sequence changes. */
+int v4_step(v4_model *m, v4_step_item *items, int n_items, strbuf *err);
+
+#endif

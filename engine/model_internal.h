@@ -1,0 +1,80 @@
+/* Internals shared by model.c (API, loading, scheduling of a step) and
+ * forward.c (the forward pass of one rank). */
+#ifndef LLM_MODEL_INTERNAL_H
+#define LLM_MODEL_INTERNAL_H
+
+#include <pthread.h>
+
+#include "backend.h"
+#include "kv_cache.h"
+#include "model.h"
+#include "model_weights.h"
+#include "safetensors.h"
+#include "tp.h"
+
+/* Activation buffers of one rank (backend memory), sized for cap_T tokens. */
+typedef struct {
+    int cap_T, cap_out;
+    float *h, *x, *col, *y, *post, *comb;
+    float *qr, *q, *kv, *attn, *oa;
+    float *ckv, *cg, *ikv, *ig, *qi, *iw;
+    int32_t *sel;
+    int *nsel;
+    float *head_in, *logits;
+} v4_scratch;
+
+typedef struct {
+    int rank;
+    v4_shard shard;
+    v4_weights w;           /* views of the model's weights */
+    backend *be;
+    char *state_mem;        /* max_seqs state slots */
+    char *block_mem;        /* pool blocks */
+    v4_scratch s;
+    char **blockptr;        /* per step: block addresses of every segment */
+    int64_t cap_blockptr;
+} v4_rank;
+
+struct v4_model {
+    v4_config cfg;
+    safetensors st;
+    v4_weights w;
+    int tp, threads;
+    v4_rank *ranks;
+    tp_group *group;
+    cache_layout layout;
+    block_pool pool;
+    float *inv_main, *inv_comp;
+    rope_table rope_main, rope_comp;
+    pthread_mutex_t mu;
+};
+
+struct v4_seq {
+    seq_cache c;
+};
+
+/* One sequence's part of a step. */
+typedef struct {
+    v4_seq *seq;
+    int n, pos0;            /* new tokens, position of the first */
+    int t0;                 /* offset in the step's token arrays */
+    int64_t blk0;           /* offset of its block addresses in blockptr */
+} v4_segment;
+
+typedef struct {
+    v4_model *m;
+    int nseg, T;
+    v4_segment *segs;
+    const int32_t *ids, *pos;   /* [T] */
+    int nout;
+    const int32_t *out_tok;     /* [nout] token index of each logits row */
+    float *logits;              /* [nout][vocab] host */
+} v4_batch;
+
+/* Forward pass of `rank` over the batch (a tp_fn). */
+void v4_forward_rank(void *batch, int rank);
+
+/* RoPE inverse frequencies as transformers computes them (float32). */
+void v4_rope_inv_freq(const v4_rope *r, int dim, float *inv_freq);
+
+#endif

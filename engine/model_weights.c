@@ -1,0 +1,367 @@
+#include "model_weights.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/quant.h"
+
+/* Binding state: stops at the first problem, which is the one reported. */
+typedef struct {
+    const safetensors *st;
+    const char *dir;
+    strbuf *err;
+    bool *used;         /* per st->tensors index */
+    bool failed;
+} binder;
+
+static void bfail(binder *B, const st_tensor *t, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void bfail(binder *B, const st_tensor *t, const char *name, const char *fmt, ...)
+{
+    if (B->failed) return;
+    B->failed = true;
+    va_list ap;
+    sb_printf(B->err, "%s: tensor %s: ", t ? st_file_of(B->st, t) : B->dir, name);
+    va_start(ap, fmt);
+    sb_vprintf(B->err, fmt, ap);
+    va_end(ap);
+    sb_putc(B->err, '\n');
+}
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
+{
+    size_t o = snprintf(buf, n, "[");
+    for (int i = 0; i < ndim && o < n; i++)
+        o += snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+/* Find `name` with one of the dtypes in `dt` (ST_NDTYPES-terminated) and
+ * exactly the given shape. */
+static const st_tensor *need(binder *B, const char *name, const enum st_dtype *dt,
+                             int ndim, int64_t d0, int64_t d1)
+{
+    if (B->failed) return NULL;
+    const st_tensor *t = st_find(B->st, name);
+    if (!t) { bfail(B, NULL, name, "missing"); return NULL; }
+    bool ok = false;
+    for (int i = 0; dt[i] != ST_NDTYPES; i++) ok |= t->dtype == dt[i];
+    if (!ok) {
+        char want[64] = "";
+        for (int i = 0; dt[i] != ST_NDTYPES; i++)
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s",
+                     i ? " or " : "", st_dtype_name(dt[i]));
+        bfail(B, t, name, "dtype %s, expected %s", st_dtype_name(t->dtype), want);
+        return NULL;
+    }
+    int64_t want[2] = { d0, d1 };
+    bool same = t->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++) same = t->shape[i] == want[i];
+    if (!same) {
+        char got[96], exp[64];
+        shape_str(got, sizeof got, t->ndim, t->shape);
+        shape_str(exp, sizeof exp, ndim, want);
+        bfail(B, t, name, "shape %s, expected %s", got, exp);
+        return NULL;
+    }
+    B->used[t - B->st->tensors] = true;
+    return t;
+}
+
+static const enum st_dtype DT_F8[] = { ST_F8_E4M3, ST_NDTYPES };
+static const enum st_dtype DT_E8M0[] = { ST_F8_E8M0, ST_NDTYPES };
+static const enum st_dtype DT_BF16[] = { ST_BF16, ST_NDTYPES };
+static const enum st_dtype DT_F32[] = { ST_F32, ST_NDTYPES };
+static const enum st_dtype DT_FP4[] = { ST_I8, ST_U8, ST_NDTYPES };
+static const enum st_dtype DT_IDX[] = { ST_I64, ST_I32, ST_NDTYPES };
+
+static const char *fmt_name(char *buf, size_t n, const char *fmt, va_list ap)
+{
+    vsnprintf(buf, n, fmt, ap);
+    return buf;
+}
+
+/* FP8 e4m3 matrix "<p>.weight" [rows, cols] with "<p>.scale" UE8M0 blocks. */
+static void bind_fp8(binder *B, qweight *q, int rows, int cols, const char *fmt, ...)
+{
+    char p[160], n[192];
+    va_list ap;
+    va_start(ap, fmt);
+    fmt_name(p, sizeof p, fmt, ap);
+    va_end(ap);
+    snprintf(n, sizeof n, "%s.weight", p);
+    const st_tensor *w = need(B, n, DT_F8, 2, rows, cols);
+    snprintf(n, sizeof n, "%s.scale", p);
+    const st_tensor *s = need(B, n, DT_E8M0, 2, (rows + 127) / 128, (cols + 127) / 128);
+    if (!w || !s) return;
+    *q = (qweight){ .type = QT_FP8, .rows = rows, .cols = cols, .data = w->data,
+                    .scale = s->data, .ld = cols, .scale_ld = (cols + 127) / 128 };
+}
+
+/* MXFP4 matrix: "<p>.weight" [rows, cols/2] packed E2M1, "<p>.scale"
+ * UE8M0 [rows, cols/32]. */
+static void bind_fp4(binder *B, qweight *q, int rows, int cols, const char *fmt, ...)
+{
+    char p[160], n[192];
+    va_list ap;
+    va_start(ap, fmt);
+    fmt_name(p, sizeof p, fmt, ap);
+    va_end(ap);
+    snprintf(n, sizeof n, "%s.weight", p);
+    if (cols % 32) {
+        bfail(B, NULL, n, "MXFP4 needs an input size divisible by 32, not %d", cols);
+        return;
+    }
+    const st_tensor *w = need(B, n, DT_FP4, 2, rows, cols / 2);
+    snprintf(n, sizeof n, "%s.scale", p);
+    const st_tensor *s = need(B, n, DT_E8M0, 2, rows, cols / 32);
+    if (!w || !s) return;
+    *q = (qweight){ .type = QT_MXFP4, .rows = rows, .cols = cols, .data = w->data,
+                    .scale = s->data, .ld = cols, .scale_ld = cols / 32 };
+}
+
+static void bind_bf16(binder *B, qweight *q, int rows, int cols, const char *fmt, ...)
+{
+    char n[192];
+    va_list ap;
+    va_start(ap, fmt);
+    fmt_name(n, sizeof n, fmt, ap);
+    va_end(ap);
+    const st_tensor *w = need(B, n, DT_BF16, 2, rows, cols);
+    if (w) *q = (qweight){ .type = QT_BF16, .rows = rows, .cols = cols, .data = w->data,
+                           .ld = cols };
+}
+
+/* BF16 vector converted to float32 (norm weights). */
+static float *bind_vec(binder *B, int n, const char *fmt, ...)
+{
+    char name[192];
+    va_list ap;
+    va_start(ap, fmt);
+    fmt_name(name, sizeof name, fmt, ap);
+    va_end(ap);
+    const st_tensor *t = need(B, name, DT_BF16, 1, n, 0);
+    if (!t) return NULL;
+    float *v = malloc(n * sizeof *v);
+    const uint16_t *h = t->data;
+    for (int i = 0; i < n; i++) v[i] = bf16_to_f32(h[i]);
+    return v;
+}
+
+static const float *bind_f32(binder *B, int ndim, int d0, int d1, const char *fmt, ...)
+{
+    char name[192];
+    va_list ap;
+    va_start(ap, fmt);
+    fmt_name(name, sizeof name, fmt, ap);
+    va_end(ap);
+    const st_tensor *t = need(B, name, DT_F32, ndim, d0, d1);
+    return t ? t->data : NULL;
+}
+
+static void bind_comp(binder *B, v4_comp_w *cw, int ratio, int coff, int d, int H,
+                      const char *prefix)
+{
+    bind_bf16(B, &cw->wkv, coff * d, H, "%s.wkv.weight", prefix);
+    bind_bf16(B, &cw->wgate, coff * d, H, "%s.wgate.weight", prefix);
+    cw->ape = bind_f32(B, 2, ratio, coff * d, "%s.ape", prefix);
+    cw->norm = bind_vec(B, d, "%s.norm.weight", prefix);
+}
+
+static void bind_layer(binder *B, const v4_config *c, int l, v4_layer *L)
+{
+    int H = c->hidden_size, hc = c->hc_mult, mix = (2 + hc) * hc;
+    int hd = c->head_dim, nh = c->n_heads, E = c->n_experts, I = c->moe_inter;
+    char p[64];
+    L->attn_norm = bind_vec(B, H, "layers.%d.attn_norm.weight", l);
+    L->ffn_norm = bind_vec(B, H, "layers.%d.ffn_norm.weight", l);
+    L->hc_attn_fn = bind_f32(B, 2, mix, hc * H, "layers.%d.hc_attn_fn", l);
+    L->hc_attn_base = bind_f32(B, 1, mix, 0, "layers.%d.hc_attn_base", l);
+    L->hc_attn_scale = bind_f32(B, 1, 3, 0, "layers.%d.hc_attn_scale", l);
+    L->hc_ffn_fn = bind_f32(B, 2, mix, hc * H, "layers.%d.hc_ffn_fn", l);
+    L->hc_ffn_base = bind_f32(B, 1, mix, 0, "layers.%d.hc_ffn_base", l);
+    L->hc_ffn_scale = bind_f32(B, 1, 3, 0, "layers.%d.hc_ffn_scale", l);
+
+    bind_fp8(B, &L->wq_a, c->q_lora_rank, H, "layers.%d.attn.wq_a", l);
+    L->q_norm = bind_vec(B, c->q_lora_rank, "layers.%d.attn.q_norm.weight", l);
+    bind_fp8(B, &L->wq_b, nh * hd, c->q_lora_rank, "layers.%d.attn.wq_b", l);
+    bind_fp8(B, &L->wkv, hd, H, "layers.%d.attn.wkv", l);
+    L->kv_norm = bind_vec(B, hd, "layers.%d.attn.kv_norm.weight", l);
+    bind_bf16(B, &L->wo_a, c->o_groups * c->o_lora_rank, nh * hd / c->o_groups,
+              "layers.%d.attn.wo_a.weight", l);
+    bind_fp8(B, &L->wo_b, H, c->o_groups * c->o_lora_rank, "layers.%d.attn.wo_b", l);
+    L->sink = bind_f32(B, 1, nh, 0, "layers.%d.attn.attn_sink", l);
+
+    int ratio = v4_layer_ratio(c, l);
+    if (c->attn[l] != V4_ATTN_SLIDING) {
+        int coff = c->attn[l] == V4_ATTN_CSA ? 2 : 1;
+        snprintf(p, sizeof p, "layers.%d.attn.compressor", l);
+        bind_comp(B, &L->comp, ratio, coff, hd, H, p);
+    }
+    if (c->attn[l] == V4_ATTN_CSA) {
+        int ihd = c->index_head_dim;
+        snprintf(p, sizeof p, "layers.%d.attn.indexer.compressor", l);
+        bind_comp(B, &L->icomp, ratio, 2, ihd, H, p);
+        bind_fp8(B, &L->iwq_b, c->index_heads * ihd, c->q_lora_rank,
+                 "layers.%d.attn.indexer.wq_b", l);
+        bind_bf16(B, &L->iweights, c->index_heads, H,
+                  "layers.%d.attn.indexer.weights_proj.weight", l);
+    }
+
+    bind_bf16(B, &L->gate, E, H, "layers.%d.ffn.gate.weight", l);
+    if (c->hash_moe[l]) {
+        char name[96];
+        snprintf(name, sizeof name, "layers.%d.ffn.gate.tid2eid", l);
+        const st_tensor *t = need(B, name, DT_IDX, 2, c->vocab_size, c->topk);
+        if (t) {
+            L->tid2eid = t->data;
+            L->tid_i64 = t->dtype == ST_I64;
+            /* Routing indexes expert arrays with these: check them all. */
+            for (int64_t i = 0; i < st_numel(t); i++) {
+                int64_t e = L->tid_i64 ? ((const int64_t *)t->data)[i]
+                                       : ((const int32_t *)t->data)[i];
+                if (e < 0 || e >= E) {
+                    bfail(B, t, name, "entry %lld is expert %lld, outside [0, %d)",
+                          (long long)i, (long long)e, E);
+                    break;
+                }
+            }
+        }
+    } else {
+        L->gate_bias = bind_f32(B, 1, E, 0, "layers.%d.ffn.gate.bias", l);
+    }
+    L->w1 = calloc(E, sizeof *L->w1);
+    L->w2 = calloc(E, sizeof *L->w2);
+    L->w3 = calloc(E, sizeof *L->w3);
+    for (int e = 0; e < E && !B->failed; e++) {
+        bind_fp4(B, &L->w1[e], I, H, "layers.%d.ffn.experts.%d.w1", l, e);
+        bind_fp4(B, &L->w2[e], H, I, "layers.%d.ffn.experts.%d.w2", l, e);
+        bind_fp4(B, &L->w3[e], I, H, "layers.%d.ffn.experts.%d.w3", l, e);
+    }
+    bind_fp8(B, &L->sw1, I, H, "layers.%d.ffn.shared_experts.w1", l);
+    bind_fp8(B, &L->sw2, H, I, "layers.%d.ffn.shared_experts.w2", l);
+    bind_fp8(B, &L->sw3, I, H, "layers.%d.ffn.shared_experts.w3", l);
+}
+
+int v4_weights_load(v4_weights *w, const v4_config *c, const safetensors *st,
+                    const char *dir, strbuf *err)
+{
+    memset(w, 0, sizeof *w);
+    binder B = { st, dir, err, calloc(st->ntensors + 1, sizeof(bool)), false };
+    int H = c->hidden_size, hc = c->hc_mult;
+    w->n_layers = c->n_layers;
+    w->n_experts = c->n_experts;
+    w->owns_vectors = true;
+    bind_bf16(&B, &w->embed, c->vocab_size, H, "embed.weight");
+    if (c->tie_embeddings) {
+        w->head = w->embed;
+        const st_tensor *t = st_find(st, "head.weight");
+        if (t) B.used[t - st->tensors] = true;
+    } else {
+        bind_bf16(&B, &w->head, c->vocab_size, H, "head.weight");
+    }
+    w->norm = bind_vec(&B, H, "norm.weight");
+    w->hc_fn = bind_f32(&B, 2, hc, hc * H, "hc_head_fn");
+    w->hc_base = bind_f32(&B, 1, hc, 0, "hc_head_base");
+    w->hc_scale = bind_f32(&B, 1, 1, 0, "hc_head_scale");
+    w->layers = calloc(c->n_layers, sizeof *w->layers);
+    for (int l = 0; l < c->n_layers && !B.failed; l++) bind_layer(&B, c, l, &w->layers[l]);
+
+    /* Anything left over is a tensor this model does not know. */
+    for (size_t i = 0; i < st->ntensors && !B.failed; i++) {
+        const char *n = st->tensors[i].name;
+        if (!B.used[i] && strncmp(n, "mtp.", 4))
+            bfail(&B, &st->tensors[i], n, "unknown to this model (config: %d layers, "
+                  "%d experts)", c->n_layers, c->n_experts);
+    }
+    free(B.used);
+    if (B.failed) { v4_weights_free(w); return -1; }
+    return 0;
+}
+
+void v4_weights_free(v4_weights *w)
+{
+    for (int l = 0; w->layers && l < w->n_layers; l++) {
+        v4_layer *L = &w->layers[l];
+        if (w->owns_vectors) {
+            free(L->attn_norm);
+            free(L->ffn_norm);
+            free(L->q_norm);
+            free(L->kv_norm);
+            free(L->comp.norm);
+            free(L->icomp.norm);
+        }
+        free(L->w1);
+        free(L->w2);
+        free(L->w3);
+    }
+    if (w->owns_vectors) free(w->norm);
+    free(w->layers);
+    memset(w, 0, sizeof *w);
+}
+
+/* Split n items over tp ranks as evenly as possible, each share a
+ * multiple of `granule` (the last takes the remainder). */
+static void split(int n, int tp, int rank, int granule, int *start, int *count)
+{
+    int units = (n + granule - 1) / granule;
+    int base = units / tp, extra = units % tp;
+    int u0 = rank * base + (rank < extra ? rank : extra);
+    int nu = base + (rank < extra);
+    *start = u0 * granule;
+    int end = (u0 + nu) * granule;
+    if (end > n) end = n;
+    if (*start > n) *start = n;
+    *count = end - *start;
+}
+
+int v4_shard_plan(const v4_config *c, int tp, int rank, v4_shard *s, strbuf *err)
+{
+    if (tp < 1 || rank < 0 || rank >= tp) {
+        sb_printf(err, "tp %d, rank %d: no such rank\n", tp, rank);
+        return -1;
+    }
+    /* Whole output groups (with their heads) per rank, as even as the
+     * group count allows: 3 groups over 2 ranks are 2 + 1.  A rank may end
+     * up with none when tp exceeds the groups; it then adds zeros. */
+    int hpg = c->n_heads / c->o_groups;
+    split(c->o_groups, tp, rank, 1, &s->g0, &s->ng);
+    s->h0 = s->g0 * hpg;
+    s->nh = s->ng * hpg;
+    /* Even boundaries keep MXFP4 nibble pairs on one rank. */
+    split(c->moe_inter, tp, rank, 2, &s->i0, &s->ni);
+    split(c->vocab_size, tp, rank, 1, &s->v0, &s->nv);
+    return 0;
+}
+
+void v4_weights_shard(const v4_weights *full, const v4_config *c, const v4_shard *s,
+                      v4_weights *out)
+{
+    int hd = c->head_dim, olr = c->o_lora_rank, E = c->n_experts;
+    *out = *full;
+    out->owns_vectors = false;
+    out->head = qweight_view(&full->head, s->v0, s->nv, 0, full->head.cols);
+    out->layers = calloc(c->n_layers, sizeof *out->layers);
+    for (int l = 0; l < c->n_layers; l++) {
+        const v4_layer *F = &full->layers[l];
+        v4_layer *L = &out->layers[l];
+        *L = *F;
+        L->wq_b = qweight_view(&F->wq_b, s->h0 * hd, s->nh * hd, 0, F->wq_b.cols);
+        L->wo_a = qweight_view(&F->wo_a, s->g0 * olr, s->ng * olr, 0, F->wo_a.cols);
+        L->wo_b = qweight_view(&F->wo_b, 0, F->wo_b.rows, s->g0 * olr, s->ng * olr);
+        L->sink = F->sink + s->h0;
+        L->w1 = calloc(E, sizeof *L->w1);
+        L->w2 = calloc(E, sizeof *L->w2);
+        L->w3 = calloc(E, sizeof *L->w3);
+        for (int e = 0; e < E; e++) {
+            L->w1[e] = qweight_view(&F->w1[e], s->i0, s->ni, 0, F->w1[e].cols);
+            L->w3[e] = qweight_view(&F->w3[e], s->i0, s->ni, 0, F->w3[e].cols);
+            L->w2[e] = qweight_view(&F->w2[e], 0, F->w2[e].rows, s->i0, s->ni);
+        }
+        L->sw1 = qweight_view(&F->sw1, s->i0, s->ni, 0, F->sw1.cols);
+        L->sw3 = qweight_view(&F->sw3, s->i0, s->ni, 0, F->sw3.cols);
+        L->sw2 = qweight_view(&F->sw2, 0, F->sw2.rows, s->i0, s->ni);
+    }
+}

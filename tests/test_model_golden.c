@@ -1,0 +1,166 @@
+/* Logits against the transformers goldens committed under tests/fixtures/
+ * (tools/make_tiny_v4.py on the GPU machine): every fixture directory with
+ * ids.txt and logits.f32, at TP=1 and TP=2, full and incremental (first
+ * half as one prefill, then one token at a time), relative L2 error
+ * <= 1e-4 and max abs error <= 1e-3; plus the logits CLI end to end. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model.h"
+#include "tap.h"
+
+#define FIXTURES "tests/fixtures"
+
+static int read_ids(const char *path, int32_t **ids)
+{
+    strbuf sb;
+    sb_init(&sb);
+    if (sb_read_file(&sb, path) < 0) { sb_free(&sb); return -1; }
+    int n = 0, cap = 64;
+    *ids = malloc(cap * sizeof **ids);
+    for (char *p = sb.data; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) { p++; continue; }
+        if (n == cap) *ids = realloc(*ids, (cap *= 2) * sizeof **ids);
+        (*ids)[n++] = (int32_t)v;
+        p = end;
+    }
+    sb_free(&sb);
+    return n;
+}
+
+static float *read_f32(const char *path, size_t *n)
+{
+    strbuf sb;
+    sb_init(&sb);
+    if (sb_read_file(&sb, path) < 0) { sb_free(&sb); return NULL; }
+    *n = sb.len / 4;
+    float *v = malloc(sb.len + 4);
+    memcpy(v, sb.data, sb.len);
+    sb_free(&sb);
+    return v;
+}
+
+static void compare(const char *what, const float *got, const float *want, size_t n)
+{
+    double d = 0, z = 0, ma = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)got[i] - want[i];
+        d += e * e;
+        z += (double)want[i] * want[i];
+        ma = fmax(ma, fabs(e));
+    }
+    double rel = sqrt(d / z);
+    ok(rel <= 1e-4 && ma <= 1e-3, "%s: rel L2 %.3g, max abs %.3g", what, rel, ma);
+}
+
+/* Logits of every position: full = one step; incremental = half, then 1 by 1. */
+static int run(const char *dir, int tp, bool incremental, const int32_t *ids, int n, float *out,
+               int *vocab)
+{
+    v4_options o = { .tp = tp, .cache_tokens = n };
+    v4_model *m;
+    strbuf err;
+    sb_init(&err);
+    int rc = v4_model_load(&m, dir, &o, &err);
+    v4_seq *s = rc ? NULL : v4_seq_new(m, &err);
+    if (s) {
+        int V = *vocab = v4_model_config(m)->vocab_size;
+        int first = incremental ? n / 2 : n;
+        v4_step_item it = { s, ids, first, out, true };
+        rc = first ? v4_step(m, &it, 1, &err) : 0;
+        for (int t = first; t < n && !rc; t++) {
+            it = (v4_step_item){ s, ids + t, 1, out + (size_t)t * V, false };
+            rc = v4_step(m, &it, 1, &err);
+        }
+        v4_seq_free(m, s);
+    }
+    if (rc || !s) diag("%s: %s", dir, err.data);
+    if (!rc) v4_model_free(m);
+    sb_free(&err);
+    return rc || !s ? -1 : 0;
+}
+
+static void fixture(const char *name)
+{
+    char dir[256], p[320];
+    snprintf(dir, sizeof dir, FIXTURES "/%s", name);
+    int32_t *ids;
+    snprintf(p, sizeof p, "%s/ids.txt", dir);
+    int n = read_ids(p, &ids);
+    size_t ng;
+    snprintf(p, sizeof p, "%s/logits.f32", dir);
+    float *gold = read_f32(p, &ng);
+    if (n <= 0 || !gold || ng % n) {
+        ok(0, "%s: readable ids.txt and logits.f32 [n_ids, vocab]", name);
+        free(gold);
+        return;
+    }
+    float *out = malloc(ng * sizeof *out);
+    for (int tp = 1; tp <= 2; tp++)
+        for (int inc = 0; inc < 2; inc++) {
+            char what[128];
+            int V = 0;
+            snprintf(what, sizeof what, "%s tp=%d %s", name, tp, inc ? "incremental" : "full");
+            memset(out, 0, ng * sizeof *out);
+            if (run(dir, tp, inc, ids, n, out, &V) || (size_t)V * n != ng) {
+                ok(0, "%s runs", what);
+                continue;
+            }
+            compare(what, out, gold, ng);
+        }
+    /* The CLI end to end: same numbers through the file format. */
+    strbuf cmd;
+    sb_init(&cmd);
+    sb_printf(&cmd, "build/bin/llm-engine logits --model %s --tp 2 --mode incremental --ids ", dir);
+    for (int i = 0; i < n; i++) sb_printf(&cmd, "%s%d", i ? "," : "", ids[i]);
+    char tmp[] = "/tmp/golden_logits.XXXXXX";
+    int fd = mkstemp(tmp);
+    if (fd >= 0) close(fd);
+    sb_printf(&cmd, " --out %s", tmp);
+    int rc = system(cmd.data);
+    size_t nc = 0;
+    float *cli = rc == 0 ? read_f32(tmp, &nc) : NULL;
+    char what[128];
+    snprintf(what, sizeof what, "%s via the logits CLI, --tp 2 --mode incremental", name);
+    if (cli && nc == ng) compare(what, cli, gold, ng);
+    else ok(0, "%s: logits CLI wrote %zu floats (want %zu), exit %d", name, nc, ng, rc);
+    remove(tmp);
+    free(cli);
+    sb_free(&cmd);
+    free(out);
+    free(gold);
+    free(ids);
+}
+
+int main(void)
+{
+    DIR *d = opendir(FIXTURES);
+    struct dirent *e;
+    char *names[64];
+    int n = 0;
+    while (d && (e = readdir(d)) && n < 64) {
+        char p[320];
+        snprintf(p, sizeof p, FIXTURES "/%s/logits.f32", e->d_name);
+        FILE *f = fopen(p, "rb");
+        if (f) {
+            fclose(f);
+            names[n++] = strdup(e->d_name);
+        }
+    }
+    if (d) closedir(d);
+    if (!n) {
+        skip(1, "no golden fixtures under " FIXTURES " yet (tools/make_tiny_v4.py on the GPU machine)");
+        return exit_status();
+    }
+    for (int i = 0; i < n; i++) {
+        fixture(names[i]);
+        free(names[i]);
+    }
+    return exit_status();
+}

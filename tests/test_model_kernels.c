@@ -1,0 +1,316 @@
+/* CPU kernels of the V4 engine against direct formulas: number formats,
+ * block-scaled dequantization, matmul over every weight type and view,
+ * RoPE tables (default and YaRN), Sinkhorn, top-k, attention with sinks. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/matmul.h"
+#include "cpu/ops.h"
+#include "cpu/quant.h"
+#include "cpu/qweight.h"
+#include "cpu/threadpool.h"
+#include "model_internal.h"
+#include "tap.h"
+
+static uint64_t rs = 12345;
+static double urand(void)
+{
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (rs >> 11) / 9007199254740992.0;
+}
+
+static void test_formats(void)
+{
+    /* FP8 e4m3fn: every byte against sign * 2^(e-7) * (1 + m/8), subnormals
+     * m/8 * 2^-6, NaN only at 0x7f / 0xff. */
+    int bad = 0;
+    for (int b = 0; b < 256; b++) {
+        int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+        double want = e ? ldexp(1 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+        if (s) want = -want;
+        float got = fp8_e4m3_to_f32((uint8_t)b);
+        if ((b & 0x7f) == 0x7f) bad += !isnan(got);
+        else bad += got != (float)want || fp8_e4m3_table[b] != got;
+    }
+    is_int(bad, 0, "fp8 e4m3: all 256 codes decode to sign * 2^(e-7) * (1 + m/8)");
+    ok(fp8_e4m3_to_f32(0x7e) == 448.0f && fp8_e4m3_to_f32(0x01) == ldexpf(1, -9),
+       "fp8 e4m3: max 448, min subnormal 2^-9");
+    ok(e8m0_to_f32(127) == 1.0f && e8m0_to_f32(130) == 8.0f && e8m0_to_f32(0) == ldexpf(1, -127)
+       && isnan(e8m0_to_f32(255)), "ue8m0: 2^(e-127), 255 is NaN");
+    ok(bf16_to_f32(0x3f80) == 1.0f && bf16_to_f32(0xc040) == -3.0f, "bf16 decode");
+    const float fp4[8] = { 0, 0.5f, 1, 1.5f, 2, 3, 4, 6 };
+    bad = 0;
+    for (int c = 0; c < 16; c++) bad += fp4_e2m1_table[c] != (c & 8 ? -fp4[c & 7] : fp4[c & 7]);
+    is_int(bad, 0, "e2m1: codes 0-7 = 0 .5 1 1.5 2 3 4 6, bit 3 negates");
+    /* Encoders round to nearest and decode back exactly on representable values. */
+    bad = 0;
+    for (int b = 0; b < 256; b++)
+        if ((b & 0x7f) != 0x7f && b != 0x80)
+            bad += f32_to_fp8_e4m3(fp8_e4m3_to_f32((uint8_t)b)) != b;
+    is_int(bad, 0, "fp8 encoder inverts the decoder");
+    ok(f32_to_fp8_e4m3(1000.0f) == 0x7e && f32_to_fp4_e2m1(-2.6f) == 0xd
+       && f32_to_fp4_e2m1(0.74f) == 1 && f32_to_fp4_e2m1(0.76f) == 2,
+       "encoders saturate and round to nearest");
+    ok(f32_to_bf16(1.0f) == 0x3f80 && f32_to_bf16(bf16_to_f32(0x4049) + 1e-6f) == 0x4049,
+       "bf16 encoder rounds to nearest");
+}
+
+/* A 130x260 FP8 matrix with 2x3 scale blocks: every element must equal
+ * fp8 * 2^(scale-127) of its own 128x128 block, also through views. */
+static void test_fp8_blocks(void)
+{
+    int R = 130, C = 260;
+    uint8_t *q = malloc(R * C), sc[2 * 3];
+    for (int i = 0; i < R * C; i++) q[i] = (uint8_t)(urand() * 256) & 0xf7; /* no NaN */
+    for (int i = 0; i < 6; i++) sc[i] = (uint8_t)(120 + i * 3);
+    qweight w = { .type = QT_FP8, .rows = R, .cols = C, .data = q, .scale = sc, .ld = C,
+                  .scale_ld = 3 };
+    float *row = malloc(C * sizeof *row);
+    int bad = 0;
+    for (int r = 0; r < R; r++) {
+        qweight_row(&w, r, 0, C, row);
+        for (int c = 0; c < C; c++)
+            bad += row[c] != fp8_e4m3_to_f32(q[r * C + c]) * ldexpf(1, sc[(r / 128) * 3 + c / 128] - 127);
+    }
+    is_int(bad, 0, "fp8 128x128 block dequant: each element scaled by its block");
+    qweight v = qweight_view(&w, 127, 3, 125, 7);
+    bad = 0;
+    for (int r = 0; r < 3; r++) {
+        qweight_row(&v, r, 2, 5, row);
+        for (int c = 0; c < 5; c++) {
+            int gr = 127 + r, gc = 127 + c;
+            bad += row[c] != fp8_e4m3_to_f32(q[gr * C + gc]) * ldexpf(1, sc[(gr / 128) * 3 + gc / 128] - 127);
+        }
+    }
+    is_int(bad, 0, "fp8 view across block boundaries uses the stored block's scale");
+    free(q);
+    free(row);
+}
+
+static void test_mxfp4(void)
+{
+    /* Row 0: bytes 0x21, 0xf8 -> codes 1, 2 (low nibble first), 8, 15. */
+    uint8_t q[2][32] = { { 0x21, 0xf8 } }, sc[2][2] = { { 128, 126 }, { 127, 127 } };
+    for (int i = 0; i < 32; i++) q[1][i] = (uint8_t)(i * 7 + 3);
+    qweight w = { .type = QT_MXFP4, .rows = 2, .cols = 64, .data = q, .scale = &sc[0][0],
+                  .ld = 64, .scale_ld = 2 };
+    float row[64];
+    qweight_row(&w, 0, 0, 64, row);
+    ok(row[0] == 1.0f && row[1] == 2.0f && row[2] == -0.0f && signbit(row[2]) && row[3] == -12.0f,
+       "mxfp4: low nibble first, negative codes, scale 2^1");
+    int bad = 0;
+    qweight_row(&w, 1, 0, 64, row);
+    for (int c = 0; c < 64; c++) {
+        uint8_t b = q[1][c / 2];
+        bad += row[c] != fp4_e2m1_table[c % 2 ? b >> 4 : b & 15];
+    }
+    is_int(bad, 0, "mxfp4: second row, scale 1, every nibble");
+    qweight v = qweight_view(&w, 0, 2, 30, 4);
+    qweight_row(&v, 0, 0, 4, row);
+    ok(row[0] == 0 && row[1] == 0 && row[2] == 0 && row[3] == 0, "mxfp4 view (even column offset)");
+    qweight_row(&v, 1, 0, 4, row);
+    ok(row[0] == fp4_e2m1_table[q[1][15] & 15] && row[2] == fp4_e2m1_table[q[1][16] & 15],
+       "mxfp4 view crosses a 32-column scale group");
+}
+
+/* y = x W^T against a double-precision reference for every weight type,
+ * with views and 1 or 3 threads. */
+static void test_matmul(void)
+{
+    int R = 70, C = 192, T = 5;
+    float *wf = malloc(R * C * sizeof *wf), *x = malloc((T * C + 1) * sizeof *x);
+    for (int i = 0; i < R * C; i++) wf[i] = (float)(urand() * 2 - 1);
+    for (int i = 0; i <= T * C; i++) x[i] = (float)(urand() * 2 - 1);
+    uint16_t *bf = malloc(R * C * 2);
+    uint8_t *f8 = malloc(R * C), f8s[1 * 2] = { 125, 128 };
+    uint8_t *f4 = malloc(R * C / 2), *f4s = malloc(R * C / 32);
+    for (int i = 0; i < R * C; i++) bf[i] = f32_to_bf16(wf[i]);
+    for (int i = 0; i < R * C; i++) f8[i] = f32_to_fp8_e4m3(wf[i] * 8);
+    for (int i = 0; i < R * C / 2; i++)
+        f4[i] = f32_to_fp4_e2m1(wf[2 * i] * 6) | f32_to_fp4_e2m1(wf[2 * i + 1] * 6) << 4;
+    for (int i = 0; i < R * C / 32; i++) f4s[i] = (uint8_t)(124 + i % 5);
+    qweight ws[4] = {
+        { .type = QT_F32, .rows = R, .cols = C, .data = wf, .ld = C },
+        { .type = QT_BF16, .rows = R, .cols = C, .data = bf, .ld = C },
+        { .type = QT_FP8, .rows = R, .cols = C, .data = f8, .scale = f8s, .ld = C, .scale_ld = 2 },
+        { .type = QT_MXFP4, .rows = R, .cols = C, .data = f4, .scale = f4s, .ld = C, .scale_ld = C / 32 },
+    };
+    const char *names[4] = { "f32", "bf16", "fp8", "mxfp4" };
+    threadpool *p1 = threadpool_new(1), *p3 = threadpool_new(3);
+    float *y = malloc(T * (R + 3) * sizeof *y), *row = malloc(C * sizeof *row);
+    for (int k = 0; k < 4; k++)
+        for (int pv = 0; pv < 2; pv++) {
+            qweight w = pv ? qweight_view(&ws[k], 3, 61, 34, 130) : ws[k];
+            int ldy = w.rows + 3;
+            cpu_matmul(pv ? p3 : p1, &w, x + 1, C, T, y, ldy);
+            double maxerr = 0;
+            for (int r = 0; r < w.rows; r++) {
+                qweight_row(&w, r, 0, w.cols, row);
+                for (int t = 0; t < T; t++) {
+                    double s = 0;
+                    for (int c = 0; c < w.cols; c++) s += (double)row[c] * x[t * C + 1 + c];
+                    maxerr = fmax(maxerr, fabs(s - y[t * ldy + r]) / (1 + fabs(s)));
+                }
+            }
+            ok(maxerr < 1e-5, "matmul %s%s matches double reference (err %.2g)", names[k],
+               pv ? " view, 3 threads" : "", maxerr);
+        }
+    threadpool_free(p1);
+    threadpool_free(p3);
+    free(wf), free(x), free(bf), free(f8), free(f4), free(f4s), free(y), free(row);
+}
+
+/* Inverse frequencies against the formulas of transformers'
+ * compute_default_rope_parameters / _compute_yarn_parameters, evaluated
+ * in double; then the rotation itself. */
+static void test_rope(void)
+{
+    v4_rope def = { .theta = 10000, .attention_factor = 1 };
+    int dim = 64;
+    float inv[32];
+    v4_rope_inv_freq(&def, dim, inv);
+    double maxrel = 0;
+    for (int i = 0; i < 32; i++)
+        maxrel = fmax(maxrel, fabs(inv[i] - pow(10000.0, -2.0 * i / dim)) * pow(10000.0, 2.0 * i / dim));
+    ok(maxrel < 3e-7, "default rope: inv_freq = theta^(-2i/d) (rel err %.2g)", maxrel);
+
+    v4_rope y = { .yarn = true, .theta = 160000, .factor = 16, .beta_fast = 32, .beta_slow = 1,
+                  .original_max_pos = 65536, .attention_factor = 1 };
+    v4_rope_inv_freq(&y, dim, inv);
+    /* V4-Flash numbers: correction range [floor(15.45), ceil(24.7)] = [15, 25]. */
+    double low = 15, high = 25;
+    maxrel = 0;
+    for (int i = 0; i < 32; i++) {
+        double extra = pow(160000.0, -2.0 * i / dim), inter = extra / 16;
+        double ramp = fmin(1, fmax(0, (i - low) / (high - low)));
+        double want = inter * ramp + extra * (1 - ramp);
+        maxrel = fmax(maxrel, fabs(inv[i] - want) / want);
+    }
+    ok(maxrel < 1e-6, "yarn rope: ramp between extrapolation and interpolation (rel err %.2g)",
+       maxrel);
+    ok(inv[15] == powf(160000.0f, -30.0f / 64) || fabs(inv[15] / pow(160000.0, -30.0 / 64) - 1) < 1e-6,
+       "yarn rope: pairs below the range keep theta^(-2i/d)");
+    ok(fabs(inv[25] * 16 / pow(160000.0, -50.0 / 64) - 1) < 1e-6,
+       "yarn rope: pairs above the range are divided by the factor");
+
+    /* Rotation: last 2*np channels, pairs (2i, 2i+1), and the inverse undoes it. */
+    float x[12], x0[12];
+    for (int i = 0; i < 12; i++) x[i] = x0[i] = (float)(urand() * 2 - 1);
+    float f[2] = { 0.5f, 0.01f };
+    cpu_rope_head(x, 12, 2, f, 1.0f, 7, 0);
+    int same_nope = !memcmp(x, x0, 8 * sizeof(float));
+    double a = 7 * 0.5, err = fabs(x[8] - (x0[8] * cos(a) - x0[9] * sin(a)))
+                              + fabs(x[9] - (x0[9] * cos(a) + x0[8] * sin(a)));
+    ok(same_nope && err < 1e-6, "rope rotates interleaved pairs of the trailing channels only");
+    cpu_rope_head(x, 12, 2, f, 1.0f, 7, 1);
+    err = 0;
+    for (int i = 0; i < 12; i++) err = fmax(err, fabs(x[i] - x0[i]));
+    ok(err < 1e-6, "inverse rope (negated sin) restores the input");
+}
+
+static void test_sinkhorn(void)
+{
+    int hc = 4, nmix = (2 + hc) * hc;
+    float m[24], base[24], scale[3] = { 0.7f, 1.3f, 0.9f }, pre[4], post[4], comb[16];
+    for (int i = 0; i < nmix; i++) m[i] = (float)(urand() * 4 - 2), base[i] = (float)(urand() - 0.5);
+    cpu_hc_mix(m, hc, base, scale, 20, 1e-6f, pre, post, comb);
+    /* Direct formula in double. */
+    double c[4][4];
+    for (int i = 0; i < hc; i++) {
+        double mx = -1e30, s = 0;
+        for (int j = 0; j < hc; j++) {
+            c[i][j] = m[8 + i * 4 + j] * 0.9 + base[8 + i * 4 + j];
+            mx = fmax(mx, c[i][j]);
+        }
+        for (int j = 0; j < hc; j++) s += c[i][j] = exp(c[i][j] - mx);
+        for (int j = 0; j < hc; j++) c[i][j] = c[i][j] / s + 1e-6;
+    }
+    for (int it = 0; it < 20; it++) {
+        for (int i = 0; it && i < hc; i++) {
+            double s = 0;
+            for (int j = 0; j < hc; j++) s += c[i][j];
+            for (int j = 0; j < hc; j++) c[i][j] /= s + 1e-6;
+        }
+        for (int j = 0; j < hc; j++) {
+            double s = 0;
+            for (int i = 0; i < hc; i++) s += c[i][j];
+            for (int i = 0; i < hc; i++) c[i][j] /= s + 1e-6;
+        }
+    }
+    double err = 0, rowdev = 0;
+    for (int i = 0; i < hc; i++) {
+        double rsum = 0;
+        for (int j = 0; j < hc; j++) {
+            err = fmax(err, fabs(comb[i * hc + j] - c[i][j]));
+            rsum += comb[i * hc + j];
+        }
+        rowdev = fmax(rowdev, fabs(rsum - 1));
+    }
+    ok(err < 1e-6, "sinkhorn matches the direct formula (err %.2g)", err);
+    ok(rowdev < 1e-3, "sinkhorn output is (nearly) doubly stochastic (row dev %.2g)", rowdev);
+    double perr = 0;
+    for (int s = 0; s < hc; s++) {
+        perr = fmax(perr, fabs(pre[s] - (1 / (1 + exp(-(m[s] * 0.7 + base[s]))) + 1e-6)));
+        perr = fmax(perr, fabs(post[s] - 2 / (1 + exp(-(m[4 + s] * 1.3 + base[4 + s])))));
+    }
+    ok(perr < 1e-6, "hc pre = sigmoid + eps, post = 2 sigmoid");
+}
+
+static void test_topk(void)
+{
+    float v[8] = { 1, 5, 3, 5, -1, 3, 7, 5 };
+    int32_t idx[16];
+    cpu_topk(v, 8, 4, idx);
+    ok(idx[0] == 6 && idx[1] == 1 && idx[2] == 3 && idx[3] == 7,
+       "topk: largest first, ties in index order (6 1 3 7)");
+    cpu_topk(v, 8, 8, idx);
+    ok(idx[4] == 2 && idx[5] == 5 && idx[6] == 0 && idx[7] == 4, "topk with k = n sorts all");
+    float big[1000];
+    for (int i = 0; i < 1000; i++) big[i] = (float)((i * 7919) % 1000);
+    cpu_topk(big, 1000, 10, idx);
+    int good = 1;
+    for (int k = 0; k < 10; k++) good &= big[idx[k]] == 999 - k;
+    ok(good, "topk on 1000 values");
+}
+
+static void test_attend(void)
+{
+    int hd = 8, nk = 5;
+    float q[16], keys[5][8], out[16], work[5], sinks[2] = { 0.3f, -1.0f };
+    const float *kp[5];
+    for (int i = 0; i < 16; i++) q[i] = (float)(urand() * 2 - 1);
+    for (int j = 0; j < nk; j++) {
+        for (int d = 0; d < hd; d++) keys[j][d] = (float)(urand() * 2 - 1);
+        kp[j] = keys[j];
+    }
+    cpu_attend(q, 2, hd, kp, nk, 0.35f, sinks, out, work);
+    double err = 0;
+    for (int h = 0; h < 2; h++) {
+        double l[5], z = exp(sinks[h]);
+        for (int j = 0; j < nk; j++) {
+            double s = 0;
+            for (int d = 0; d < hd; d++) s += (double)q[h * hd + d] * keys[j][d];
+            z += l[j] = exp(s * 0.35);
+        }
+        for (int d = 0; d < hd; d++) {
+            double o = 0;
+            for (int j = 0; j < nk; j++) o += l[j] / z * keys[j][d];
+            err = fmax(err, fabs(o - out[h * hd + d]));
+        }
+    }
+    ok(err < 1e-6, "attention with a sink: softmax over keys + sink, values = keys");
+}
+
+int main(void)
+{
+    test_formats();
+    test_fp8_blocks();
+    test_mxfp4();
+    test_matmul();
+    test_rope();
+    test_sinkhorn();
+    test_topk();
+    test_attend();
+    return exit_status();
+}
