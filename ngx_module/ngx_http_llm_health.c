@@ -1109,7 +1109,9 @@ void
 ngx_http_llm_status_json(ngx_http_llm_main_conf_t *lmcf,
     ngx_http_llm_wbuf_t *w, ngx_str_t *model, ngx_uint_t *ready)
 {
+    uint64_t                   ctr[LLM_CTR_N];
     ngx_uint_t                 i, j;
+    ngx_http_llm_link_t       *link;
     ngx_http_llm_shctx_t      *sh;
     ngx_http_llm_wbuf_t        routes;
     ngx_http_llm_engine_sh_t  *es;
@@ -1153,6 +1155,23 @@ ngx_http_llm_status_json(ngx_http_llm_main_conf_t *lmcf,
                             es->fingerprint);
         ngx_http_llm_put_string(w, es->system_fingerprint,
                                 ngx_strlen(es->system_fingerprint));
+
+        /* the engine's own numbers, as this worker maps its segment */
+        link = ngx_http_llm_link(i);
+
+        if (link && link->attached) {
+            llm_ipc_counters(&link->client, ctr);
+
+            ngx_http_llm_printf(w, ",\"kv_capacity_tokens\":%uL,"
+                                "\"kv_capacity_bytes\":%uL,"
+                                "\"kv_blocks_used\":%uL,"
+                                "\"kv_blocks_total\":%uL",
+                                ctr[LLM_CTR_KV_CAPACITY_TOKENS],
+                                ctr[LLM_CTR_KV_CAPACITY_BYTES],
+                                ctr[LLM_CTR_KV_BLOCKS_USED],
+                                ctr[LLM_CTR_KV_BLOCKS_TOTAL]);
+        }
+
         ngx_http_llm_puts(w, ",\"models\":[");
 
         for (j = 0; j < es->nmodels; j++) {

@@ -47,6 +47,40 @@ static ngx_uint_t  ngx_http_llm_statuses[NGX_HTTP_LLM_STATUSES] = {
     0, 200, 400, 401, 403, 404, 405, 409, 413, 429, 499, 500, 503, 504
 };
 
+/* metric families read from the engine header's counters */
+#define NGX_HTTP_LLM_KV_RATIO  LLM_CTR_N
+
+typedef struct {
+    const char   *name;
+    const char   *type;
+    const char   *help;
+    const char   *label;
+    ngx_uint_t    counter;      /* LLM_CTR_*, or NGX_HTTP_LLM_KV_RATIO */
+} ngx_http_llm_family_t;
+
+static ngx_http_llm_family_t  ngx_http_llm_engine_families[] = {
+    { "llm_engine_kv_usage_ratio", "gauge",
+      "KV cache blocks in use over blocks in total.", "",
+      NGX_HTTP_LLM_KV_RATIO },
+    { "llm_engine_kv_blocks_used", "gauge", "KV cache blocks in use.", "",
+      LLM_CTR_KV_BLOCKS_USED },
+    { "llm_engine_kv_blocks_total", "gauge", "KV cache blocks in total.", "",
+      LLM_CTR_KV_BLOCKS_TOTAL },
+    { "llm_engine_kv_capacity_tokens", "gauge",
+      "Tokens the KV cache holds.", "", LLM_CTR_KV_CAPACITY_TOKENS },
+    { "llm_engine_kv_capacity_bytes", "gauge",
+      "Bytes of the KV cache.", "", LLM_CTR_KV_CAPACITY_BYTES },
+    { "llm_engine_sequences", "gauge",
+      "The engine's own count of running and waiting sequences.",
+      ",state=\"running\"", LLM_CTR_RUNNING },
+    { "llm_engine_sequences", NULL, NULL, ",state=\"waiting\"",
+      LLM_CTR_WAITING },
+    { "llm_engine_prefix_cache_hit_tokens", "counter",
+      "Prompt tokens served from the prefix cache.", "",
+      LLM_CTR_PREFIX_CACHE_HITS },
+    { NULL, NULL, NULL, NULL, 0 }
+};
+
 static const char  *ngx_http_llm_token_names[] = {
     "prompt", "completion", "reasoning", "cached"
 };
@@ -116,6 +150,11 @@ static void
 ngx_http_llm_help(ngx_http_llm_wbuf_t *w, const char *name,
     const char *type, const char *help)
 {
+    /* a family's second label set continues the group: no HELP again */
+    if (help == NULL) {
+        return;
+    }
+
     ngx_http_llm_printf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name,
                         type);
 }
@@ -154,12 +193,13 @@ ngx_http_llm_hist_text(ngx_http_llm_wbuf_t *w, ngx_http_llm_hist_e h,
 
 
 static void
-ngx_http_llm_metrics_text(ngx_http_llm_main_conf_t *lmcf,
-    ngx_http_llm_shctx_t *sh, ngx_http_llm_wbuf_t *w)
+ngx_http_llm_metrics_text(ngx_http_llm_shctx_t *sh, ngx_http_llm_wbuf_t *w)
 {
-    uint64_t                   ctr[LLM_CTR_N], running;
-    ngx_uint_t                 i, j;
+    uint64_t                   ctr[NGX_HTTP_LLM_MAX_ENGINES][LLM_CTR_N];
+    uint64_t                   running, used, total;
+    ngx_uint_t                 i, j, have[NGX_HTTP_LLM_MAX_ENGINES];
     ngx_http_llm_link_t       *link;
+    ngx_http_llm_family_t     *f;
     ngx_http_llm_metrics_t    *m;
     ngx_http_llm_engine_sh_t  *es;
 
@@ -257,45 +297,42 @@ ngx_http_llm_metrics_text(ngx_http_llm_main_conf_t *lmcf,
                             sh->engines[i].name, sh->engines[i].running);
     }
 
-    ngx_http_llm_help(w, "llm_engine_kv_usage_ratio", "gauge",
-                      "KV cache blocks in use over blocks in total, from "
-                      "the engine header.");
-
+    /* the engines' own numbers, as this worker maps their segments */
     for (i = 0; i < sh->nengines; i++) {
         link = ngx_http_llm_link(i);
+        have[i] = (link && link->attached);
 
-        if (link == NULL || !link->attached) {
-            continue;
+        if (have[i]) {
+            llm_ipc_counters(&link->client, ctr[i]);
         }
-
-        llm_ipc_counters(&link->client, ctr);
-
-        ngx_http_llm_printf(w, "llm_engine_kv_usage_ratio{engine=\"%s\"} "
-                            "%uL.%06uL\n", sh->engines[i].name,
-                            ctr[LLM_CTR_KV_BLOCKS_TOTAL]
-                            ? ctr[LLM_CTR_KV_BLOCKS_USED]
-                              / ctr[LLM_CTR_KV_BLOCKS_TOTAL] : 0,
-                            ctr[LLM_CTR_KV_BLOCKS_TOTAL]
-                            ? (ctr[LLM_CTR_KV_BLOCKS_USED]
-                               % ctr[LLM_CTR_KV_BLOCKS_TOTAL]) * 1000000
-                              / ctr[LLM_CTR_KV_BLOCKS_TOTAL] : 0);
-        ngx_http_llm_printf(w, "llm_engine_kv_blocks{engine=\"%s\","
-                            "kind=\"used\"} %uL\nllm_engine_kv_blocks{"
-                            "engine=\"%s\",kind=\"total\"} %uL\n",
-                            sh->engines[i].name, ctr[LLM_CTR_KV_BLOCKS_USED],
-                            sh->engines[i].name,
-                            ctr[LLM_CTR_KV_BLOCKS_TOTAL]);
-        ngx_http_llm_printf(w, "llm_engine_sequences{engine=\"%s\","
-                            "state=\"running\"} %uL\nllm_engine_sequences{"
-                            "engine=\"%s\",state=\"waiting\"} %uL\n",
-                            sh->engines[i].name, ctr[LLM_CTR_RUNNING],
-                            sh->engines[i].name, ctr[LLM_CTR_WAITING]);
-        ngx_http_llm_printf(w, "llm_engine_prefix_cache_hit_tokens{engine="
-                            "\"%s\"} %uL\n", sh->engines[i].name,
-                            ctr[LLM_CTR_PREFIX_CACHE_HITS]);
     }
 
-    (void) lmcf;
+    for (f = ngx_http_llm_engine_families; f->name; f++) {
+        ngx_http_llm_help(w, f->name, f->type, f->help);
+
+        for (i = 0; i < sh->nengines; i++) {
+            if (!have[i]) {
+                continue;
+            }
+
+            if (f->counter == NGX_HTTP_LLM_KV_RATIO) {
+                used = ctr[i][LLM_CTR_KV_BLOCKS_USED];
+                total = ctr[i][LLM_CTR_KV_BLOCKS_TOTAL];
+
+                ngx_http_llm_printf(w, "%s{engine=\"%s\"} %uL.%06uL\n",
+                                    f->name, sh->engines[i].name,
+                                    total ? used / total : 0,
+                                    total ? (used % total) * 1000000 / total
+                                          : 0);
+                continue;
+            }
+
+            ngx_http_llm_printf(w, "%s{engine=\"%s\"%s} %uL\n", f->name,
+                                sh->engines[i].name, f->label,
+                                ctr[i][f->counter]);
+        }
+    }
+
 }
 
 
@@ -334,7 +371,7 @@ ngx_http_llm_metrics_handler(ngx_http_request_t *r)
         ngx_memcpy(sh, lmcf->sh, sizeof(ngx_http_llm_shctx_t));
         ngx_shmtx_unlock(&lmcf->shpool->mutex);
 
-        ngx_http_llm_metrics_text(lmcf, sh, &w);
+        ngx_http_llm_metrics_text(sh, &w);
     }
 
     if (w.failed) {

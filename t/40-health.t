@@ -189,6 +189,27 @@ like($text, qr/^llm_queue_time_seconds_count [1-9]\d*$/m, 'queue time histogram'
 like($text, qr/^llm_completion_tokens_total [1-9]\d*$/m, 'completion tokens');
 like($text, qr/^llm_prompt_tokens_total [1-9]\d*$/m, 'prompt tokens');
 like($text, qr/^llm_engine_kv_usage_ratio\{engine="$nb"\} \d+\.\d+$/m, 'KV usage');
+like($text, qr/^llm_engine_kv_capacity_tokens\{engine="$nb"\} 65536$/m,
+     'KV capacity from the engine header');
+# the text format: one TYPE per family, a family's samples together
+my (%typed, %done, $cur, @fmt);
+for (split /\n/, $text) {
+    if (/^# TYPE (\S+) (counter|gauge|histogram)$/) {
+        push @fmt, "second TYPE for $1" if $typed{$1}++;
+        next;
+    }
+    next if /^# HELP /;
+    my ($name) = /^([a-z_]+)[{ ]/ or do { push @fmt, "bad line: $_"; next };
+    $name =~ s/_(bucket|sum|count)$// unless $typed{$name};
+    push @fmt, "untyped $name" unless $typed{$name};
+    if (!defined $cur || $cur ne $name) {
+        push @fmt, "$name is split" if $done{$name}++;
+        $cur = $name;
+    }
+}
+is_deeply(\@fmt, [], 'valid Prometheus text format');
+my ($hb) = grep { $_->{name} eq $nb } @{ health()->{json}{engines} };
+is($hb->{kv_capacity_tokens}, 65536, '/health reports the KV capacity');
 like($text, qr/^llm_running 0$/m, 'running gauge');
 like($text, qr/^llm_waiting 0$/m, 'waiting gauge');
 like($text, qr/^llm_probes_total\{result="ok"\} [1-9]\d*$/m, 'probes counted');
