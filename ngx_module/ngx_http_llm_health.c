@@ -451,7 +451,8 @@ ngx_http_llm_health_tick(ngx_event_t *ev)
         link = ngx_http_llm_link(i);
 
         if (!link->attached || link->conn == NULL
-            || llm_ipc_engine_state(&link->client) != LLM_STATE_READY)
+            || (llm_ipc_engine_state(&link->client) != LLM_STATE_READY
+                && llm_ipc_engine_state(&link->client) != LLM_STATE_DRAINING))
         {
             continue;
         }
