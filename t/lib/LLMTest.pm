@@ -74,11 +74,14 @@ sub nginx_test {
     return ($? >> 8, $out);
 }
 
+my %nginx_dirs;       # prefixes of running nginx instances
+
 sub start_nginx {
     my ($dir, $port) = @_;
     my $bin = nginx_bin();
     my $out = `$bin -p $dir -c $dir/nginx.conf 2>&1`;
     die "nginx failed to start: $out" if $?;
+    $nginx_dirs{$dir} = 1;
     for (1 .. 100) {
         my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port");
         return 1 if $s;
@@ -89,12 +92,17 @@ sub start_nginx {
 
 sub stop_nginx {
     my ($dir) = @_;
+    delete $nginx_dirs{$dir};
     open my $f, '<', "$dir/nginx.pid" or return;
     my $pid = <$f>;
     chomp $pid;
-    kill 'QUIT', $pid;
-    for (1 .. 100) { last unless kill 0, $pid; sleep 0.05; }
-    kill 'KILL', $pid if kill 0, $pid;
+    return unless $pid;
+    for my $sig ('QUIT', 'TERM') {      # graceful, then fast
+        kill $sig, $pid;
+        for (1 .. 100) { return unless kill 0, $pid; sleep 0.05; }
+    }
+    my @workers = grep { /^\d+$/ } map { s/\s//gr } `pgrep -P $pid`;
+    kill 'KILL', $pid, @workers;
 }
 
 # http($method, $url, $body, \%headers) -> HTTP::Tiny response hash
@@ -190,13 +198,17 @@ sub engine_status {
     return eval { JSON::PP::decode_json($out) };
 }
 
+# a test that dies half-way must not leave nginx or engines running
 END {
+    my $status = $?;
+    stop_nginx($_) for keys %nginx_dirs;
     for my $pid (keys %engines) {
         kill 'KILL', $pid;
         waitpid($pid, 0);
         my $name = $engines{$pid}[0];
         unlink "/dev/shm/llm-$name";
     }
+    $? = $status;
 }
 
 # wait_for(sub, seconds): poll until true; returns the last value
