@@ -25,7 +25,7 @@ is($rc, 0, 'nginx -t accepts load_module and the llm directives') or diag($out);
 
 start_nginx($dir, $port);
 my $r = http('POST', "http://127.0.0.1:$port/v1/chat/completions", '{}');
-is($r->{status}, 503, 'API location answers 503 until engines are wired');
+is($r->{status}, 400, 'API location validates the request');
 my $body = eval { decode_json($r->{content}) };
 ok($body && $body->{error} && $body->{error}{message}, 'OpenAI error body')
     or diag($r->{content});
@@ -46,5 +46,37 @@ write_conf($dir2, "    llm_engine demo /tmp;\n");
 ($rc, $out) = nginx_test($dir2);
 isnt($rc, 0, 'llm_engine without run_dir= is rejected');
 like($out, qr/expected run_dir=DIR/, 'error says what is expected');
+
+my @bad = (
+    ["    llm_engine demo run_dir=/tmp;\n    llm_engine demo run_dir=/tmp;\n",
+     qr/duplicate engine "demo"/, 'duplicate engine'],
+    ["    llm_engine 'a b' run_dir=/tmp;\n", qr/invalid engine name/,
+     'engine name with a space'],
+    ["    llm_engine demo run_dir=/tmp fingerprint=xyz;\n",
+     qr/fingerprint=HEX/, 'bad fingerprint'],
+    ["    llm_engine demo run_dir=/tmp;\n    llm_route m nope;\n",
+     qr/llm_route "m" names unknown engine "nope"/, 'route to an unknown engine'],
+    ["    llm_engine demo run_dir=/tmp;\n    llm_health interval=soon;\n",
+     qr/invalid value in "interval=soon"/, 'bad llm_health value'],
+    ["    llm_engine demo run_dir=/tmp;\n    llm_health speed=1;\n",
+     qr/invalid parameter "speed=1"/, 'unknown llm_health parameter'],
+    ["    llm_engine demo run_dir=/tmp;\n    llm_queue 5 wait=1s;\n",
+     qr/expected timeout=TIME/, 'bad llm_queue parameter'],
+    ["    server { listen 127.0.0.1:$port; location / { llm_api health; } }\n",
+     qr/"llm_api health" needs at least one llm_engine/, 'llm_api without engines'],
+);
+for my $b (@bad) {
+    write_conf($dir2, $b->[0]);
+    ($rc, $out) = nginx_test($dir2);
+    isnt($rc, 0, "$b->[2] is rejected");
+    like($out, $b->[1], "$b->[2]: the error says why");
+}
+
+# the example configuration stays valid
+my $root = LLMTest::repo_root();
+mkdir "$root/build/run";
+my $bin = LLMTest::nginx_bin();
+$out = `$bin -t -p $root -c conf/nginx.conf 2>&1`;
+is($?, 0, 'conf/nginx.conf passes nginx -t') or diag($out);
 
 done_testing();

@@ -20,5 +20,8 @@ cd "$out/src"
     || { tail -20 "$out/configure.log" >&2; exit 1; }
 make -f objs/Makefile modules >"$out/make.log" 2>&1 \
     || { grep -E "error|warning" "$out/make.log" | head -40 >&2; exit 1; }
-cp objs/ngx_http_llm_module.so "$out/"
+# Install by rename: a running nginx keeps its mapping of the old file
+# (overwriting it in place would crash its workers).
+cp objs/ngx_http_llm_module.so "$out/.ngx_http_llm_module.so.new"
+mv -f "$out/.ngx_http_llm_module.so.new" "$out/ngx_http_llm_module.so"
 echo "built $out/ngx_http_llm_module.so"

@@ -1,19 +1,24 @@
 package LLMTest;
 # Helpers for nginx integration tests: a scratch prefix, a generated
-# nginx.conf that loads the module, start/stop of Debian's nginx, and a
-# tiny HTTP client (HTTP::Tiny from Perl core).
+# nginx.conf that loads the module, start/stop of Debian's nginx, engines
+# (`llm-engine serve` with the scripted test runner), a tiny HTTP client
+# (HTTP::Tiny from Perl core) and a raw one for streams and disconnects.
 use strict;
 use warnings;
 use Exporter 'import';
 use File::Temp qw(tempdir);
 use IO::Socket::INET;
 use HTTP::Tiny;
-use Time::HiRes qw(sleep);
+use Time::HiRes qw(sleep time);
 use Cwd qw(abs_path);
+use JSON::PP ();
 use File::Basename qw(dirname);
 
 our @EXPORT_OK = qw(repo_root nginx_bin module_path free_port scratch_dir
-                    write_conf nginx_test start_nginx stop_nginx http);
+                    write_conf nginx_test start_nginx stop_nginx http
+                    engine_name start_engine stop_engine kill_engine
+                    engine_status wait_for raw_open raw_response sse_read
+                    http_json);
 
 sub repo_root { abs_path(dirname(__FILE__) . '/../..') }
 sub nginx_bin { $ENV{NGINX} // '/usr/sbin/nginx' }
@@ -33,17 +38,22 @@ sub scratch_dir {
     return $d;
 }
 
-# write_conf($dir, $http_block) -> path of nginx.conf
+# write_conf($dir, $http_block, %opt) -> path of nginx.conf
+#   log_level => 'debug' (default 'info')
 sub write_conf {
-    my ($dir, $http) = @_;
+    my ($dir, $http, %opt) = @_;
+    my $level = $opt{log_level} // 'info';
     my $mod = module_path();
+    # workers must map the engine's segment: run them as this user
+    my $user = $> == 0 ? 'user root;' : '';
     open my $f, '>', "$dir/nginx.conf" or die $!;
     print $f <<"CONF";
 load_module $mod;
 daemon on;
 master_process on;
+$user
 worker_processes 2;
-error_log $dir/logs/error.log info;
+error_log $dir/logs/error.log $level;
 pid $dir/nginx.pid;
 events { worker_connections 256; }
 http {
@@ -64,11 +74,14 @@ sub nginx_test {
     return ($? >> 8, $out);
 }
 
+my %nginx_dirs;       # prefixes of running nginx instances
+
 sub start_nginx {
     my ($dir, $port) = @_;
     my $bin = nginx_bin();
     my $out = `$bin -p $dir -c $dir/nginx.conf 2>&1`;
     die "nginx failed to start: $out" if $?;
+    $nginx_dirs{$dir} = 1;
     for (1 .. 100) {
         my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port");
         return 1 if $s;
@@ -79,12 +92,17 @@ sub start_nginx {
 
 sub stop_nginx {
     my ($dir) = @_;
+    delete $nginx_dirs{$dir};
     open my $f, '<', "$dir/nginx.pid" or return;
     my $pid = <$f>;
     chomp $pid;
-    kill 'QUIT', $pid;
-    for (1 .. 100) { last unless kill 0, $pid; sleep 0.05; }
-    kill 'KILL', $pid if kill 0, $pid;
+    return unless $pid;
+    for my $sig ('QUIT', 'TERM') {      # graceful, then fast
+        kill $sig, $pid;
+        for (1 .. 100) { return unless kill 0, $pid; sleep 0.05; }
+    }
+    my @workers = grep { /^\d+$/ } map { s/\s//gr } `pgrep -P $pid`;
+    kill 'KILL', $pid, @workers;
 }
 
 # http($method, $url, $body, \%headers) -> HTTP::Tiny response hash
@@ -95,6 +113,211 @@ sub http {
         headers => { 'Content-Type' => 'application/json', %{ $headers // {} } },
         defined $body ? (content => $body) : (),
     });
+}
+
+# ---- engines ---------------------------------------------------------------
+
+my %engines;          # pid => [name, dir]
+
+sub engine_bin { repo_root() . '/build/bin/llm-engine' }
+
+# engine_name($tag): unique per test run; segments are global (/dev/shm)
+sub engine_name { my ($tag) = @_; return "t$$-$tag" }
+
+# start_engine($dir, $name, %recipe) -> pid; waits until the socket exists
+sub start_engine {
+    my ($dir, $name, %o) = @_;
+    my $seqs = $o{max_num_seqs} // 4;
+    my $slots = $o{slots} // 16;
+    my $served = $o{served} // 'demo';
+    open my $f, '>', "$dir/$name.yaml" or die $!;
+    print $f <<"YAML";
+name: $name
+run_dir: $dir
+backend: cpu
+model:
+  path: /nonexistent/$name
+  served_model_name: $served
+max_model_len: @{[ $o{max_model_len} // 4096 ]}
+max_num_seqs: $seqs
+slots: $slots
+max_request_bytes: 1MiB
+YAML
+    close $f;
+    unlink "$dir/$name.sock";
+    my $pid = fork() // die "fork: $!";
+    if ($pid == 0) {
+        open STDERR, '>>', "$dir/logs/$name.log";
+        open STDOUT, '>', '/dev/null';
+        exec engine_bin(), 'serve', '--recipe', "$dir/$name.yaml",
+             '--test-runner', 'scripted';
+        exit 127;
+    }
+    $engines{$pid} = [$name, $dir];
+    wait_for(sub { -S "$dir/$name.sock" }, 10)
+        or die "engine $name did not start: " . `cat $dir/logs/$name.log`;
+    return $pid;
+}
+
+sub _reap {
+    my ($pid, $secs) = @_;
+    for (1 .. $secs * 20) {
+        return 1 if waitpid($pid, 1) == $pid;      # WNOHANG
+        sleep 0.05;
+    }
+    return 0;
+}
+
+# stop_engine($pid): SIGTERM drains; a second one stops
+sub stop_engine {
+    my ($pid) = @_;
+    return unless $engines{$pid};
+    kill 'TERM', $pid;
+    unless (_reap($pid, 5)) {
+        kill 'TERM', $pid;
+        kill 'KILL', $pid unless _reap($pid, 2);
+        _reap($pid, 2);
+    }
+    delete $engines{$pid};
+}
+
+# kill_engine($pid): kill -9, the crash case (leaves its segment behind)
+sub kill_engine {
+    my ($pid) = @_;
+    kill 'KILL', $pid;
+    _reap($pid, 5);
+    my $e = delete $engines{$pid};
+    return $e;
+}
+
+# the engine's own view (llm-engine status) as a hash
+sub engine_status {
+    my ($dir, $name) = @_;
+    my $bin = engine_bin();
+    my $out = `$bin status --run-dir $dir --name $name 2>/dev/null`;
+    return eval { JSON::PP::decode_json($out) };
+}
+
+# a test that dies half-way must not leave nginx or engines running
+END {
+    my $status = $?;
+    stop_nginx($_) for keys %nginx_dirs;
+    for my $pid (keys %engines) {
+        kill 'KILL', $pid;
+        waitpid($pid, 0);
+        my $name = $engines{$pid}[0];
+        unlink "/dev/shm/llm-$name";
+    }
+    $? = $status;
+}
+
+# wait_for(sub, seconds): poll until true; returns the last value
+sub wait_for {
+    my ($cond, $secs) = @_;
+    my $v;
+    for (1 .. ($secs // 5) * 50) {
+        $v = $cond->();
+        return $v if $v;
+        sleep 0.02;
+    }
+    return $v;
+}
+
+# ---- HTTP ------------------------------------------------------------------
+
+# http_json(...) like http, plus ->{json} decoded (undef if not JSON)
+sub http_json {
+    my $r = http(@_);
+    $r->{json} = eval { JSON::PP::decode_json($r->{content}) };
+    return $r;
+}
+
+# raw_open($port, $method, $path, $body, \%headers) -> socket, request sent
+sub raw_open {
+    my ($port, $method, $path, $body, $headers) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
+                                  Timeout => 5) or die "connect: $!";
+    $body //= '';
+    my $h = join '', map { "$_: $headers->{$_}\r\n" } keys %{ $headers // {} };
+    print $s "$method $path HTTP/1.1\r\nHost: localhost\r\n"
+           . "Content-Type: application/json\r\nContent-Length: "
+           . length($body) . "\r\nConnection: close\r\n$h\r\n$body";
+    return $s;
+}
+
+sub _read_line {
+    my ($s, $deadline) = @_;
+    my $line = '';
+    while (time() < $deadline) {
+        my $rin = '';
+        vec($rin, fileno($s), 1) = 1;
+        next unless select($rin, undef, undef, 0.05);
+        my $n = sysread($s, my $c, 1);
+        return $line if !$n;
+        $line .= $c;
+        return $line if $c eq "\n";
+    }
+    return $line;
+}
+
+sub _read_n {
+    my ($s, $n, $deadline) = @_;
+    my $buf = '';
+    while (length($buf) < $n && time() < $deadline) {
+        my $rin = '';
+        vec($rin, fileno($s), 1) = 1;
+        next unless select($rin, undef, undef, 0.05);
+        my $got = sysread($s, $buf, $n - length($buf), length($buf));
+        last unless $got;
+    }
+    return $buf;
+}
+
+# raw_response($sock, $timeout) -> {status, headers, body, chunks => [[t, data]]}
+# reads the whole response, decoding chunked transfer, timing each chunk
+sub raw_response {
+    my ($s, $timeout) = @_;
+    my $deadline = time() + ($timeout // 10);
+    my $status_line = _read_line($s, $deadline);
+    my ($status) = $status_line =~ m{^HTTP/1\.\d (\d+)};
+    my %h;
+    while (defined(my $l = _read_line($s, $deadline))) {
+        last if $l eq "\r\n" || $l eq '';
+        $h{lc $1} = $2 if $l =~ /^([^:]+):\s*(.*?)\r\n$/;
+    }
+    my ($body, @chunks) = ('');
+    if (($h{'transfer-encoding'} // '') =~ /chunked/) {
+        while (time() < $deadline) {
+            my $size = _read_line($s, $deadline);
+            last if $size eq '';
+            $size =~ s/[\r\n;].*//s;
+            $size = hex($size);
+            last if $size == 0;
+            my $data = _read_n($s, $size, $deadline);
+            _read_n($s, 2, $deadline);
+            push @chunks, [Time::HiRes::time(), $data];
+            $body .= $data;
+        }
+    } elsif (defined $h{'content-length'}) {
+        $body = _read_n($s, $h{'content-length'}, $deadline);
+    }
+    return { status => $status, headers => \%h, body => $body,
+             chunks => \@chunks };
+}
+
+# sse_read($body) -> list of [event, data] (event undef for chat chunks)
+sub sse_read {
+    my ($body) = @_;
+    my @ev;
+    for my $block (split /\n\n/, $body) {
+        my ($event, $data);
+        for my $l (split /\n/, $block) {
+            $event = $1 if $l =~ /^event: (.*)$/;
+            $data = $1 if $l =~ /^data: (.*)$/;
+        }
+        push @ev, [$event, $data] if defined $data;
+    }
+    return @ev;
 }
 
 1;

@@ -1,0 +1,421 @@
+/*
+ * Informational and admin endpoints: /v1/models, /health, the catch-all
+ * 404, and /admin/{status,drain,resume,promote}.  The admin location is
+ * restricted by nginx itself (allow/deny) and by a bearer token
+ * (llm_admin_token); without a token it is disabled.
+ */
+
+#include "ngx_http_llm_module.h"
+
+
+typedef struct {
+    ngx_http_request_t        *request;
+    ngx_http_llm_probe_t       probe;
+    ngx_str_t                  route;
+} ngx_http_llm_promote_t;
+
+
+static ngx_int_t
+ngx_http_llm_arg(ngx_http_request_t *r, const char *name, ngx_str_t *value)
+{
+    u_char     *dst, *src;
+    ngx_str_t   raw;
+
+    if (ngx_http_arg(r, (u_char *) name, ngx_strlen(name), &raw) != NGX_OK
+        || raw.len == 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    value->data = ngx_pnalloc(r->pool, raw.len);
+    if (value->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    dst = value->data;
+    src = raw.data;
+    ngx_unescape_uri(&dst, &src, raw.len, 0);
+    value->len = dst - value->data;
+
+    return NGX_OK;
+}
+
+
+/* Authorization: Bearer TOKEN, compared in constant time */
+static ngx_int_t
+ngx_http_llm_authorized(ngx_http_request_t *r, ngx_str_t *token)
+{
+    u_char      diff;
+    ngx_str_t   v;
+    ngx_uint_t  i;
+
+    if (r->headers_in.authorization == NULL) {
+        return 0;
+    }
+
+    v = r->headers_in.authorization->value;
+
+    if (v.len < sizeof("Bearer ") - 1
+        || ngx_strncasecmp(v.data, (u_char *) "Bearer ",
+                           sizeof("Bearer ") - 1) != 0)
+    {
+        return 0;
+    }
+
+    v.data += sizeof("Bearer ") - 1;
+    v.len -= sizeof("Bearer ") - 1;
+
+    if (v.len != token->len) {
+        return 0;
+    }
+
+    diff = 0;
+
+    for (i = 0; i < v.len; i++) {
+        diff |= v.data[i] ^ token->data[i];
+    }
+
+    return diff == 0;
+}
+
+
+static ngx_int_t
+ngx_http_llm_admin_status(ngx_http_request_t *r)
+{
+    ngx_uint_t                 ready;
+    ngx_http_llm_wbuf_t        w;
+    ngx_http_llm_main_conf_t  *lmcf;
+
+    lmcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+
+    ngx_http_llm_wbuf_init(&w, r->pool);
+    ngx_http_llm_status_json(lmcf, &w, NULL, &ready);
+
+    return ngx_http_llm_send_json(r, NGX_HTTP_OK, &w);
+}
+
+
+/* the engine named by ?engine=, or an error response in *rc */
+static ngx_int_t
+ngx_http_llm_admin_engine(ngx_http_request_t *r, ngx_str_t *name,
+    ngx_int_t *rc)
+{
+    ngx_int_t                  e;
+    ngx_str_t                  param = ngx_string("engine");
+    ngx_http_llm_main_conf_t  *lmcf;
+
+    lmcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+
+    if (ngx_http_llm_arg(r, "engine", name) != NGX_OK) {
+        *rc = ngx_http_llm_send_error(r, NGX_HTTP_BAD_REQUEST,
+                                      "name the engine: ?engine=NAME",
+                                      &param, NULL);
+        return -1;
+    }
+
+    e = ngx_http_llm_engine_find(lmcf, name);
+
+    if (e == -1) {
+        *rc = ngx_http_llm_send_error(r, NGX_HTTP_NOT_FOUND,
+                                      "no such engine", &param,
+                                      "engine_not_found");
+    }
+
+    return e;
+}
+
+
+static ngx_int_t
+ngx_http_llm_admin_drain(ngx_http_request_t *r, ngx_uint_t drain)
+{
+    ngx_int_t                  e, rc;
+    ngx_str_t                  name;
+    const char                *why;
+    ngx_http_llm_wbuf_t        w;
+    ngx_http_llm_main_conf_t  *lmcf;
+
+    lmcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+
+    e = ngx_http_llm_admin_engine(r, &name, &rc);
+    if (e == -1) {
+        return rc;
+    }
+
+    (void) ngx_http_llm_engine_drain(lmcf, e, drain, &why);
+
+    ngx_http_llm_wbuf_init(&w, r->pool);
+    ngx_http_llm_puts(&w, "{\"engine\":");
+    ngx_http_llm_put_string(&w, name.data, name.len);
+    ngx_http_llm_printf(&w, ",\"draining\":%s,\"state\":\"%s\"}",
+                        drain ? "true" : "false",
+                        ngx_http_llm_state_names[lmcf->sh->engines[e].state]);
+
+    return ngx_http_llm_send_json(r, NGX_HTTP_OK, &w);
+}
+
+
+static void
+ngx_http_llm_promote_abort(void *data)
+{
+    ngx_http_llm_promote_t  *pr = data;
+
+    ngx_http_llm_probe_abort(&pr->probe);
+}
+
+
+static void
+ngx_http_llm_promote_probed(ngx_http_llm_probe_t *p)
+{
+    u_char                    *msg;
+    ngx_int_t                  rc;
+    const char                *why;
+    ngx_connection_t          *c;
+    ngx_http_request_t        *r;
+    ngx_http_llm_wbuf_t        w;
+    ngx_http_llm_promote_t    *pr;
+
+    pr = p->data;
+    r = pr->request;
+    c = r->connection;
+
+    if (p->rc != NGX_OK) {
+        msg = ngx_pnalloc(r->pool, NGX_HTTP_LLM_REASON_LEN + 64);
+        if (msg == NULL) {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            return;
+        }
+
+        ngx_sprintf(msg, "promotion refused: the probe failed: %s%Z",
+                    p->reason);
+
+        rc = ngx_http_llm_send_error(r, NGX_HTTP_CONFLICT, (char *) msg,
+                                     NULL, "probe_failed");
+        goto done;
+    }
+
+    if (ngx_http_llm_route_promote(p->lmcf, &pr->route, p->engine, &why)
+        != NGX_OK)
+    {
+        rc = ngx_http_llm_send_error(r, NGX_HTTP_CONFLICT, why, NULL,
+                                     "promotion_refused");
+        goto done;
+    }
+
+    ngx_http_llm_wbuf_init(&w, r->pool);
+    ngx_http_llm_puts(&w, "{\"route\":");
+    ngx_http_llm_put_string(&w, pr->route.data, pr->route.len);
+    ngx_http_llm_puts(&w, ",\"engine\":");
+    ngx_http_llm_put_string(&w, p->lmcf->sh->engines[p->engine].name,
+                            ngx_strlen(p->lmcf->sh->engines[p->engine].name));
+    ngx_http_llm_printf(&w, ",\"prompt_fingerprint\":\"%016xL\"}",
+                        p->fingerprint);
+
+    rc = ngx_http_llm_send_json(r, NGX_HTTP_OK, &w);
+
+done:
+
+    ngx_http_finalize_request(r, rc);
+    ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * Switch a route to one engine: refused unless the engine is healthy and
+ * passes a probe sent now; the switch itself is one write under the lock.
+ */
+static ngx_int_t
+ngx_http_llm_admin_promote(ngx_http_request_t *r)
+{
+    ngx_int_t                  e, rc;
+    ngx_str_t                  name, param = ngx_string("route");
+    ngx_pool_cleanup_t        *cln;
+    ngx_http_llm_promote_t    *pr;
+    ngx_http_llm_main_conf_t  *lmcf;
+
+    lmcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+
+    pr = ngx_pcalloc(r->pool, sizeof(ngx_http_llm_promote_t));
+    if (pr == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_llm_arg(r, "route", &pr->route) != NGX_OK) {
+        return ngx_http_llm_send_error(r, NGX_HTTP_BAD_REQUEST,
+                                       "name the route: ?route=MODEL",
+                                       &param, NULL);
+    }
+
+    e = ngx_http_llm_admin_engine(r, &name, &rc);
+    if (e == -1) {
+        return rc;
+    }
+
+    if (!ngx_http_llm_admissible(&lmcf->sh->engines[e])) {
+        return ngx_http_llm_send_error(r, NGX_HTTP_CONFLICT,
+                                       "promotion refused: the engine is "
+                                       "not healthy (see /admin/status)",
+                                       NULL, "engine_unhealthy");
+    }
+
+    pr->request = r;
+    pr->probe.lmcf = lmcf;
+    pr->probe.engine = e;
+    pr->probe.handler = ngx_http_llm_promote_probed;
+    pr->probe.data = pr;
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_llm_promote_abort;
+    cln->data = pr;
+
+    if (ngx_http_llm_probe_start(&pr->probe) != NGX_OK) {
+        ngx_http_llm_promote_probed(&pr->probe);
+        return NGX_DONE;
+    }
+
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+static ngx_int_t
+ngx_http_llm_admin(ngx_http_request_t *r)
+{
+    ngx_str_t                 *uri, op;
+    ngx_http_llm_loc_conf_t   *llcf;
+
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+    if (llcf->admin_token.len == 0) {
+        return ngx_http_llm_send_error(r, NGX_HTTP_FORBIDDEN,
+                                       "the admin API is disabled: set "
+                                       "llm_admin_token", NULL,
+                                       "admin_disabled");
+    }
+
+    if (!ngx_http_llm_authorized(r, &llcf->admin_token)) {
+        ngx_str_t  v = ngx_string("Bearer");
+        ngx_table_elt_t  *h;
+
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "WWW-Authenticate");
+        h->value = v;
+
+        return ngx_http_llm_send_error(r, NGX_HTTP_UNAUTHORIZED,
+                                       "a valid bearer token is required",
+                                       NULL, "invalid_token");
+    }
+
+    /* the operation is the last path segment */
+    uri = &r->uri;
+    op.data = uri->data + uri->len;
+
+    while (op.data > uri->data && op.data[-1] != '/') {
+        op.data--;
+    }
+
+    op.len = uri->data + uri->len - op.data;
+
+    if (op.len == 6 && ngx_strncmp(op.data, "status", 6) == 0) {
+        if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+            return ngx_http_llm_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                                           "status answers GET", NULL,
+                                           "method_not_allowed");
+        }
+
+        return ngx_http_llm_admin_status(r);
+    }
+
+    if (!((op.len == 5 && ngx_strncmp(op.data, "drain", 5) == 0)
+          || (op.len == 6 && ngx_strncmp(op.data, "resume", 6) == 0)
+          || (op.len == 7 && ngx_strncmp(op.data, "promote", 7) == 0)))
+    {
+        return ngx_http_llm_send_error(r, NGX_HTTP_NOT_FOUND,
+                                       "no such admin operation: use "
+                                       "status, drain, resume or promote",
+                                       NULL, "not_found");
+    }
+
+    if (!(r->method & NGX_HTTP_POST)) {
+        return ngx_http_llm_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                                       "this operation answers POST", NULL,
+                                       "method_not_allowed");
+    }
+
+    if (op.data[0] == 'd') {
+        return ngx_http_llm_admin_drain(r, 1);
+    }
+
+    if (op.data[0] == 'r') {
+        return ngx_http_llm_admin_drain(r, 0);
+    }
+
+    return ngx_http_llm_admin_promote(r);
+}
+
+
+ngx_int_t
+ngx_http_llm_info_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                  rc;
+    ngx_str_t                  model, *only;
+    ngx_uint_t                 ready;
+    ngx_http_llm_wbuf_t        w;
+    ngx_http_llm_loc_conf_t   *llcf;
+    ngx_http_llm_main_conf_t  *lmcf;
+
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+    lmcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (llcf->api == NGX_HTTP_LLM_API_NOT_FOUND) {
+        return ngx_http_llm_send_error(r, NGX_HTTP_NOT_FOUND,
+                                       "no such endpoint: see the API "
+                                       "documentation", NULL,
+                                       "model_not_found");
+    }
+
+    if (llcf->api == NGX_HTTP_LLM_API_ADMIN) {
+        return ngx_http_llm_admin(r);
+    }
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return ngx_http_llm_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                                       "this endpoint answers GET", NULL,
+                                       "method_not_allowed");
+    }
+
+    ngx_http_llm_wbuf_init(&w, r->pool);
+
+    if (llcf->api == NGX_HTTP_LLM_API_MODELS) {
+        ngx_http_llm_models_json(lmcf, &w);
+        return ngx_http_llm_send_json(r, NGX_HTTP_OK, &w);
+    }
+
+    /* /health: 200 when the route (?model=, else every route) can serve */
+    rc = ngx_http_llm_arg(r, "model", &model);
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    only = (rc == NGX_OK) ? &model : NULL;
+
+    ngx_http_llm_status_json(lmcf, &w, only, &ready);
+
+    return ngx_http_llm_send_json(r, ready ? NGX_HTTP_OK
+                                           : NGX_HTTP_SERVICE_UNAVAILABLE,
+                                  &w);
+}

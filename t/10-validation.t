@@ -1,0 +1,323 @@
+# Request validation: every endpoint's client errors have the OpenAI error
+# shape, the right status and name the offending field; valid requests get
+# past validation (to 503 here: the configured engine is not running).
+use strict;
+use warnings;
+use Test::More;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use LLMTest qw(scratch_dir write_conf start_nginx stop_nginx http free_port);
+use JSON::PP;
+
+my $dir = scratch_dir();
+my $port = free_port();
+write_conf($dir, <<"CONF");
+    llm_engine e1 run_dir=$dir;
+    llm_route demo e1;
+    llm_max_body_size 4k;
+    server {
+        listen 127.0.0.1:$port;
+        location = /v1/chat/completions { llm_api chat_completions; }
+        location = /v1/completions { llm_api completions; }
+        location = /v1/responses { llm_api responses; }
+        location = /tokenize { llm_api tokenize; }
+        location = /detokenize { llm_api detokenize; }
+        location = /big {
+            llm_api chat_completions;
+            llm_max_body_size 3m;
+        }
+        location / { llm_api not_found; }
+    }
+CONF
+start_nginx($dir, $port);
+
+my $base = "http://127.0.0.1:$port";
+
+sub post {
+    my ($path, $body, $headers) = @_;
+    $body = encode_json($body) if ref $body;
+    my $r = http('POST', "$base$path", $body, $headers);
+    $r->{json} = eval { decode_json($r->{content}) };
+    return $r;
+}
+
+# expect_error($path, $body, $status, $param, $message_re, $name)
+sub expect_error {
+    my ($path, $body, $status, $param, $re, $name) = @_;
+    my $r = post($path, $body);
+    subtest $name => sub {
+        is($r->{status}, $status, "status $status") or diag($r->{content});
+        my $e = $r->{json} && $r->{json}{error};
+        ok($e, 'OpenAI error object') or return;
+        is_deeply([sort keys %$e], [qw(code message param type)],
+                  'error has message, type, param, code');
+        is($e->{param}, $param, 'param names the field');
+        like($e->{message}, $re, 'message says what is wrong');
+        is($e->{type}, 'invalid_request_error', 'type')
+            if $status == 400 || $status == 404;
+        like($r->{headers}{'x-request-id'} // '', qr/^[0-9a-f]{32}$/,
+             'X-Request-Id generated');
+    };
+    return $r;
+}
+
+my $msgs = [{ role => 'user', content => 'hi' }];
+my %chat = (model => 'demo', messages => $msgs);
+
+# ---- body and JSON -------------------------------------------------------
+expect_error('/v1/chat/completions', '{"model": "demo", "messages": [',
+             400, undef, qr/^malformed JSON at byte \d+/, 'truncated JSON');
+expect_error('/v1/chat/completions', '[1, 2]', 400, undef,
+             qr/must be a JSON object/, 'body is not an object');
+expect_error('/v1/chat/completions', '', 400, undef, qr/empty/, 'empty body');
+expect_error('/v1/chat/completions', "{\"model\": \"d\xffx\"}", 400, undef,
+             qr/malformed JSON/, 'invalid UTF-8');
+expect_error('/v1/chat/completions', ('[' x 200) . (']' x 200), 400, undef,
+             qr/nested deeper than 128/, 'deep nesting');
+expect_error('/v1/chat/completions', '{"model": "demo"} x', 400, undef,
+             qr/malformed JSON/, 'trailing garbage');
+
+my $big = post('/v1/chat/completions',
+               { %chat, messages => [{ role => 'user', content => 'x' x 5000 }] });
+is($big->{status}, 413, 'body over llm_max_body_size: 413');
+is($big->{json}{error}{code}, 'request_too_large', '413 code');
+
+my $chunks = 0;
+my $chunked = HTTP::Tiny->new(timeout => 10)->request('POST',
+    "$base/v1/chat/completions", {
+        headers => { 'Content-Type' => 'application/json' },
+        content => sub { $chunks++ < 10 ? ('x' x 1000) : undef } });
+is($chunked->{status}, 413, 'chunked body over the limit: 413');
+like($chunked->{content}, qr/"code":"request_too_large"/,
+     'an OpenAI error, not nginx\'s page');
+
+# above nginx's default client_max_body_size (1m), within llm_max_body_size
+my $large = post('/big', { %chat, messages => [{ role => 'user',
+                                                 content => 'y' x 2_000_000 }] });
+is($large->{status}, 503, 'a 2 MB request within llm_max_body_size passes');
+
+# ---- methods and paths ----------------------------------------------------
+my $g = http('GET', "$base/v1/chat/completions");
+is($g->{status}, 405, 'GET on chat: 405');
+is($g->{headers}{allow}, 'POST', 'Allow: POST');
+my $nf = http('GET', "$base/v1/nothing");
+is($nf->{status}, 404, 'unknown path: 404');
+is(eval { decode_json($nf->{content})->{error}{code} }, 'model_not_found',
+   'unknown path code');
+
+# ---- model ----------------------------------------------------------------
+expect_error('/v1/chat/completions', { messages => $msgs }, 400, 'model',
+             qr/^model is required/, 'model missing');
+expect_error('/v1/chat/completions', { model => 3, messages => $msgs }, 400,
+             'model', qr/must be a string/, 'model wrong type');
+my $unk = expect_error('/v1/chat/completions', { %chat, model => 'gpt-9' },
+                       404, 'model', qr/"gpt-9" does not exist/,
+                       'unknown model');
+is($unk->{json}{error}{code}, 'model_not_found', 'unknown model code');
+
+# ---- chat fields ------------------------------------------------------------
+my @chat_bad = (
+    [{ model => 'demo' }, 'messages', qr/required/],
+    [{ %chat, messages => [] }, 'messages', qr/non-empty/],
+    [{ %chat, messages => ['hi'] }, 'messages[0]', qr/must be an object/],
+    [{ %chat, messages => [{ role => 'robot', content => 'x' }] },
+     'messages[0].role', qr/must be one of/],
+    [{ %chat, messages => [{ role => 'user' }] }, 'messages[0].content',
+     qr/is required/],
+    [{ %chat, messages => [{ role => 'user', content => 5 }] },
+     'messages[0].content', qr/string or an array of text parts/],
+    [{ %chat, messages => [{ role => 'user', content =>
+        [{ type => 'image_url', image_url => { url => 'x' } }] }] },
+     'messages[0].content[0]', qr/only text content/],
+    [{ %chat, messages => [{ role => 'user', content => [{ type => 'text' }] }] },
+     'messages[0].content[0].text', qr/is required/],
+    [{ %chat, messages => [{ role => 'tool', content => 'r' }] },
+     'messages[0].tool_call_id', qr/is required/],
+    [{ %chat, messages => [{ role => 'assistant' }] },
+     'messages[0].content', qr/unless the message has tool_calls/],
+    [{ %chat, messages => [@$msgs, { role => 'assistant', tool_calls =>
+        [{ id => 'c1', type => 'function',
+           function => { name => 'f', arguments => '{"a":' } }] }] },
+     'messages[1].tool_calls[0].function.arguments',
+     qr/JSON object encoded as a string/],
+    [{ %chat, messages => [@$msgs, { role => 'assistant', tool_calls =>
+        [{ id => 'c1', function => { name => 'f"><x', arguments => '{}' } }] }] },
+     'messages[1].tool_calls[0].function.name', qr/only letters, digits/],
+    [{ %chat, temperature => 'hot' }, 'temperature', qr/must be a number/],
+    [{ %chat, temperature => 2.5 }, 'temperature', qr/at most 2/],
+    [{ %chat, top_p => 0 }, 'top_p', qr/greater than 0/],
+    [{ %chat, top_k => 1.5 }, 'top_k', qr/must be an integer/],
+    [{ %chat, min_p => -0.1 }, 'min_p', qr/at least 0/],
+    [{ %chat, presence_penalty => 3 }, 'presence_penalty', qr/at most 2/],
+    [{ %chat, repetition_penalty => 0 }, 'repetition_penalty',
+     qr/greater than 0/],
+    [{ %chat, seed => 'x' }, 'seed', qr/integer/],
+    [{ %chat, max_tokens => 0 }, 'max_tokens', qr/between 1 and/],
+    [{ %chat, max_completion_tokens => 'many' }, 'max_completion_tokens',
+     qr/integer/],
+    [{ %chat, stop => 7 }, 'stop', qr/string or an array of strings/],
+    [{ %chat, min_tokens => -1 }, 'min_tokens', qr/between 0 and/],
+    [{ %chat, max_tokens => 4, min_tokens => 5 }, 'min_tokens',
+     qr/must not exceed the maximum of 4/],
+    [{ %chat, ignore_eos => 1 }, 'ignore_eos', qr/boolean/],
+    [{ %chat, skip_special_tokens => 'no' }, 'skip_special_tokens', qr/boolean/],
+    [{ %chat, stop => ['a', ''] }, 'stop[1]', qr/non-empty string/],
+    [{ %chat, n => 2 }, 'n', qr/one choice per request/],
+    [{ %chat, stream => 'yes' }, 'stream', qr/must be a boolean/],
+    [{ %chat, stream_options => { include_usage => JSON::PP::true } },
+     'stream_options', qr/only allowed when stream is true/],
+    [{ %chat, stream => JSON::PP::true, stream_options => { include_usage => 1 } },
+     'stream_options.include_usage', qr/boolean/],
+    [{ %chat, tools => {} }, 'tools', qr/must be an array/],
+    [{ %chat, tools => [{ type => 'web_search' }] }, 'tools[0].type',
+     qr/only function tools/],
+    [{ %chat, tools => [{ type => 'function', function => { name => 'a b' } }] },
+     'tools[0].function.name', qr/only letters/],
+    [{ %chat, tools => [{ type => 'function',
+                          function => { name => 'f', parameters => [] } }] },
+     'tools[0].function.parameters', qr/must be an object/],
+    [{ %chat, tool_choice => 'required' }, 'tool_choice', qr/needs tools/],
+    [{ %chat, tool_choice => 'sometimes' }, 'tool_choice', qr/must be "none"/],
+    [{ %chat, tools => [{ type => 'function', function => { name => 'f' } }],
+       tool_choice => { type => 'function', function => { name => 'g' } } },
+     'tool_choice', qr/"g" which is not in tools/],
+    [{ %chat, parallel_tool_calls => 'no' }, 'parallel_tool_calls',
+     qr/boolean/],
+    [{ %chat, response_format => { type => 'xml' } }, 'response_format.type',
+     qr/must be "text"/],
+    [{ %chat, response_format => { type => 'json_schema' } },
+     'response_format.json_schema', qr/must be an object/],
+    [{ %chat, response_format => { type => 'json_schema',
+                                   json_schema => { schema => {} } } },
+     'response_format.json_schema.name', qr/is required/],
+    [{ %chat, reasoning_effort => 'extreme' }, 'reasoning_effort',
+     qr/must be one of none, minimal/],
+    [{ %chat, chat_template_kwargs => [] }, 'chat_template_kwargs',
+     qr/must be an object/],
+    [{ %chat, chat_template_kwargs => { thinking => 'on' } },
+     'chat_template_kwargs.thinking', qr/boolean/],
+    [{ %chat, chat_template_kwargs => { thinking => JSON::PP::true,
+                                        enable_thinking => JSON::PP::false } },
+     'chat_template_kwargs', qr/different values/],
+    [{ %chat, chat_template_kwargs => { reasoning_effort => 'x' } },
+     'chat_template_kwargs.reasoning_effort', qr/must be one of/],
+    [{ %chat, logprobs => 'yes' }, 'logprobs', qr/boolean/],
+    [{ %chat, top_logprobs => 3 }, 'top_logprobs', qr/needs logprobs/],
+    [{ %chat, logprobs => JSON::PP::true, top_logprobs => 21 }, 'top_logprobs',
+     qr/between 0 and 20/],
+);
+for my $c (@chat_bad) {
+    expect_error('/v1/chat/completions', $c->[0], 400, $c->[1], $c->[2],
+                 "chat: bad $c->[1]");
+}
+
+# ---- completions ------------------------------------------------------------
+my %cmpl = (model => 'demo', prompt => 'Once');
+my @cmpl_bad = (
+    [{ model => 'demo' }, 'prompt', qr/is required/],
+    [{ %cmpl, prompt => '' }, 'prompt', qr/must not be empty/],
+    [{ %cmpl, prompt => ['a', 'b'] }, 'prompt', qr/several prompts/],
+    [{ %cmpl, prompt => [1, -2] }, 'prompt[1]', qr/token id/],
+    [{ %cmpl, prompt => {} }, 'prompt', qr/string or an array of token ids/],
+    [{ %cmpl, echo => JSON::PP::true }, 'echo', qr/not supported/],
+    [{ %cmpl, suffix => 'end' }, 'suffix', qr/not supported/],
+    [{ %cmpl, best_of => 3 }, 'best_of', qr/one choice/],
+    [{ %cmpl, logprobs => 9 }, 'logprobs', qr/between 0 and 5/],
+    [{ %cmpl, max_tokens => -1 }, 'max_tokens', qr/between 1/],
+);
+for my $c (@cmpl_bad) {
+    expect_error('/v1/completions', $c->[0], 400, $c->[1], $c->[2],
+                 "completions: bad $c->[1]");
+}
+
+# ---- responses --------------------------------------------------------------
+my %resp = (model => 'demo', input => 'hi');
+my @resp_bad = (
+    [{ model => 'demo' }, 'input', qr/is required/],
+    [{ %resp, input => 5 }, 'input', qr/string or an array of items/],
+    [{ %resp, input => [] }, 'input', qr/at least one message/],
+    [{ %resp, previous_response_id => 'resp_1' }, 'previous_response_id',
+     qr/not supported: this server keeps no response store/],
+    [{ %resp, store => JSON::PP::true }, 'store', qr/no response store/],
+    [{ %resp, input => [{ type => 'web_search_call' }] }, 'input[0].type',
+     qr/must be message, function_call/],
+    [{ %resp, input => [{ role => 'user', content =>
+        [{ type => 'input_image', image_url => 'x' }] }] },
+     'input[0].content[0]', qr/only text content/],
+    [{ %resp, input => [{ type => 'function_call', call_id => 'c',
+                          name => 'f', arguments => 'nope' }] },
+     'input[0].arguments', qr/JSON object/],
+    [{ %resp, input => [{ type => 'function_call_output', call_id => 'c' }] },
+     'input[0].output', qr/is required/],
+    [{ %resp, instructions => [] }, 'instructions', qr/must be a string/],
+    [{ %resp, tools => [{ type => 'function' }] }, 'tools[0].name',
+     qr/is required/],
+    [{ %resp, tools => [{ type => 'file_search' }] }, 'tools[0].type',
+     qr/only function tools/],
+    [{ %resp, tools => [{ type => 'function', name => 'f' }],
+       tool_choice => { type => 'function', name => 'h' } },
+     'tool_choice', qr/"h" which is not in tools/],
+    [{ %resp, reasoning => { effort => 'huge' } }, 'reasoning.effort',
+     qr/must be one of/],
+    [{ %resp, max_output_tokens => 0 }, 'max_output_tokens', qr/between 1/],
+    [{ %resp, text => { format => { type => 'json_schema' } } },
+     'text.format.name', qr/is required/],
+);
+for my $c (@resp_bad) {
+    expect_error('/v1/responses', $c->[0], 400, $c->[1], $c->[2],
+                 "responses: bad $c->[1]");
+}
+
+# ---- tokenize / detokenize ----------------------------------------------------
+expect_error('/tokenize', { model => 'demo' }, 400, 'prompt',
+             qr/prompt or messages is required/, 'tokenize: nothing to count');
+expect_error('/tokenize', { model => 'demo', messages => [{ role => 'x' }] },
+             400, 'messages[0].role', qr/must be one of/,
+             'tokenize: bad messages');
+expect_error('/detokenize', { model => 'demo' }, 400, 'tokens',
+             qr/required/, 'detokenize: tokens missing');
+expect_error('/detokenize', { model => 'demo', tokens => [1, 'a'] }, 400,
+             'tokens[1]', qr/token id/, 'detokenize: bad id');
+
+# ---- valid requests pass validation ---------------------------------------------
+my @valid = (
+    ['/v1/chat/completions', { %chat, foo => 'ignored', user => 'u',
+        temperature => 0, top_p => 1, top_k => -1, seed => -5, stop => 'x',
+        max_completion_tokens => 10, max_tokens => 3, n => 1,
+        stream => JSON::PP::true, stream_options => { include_usage => JSON::PP::true },
+        tools => [{ type => 'function', function => { name => 'get_w',
+                    description => 'd', parameters => { type => 'object' } } }],
+        tool_choice => { type => 'function', function => { name => 'get_w' } },
+        response_format => { type => 'json_schema',
+                             json_schema => { name => 's', schema => {} } },
+        reasoning_effort => 'high',
+        chat_template_kwargs => { thinking => JSON::PP::true,
+                                  drop_thinking => JSON::PP::false, other => 1 },
+        messages => [{ role => 'system', content => 's' },
+                     { role => 'user', content => [{ type => 'text', text => 'a' }] },
+                     { role => 'assistant', content => undef, tool_calls =>
+                        [{ id => 'c1', type => 'function',
+                           function => { name => 'get_w', arguments => '{"x":1}' } }] },
+                     { role => 'tool', tool_call_id => 'c1', content => 'sunny' }] }],
+    ['/v1/completions', { %cmpl, prompt => [[1, 2, 3]], max_tokens => 5 }],
+    ['/v1/responses', { %resp, instructions => 'be brief', store => JSON::PP::false,
+        reasoning => { effort => 'low' }, max_output_tokens => 20,
+        tools => [{ type => 'function', name => 'f', parameters => {} }],
+        input => [{ role => 'user', content => 'q' },
+                  { type => 'reasoning', content => [{ type => 'reasoning_text', text => 'r' }] },
+                  { type => 'function_call', call_id => 'c', name => 'f', arguments => '{}' },
+                  { type => 'function_call_output', call_id => 'c', output => 'o' }] }],
+    ['/tokenize', { model => 'demo', prompt => 'count me' }],
+    ['/tokenize', { %chat, add_generation_prompt => JSON::PP::true }],
+    ['/detokenize', { model => 'demo', tokens => [1, 2] }],
+);
+for my $v (@valid) {
+    my $r = post($v->[0], $v->[1], { 'X-Request-Id' => 'abc-123' });
+    is($r->{status}, 503, "valid request to $v->[0] passes validation")
+        or diag($r->{content});
+    is($r->{headers}{'x-request-id'}, 'abc-123', 'client X-Request-Id kept');
+    ok($r->{headers}{'retry-after'}, '503 carries Retry-After');
+}
+
+stop_nginx($dir);
+done_testing();
