@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "procfs.h"
+#include "version.h"
 
 int segment_peek(const char *file, llm_ipc_header *out)
 {
@@ -117,6 +118,7 @@ int segment_create(segment *seg, const segment_params *p, strbuf *err)
     h->segment_bytes = bytes;
     h->epoch = new_epoch();
     h->pid = getpid();
+    snprintf(h->engine_build, sizeof h->engine_build, "%s", llm_engine_build());
     h->n_slots = p->n_slots;
     atomic_store(&h->state, LLM_STATE_STARTING);
     h->n_models = (uint32_t)(p->n_models < LLM_IPC_MODELS_MAX ? p->n_models : LLM_IPC_MODELS_MAX);

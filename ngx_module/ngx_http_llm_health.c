@@ -121,6 +121,21 @@ ngx_http_llm_note_flush(ngx_http_llm_main_conf_t *lmcf,
 }
 
 
+/*
+ * The engine's identity from its header: the build is there from the start,
+ * the system fingerprint once the model is loaded, so readmission copies
+ * them again.  Called with the zone locked.
+ */
+void
+ngx_http_llm_engine_identity(ngx_http_llm_engine_sh_t *es, llm_ipc_header *h)
+{
+    ngx_cpystrn(es->system_fingerprint, (u_char *) h->fingerprint,
+                sizeof(es->system_fingerprint));
+    ngx_cpystrn(es->engine_build, (u_char *) h->engine_build,
+                sizeof(es->engine_build));
+}
+
+
 /* a worker attached the engine's segment: record what its header says */
 void
 ngx_http_llm_engine_attached(ngx_http_llm_link_t *link)
@@ -147,8 +162,7 @@ ngx_http_llm_engine_attached(ngx_http_llm_link_t *link)
     es->started = h->start_unix_ns / 1000000000;
     es->max_num_seqs = h->max_num_seqs;
     es->max_model_len = h->max_model_len;
-    ngx_cpystrn(es->system_fingerprint, (u_char *) h->fingerprint,
-                sizeof(es->system_fingerprint));
+    ngx_http_llm_engine_identity(es, h);
 
     m = ngx_min(h->n_models, NGX_HTTP_LLM_MODELS);
 
@@ -729,6 +743,9 @@ ngx_http_llm_probe_done(ngx_http_llm_probe_t *p)
 
         } else if (++es->passes >= lmcf->passes) {
             es->fingerprint = p->fingerprint;
+            if (p->seq.link && p->seq.link->client.hdr) {
+                ngx_http_llm_engine_identity(es, p->seq.link->client.hdr);
+            }
             ngx_http_llm_transition(lmcf, p->engine,
                                     es->drain ? NGX_HTTP_LLM_DRAINING
                                               : NGX_HTTP_LLM_HEALTHY,
@@ -1110,6 +1127,7 @@ void
 ngx_http_llm_status_json(ngx_http_llm_main_conf_t *lmcf,
     ngx_http_llm_wbuf_t *w, ngx_str_t *model, ngx_uint_t *ready)
 {
+    u_char                    *vp;
     uint64_t                   ctr[LLM_CTR_N];
     ngx_uint_t                 i, j;
     ngx_http_llm_link_t       *link;
@@ -1156,6 +1174,15 @@ ngx_http_llm_status_json(ngx_http_llm_main_conf_t *lmcf,
                             es->fingerprint);
         ngx_http_llm_put_string(w, es->system_fingerprint,
                                 ngx_strlen(es->system_fingerprint));
+        /* the build string starts with the version: "0.1.0 (git ...)" */
+        vp = (u_char *) ngx_strchr(es->engine_build, ' ');
+        ngx_http_llm_printf(w, ",\"engine_version\":");
+        ngx_http_llm_put_string(w, es->engine_build,
+                                vp ? (size_t) (vp - es->engine_build)
+                                   : ngx_strlen(es->engine_build));
+        ngx_http_llm_printf(w, ",\"engine_build\":");
+        ngx_http_llm_put_string(w, es->engine_build,
+                                ngx_strlen(es->engine_build));
 
         /* the engine's own numbers, as this worker maps its segment */
         link = ngx_http_llm_link(i);

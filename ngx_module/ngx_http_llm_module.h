@@ -133,6 +133,7 @@ typedef struct {
     uint64_t                   fingerprint;  /* prompt fingerprint, last
                                                 good probe */
     u_char                     system_fingerprint[64];
+    u_char                     engine_build[LLM_IPC_BUILD];
     ngx_uint_t                 nmodels;
     u_char                     models[NGX_HTTP_LLM_MODELS]
                                      [NGX_HTTP_LLM_MODEL_LEN];
@@ -511,6 +512,8 @@ ngx_int_t ngx_http_llm_route_find(ngx_http_llm_main_conf_t *lmcf,
 ngx_uint_t ngx_http_llm_admissible(ngx_http_llm_engine_sh_t *es);
 
 void ngx_http_llm_engine_attached(ngx_http_llm_link_t *link);
+void ngx_http_llm_engine_identity(ngx_http_llm_engine_sh_t *es,
+    llm_ipc_header *h);
 void ngx_http_llm_engine_down(ngx_http_llm_main_conf_t *lmcf,
     ngx_uint_t engine, const char *fmt, ...);
 void ngx_http_llm_engine_state(ngx_http_llm_link_t *link, uint32_t state);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "utf8.h"
 
 void jw_init(jw *w, strbuf *sb)
 {
@@ -43,10 +44,21 @@ void jw_end(jw *w)
     w->depth--;
 }
 
+/* Strings here often quote a cut of model output ("%.80s" of a reply)
+ * that may end inside a UTF-8 character: repair it, so the status
+ * document is always valid JSON. */
 void jw_strn(jw *w, const char *key, const char *s, size_t n)
 {
     jw_key(w, key);
-    json_put_string(w->sb, s, n);
+    if (utf8_valid(s, n, NULL)) {
+        json_put_string(w->sb, s, n);
+        return;
+    }
+    strbuf fixed;
+    sb_init(&fixed);
+    utf8_repair(&fixed, s, n, true);
+    json_put_string(w->sb, fixed.data, fixed.len);
+    sb_free(&fixed);
 }
 
 void jw_str(jw *w, const char *key, const char *s)

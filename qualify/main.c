@@ -333,12 +333,15 @@ int main(int argc, char **argv)
     int missing = art_finalize(&q.art);
     if (missing) fprintf(stderr, "llm-qualify: %d artifact(s) could not be read back\n", missing);
     int rc = report_write(&q, started, now_s() - t0, &err);
-    if (rc < 0) fprintf(stderr, "llm-qualify: %s\n", err.data);
     bool failed = false;
     for (int i = 0; i < G_N; i++)
         if (q.gates[i].required && q.gates[i].status == ST_FAIL) failed = true;
-    fprintf(stderr, "llm-qualify: %s; wrote %s/qualification-status.json and report.md\n",
-            failed ? "FAILED" : "passed", q.out_dir);
+    if (rc < 0)
+        fprintf(stderr, "llm-qualify: %s; gates %s, but no report was written\n", err.data,
+                failed ? "FAILED" : "passed");
+    else
+        fprintf(stderr, "llm-qualify: %s; wrote %s/qualification-status.json and report.md\n",
+                failed ? "FAILED" : "passed", q.out_dir);
 
     for (int i = 0; i < G_N; i++) gate_free(&q.gates[i]);
     http_free(q.http);

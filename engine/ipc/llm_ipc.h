@@ -18,13 +18,14 @@
 #include <stdint.h>
 
 #define LLM_IPC_MAGIC        0x3143504949504c4cULL   /* "LLPIIPC1" */
-#define LLM_IPC_VERSION      1u
+#define LLM_IPC_VERSION      2u
 
 #define LLM_IPC_NAME_MAX     64     /* engine name incl. NUL */
 #define LLM_IPC_MODEL_MAX    128    /* one served model name incl. NUL */
 #define LLM_IPC_MODELS_MAX   8
 #define LLM_IPC_STATE_MSG    512    /* FAILED / DRAINING reason incl. NUL */
 #define LLM_IPC_FINGERPRINT  64     /* system_fingerprint incl. NUL */
+#define LLM_IPC_BUILD        128    /* engine version and build incl. NUL */
 
 /* Event records: 8-byte header + payload, padded to 8 bytes.  No record is
  * larger than LLM_IPC_EVENT_MAX; a caller's read buffer must hold one. */
@@ -109,6 +110,7 @@ typedef struct {
     char name[LLM_IPC_NAME_MAX];
     char models[LLM_IPC_MODELS_MAX][LLM_IPC_MODEL_MAX];
     char fingerprint[LLM_IPC_FINGERPRINT];
+    char engine_build[LLM_IPC_BUILD];  /* "0.1.0 (git …, gcc …, cuda)", set at start */
     /* Why the engine is FAILED or DRAINING; written before state is stored
      * (release), so a reader that loads state (acquire) sees it whole. */
     char state_msg[LLM_IPC_STATE_MSG];
