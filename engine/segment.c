@@ -84,6 +84,8 @@ int segment_create(segment *seg, const segment_params *p, strbuf *err)
             return -1;
         }
     }
+    /* 0660 whatever the umask: nginx workers of the engine's group map it */
+    fchmod(fd, 0660);
     /* Back the fixed parts (header, slots, rings, the first bytes of each
      * request area) now, so a full /dev/shm fails here, not with SIGBUS. */
     uint64_t reserve = p->max_request_bytes < LLM_IPC_REQ_RESERVED ? p->max_request_bytes
