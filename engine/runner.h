@@ -73,6 +73,10 @@ typedef struct runner_ops {
      * in the background finishes such sequences here (and may end them
      * with error + finish).  May be NULL. */
     void (*poll)(void *self);
+    /* A file descriptor that becomes readable (an eventfd: the server
+     * reads 8 bytes) when poll() has work, so the engine wakes at once
+     * instead of at its next idle tick.  May be NULL. */
+    int  (*wake_fd)(void *self);
     /* 1 if s can start now (KV blocks reserved), 0 to keep waiting.
      * May be NULL: always 1. */
     int  (*admit)(void *self, llm_seq *s);

@@ -20,7 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "chat_render.h"
 #include "fingerprint.h"
@@ -57,6 +59,7 @@ struct model_runner {
     pthread_cond_t  prep_cv;
     struct mseq    *prep_head;    /* jobs not yet taken */
     struct mseq    *pending;      /* sequences prepare() took, not yet finished */
+    int             wake;         /* eventfd: a job is done */
 };
 
 enum prep_state { PREP_QUEUED, PREP_RUNNING, PREP_DONE };
@@ -197,6 +200,12 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     R->rc = rc;
     pthread_mutex_init(&R->prep_mu, NULL);
     pthread_cond_init(&R->prep_cv, NULL);
+    R->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (R->wake < 0) {
+        sb_puts(err, "eventfd failed");
+        mr_unload(R);
+        return -1;
+    }
     char terr[1024];
     R->tok = tok_load(rc->tokenizer_path, terr, sizeof terr);
     if (!R->tok) {
@@ -272,6 +281,7 @@ static void mr_unload(void *self)
     }
     pthread_mutex_destroy(&R->prep_mu);
     pthread_cond_destroy(&R->prep_cv);
+    if (R->wake > 0) close(R->wake);
     if (R->model) v4_model_free(R->model);
     if (R->tok) tok_free(R->tok);
     free(R->logits);
@@ -526,6 +536,8 @@ static void *prep_thread(void *arg)
         pthread_mutex_lock(&R->prep_mu);
         q->prep = PREP_DONE;
         pthread_cond_broadcast(&R->prep_cv);
+        uint64_t one = 1;
+        if (write(R->wake, &one, sizeof one) < 0) { /* counter full: already readable */ }
     }
     pthread_mutex_unlock(&R->prep_mu);
     return NULL;
@@ -669,6 +681,8 @@ static int mr_prepare(void *self, llm_seq *s)
     pthread_mutex_unlock(&R->prep_mu);
     return 0;
 }
+
+static int mr_wake_fd(void *self) { return ((struct model_runner *)self)->wake; }
 
 /* Finish the sequences whose background preparation is done. */
 static void mr_poll(void *self)
@@ -914,6 +928,7 @@ const runner_ops runner_model = {
     .load = mr_load,
     .prepare = mr_prepare,
     .poll = mr_poll,
+    .wake_fd = mr_wake_fd,
     .admit = mr_admit,
     .step = mr_step,
     .cancel = mr_cancel,

@@ -288,9 +288,9 @@ static void print_capacity(server *sv, const recipe *r, const runner_capacity *c
 /* ---- the loop ---------------------------------------------------------- */
 
 /* Returns 0 when drained, 1 when the runner failed. */
-static int serve_loop(server *sv, int sig_fd)
+static int serve_loop(server *sv, int sig_fd, int wake_fd)
 {
-    struct pollfd *pfd = malloc((MAX_CONNS + 2) * sizeof *pfd);
+    struct pollfd *pfd = malloc((MAX_CONNS + 3) * sizeof *pfd);
     if (!pfd) return 1;
     strbuf err;
     sb_init(&err);
@@ -299,12 +299,17 @@ static int serve_loop(server *sv, int sig_fd)
     for (;;) {
         pfd[0] = (struct pollfd){ sig_fd, POLLIN, 0 };
         pfd[1] = (struct pollfd){ sv->listen_fd, POLLIN, 0 };
+        pfd[2] = (struct pollfd){ wake_fd, POLLIN, 0 };   /* -1: ignored */
         for (int i = 0; i < sv->n_conns; i++)
-            pfd[2 + i] = (struct pollfd){ sv->conns[i].fd,
+            pfd[3 + i] = (struct pollfd){ sv->conns[i].fd,
                                           (short)(POLLIN | (sv->conns[i].n_pending ? POLLOUT : 0)), 0 };
         int n_conns = sv->n_conns;
         int timeout = status == STEP_BUSY ? 0 : status == STEP_BLOCKED ? 2 : 50;
-        if (poll(pfd, (nfds_t)(2 + n_conns), timeout) < 0 && errno != EINTR) break;
+        if (poll(pfd, (nfds_t)(3 + n_conns), timeout) < 0 && errno != EINTR) break;
+        if (pfd[2].revents & POLLIN) {
+            uint64_t v;
+            if (read(wake_fd, &v, sizeof v) < 0 && errno != EAGAIN) logf_(sv, "wake fd: %s", strerror(errno));
+        }
 
         if (pfd[0].revents & POLLIN) {
             struct signalfd_siginfo si;
@@ -328,9 +333,9 @@ static int serve_loop(server *sv, int sig_fd)
         }
         for (int i = 0; i < n_conns; i++) {
             struct conn *c = &sv->conns[i];
-            if (pfd[2 + i].revents & POLLIN) read_conn(sv, c);
-            if (pfd[2 + i].revents & POLLOUT) conn_flush(c);
-            if (pfd[2 + i].revents & (POLLHUP | POLLERR)) c->closing = true;
+            if (pfd[3 + i].revents & POLLIN) read_conn(sv, c);
+            if (pfd[3 + i].revents & POLLOUT) conn_flush(c);
+            if (pfd[3 + i].revents & (POLLHUP | POLLERR)) c->closing = true;
         }
         if (pfd[1].revents & POLLIN) accept_all(sv);
 
@@ -453,7 +458,7 @@ int server_run(const server_opts *o)
     logf_(sv, "ready: pid %d, epoch %016llx, runner %s, %u slots, socket %s", (int)getpid(),
           (unsigned long long)h->epoch, ops->name, h->n_slots, sv->sock_path);
 
-    exit_code = serve_loop(sv, sig_fd);
+    exit_code = serve_loop(sv, sig_fd, ops->wake_fd ? ops->wake_fd(runner) : -1);
     if (exit_code == 0) {
         segment_set_state(&sv->seg, LLM_STATE_STOPPED, NULL);
         broadcast_state(sv, LLM_STATE_STOPPED);
