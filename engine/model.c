@@ -15,14 +15,53 @@ static int default_threads(int tp)
     return t < 1 ? 1 : t;
 }
 
+/* Each rank copies its shard to its backend, all at once. */
+typedef struct {
+    v4_model *m;
+    strbuf err[64];
+    int rc[64];
+} upload_job;
+
+static void upload_rank(void *ctx, int r)
+{
+    upload_job *J = ctx;
+    v4_rank *R = &J->m->ranks[r];
+    J->rc[r] = v4_weights_upload(&R->w, &J->m->cfg, &R->shard, R->be, &J->err[r]);
+}
+
+static int upload_all(v4_model *m, strbuf *err)
+{
+    upload_job *J = calloc(1, sizeof *J);
+    J->m = m;
+    for (int r = 0; r < m->tp; r++) sb_init(&J->err[r]);
+    tp_run(m->group, upload_rank, J);
+    int rc = 0;
+    for (int r = 0; r < m->tp; r++) {
+        if (J->rc[r] && !rc) {
+            sb_printf(err, "rank %d: %s", r, J->err[r].data);
+            rc = -1;
+        }
+        sb_free(&J->err[r]);
+    }
+    free(J);
+    return rc;
+}
+
 int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf *err)
 {
     v4_options o = opt ? *opt : (v4_options){ 0 };
     *out = NULL;
-    if (o.backend && strcmp(o.backend, "cpu")) {
-        sb_printf(err, "backend %s: not available in this build (cpu only)\n", o.backend);
+    bool cuda = o.backend && !strcmp(o.backend, "cuda");
+    if (o.backend && strcmp(o.backend, "cpu") && !cuda) {
+        sb_printf(err, "backend %s: unknown (cpu or cuda)\n", o.backend);
         return -1;
     }
+#ifndef LLM_HAVE_CUDA
+    if (cuda) {
+        sb_printf(err, "backend cuda: not available in this build (built with CUDA=0)\n");
+        return -1;
+    }
+#endif
     int tp = o.tp > 0 ? o.tp : 1;
     int threads = o.threads_per_rank > 0 ? o.threads_per_rank : default_threads(tp);
     int max_seqs = o.max_seqs > 0 ? o.max_seqs : 1;
@@ -89,12 +128,21 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
     m->group = tp_group_new(tp);
     m->ranks = calloc(tp, sizeof *m->ranks);
     pthread_mutex_init(&m->mu, NULL);
+    backend *bes[64] = { 0 };
+#ifdef LLM_HAVE_CUDA
+    char berr[256];
+    if (cuda && backend_cuda_new_group(tp, bes, berr, sizeof berr)) {
+        sb_printf(err, "backend cuda: %s\n", berr);
+        v4_model_free(m);
+        return -1;
+    }
+#endif
     for (int r = 0; r < tp; r++) {
         v4_rank *R = &m->ranks[r];
         R->rank = r;
         R->shard = sh[r];
         v4_weights_shard(&m->w, c, &sh[r], &R->w);
-        R->be = backend_cpu_new(threads, m->group, r);
+        R->be = cuda ? bes[r] : backend_cpu_new(threads, m->group, r);
         R->state_mem = R->be->alloc(R->be, (size_t)max_seqs * m->layout.state_bytes);
         R->block_mem = R->be->alloc(R->be, (size_t)nblocks * m->layout.block_bytes);
         if (!R->state_mem || !R->block_mem) {
@@ -103,6 +151,10 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
             v4_model_free(m);
             return -1;
         }
+    }
+    if (m->ranks[0].be->upload_weights && upload_all(m, err)) {
+        v4_model_free(m);
+        return -1;
     }
     *out = m;
     return 0;
@@ -273,6 +325,18 @@ static int step_locked(v4_model *m, v4_step_item *items, int n, strbuf *err)
     v4_batch B = { m, n, T, segs, ids, pos, nout, out_tok, logits };
     tp_reserve(m->group, (size_t)T * m->cfg.hidden_size);
     tp_run(m->group, v4_forward_rank, &B);
+    for (int r = 0; r < m->tp; r++) {
+        const char *e = m->ranks[r].be->error(m->ranks[r].be);
+        if (e) {
+            sb_printf(err, "step: rank %d (%s backend): %s\n", r, m->ranks[r].be->name, e);
+            free(segs);
+            free(ids);
+            free(pos);
+            free(out_tok);
+            free(logits);
+            return -1;
+        }
+    }
 
     o = 0;
     size_t V = m->cfg.vocab_size;

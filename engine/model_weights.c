@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "cpu/quant.h"
 
 /* Binding state: stops at the first problem, which is the one reported. */
@@ -364,4 +365,84 @@ void v4_weights_shard(const v4_weights *full, const v4_config *c, const v4_shard
         L->sw3 = qweight_view(&F->sw3, s->i0, s->ni, 0, F->sw3.cols);
         L->sw2 = qweight_view(&F->sw2, 0, F->sw2.rows, s->i0, s->ni);
     }
+}
+
+/* A backend copy of host vector p of n bytes; after the first failure
+ * (which the caller reports) p itself. */
+static void *up_vec(backend *be, const void *p, size_t n, bool *ok)
+{
+    void *d = *ok && p ? be->upload(be, p, n) : NULL;
+    if (p && !d) *ok = false;
+    return d ? d : (void *)p;
+}
+
+#define UPV(field, bytes) ((field) = up_vec(be, (field), (bytes), &ok))
+#define UPW(qw) (ok = ok && be->upload_weights(be, &(qw), 1) == 0)
+
+int v4_weights_upload(v4_weights *w, const v4_config *c, const v4_shard *s, backend *be,
+                      strbuf *err)
+{
+    int H = c->hidden_size, hc = c->hc_mult, mix = (2 + hc) * hc, hd = c->head_dim;
+    int E = c->n_experts;
+    size_t f = sizeof(float);
+    bool ok = true;
+    UPW(w->embed);
+    UPW(w->head);
+    UPV(w->norm, H * f);
+    UPV(w->hc_fn, (size_t)hc * hc * H * f);
+    UPV(w->hc_base, hc * f);
+    UPV(w->hc_scale, f);
+    for (int l = 0; l < c->n_layers && ok; l++) {
+        v4_layer *L = &w->layers[l];
+        UPV(L->attn_norm, H * f);
+        UPV(L->ffn_norm, H * f);
+        UPV(L->hc_attn_fn, (size_t)mix * hc * H * f);
+        UPV(L->hc_attn_base, mix * f);
+        UPV(L->hc_attn_scale, 3 * f);
+        UPV(L->hc_ffn_fn, (size_t)mix * hc * H * f);
+        UPV(L->hc_ffn_base, mix * f);
+        UPV(L->hc_ffn_scale, 3 * f);
+        UPW(L->wq_a);
+        UPW(L->wq_b);
+        UPW(L->wkv);
+        UPW(L->wo_a);
+        UPW(L->wo_b);
+        UPV(L->q_norm, c->q_lora_rank * f);
+        UPV(L->kv_norm, hd * f);
+        UPV(L->sink, s->nh * f);
+        int ratio = v4_layer_ratio(c, l);
+        if (ratio) {
+            int coff = c->attn[l] == V4_ATTN_CSA ? 2 : 1;
+            UPW(L->comp.wkv);
+            UPW(L->comp.wgate);
+            UPV(L->comp.ape, (size_t)ratio * coff * hd * f);
+            UPV(L->comp.norm, hd * f);
+        }
+        if (c->attn[l] == V4_ATTN_CSA) {
+            int ihd = c->index_head_dim;
+            UPW(L->icomp.wkv);
+            UPW(L->icomp.wgate);
+            UPV(L->icomp.ape, (size_t)ratio * 2 * ihd * f);
+            UPV(L->icomp.norm, ihd * f);
+            UPW(L->iwq_b);
+            UPW(L->iweights);
+        }
+        UPW(L->gate);
+        if (L->tid2eid)
+            UPV(L->tid2eid, (size_t)c->vocab_size * c->topk * (L->tid_i64 ? 8 : 4));
+        else
+            UPV(L->gate_bias, E * f);
+        ok = ok && be->upload_weights(be, L->w1, E) == 0 &&
+             be->upload_weights(be, L->w2, E) == 0 && be->upload_weights(be, L->w3, E) == 0;
+        UPW(L->sw1);
+        UPW(L->sw2);
+        UPW(L->sw3);
+    }
+    if (!ok) {
+        const char *e = be->error(be);
+        sb_printf(err, "uploading weights to the %s backend: %s\n", be->name,
+                  e ? e : "failed");
+        return -1;
+    }
+    return 0;
 }

@@ -69,4 +69,11 @@ int v4_shard_plan(const v4_config *c, int tp, int rank, v4_shard *s, strbuf *err
 void v4_weights_shard(const v4_weights *full, const v4_config *c, const v4_shard *s,
                       v4_weights *out);
 
+/* Copy a rank's shard to a backend with memory of its own (one with
+ * upload_weights): matrices get their .dev copies, float vectors and the
+ * hash table are replaced by backend addresses.  -1 with a message. */
+struct backend;
+int v4_weights_upload(v4_weights *w, const v4_config *c, const v4_shard *s,
+                      struct backend *be, strbuf *err);
+
 #endif

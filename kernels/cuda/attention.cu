@@ -1,0 +1,334 @@
+// The attention side of DeepSeek V4 on the GPU: the compressor (windowed
+// softmax pooling, CSA's overlapping halves), the lightning indexer
+// (scores, then an exact top-k by radix select with the CPU's tie rule),
+// and attention over the sliding window plus compressed entries with
+// per-head sinks.  engine/backend_cpu.c is the reference.
+#include "kernels.cuh"
+
+static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+
+// ---- compressor ----
+//
+// The state (kv_cache.c) holds the window being filled (`win`, rows by
+// position % ratio: [kv | gate + ape], each coff*d wide) and, for CSA, the
+// last completed window's [Ca | Ga] halves (`ovl`).  A chunk of n new
+// tokens completes windows wfirst..wlast; each is pooled from rows that
+// are in the chunk, or in `win` (the window in progress when the chunk
+// began), or in `ovl` (the window before that).  Then ovl and win are
+// brought up to date, in that order.
+
+struct comp_src {
+    dcomp a;
+    int m, d, wd, cur;      // ratio, entry width, row width, window in progress at pos0
+    const float *win, *ovl;
+
+    // Value and gate logit of row j of window ww, channel `col` of the row.
+    __device__ void at(int ww, int j, int col, float &val, float &lg) const
+    {
+        int p = ww * m + j;
+        if (p >= a.pos0) {
+            long long o = (long long)(p - a.pos0) * a.ld + col;
+            val = a.kv[o];
+            lg = a.gate[o] + a.ape[(long long)j * wd + col];
+        } else if (ww == cur) {
+            const float *row = win + (long long)j * 2 * wd;
+            val = row[col];
+            lg = row[wd + col];
+        } else {    // the overlap half (col < d) of the window before `cur`
+            const float *row = ovl + (long long)j * 2 * d;
+            val = row[col];
+            lg = row[d + col];
+        }
+    }
+};
+
+__global__ void compress_entry_kernel(comp_src S, drope rt, int wfirst)
+{
+    extern __shared__ float entry[];
+    __shared__ double shd[32];
+    const dcomp &a = S.a;
+    int w = wfirst + blockIdx.x, m = S.m, d = S.d;
+    bool ov = a.overlap && w > 0;
+    int half = a.overlap ? d : 0;       // CSA: this window's Cb half
+    for (int c = threadIdx.x; c < d; c += blockDim.x) {
+        float v, g, mx = -INFINITY, sum = 0, acc = 0;
+        if (ov)
+            for (int j = 0; j < m; j++) { S.at(w - 1, j, c, v, g); mx = g > mx ? g : mx; }
+        for (int j = 0; j < m; j++) { S.at(w, j, half + c, v, g); mx = g > mx ? g : mx; }
+        if (ov)
+            for (int j = 0; j < m; j++) { S.at(w - 1, j, c, v, g); sum += expf(g - mx); }
+        for (int j = 0; j < m; j++) { S.at(w, j, half + c, v, g); sum += expf(g - mx); }
+        if (ov)
+            for (int j = 0; j < m; j++) { S.at(w - 1, j, c, v, g); acc += v * (expf(g - mx) / sum); }
+        for (int j = 0; j < m; j++) { S.at(w, j, half + c, v, g); acc += v * (expf(g - mx) / sum); }
+        entry[c] = acc;
+    }
+    double ss = 0;
+    for (int c = threadIdx.x; c < d; c += blockDim.x) ss += (double)entry[c] * entry[c];
+    ss = block_sum(ss, shd);
+    float r = 1.0f / sqrtf((float)(ss / d) + a.eps);
+    for (int c = threadIdx.x; c < d; c += blockDim.x) entry[c] = a.norm[c] * (entry[c] * r);
+    __syncthreads();
+    for (int i = threadIdx.x; i < rt.npairs; i += blockDim.x)
+        rope_pair(entry + d - 2 * rt.npairs, i, rt, w * m, false);
+    __syncthreads();
+    float *out = dpaged_row(a.out, w);
+    for (int c = threadIdx.x; c < d; c += blockDim.x) out[c] = entry[c];
+}
+
+// ovl = [Ca | Ga] rows of window W (the last completed one).
+__global__ void compress_ovl_kernel(comp_src S, int W)
+{
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)S.m * S.d) return;
+    int j = idx / S.d, c = idx % S.d;
+    float v, g;
+    S.at(W, j, c, v, g);
+    float *row = (float *)S.ovl + (long long)j * 2 * S.d;
+    row[c] = v;
+    row[S.d + c] = g;
+}
+
+// win rows of the chunk's last `count` positions (from `from`).
+__global__ void compress_win_kernel(comp_src S, int from, int count)
+{
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)count * S.wd) return;
+    int p = from + idx / S.wd, cc = idx % S.wd, s = p % S.m;
+    const dcomp &a = S.a;
+    long long o = (long long)(p - a.pos0) * a.ld + cc;
+    float *row = (float *)S.win + (long long)s * 2 * S.wd;
+    row[cc] = a.kv[o];
+    row[S.wd + cc] = a.gate[o] + a.ape[(long long)s * S.wd + cc];
+}
+
+void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt)
+{
+    if (a.n <= 0) return;
+    comp_src S;
+    S.a = a;
+    S.m = a.ratio;
+    S.d = a.d;
+    S.wd = (a.overlap ? 2 : 1) * a.d;
+    S.cur = a.pos0 / a.ratio;
+    S.win = a.state;
+    S.ovl = a.state + (long long)a.ratio * 2 * S.wd;
+    int wfirst = a.pos0 / a.ratio, wlast = (a.pos0 + a.n) / a.ratio - 1;
+    if (wlast >= wfirst) {
+        compress_entry_kernel<<<wlast - wfirst + 1, 128, a.d * sizeof(float), st>>>(S, rt, wfirst);
+        if (a.overlap)
+            compress_ovl_kernel<<<blocks_for((long long)S.m * S.d, 256), 256, 0, st>>>(S, wlast);
+    }
+    int from = a.pos0 + a.n - a.ratio > a.pos0 ? a.pos0 + a.n - a.ratio : a.pos0;
+    int count = a.pos0 + a.n - from;
+    compress_win_kernel<<<blocks_for((long long)count * S.wd, 256), 256, 0, st>>>(S, from, count);
+}
+
+// ---- lightning indexer ----
+
+#define IDX_ENTRIES 64      // entries per block of the score kernel
+
+// Scores of entries s < nvis for token t0 + blockIdx.y (only tokens that
+// see more than topk entries): q in shared memory (rows padded by one to
+// spread banks), one warp per entry with the key in shared memory, lanes
+// over heads.
+__global__ void indexer_scores_kernel(dindexer a, int t0, float smul, float *scores, long long ldsc)
+{
+    extern __shared__ float sm[];
+    int i = t0 + blockIdx.y, p = a.pos0 + i, nvis = (p + 1) / a.ratio;
+    int s0 = blockIdx.x * IDX_ENTRIES;
+    if (nvis <= a.topk || s0 >= nvis) return;
+    int d = a.d, nh = a.nheads, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float *qs = sm, *kw = sm + nh * (d + 1) + warp * d;
+    const float *q = a.q + (long long)i * nh * d;
+    for (int x = threadIdx.x; x < nh * d; x += blockDim.x) qs[(x / d) * (d + 1) + x % d] = q[x];
+    __syncthreads();
+    const float *wt = a.w + (long long)i * nh;
+    int s1 = min(s0 + IDX_ENTRIES, nvis);
+    for (int s = s0 + warp; s < s1; s += blockDim.x >> 5) {
+        const float *k = dpaged_row(a.keys, s);
+        for (int c = lane; c < d; c += 32) kw[c] = k[c];
+        __syncwarp();
+        float acc = 0;
+        for (int h = lane; h < nh; h += 32) {
+            const float *qh = qs + h * (d + 1);
+            float dot = 0;
+            for (int c = 0; c < d; c++) dot += qh[c] * kw[c];
+            acc += (dot > 0 ? dot : 0) * smul * wt[h];
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) scores[blockIdx.y * ldsc + s] = acc;
+        __syncwarp();
+    }
+}
+
+// Orderable key of a float (larger float, larger key; -0 is 0).
+__device__ __forceinline__ unsigned fkey(float f)
+{
+    unsigned u = __float_as_uint(f);
+    if (u == 0x80000000u) u = 0;
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+
+// One block per token: the k-th largest key by 4 rounds of 8-bit radix
+// select, then every larger entry and the lowest-indexed equal ones, in
+// ascending index order.
+__global__ void indexer_topk_kernel(dindexer a, int t0, const float *scores, long long ldsc)
+{
+    __shared__ int hist[256], scan_sh[32];
+    __shared__ unsigned s_prefix;
+    __shared__ int s_krem;
+    int i = t0 + blockIdx.x, p = a.pos0 + i, nvis = (p + 1) / a.ratio, k = a.topk;
+    int *out = a.sel + (long long)i * k;
+    if (nvis <= k) {
+        for (int s = threadIdx.x; s < nvis; s += blockDim.x) out[s] = s;
+        if (threadIdx.x == 0) a.nsel[i] = nvis;
+        return;
+    }
+    const float *sc = scores + blockIdx.x * ldsc;
+    unsigned prefix = 0, mask = 0;
+    int krem = k;
+    for (int pass = 0; pass < 4; pass++) {
+        int shift = 24 - 8 * pass;
+        for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+        __syncthreads();
+        for (int s = threadIdx.x; s < nvis; s += blockDim.x) {
+            unsigned u = fkey(sc[s]);
+            if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255], 1);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int cum = 0;
+            for (int b = 255; b >= 0; b--) {
+                if (cum + hist[b] >= krem) {
+                    s_prefix = prefix | ((unsigned)b << shift);
+                    s_krem = krem - cum;
+                    break;
+                }
+                cum += hist[b];
+            }
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        krem = s_krem;
+        mask |= 255u << shift;
+        __syncthreads();
+    }
+    int base = 0, eqbase = 0;
+    for (int c0 = 0; c0 < nvis; c0 += blockDim.x) {
+        int s = c0 + threadIdx.x;
+        unsigned u = s < nvis ? fkey(sc[s]) : 0;
+        int gt = s < nvis && u > prefix, eq = s < nvis && u == prefix;
+        int eqtot, tot;
+        int eqr = block_scan(eq, scan_sh, &eqtot);
+        int take = gt || (eq && eqbase + eqr < krem);
+        int r = block_scan(take, scan_sh, &tot);
+        if (take) out[base + r] = s;
+        base += tot;
+        eqbase += eqtot;
+    }
+    if (threadIdx.x == 0) a.nsel[i] = k;
+}
+
+void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap)
+{
+    if (a.n <= 0) return;
+    int maxvis = (a.pos0 + a.n) / a.ratio;
+    long long ldsc = maxvis > 0 ? maxvis : 1;
+    int chunk = (int)(scores_cap / ldsc);
+    if (chunk > a.n) chunk = a.n;
+    if (chunk < 1) chunk = 1;
+    size_t smem = ((size_t)a.nheads * (a.d + 1) + 8 * (size_t)a.d) * sizeof(float);
+    if (smem > 48 * 1024)
+        cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem);
+    float smul = (float)pow(a.d, -0.5);
+    for (int t0 = 0; t0 < a.n; t0 += chunk) {
+        int nt = a.n - t0 < chunk ? a.n - t0 : chunk;
+        if (maxvis > a.topk) {
+            dim3 grid(blocks_for(maxvis, IDX_ENTRIES), nt);
+            indexer_scores_kernel<<<grid, 256, smem, st>>>(a, t0, smul, scores, ldsc);
+        }
+        indexer_topk_kernel<<<nt, 512, 0, st>>>(a, t0, scores, ldsc);
+    }
+}
+
+// ---- attention ----
+
+// Key j of query token i: the window (chunk or ring), then the entries.
+struct attn_keys {
+    const float *kv, *ring;
+    dpaged comp;
+    const int *sel;         // this token's chosen entries, or NULL: all
+    int first, nwin, pos0, hd, window;
+
+    __device__ const float *key(int j) const
+    {
+        if (j < nwin) {
+            int pj = first + j;
+            return pj >= pos0 ? kv + (long long)(pj - pos0) * hd
+                              : ring + (long long)(pj % window) * hd;
+        }
+        int s = j - nwin;
+        return dpaged_row(comp, sel ? sel[s] : s);
+    }
+};
+
+// One block per (head, token): logits in shared memory (a warp per key),
+// softmax with the sink, then the weighted sum of keys (threads over
+// channels).
+__global__ void attention_kernel(dattn a)
+{
+    extern __shared__ float sm[];
+    __shared__ float red[32];
+    int h = blockIdx.x, i = blockIdx.y, hd = a.hd, p = a.pos0 + i;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int first = p - a.window + 1 > 0 ? p - a.window + 1 : 0;
+    int ncomp = a.ratio ? (a.sel ? a.nsel[i] : (p + 1) / a.ratio) : 0;
+    attn_keys K = { a.kv, a.ring, a.comp, a.sel ? a.sel + (long long)i * a.sel_ld : NULL,
+                    first, p - first + 1, a.pos0, hd, a.window };
+    int nk = K.nwin + ncomp;
+    float *qs = sm, *lg = sm + hd;
+    const float *q = a.q + ((long long)i * a.nheads + h) * hd;
+    for (int c = threadIdx.x; c < hd; c += blockDim.x) qs[c] = q[c];
+    __syncthreads();
+    for (int j = warp; j < nk; j += nw) {
+        const float *k = K.key(j);
+        float dot = 0;
+        for (int c = lane; c < hd; c += 32) dot += qs[c] * k[c];
+        dot = warp_sum(dot);
+        if (lane == 0) lg[j] = dot * a.scale;
+    }
+    __syncthreads();
+    float mx = a.sinks[h];
+    for (int j = threadIdx.x; j < nk; j += blockDim.x) mx = fmaxf(mx, lg[j]);
+    mx = block_max(mx, red);
+    float sum = 0;
+    for (int j = threadIdx.x; j < nk; j += blockDim.x) {
+        lg[j] = expf(lg[j] - mx);
+        sum += lg[j];
+    }
+    sum = block_sum(sum, red) + expf(a.sinks[h] - mx);
+    __syncthreads();
+    float *o = a.out + ((long long)i * a.nheads + h) * hd;
+    for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+        float acc = 0;
+        for (int j = 0; j < nk; j++) acc += (lg[j] / sum) * K.key(j)[c];
+        o[c] = acc;
+    }
+}
+
+bool cu_attention(cudaStream_t st, const dattn &a)
+{
+    if (a.n <= 0 || a.nheads <= 0) return true;
+    int ncomp_max = a.ratio ? (a.sel ? a.sel_ld : (a.pos0 + a.n) / a.ratio) : 0;
+    size_t smem = ((size_t)a.hd + a.window + ncomp_max) * sizeof(float);
+    static const size_t limit = 220 * 1024;
+    if (smem > limit) return false;
+    if (smem > 48 * 1024)
+        cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem);
+    dim3 grid(a.nheads, a.n);
+    attention_kernel<<<grid, 128, smem, st>>>(a);
+    return true;
+}

@@ -1,0 +1,357 @@
+// Row and element ops: embedding, RMSNorm, RoPE, scaling, the
+// hyper-connection mix (mHC with Sinkhorn), the ring of the sliding
+// window, and the MoE router, grouping and combination.  Orders of
+// operations follow kernels/cpu/ops.c and engine/backend_cpu.c.
+#include "kernels.cuh"
+
+#define HC_MAX 16
+
+static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+
+template <int QT>
+__global__ void embed_kernel(dqw w, const int *ids, float *out)
+{
+    int t = blockIdx.x;
+    long long r = w.r0 + ids[t];
+    float *o = out + (long long)t * w.cols;
+    for (int c = threadIdx.x; c < w.cols; c += blockDim.x)
+        o[c] = qw_at<QT>(w, w.data, w.scale, r, w.c0 + c);
+}
+
+void cu_embed(cudaStream_t st, const dqw &w, const int *ids, int T, float *out)
+{
+    if (T <= 0) return;
+    switch (w.type) {
+    case QT_F32: embed_kernel<QT_F32><<<T, 256, 0, st>>>(w, ids, out); break;
+    case QT_BF16: embed_kernel<QT_BF16><<<T, 256, 0, st>>>(w, ids, out); break;
+    case QT_FP8: embed_kernel<QT_FP8><<<T, 256, 0, st>>>(w, ids, out); break;
+    default: embed_kernel<QT_MXFP4><<<T, 256, 0, st>>>(w, ids, out); break;
+    }
+}
+
+__global__ void rmsnorm_kernel(const float *x, int ldx, int n, const float *w, float eps,
+                               float *out, int ldo)
+{
+    __shared__ double sh[32];
+    const float *xr = x + (long long)blockIdx.x * ldx;
+    float *o = out + (long long)blockIdx.x * ldo;
+    double ss = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    ss = block_sum(ss, sh);
+    float r = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        o[i] = w ? w[i] * (xr[i] * r) : xr[i] * r;
+}
+
+void cu_rmsnorm(cudaStream_t st, const float *x, int ldx, int T, int n, const float *weight,
+                float eps, float *out, int ldo)
+{
+    if (T <= 0 || n <= 0) return;
+    rmsnorm_kernel<<<T, n >= 1024 ? 512 : 128, 0, st>>>(x, ldx, n, weight, eps, out, ldo);
+}
+
+__global__ void rope_kernel(float *x, int ld, int T, int nheads, int hd, drope rt, const int *pos,
+                            int inverse)
+{
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)T * nheads * rt.npairs) return;
+    int i = idx % rt.npairs, h = (idx / rt.npairs) % nheads, t = idx / ((long long)rt.npairs * nheads);
+    float *r = x + (long long)t * ld + (long long)h * hd + hd - 2 * rt.npairs;
+    rope_pair(r, i, rt, pos[t], inverse);
+}
+
+void cu_rope(cudaStream_t st, float *x, int ld, int T, int nheads, int head_dim, const drope &rt,
+             const int *pos, bool inverse)
+{
+    long long n = (long long)T * nheads * rt.npairs;
+    if (n <= 0) return;
+    rope_kernel<<<blocks_for(n, 256), 256, 0, st>>>(x, ld, T, nheads, head_dim, rt, pos, inverse);
+}
+
+__global__ void scale_kernel(float *x, int ld, int T, int n, float s)
+{
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)T * n) return;
+    x[(idx / n) * ld + idx % n] *= s;
+}
+
+void cu_scale(cudaStream_t st, float *x, int ld, int T, int n, float s)
+{
+    long long m = (long long)T * n;
+    if (m <= 0) return;
+    scale_kernel<<<blocks_for(m, 256), 256, 0, st>>>(x, ld, T, n, s);
+}
+
+// ---- hyper-connections ----
+
+__device__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// cpu_hc_mix, one thread.
+__device__ void hc_mix(const float *m, int hc, const float *base, const float *scale, int iters,
+                       float eps, float *pre, float *post, float *comb)
+{
+    for (int s = 0; s < hc; s++) {
+        pre[s] = sigmoidf_(m[s] * scale[0] + base[s]) + eps;
+        post[s] = 2.0f * sigmoidf_(m[hc + s] * scale[1] + base[hc + s]);
+    }
+    const float *mc = m + 2 * hc, *bc = base + 2 * hc;
+    for (int i = 0; i < hc; i++) {
+        float *row = comb + i * hc, mx = -INFINITY, sum = 0;
+        for (int j = 0; j < hc; j++) {
+            row[j] = mc[i * hc + j] * scale[2] + bc[i * hc + j];
+            if (row[j] > mx) mx = row[j];
+        }
+        for (int j = 0; j < hc; j++) {
+            row[j] = expf(row[j] - mx);
+            sum += row[j];
+        }
+        for (int j = 0; j < hc; j++) row[j] = row[j] / sum + eps;
+    }
+    for (int it = 0; it < iters; it++) {
+        if (it > 0)
+            for (int i = 0; i < hc; i++) {
+                float sum = 0;
+                for (int j = 0; j < hc; j++) sum += comb[i * hc + j];
+                for (int j = 0; j < hc; j++) comb[i * hc + j] /= sum + eps;
+            }
+        for (int j = 0; j < hc; j++) {
+            float sum = 0;
+            for (int i = 0; i < hc; i++) sum += comb[i * hc + j];
+            for (int i = 0; i < hc; i++) comb[i * hc + j] /= sum + eps;
+        }
+    }
+}
+
+// One block per token: unweighted RMSNorm over all streams, the mix
+// logits (a warp per logit), the mix (one thread), the collapse.
+__global__ void hc_kernel(const float *h, int hc, int H, const float *fn, const float *base,
+                          const float *scale, int iters, float hc_eps, float norm_eps, float *post,
+                          float *comb, float *out, int head)
+{
+    __shared__ double shd[32];
+    __shared__ float m[(2 + HC_MAX) * HC_MAX], pre[HC_MAX];
+    int t = blockIdx.x, n = hc * H, nmix = head ? hc : (2 + hc) * hc;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const float *ht = h + (long long)t * n;
+    double ss = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)ht[i] * ht[i];
+    ss = block_sum(ss, shd);
+    float r = 1.0f / sqrtf((float)(ss / n) + norm_eps);
+    for (int j = warp; j < nmix; j += nw) {
+        const float *f = fn + (long long)j * n;
+        float a = 0;
+        for (int i = lane; i < n; i += 32) a += (ht[i] * r) * f[i];
+        a = warp_sum(a);
+        if (lane == 0) m[j] = a;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        if (head)
+            for (int s = 0; s < hc; s++) pre[s] = sigmoidf_(m[s] * scale[0] + base[s]) + hc_eps;
+        else
+            hc_mix(m, hc, base, scale, iters, hc_eps, pre, post + (long long)t * hc,
+                   comb + (long long)t * hc * hc);
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < H; d += blockDim.x) {
+        float s = 0;
+        for (int k = 0; k < hc; k++) s += pre[k] * ht[(long long)k * H + d];
+        out[(long long)t * H + d] = s;
+    }
+}
+
+void cu_hc_pre(cudaStream_t st, const float *h, int T, int hc, int H, const float *fn,
+               const float *base, const float *scale, int iters, float hc_eps, float norm_eps,
+               float *post, float *comb, float *collapsed, bool head)
+{
+    if (T <= 0) return;
+    hc_kernel<<<T, 256, 0, st>>>(h, hc, H, fn, base, scale, iters, hc_eps, norm_eps, post, comb,
+                                 collapsed, head);
+}
+
+__global__ void hc_post_kernel(float *h, const float *y, const float *post, const float *comb,
+                               int T, int hc, int H)
+{
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)T * H) return;
+    int t = idx / H, d = idx % H;
+    float *ht = h + (long long)t * hc * H;
+    const float *pt = post + (long long)t * hc, *ct = comb + (long long)t * hc * hc;
+    float old[HC_MAX];
+    for (int j = 0; j < hc; j++) old[j] = ht[(long long)j * H + d];
+    for (int k = 0; k < hc; k++) {
+        float s = 0;
+        for (int j = 0; j < hc; j++) s += ct[j * hc + k] * old[j];
+        ht[(long long)k * H + d] = pt[k] * y[(long long)t * H + d] + s;
+    }
+}
+
+void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, const float *comb,
+                int T, int hc, int H)
+{
+    long long n = (long long)T * H;
+    if (n <= 0) return;
+    hc_post_kernel<<<blocks_for(n, 256), 256, 0, st>>>(h, y, post, comb, T, hc, H);
+}
+
+__global__ void ring_store_kernel(float *ring, int window, int hd, const float *kv, int pos0,
+                                  int from, int count)
+{
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)count * hd) return;
+    int j = from + idx / hd, c = idx % hd;
+    ring[(long long)(j % window) * hd + c] = kv[(long long)(j - pos0) * hd + c];
+}
+
+void cu_ring_store(cudaStream_t st, float *ring, int window, int head_dim, const float *kv, int n,
+                   int pos0)
+{
+    int from = pos0 + n - window > pos0 ? pos0 + n - window : pos0;
+    int count = pos0 + n - from;
+    if (count <= 0) return;
+    ring_store_kernel<<<blocks_for((long long)count * head_dim, 256), 256, 0, st>>>(
+        ring, window, head_dim, kv, pos0, from, count);
+}
+
+// ---- mixture of experts ----
+
+__global__ void swiglu_kernel(float *g, const float *u, long long n, float limit)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float gv = g[i] > limit ? limit : g[i];
+    float uv = u[i] > limit ? limit : u[i] < -limit ? -limit : u[i];
+    g[i] = gv / (1.0f + expf(-gv)) * uv;
+}
+
+void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float limit)
+{
+    if (n <= 0) return;
+    swiglu_kernel<<<blocks_for(n, 256), 256, 0, st>>>(g, u, n, limit);
+}
+
+#define TOPK_MAX 16
+
+__device__ float route_act(float x, int sigmoid)
+{
+    return sigmoid ? sigmoidf_(x) : sqrtf(x > 20.0f ? x : log1pf(expf(x)));
+}
+
+// One warp per token: K rounds of arg-max over the biased scores (larger
+// first, ties to the lower expert), or the hash table's experts.
+__global__ void route_kernel(const float *scores, int T, int E, int K, int sigmoid,
+                             const float *bias, const void *tid2eid, int tid_i64, const int *ids,
+                             float rscale, int *idx, float *wt, int *order)
+{
+    int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (t >= T) return;
+    const float *sc = scores + (long long)t * E;
+    int sel[TOPK_MAX];
+    if (tid2eid) {
+        for (int k = 0; k < K; k++)
+            sel[k] = tid_i64 ? (int)((const long long *)tid2eid)[(long long)ids[t] * K + k]
+                             : ((const int *)tid2eid)[(long long)ids[t] * K + k];
+    } else {
+        for (int k = 0; k < K; k++) {
+            float bv = 0;
+            int be = -1;
+            for (int e = lane; e < E; e += 32) {
+                bool taken = false;
+                for (int j = 0; j < k; j++) taken |= sel[j] == e;
+                if (taken) continue;
+                float v = route_act(sc[e], sigmoid) + bias[e];
+                if (be < 0 || v > bv || (v == bv && e < be)) bv = v, be = e;
+            }
+            for (int o = 16; o; o >>= 1) {
+                float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                int oe = __shfl_xor_sync(0xffffffffu, be, o);
+                if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
+            }
+            sel[k] = be;
+        }
+    }
+    if (lane) return;
+    float sum = 0;
+    for (int k = 0; k < K; k++) sum += route_act(sc[sel[k]], sigmoid);
+    for (int k = 0; k < K; k++) {
+        idx[(long long)t * K + k] = sel[k];
+        wt[(long long)t * K + k] = route_act(sc[sel[k]], sigmoid) / (sum + 1e-20f) * rscale;
+    }
+    // The k's in ascending expert order (stable), the CPU's summation order.
+    int ord[TOPK_MAX];
+    for (int k = 0; k < K; k++) {
+        int j = k;
+        while (j > 0 && sel[ord[j - 1]] > sel[k]) {
+            ord[j] = ord[j - 1];
+            j--;
+        }
+        ord[j] = k;
+    }
+    for (int k = 0; k < K; k++) order[(long long)t * K + k] = ord[k];
+}
+
+void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, bool sigmoid,
+                  const float *bias, const void *tid2eid, bool tid_i64, const int *ids,
+                  float routed_scale, int *idx, float *wt, int *order)
+{
+    if (T <= 0) return;
+    route_kernel<<<blocks_for(T, 8), 256, 0, st>>>(scores, T, E, K, sigmoid, bias, tid2eid,
+                                                   tid_i64, ids, routed_scale, idx, wt, order);
+}
+
+// One block: count slots per expert, lay out the tiles, scatter the slots.
+__global__ void moe_sort_kernel(const int *idx, int nslots, int E, int *perm, int4 *tiles,
+                                int *ntiles)
+{
+    extern __shared__ int sh[];
+    int *cnt = sh, *off = sh + E;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int s = threadIdx.x; s < nslots; s += blockDim.x) atomicAdd(&cnt[idx[s]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int o = 0, nt = 0;
+        for (int e = 0; e < E; e++) {
+            off[e] = o;
+            for (int s = 0; s < cnt[e]; s += CU_TILE_M)
+                tiles[nt++] = make_int4(e, o + s, min(CU_TILE_M, cnt[e] - s), 0);
+            o += cnt[e];
+        }
+        *ntiles = nt;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int s = threadIdx.x; s < nslots; s += blockDim.x) {
+        int e = idx[s];
+        perm[off[e] + atomicAdd(&cnt[e], 1)] = s;
+    }
+}
+
+void cu_moe_sort(cudaStream_t st, const int *idx, int nslots, int E, int *perm, int4 *tiles,
+                 int *ntiles)
+{
+    moe_sort_kernel<<<1, 1024, 2 * E * sizeof(int), st>>>(idx, nslots, E, perm, tiles, ntiles);
+}
+
+__global__ void moe_combine_kernel(const float *ys, const float *wt, const int *order, int T,
+                                   int K, int H, const float *shared, float *out)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)T * H) return;
+    int t = i / H, d = i % H;
+    float acc = 0;
+    for (int j = 0; j < K; j++) {
+        long long s = (long long)t * K + order[(long long)t * K + j];
+        acc = __fadd_rn(acc, __fmul_rn(ys[s * H + d], wt[s]));
+    }
+    out[i] = acc + shared[i];
+}
+
+void cu_moe_combine(cudaStream_t st, const float *ys, const float *wt, const int *order, int T,
+                    int K, int H, const float *shared, float *out)
+{
+    long long n = (long long)T * H;
+    if (n <= 0) return;
+    moe_combine_kernel<<<blocks_for(n, 256), 256, 0, st>>>(ys, wt, order, T, K, H, shared, out);
+}
