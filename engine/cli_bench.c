@@ -1,4 +1,5 @@
 /* llm-engine bench --model DIR [--tp N] [--threads N] [--prompt N] [--decode N]
+ *                  [--backend cpu|cuda]
  * One sequence: a prompt of N pseudo-random tokens as one prefill (time to
  * first token), then greedy decoding token by token.  Prints a table. */
 #include <stdio.h>
@@ -27,11 +28,12 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(argv[i], "--threads")) opt.threads_per_rank = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--prompt")) prompt = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--decode")) decode = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--backend")) opt.backend = argv[i + 1];
         else model = NULL, i = argc;
     }
     if (!model || argc % 2 == 0 || prompt < 1 || decode < 0 || opt.tp < 1) {
         fprintf(stderr, "usage: llm-engine bench --model DIR [--tp N] [--threads N] "
-                "[--prompt N] [--decode N]\n");
+                "[--prompt N] [--decode N] [--backend cpu|cuda]\n");
         return 2;
     }
     opt.cache_tokens = prompt + decode;
@@ -71,6 +73,7 @@ int cmd_bench(int argc, char **argv)
     v4_cache_info ci;
     v4_cache_info_get(m, &ci);
     printf("model            %s\n", model);
+    printf("backend          %s\n", opt.backend ? opt.backend : "cpu");
     printf("tp x threads     %d x %d\n", v4_model_tp(m),
            opt.threads_per_rank ? opt.threads_per_rank : -1);
     printf("load             %.2f s\n", t_load);

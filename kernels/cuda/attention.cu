@@ -238,6 +238,7 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
     int chunk = (int)(scores_cap / ldsc);
     if (chunk > a.n) chunk = a.n;
     if (chunk < 1) chunk = 1;
+    if (chunk > 65535) chunk = 65535;   // grid.y of the score kernel
     size_t smem = ((size_t)a.nheads * (a.d + 1) + 8 * (size_t)a.d) * sizeof(float);
     if (smem > 48 * 1024)
         cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -274,14 +275,14 @@ struct attn_keys {
     }
 };
 
-// One block per (head, token): logits in shared memory (a warp per key),
+// One block per (token, head): logits in shared memory (a warp per key),
 // softmax with the sink, then the weighted sum of keys (threads over
 // channels).
 __global__ void attention_kernel(dattn a)
 {
     extern __shared__ float sm[];
     __shared__ float red[32];
-    int h = blockIdx.x, i = blockIdx.y, hd = a.hd, p = a.pos0 + i;
+    int i = blockIdx.x, h = blockIdx.y, hd = a.hd, p = a.pos0 + i;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int first = p - a.window + 1 > 0 ? p - a.window + 1 : 0;
     int ncomp = a.ratio ? (a.sel ? a.nsel[i] : (p + 1) / a.ratio) : 0;
@@ -328,7 +329,7 @@ bool cu_attention(cudaStream_t st, const dattn &a)
     if (smem > 48 * 1024)
         cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem);
-    dim3 grid(a.nheads, a.n);
+    dim3 grid(a.n, a.nheads);
     attention_kernel<<<grid, 128, smem, st>>>(a);
     return true;
 }
