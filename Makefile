@@ -28,7 +28,7 @@ NVFLAGS    := -std=c++17 -O3 -Xcompiler -fPIC -Iengine -Ikernels \
               -gencode arch=compute_90a,code=sm_90a \
               -gencode arch=compute_90,code=compute_90
 LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
-              -lnccl -lcudart_static -ldl -lstdc++
+              -lnccl -lcublasLt -lcudart_static -ldl -lstdc++
 endif
 
 # Objects rebuild when the flags change (CUDA=0 vs 1, OPT=...).

@@ -120,14 +120,17 @@ struct backend {
     /* Load time, on backends with memory of their own (NULL on the CPU,
      * which reads the mmap'd weights where they are).  upload_weights
      * copies n views of one shape (n > 1: a layer's experts, packed
-     * together) in their stored precision and sets each w[i].dev; upload
-     * returns a backend copy of a host array.  Both owned by the backend;
-     * -1 / NULL on failure (see error). */
+     * together) in their stored precision and sets each w[i].dev (views
+     * without host data, synthetic weights, get random values of their
+     * format instead); upload returns a backend copy of a host array.
+     * Both owned by the backend; -1 / NULL on failure (see error). */
     int (*upload_weights)(backend *b, qweight *w, int n);
     void *(*upload)(backend *b, const void *host, size_t bytes);
     /* The first failure since creation, or NULL.  After one, outputs are
      * undefined: the step that saw it must be discarded. */
     const char *(*error)(backend *b);
+    /* Free and total bytes of the backend's memory (NULL: not told). */
+    void (*mem_info)(backend *b, size_t *free_bytes, size_t *total_bytes);
 
     /* y[t][0..w->rows) = x[t] . W^T */
     void (*matmul)(backend *b, const qweight *w, const float *x, int ldx, int T, float *y,

@@ -70,10 +70,15 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
         return -1;
     }
 
+    if (o.synthetic && !cuda) {
+        sb_printf(err, "synthetic weights are made on the device: they need --backend cuda\n");
+        return -1;
+    }
     v4_model *m = calloc(1, sizeof *m);
     strbuf p;
     sb_init(&p);
-    sb_printf(&p, "%s/config.json", dir);
+    if (o.synthetic) sb_puts(&p, dir);
+    else sb_printf(&p, "%s/config.json", dir);
     int rc = v4_config_load(&m->cfg, p.data, err);
     sb_free(&p);
     if (rc) { free(m); return -1; }
@@ -85,12 +90,13 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
             free(m);
             return -1;
         }
-    if (st_open_dir(&m->st, dir, err)) {
+    if (!o.synthetic && st_open_dir(&m->st, dir, err)) {
         v4_config_free(&m->cfg);
         free(m);
         return -1;
     }
-    if (v4_weights_load(&m->w, c, &m->st, dir, err)) {
+    if (o.synthetic ? v4_weights_synthetic(&m->w, c, 0x5eed, err)
+                    : v4_weights_load(&m->w, c, &m->st, dir, err)) {
         st_close(&m->st);
         v4_config_free(&m->cfg);
         free(m);
@@ -187,6 +193,17 @@ void v4_model_free(v4_model *m)
     st_close(&m->st);
     v4_config_free(&m->cfg);
     free(m);
+}
+
+void v4_model_mem(v4_model *m, size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    for (int r = 0; r < m->tp; r++) {
+        backend *be = m->ranks[r].be;
+        size_t f = 0, t = 0;
+        if (be->mem_info) be->mem_info(be, &f, &t);
+        if (r == 0 || f < *free_bytes) *free_bytes = f, *total_bytes = t;
+    }
 }
 
 void v4_cache_info_get(v4_model *m, v4_cache_info *ci)

@@ -45,6 +45,8 @@ typedef struct {
     v4_layer *layers;
     int n_layers, n_experts;
     bool owns_vectors;          /* full weights own the float vectors */
+    void **synth_mem;           /* synthetic weights: made-up host data */
+    size_t n_synth_mem;
 } v4_weights;
 
 /* Bind every tensor the config needs, checking names, dtypes and shapes;
@@ -53,6 +55,10 @@ typedef struct {
 int v4_weights_load(v4_weights *w, const v4_config *c, const safetensors *st,
                     const char *dir, strbuf *err);
 void v4_weights_free(v4_weights *w);
+/* Made-up weights of the config's exact shapes and dtypes (benchmarks):
+ * small tensors get random host data, matrices none (qweight.data NULL),
+ * for a backend to fill on the device (upload_weights). */
+int v4_weights_synthetic(v4_weights *w, const v4_config *c, uint64_t seed, strbuf *err);
 
 /* What one tensor-parallel rank holds. */
 typedef struct {

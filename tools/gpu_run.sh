@@ -22,10 +22,33 @@ if [ $krc -ne 0 ] && command -v compute-sanitizer > /dev/null; then
         > "$out/sanitizer.log" 2>&1
 fi
 if [ "$2" = bench ]; then
-    for tp in 1 2; do
-        build/bin/llm-engine bench --model tests/fixtures/demo --backend cuda --tp $tp \
-            --prompt 1024 --decode 128
-    done > "$out/bench.log" 2>&1
+    # This machine's ceilings through PyTorch: device-to-device copy
+    # (bytes read + written) and a dense bf16 8192^3 matmul.
+    python3 - > "$out/ceilings.txt" 2>&1 <<'PY'
+import torch
+def timed(f, n):
+    for _ in range(3): f()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(n): f()
+    e.record(); torch.cuda.synchronize()
+    return s.elapsed_time(e) / 1e3 / n
+a = torch.empty(4 << 30, dtype=torch.uint8, device="cuda"); a.random_(); b = torch.empty_like(a)
+t = timed(lambda: b.copy_(a), 10)
+print("copy_gbs %.0f" % (2 * a.numel() / t / 1e9))
+x = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda"); y = torch.randn_like(x)
+t = timed(lambda: x @ y, 10)
+print("bf16_tflops %.0f" % (2 * 8192 ** 3 / t / 1e12))
+PY
+    gbs=$(sed -n 's/^copy_gbs //p' "$out/ceilings.txt"); tf=$(sed -n 's/^bf16_tflops //p' "$out/ceilings.txt")
+    flash="conf/models/deepseek-v4-flash.json"
+    b=build/bin/llm-engine
+    { timeout 60 $b bench --synthetic tests/fixtures/demo/config.json --tp 2 --prompts 512 --decode 16
+      timeout 300 $b bench --synthetic $flash --tp 2 --prompts 8192,32768 --decode 64 \
+          ${gbs:+--peak-gbs $gbs} ${tf:+--peak-tflops $tf}; } > "$out/bench.log" 2>&1
+    { LLM_CUDA_PROFILE=1 timeout 120 $b bench --synthetic $flash --tp 2 --prompts 8192 --decode 0
+      LLM_CUDA_PROFILE=1 timeout 100 $b bench --synthetic $flash --tp 2 --prompts 64 --decode 64
+    } > "$out/profile.log" 2>&1
 fi
 
 echo "== machine"; grep -E "H200|Driver" "$out/machine.txt" | head -3; grep -c nccl "$out/machine.txt"
@@ -35,5 +58,6 @@ echo "== golden exit $grc: $(grep -c '^ok' "$out/golden.log") ok, $(grep -c '^no
 grep -E '^not ok|^#' "$out/golden.log" | head -20
 grep -E 'tp=. (full|incremental): rel' "$out/golden.log" | head -12
 [ -f "$out/sanitizer.log" ] && { echo "== sanitizer"; grep -E 'ERROR|Invalid|at 0x|by thread' "$out/sanitizer.log" | head -20; }
-[ -f "$out/bench.log" ] && { echo "== bench"; cat "$out/bench.log"; }
+[ -f "$out/bench.log" ] && { echo "== ceilings"; cat "$out/ceilings.txt" | tail -3; echo "== bench"; cat "$out/bench.log"; }
+[ -f "$out/profile.log" ] && { echo "== profile"; grep -vE "^model|^backend|^cache|^capacity" "$out/profile.log" | head -60; }
 exit 0

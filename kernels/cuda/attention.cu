@@ -129,19 +129,21 @@ void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt)
 #define IDX_ENTRIES 64      // entries per block of the score kernel
 
 // Scores of entries s < nvis for token t0 + blockIdx.y (only tokens that
-// see more than topk entries): q in shared memory (rows padded by one to
-// spread banks), one warp per entry with the key in shared memory, lanes
-// over heads.
+// see more than topk entries): q in shared memory (rows padded to spread
+// banks), one warp per entry with the key in shared memory, lanes over
+// heads; V4: 16-byte shared loads (d a multiple of 4).
+template <bool V4>
 __global__ void indexer_scores_kernel(dindexer a, int t0, float smul, float *scores, long long ldsc)
 {
-    extern __shared__ float sm[];
+    extern __shared__ __align__(16) float sm[];
     int i = t0 + blockIdx.y, p = a.pos0 + i, nvis = (p + 1) / a.ratio;
     int s0 = blockIdx.x * IDX_ENTRIES;
     if (nvis <= a.topk || s0 >= nvis) return;
     int d = a.d, nh = a.nheads, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float *qs = sm, *kw = sm + nh * (d + 1) + warp * d;
+    int qst = V4 ? d + 4 : d + 1;
+    float *qs = sm, *kw = sm + nh * qst + warp * d;
     const float *q = a.q + (long long)i * nh * d;
-    for (int x = threadIdx.x; x < nh * d; x += blockDim.x) qs[(x / d) * (d + 1) + x % d] = q[x];
+    for (int x = threadIdx.x; x < nh * d; x += blockDim.x) qs[(x / d) * qst + x % d] = q[x];
     __syncthreads();
     const float *wt = a.w + (long long)i * nh;
     int s1 = min(s0 + IDX_ENTRIES, nvis);
@@ -151,9 +153,16 @@ __global__ void indexer_scores_kernel(dindexer a, int t0, float smul, float *sco
         __syncwarp();
         float acc = 0;
         for (int h = lane; h < nh; h += 32) {
-            const float *qh = qs + h * (d + 1);
+            const float *qh = qs + h * qst;
             float dot = 0;
-            for (int c = 0; c < d; c++) dot += qh[c] * kw[c];
+            if (V4) {
+                for (int c = 0; c < d; c += 4) {
+                    float4 x = *(const float4 *)(qh + c), y = *(const float4 *)(kw + c);
+                    dot += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+                }
+            } else {
+                for (int c = 0; c < d; c++) dot += qh[c] * kw[c];
+            }
             acc += (dot > 0 ? dot : 0) * smul * wt[h];
         }
         acc = warp_sum(acc);
@@ -239,16 +248,21 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
     if (chunk > a.n) chunk = a.n;
     if (chunk < 1) chunk = 1;
     if (chunk > 65535) chunk = 65535;   // grid.y of the score kernel
-    size_t smem = ((size_t)a.nheads * (a.d + 1) + 8 * (size_t)a.d) * sizeof(float);
-    if (smem > 48 * 1024)
-        cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem);
+    bool v4 = a.d % 4 == 0;
+    size_t smem = ((size_t)a.nheads * (a.d + (v4 ? 4 : 1)) + 8 * (size_t)a.d) * sizeof(float);
+    if (smem > 48 * 1024) {
+        cudaFuncSetAttribute(indexer_scores_kernel<true>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(indexer_scores_kernel<false>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    }
     float smul = (float)pow(a.d, -0.5);
     for (int t0 = 0; t0 < a.n; t0 += chunk) {
         int nt = a.n - t0 < chunk ? a.n - t0 : chunk;
         if (maxvis > a.topk) {
             dim3 grid(blocks_for(maxvis, IDX_ENTRIES), nt);
-            indexer_scores_kernel<<<grid, 256, smem, st>>>(a, t0, smul, scores, ldsc);
+            if (v4) indexer_scores_kernel<true><<<grid, 256, smem, st>>>(a, t0, smul, scores, ldsc);
+            else indexer_scores_kernel<false><<<grid, 256, smem, st>>>(a, t0, smul, scores, ldsc);
         }
         indexer_topk_kernel<<<nt, 512, 0, st>>>(a, t0, scores, ldsc);
     }
@@ -275,61 +289,104 @@ struct attn_keys {
     }
 };
 
-// One block per (token, head): logits in shared memory (a warp per key),
-// softmax with the sink, then the weighted sum of keys (threads over
-// channels).
-__global__ void attention_kernel(dattn a)
+// One block per (token, group of HPB heads), 8 warps: the logits of every
+// key for the group in shared memory (a warp per key, each key read once
+// for all HPB heads), the softmax with the sink (a warp per head), then
+// the weighted sum of keys (threads over channels, each key element read
+// once for the group).
+template <int HPB>
+__global__ void __launch_bounds__(256) attention_kernel(dattn a, int nk_max)
 {
     extern __shared__ float sm[];
-    __shared__ float red[32];
-    int i = blockIdx.x, h = blockIdx.y, hd = a.hd, p = a.pos0 + i;
+    __shared__ float ssum[HPB];
+    int i = blockIdx.x, h0 = blockIdx.y * HPB, hd = a.hd, p = a.pos0 + i;
+    int nh = min(HPB, a.nheads - h0);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int first = p - a.window + 1 > 0 ? p - a.window + 1 : 0;
     int ncomp = a.ratio ? (a.sel ? a.nsel[i] : (p + 1) / a.ratio) : 0;
     attn_keys K = { a.kv, a.ring, a.comp, a.sel ? a.sel + (long long)i * a.sel_ld : NULL,
                     first, p - first + 1, a.pos0, hd, a.window };
     int nk = K.nwin + ncomp;
-    float *qs = sm, *lg = sm + hd;
-    const float *q = a.q + ((long long)i * a.nheads + h) * hd;
-    for (int c = threadIdx.x; c < hd; c += blockDim.x) qs[c] = q[c];
+    float *qs = sm, *lg = sm + HPB * hd;
+    const float *q = a.q + ((long long)i * a.nheads + h0) * hd;
+    for (int x = threadIdx.x; x < HPB * hd; x += blockDim.x) qs[x] = x / hd < nh ? q[x] : 0;
     __syncthreads();
     for (int j = warp; j < nk; j += nw) {
         const float *k = K.key(j);
-        float dot = 0;
-        for (int c = lane; c < hd; c += 32) dot += qs[c] * k[c];
-        dot = warp_sum(dot);
-        if (lane == 0) lg[j] = dot * a.scale;
+        float dot[HPB];
+#pragma unroll
+        for (int hh = 0; hh < HPB; hh++) dot[hh] = 0;
+        for (int c = lane; c < hd; c += 32) {
+            float kc = k[c];
+#pragma unroll
+            for (int hh = 0; hh < HPB; hh++) dot[hh] += qs[hh * hd + c] * kc;
+        }
+#pragma unroll
+        for (int hh = 0; hh < HPB; hh++) {
+            float v = warp_sum(dot[hh]);
+            if (lane == 0) lg[hh * nk_max + j] = v * a.scale;
+        }
     }
     __syncthreads();
-    float mx = a.sinks[h];
-    for (int j = threadIdx.x; j < nk; j += blockDim.x) mx = fmaxf(mx, lg[j]);
-    mx = block_max(mx, red);
-    float sum = 0;
-    for (int j = threadIdx.x; j < nk; j += blockDim.x) {
-        lg[j] = expf(lg[j] - mx);
-        sum += lg[j];
+    for (int hh = warp; hh < HPB; hh += nw) {
+        float *l = lg + hh * nk_max;
+        if (hh >= nh) {
+            if (lane == 0) ssum[hh] = 1;
+            continue;
+        }
+        float sink = a.sinks[h0 + hh], mx = sink;
+        for (int j = lane; j < nk; j += 32) mx = fmaxf(mx, l[j]);
+        mx = warp_max(mx);
+        float sum = 0;
+        for (int j = lane; j < nk; j += 32) {
+            l[j] = expf(l[j] - mx);
+            sum += l[j];
+        }
+        sum = warp_sum(sum) + expf(sink - mx);
+        if (lane == 0) ssum[hh] = sum;
     }
-    sum = block_sum(sum, red) + expf(a.sinks[h] - mx);
     __syncthreads();
-    float *o = a.out + ((long long)i * a.nheads + h) * hd;
+    float *o = a.out + ((long long)i * a.nheads + h0) * hd;
     for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-        float acc = 0;
-        for (int j = 0; j < nk; j++) acc += (lg[j] / sum) * K.key(j)[c];
-        o[c] = acc;
+        float acc[HPB];
+#pragma unroll
+        for (int hh = 0; hh < HPB; hh++) acc[hh] = 0;
+        for (int j = 0; j < nk; j++) {
+            float kc = K.key(j)[c];
+#pragma unroll
+            for (int hh = 0; hh < HPB; hh++) acc[hh] += (lg[hh * nk_max + j] / ssum[hh]) * kc;
+        }
+#pragma unroll
+        for (int hh = 0; hh < HPB; hh++)
+            if (hh < nh) o[(long long)hh * hd + c] = acc[hh];
     }
 }
 
+template <int HPB>
+static bool attention_launch(cudaStream_t st, const dattn &a, int nk_max)
+{
+    size_t smem = (size_t)HPB * (a.hd + nk_max) * sizeof(float);
+    if (smem > 200 * 1024) return false;
+    if (smem > 48 * 1024)
+        cudaFuncSetAttribute(attention_kernel<HPB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem);
+    dim3 grid(a.n, (a.nheads + HPB - 1) / HPB);
+    attention_kernel<HPB><<<grid, 256, smem, st>>>(a, nk_max);
+    return true;
+}
+
+// The most heads per block that the head count, the key count (shared
+// memory) and enough blocks to fill the GPU (few tokens: decode) allow.
 bool cu_attention(cudaStream_t st, const dattn &a)
 {
     if (a.n <= 0 || a.nheads <= 0) return true;
     int ncomp_max = a.ratio ? (a.sel ? a.sel_ld : (a.pos0 + a.n) / a.ratio) : 0;
-    size_t smem = ((size_t)a.hd + a.window + ncomp_max) * sizeof(float);
-    static const size_t limit = 220 * 1024;
-    if (smem > limit) return false;
-    if (smem > 48 * 1024)
-        cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem);
-    dim3 grid(a.n, a.nheads);
-    attention_kernel<<<grid, 128, smem, st>>>(a);
-    return true;
+    int nk_max = a.window + ncomp_max;
+    auto fits = [&](int hpb) {
+        return a.nheads >= hpb && (long long)a.n * ((a.nheads + hpb - 1) / hpb) >= 128;
+    };
+    if (fits(8) && attention_launch<8>(st, a, nk_max)) return true;
+    if (fits(4) && attention_launch<4>(st, a, nk_max)) return true;
+    if (fits(2) && attention_launch<2>(st, a, nk_max)) return true;
+    return attention_launch<1>(st, a, nk_max);
 }

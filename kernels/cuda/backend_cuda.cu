@@ -5,6 +5,8 @@
 // Host-side inputs of an op (positions, token ids, block addresses) are
 // staged through a small cache of pinned buffers keyed by content, so the
 // same array used by many ops of a step is copied once.
+#include <math.h>
+#include <cublasLt.h>
 #include <nccl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,8 +40,20 @@ struct grow_buf {
     size_t cap;
 };
 
+// LLM_CUDA_PROFILE=1: every op is timed with events and waited for; the
+// totals per op are printed when the backend is destroyed.
+#define NPROF 32
+struct prof_ent {
+    const char *op;
+    long long calls;
+    double ms;
+};
+
 struct cu_impl {
     int dev, rank, nranks;
+    bool profile;
+    cudaEvent_t p0, p1;
+    prof_ent prof[NPROF];
     cudaStream_t st;
     ncclComm_t comm;
     char err[512];
@@ -49,9 +63,14 @@ struct cu_impl {
     cuda_qw **descs;
     size_t ndescs, capdescs;
     stage_ent stage[NSTAGE];
-    unsigned long long tick;
-    grow_buf sc, idx, wt, ord, perm, tiles, ntiles, g, u, ys, sg, su, sy, iscores;
+    unsigned long long tick, fills;
+    grow_buf sc, idx, wt, ord, perm, tiles, ntiles, g, u, ys, sg, su, sy, iscores, wdeq;
+    cublasLtHandle_t lt;
+    void *lt_ws;
 };
+
+#define LT_WS_BYTES (32u << 20)
+#define LT_MIN_T 64     // prefill matmuls of at least this many tokens go to cuBLASLt
 
 static cu_impl *impl(backend *b) { return (cu_impl *)b->impl; }
 
@@ -78,6 +97,7 @@ static cu_impl *enter(backend *b)
 {
     cu_impl *c = impl(b);
     CK(c, cudaSetDevice(c->dev));
+    if (c->profile) CK(c, cudaEventRecord(c->p0, c->st));
     return c;
 }
 
@@ -86,6 +106,26 @@ static void launched(cu_impl *c, const char *op)
 {
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) fail(c, "%s: %s", op, cudaGetErrorString(e));
+    if (!c->profile) return;
+    float ms = 0;
+    CK(c, cudaEventRecord(c->p1, c->st));
+    CK(c, cudaEventSynchronize(c->p1));
+    CK(c, cudaEventElapsedTime(&ms, c->p0, c->p1));
+    int i = 0;
+    while (i < NPROF - 1 && c->prof[i].op && strcmp(c->prof[i].op, op)) i++;
+    c->prof[i].op = op;
+    c->prof[i].calls++;
+    c->prof[i].ms += ms;
+}
+
+static void print_profile(cu_impl *c)
+{
+    double total = 0;
+    for (int i = 0; i < NPROF && c->prof[i].op; i++) total += c->prof[i].ms;
+    fprintf(stderr, "cuda profile, device %d: %.1f ms in ops\n", c->dev, total);
+    for (int i = 0; i < NPROF && c->prof[i].op; i++)
+        fprintf(stderr, "  %-18s %8lld calls %10.1f ms %5.1f%%\n", c->prof[i].op,
+                c->prof[i].calls, c->prof[i].ms, 100 * c->prof[i].ms / (total > 0 ? total : 1));
 }
 
 static void *grow(cu_impl *c, grow_buf *g, size_t bytes)
@@ -201,6 +241,7 @@ static void cu_copy_rows(backend *b, float *dst, int ldd, const float *src, int 
     if (rows <= 0 || n <= 0) return;
     CK(c, cudaMemcpy2DAsync(dst, ldd * sizeof(float), src, lds * sizeof(float), n * sizeof(float),
                             rows, cudaMemcpyDeviceToDevice, c->st));
+    launched(c, "copy_rows");
 }
 
 static void cu_write(backend *b, void *dst, const void *src, size_t bytes)
@@ -282,12 +323,22 @@ static int cu_upload_weights(backend *b, qweight *w, int n)
     uint8_t *data = (uint8_t *)dev_alloc(c, (size_t)n * data_bytes);
     uint8_t *scale = scale_bytes ? (uint8_t *)dev_alloc(c, (size_t)n * scale_bytes) : NULL;
     if (!data || (scale_bytes && !scale)) return -1;
+    if (!q->data) {     // synthetic: values of the format, std about 1/sqrt(cols)
+        static const int kinds[] = { FILL_F32, FILL_BF16, FILL_FP8, FILL_BYTES };
+        float amp = sqrtf(3.0f / (q->cols > 0 ? q->cols : 1));
+        cu_fill(c->st, data, (size_t)n * data_bytes, kinds[q->type], amp, 0,
+                ((unsigned long long)c->rank << 48) ^ ++c->fills);
+        // FP8 codes average about 1, E2M1 about 2: scales 2^-6 and 2^-7.
+        if (scale) cu_fill(c->st, scale, (size_t)n * scale_bytes, FILL_CONST, 0,
+                           q->type == QT_FP8 ? 121 : 120, 0);
+        launched(c, "synthetic weights");
+    }
     for (int i = 0; i < n; i++) {
         const uint8_t *src = (const uint8_t *)w[i].data + (size_t)R0 * src_pitch + C0 * es / 8;
-        if (nr > 0 && width > 0)
+        if (q->data && nr > 0 && width > 0)
             CK(c, cudaMemcpy2DAsync(data + i * data_bytes, row_bytes, src, src_pitch, width, nr,
                                     cudaMemcpyHostToDevice, c->st));
-        if (scale_bytes)
+        if (q->data && scale_bytes)
             CK(c, cudaMemcpy2DAsync(scale + i * scale_bytes, scols,
                                     w[i].scale + sr0 * w[i].scale_ld + sc0, w[i].scale_ld, scols,
                                     srows, cudaMemcpyHostToDevice, c->st));
@@ -305,6 +356,13 @@ static int cu_upload_weights(backend *b, qweight *w, int n)
     return c->failed ? -1 : 0;
 }
 
+static void cu_mem_info(backend *b, size_t *free_bytes, size_t *total_bytes)
+{
+    cu_impl *c = enter(b);
+    CK(c, cudaStreamSynchronize(c->st));
+    CK(c, cudaMemGetInfo(free_bytes, total_bytes));
+}
+
 static const char *cu_error(backend *b)
 {
     cu_impl *c = impl(b);
@@ -313,13 +371,87 @@ static const char *cu_error(backend *b)
 
 // ---- compute ----
 
+static unsigned align_of(const void *p)
+{
+    unsigned a = 256;
+    while (a > 4 && (uintptr_t)p % a) a /= 2;
+    return a;
+}
+
+#define LTK(call)                                                                                \
+    do {                                                                                         \
+        cublasStatus_t s_ = (call);                                                              \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                       \
+            fail(c, "%s:%d: %s: cuBLASLt status %d", __FILE__, __LINE__, #call, (int)s_);        \
+            ok = false;                                                                          \
+        }                                                                                        \
+    } while (0)
+
+// y[T][N] = x[T][K] . W[N][K]^T in float32 (no TF32): column-major, that
+// is Y'[N][T] = W'^T X' with W' = W as K x N.  The pointers' actual
+// alignments go into the heuristic (activation views are offset).
+static bool lt_sgemm(cu_impl *c, const float *W, int N, int K, const float *x, int ldx, int T,
+                     float *y, int ldy)
+{
+    bool ok = true;
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t A = NULL, B = NULL, C = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    uint64_t ws = LT_WS_BYTES;
+    uint32_t aa = align_of(W), ab = align_of(x), ac = align_of(y);
+    LTK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LTK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LTK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    LTK(cublasLtMatrixLayoutCreate(&A, CUDA_R_32F, K, N, K));
+    LTK(cublasLtMatrixLayoutCreate(&B, CUDA_R_32F, K, T, ldx));
+    LTK(cublasLtMatrixLayoutCreate(&C, CUDA_R_32F, N, T, ldy));
+    LTK(cublasLtMatmulPreferenceCreate(&pref));
+    LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof ws));
+    LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
+                                             sizeof aa));
+    LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab,
+                                             sizeof ab));
+    LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac,
+                                             sizeof ac));
+    LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
+                                             sizeof ac));
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    if (ok) LTK(cublasLtMatmulAlgoGetHeuristic(c->lt, op, A, B, C, C, pref, 1, &res, &nres));
+    if (ok && nres < 1) {
+        fail(c, "cuBLASLt: no float32 algorithm for %dx%d by %d tokens", N, K, T);
+        ok = false;
+    }
+    float alpha = 1, beta = 0;
+    if (ok)
+        LTK(cublasLtMatmul(c->lt, op, &alpha, W, A, x, B, &beta, y, C, y, C, &res.algo, c->lt_ws,
+                           LT_WS_BYTES, c->st));
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (C) cublasLtMatrixLayoutDestroy(C);
+    if (B) cublasLtMatrixLayoutDestroy(B);
+    if (A) cublasLtMatrixLayoutDestroy(A);
+    if (op) cublasLtMatmulDescDestroy(op);
+    return ok;
+}
+
+// Few tokens: our kernels read the weights in stored precision.  Many:
+// the view dequantized once into float32, then cuBLASLt's float32 GEMM.
 static void cu_matmul_op(backend *b, const qweight *w, const float *x, int ldx, int T, float *y,
                          int ldy)
 {
     cu_impl *c = enter(b);
     dqw q;
     if (!to_dqw(c, w, &q)) return;
-    cu_matmul(c->st, q, x, ldx, T, y, ldy);
+    if (T >= LT_MIN_T && w->rows > 0 && w->cols > 0) {
+        float *wf = (float *)grow(c, &c->wdeq, (size_t)w->rows * w->cols * sizeof(float));
+        if (c->failed) return;
+        cu_dequant(c->st, q, wf);
+        lt_sgemm(c, wf, w->rows, w->cols, x, ldx, T, y, ldy);
+    } else {
+        cu_matmul(c->st, q, x, ldx, T, y, ldy);
+    }
     launched(c, "matmul");
 }
 
@@ -514,6 +646,7 @@ static void cu_allreduce(backend *b, float *buf, size_t n)
     if (c->nranks == 1 || !n) return;
     ncclResult_t r = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->st);
     if (r != ncclSuccess) fail(c, "ncclAllReduce: %s", ncclGetErrorString(r));
+    launched(c, "allreduce");
 }
 
 static void cu_gather_cols(backend *b, const float *part, int rows, int nv, float *out, int ldo,
@@ -524,14 +657,18 @@ static void cu_gather_cols(backend *b, const float *part, int rows, int nv, floa
         CK(c, cudaMemcpy2DAsync(out + v0, ldo * sizeof(float), part, nv * sizeof(float),
                                 nv * sizeof(float), rows, cudaMemcpyDeviceToHost, c->st));
     CK(c, cudaStreamSynchronize(c->st));
+    launched(c, "gather_cols");
 }
 
 static void cu_destroy(backend *b)
 {
     cu_impl *c = enter(b);
     cudaStreamSynchronize(c->st);
+    if (c->profile) print_profile(c);
+    cudaEventDestroy(c->p0);
+    cudaEventDestroy(c->p1);
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
-                         &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores };
+                         &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->wdeq };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->p) cudaFreeAsync(bufs[i]->p, c->st);
     for (int i = 0; i < NSTAGE; i++) {
@@ -540,6 +677,8 @@ static void cu_destroy(backend *b)
         cudaEventDestroy(c->stage[i].ev);
     }
     cudaStreamSynchronize(c->st);
+    if (c->lt_ws) cudaFree(c->lt_ws);
+    if (c->lt) cublasLtDestroy(c->lt);
     for (size_t i = 0; i < c->nowned; i++) cudaFree(c->owned[i]);
     for (size_t i = 0; i < c->ndescs; i++) free(c->descs[i]);
     free(c->owned);
@@ -564,6 +703,12 @@ static backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
     CK(c, cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
     for (int i = 0; i < NSTAGE; i++)
         CK(c, cudaEventCreateWithFlags(&c->stage[i].ev, cudaEventDisableTiming));
+    if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) fail(c, "cuBLASLt: cannot create a handle");
+    CK(c, cudaMalloc(&c->lt_ws, LT_WS_BYTES));
+    CK(c, cudaEventCreate(&c->p0));
+    CK(c, cudaEventCreate(&c->p1));
+    const char *pe = getenv("LLM_CUDA_PROFILE");
+    c->profile = pe && *pe && strcmp(pe, "0");
     if (c->failed) {
         snprintf(err, errlen, "%s", c->err);
         free(c);
@@ -580,6 +725,7 @@ static backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
     b->upload_weights = cu_upload_weights;
     b->upload = cu_upload;
     b->error = cu_error;
+    b->mem_info = cu_mem_info;
     b->matmul = cu_matmul_op;
     b->embed = cu_embed_op;
     b->rmsnorm = cu_rmsnorm_op;

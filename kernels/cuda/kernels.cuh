@@ -10,6 +10,8 @@
 // ---- matmul.cu ----
 // y[t][0..w.rows) = x[t] . W^T for T tokens.
 void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y, int ldy);
+// The view dequantized into a float32 [rows][cols] matrix (exact).
+void cu_dequant(cudaStream_t st, const dqw &w, float *out);
 // Grouped by expert, one row per slot s: y[s] = x[s / xdiv] . W[experts[s]]^T.
 void cu_matmul_slots(cudaStream_t st, const dqw &w, const int *experts, const float *x, int ldx,
                      int xdiv, int nslots, float *y, int ldy);
@@ -46,6 +48,14 @@ void cu_moe_sort(cudaStream_t st, const int *idx, int nslots, int E, int *perm, 
 // out[t] = sum over k (ascending expert) ys[t*K+k] * wt + shared[t].
 void cu_moe_combine(cudaStream_t st, const float *ys, const float *wt, const int *order, int T,
                     int K, int H, const float *shared, float *out);
+
+// Random contents for synthetic weights: FILL_FP8 e4m3 codes of moderate
+// size, FILL_BYTES random bytes (MXFP4 codes), FILL_CONST every byte
+// `byte` (scales), FILL_BF16 / FILL_F32 uniform in +-amp.  bytes: a
+// multiple of 4.
+enum { FILL_FP8, FILL_BYTES, FILL_CONST, FILL_BF16, FILL_F32 };
+void cu_fill(cudaStream_t st, void *p, size_t bytes, int kind, float amp, uint32_t byte,
+             unsigned long long seed);
 
 // ---- attention.cu ----
 struct dcomp {

@@ -236,3 +236,22 @@ void cu_matmul_tiles(cudaStream_t st, const dqw &w, const int4 *tiles, const int
     QT_DISPATCH(w.type, tiled_kernel<QT><<<grid, 256, 0, st>>>(w, x, ldx, xdiv, 0, y, ldy, tiles,
                                                                ntiles, perm));
 }
+
+// The view as a plain float32 matrix [rows][cols] (exact: every stored
+// format is a float32 value times a power of two).
+template <int QT>
+__global__ void dequant_kernel(dqw w, float *out)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)w.rows * w.cols) return;
+    long long r = i / w.cols, c = i % w.cols;
+    out[i] = qw_at<QT>(w, w.data, w.scale, w.r0 + r, w.c0 + c);
+}
+
+void cu_dequant(cudaStream_t st, const dqw &w, float *out)
+{
+    long long n = (long long)w.rows * w.cols;
+    if (n <= 0) return;
+    unsigned blocks = (unsigned)((n + 255) / 256);
+    QT_DISPATCH(w.type, dequant_kernel<QT><<<blocks, 256, 0, st>>>(w, out));
+}

@@ -355,3 +355,50 @@ void cu_moe_combine(cudaStream_t st, const float *ys, const float *wt, const int
     if (n <= 0) return;
     moe_combine_kernel<<<blocks_for(n, 256), 256, 0, st>>>(ys, wt, order, T, K, H, shared, out);
 }
+
+// ---- synthetic weights (benchmarks) ----
+
+__device__ __forceinline__ unsigned long long mix64(unsigned long long x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// One 32-bit word per thread.  FP8: exponents 4..8 (0.125 to 3.75, no
+// NaN codes); bytes: all E2M1 codes; BF16 / F32: uniform in +-amp.
+__global__ void fill_kernel(uint32_t *p, long long nwords, int kind, float amp, uint32_t byte,
+                            unsigned long long seed)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nwords) return;
+    unsigned long long r = mix64(seed ^ (unsigned long long)i * 0xD6E8FEB86659FD93ull);
+    uint32_t w = 0;
+    if (kind == FILL_FP8) {
+        for (int k = 0; k < 4; k++) {
+            uint32_t x = (uint32_t)(r >> (16 * k)) & 0xffff;
+            w |= ((x & 0x80) | ((4 + (x >> 8) % 5) << 3) | (x & 7)) << (8 * k);
+        }
+    } else if (kind == FILL_BYTES) {
+        w = (uint32_t)r;
+    } else if (kind == FILL_CONST) {
+        w = byte * 0x01010101u;
+    } else if (kind == FILL_BF16) {
+        for (int k = 0; k < 2; k++) {
+            float u = (float)((r >> (32 * k)) & 0xffffffffu) * (2.0f / 4294967296.0f) - 1.0f;
+            w |= (__float_as_uint(amp * u) >> 16) << (16 * k);
+        }
+    } else {
+        w = __float_as_uint(amp * ((float)(r >> 40) * (2.0f / 16777216.0f) - 1.0f));
+    }
+    p[i] = w;
+}
+
+void cu_fill(cudaStream_t st, void *p, size_t bytes, int kind, float amp, uint32_t byte,
+             unsigned long long seed)
+{
+    long long nw = (long long)(bytes / 4);
+    if (nw <= 0) return;
+    fill_kernel<<<blocks_for(nw, 256), 256, 0, st>>>((uint32_t *)p, nw, kind, amp, byte, seed);
+}

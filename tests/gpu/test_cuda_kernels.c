@@ -727,6 +727,11 @@ int main(void)
     test_attention(8, 512, 128, 128, 0, 1000, 3);
     test_attention(8, 512, 128, 4, 512, 4000, 2);
     test_attention(2, 512, 128, 4, 512, 0, 300);
+    /* enough tokens for several heads per block: 8 (with a partial group
+     * of 4), 4 (partial group of 2), 8 at Flash's sizes */
+    test_attention(12, 64, 32, 8, 0, 100, 64);
+    test_attention(6, 64, 32, 4, 8, 100, 64);
+    test_attention(8, 512, 128, 4, 512, 4000, 130);
     test_ring_store(16, 64, 0, 5);
     test_ring_store(16, 64, 30, 40);
     test_ring_store(128, 512, 1000, 1);
