@@ -412,6 +412,8 @@ void v4_weights_shard(const v4_weights *full, const v4_config *c, const v4_shard
     int hd = c->head_dim, olr = c->o_lora_rank, E = c->n_experts;
     *out = *full;
     out->owns_vectors = false;
+    out->synth_mem = NULL;      /* the full weights own the made-up data */
+    out->n_synth_mem = 0;
     out->head = qweight_view(&full->head, s->v0, s->nv, 0, full->head.cols);
     out->layers = calloc(c->n_layers, sizeof *out->layers);
     for (int l = 0; l < c->n_layers; l++) {

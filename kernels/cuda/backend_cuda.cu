@@ -64,7 +64,8 @@ struct cu_impl {
     size_t ndescs, capdescs;
     stage_ent stage[NSTAGE];
     unsigned long long tick, fills;
-    grow_buf sc, idx, wt, ord, perm, tiles, ntiles, g, u, ys, sg, su, sy, iscores, wdeq;
+    grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
+        iscores, wdeq, hcm;
     cublasLtHandle_t lt;
     void *lt_ws;
 };
@@ -436,6 +437,21 @@ static bool lt_sgemm(cu_impl *c, const float *W, int N, int K, const float *x, i
     return ok;
 }
 
+// The weight view dequantized into float32 scratch, then cuBLASLt.
+static void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
+                         int ldy)
+{
+    if (q.rows <= 0 || T <= 0) return;
+    if (q.cols <= 0) {      // an empty slice (more ranks than units) adds nothing
+        CK(c, cudaMemset2DAsync(y, ldy * sizeof(float), 0, q.rows * sizeof(float), T, c->st));
+        return;
+    }
+    float *wf = (float *)grow(c, &c->wdeq, (size_t)q.rows * q.cols * sizeof(float));
+    if (c->failed) return;
+    cu_dequant(c->st, q, wf);
+    lt_sgemm(c, wf, q.rows, q.cols, x, ldx, T, y, ldy);
+}
+
 // Few tokens: our kernels read the weights in stored precision.  Many:
 // the view dequantized once into float32, then cuBLASLt's float32 GEMM.
 static void cu_matmul_op(backend *b, const qweight *w, const float *x, int ldx, int T, float *y,
@@ -444,14 +460,8 @@ static void cu_matmul_op(backend *b, const qweight *w, const float *x, int ldx, 
     cu_impl *c = enter(b);
     dqw q;
     if (!to_dqw(c, w, &q)) return;
-    if (T >= LT_MIN_T && w->rows > 0 && w->cols > 0) {
-        float *wf = (float *)grow(c, &c->wdeq, (size_t)w->rows * w->cols * sizeof(float));
-        if (c->failed) return;
-        cu_dequant(c->st, q, wf);
-        lt_sgemm(c, wf, w->rows, w->cols, x, ldx, T, y, ldy);
-    } else {
-        cu_matmul(c->st, q, x, ldx, T, y, ldy);
-    }
+    if (T >= LT_MIN_T) dense_matmul(c, q, x, ldx, T, y, ldy);
+    else cu_matmul(c->st, q, x, ldx, T, y, ldy);
     launched(c, "matmul");
 }
 
@@ -505,8 +515,10 @@ static void cu_hc_pre_op(backend *b, const float *h, int T, int hc, int H, const
 {
     cu_impl *c = enter(b);
     if (!hc_ok(c, hc)) return;
+    float *m = (float *)grow(c, &c->hcm, (size_t)T * (2 + hc) * hc * sizeof(float));
+    if (c->failed) return;
     cu_hc_pre(c->st, h, T, hc, H, fn, base, scale, iters, hc_eps, norm_eps, post, comb, collapsed,
-              false);
+              false, m);
     launched(c, "hc_pre");
 }
 
@@ -516,7 +528,9 @@ static void cu_hc_head_op(backend *b, const float *h, int T, int hc, int H, cons
 {
     cu_impl *c = enter(b);
     if (!hc_ok(c, hc)) return;
-    cu_hc_pre(c->st, h, T, hc, H, fn, base, scale, 0, hc_eps, norm_eps, NULL, NULL, out, true);
+    float *m = (float *)grow(c, &c->hcm, (size_t)T * hc * sizeof(float));
+    if (c->failed) return;
+    cu_hc_pre(c->st, h, T, hc, H, fn, base, scale, 0, hc_eps, norm_eps, NULL, NULL, out, true, m);
     launched(c, "hc_head");
 }
 
@@ -623,17 +637,55 @@ static void cu_moe_op(backend *b, const moe_args *a)
         int *perm = (int *)grow(c, &c->perm, ns * sizeof(int));
         int4 *tiles = (int4 *)grow(c, &c->tiles, max_tiles * sizeof(int4));
         int *ntiles = (int *)grow(c, &c->ntiles, sizeof(int));
+        int *offs = (int *)grow(c, &c->offs, (E + 1) * sizeof(int));
         if (c->failed) return;
-        cu_moe_sort(c->st, idx, ns, E, perm, tiles, ntiles);
-        cu_matmul_tiles(c->st, w1, tiles, ntiles, max_tiles, perm, a->x, H, K, g, I);
-        cu_matmul_tiles(c->st, w3, tiles, ntiles, max_tiles, perm, a->x, H, K, u, I);
-        cu_swiglu(c->st, g, u, (long long)ns * I, a->limit);
-        cu_matmul_tiles(c->st, w2, tiles, ntiles, max_tiles, perm, g, I, 1, ys, H);
+        cu_moe_sort(c->st, idx, ns, E, perm, tiles, ntiles, offs);
+        if (T < LT_MIN_T) {
+            cu_matmul_tiles(c->st, w1, tiles, ntiles, max_tiles, perm, a->x, H, K, g, I);
+            cu_matmul_tiles(c->st, w3, tiles, ntiles, max_tiles, perm, a->x, H, K, u, I);
+            cu_swiglu(c->st, g, u, (long long)ns * I, a->limit);
+            cu_matmul_tiles(c->st, w2, tiles, ntiles, max_tiles, perm, g, I, 1, ys, H);
+        } else {
+            // Rows sorted by expert; each expert's block through cuBLASLt
+            // (the host needs the counts: one wait per MoE layer).
+            float *xs = (float *)grow(c, &c->xs, (size_t)ns * H * sizeof(float));
+            float *yss = (float *)grow(c, &c->yss, (size_t)ns * H * sizeof(float));
+            int *ho = (int *)malloc((E + 1) * sizeof(int));
+            CK(c, cudaMemcpyAsync(ho, offs, (E + 1) * sizeof(int), cudaMemcpyDeviceToHost,
+                                  c->st));
+            CK(c, cudaStreamSynchronize(c->st));
+            cu_rows_gather(c->st, a->x, H, perm, K, ns, xs);
+            for (int e = 0; e < E && !c->failed; e++) {
+                int o = ho[e], n = ho[e + 1] - ho[e];
+                if (!n) continue;
+                dqw q1 = w1, q3 = w3;
+                q1.data += e * w1.estride, q1.scale += e * w1.sestride;
+                q3.data += e * w3.estride, q3.scale += e * w3.sestride;
+                dense_matmul(c, q1, xs + (size_t)o * H, H, n, g + (size_t)o * I, I);
+                dense_matmul(c, q3, xs + (size_t)o * H, H, n, u + (size_t)o * I, I);
+            }
+            cu_swiglu(c->st, g, u, (long long)ns * I, a->limit);
+            for (int e = 0; e < E && !c->failed; e++) {
+                int o = ho[e], n = ho[e + 1] - ho[e];
+                if (!n) continue;
+                dqw q2 = w2;
+                q2.data += e * w2.estride, q2.scale += e * w2.sestride;
+                dense_matmul(c, q2, g + (size_t)o * I, I, n, yss + (size_t)o * H, H);
+            }
+            cu_rows_scatter(c->st, yss, H, perm, ns, ys);
+            free(ho);
+        }
     }
-    cu_matmul(c->st, s1, a->x, H, T, sg, I);
-    cu_matmul(c->st, s3, a->x, H, T, su, I);
+    if (T >= LT_MIN_T) {
+        dense_matmul(c, s1, a->x, H, T, sg, I);
+        dense_matmul(c, s3, a->x, H, T, su, I);
+    } else {
+        cu_matmul(c->st, s1, a->x, H, T, sg, I);
+        cu_matmul(c->st, s3, a->x, H, T, su, I);
+    }
     cu_swiglu(c->st, sg, su, (long long)T * I, a->limit);
-    cu_matmul(c->st, s2, sg, I, T, sy, H);
+    if (T >= LT_MIN_T) dense_matmul(c, s2, sg, I, T, sy, H);
+    else cu_matmul(c->st, s2, sg, I, T, sy, H);
     cu_moe_combine(c->st, ys, wt, ord, T, K, H, sy, a->out);
     launched(c, "moe");
 }
@@ -668,7 +720,8 @@ static void cu_destroy(backend *b)
     cudaEventDestroy(c->p0);
     cudaEventDestroy(c->p1);
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
-                         &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->wdeq };
+                         &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->wdeq, &c->hcm,
+                         &c->offs, &c->xs, &c->yss };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->p) cudaFreeAsync(bufs[i]->p, c->st);
     for (int i = 0; i < NSTAGE; i++) {

@@ -29,9 +29,10 @@ void cu_rmsnorm(cudaStream_t st, const float *x, int ldx, int T, int n, const fl
 void cu_rope(cudaStream_t st, float *x, int ld, int T, int nheads, int head_dim, const drope &rt,
              const int *pos, bool inverse);
 void cu_scale(cudaStream_t st, float *x, int ld, int T, int n, float s);
+// m: scratch of T * (2 + hc) * hc floats.
 void cu_hc_pre(cudaStream_t st, const float *h, int T, int hc, int H, const float *fn,
                const float *base, const float *scale, int iters, float hc_eps, float norm_eps,
-               float *post, float *comb, float *collapsed, bool head);
+               float *post, float *comb, float *collapsed, bool head, float *m);
 void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, const float *comb,
                 int T, int hc, int H);
 void cu_ring_store(cudaStream_t st, float *ring, int window, int head_dim, const float *kv, int n,
@@ -42,9 +43,14 @@ void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float lim
 void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, bool sigmoid,
                   const float *bias, const void *tid2eid, bool tid_i64, const int *ids,
                   float routed_scale, int *idx, float *wt, int *order);
-// Slots (t*K + k) grouped by expert: perm, and tiles of CU_TILE_M.
+// Slots (t*K + k) grouped by expert: perm, tiles of CU_TILE_M, and offs
+// [E + 1]: where each expert's slots start in perm.
 void cu_moe_sort(cudaStream_t st, const int *idx, int nslots, int E, int *perm, int4 *tiles,
-                 int *ntiles);
+                 int *ntiles, int *offs);
+// dst[i] = src[map[i] / div] (rows of H floats), and dst[map[i]] = src[i].
+void cu_rows_gather(cudaStream_t st, const float *src, int H, const int *map, int div, int n,
+                    float *dst);
+void cu_rows_scatter(cudaStream_t st, const float *src, int H, const int *map, int n, float *dst);
 // out[t] = sum over k (ascending expert) ys[t*K+k] * wt + shared[t].
 void cu_moe_combine(cudaStream_t st, const float *ys, const float *wt, const int *order, int T,
                     int K, int H, const float *shared, float *out);

@@ -122,34 +122,39 @@ __device__ void hc_mix(const float *m, int hc, const float *base, const float *s
     }
 }
 
-// One block per token: unweighted RMSNorm over all streams, the mix
-// logits (a warp per logit), the mix (one thread), the collapse.
-__global__ void hc_kernel(const float *h, int hc, int H, const float *fn, const float *base,
-                          const float *scale, int iters, float hc_eps, float norm_eps, float *post,
-                          float *comb, float *out, int head)
+// The mix logits m[t][j] = (h[t] * rsqrt(mean(h[t]^2) + eps)) . fn[j],
+// one block per (j, t) so that a single token still fills the GPU
+// (consecutive blocks share the token's streams in L2).
+__global__ void hc_logits_kernel(const float *h, int n, const float *fn, float norm_eps, float *m)
 {
     __shared__ double shd[32];
-    __shared__ float m[(2 + HC_MAX) * HC_MAX], pre[HC_MAX];
-    int t = blockIdx.x, n = hc * H, nmix = head ? hc : (2 + hc) * hc;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const float *ht = h + (long long)t * n;
+    __shared__ float shf[32];
+    int j = blockIdx.x, t = blockIdx.y, nmix = gridDim.x;
+    const float *ht = h + (long long)t * n, *f = fn + (long long)j * n;
     double ss = 0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)ht[i] * ht[i];
     ss = block_sum(ss, shd);
     float r = 1.0f / sqrtf((float)(ss / n) + norm_eps);
-    for (int j = warp; j < nmix; j += nw) {
-        const float *f = fn + (long long)j * n;
-        float a = 0;
-        for (int i = lane; i < n; i += 32) a += (ht[i] * r) * f[i];
-        a = warp_sum(a);
-        if (lane == 0) m[j] = a;
-    }
-    __syncthreads();
+    float a = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) a += (ht[i] * r) * f[i];
+    a = block_sum(a, shf);
+    if (threadIdx.x == 0) m[(long long)t * nmix + j] = a;
+}
+
+// One block per token: the mix (one thread; Sinkhorn unless head), then
+// the collapse sum_k pre[k] h[k].
+__global__ void hc_collapse_kernel(const float *h, int hc, int H, const float *m,
+                                   const float *base, const float *scale, int iters,
+                                   float hc_eps, float *post, float *comb, float *out, int head)
+{
+    __shared__ float pre[HC_MAX];
+    int t = blockIdx.x, nmix = head ? hc : (2 + hc) * hc;
+    const float *mt = m + (long long)t * nmix, *ht = h + (long long)t * hc * H;
     if (threadIdx.x == 0) {
         if (head)
-            for (int s = 0; s < hc; s++) pre[s] = sigmoidf_(m[s] * scale[0] + base[s]) + hc_eps;
+            for (int s = 0; s < hc; s++) pre[s] = sigmoidf_(mt[s] * scale[0] + base[s]) + hc_eps;
         else
-            hc_mix(m, hc, base, scale, iters, hc_eps, pre, post + (long long)t * hc,
+            hc_mix(mt, hc, base, scale, iters, hc_eps, pre, post + (long long)t * hc,
                    comb + (long long)t * hc * hc);
     }
     __syncthreads();
@@ -162,11 +167,13 @@ __global__ void hc_kernel(const float *h, int hc, int H, const float *fn, const 
 
 void cu_hc_pre(cudaStream_t st, const float *h, int T, int hc, int H, const float *fn,
                const float *base, const float *scale, int iters, float hc_eps, float norm_eps,
-               float *post, float *comb, float *collapsed, bool head)
+               float *post, float *comb, float *collapsed, bool head, float *m)
 {
     if (T <= 0) return;
-    hc_kernel<<<T, 256, 0, st>>>(h, hc, H, fn, base, scale, iters, hc_eps, norm_eps, post, comb,
-                                 collapsed, head);
+    int nmix = head ? hc : (2 + hc) * hc;
+    hc_logits_kernel<<<dim3(nmix, T), 256, 0, st>>>(h, hc * H, fn, norm_eps, m);
+    hc_collapse_kernel<<<T, 256, 0, st>>>(h, hc, H, m, base, scale, iters, hc_eps, post, comb,
+                                          collapsed, head);
 }
 
 __global__ void hc_post_kernel(float *h, const float *y, const float *post, const float *comb,
@@ -299,9 +306,10 @@ void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, boo
                                                    tid_i64, ids, routed_scale, idx, wt, order);
 }
 
-// One block: count slots per expert, lay out the tiles, scatter the slots.
+// One block: count slots per expert, lay out the tiles, scatter the slots;
+// offs[0..E] gets each expert's first position in perm.
 __global__ void moe_sort_kernel(const int *idx, int nslots, int E, int *perm, int4 *tiles,
-                                int *ntiles)
+                                int *ntiles, int *offs)
 {
     extern __shared__ int sh[];
     int *cnt = sh, *off = sh + E;
@@ -318,6 +326,8 @@ __global__ void moe_sort_kernel(const int *idx, int nslots, int E, int *perm, in
             o += cnt[e];
         }
         *ntiles = nt;
+        for (int e = 0; e < E; e++) offs[e] = off[e];
+        offs[E] = o;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
@@ -329,9 +339,33 @@ __global__ void moe_sort_kernel(const int *idx, int nslots, int E, int *perm, in
 }
 
 void cu_moe_sort(cudaStream_t st, const int *idx, int nslots, int E, int *perm, int4 *tiles,
-                 int *ntiles)
+                 int *ntiles, int *offs)
 {
-    moe_sort_kernel<<<1, 1024, 2 * E * sizeof(int), st>>>(idx, nslots, E, perm, tiles, ntiles);
+    moe_sort_kernel<<<1, 1024, 2 * E * sizeof(int), st>>>(idx, nslots, E, perm, tiles, ntiles,
+                                                          offs);
+}
+
+__global__ void rows_kernel(const float *src, float *dst, int n, int H, const int *map, int div,
+                            int scatter)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)n * H) return;
+    int r = i / H, d = i % H;
+    if (scatter) dst[(long long)map[r] * H + d] = src[i];
+    else dst[i] = src[(long long)(map[r] / div) * H + d];
+}
+
+void cu_rows_gather(cudaStream_t st, const float *src, int H, const int *map, int div, int n,
+                    float *dst)
+{
+    if (n <= 0) return;
+    rows_kernel<<<blocks_for((long long)n * H, 256), 256, 0, st>>>(src, dst, n, H, map, div, 0);
+}
+
+void cu_rows_scatter(cudaStream_t st, const float *src, int H, const int *map, int n, float *dst)
+{
+    if (n <= 0) return;
+    rows_kernel<<<blocks_for((long long)n * H, 256), 256, 0, st>>>(src, dst, n, H, map, 1, 1);
 }
 
 __global__ void moe_combine_kernel(const float *ys, const float *wt, const int *order, int T,
