@@ -183,9 +183,12 @@ int cmd_bench(int argc, char **argv)
         double t = now() - t0, fl = 0;
         for (int p = 0; p < n; p++) fl += token_flops(c, p);
         double per_gpu = fl / t / tp;
+        int nonfinite = 0;
+        for (int v = 0; v < V; v++) nonfinite += !isfinite(logits[v]);
         printf("prefill %-8d %.3f s = %.0f tokens/s, TTFT %.1f ms; %.1f TFLOP, %.1f TFLOP/s "
-               "per GPU = %.2f%% of %.0f\n", n, t, n / t, t * 1e3, fl / 1e12, per_gpu / 1e12,
-               100 * per_gpu / 1e12 / peak_tflops, peak_tflops);
+               "per GPU = %.2f%% of %.0f%s\n", n, t, n / t, t * 1e3, fl / 1e12, per_gpu / 1e12,
+               100 * per_gpu / 1e12 / peak_tflops, peak_tflops,
+               nonfinite ? " (logits NOT finite)" : "");
         fflush(stdout);
         if (pi == 0 && decode) {
             double bytes = 0;
