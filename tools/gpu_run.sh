@@ -47,7 +47,7 @@ PY
       timeout 300 $b bench --synthetic $flash --tp 2 --prompts 8192,32768 --decode 64 \
           ${gbs:+--peak-gbs $gbs} ${tf:+--peak-tflops $tf}; } > "$out/bench.log" 2>&1
     { LLM_CUDA_PROFILE=1 timeout 120 $b bench --synthetic $flash --tp 2 --prompts 8192 --decode 0
-      LLM_CUDA_PROFILE=1 timeout 100 $b bench --synthetic $flash --tp 2 --prompts 64 --decode 64
+      LLM_CUDA_PROFILE=1 timeout 100 $b bench --synthetic $flash --tp 2 --prompts 8 --decode 64
     } > "$out/profile.log" 2>&1
 fi
 

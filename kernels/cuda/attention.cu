@@ -289,16 +289,16 @@ struct attn_keys {
     }
 };
 
-// One block per (token, group of HPB heads), 8 warps: the logits of every
-// key for the group in shared memory (a warp per key, each key read once
-// for all HPB heads), the softmax with the sink (a warp per head), then
-// the weighted sum of keys (threads over channels, each key element read
-// once for the group).
+// One block per (token, group of HPB heads), 8 warps: the key addresses
+// and the logits of every key for the group in shared memory (a warp per
+// key, each key read once for all HPB heads), the softmax with the sink
+// (a warp per head; probabilities stored normalized, p = e / sum as the
+// CPU computes it), then the weighted sum of keys (threads over channels,
+// each key element read once for the group).
 template <int HPB>
 __global__ void __launch_bounds__(256) attention_kernel(dattn a, int nk_max)
 {
-    extern __shared__ float sm[];
-    __shared__ float ssum[HPB];
+    extern __shared__ __align__(16) unsigned char smem[];
     int i = blockIdx.x, h0 = blockIdx.y * HPB, hd = a.hd, p = a.pos0 + i;
     int nh = min(HPB, a.nheads - h0);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -307,12 +307,14 @@ __global__ void __launch_bounds__(256) attention_kernel(dattn a, int nk_max)
     attn_keys K = { a.kv, a.ring, a.comp, a.sel ? a.sel + (long long)i * a.sel_ld : NULL,
                     first, p - first + 1, a.pos0, hd, a.window };
     int nk = K.nwin + ncomp;
-    float *qs = sm, *lg = sm + HPB * hd;
+    const float **kp = (const float **)smem;
+    float *qs = (float *)(kp + nk_max), *lg = qs + HPB * hd;
     const float *q = a.q + ((long long)i * a.nheads + h0) * hd;
     for (int x = threadIdx.x; x < HPB * hd; x += blockDim.x) qs[x] = x / hd < nh ? q[x] : 0;
     __syncthreads();
     for (int j = warp; j < nk; j += nw) {
         const float *k = K.key(j);
+        if (lane == 0) kp[j] = k;
         float dot[HPB];
 #pragma unroll
         for (int hh = 0; hh < HPB; hh++) dot[hh] = 0;
@@ -328,12 +330,8 @@ __global__ void __launch_bounds__(256) attention_kernel(dattn a, int nk_max)
         }
     }
     __syncthreads();
-    for (int hh = warp; hh < HPB; hh += nw) {
+    for (int hh = warp; hh < nh; hh += nw) {
         float *l = lg + hh * nk_max;
-        if (hh >= nh) {
-            if (lane == 0) ssum[hh] = 1;
-            continue;
-        }
         float sink = a.sinks[h0 + hh], mx = sink;
         for (int j = lane; j < nk; j += 32) mx = fmaxf(mx, l[j]);
         mx = warp_max(mx);
@@ -343,8 +341,10 @@ __global__ void __launch_bounds__(256) attention_kernel(dattn a, int nk_max)
             sum += l[j];
         }
         sum = warp_sum(sum) + expf(sink - mx);
-        if (lane == 0) ssum[hh] = sum;
+        for (int j = lane; j < nk; j += 32) l[j] = l[j] / sum;
     }
+    for (int hh = nh + warp; hh < HPB; hh += nw)    // absent heads of a partial group
+        for (int j = lane; j < nk; j += 32) lg[hh * nk_max + j] = 0;
     __syncthreads();
     float *o = a.out + ((long long)i * a.nheads + h0) * hd;
     for (int c = threadIdx.x; c < hd; c += blockDim.x) {
@@ -352,9 +352,9 @@ __global__ void __launch_bounds__(256) attention_kernel(dattn a, int nk_max)
 #pragma unroll
         for (int hh = 0; hh < HPB; hh++) acc[hh] = 0;
         for (int j = 0; j < nk; j++) {
-            float kc = K.key(j)[c];
+            float kc = kp[j][c];
 #pragma unroll
-            for (int hh = 0; hh < HPB; hh++) acc[hh] += (lg[hh * nk_max + j] / ssum[hh]) * kc;
+            for (int hh = 0; hh < HPB; hh++) acc[hh] += lg[hh * nk_max + j] * kc;
         }
 #pragma unroll
         for (int hh = 0; hh < HPB; hh++)
@@ -365,7 +365,7 @@ __global__ void __launch_bounds__(256) attention_kernel(dattn a, int nk_max)
 template <int HPB>
 static bool attention_launch(cudaStream_t st, const dattn &a, int nk_max)
 {
-    size_t smem = (size_t)HPB * (a.hd + nk_max) * sizeof(float);
+    size_t smem = (size_t)nk_max * sizeof(float *) + (size_t)HPB * (a.hd + nk_max) * sizeof(float);
     if (smem > 200 * 1024) return false;
     if (smem > 48 * 1024)
         cudaFuncSetAttribute(attention_kernel<HPB>, cudaFuncAttributeMaxDynamicSharedMemorySize,

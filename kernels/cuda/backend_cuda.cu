@@ -509,16 +509,34 @@ static bool hc_ok(cu_impl *c, int hc)
     return hc <= 16;
 }
 
+// Few tokens: a block per (logit, token).  Many: the logits as a GEMM
+// over the raw streams, scaled per token by the rms factor.
+static void hc_pre(cu_impl *c, const float *h, int T, int hc, int H, const float *fn,
+                   const float *base, const float *scale, int iters, float hc_eps,
+                   float norm_eps, float *post, float *comb, float *collapsed, bool head)
+{
+    if (!hc_ok(c, hc) || T <= 0) return;
+    int nmix = head ? hc : (2 + hc) * hc, n = hc * H;
+    float *m = (float *)grow(c, &c->hcm, (size_t)T * (nmix + 1) * sizeof(float));
+    if (c->failed) return;
+    float *r = NULL;
+    if (T >= LT_MIN_T) {
+        r = m + (size_t)T * nmix;
+        cu_hc_rms(c->st, h, T, n, norm_eps, r);
+        lt_sgemm(c, fn, nmix, n, h, n, T, m, nmix);
+    } else {
+        cu_hc_logits(c->st, h, T, n, fn, nmix, norm_eps, m);
+    }
+    cu_hc_collapse(c->st, h, T, hc, H, m, r, base, scale, iters, hc_eps, post, comb, collapsed,
+                   head);
+}
+
 static void cu_hc_pre_op(backend *b, const float *h, int T, int hc, int H, const float *fn,
                          const float *base, const float *scale, int iters, float hc_eps,
                          float norm_eps, float *post, float *comb, float *collapsed)
 {
     cu_impl *c = enter(b);
-    if (!hc_ok(c, hc)) return;
-    float *m = (float *)grow(c, &c->hcm, (size_t)T * (2 + hc) * hc * sizeof(float));
-    if (c->failed) return;
-    cu_hc_pre(c->st, h, T, hc, H, fn, base, scale, iters, hc_eps, norm_eps, post, comb, collapsed,
-              false, m);
+    hc_pre(c, h, T, hc, H, fn, base, scale, iters, hc_eps, norm_eps, post, comb, collapsed, false);
     launched(c, "hc_pre");
 }
 
@@ -527,10 +545,7 @@ static void cu_hc_head_op(backend *b, const float *h, int T, int hc, int H, cons
                           float *out)
 {
     cu_impl *c = enter(b);
-    if (!hc_ok(c, hc)) return;
-    float *m = (float *)grow(c, &c->hcm, (size_t)T * hc * sizeof(float));
-    if (c->failed) return;
-    cu_hc_pre(c->st, h, T, hc, H, fn, base, scale, 0, hc_eps, norm_eps, NULL, NULL, out, true, m);
+    hc_pre(c, h, T, hc, H, fn, base, scale, 0, hc_eps, norm_eps, NULL, NULL, out, true);
     launched(c, "hc_head");
 }
 
@@ -640,7 +655,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
         int *offs = (int *)grow(c, &c->offs, (E + 1) * sizeof(int));
         if (c->failed) return;
         cu_moe_sort(c->st, idx, ns, E, perm, tiles, ntiles, offs);
-        if (T < LT_MIN_T) {
+        if (ns < 32 * E) {  // few rows per expert: tiles read each expert once
             cu_matmul_tiles(c->st, w1, tiles, ntiles, max_tiles, perm, a->x, H, K, g, I);
             cu_matmul_tiles(c->st, w3, tiles, ntiles, max_tiles, perm, a->x, H, K, u, I);
             cu_swiglu(c->st, g, u, (long long)ns * I, a->limit);

@@ -29,10 +29,17 @@ void cu_rmsnorm(cudaStream_t st, const float *x, int ldx, int T, int n, const fl
 void cu_rope(cudaStream_t st, float *x, int ld, int T, int nheads, int head_dim, const drope &rt,
              const int *pos, bool inverse);
 void cu_scale(cudaStream_t st, float *x, int ld, int T, int n, float s);
-// m: scratch of T * (2 + hc) * hc floats.
-void cu_hc_pre(cudaStream_t st, const float *h, int T, int hc, int H, const float *fn,
-               const float *base, const float *scale, int iters, float hc_eps, float norm_eps,
-               float *post, float *comb, float *collapsed, bool head, float *m);
+// Hyper-connections in two steps.  The mix logits m [T][nmix] of the
+// normalized streams (n = hc*H): cu_hc_logits, or (many tokens) the rms
+// factors r [T] from cu_hc_rms with m = h . fn^T from a GEMM, scaled by r
+// in the collapse.  Then cu_hc_collapse: the mix (Sinkhorn unless head),
+// post, comb, and the collapsed streams.
+void cu_hc_logits(cudaStream_t st, const float *h, int T, int n, const float *fn, int nmix,
+                  float norm_eps, float *m);
+void cu_hc_rms(cudaStream_t st, const float *h, int T, int n, float norm_eps, float *r);
+void cu_hc_collapse(cudaStream_t st, const float *h, int T, int hc, int H, const float *m,
+                    const float *r, const float *base, const float *scale, int iters,
+                    float hc_eps, float *post, float *comb, float *collapsed, bool head);
 void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, const float *comb,
                 int T, int hc, int H);
 void cu_ring_store(cudaStream_t st, float *ring, int window, int head_dim, const float *kv, int n,

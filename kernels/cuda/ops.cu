@@ -86,42 +86,6 @@ void cu_scale(cudaStream_t st, float *x, int ld, int T, int n, float s)
 
 __device__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// cpu_hc_mix, one thread.
-__device__ void hc_mix(const float *m, int hc, const float *base, const float *scale, int iters,
-                       float eps, float *pre, float *post, float *comb)
-{
-    for (int s = 0; s < hc; s++) {
-        pre[s] = sigmoidf_(m[s] * scale[0] + base[s]) + eps;
-        post[s] = 2.0f * sigmoidf_(m[hc + s] * scale[1] + base[hc + s]);
-    }
-    const float *mc = m + 2 * hc, *bc = base + 2 * hc;
-    for (int i = 0; i < hc; i++) {
-        float *row = comb + i * hc, mx = -INFINITY, sum = 0;
-        for (int j = 0; j < hc; j++) {
-            row[j] = mc[i * hc + j] * scale[2] + bc[i * hc + j];
-            if (row[j] > mx) mx = row[j];
-        }
-        for (int j = 0; j < hc; j++) {
-            row[j] = expf(row[j] - mx);
-            sum += row[j];
-        }
-        for (int j = 0; j < hc; j++) row[j] = row[j] / sum + eps;
-    }
-    for (int it = 0; it < iters; it++) {
-        if (it > 0)
-            for (int i = 0; i < hc; i++) {
-                float sum = 0;
-                for (int j = 0; j < hc; j++) sum += comb[i * hc + j];
-                for (int j = 0; j < hc; j++) comb[i * hc + j] /= sum + eps;
-            }
-        for (int j = 0; j < hc; j++) {
-            float sum = 0;
-            for (int i = 0; i < hc; i++) sum += comb[i * hc + j];
-            for (int i = 0; i < hc; i++) comb[i * hc + j] /= sum + eps;
-        }
-    }
-}
-
 // The mix logits m[t][j] = (h[t] * rsqrt(mean(h[t]^2) + eps)) . fn[j],
 // one block per (j, t) so that a single token still fills the GPU
 // (consecutive blocks share the token's streams in L2).
@@ -141,21 +105,77 @@ __global__ void hc_logits_kernel(const float *h, int n, const float *fn, float n
     if (threadIdx.x == 0) m[(long long)t * nmix + j] = a;
 }
 
-// One block per token: the mix (one thread; Sinkhorn unless head), then
-// the collapse sum_k pre[k] h[k].
-__global__ void hc_collapse_kernel(const float *h, int hc, int H, const float *m,
+void cu_hc_logits(cudaStream_t st, const float *h, int T, int n, const float *fn, int nmix,
+                  float norm_eps, float *m)
+{
+    if (T > 0) hc_logits_kernel<<<dim3(nmix, T), 256, 0, st>>>(h, n, fn, norm_eps, m);
+}
+
+// r[t] = rsqrt(mean(h[t]^2) + eps), one block per token.
+__global__ void hc_rms_kernel(const float *h, int n, float norm_eps, float *r)
+{
+    __shared__ double shd[32];
+    const float *ht = h + (long long)blockIdx.x * n;
+    double ss = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)ht[i] * ht[i];
+    ss = block_sum(ss, shd);
+    if (threadIdx.x == 0) r[blockIdx.x] = 1.0f / sqrtf((float)(ss / n) + norm_eps);
+}
+
+void cu_hc_rms(cudaStream_t st, const float *h, int T, int n, float norm_eps, float *r)
+{
+    if (T > 0) hc_rms_kernel<<<T, 256, 0, st>>>(h, n, norm_eps, r);
+}
+
+// One block per token: the mix (cpu_hc_mix, by warp 0: a lane per row,
+// then per column, in shared memory; same operations in the same order),
+// then the collapse sum_k pre[k] h[k].  r: NULL, or m holds unnormalized
+// dot products to be multiplied by r[t].
+__global__ void hc_collapse_kernel(const float *h, int hc, int H, const float *m, const float *r,
                                    const float *base, const float *scale, int iters,
                                    float hc_eps, float *post, float *comb, float *out, int head)
 {
-    __shared__ float pre[HC_MAX];
-    int t = blockIdx.x, nmix = head ? hc : (2 + hc) * hc;
+    __shared__ float pre[HC_MAX], cm[HC_MAX * HC_MAX];
+    int t = blockIdx.x, lane = threadIdx.x, nmix = head ? hc : (2 + hc) * hc;
     const float *mt = m + (long long)t * nmix, *ht = h + (long long)t * hc * H;
-    if (threadIdx.x == 0) {
-        if (head)
-            for (int s = 0; s < hc; s++) pre[s] = sigmoidf_(mt[s] * scale[0] + base[s]) + hc_eps;
-        else
-            hc_mix(mt, hc, base, scale, iters, hc_eps, pre, post + (long long)t * hc,
-                   comb + (long long)t * hc * hc);
+    float rt = r ? r[t] : 1.0f;
+    if (threadIdx.x < 32) {
+        if (lane < hc) {
+            float m0 = r ? mt[lane] * rt : mt[lane];
+            pre[lane] = sigmoidf_(m0 * scale[0] + base[lane]) + hc_eps;
+            if (!head) {
+                float m1 = r ? mt[hc + lane] * rt : mt[hc + lane];
+                post[(long long)t * hc + lane] = 2.0f * sigmoidf_(m1 * scale[1] + base[hc + lane]);
+                const float *mc = mt + 2 * hc, *bc = base + 2 * hc;
+                float *row = cm + lane * hc, mx = -INFINITY, sum = 0;
+                for (int j = 0; j < hc; j++) {
+                    float mv = r ? mc[lane * hc + j] * rt : mc[lane * hc + j];
+                    row[j] = mv * scale[2] + bc[lane * hc + j];
+                    if (row[j] > mx) mx = row[j];
+                }
+                for (int j = 0; j < hc; j++) {
+                    row[j] = expf(row[j] - mx);
+                    sum += row[j];
+                }
+                for (int j = 0; j < hc; j++) row[j] = row[j] / sum + hc_eps;
+            }
+        }
+        __syncwarp();
+        for (int it = 0; !head && it < iters; it++) {
+            if (it > 0 && lane < hc) {
+                float sum = 0;
+                for (int j = 0; j < hc; j++) sum += cm[lane * hc + j];
+                for (int j = 0; j < hc; j++) cm[lane * hc + j] /= sum + hc_eps;
+            }
+            __syncwarp();
+            if (lane < hc) {
+                float sum = 0;
+                for (int i = 0; i < hc; i++) sum += cm[i * hc + lane];
+                for (int i = 0; i < hc; i++) cm[i * hc + lane] /= sum + hc_eps;
+            }
+            __syncwarp();
+        }
+        for (int x = lane; !head && x < hc * hc; x += 32) comb[(long long)t * hc * hc + x] = cm[x];
     }
     __syncthreads();
     for (int d = threadIdx.x; d < H; d += blockDim.x) {
@@ -165,15 +185,13 @@ __global__ void hc_collapse_kernel(const float *h, int hc, int H, const float *m
     }
 }
 
-void cu_hc_pre(cudaStream_t st, const float *h, int T, int hc, int H, const float *fn,
-               const float *base, const float *scale, int iters, float hc_eps, float norm_eps,
-               float *post, float *comb, float *collapsed, bool head, float *m)
+void cu_hc_collapse(cudaStream_t st, const float *h, int T, int hc, int H, const float *m,
+                    const float *r, const float *base, const float *scale, int iters,
+                    float hc_eps, float *post, float *comb, float *collapsed, bool head)
 {
-    if (T <= 0) return;
-    int nmix = head ? hc : (2 + hc) * hc;
-    hc_logits_kernel<<<dim3(nmix, T), 256, 0, st>>>(h, hc * H, fn, norm_eps, m);
-    hc_collapse_kernel<<<T, 256, 0, st>>>(h, hc, H, m, base, scale, iters, hc_eps, post, comb,
-                                          collapsed, head);
+    if (T > 0)
+        hc_collapse_kernel<<<T, 256, 0, st>>>(h, hc, H, m, r, base, scale, iters, hc_eps, post,
+                                              comb, collapsed, head);
 }
 
 __global__ void hc_post_kernel(float *h, const float *y, const float *post, const float *comb,
