@@ -44,17 +44,19 @@ __device__ __forceinline__ void load_vec(const dqw &w, const uint8_t *data, cons
     }
 }
 
-// One warp per output row n, NT tokens per block row (blockIdx.y).  With
-// `experts`, NT is 1 and blockIdx.y is a slot with its own expert.
-template <int QT, int NT>
+// SPLIT warps per output row n (each a slice of the chunks, summed in
+// shared memory), NT tokens per block row (blockIdx.y).  With `experts`,
+// NT is 1 and blockIdx.y is a slot with its own expert.
+template <int QT, int NT, int SPLIT>
 __global__ void __launch_bounds__(256)
 gemv_kernel(dqw w, const int *experts, const float *x, int ldx, int xdiv, int T, float *y,
             int ldy, int vec_ok)
 {
-    constexpr int VEC = vec_of<QT>::n;
-    int lane = threadIdx.x & 31;
-    int n = blockIdx.x * 8 + (threadIdx.x >> 5);
-    if (n >= w.rows) return;
+    constexpr int VEC = vec_of<QT>::n, RPB = 8 / SPLIT;
+    __shared__ float part[8][NT];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = warp % SPLIT;
+    int n = blockIdx.x * RPB + warp / SPLIT;
+    bool live = n < w.rows;
     int t0 = blockIdx.y * NT, nt = min(NT, T - t0);
     const uint8_t *data = w.data, *scale = w.scale;
     if (experts) {
@@ -70,9 +72,9 @@ gemv_kernel(dqw w, const int *experts, const float *x, int ldx, int xdiv, int T,
         xr[t] = x + (long long)((t0 + (t < nt ? t : 0)) / xdiv) * ldx;
         acc[t] = 0;
     }
-    int nch = vec_ok ? w.cols / VEC : 0;
-#pragma unroll 2
-    for (int ch = lane; ch < nch; ch += 32) {
+    int nch = vec_ok && live ? w.cols / VEC : 0;
+#pragma unroll 4
+    for (int ch = lane + 32 * sub; ch < nch; ch += 32 * SPLIT) {
         int c = ch * VEC;
         float v[VEC];
         load_vec<QT>(w, data, scale, r, w.c0 + c, v);
@@ -90,7 +92,8 @@ gemv_kernel(dqw w, const int *experts, const float *x, int ldx, int xdiv, int T,
             acc[t] += a;
         }
     }
-    for (int c = nch * VEC + lane; c < w.cols; c += 32) {
+    int c1 = live ? w.cols : 0;
+    for (int c = (vec_ok ? w.cols / VEC * VEC : 0) + lane + 32 * sub; c < c1; c += 32 * SPLIT) {
         float v = qw_at<QT>(w, data, scale, r, w.c0 + c);
 #pragma unroll
         for (int t = 0; t < NT; t++)
@@ -99,7 +102,16 @@ gemv_kernel(dqw w, const int *experts, const float *x, int ldx, int xdiv, int T,
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         float s = warp_sum(acc[t]);
-        if (lane == 0 && t < nt) y[(long long)(t0 + t) * ldy + n] = s;
+        if (SPLIT == 1 && lane == 0 && live && t < nt) y[(long long)(t0 + t) * ldy + n] = s;
+        if (SPLIT > 1 && lane == 0) part[warp][t] = s;
+    }
+    if (SPLIT > 1) {
+        __syncthreads();
+        if (sub == 0 && lane < nt && live) {
+            float s = 0;
+            for (int k = 0; k < SPLIT; k++) s += part[warp + k][lane];
+            y[(long long)(t0 + lane) * ldy + n] = s;
+        }
     }
 }
 
@@ -196,14 +208,22 @@ static int vec_ok(const dqw &w, const float *x, int ldx)
     return w.c0 % vec_elems(w.type) == 0 && (uintptr_t)x % 16 == 0 && ldx % 4 == 0;
 }
 
+// Few output rows (fewer than two blocks per SM at a warp per row): four
+// warps per row, so long rows are read with more loads in flight.
 template <int NT>
 static void gemv(cudaStream_t st, const dqw &w, const int *experts, const float *x, int ldx,
                  int xdiv, int T, float *y, int ldy)
 {
-    dim3 grid((w.rows + 7) / 8, (T + NT - 1) / NT);
-    int ok = vec_ok(w, x, ldx);
-    QT_DISPATCH(w.type, gemv_kernel<QT, NT><<<grid, 256, 0, st>>>(w, experts, x, ldx, xdiv, T,
-                                                                    y, ldy, ok));
+    int ok = vec_ok(w, x, ldx), ny = (T + NT - 1) / NT;
+    if ((long long)(w.rows + 7) / 8 * ny < 264 && w.cols >= 512) {
+        dim3 grid((w.rows + 1) / 2, ny);
+        QT_DISPATCH(w.type, gemv_kernel<QT, NT, 4><<<grid, 256, 0, st>>>(w, experts, x, ldx, xdiv,
+                                                                           T, y, ldy, ok));
+    } else {
+        dim3 grid((w.rows + 7) / 8, ny);
+        QT_DISPATCH(w.type, gemv_kernel<QT, NT, 1><<<grid, 256, 0, st>>>(w, experts, x, ldx, xdiv,
+                                                                           T, y, ldy, ok));
+    }
 }
 
 void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y, int ldy)

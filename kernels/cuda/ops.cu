@@ -86,29 +86,34 @@ void cu_scale(cudaStream_t st, float *x, int ld, int T, int n, float s)
 
 __device__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// The mix logits m[t][j] = (h[t] * rsqrt(mean(h[t]^2) + eps)) . fn[j],
-// one block per (j, t) so that a single token still fills the GPU
-// (consecutive blocks share the token's streams in L2).
-__global__ void hc_logits_kernel(const float *h, int n, const float *fn, float norm_eps, float *m)
+// The mix logits m[t][j] = rsqrt(mean(h[t]^2) + eps) * (h[t] . fn[j]) in
+// one pass, one block per (j, t) so that a single token still fills the
+// GPU (consecutive blocks share the token's streams in L2).  The CPU
+// scales before the dot product; the difference is rounding.
+__global__ void __launch_bounds__(512) hc_logits_kernel(const float *h, int n, const float *fn,
+                                                        float norm_eps, float *m)
 {
     __shared__ double shd[32];
     __shared__ float shf[32];
     int j = blockIdx.x, t = blockIdx.y, nmix = gridDim.x;
     const float *ht = h + (long long)t * n, *f = fn + (long long)j * n;
     double ss = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)ht[i] * ht[i];
-    ss = block_sum(ss, shd);
-    float r = 1.0f / sqrtf((float)(ss / n) + norm_eps);
     float a = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) a += (ht[i] * r) * f[i];
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float hv = ht[i];
+        ss += (double)hv * hv;
+        a += hv * f[i];
+    }
+    ss = block_sum(ss, shd);
     a = block_sum(a, shf);
-    if (threadIdx.x == 0) m[(long long)t * nmix + j] = a;
+    if (threadIdx.x == 0) m[(long long)t * nmix + j] = a * (1.0f / sqrtf((float)(ss / n) + norm_eps));
 }
 
 void cu_hc_logits(cudaStream_t st, const float *h, int T, int n, const float *fn, int nmix,
                   float norm_eps, float *m)
 {
-    if (T > 0) hc_logits_kernel<<<dim3(nmix, T), 256, 0, st>>>(h, n, fn, norm_eps, m);
+    if (T > 0) hc_logits_kernel<<<dim3(nmix, T), 512, 0, st>>>(h, n, fn, norm_eps, m);
 }
 
 // r[t] = rsqrt(mean(h[t]^2) + eps), one block per token.

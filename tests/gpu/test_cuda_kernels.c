@@ -544,9 +544,9 @@ static void test_ring_store(int window, int hd, int pos0, int n)
 
 /* ---- mixture of experts: rank 1's slice of every expert ---- */
 
-static void test_moe(int T, bool hash)
+static void test_moe(int T, bool hash, int H)
 {
-    int E = 8, K = 2, H = 128, I = 128, i0 = 64, ni = 64, vocab = 50;
+    int E = 8, K = 2, I = 128, i0 = 64, ni = 64, vocab = 50;
     qweight gate = make_w(QT_BF16, E, H);
     qweight w1[8], w2[8], w3[8], g1[8], g2[8], g3[8];
     for (int e = 0; e < E; e++) {
@@ -584,8 +584,8 @@ static void test_moe(int T, bool hash)
     G->moe(G, &a);
     float *g = hcopy(dout, (size_t)T * H * 4);
     char name[96];
-    snprintf(name, sizeof name, "moe %s routing T=%d (E=%d K=%d, rank slice of MXFP4 experts)",
-             hash ? "hash" : "top-k", T, E, K);
+    snprintf(name, sizeof name, "moe %s routing T=%d H=%d (E=%d K=%d, rank slice of MXFP4 "
+             "experts)", hash ? "hash" : "top-k", T, H, E, K);
     check(name, g, out, (size_t)T * H);
     G->release(G, dx), G->release(G, dbias), G->release(G, dtid), G->release(G, dout);
     free(bias), free(x), free(tid), free(ids), free(out), free(g);
@@ -736,12 +736,13 @@ int main(void)
     test_ring_store(16, 64, 0, 5);
     test_ring_store(16, 64, 30, 40);
     test_ring_store(128, 512, 1000, 1);
-    test_moe(1, false);
-    test_moe(1, true);
-    test_moe(5, false);
-    test_moe(40, false);
-    test_moe(40, true);
-    test_moe(300, false);
+    test_moe(1, false, 128);
+    test_moe(1, true, 128);
+    test_moe(5, false, 128);
+    test_moe(3, false, 1024);   /* split rows in the per-slot matrix-vector products */
+    test_moe(40, false, 128);
+    test_moe(40, true, 128);
+    test_moe(300, false, 128);
 
     G->destroy(G);
     C->destroy(C);
