@@ -28,7 +28,7 @@ NVFLAGS    := -std=c++17 -O3 -Xcompiler -fPIC -Iengine -Ikernels \
               -gencode arch=compute_90a,code=sm_90a \
               -gencode arch=compute_90,code=compute_90
 LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
-              -lcudart_static -ldl -lstdc++
+              -lnccl -lcublasLt -lcudart_static -ldl -lstdc++
 endif
 
 # Objects rebuild when the flags change (CUDA=0 vs 1, OPT=...).
@@ -56,7 +56,7 @@ QUALIFY_LIB  := $(BUILD)/libqualify.a
 QUALIFY_BIN  := $(BUILD)/bin/llm-qualify
 QUALIFY_FAKE := $(BUILD)/tests/qualify_fake_server
 
-.PHONY: all module test test-c test-nginx test-gpu run deps clean fuzz qualify
+.PHONY: all module test test-c test-nginx test-gpu gpu-tests run deps clean fuzz qualify
 all: $(BIN) $(QUALIFY_BIN)
 
 # Install Debian packages when one is missing (fast no-op otherwise).
@@ -106,7 +106,12 @@ $(BUILD)/fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c $(FUZZ_SRC)
 	clang -std=c11 -O1 -g -D_GNU_SOURCE -Iengine -fsanitize=fuzzer,address,undefined \
 	    $^ -o $@ -lyajl
 
-test-gpu: $(BIN)
+# The GPU suite (tools/test_gpu.sh): CUDA kernels against the CPU backend,
+# the model on the golden fixtures with --backend cuda.  gpu-tests builds
+# it without running (to carry the binaries to a GPU machine).
+GPU_TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/gpu/*.c))
+gpu-tests: $(BIN) $(GPU_TEST_BIN) $(BUILD)/tests/test_model_golden
+test-gpu: gpu-tests
 	@tools/test_gpu.sh
 
 run: $(BIN) $(MOD)

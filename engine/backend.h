@@ -113,6 +113,24 @@ struct backend {
     /* Copy `rows` rows of `n` floats between strided buffers. */
     void (*copy_rows)(backend *b, float *dst, int ldd, const float *src, int lds, int rows,
                       int n);
+    /* Host <-> backend memory, `bytes` bytes (tests; staging). */
+    void (*write)(backend *b, void *dst, const void *src, size_t bytes);
+    void (*read)(backend *b, void *dst, const void *src, size_t bytes);
+
+    /* Load time, on backends with memory of their own (NULL on the CPU,
+     * which reads the mmap'd weights where they are).  upload_weights
+     * copies n views of one shape (n > 1: a layer's experts, packed
+     * together) in their stored precision and sets each w[i].dev (views
+     * without host data, synthetic weights, get random values of their
+     * format instead); upload returns a backend copy of a host array.
+     * Both owned by the backend; -1 / NULL on failure (see error). */
+    int (*upload_weights)(backend *b, qweight *w, int n);
+    void *(*upload)(backend *b, const void *host, size_t bytes);
+    /* The first failure since creation, or NULL.  After one, outputs are
+     * undefined: the step that saw it must be discarded. */
+    const char *(*error)(backend *b);
+    /* Free and total bytes of the backend's memory (NULL: not told). */
+    void (*mem_info)(backend *b, size_t *free_bytes, size_t *total_bytes);
 
     /* y[t][0..w->rows) = x[t] . W^T */
     void (*matmul)(backend *b, const qweight *w, const float *x, int ldx, int T, float *y,
@@ -163,5 +181,9 @@ struct backend {
 struct tp_group;
 /* CPU backend for `rank` of group g with `threads` kernel threads. */
 backend *backend_cpu_new(int threads, struct tp_group *g, int rank);
+
+/* CUDA backends for ranks 0..tp-1, rank r on device r, joined by an NCCL
+ * communicator (builds with LLM_HAVE_CUDA only).  0, or -1 with a message. */
+int backend_cuda_new_group(int tp, backend **out, char *err, size_t errlen);
 
 #endif

@@ -37,6 +37,14 @@ static void cpu_copy_rows(backend *b, float *dst, int ldd, const float *src, int
         memcpy(dst + (size_t)r * ldd, src + (size_t)r * lds, n * sizeof(float));
 }
 
+static void cpu_write(backend *b, void *dst, const void *src, size_t bytes)
+{
+    (void)b;
+    memcpy(dst, src, bytes);
+}
+
+static const char *cpu_error(backend *b) { (void)b; return NULL; }
+
 static void cpu_matmul_op(backend *b, const qweight *w, const float *x, int ldx, int T,
                           float *y, int ldy)
 {
@@ -406,6 +414,9 @@ backend *backend_cpu_new(int threads, tp_group *g, int rank)
     b->alloc = cpu_alloc;
     b->release = cpu_release;
     b->copy_rows = cpu_copy_rows;
+    b->write = cpu_write;
+    b->read = cpu_write;
+    b->error = cpu_error;
     b->matmul = cpu_matmul_op;
     b->embed = cpu_embed;
     b->rmsnorm = cpu_rmsnorm;

@@ -1,13 +1,26 @@
-/* llm-engine bench --model DIR [--tp N] [--threads N] [--prompt N] [--decode N]
- * One sequence: a prompt of N pseudo-random tokens as one prefill (time to
- * first token), then greedy decoding token by token.  Prints a table. */
+/* llm-engine bench --model DIR | --synthetic CONFIG.json
+ *                  [--backend cpu|cuda] [--tp N] [--threads N]
+ *                  [--prompt N | --prompts N,N,...] [--decode N]
+ *                  [--peak-gbs X] [--peak-tflops Y]
+ * Per prompt length: one sequence, the prompt of pseudo-random tokens as
+ * one prefill (time to first token); after the first prompt, greedy
+ * decoding token by token.  --synthetic builds random weights of the
+ * config's exact shapes and dtypes on the GPUs (no files; cuda only).
+ * Prints a table with load time, memory, cache capacity at 128K/384K/1M
+ * positions, and roofline fractions: prefill FLOPs per GPU-second over
+ * --peak-tflops, decode weight and cache bytes per token per rank over
+ * --peak-gbs (defaults: the H200 ceilings measured on the GPU machine,
+ * 788 TFLOP/s dense bf16 and 4300 GB/s device copy, KINDS.md). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cli.h"
+#include "cpu/qweight.h"
 #include "model.h"
+#include "model_weights.h"
 
 static double now(void)
 {
@@ -16,25 +29,123 @@ static double now(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Stored bytes of a [rows][cols] matrix. */
+static double qbytes(enum qtype t, double rows, double cols)
+{
+    switch (t) {
+    case QT_FP8: return rows * cols + ceil(rows / 128) * ceil(cols / 128);
+    case QT_MXFP4: return rows * cols / 2 + rows * cols / 32;
+    case QT_BF16: return 2 * rows * cols;
+    default: return 4 * rows * cols;
+    }
+}
+
+/* Compressed entries a query at position p attends to in layer l. */
+static double ncomp(const v4_config *c, int l, double p)
+{
+    int r = v4_layer_ratio(c, l);
+    if (!r) return 0;
+    double nvis = floor((p + 1) / r);
+    return c->attn[l] == V4_ATTN_CSA ? fmin(nvis, c->index_topk) : nvis;
+}
+
+/* Bytes one decode token at position p reads on rank s: its weights
+ * (routed experts: the topk chosen) and the cache it attends over. */
+static double decode_bytes(const v4_config *c, const v4_shard *s, double p)
+{
+    int H = c->hidden_size, hc = c->hc_mult, hd = c->head_dim, qlr = c->q_lora_rank;
+    int mix = (2 + hc) * hc, ihd = c->index_head_dim, ih = c->index_heads;
+    double b = qbytes(QT_BF16, 1, H) + qbytes(QT_BF16, s->nv, H) + 4.0 * hc * hc * H;
+    for (int l = 0; l < c->n_layers; l++) {
+        int ratio = v4_layer_ratio(c, l);
+        bool csa = c->attn[l] == V4_ATTN_CSA;
+        b += 2 * 4.0 * mix * hc * H;
+        b += qbytes(QT_FP8, qlr, H) + qbytes(QT_FP8, (double)s->nh * hd, qlr) +
+             qbytes(QT_FP8, hd, H) +
+             qbytes(QT_BF16, (double)s->ng * c->o_lora_rank, (double)c->n_heads / c->o_groups * hd) +
+             qbytes(QT_FP8, H, (double)s->ng * c->o_lora_rank);
+        if (ratio) b += 2 * qbytes(QT_BF16, (csa ? 2 : 1) * hd, H);
+        if (csa)
+            b += 2 * qbytes(QT_BF16, 2 * ihd, H) + qbytes(QT_FP8, (double)ih * ihd, qlr) +
+                 qbytes(QT_BF16, ih, H) + 4.0 * floor((p + 1) / ratio) * ihd;
+        b += qbytes(QT_BF16, c->n_experts, H) + c->topk * 3 * qbytes(QT_MXFP4, s->ni, H) +
+             3 * qbytes(QT_FP8, s->ni, H);
+        b += 4.0 * hd * (fmin(c->sliding_window, p + 1) + ncomp(c, l, p));
+    }
+    return b;
+}
+
+/* Floating-point operations of the whole model (all ranks) for the
+ * token at position p, logits excluded. */
+static double token_flops(const v4_config *c, double p)
+{
+    double H = c->hidden_size, hc = c->hc_mult, hd = c->head_dim, qlr = c->q_lora_rank;
+    double nh = c->n_heads, olr = c->o_lora_rank, og = c->o_groups, I = c->moe_inter;
+    double ihd = c->index_head_dim, ih = c->index_heads, mix = (2 + hc) * hc;
+    double f = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        int ratio = v4_layer_ratio(c, l);
+        bool csa = c->attn[l] == V4_ATTN_CSA;
+        double params = qlr * H + nh * hd * qlr + hd * H + nh * hd * olr + og * olr * H +
+                        c->n_experts * H + (c->topk + 1) * 3 * H * I + 2 * mix * hc * H;
+        if (ratio) params += 2 * (csa ? 2 : 1) * hd * H;
+        if (csa) params += 4 * ihd * H + ih * ihd * qlr + ih * H;
+        f += 2 * params;
+        f += 4 * nh * hd * (fmin(c->sliding_window, p + 1) + ncomp(c, l, p));
+        if (csa && floor((p + 1) / ratio) > c->index_topk)
+            f += 2 * ih * ihd * floor((p + 1) / ratio);
+    }
+    return f;
+}
+
+static int parse_list(const char *s, int *v, int max)
+{
+    int n = 0;
+    while (*s && n < max) {
+        char *end;
+        long x = strtol(s, &end, 10);
+        if (end == s || x < 1 || x > 1 << 24 || (*end && *end != ',')) return -1;
+        v[n++] = (int)x;
+        s = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: llm-engine bench --model DIR | --synthetic CONFIG.json "
+            "[--backend cpu|cuda] [--tp N] [--threads N] [--prompt N | --prompts N,N,...] "
+            "[--decode N] [--peak-gbs X] [--peak-tflops Y]\n");
+    return 2;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     const char *model = NULL;
-    int prompt = 128, decode = 32;
+    int prompts[8] = { 128 }, nprompts = 1, decode = 32;
+    double peak_gbs = 4300, peak_tflops = 788;
     v4_options opt = { .tp = 1 };
+    if (argc % 2 == 0) return usage();
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--model")) model = argv[i + 1];
-        else if (!strcmp(argv[i], "--tp")) opt.tp = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--threads")) opt.threads_per_rank = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--prompt")) prompt = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--decode")) decode = atoi(argv[i + 1]);
-        else model = NULL, i = argc;
+        const char *a = argv[i], *v = argv[i + 1];
+        if (!strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--synthetic")) model = v, opt.synthetic = true;
+        else if (!strcmp(a, "--tp")) opt.tp = atoi(v);
+        else if (!strcmp(a, "--threads")) opt.threads_per_rank = atoi(v);
+        else if (!strcmp(a, "--prompt")) prompts[0] = atoi(v), nprompts = prompts[0] > 0;
+        else if (!strcmp(a, "--prompts")) nprompts = parse_list(v, prompts, 8);
+        else if (!strcmp(a, "--decode")) decode = atoi(v);
+        else if (!strcmp(a, "--backend")) opt.backend = v;
+        else if (!strcmp(a, "--peak-gbs")) peak_gbs = atof(v);
+        else if (!strcmp(a, "--peak-tflops")) peak_tflops = atof(v);
+        else return usage();
     }
-    if (!model || argc % 2 == 0 || prompt < 1 || decode < 0 || opt.tp < 1) {
-        fprintf(stderr, "usage: llm-engine bench --model DIR [--tp N] [--threads N] "
-                "[--prompt N] [--decode N]\n");
-        return 2;
-    }
-    opt.cache_tokens = prompt + decode;
+    if (!model || nprompts < 1 || decode < 0 || opt.tp < 1 || peak_gbs <= 0 || peak_tflops <= 0)
+        return usage();
+    if (opt.synthetic && !opt.backend) opt.backend = "cuda";
+    int maxp = 0;
+    for (int i = 0; i < nprompts; i++) maxp = prompts[i] > maxp ? prompts[i] : maxp;
+    opt.cache_tokens = maxp + decode;
     strbuf err;
     sb_init(&err);
     v4_model *m = NULL;
@@ -45,43 +156,80 @@ int cmd_bench(int argc, char **argv)
         return 1;
     }
     double t_load = now() - t0;
-    int V = v4_model_config(m)->vocab_size;
-    int32_t *ids = malloc((prompt + decode) * sizeof *ids);
+    const v4_config *c = v4_model_config(m);
+    int V = c->vocab_size, tp = v4_model_tp(m);
+    printf("model            %s%s\n", model, opt.synthetic ? " (synthetic weights)" : "");
+    printf("backend          %s, tp %d\n", opt.backend ? opt.backend : "cpu", tp);
+    printf("load             %.2f s\n", t_load);
+    fflush(stdout);
+
+    int32_t *ids = malloc((maxp + decode) * sizeof *ids);
     uint64_t x = 88172645463325252ULL;
-    for (int i = 0; i < prompt; i++) {
+    for (int i = 0; i < maxp; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         ids[i] = (int32_t)(x % (uint64_t)V);
     }
     float *logits = malloc((size_t)V * sizeof *logits);
-    v4_seq *seq = v4_seq_new(m, &err);
+    v4_shard sh;
+    v4_shard_plan(c, tp, 0, &sh, &err);
     int rc = 1;
-    t0 = now();
-    v4_step_item it = { seq, ids, prompt, logits, false };
-    if (!seq || v4_step(m, &it, 1, &err)) goto out;
-    double t_prefill = now() - t0;
-    t0 = now();
-    for (int i = 0; i < decode; i++) {
-        int best = 0;
-        for (int v = 1; v < V; v++) best = logits[v] > logits[best] ? v : best;
-        ids[prompt + i] = best;
-        it = (v4_step_item){ seq, ids + prompt + i, 1, logits, false };
-        if (v4_step(m, &it, 1, &err)) goto out;
+    for (int pi = 0; pi < nprompts; pi++) {
+        int n = prompts[pi];
+        v4_seq *seq = v4_seq_new(m, &err);
+        if (!seq) goto out;
+        t0 = now();
+        v4_step_item it = { seq, ids, n, logits, false };
+        if (v4_step(m, &it, 1, &err)) { v4_seq_free(m, seq); goto out; }
+        double t = now() - t0, fl = 0;
+        for (int p = 0; p < n; p++) fl += token_flops(c, p);
+        double per_gpu = fl / t / tp;
+        int nonfinite = 0;
+        for (int v = 0; v < V; v++) nonfinite += !isfinite(logits[v]);
+        printf("prefill %-8d %.3f s = %.0f tokens/s, TTFT %.1f ms; %.1f TFLOP, %.1f TFLOP/s "
+               "per GPU = %.2f%% of %.0f%s\n", n, t, n / t, t * 1e3, fl / 1e12, per_gpu / 1e12,
+               100 * per_gpu / 1e12 / peak_tflops, peak_tflops,
+               nonfinite ? " (logits NOT finite)" : "");
+        fflush(stdout);
+        if (pi == 0 && decode) {
+            double bytes = 0;
+            t0 = now();
+            for (int i = 0; i < decode; i++) {
+                int best = 0;
+                for (int v = 1; v < V; v++) best = logits[v] > logits[best] ? v : best;
+                ids[n + i] = best;
+                bytes += decode_bytes(c, &sh, n + i);
+                it = (v4_step_item){ seq, ids + n + i, 1, logits, false };
+                if (v4_step(m, &it, 1, &err)) { v4_seq_free(m, seq); goto out; }
+            }
+            double td = now() - t0, floor_s = bytes / decode / (peak_gbs * 1e9);
+            printf("decode           %d tokens at context %d: %.2f ms/token = %.2f tokens/s; "
+                   "%.2f GB per token per rank, floor %.3f ms = %.2f%% of %.0f GB/s\n", decode,
+                   n, td * 1e3 / decode, decode / td, bytes / decode / 1e9, floor_s * 1e3,
+                   100 * floor_s / (td / decode), peak_gbs);
+            fflush(stdout);
+        }
+        v4_seq_free(m, seq);
     }
-    double t_decode = now() - t0;
+
     v4_cache_info ci;
     v4_cache_info_get(m, &ci);
-    printf("| model | tp | threads/rank | prompt | prefill tok/s | TTFT ms | decode | "
-           "decode tok/s | ms/token |\n");
-    printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    printf("| %s | %d | %d | %d | %.1f | %.1f | %d | %.2f | %.2f |\n", model, v4_model_tp(m),
-           v4_model_threads(m), prompt, prompt / t_prefill, t_prefill * 1e3, decode,
-           decode ? decode / t_decode : 0.0, decode ? t_decode * 1e3 / decode : 0.0);
-    printf("\nload %.2f s; cache %.0f bytes per position per rank, %zu bytes of state per "
-           "sequence per rank\n", t_load, v4_cache_bytes_per_token(m), ci.state_bytes);
+    size_t mfree, mtotal;
+    v4_model_mem(m, &mfree, &mtotal);
+    printf("cache per token  %.0f bytes per rank (+ %zu bytes state per sequence)\n",
+           v4_cache_bytes_per_token(m), ci.state_bytes);
+    if (mtotal) {
+        printf("memory per rank  %.1f GiB free of %.1f GiB after the runs\n", mfree / 1073741824.0,
+               mtotal / 1073741824.0);
+        const int64_t lens[] = { 131072, 393216, 1048576 };
+        for (int i = 0; i < 3; i++) {
+            double per = ci.state_bytes + (double)v4_blocks_for_tokens(m, lens[i]) * ci.block_bytes;
+            printf("capacity %-7lld %.2f GiB per sequence per rank: %d sequences fit in the free "
+                   "memory\n", (long long)lens[i], per / 1073741824.0, (int)(mfree / per));
+        }
+    }
     rc = 0;
 out:
     if (rc) fprintf(stderr, "llm-engine bench: %s", err.data);
-    v4_seq_free(m, seq);
     v4_model_free(m);
     free(ids);
     free(logits);

@@ -1,5 +1,5 @@
 /* llm-engine logits --model DIR --ids 1,2,3 [--tp N] [--mode full|incremental]
- *                   [--backend cpu] [--threads N] --out FILE
+ *                   [--backend cpu|cuda] [--threads N] --out FILE
  * Writes float32 little-endian logits [n_ids][vocab], one row per position.
  * full: one forward pass over all ids.  incremental: the first half as one
  * prefill, then one token at a time through the cache. */
@@ -32,7 +32,7 @@ static int parse_ids(const char *s, int32_t **out, int *n)
 static int usage(void)
 {
     fprintf(stderr, "usage: llm-engine logits --model DIR --ids 1,2,3 [--tp N] "
-            "[--mode full|incremental] [--backend cpu] [--threads N] --out FILE\n");
+            "[--mode full|incremental] [--backend cpu|cuda] [--threads N] --out FILE\n");
     return 2;
 }
 

@@ -22,7 +22,7 @@ static const struct {
     { "detokenize", cmd_detokenize, "detokenize --tokenizer FILE [--skip-special]   ids (stdin) -> text" },
     { "bench-tokenizer", cmd_bench_tokenizer, "bench-tokenizer --tokenizer FILE --text FILE [--repeat N]" },
     { "logits", cmd_logits, "logits --model DIR --ids 1,2,3 [--tp N] [--mode full|incremental] --out FILE" },
-    { "bench", cmd_bench, "bench --model DIR [--tp N] [--prompt N] [--decode N]   prefill/decode tokens/s" },
+    { "bench", cmd_bench, "bench --model DIR | --synthetic CONFIG [--backend B] [--tp N] [--prompts N,..]  prefill/decode tokens/s" },
     { "synth", cmd_synth, "synth --out DIR [--preset tiny|mid]   write a synthetic V4 checkpoint" },
 };
 

@@ -16,14 +16,53 @@ static int default_threads(int tp)
     return t < 1 ? 1 : t;
 }
 
+/* Each rank copies its shard to its backend, all at once. */
+typedef struct {
+    v4_model *m;
+    strbuf err[64];
+    int rc[64];
+} upload_job;
+
+static void upload_rank(void *ctx, int r)
+{
+    upload_job *J = ctx;
+    v4_rank *R = &J->m->ranks[r];
+    J->rc[r] = v4_weights_upload(&R->w, &J->m->cfg, &R->shard, R->be, &J->err[r]);
+}
+
+static int upload_all(v4_model *m, strbuf *err)
+{
+    upload_job *J = calloc(1, sizeof *J);
+    J->m = m;
+    for (int r = 0; r < m->tp; r++) sb_init(&J->err[r]);
+    tp_run(m->group, upload_rank, J);
+    int rc = 0;
+    for (int r = 0; r < m->tp; r++) {
+        if (J->rc[r] && !rc) {
+            sb_printf(err, "rank %d: %s", r, J->err[r].data);
+            rc = -1;
+        }
+        sb_free(&J->err[r]);
+    }
+    free(J);
+    return rc;
+}
+
 int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf *err)
 {
     v4_options o = opt ? *opt : (v4_options){ 0 };
     *out = NULL;
-    if (o.backend && strcmp(o.backend, "cpu")) {
-        sb_printf(err, "backend %s: not available in this build (cpu only)\n", o.backend);
+    bool cuda = o.backend && !strcmp(o.backend, "cuda");
+    if (o.backend && strcmp(o.backend, "cpu") && !cuda) {
+        sb_printf(err, "backend %s: unknown (cpu or cuda)\n", o.backend);
         return -1;
     }
+#ifndef LLM_HAVE_CUDA
+    if (cuda) {
+        sb_printf(err, "backend cuda: not available in this build (built with CUDA=0)\n");
+        return -1;
+    }
+#endif
     int tp = o.tp > 0 ? o.tp : 1;
     int threads = o.threads_per_rank > 0 ? o.threads_per_rank : default_threads(tp);
     int max_seqs = o.max_seqs > 0 ? o.max_seqs : 1;
@@ -32,10 +71,15 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
         return -1;
     }
 
+    if (o.synthetic && !cuda) {
+        sb_printf(err, "synthetic weights are made on the device: they need --backend cuda\n");
+        return -1;
+    }
     v4_model *m = calloc(1, sizeof *m);
     strbuf p;
     sb_init(&p);
-    sb_printf(&p, "%s/config.json", dir);
+    if (o.synthetic) sb_puts(&p, dir);
+    else sb_printf(&p, "%s/config.json", dir);
     int rc = v4_config_load(&m->cfg, p.data, err);
     sb_free(&p);
     if (rc) { free(m); return -1; }
@@ -47,12 +91,13 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
             free(m);
             return -1;
         }
-    if (st_open_dir(&m->st, dir, err)) {
+    if (!o.synthetic && st_open_dir(&m->st, dir, err)) {
         v4_config_free(&m->cfg);
         free(m);
         return -1;
     }
-    if (v4_weights_load(&m->w, c, &m->st, dir, err)) {
+    if (o.synthetic ? v4_weights_synthetic(&m->w, c, 0x5eed, err)
+                    : v4_weights_load(&m->w, c, &m->st, dir, err)) {
         st_close(&m->st);
         v4_config_free(&m->cfg);
         free(m);
@@ -91,12 +136,21 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
     m->group = tp_group_new(tp);
     m->ranks = calloc(tp, sizeof *m->ranks);
     pthread_mutex_init(&m->mu, NULL);
+    backend *bes[64] = { 0 };
+#ifdef LLM_HAVE_CUDA
+    char berr[256];
+    if (cuda && backend_cuda_new_group(tp, bes, berr, sizeof berr)) {
+        sb_printf(err, "backend cuda: %s\n", berr);
+        v4_model_free(m);
+        return -1;
+    }
+#endif
     for (int r = 0; r < tp; r++) {
         v4_rank *R = &m->ranks[r];
         R->rank = r;
         R->shard = sh[r];
         v4_weights_shard(&m->w, c, &sh[r], &R->w);
-        R->be = backend_cpu_new(threads, m->group, r);
+        R->be = cuda ? bes[r] : backend_cpu_new(threads, m->group, r);
         R->state_mem = R->be->alloc(R->be, (size_t)max_seqs * m->layout.state_bytes);
         R->block_mem = R->be->alloc(R->be, (size_t)nblocks * m->layout.block_bytes);
         if (!R->state_mem || !R->block_mem) {
@@ -105,6 +159,10 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
             v4_model_free(m);
             return -1;
         }
+    }
+    if (m->ranks[0].be->upload_weights && upload_all(m, err)) {
+        v4_model_free(m);
+        return -1;
     }
     *out = m;
     return 0;
@@ -137,6 +195,17 @@ void v4_model_free(v4_model *m)
     st_close(&m->st);
     v4_config_free(&m->cfg);
     free(m);
+}
+
+void v4_model_mem(v4_model *m, size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    for (int r = 0; r < m->tp; r++) {
+        backend *be = m->ranks[r].be;
+        size_t f = 0, t = 0;
+        if (be->mem_info) be->mem_info(be, &f, &t);
+        if (r == 0 || f < *free_bytes) *free_bytes = f, *total_bytes = t;
+    }
 }
 
 void v4_cache_info_get(v4_model *m, v4_cache_info *ci)
@@ -275,6 +344,18 @@ static int step_locked(v4_model *m, v4_step_item *items, int n, strbuf *err)
     v4_batch B = { m, n, T, segs, ids, pos, nout, out_tok, logits };
     tp_reserve(m->group, (size_t)T * m->cfg.hidden_size);
     tp_run(m->group, v4_forward_rank, &B);
+    for (int r = 0; r < m->tp; r++) {
+        const char *e = m->ranks[r].be->error(m->ranks[r].be);
+        if (e) {
+            sb_printf(err, "step: rank %d (%s backend): %s\n", r, m->ranks[r].be->name, e);
+            free(segs);
+            free(ids);
+            free(pos);
+            free(out_tok);
+            free(logits);
+            return -1;
+        }
+    }
 
     o = 0;
     size_t V = m->cfg.vocab_size;

@@ -30,10 +30,16 @@ typedef struct {
     int64_t cache_tokens;   /* pool capacity in positions, over all sequences;
                                used when cache_bytes is 0 (0: 4096 per sequence) */
     size_t cache_bytes;     /* memory per rank for state slots and blocks */
-    const char *backend;    /* "cpu" (NULL: cpu) */
+    const char *backend;    /* "cpu" or "cuda" (NULL: cpu) */
+    bool synthetic;         /* benchmarks: the load path is a config.json and
+                               the weights are random, of its exact shapes and
+                               dtypes, made on the device (cuda only) */
 } v4_options;
 
 int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf *err);
+/* Device memory of the most loaded rank after loading (the pool included):
+ * free and total bytes; 0 and 0 on backends that do not tell. */
+void v4_model_mem(v4_model *m, size_t *free_bytes, size_t *total_bytes);
 void v4_model_free(v4_model *m);
 const v4_config *v4_model_config(const v4_model *m);
 int v4_model_tp(const v4_model *m);

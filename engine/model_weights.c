@@ -1,19 +1,28 @@
 #include "model_weights.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "cpu/quant.h"
 
-/* Binding state: stops at the first problem, which is the one reported. */
+/* Binding state: stops at the first problem, which is the one reported.
+ * Synthetic binding (benchmarks) makes each tensor up instead: small ones
+ * (vectors, F32 tensors, the hash table) get random host data kept in
+ * w->synth; matrices get none, and a backend fills them on the device. */
 typedef struct {
     const safetensors *st;
     const char *dir;
     strbuf *err;
     bool *used;         /* per st->tensors index */
     bool failed;
+    v4_weights *synth;  /* synthetic: the weights that own the made-up data */
+    const v4_config *cfg;
+    uint64_t rng;
+    st_tensor fake;
 } binder;
 
 static void bfail(binder *B, const st_tensor *t, const char *name, const char *fmt, ...)
@@ -38,12 +47,55 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
     if (o < n) snprintf(buf + o, n - o, "]");
 }
 
+static float synth_uniform(binder *B)
+{
+    B->rng ^= B->rng << 13;
+    B->rng ^= B->rng >> 7;
+    B->rng ^= B->rng << 17;
+    return (float)((B->rng >> 11) * (2.0 / 9007199254740992.0) - 1);
+}
+
+/* Random contents for a made-up small tensor: F32 matrices with std
+ * 1/sqrt(cols), "*_scale" near 1, other F32 within +-0.5, BF16 vectors
+ * (norm weights) near 1, hash tables valid experts. */
+static void synth_data(binder *B, const char *name, st_tensor *t)
+{
+    int64_t n = st_numel(t);
+    size_t es = t->dtype == ST_I64 ? 8 : t->dtype == ST_BF16 ? 2 : 4;
+    void *p = malloc(n * es);
+    v4_weights *w = B->synth;
+    w->synth_mem = realloc(w->synth_mem, (w->n_synth_mem + 1) * sizeof *w->synth_mem);
+    w->synth_mem[w->n_synth_mem++] = p;
+    size_t len = strlen(name);
+    bool scale = len > 6 && !strcmp(name + len - 6, "_scale");
+    float amp = t->ndim == 2 ? sqrtf(3.0f / t->shape[1]) : 0.5f;
+    for (int64_t i = 0; i < n; i++) {
+        float u = synth_uniform(B);
+        if (t->dtype == ST_I64) ((int64_t *)p)[i] = (B->rng >> 20) % B->cfg->n_experts;
+        else if (t->dtype == ST_I32) ((int32_t *)p)[i] = (B->rng >> 20) % B->cfg->n_experts;
+        else if (t->dtype == ST_BF16) ((uint16_t *)p)[i] = f32_to_bf16(1.0f + 0.1f * u);
+        else ((float *)p)[i] = scale ? 1.0f + 0.2f * u : amp * u;
+    }
+    t->data = p;
+}
+
+static const st_tensor *need_synth(binder *B, const char *name, const enum st_dtype *dt,
+                                   int ndim, int64_t d0, int64_t d1)
+{
+    st_tensor *t = &B->fake;
+    *t = (st_tensor){ .dtype = dt[0], .ndim = ndim, .shape = { d0, d1 } };
+    bool small = dt[0] == ST_F32 || dt[0] == ST_I64 || (dt[0] == ST_BF16 && ndim == 1);
+    if (small) synth_data(B, name, t);
+    return t;
+}
+
 /* Find `name` with one of the dtypes in `dt` (ST_NDTYPES-terminated) and
  * exactly the given shape. */
 static const st_tensor *need(binder *B, const char *name, const enum st_dtype *dt,
                              int ndim, int64_t d0, int64_t d1)
 {
     if (B->failed) return NULL;
+    if (B->synth) return need_synth(B, name, dt, ndim, d0, d1);
     const st_tensor *t = st_find(B->st, name);
     if (!t) { bfail(B, NULL, name, "missing"); return NULL; }
     bool ok = false;
@@ -245,11 +297,9 @@ static void bind_layer(binder *B, const v4_config *c, int l, v4_layer *L)
     bind_fp8(B, &L->sw3, I, H, "layers.%d.ffn.shared_experts.w3", l);
 }
 
-int v4_weights_load(v4_weights *w, const v4_config *c, const safetensors *st,
-                    const char *dir, strbuf *err)
+static int bind_all(binder *B_, v4_weights *w, const v4_config *c, const safetensors *st)
 {
-    memset(w, 0, sizeof *w);
-    binder B = { st, dir, err, calloc(st->ntensors + 1, sizeof(bool)), false };
+    binder B = *B_;
     int H = c->hidden_size, hc = c->hc_mult;
     w->n_layers = c->n_layers;
     w->n_experts = c->n_experts;
@@ -281,6 +331,24 @@ int v4_weights_load(v4_weights *w, const v4_config *c, const safetensors *st,
     return 0;
 }
 
+int v4_weights_load(v4_weights *w, const v4_config *c, const safetensors *st,
+                    const char *dir, strbuf *err)
+{
+    memset(w, 0, sizeof *w);
+    binder B = { .st = st, .dir = dir, .err = err,
+                 .used = calloc(st->ntensors + 1, sizeof(bool)) };
+    return bind_all(&B, w, c, st);
+}
+
+int v4_weights_synthetic(v4_weights *w, const v4_config *c, uint64_t seed, strbuf *err)
+{
+    static const safetensors none;
+    memset(w, 0, sizeof *w);
+    binder B = { .st = &none, .dir = "synthetic", .err = err, .used = calloc(1, sizeof(bool)),
+                 .synth = w, .cfg = c, .rng = seed | 1 };
+    return bind_all(&B, w, c, &none);
+}
+
 void v4_weights_free(v4_weights *w)
 {
     for (int l = 0; w->layers && l < w->n_layers; l++) {
@@ -298,6 +366,8 @@ void v4_weights_free(v4_weights *w)
         free(L->w3);
     }
     if (w->owns_vectors) free(w->norm);
+    for (size_t i = 0; i < w->n_synth_mem; i++) free(w->synth_mem[i]);
+    free(w->synth_mem);
     free(w->layers);
     memset(w, 0, sizeof *w);
 }
@@ -342,6 +412,8 @@ void v4_weights_shard(const v4_weights *full, const v4_config *c, const v4_shard
     int hd = c->head_dim, olr = c->o_lora_rank, E = c->n_experts;
     *out = *full;
     out->owns_vectors = false;
+    out->synth_mem = NULL;      /* the full weights own the made-up data */
+    out->n_synth_mem = 0;
     out->head = qweight_view(&full->head, s->v0, s->nv, 0, full->head.cols);
     out->layers = calloc(c->n_layers, sizeof *out->layers);
     for (int l = 0; l < c->n_layers; l++) {
@@ -364,4 +436,84 @@ void v4_weights_shard(const v4_weights *full, const v4_config *c, const v4_shard
         L->sw3 = qweight_view(&F->sw3, s->i0, s->ni, 0, F->sw3.cols);
         L->sw2 = qweight_view(&F->sw2, 0, F->sw2.rows, s->i0, s->ni);
     }
+}
+
+/* A backend copy of host vector p of n bytes; after the first failure
+ * (which the caller reports) p itself. */
+static void *up_vec(backend *be, const void *p, size_t n, bool *ok)
+{
+    void *d = *ok && p ? be->upload(be, p, n) : NULL;
+    if (p && !d) *ok = false;
+    return d ? d : (void *)p;
+}
+
+#define UPV(field, bytes) ((field) = up_vec(be, (field), (bytes), &ok))
+#define UPW(qw) (ok = ok && be->upload_weights(be, &(qw), 1) == 0)
+
+int v4_weights_upload(v4_weights *w, const v4_config *c, const v4_shard *s, backend *be,
+                      strbuf *err)
+{
+    int H = c->hidden_size, hc = c->hc_mult, mix = (2 + hc) * hc, hd = c->head_dim;
+    int E = c->n_experts;
+    size_t f = sizeof(float);
+    bool ok = true;
+    UPW(w->embed);
+    UPW(w->head);
+    UPV(w->norm, H * f);
+    UPV(w->hc_fn, (size_t)hc * hc * H * f);
+    UPV(w->hc_base, hc * f);
+    UPV(w->hc_scale, f);
+    for (int l = 0; l < c->n_layers && ok; l++) {
+        v4_layer *L = &w->layers[l];
+        UPV(L->attn_norm, H * f);
+        UPV(L->ffn_norm, H * f);
+        UPV(L->hc_attn_fn, (size_t)mix * hc * H * f);
+        UPV(L->hc_attn_base, mix * f);
+        UPV(L->hc_attn_scale, 3 * f);
+        UPV(L->hc_ffn_fn, (size_t)mix * hc * H * f);
+        UPV(L->hc_ffn_base, mix * f);
+        UPV(L->hc_ffn_scale, 3 * f);
+        UPW(L->wq_a);
+        UPW(L->wq_b);
+        UPW(L->wkv);
+        UPW(L->wo_a);
+        UPW(L->wo_b);
+        UPV(L->q_norm, c->q_lora_rank * f);
+        UPV(L->kv_norm, hd * f);
+        UPV(L->sink, s->nh * f);
+        int ratio = v4_layer_ratio(c, l);
+        if (ratio) {
+            int coff = c->attn[l] == V4_ATTN_CSA ? 2 : 1;
+            UPW(L->comp.wkv);
+            UPW(L->comp.wgate);
+            UPV(L->comp.ape, (size_t)ratio * coff * hd * f);
+            UPV(L->comp.norm, hd * f);
+        }
+        if (c->attn[l] == V4_ATTN_CSA) {
+            int ihd = c->index_head_dim;
+            UPW(L->icomp.wkv);
+            UPW(L->icomp.wgate);
+            UPV(L->icomp.ape, (size_t)ratio * 2 * ihd * f);
+            UPV(L->icomp.norm, ihd * f);
+            UPW(L->iwq_b);
+            UPW(L->iweights);
+        }
+        UPW(L->gate);
+        if (L->tid2eid)
+            UPV(L->tid2eid, (size_t)c->vocab_size * c->topk * (L->tid_i64 ? 8 : 4));
+        else
+            UPV(L->gate_bias, E * f);
+        ok = ok && be->upload_weights(be, L->w1, E) == 0 &&
+             be->upload_weights(be, L->w2, E) == 0 && be->upload_weights(be, L->w3, E) == 0;
+        UPW(L->sw1);
+        UPW(L->sw2);
+        UPW(L->sw3);
+    }
+    if (!ok) {
+        const char *e = be->error(be);
+        sb_printf(err, "uploading weights to the %s backend: %s\n", be->name,
+                  e ? e : "failed");
+        return -1;
+    }
+    return 0;
 }

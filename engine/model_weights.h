@@ -45,6 +45,8 @@ typedef struct {
     v4_layer *layers;
     int n_layers, n_experts;
     bool owns_vectors;          /* full weights own the float vectors */
+    void **synth_mem;           /* synthetic weights: made-up host data */
+    size_t n_synth_mem;
 } v4_weights;
 
 /* Bind every tensor the config needs, checking names, dtypes and shapes;
@@ -53,6 +55,10 @@ typedef struct {
 int v4_weights_load(v4_weights *w, const v4_config *c, const safetensors *st,
                     const char *dir, strbuf *err);
 void v4_weights_free(v4_weights *w);
+/* Made-up weights of the config's exact shapes and dtypes (benchmarks):
+ * small tensors get random host data, matrices none (qweight.data NULL),
+ * for a backend to fill on the device (upload_weights). */
+int v4_weights_synthetic(v4_weights *w, const v4_config *c, uint64_t seed, strbuf *err);
 
 /* What one tensor-parallel rank holds. */
 typedef struct {
@@ -68,5 +74,12 @@ int v4_shard_plan(const v4_config *c, int tp, int rank, v4_shard *s, strbuf *err
 /* Views of `full` restricted to shard s (shares all data). */
 void v4_weights_shard(const v4_weights *full, const v4_config *c, const v4_shard *s,
                       v4_weights *out);
+
+/* Copy a rank's shard to a backend with memory of its own (one with
+ * upload_weights): matrices get their .dev copies, float vectors and the
+ * hash table are replaced by backend addresses.  -1 with a message. */
+struct backend;
+int v4_weights_upload(v4_weights *w, const v4_config *c, const v4_shard *s,
+                      struct backend *be, strbuf *err);
 
 #endif

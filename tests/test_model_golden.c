@@ -2,7 +2,10 @@
  * (tools/make_tiny_v4.py on the GPU machine): every fixture directory with
  * ids.txt and logits.f32, at TP=1 and TP=2, full and incremental (first
  * half as one prefill, then one token at a time), relative L2 error
- * <= 1e-4 and max abs error <= 1e-3; plus the logits CLI end to end. */
+ * <= 1e-4 and max abs error <= 1e-3, greedy next token equal to the
+ * golden one at >= 99% of positions, incremental equal to full (relative
+ * L2 <= 1e-5); plus the logits CLI end to end.  The backend is
+ * $LLM_TEST_BACKEND (default cpu; tools/test_gpu.sh runs it with cuda). */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -46,6 +49,35 @@ static float *read_f32(const char *path, size_t *n)
     return v;
 }
 
+static const char *backend = "cpu";
+
+static int argmax(const float *v, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++) b = v[i] > v[b] ? i : b;
+    return b;
+}
+
+/* Share of positions whose greedy next token is the golden one. */
+static void greedy(const char *what, const float *got, const float *want, int n, int V)
+{
+    int same = 0;
+    for (int i = 0; i < n; i++)
+        same += argmax(got + (size_t)i * V, V) == argmax(want + (size_t)i * V, V);
+    ok(same >= 0.99 * n, "%s: greedy next token agrees at %d of %d positions", what, same, n);
+}
+
+static double rel_l2(const float *got, const float *want, size_t n)
+{
+    double d = 0, z = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)got[i] - want[i];
+        d += e * e;
+        z += (double)want[i] * want[i];
+    }
+    return sqrt(d / z);
+}
+
 static void compare(const char *what, const float *got, const float *want, size_t n)
 {
     double d = 0, z = 0, ma = 0;
@@ -63,7 +95,7 @@ static void compare(const char *what, const float *got, const float *want, size_
 static int run(const char *dir, int tp, bool incremental, const int32_t *ids, int n, float *out,
                int *vocab)
 {
-    v4_options o = { .tp = tp, .cache_tokens = n };
+    v4_options o = { .tp = tp, .cache_tokens = n, .backend = backend };
     v4_model *m;
     strbuf err;
     sb_init(&err);
@@ -101,23 +133,31 @@ static void fixture(const char *name)
         free(gold);
         return;
     }
-    float *out = malloc(ng * sizeof *out);
+    float *out = malloc(ng * sizeof *out), *full = malloc(ng * sizeof *full);
     for (int tp = 1; tp <= 2; tp++)
         for (int inc = 0; inc < 2; inc++) {
             char what[128];
             int V = 0;
-            snprintf(what, sizeof what, "%s tp=%d %s", name, tp, inc ? "incremental" : "full");
+            snprintf(what, sizeof what, "%s %s tp=%d %s", name, backend, tp,
+                     inc ? "incremental" : "full");
             memset(out, 0, ng * sizeof *out);
             if (run(dir, tp, inc, ids, n, out, &V) || (size_t)V * n != ng) {
                 ok(0, "%s runs", what);
                 continue;
             }
             compare(what, out, gold, ng);
+            greedy(what, out, gold, n, V);
+            if (!inc) memcpy(full, out, ng * sizeof *out);
+            else {
+                double r = rel_l2(out, full, ng);
+                ok(r <= 1e-5, "%s equals full: rel L2 %.3g", what, r);
+            }
         }
     /* The CLI end to end: same numbers through the file format. */
     strbuf cmd;
     sb_init(&cmd);
-    sb_printf(&cmd, "build/bin/llm-engine logits --model %s --tp 2 --mode incremental --ids ", dir);
+    sb_printf(&cmd, "build/bin/llm-engine logits --model %s --backend %s --tp 2 "
+              "--mode incremental --ids ", dir, backend);
     for (int i = 0; i < n; i++) sb_printf(&cmd, "%s%d", i ? "," : "", ids[i]);
     char tmp[] = "/tmp/golden_logits.XXXXXX";
     int fd = mkstemp(tmp);
@@ -134,12 +174,14 @@ static void fixture(const char *name)
     free(cli);
     sb_free(&cmd);
     free(out);
+    free(full);
     free(gold);
     free(ids);
 }
 
 int main(void)
 {
+    if (getenv("LLM_TEST_BACKEND")) backend = getenv("LLM_TEST_BACKEND");
     DIR *d = opendir(FIXTURES);
     struct dirent *e;
     char *names[64];

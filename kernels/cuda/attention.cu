@@ -1,0 +1,392 @@
+// The attention side of DeepSeek V4 on the GPU: the compressor (windowed
+// softmax pooling, CSA's overlapping halves), the lightning indexer
+// (scores, then an exact top-k by radix select with the CPU's tie rule),
+// and attention over the sliding window plus compressed entries with
+// per-head sinks.  engine/backend_cpu.c is the reference.
+#include "kernels.cuh"
+
+static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+
+// ---- compressor ----
+//
+// The state (kv_cache.c) holds the window being filled (`win`, rows by
+// position % ratio: [kv | gate + ape], each coff*d wide) and, for CSA, the
+// last completed window's [Ca | Ga] halves (`ovl`).  A chunk of n new
+// tokens completes windows wfirst..wlast; each is pooled from rows that
+// are in the chunk, or in `win` (the window in progress when the chunk
+// began), or in `ovl` (the window before that).  Then ovl and win are
+// brought up to date, in that order.
+
+struct comp_src {
+    dcomp a;
+    int m, d, wd, cur;      // ratio, entry width, row width, window in progress at pos0
+    const float *win, *ovl;
+
+    // Value and gate logit of row j of window ww, channel `col` of the row.
+    __device__ void at(int ww, int j, int col, float &val, float &lg) const
+    {
+        int p = ww * m + j;
+        if (p >= a.pos0) {
+            long long o = (long long)(p - a.pos0) * a.ld + col;
+            val = a.kv[o];
+            lg = a.gate[o] + a.ape[(long long)j * wd + col];
+        } else if (ww == cur) {
+            const float *row = win + (long long)j * 2 * wd;
+            val = row[col];
+            lg = row[wd + col];
+        } else {    // the overlap half (col < d) of the window before `cur`
+            const float *row = ovl + (long long)j * 2 * d;
+            val = row[col];
+            lg = row[d + col];
+        }
+    }
+};
+
+__global__ void compress_entry_kernel(comp_src S, drope rt, int wfirst)
+{
+    extern __shared__ float entry[];
+    __shared__ double shd[32];
+    const dcomp &a = S.a;
+    int w = wfirst + blockIdx.x, m = S.m, d = S.d;
+    bool ov = a.overlap && w > 0;
+    int half = a.overlap ? d : 0;       // CSA: this window's Cb half
+    for (int c = threadIdx.x; c < d; c += blockDim.x) {
+        float v, g, mx = -INFINITY, sum = 0, acc = 0;
+        if (ov)
+            for (int j = 0; j < m; j++) { S.at(w - 1, j, c, v, g); mx = g > mx ? g : mx; }
+        for (int j = 0; j < m; j++) { S.at(w, j, half + c, v, g); mx = g > mx ? g : mx; }
+        if (ov)
+            for (int j = 0; j < m; j++) { S.at(w - 1, j, c, v, g); sum += expf(g - mx); }
+        for (int j = 0; j < m; j++) { S.at(w, j, half + c, v, g); sum += expf(g - mx); }
+        if (ov)
+            for (int j = 0; j < m; j++) { S.at(w - 1, j, c, v, g); acc += v * (expf(g - mx) / sum); }
+        for (int j = 0; j < m; j++) { S.at(w, j, half + c, v, g); acc += v * (expf(g - mx) / sum); }
+        entry[c] = acc;
+    }
+    double ss = 0;
+    for (int c = threadIdx.x; c < d; c += blockDim.x) ss += (double)entry[c] * entry[c];
+    ss = block_sum(ss, shd);
+    float r = 1.0f / sqrtf((float)(ss / d) + a.eps);
+    for (int c = threadIdx.x; c < d; c += blockDim.x) entry[c] = a.norm[c] * (entry[c] * r);
+    __syncthreads();
+    for (int i = threadIdx.x; i < rt.npairs; i += blockDim.x)
+        rope_pair(entry + d - 2 * rt.npairs, i, rt, w * m, false);
+    __syncthreads();
+    float *out = dpaged_row(a.out, w);
+    for (int c = threadIdx.x; c < d; c += blockDim.x) out[c] = entry[c];
+}
+
+// ovl = [Ca | Ga] rows of window W (the last completed one).
+__global__ void compress_ovl_kernel(comp_src S, int W)
+{
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)S.m * S.d) return;
+    int j = idx / S.d, c = idx % S.d;
+    float v, g;
+    S.at(W, j, c, v, g);
+    float *row = (float *)S.ovl + (long long)j * 2 * S.d;
+    row[c] = v;
+    row[S.d + c] = g;
+}
+
+// win rows of the chunk's last `count` positions (from `from`).
+__global__ void compress_win_kernel(comp_src S, int from, int count)
+{
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)count * S.wd) return;
+    int p = from + idx / S.wd, cc = idx % S.wd, s = p % S.m;
+    const dcomp &a = S.a;
+    long long o = (long long)(p - a.pos0) * a.ld + cc;
+    float *row = (float *)S.win + (long long)s * 2 * S.wd;
+    row[cc] = a.kv[o];
+    row[S.wd + cc] = a.gate[o] + a.ape[(long long)s * S.wd + cc];
+}
+
+void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt)
+{
+    if (a.n <= 0) return;
+    comp_src S;
+    S.a = a;
+    S.m = a.ratio;
+    S.d = a.d;
+    S.wd = (a.overlap ? 2 : 1) * a.d;
+    S.cur = a.pos0 / a.ratio;
+    S.win = a.state;
+    S.ovl = a.state + (long long)a.ratio * 2 * S.wd;
+    int wfirst = a.pos0 / a.ratio, wlast = (a.pos0 + a.n) / a.ratio - 1;
+    if (wlast >= wfirst) {
+        compress_entry_kernel<<<wlast - wfirst + 1, 128, a.d * sizeof(float), st>>>(S, rt, wfirst);
+        if (a.overlap)
+            compress_ovl_kernel<<<blocks_for((long long)S.m * S.d, 256), 256, 0, st>>>(S, wlast);
+    }
+    int from = a.pos0 + a.n - a.ratio > a.pos0 ? a.pos0 + a.n - a.ratio : a.pos0;
+    int count = a.pos0 + a.n - from;
+    compress_win_kernel<<<blocks_for((long long)count * S.wd, 256), 256, 0, st>>>(S, from, count);
+}
+
+// ---- lightning indexer ----
+
+#define IDX_ENTRIES 64      // entries per block of the score kernel
+
+// Scores of entries s < nvis for token t0 + blockIdx.y (only tokens that
+// see more than topk entries): q in shared memory (rows padded to spread
+// banks), one warp per entry with the key in shared memory, lanes over
+// heads; V4: 16-byte shared loads (d a multiple of 4).
+template <bool V4>
+__global__ void indexer_scores_kernel(dindexer a, int t0, float smul, float *scores, long long ldsc)
+{
+    extern __shared__ __align__(16) float sm[];
+    int i = t0 + blockIdx.y, p = a.pos0 + i, nvis = (p + 1) / a.ratio;
+    int s0 = blockIdx.x * IDX_ENTRIES;
+    if (nvis <= a.topk || s0 >= nvis) return;
+    int d = a.d, nh = a.nheads, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int qst = V4 ? d + 4 : d + 1;
+    float *qs = sm, *kw = sm + nh * qst + warp * d;
+    const float *q = a.q + (long long)i * nh * d;
+    for (int x = threadIdx.x; x < nh * d; x += blockDim.x) qs[(x / d) * qst + x % d] = q[x];
+    __syncthreads();
+    const float *wt = a.w + (long long)i * nh;
+    int s1 = min(s0 + IDX_ENTRIES, nvis);
+    for (int s = s0 + warp; s < s1; s += blockDim.x >> 5) {
+        const float *k = dpaged_row(a.keys, s);
+        for (int c = lane; c < d; c += 32) kw[c] = k[c];
+        __syncwarp();
+        float acc = 0;
+        for (int h = lane; h < nh; h += 32) {
+            const float *qh = qs + h * qst;
+            float dot = 0;
+            if (V4) {
+                for (int c = 0; c < d; c += 4) {
+                    float4 x = *(const float4 *)(qh + c), y = *(const float4 *)(kw + c);
+                    dot += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+                }
+            } else {
+                for (int c = 0; c < d; c++) dot += qh[c] * kw[c];
+            }
+            acc += (dot > 0 ? dot : 0) * smul * wt[h];
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) scores[blockIdx.y * ldsc + s] = acc;
+        __syncwarp();
+    }
+}
+
+// Orderable key of a float (larger float, larger key; -0 is 0).
+__device__ __forceinline__ unsigned fkey(float f)
+{
+    unsigned u = __float_as_uint(f);
+    if (u == 0x80000000u) u = 0;
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+
+// One block per token: the k-th largest key by 4 rounds of 8-bit radix
+// select, then every larger entry and the lowest-indexed equal ones, in
+// ascending index order.
+__global__ void indexer_topk_kernel(dindexer a, int t0, const float *scores, long long ldsc)
+{
+    __shared__ int hist[256], scan_sh[32];
+    __shared__ unsigned s_prefix;
+    __shared__ int s_krem;
+    int i = t0 + blockIdx.x, p = a.pos0 + i, nvis = (p + 1) / a.ratio, k = a.topk;
+    int *out = a.sel + (long long)i * k;
+    if (nvis <= k) {
+        for (int s = threadIdx.x; s < nvis; s += blockDim.x) out[s] = s;
+        if (threadIdx.x == 0) a.nsel[i] = nvis;
+        return;
+    }
+    const float *sc = scores + blockIdx.x * ldsc;
+    unsigned prefix = 0, mask = 0;
+    int krem = k;
+    for (int pass = 0; pass < 4; pass++) {
+        int shift = 24 - 8 * pass;
+        for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+        __syncthreads();
+        for (int s = threadIdx.x; s < nvis; s += blockDim.x) {
+            unsigned u = fkey(sc[s]);
+            if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255], 1);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int cum = 0;
+            for (int b = 255; b >= 0; b--) {
+                if (cum + hist[b] >= krem) {
+                    s_prefix = prefix | ((unsigned)b << shift);
+                    s_krem = krem - cum;
+                    break;
+                }
+                cum += hist[b];
+            }
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        krem = s_krem;
+        mask |= 255u << shift;
+        __syncthreads();
+    }
+    int base = 0, eqbase = 0;
+    for (int c0 = 0; c0 < nvis; c0 += blockDim.x) {
+        int s = c0 + threadIdx.x;
+        unsigned u = s < nvis ? fkey(sc[s]) : 0;
+        int gt = s < nvis && u > prefix, eq = s < nvis && u == prefix;
+        int eqtot, tot;
+        int eqr = block_scan(eq, scan_sh, &eqtot);
+        int take = gt || (eq && eqbase + eqr < krem);
+        int r = block_scan(take, scan_sh, &tot);
+        if (take) out[base + r] = s;
+        base += tot;
+        eqbase += eqtot;
+    }
+    if (threadIdx.x == 0) a.nsel[i] = k;
+}
+
+void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap)
+{
+    if (a.n <= 0) return;
+    int maxvis = (a.pos0 + a.n) / a.ratio;
+    long long ldsc = maxvis > 0 ? maxvis : 1;
+    int chunk = (int)(scores_cap / ldsc);
+    if (chunk > a.n) chunk = a.n;
+    if (chunk < 1) chunk = 1;
+    if (chunk > 65535) chunk = 65535;   // grid.y of the score kernel
+    bool v4 = a.d % 4 == 0;
+    size_t smem = ((size_t)a.nheads * (a.d + (v4 ? 4 : 1)) + 8 * (size_t)a.d) * sizeof(float);
+    if (smem > 48 * 1024) {
+        cudaFuncSetAttribute(indexer_scores_kernel<true>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(indexer_scores_kernel<false>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    }
+    float smul = (float)pow(a.d, -0.5);
+    for (int t0 = 0; t0 < a.n; t0 += chunk) {
+        int nt = a.n - t0 < chunk ? a.n - t0 : chunk;
+        if (maxvis > a.topk) {
+            dim3 grid(blocks_for(maxvis, IDX_ENTRIES), nt);
+            if (v4) indexer_scores_kernel<true><<<grid, 256, smem, st>>>(a, t0, smul, scores, ldsc);
+            else indexer_scores_kernel<false><<<grid, 256, smem, st>>>(a, t0, smul, scores, ldsc);
+        }
+        indexer_topk_kernel<<<nt, 512, 0, st>>>(a, t0, scores, ldsc);
+    }
+}
+
+// ---- attention ----
+
+// Key j of query token i: the window (chunk or ring), then the entries.
+struct attn_keys {
+    const float *kv, *ring;
+    dpaged comp;
+    const int *sel;         // this token's chosen entries, or NULL: all
+    int first, nwin, pos0, hd, window;
+
+    __device__ const float *key(int j) const
+    {
+        if (j < nwin) {
+            int pj = first + j;
+            return pj >= pos0 ? kv + (long long)(pj - pos0) * hd
+                              : ring + (long long)(pj % window) * hd;
+        }
+        int s = j - nwin;
+        return dpaged_row(comp, sel ? sel[s] : s);
+    }
+};
+
+// One block per (token, group of HPB heads), 8 warps: the key addresses
+// and the logits of every key for the group in shared memory (a warp per
+// key, each key read once for all HPB heads), the softmax with the sink
+// (a warp per head; probabilities stored normalized, p = e / sum as the
+// CPU computes it), then the weighted sum of keys (threads over channels,
+// each key element read once for the group).
+template <int HPB>
+__global__ void __launch_bounds__(256) attention_kernel(dattn a, int nk_max)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    int i = blockIdx.x, h0 = blockIdx.y * HPB, hd = a.hd, p = a.pos0 + i;
+    int nh = min(HPB, a.nheads - h0);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int first = p - a.window + 1 > 0 ? p - a.window + 1 : 0;
+    int ncomp = a.ratio ? (a.sel ? a.nsel[i] : (p + 1) / a.ratio) : 0;
+    attn_keys K = { a.kv, a.ring, a.comp, a.sel ? a.sel + (long long)i * a.sel_ld : NULL,
+                    first, p - first + 1, a.pos0, hd, a.window };
+    int nk = K.nwin + ncomp;
+    const float **kp = (const float **)smem;
+    float *qs = (float *)(kp + nk_max), *lg = qs + HPB * hd;
+    const float *q = a.q + ((long long)i * a.nheads + h0) * hd;
+    for (int x = threadIdx.x; x < HPB * hd; x += blockDim.x) qs[x] = x / hd < nh ? q[x] : 0;
+    __syncthreads();
+    for (int j = warp; j < nk; j += nw) {
+        const float *k = K.key(j);
+        if (lane == 0) kp[j] = k;
+        float dot[HPB];
+#pragma unroll
+        for (int hh = 0; hh < HPB; hh++) dot[hh] = 0;
+        for (int c = lane; c < hd; c += 32) {
+            float kc = k[c];
+#pragma unroll
+            for (int hh = 0; hh < HPB; hh++) dot[hh] += qs[hh * hd + c] * kc;
+        }
+#pragma unroll
+        for (int hh = 0; hh < HPB; hh++) {
+            float v = warp_sum(dot[hh]);
+            if (lane == 0) lg[hh * nk_max + j] = v * a.scale;
+        }
+    }
+    __syncthreads();
+    for (int hh = warp; hh < nh; hh += nw) {
+        float *l = lg + hh * nk_max;
+        float sink = a.sinks[h0 + hh], mx = sink;
+        for (int j = lane; j < nk; j += 32) mx = fmaxf(mx, l[j]);
+        mx = warp_max(mx);
+        float sum = 0;
+        for (int j = lane; j < nk; j += 32) {
+            l[j] = expf(l[j] - mx);
+            sum += l[j];
+        }
+        sum = warp_sum(sum) + expf(sink - mx);
+        for (int j = lane; j < nk; j += 32) l[j] = l[j] / sum;
+    }
+    for (int hh = nh + warp; hh < HPB; hh += nw)    // absent heads of a partial group
+        for (int j = lane; j < nk; j += 32) lg[hh * nk_max + j] = 0;
+    __syncthreads();
+    float *o = a.out + ((long long)i * a.nheads + h0) * hd;
+    for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+        float acc[HPB];
+#pragma unroll
+        for (int hh = 0; hh < HPB; hh++) acc[hh] = 0;
+        for (int j = 0; j < nk; j++) {
+            float kc = kp[j][c];
+#pragma unroll
+            for (int hh = 0; hh < HPB; hh++) acc[hh] += lg[hh * nk_max + j] * kc;
+        }
+#pragma unroll
+        for (int hh = 0; hh < HPB; hh++)
+            if (hh < nh) o[(long long)hh * hd + c] = acc[hh];
+    }
+}
+
+template <int HPB>
+static bool attention_launch(cudaStream_t st, const dattn &a, int nk_max)
+{
+    size_t smem = (size_t)nk_max * sizeof(float *) + (size_t)HPB * (a.hd + nk_max) * sizeof(float);
+    if (smem > 200 * 1024) return false;
+    if (smem > 48 * 1024)
+        cudaFuncSetAttribute(attention_kernel<HPB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem);
+    dim3 grid(a.n, (a.nheads + HPB - 1) / HPB);
+    attention_kernel<HPB><<<grid, 256, smem, st>>>(a, nk_max);
+    return true;
+}
+
+// The most heads per block that the head count, the key count (shared
+// memory) and enough blocks to fill the GPU (few tokens: decode) allow.
+bool cu_attention(cudaStream_t st, const dattn &a)
+{
+    if (a.n <= 0 || a.nheads <= 0) return true;
+    int ncomp_max = a.ratio ? (a.sel ? a.sel_ld : (a.pos0 + a.n) / a.ratio) : 0;
+    int nk_max = a.window + ncomp_max;
+    auto fits = [&](int hpb) {
+        return a.nheads >= hpb && (long long)a.n * ((a.nheads + hpb - 1) / hpb) >= 128;
+    };
+    if (fits(8) && attention_launch<8>(st, a, nk_max)) return true;
+    if (fits(4) && attention_launch<4>(st, a, nk_max)) return true;
+    if (fits(2) && attention_launch<2>(st, a, nk_max)) return true;
+    return attention_launch<1>(st, a, nk_max);
+}

@@ -1,0 +1,850 @@
+// The CUDA backend (engine/backend.h): one instance per tensor-parallel
+// rank, rank r on device r with its own stream and an NCCL communicator
+// over the group.  Activations and the cache are device memory (float32);
+// weights are uploaded once, as the rank's shard in stored precision.
+// Host-side inputs of an op (positions, token ids, block addresses) are
+// staged through a small cache of pinned buffers keyed by content, so the
+// same array used by many ops of a step is copied once.
+#include <math.h>
+#include <cublasLt.h>
+#include <nccl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "backend.h"
+}
+#include "kernels.cuh"
+
+// Where a weight view's device copy is (qweight.dev).
+struct cuda_qw {
+    const uint8_t *data, *scale;
+    long long ld, sld, estride, sestride;
+    int row0, col0;             // copy origin in the stored tensor
+};
+
+#define NSTAGE 32
+
+struct stage_ent {
+    void *host, *dev;           // pinned copy of the content, device copy
+    size_t bytes, cap;
+    unsigned long long used;
+    cudaEvent_t ev;             // the copy out of `host` is done
+};
+
+// Device scratch that grows on demand (stream-ordered allocations).
+struct grow_buf {
+    void *p;
+    size_t cap;
+};
+
+// LLM_CUDA_PROFILE=1: every op is timed with events and waited for; the
+// totals per op are printed when the backend is destroyed.
+#define NPROF 32
+struct prof_ent {
+    const char *op;
+    long long calls;
+    double ms;
+};
+
+struct cu_impl {
+    int dev, rank, nranks;
+    bool profile;
+    cudaEvent_t p0, p1;
+    prof_ent prof[NPROF];
+    cudaStream_t st;
+    ncclComm_t comm;
+    char err[512];
+    bool failed;
+    void **owned;               // uploads, freed at destroy
+    size_t nowned, capowned;
+    cuda_qw **descs;
+    size_t ndescs, capdescs;
+    stage_ent stage[NSTAGE];
+    unsigned long long tick, fills;
+    grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
+        iscores, wdeq, hcm;
+    cublasLtHandle_t lt;
+    void *lt_ws;
+};
+
+#define LT_WS_BYTES (32u << 20)
+#define LT_MIN_T 64     // prefill matmuls of at least this many tokens go to cuBLASLt
+
+static cu_impl *impl(backend *b) { return (cu_impl *)b->impl; }
+
+static void fail(cu_impl *c, const char *fmt, ...)
+{
+    if (c->failed) return;
+    c->failed = true;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = snprintf(c->err, sizeof c->err, "device %d: ", c->dev);
+    vsnprintf(c->err + n, sizeof c->err - n, fmt, ap);
+    va_end(ap);
+}
+
+#define CK(c, call)                                                                              \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) fail(c, "%s:%d: %s: %s", __FILE__, __LINE__, #call,               \
+                                    cudaGetErrorString(e_));                                     \
+    } while (0)
+
+// Every op starts here: this thread works on the rank's device.
+static cu_impl *enter(backend *b)
+{
+    cu_impl *c = impl(b);
+    CK(c, cudaSetDevice(c->dev));
+    if (c->profile) CK(c, cudaEventRecord(c->p0, c->st));
+    return c;
+}
+
+// After the launches of an op.
+static void launched(cu_impl *c, const char *op)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) fail(c, "%s: %s", op, cudaGetErrorString(e));
+    if (!c->profile) return;
+    float ms = 0;
+    CK(c, cudaEventRecord(c->p1, c->st));
+    CK(c, cudaEventSynchronize(c->p1));
+    CK(c, cudaEventElapsedTime(&ms, c->p0, c->p1));
+    int i = 0;
+    while (i < NPROF - 1 && c->prof[i].op && strcmp(c->prof[i].op, op)) i++;
+    c->prof[i].op = op;
+    c->prof[i].calls++;
+    c->prof[i].ms += ms;
+}
+
+static void print_profile(cu_impl *c)
+{
+    double total = 0;
+    for (int i = 0; i < NPROF && c->prof[i].op; i++) total += c->prof[i].ms;
+    fprintf(stderr, "cuda profile, device %d: %.1f ms in ops\n", c->dev, total);
+    for (int i = 0; i < NPROF && c->prof[i].op; i++)
+        fprintf(stderr, "  %-18s %8lld calls %10.1f ms %5.1f%%\n", c->prof[i].op,
+                c->prof[i].calls, c->prof[i].ms, 100 * c->prof[i].ms / (total > 0 ? total : 1));
+}
+
+static void *grow(cu_impl *c, grow_buf *g, size_t bytes)
+{
+    if (bytes > g->cap) {
+        if (g->p) CK(c, cudaFreeAsync(g->p, c->st));
+        g->p = NULL;
+        g->cap = 0;
+        size_t cap = bytes < 4096 ? 4096 : bytes + bytes / 4;
+        CK(c, cudaMallocAsync(&g->p, cap, c->st));
+        if (g->p) g->cap = cap;
+    }
+    return g->p;
+}
+
+// A device copy of host array `host` (bytes), valid for launches queued
+// on the stream from now until `host`'s content is staged NSTAGE more times.
+static const void *stage(cu_impl *c, const void *host, size_t bytes)
+{
+    if (!bytes) return NULL;
+    stage_ent *lru = &c->stage[0];
+    for (int i = 0; i < NSTAGE; i++) {
+        stage_ent *e = &c->stage[i];
+        if (e->bytes == bytes && !memcmp(e->host, host, bytes)) {
+            e->used = ++c->tick;
+            return e->dev;
+        }
+        if (e->used < lru->used) lru = e;
+    }
+    stage_ent *e = lru;
+    CK(c, cudaEventSynchronize(e->ev));
+    if (bytes > e->cap) {
+        if (e->host) CK(c, cudaFreeHost(e->host));
+        if (e->dev) CK(c, cudaFreeAsync(e->dev, c->st));
+        e->host = e->dev = NULL;
+        e->cap = e->bytes = 0;
+        size_t cap = bytes < 1024 ? 1024 : 2 * bytes;
+        CK(c, cudaMallocHost(&e->host, cap));
+        CK(c, cudaMallocAsync(&e->dev, cap, c->st));
+        if (!e->host || !e->dev) return NULL;
+        e->cap = cap;
+    }
+    memcpy(e->host, host, bytes);
+    e->bytes = bytes;
+    e->used = ++c->tick;
+    CK(c, cudaMemcpyAsync(e->dev, e->host, bytes, cudaMemcpyHostToDevice, c->st));
+    CK(c, cudaEventRecord(e->ev, c->st));
+    return e->dev;
+}
+
+static bool to_dqw(cu_impl *c, const qweight *w, dqw *q)
+{
+    const cuda_qw *d = (const cuda_qw *)w->dev;
+    if (!d) {
+        fail(c, "a %dx%d weight was never uploaded", w->rows, w->cols);
+        return false;
+    }
+    *q = dqw{ (int)w->type, w->rows, w->cols, d->data, d->scale, d->ld, d->sld,
+              w->row0 - d->row0, w->col0 - d->col0, d->estride, d->sestride };
+    return true;
+}
+
+static bool to_rope(cu_impl *c, const rope_table *rt, drope *r)
+{
+    if (rt->npairs > ROPE_MAX_PAIRS) {
+        fail(c, "RoPE with %d channel pairs (at most %d)", rt->npairs, ROPE_MAX_PAIRS);
+        return false;
+    }
+    r->npairs = rt->npairs;
+    r->attn_factor = rt->attn_factor;
+    memcpy(r->inv_freq, rt->inv_freq, rt->npairs * sizeof(float));
+    return true;
+}
+
+// Device block addresses for rows [0, nrows) of p.
+static bool to_paged(cu_impl *c, const paged_rows *p, int nrows, dpaged *d)
+{
+    int nblk = nrows > 0 ? (nrows + p->per_block - 1) / p->per_block : 0;
+    d->blocks = (char *const *)stage(c, p->blocks, nblk * sizeof(char *));
+    d->off = (long long)p->off;
+    d->per_block = p->per_block;
+    d->row_len = p->row_len;
+    return !c->failed;
+}
+
+// ---- memory ----
+
+static void *cu_alloc(backend *b, size_t bytes)
+{
+    cu_impl *c = enter(b);
+    void *p = NULL;
+    cudaError_t e = cudaMallocAsync(&p, bytes ? bytes : 256, c->st);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        fail(c, "out of device memory allocating %zu bytes", bytes);
+        return NULL;
+    }
+    CK(c, cudaMemsetAsync(p, 0, bytes, c->st));
+    return p;
+}
+
+static void cu_release(backend *b, void *p)
+{
+    if (!p) return;
+    cu_impl *c = enter(b);
+    CK(c, cudaFreeAsync(p, c->st));
+}
+
+static void cu_copy_rows(backend *b, float *dst, int ldd, const float *src, int lds, int rows,
+                         int n)
+{
+    cu_impl *c = enter(b);
+    if (rows <= 0 || n <= 0) return;
+    CK(c, cudaMemcpy2DAsync(dst, ldd * sizeof(float), src, lds * sizeof(float), n * sizeof(float),
+                            rows, cudaMemcpyDeviceToDevice, c->st));
+    launched(c, "copy_rows");
+}
+
+static void cu_write(backend *b, void *dst, const void *src, size_t bytes)
+{
+    cu_impl *c = enter(b);
+    CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->st));
+    CK(c, cudaStreamSynchronize(c->st));
+}
+
+static void cu_read(backend *b, void *dst, const void *src, size_t bytes)
+{
+    cu_impl *c = enter(b);
+    CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->st));
+    CK(c, cudaStreamSynchronize(c->st));
+}
+
+static void own(cu_impl *c, void *p)
+{
+    if (c->nowned == c->capowned) {
+        c->capowned = c->capowned ? 2 * c->capowned : 256;
+        c->owned = (void **)realloc(c->owned, c->capowned * sizeof *c->owned);
+    }
+    c->owned[c->nowned++] = p;
+}
+
+static void *dev_alloc(cu_impl *c, size_t bytes)
+{
+    void *p = NULL;
+    if (bytes < 256) bytes = 256;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        fail(c, "out of device memory uploading %zu bytes", bytes);
+        return NULL;
+    }
+    own(c, p);
+    CK(c, cudaMemsetAsync(p, 0, bytes, c->st));
+    return p;
+}
+
+static void *cu_upload(backend *b, const void *host, size_t bytes)
+{
+    cu_impl *c = enter(b);
+    void *p = dev_alloc(c, bytes);
+    if (!p) return NULL;
+    CK(c, cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, c->st));
+    CK(c, cudaStreamSynchronize(c->st));
+    return c->failed ? NULL : p;
+}
+
+static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+// The rectangle of stored rows/columns covering the view, its origin
+// aligned to the scale blocks (FP8 128x128, MXFP4 1x32) and to 16 bytes,
+// each row padded to 16 bytes; n views packed one after another.
+static int cu_upload_weights(backend *b, qweight *w, int n)
+{
+    cu_impl *c = enter(b);
+    const qweight *q = &w[0];
+    int ra = 1, ca, es;         // row / column alignment, bits per element
+    switch (q->type) {
+    case QT_F32: ca = 4; es = 32; break;
+    case QT_BF16: ca = 8; es = 16; break;
+    case QT_FP8: ra = 128; ca = 128; es = 8; break;
+    default: ca = 32; es = 4; break;
+    }
+    int pad = 128 / es;         // elements per 16 bytes
+    int R0 = q->row0 / ra * ra, C0 = q->col0 / ca * ca;
+    long long nr = q->row0 + q->rows - R0, nc = q->col0 + q->cols - C0;
+    long long ld = round_up(nc, pad);
+    size_t row_bytes = ld * es / 8, src_pitch = q->ld * es / 8, width = (nc * es + 7) / 8;
+    size_t data_bytes = round_up(nr * row_bytes, 256);
+    long long srows = 0, scols = 0, sr0 = 0, sc0 = 0;
+    if (q->type == QT_FP8) {
+        srows = (nr + 127) / 128, scols = (nc + 127) / 128, sr0 = R0 / 128, sc0 = C0 / 128;
+    } else if (q->type == QT_MXFP4) {
+        srows = nr, scols = (nc + 31) / 32, sr0 = R0, sc0 = C0 / 32;
+    }
+    size_t scale_bytes = round_up(srows * scols, 256);
+    uint8_t *data = (uint8_t *)dev_alloc(c, (size_t)n * data_bytes);
+    uint8_t *scale = scale_bytes ? (uint8_t *)dev_alloc(c, (size_t)n * scale_bytes) : NULL;
+    if (!data || (scale_bytes && !scale)) return -1;
+    if (!q->data) {     // synthetic: values of the format, std about 1/sqrt(cols)
+        static const int kinds[] = { FILL_F32, FILL_BF16, FILL_FP8, FILL_BYTES };
+        float amp = sqrtf(3.0f / (q->cols > 0 ? q->cols : 1));
+        cu_fill(c->st, data, (size_t)n * data_bytes, kinds[q->type], amp, 0,
+                ((unsigned long long)c->rank << 48) ^ ++c->fills);
+        // FP8 codes average about 1, E2M1 about 2: scales 2^-6 and 2^-7.
+        if (scale) cu_fill(c->st, scale, (size_t)n * scale_bytes, FILL_CONST, 0,
+                           q->type == QT_FP8 ? 121 : 120, 0);
+        launched(c, "synthetic weights");
+    }
+    for (int i = 0; i < n; i++) {
+        const uint8_t *src = (const uint8_t *)w[i].data + (size_t)R0 * src_pitch + C0 * es / 8;
+        if (q->data && nr > 0 && width > 0)
+            CK(c, cudaMemcpy2DAsync(data + i * data_bytes, row_bytes, src, src_pitch, width, nr,
+                                    cudaMemcpyHostToDevice, c->st));
+        if (q->data && scale_bytes)
+            CK(c, cudaMemcpy2DAsync(scale + i * scale_bytes, scols,
+                                    w[i].scale + sr0 * w[i].scale_ld + sc0, w[i].scale_ld, scols,
+                                    srows, cudaMemcpyHostToDevice, c->st));
+        cuda_qw *d = (cuda_qw *)calloc(1, sizeof *d);
+        *d = cuda_qw{ data + i * data_bytes, scale ? scale + i * scale_bytes : NULL, ld, scols,
+                      (long long)data_bytes, (long long)scale_bytes, R0, C0 };
+        if (c->ndescs == c->capdescs) {
+            c->capdescs = c->capdescs ? 2 * c->capdescs : 256;
+            c->descs = (cuda_qw **)realloc(c->descs, c->capdescs * sizeof *c->descs);
+        }
+        c->descs[c->ndescs++] = d;
+        w[i].dev = d;
+    }
+    CK(c, cudaStreamSynchronize(c->st));
+    return c->failed ? -1 : 0;
+}
+
+static void cu_mem_info(backend *b, size_t *free_bytes, size_t *total_bytes)
+{
+    cu_impl *c = enter(b);
+    CK(c, cudaStreamSynchronize(c->st));
+    CK(c, cudaMemGetInfo(free_bytes, total_bytes));
+}
+
+static const char *cu_error(backend *b)
+{
+    cu_impl *c = impl(b);
+    return c->failed ? c->err : NULL;
+}
+
+// ---- compute ----
+
+static unsigned align_of(const void *p)
+{
+    unsigned a = 256;
+    while (a > 4 && (uintptr_t)p % a) a /= 2;
+    return a;
+}
+
+#define LTK(call)                                                                                \
+    do {                                                                                         \
+        cublasStatus_t s_ = (call);                                                              \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                       \
+            fail(c, "%s:%d: %s: cuBLASLt status %d", __FILE__, __LINE__, #call, (int)s_);        \
+            ok = false;                                                                          \
+        }                                                                                        \
+    } while (0)
+
+// y[T][N] = x[T][K] . W[N][K]^T in float32 (no TF32): column-major, that
+// is Y'[N][T] = W'^T X' with W' = W as K x N.  The pointers' actual
+// alignments go into the heuristic (activation views are offset).
+static bool lt_sgemm(cu_impl *c, const float *W, int N, int K, const float *x, int ldx, int T,
+                     float *y, int ldy)
+{
+    bool ok = true;
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t A = NULL, B = NULL, C = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    uint64_t ws = LT_WS_BYTES;
+    uint32_t aa = align_of(W), ab = align_of(x), ac = align_of(y);
+    LTK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LTK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LTK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    LTK(cublasLtMatrixLayoutCreate(&A, CUDA_R_32F, K, N, K));
+    LTK(cublasLtMatrixLayoutCreate(&B, CUDA_R_32F, K, T, ldx));
+    LTK(cublasLtMatrixLayoutCreate(&C, CUDA_R_32F, N, T, ldy));
+    LTK(cublasLtMatmulPreferenceCreate(&pref));
+    LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof ws));
+    LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
+                                             sizeof aa));
+    LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab,
+                                             sizeof ab));
+    LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac,
+                                             sizeof ac));
+    LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
+                                             sizeof ac));
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    if (ok) LTK(cublasLtMatmulAlgoGetHeuristic(c->lt, op, A, B, C, C, pref, 1, &res, &nres));
+    if (ok && nres < 1) {
+        fail(c, "cuBLASLt: no float32 algorithm for %dx%d by %d tokens", N, K, T);
+        ok = false;
+    }
+    float alpha = 1, beta = 0;
+    if (ok)
+        LTK(cublasLtMatmul(c->lt, op, &alpha, W, A, x, B, &beta, y, C, y, C, &res.algo, c->lt_ws,
+                           LT_WS_BYTES, c->st));
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (C) cublasLtMatrixLayoutDestroy(C);
+    if (B) cublasLtMatrixLayoutDestroy(B);
+    if (A) cublasLtMatrixLayoutDestroy(A);
+    if (op) cublasLtMatmulDescDestroy(op);
+    return ok;
+}
+
+// The weight view dequantized into float32 scratch, then cuBLASLt.
+static void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
+                         int ldy)
+{
+    if (q.rows <= 0 || T <= 0) return;
+    if (q.cols <= 0) {      // an empty slice (more ranks than units) adds nothing
+        CK(c, cudaMemset2DAsync(y, ldy * sizeof(float), 0, q.rows * sizeof(float), T, c->st));
+        return;
+    }
+    float *wf = (float *)grow(c, &c->wdeq, (size_t)q.rows * q.cols * sizeof(float));
+    if (c->failed) return;
+    cu_dequant(c->st, q, wf);
+    lt_sgemm(c, wf, q.rows, q.cols, x, ldx, T, y, ldy);
+}
+
+// Few tokens: our kernels read the weights in stored precision.  Many:
+// the view dequantized once into float32, then cuBLASLt's float32 GEMM.
+static void cu_matmul_op(backend *b, const qweight *w, const float *x, int ldx, int T, float *y,
+                         int ldy)
+{
+    cu_impl *c = enter(b);
+    dqw q;
+    if (!to_dqw(c, w, &q)) return;
+    if (T >= LT_MIN_T) dense_matmul(c, q, x, ldx, T, y, ldy);
+    else cu_matmul(c->st, q, x, ldx, T, y, ldy);
+    launched(c, "matmul");
+}
+
+static void cu_embed_op(backend *b, const qweight *w, const int32_t *ids, int T, float *out)
+{
+    cu_impl *c = enter(b);
+    dqw q;
+    if (!to_dqw(c, w, &q)) return;
+    const int *d = (const int *)stage(c, ids, T * sizeof *ids);
+    if (c->failed) return;
+    cu_embed(c->st, q, d, T, out);
+    launched(c, "embed");
+}
+
+static void cu_rmsnorm_op(backend *b, const float *x, int ldx, int T, int n, const float *weight,
+                          float eps, float *out, int ldo)
+{
+    cu_impl *c = enter(b);
+    cu_rmsnorm(c->st, x, ldx, T, n, weight, eps, out, ldo);
+    launched(c, "rmsnorm");
+}
+
+static void cu_rope_op(backend *b, float *x, int ld, int T, int nheads, int head_dim,
+                       const rope_table *rt, const int32_t *pos, bool inverse)
+{
+    cu_impl *c = enter(b);
+    drope r;
+    if (!to_rope(c, rt, &r)) return;
+    const int *d = (const int *)stage(c, pos, T * sizeof *pos);
+    if (c->failed) return;
+    cu_rope(c->st, x, ld, T, nheads, head_dim, r, d, inverse);
+    launched(c, "rope");
+}
+
+static void cu_scale_op(backend *b, float *x, int ld, int T, int n, float s)
+{
+    cu_impl *c = enter(b);
+    cu_scale(c->st, x, ld, T, n, s);
+    launched(c, "scale");
+}
+
+static bool hc_ok(cu_impl *c, int hc)
+{
+    if (hc > 16) fail(c, "hc_mult %d (at most 16)", hc);
+    return hc <= 16;
+}
+
+// Few tokens: a block per (logit, token).  Many: the logits as a GEMM
+// over the raw streams, scaled per token by the rms factor.
+static void hc_pre(cu_impl *c, const float *h, int T, int hc, int H, const float *fn,
+                   const float *base, const float *scale, int iters, float hc_eps,
+                   float norm_eps, float *post, float *comb, float *collapsed, bool head)
+{
+    if (!hc_ok(c, hc) || T <= 0) return;
+    int nmix = head ? hc : (2 + hc) * hc, n = hc * H;
+    float *m = (float *)grow(c, &c->hcm, (size_t)T * (nmix + 1) * sizeof(float));
+    if (c->failed) return;
+    float *r = NULL;
+    if (T >= LT_MIN_T) {
+        r = m + (size_t)T * nmix;
+        cu_hc_rms(c->st, h, T, n, norm_eps, r);
+        lt_sgemm(c, fn, nmix, n, h, n, T, m, nmix);
+    } else {
+        cu_hc_logits(c->st, h, T, n, fn, nmix, norm_eps, m);
+    }
+    cu_hc_collapse(c->st, h, T, hc, H, m, r, base, scale, iters, hc_eps, post, comb, collapsed,
+                   head);
+}
+
+static void cu_hc_pre_op(backend *b, const float *h, int T, int hc, int H, const float *fn,
+                         const float *base, const float *scale, int iters, float hc_eps,
+                         float norm_eps, float *post, float *comb, float *collapsed)
+{
+    cu_impl *c = enter(b);
+    hc_pre(c, h, T, hc, H, fn, base, scale, iters, hc_eps, norm_eps, post, comb, collapsed, false);
+    launched(c, "hc_pre");
+}
+
+static void cu_hc_head_op(backend *b, const float *h, int T, int hc, int H, const float *fn,
+                          const float *base, const float *scale, float hc_eps, float norm_eps,
+                          float *out)
+{
+    cu_impl *c = enter(b);
+    hc_pre(c, h, T, hc, H, fn, base, scale, 0, hc_eps, norm_eps, NULL, NULL, out, true);
+    launched(c, "hc_head");
+}
+
+static void cu_hc_post_op(backend *b, float *h, const float *y, const float *post,
+                          const float *comb, int T, int hc, int H)
+{
+    cu_impl *c = enter(b);
+    if (!hc_ok(c, hc)) return;
+    cu_hc_post(c->st, h, y, post, comb, T, hc, H);
+    launched(c, "hc_post");
+}
+
+static void cu_compress_op(backend *b, const compress_args *a)
+{
+    cu_impl *c = enter(b);
+    drope r;
+    dcomp d = { a->n, a->pos0, a->ratio, a->d, a->overlap, a->ld, a->kv, a->gate, a->ape,
+                a->norm, a->eps, a->state, {} };
+    if (!to_rope(c, a->rope, &r) || !to_paged(c, &a->out, (a->pos0 + a->n) / a->ratio, &d.out))
+        return;
+    cu_compress(c->st, d, r);
+    launched(c, "compress");
+}
+
+static void cu_indexer_op(backend *b, const indexer_args *a)
+{
+    cu_impl *c = enter(b);
+    int maxvis = (a->pos0 + a->n) / a->ratio;
+    dindexer d = { a->n, a->pos0, a->ratio, a->nheads, a->d, a->topk, a->q, a->w, {}, a->sel,
+                   a->nsel };
+    if (!to_paged(c, &a->keys, maxvis, &d.keys)) return;
+    // Scores of up to 64M entries at once (token chunks beyond that).
+    size_t want = (size_t)a->n * (maxvis > 0 ? maxvis : 1);
+    size_t cap = want < ((size_t)64 << 20) ? want : ((size_t)64 << 20);
+    if (cap < (size_t)maxvis) cap = maxvis;
+    float *sc = (float *)grow(c, &c->iscores, cap * sizeof(float));
+    if (c->failed) return;
+    cu_indexer(c->st, d, sc, cap);
+    launched(c, "indexer");
+}
+
+static void cu_attention_op(backend *b, const attention_args *a)
+{
+    cu_impl *c = enter(b);
+    dattn d = { a->n, a->pos0, a->nheads, a->head_dim, a->window, a->scale, a->q, a->kv, a->ring,
+                a->sinks, a->ratio, {}, a->sel, a->nsel, a->sel_ld, a->out };
+    if (a->ratio && !to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, &d.comp)) return;
+    if (!cu_attention(c->st, d)) {
+        fail(c, "attention: %d keys per query do not fit in shared memory",
+             a->window + (a->sel ? a->sel_ld : (a->pos0 + a->n) / a->ratio));
+        return;
+    }
+    launched(c, "attention");
+}
+
+static void cu_ring_store_op(backend *b, float *ring, int window, int head_dim, const float *kv,
+                             int n, int pos0)
+{
+    cu_impl *c = enter(b);
+    cu_ring_store(c->st, ring, window, head_dim, kv, n, pos0);
+    launched(c, "ring_store");
+}
+
+// Router, then the routed experts (one row per token and choice: slot
+// t*K + k) and the shared expert, then the weighted sum.  A few tokens:
+// a matrix-vector product per slot reading its expert's weights; more:
+// slots grouped by expert into tiles.
+static void cu_moe_op(backend *b, const moe_args *a)
+{
+    cu_impl *c = enter(b);
+    int T = a->T, H = a->H, E = a->n_experts, K = a->topk, I = a->w1[0].rows, ns = T * K;
+    if (K > 16) {
+        fail(c, "moe: %d experts per token (at most 16)", K);
+        return;
+    }
+    dqw gate, w1, w2, w3, s1, s2, s3;
+    if (!to_dqw(c, a->gate, &gate) || !to_dqw(c, &a->w1[0], &w1) || !to_dqw(c, &a->w2[0], &w2) ||
+        !to_dqw(c, &a->w3[0], &w3) || !to_dqw(c, a->sw1, &s1) || !to_dqw(c, a->sw2, &s2) ||
+        !to_dqw(c, a->sw3, &s3))
+        return;
+    float *sc = (float *)grow(c, &c->sc, (size_t)T * E * sizeof(float));
+    int *idx = (int *)grow(c, &c->idx, ns * sizeof(int));
+    float *wt = (float *)grow(c, &c->wt, ns * sizeof(float));
+    int *ord = (int *)grow(c, &c->ord, ns * sizeof(int));
+    float *g = (float *)grow(c, &c->g, (size_t)ns * I * sizeof(float) + 4);
+    float *u = (float *)grow(c, &c->u, (size_t)ns * I * sizeof(float) + 4);
+    float *ys = (float *)grow(c, &c->ys, (size_t)ns * H * sizeof(float));
+    float *sg = (float *)grow(c, &c->sg, (size_t)T * I * sizeof(float) + 4);
+    float *su = (float *)grow(c, &c->su, (size_t)T * I * sizeof(float) + 4);
+    float *sy = (float *)grow(c, &c->sy, (size_t)T * H * sizeof(float));
+    const int *ids = a->tid2eid ? (const int *)stage(c, a->ids, T * sizeof(int32_t)) : NULL;
+    if (c->failed) return;
+
+    cu_matmul(c->st, gate, a->x, H, T, sc, E);
+    cu_moe_route(c->st, sc, T, E, K, a->sigmoid_scores, a->bias, a->tid2eid, a->tid_i64, ids,
+                 a->routed_scale, idx, wt, ord);
+    if (T <= 8) {
+        cu_matmul_slots(c->st, w1, idx, a->x, H, K, ns, g, I);
+        cu_matmul_slots(c->st, w3, idx, a->x, H, K, ns, u, I);
+        cu_swiglu(c->st, g, u, (long long)ns * I, a->limit);
+        cu_matmul_slots(c->st, w2, idx, g, I, 1, ns, ys, H);
+    } else {
+        int max_tiles = ns / CU_TILE_M + E;
+        int *perm = (int *)grow(c, &c->perm, ns * sizeof(int));
+        int4 *tiles = (int4 *)grow(c, &c->tiles, max_tiles * sizeof(int4));
+        int *ntiles = (int *)grow(c, &c->ntiles, sizeof(int));
+        int *offs = (int *)grow(c, &c->offs, (E + 1) * sizeof(int));
+        if (c->failed) return;
+        cu_moe_sort(c->st, idx, ns, E, perm, tiles, ntiles, offs);
+        if (ns < 32 * E) {  // few rows per expert: tiles read each expert once
+            cu_matmul_tiles(c->st, w1, tiles, ntiles, max_tiles, perm, a->x, H, K, g, I);
+            cu_matmul_tiles(c->st, w3, tiles, ntiles, max_tiles, perm, a->x, H, K, u, I);
+            cu_swiglu(c->st, g, u, (long long)ns * I, a->limit);
+            cu_matmul_tiles(c->st, w2, tiles, ntiles, max_tiles, perm, g, I, 1, ys, H);
+        } else {
+            // Rows sorted by expert; each expert's block through cuBLASLt
+            // (the host needs the counts: one wait per MoE layer).
+            float *xs = (float *)grow(c, &c->xs, (size_t)ns * H * sizeof(float));
+            float *yss = (float *)grow(c, &c->yss, (size_t)ns * H * sizeof(float));
+            int *ho = (int *)malloc((E + 1) * sizeof(int));
+            CK(c, cudaMemcpyAsync(ho, offs, (E + 1) * sizeof(int), cudaMemcpyDeviceToHost,
+                                  c->st));
+            CK(c, cudaStreamSynchronize(c->st));
+            cu_rows_gather(c->st, a->x, H, perm, K, ns, xs);
+            for (int e = 0; e < E && !c->failed; e++) {
+                int o = ho[e], n = ho[e + 1] - ho[e];
+                if (!n) continue;
+                dqw q1 = w1, q3 = w3;
+                q1.data += e * w1.estride, q1.scale += e * w1.sestride;
+                q3.data += e * w3.estride, q3.scale += e * w3.sestride;
+                dense_matmul(c, q1, xs + (size_t)o * H, H, n, g + (size_t)o * I, I);
+                dense_matmul(c, q3, xs + (size_t)o * H, H, n, u + (size_t)o * I, I);
+            }
+            cu_swiglu(c->st, g, u, (long long)ns * I, a->limit);
+            for (int e = 0; e < E && !c->failed; e++) {
+                int o = ho[e], n = ho[e + 1] - ho[e];
+                if (!n) continue;
+                dqw q2 = w2;
+                q2.data += e * w2.estride, q2.scale += e * w2.sestride;
+                dense_matmul(c, q2, g + (size_t)o * I, I, n, yss + (size_t)o * H, H);
+            }
+            cu_rows_scatter(c->st, yss, H, perm, ns, ys);
+            free(ho);
+        }
+    }
+    if (T >= LT_MIN_T) {
+        dense_matmul(c, s1, a->x, H, T, sg, I);
+        dense_matmul(c, s3, a->x, H, T, su, I);
+    } else {
+        cu_matmul(c->st, s1, a->x, H, T, sg, I);
+        cu_matmul(c->st, s3, a->x, H, T, su, I);
+    }
+    cu_swiglu(c->st, sg, su, (long long)T * I, a->limit);
+    if (T >= LT_MIN_T) dense_matmul(c, s2, sg, I, T, sy, H);
+    else cu_matmul(c->st, s2, sg, I, T, sy, H);
+    cu_moe_combine(c->st, ys, wt, ord, T, K, H, sy, a->out);
+    launched(c, "moe");
+}
+
+// ---- collectives ----
+
+static void cu_allreduce(backend *b, float *buf, size_t n)
+{
+    cu_impl *c = enter(b);
+    if (c->nranks == 1 || !n) return;
+    ncclResult_t r = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->st);
+    if (r != ncclSuccess) fail(c, "ncclAllReduce: %s", ncclGetErrorString(r));
+    launched(c, "allreduce");
+}
+
+static void cu_gather_cols(backend *b, const float *part, int rows, int nv, float *out, int ldo,
+                           int v0)
+{
+    cu_impl *c = enter(b);
+    if (rows > 0 && nv > 0)
+        CK(c, cudaMemcpy2DAsync(out + v0, ldo * sizeof(float), part, nv * sizeof(float),
+                                nv * sizeof(float), rows, cudaMemcpyDeviceToHost, c->st));
+    CK(c, cudaStreamSynchronize(c->st));
+    launched(c, "gather_cols");
+}
+
+static void cu_destroy(backend *b)
+{
+    cu_impl *c = enter(b);
+    cudaStreamSynchronize(c->st);
+    if (c->profile) print_profile(c);
+    cudaEventDestroy(c->p0);
+    cudaEventDestroy(c->p1);
+    grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
+                         &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->wdeq, &c->hcm,
+                         &c->offs, &c->xs, &c->yss };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]->p) cudaFreeAsync(bufs[i]->p, c->st);
+    for (int i = 0; i < NSTAGE; i++) {
+        if (c->stage[i].host) cudaFreeHost(c->stage[i].host);
+        if (c->stage[i].dev) cudaFreeAsync(c->stage[i].dev, c->st);
+        cudaEventDestroy(c->stage[i].ev);
+    }
+    cudaStreamSynchronize(c->st);
+    if (c->lt_ws) cudaFree(c->lt_ws);
+    if (c->lt) cublasLtDestroy(c->lt);
+    for (size_t i = 0; i < c->nowned; i++) cudaFree(c->owned[i]);
+    for (size_t i = 0; i < c->ndescs; i++) free(c->descs[i]);
+    free(c->owned);
+    free(c->descs);
+    if (c->comm) ncclCommDestroy(c->comm);
+    cudaStreamDestroy(c->st);
+    free(c);
+    free(b);
+}
+
+static backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
+{
+    if (cudaSetDevice(dev) != cudaSuccess) {
+        snprintf(err, errlen, "cannot use CUDA device %d: %s", dev,
+                 cudaGetErrorString(cudaGetLastError()));
+        return NULL;
+    }
+    cu_impl *c = (cu_impl *)calloc(1, sizeof *c);
+    c->dev = dev;
+    c->rank = rank;
+    c->nranks = nranks;
+    CK(c, cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
+    for (int i = 0; i < NSTAGE; i++)
+        CK(c, cudaEventCreateWithFlags(&c->stage[i].ev, cudaEventDisableTiming));
+    if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) fail(c, "cuBLASLt: cannot create a handle");
+    CK(c, cudaMalloc(&c->lt_ws, LT_WS_BYTES));
+    CK(c, cudaEventCreate(&c->p0));
+    CK(c, cudaEventCreate(&c->p1));
+    const char *pe = getenv("LLM_CUDA_PROFILE");
+    c->profile = pe && *pe && strcmp(pe, "0");
+    if (c->failed) {
+        snprintf(err, errlen, "%s", c->err);
+        free(c);
+        return NULL;
+    }
+    backend *b = (backend *)calloc(1, sizeof *b);
+    b->name = "cuda";
+    b->impl = c;
+    b->alloc = cu_alloc;
+    b->release = cu_release;
+    b->copy_rows = cu_copy_rows;
+    b->write = cu_write;
+    b->read = cu_read;
+    b->upload_weights = cu_upload_weights;
+    b->upload = cu_upload;
+    b->error = cu_error;
+    b->mem_info = cu_mem_info;
+    b->matmul = cu_matmul_op;
+    b->embed = cu_embed_op;
+    b->rmsnorm = cu_rmsnorm_op;
+    b->rope = cu_rope_op;
+    b->scale = cu_scale_op;
+    b->hc_pre = cu_hc_pre_op;
+    b->hc_post = cu_hc_post_op;
+    b->hc_head = cu_hc_head_op;
+    b->compress = cu_compress_op;
+    b->indexer = cu_indexer_op;
+    b->attention = cu_attention_op;
+    b->ring_store = cu_ring_store_op;
+    b->moe = cu_moe_op;
+    b->allreduce = cu_allreduce;
+    b->gather_cols = cu_gather_cols;
+    b->destroy = cu_destroy;
+    return b;
+}
+
+extern "C" int backend_cuda_new_group(int tp, backend **out, char *err, size_t errlen)
+{
+    // Never NVLink multicast (NVLS): it can take a shared host's GPUs down.
+    setenv("NCCL_NVLS_ENABLE", "0", 1);
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        cudaGetLastError();
+        snprintf(err, errlen, "no CUDA device visible");
+        return -1;
+    }
+    if (tp > ndev) {
+        snprintf(err, errlen, "--tp %d needs %d CUDA devices, %d visible", tp, tp, ndev);
+        return -1;
+    }
+    for (int r = 0; r < tp; r++) {
+        out[r] = cu_new(r, r, tp, err, errlen);
+        if (!out[r]) {
+            for (int j = 0; j < r; j++) out[j]->destroy(out[j]);
+            return -1;
+        }
+    }
+    if (tp > 1) {
+        ncclComm_t comms[64];
+        int devs[64];
+        for (int r = 0; r < tp; r++) devs[r] = r;
+        ncclResult_t rc = ncclCommInitAll(comms, tp, devs);
+        if (rc != ncclSuccess) {
+            snprintf(err, errlen, "NCCL init over %d devices: %s", tp, ncclGetErrorString(rc));
+            for (int r = 0; r < tp; r++) out[r]->destroy(out[r]);
+            return -1;
+        }
+        for (int r = 0; r < tp; r++) impl(out[r])->comm = comms[r];
+    }
+    return 0;
+}

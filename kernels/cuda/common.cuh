@@ -1,0 +1,162 @@
+// Shared by the CUDA kernels: number-format decoders (equal, code by code,
+// to kernels/cpu/quant.c), the device view of a weight, reductions.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cpu/qweight.h"
+
+// A weight view as the kernels see it (passed by value).  The device copy
+// holds a rectangle of the stored tensor whose origin is aligned to the
+// scale blocks, so block indices computed in copy coordinates are the
+// stored ones shifted by whole blocks.
+struct dqw {
+    int type, rows, cols;       // enum qtype; the view's size
+    const uint8_t *data;        // device copy (expert 0 when packed)
+    const uint8_t *scale;
+    long long ld, sld;          // elements per copy row, scale columns
+    int r0, c0;                 // view origin inside the copy
+    long long estride, sestride; // bytes between packed experts
+};
+
+__device__ __forceinline__ float bf16f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+// 2^(e-127); 255 is NaN; 0 is the subnormal 2^-127.
+__device__ __forceinline__ float e8m0f(uint32_t e)
+{
+    return __uint_as_float(e == 255 ? 0x7fc00000u : e ? e << 23 : 0x00400000u);
+}
+
+// FP8 e4m3 ("fn": no infinities, 0x7f/0xff NaN).
+__device__ __forceinline__ float fp8f(uint32_t b)
+{
+    uint32_t e = (b >> 3) & 15, m = b & 7;
+    float v = e ? __uint_as_float(((e + 120) << 23) | (m << 20)) : (float)m * 0.001953125f;
+    if ((b & 0x7f) == 0x7f) v = __uint_as_float(0x7fc00000u);
+    return b & 0x80 ? -v : v;
+}
+
+// E2M1: 0, .5, 1, 1.5, 2, 3, 4, 6, sign in bit 3.
+__device__ __forceinline__ float fp4f(uint32_t c)
+{
+    uint32_t e = (c >> 1) & 3, m = c & 1;
+    float v = e ? __uint_as_float(((e + 126) << 23) | (m << 22)) : 0.5f * (float)m;
+    return c & 8 ? -v : v;
+}
+
+// Element (r, c) in copy coordinates of weight w (data/scale already
+// offset to the expert).
+template <int QT>
+__device__ __forceinline__ float qw_at(const dqw &w, const uint8_t *data, const uint8_t *scale,
+                                       long long r, long long c)
+{
+    if (QT == QT_F32) return ((const float *)data)[r * w.ld + c];
+    if (QT == QT_BF16) return bf16f(((const uint16_t *)data)[r * w.ld + c]);
+    if (QT == QT_FP8) return fp8f(data[r * w.ld + c]) * e8m0f(scale[(r >> 7) * w.sld + (c >> 7)]);
+    uint32_t b = data[(r * w.ld + c) >> 1];
+    return fp4f(c & 1 ? b >> 4 : b & 15) * e8m0f(scale[r * w.sld + (c >> 5)]);
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ double warp_sum_d(double v)
+{
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Block-wide reductions (blockDim a multiple of 32, at most 1024); every
+// thread gets the result.  `sh` holds 32 values of scratch.
+template <typename F>
+__device__ __forceinline__ F block_sum(F v, F *sh)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : (F)0;
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float block_max(float v, float *sh)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+// Exclusive prefix sum of v over the block; *total gets the sum.
+__device__ __forceinline__ int block_scan(int v, int *sh, int *total)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int x = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    __syncthreads();
+    if (lane == 31) sh[w] = x;
+    __syncthreads();
+    if (w == 0) {
+        int s = lane < nw ? sh[lane] : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+            int y = __shfl_up_sync(0xffffffffu, s, o);
+            if (lane >= o) s += y;
+        }
+        sh[lane] = s;   // inclusive prefix of warp totals
+    }
+    __syncthreads();
+    int before = (w ? sh[w - 1] : 0) + x - v;
+    *total = sh[nw - 1];
+    return before;
+}
+
+// Row i of a paged cache layer (see paged_rows in backend.h).
+struct dpaged {
+    char *const *blocks;        // device array of block addresses
+    long long off;
+    int per_block, row_len;
+};
+
+__device__ __forceinline__ float *dpaged_row(const dpaged &p, int i)
+{
+    return (float *)(p.blocks[i / p.per_block] + p.off) + (long long)(i % p.per_block) * p.row_len;
+}
+
+// RoPE table by value (at most 128 channel pairs).
+#define ROPE_MAX_PAIRS 128
+struct drope {
+    int npairs;
+    float attn_factor;
+    float inv_freq[ROPE_MAX_PAIRS];
+};
+
+// Rotate the last 2*npairs channels of one head (x in any memory) at pos,
+// the CPU's order of operations (cpu_rope_head), element by element.
+__device__ __forceinline__ void rope_pair(float *r, int i, const drope &rt, int pos, bool inverse)
+{
+    float ang = rt.inv_freq[i] * (float)pos;
+    float c = (float)cos((double)ang) * rt.attn_factor;
+    float s = (float)sin((double)ang) * rt.attn_factor;
+    if (inverse) s = -s;
+    float x0 = r[2 * i], x1 = r[2 * i + 1];
+    r[2 * i] = __fadd_rn(__fmul_rn(x0, c), __fmul_rn(-x1, s));
+    r[2 * i + 1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+}

@@ -1,0 +1,103 @@
+// Launchers of the CUDA kernels (host functions, C++), used by
+// backend_cuda.cu.  Every pointer is device memory unless it says host;
+// every launch goes to stream `st` and skips empty grids.  Each kernel
+// computes what the CPU backend op of the same name computes
+// (engine/backend_cpu.c), in float32.
+#pragma once
+
+#include "common.cuh"
+
+// ---- matmul.cu ----
+// y[t][0..w.rows) = x[t] . W^T for T tokens.
+void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y, int ldy);
+// The view dequantized into a float32 [rows][cols] matrix (exact).
+void cu_dequant(cudaStream_t st, const dqw &w, float *out);
+// Grouped by expert, one row per slot s: y[s] = x[s / xdiv] . W[experts[s]]^T.
+void cu_matmul_slots(cudaStream_t st, const dqw &w, const int *experts, const float *x, int ldx,
+                     int xdiv, int nslots, float *y, int ldy);
+// Grouped by expert in tiles of CU_TILE_M slots (moe_sort's table): tile i
+// holds slots perm[tiles[i].y ..+ tiles[i].z) of expert tiles[i].x.
+#define CU_TILE_M 64
+void cu_matmul_tiles(cudaStream_t st, const dqw &w, const int4 *tiles, const int *ntiles,
+                     int max_tiles, const int *perm, const float *x, int ldx, int xdiv, float *y,
+                     int ldy);
+
+// ---- ops.cu ----
+void cu_embed(cudaStream_t st, const dqw &w, const int *ids, int T, float *out);
+void cu_rmsnorm(cudaStream_t st, const float *x, int ldx, int T, int n, const float *weight,
+                float eps, float *out, int ldo);
+void cu_rope(cudaStream_t st, float *x, int ld, int T, int nheads, int head_dim, const drope &rt,
+             const int *pos, bool inverse);
+void cu_scale(cudaStream_t st, float *x, int ld, int T, int n, float s);
+// Hyper-connections in two steps.  The mix logits m [T][nmix] of the
+// normalized streams (n = hc*H): cu_hc_logits, or (many tokens) the rms
+// factors r [T] from cu_hc_rms with m = h . fn^T from a GEMM, scaled by r
+// in the collapse.  Then cu_hc_collapse: the mix (Sinkhorn unless head),
+// post, comb, and the collapsed streams.
+void cu_hc_logits(cudaStream_t st, const float *h, int T, int n, const float *fn, int nmix,
+                  float norm_eps, float *m);
+void cu_hc_rms(cudaStream_t st, const float *h, int T, int n, float norm_eps, float *r);
+void cu_hc_collapse(cudaStream_t st, const float *h, int T, int hc, int H, const float *m,
+                    const float *r, const float *base, const float *scale, int iters,
+                    float hc_eps, float *post, float *comb, float *collapsed, bool head);
+void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, const float *comb,
+                int T, int hc, int H);
+void cu_ring_store(cudaStream_t st, float *ring, int window, int head_dim, const float *kv, int n,
+                   int pos0);
+void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float limit);
+// Router: scores [T][E] logits in, per token the chosen experts idx[T][K],
+// weights wt[T][K] and order[T][K] (the k's by ascending expert id).
+void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, bool sigmoid,
+                  const float *bias, const void *tid2eid, bool tid_i64, const int *ids,
+                  float routed_scale, int *idx, float *wt, int *order);
+// Slots (t*K + k) grouped by expert: perm, tiles of CU_TILE_M, and offs
+// [E + 1]: where each expert's slots start in perm.
+void cu_moe_sort(cudaStream_t st, const int *idx, int nslots, int E, int *perm, int4 *tiles,
+                 int *ntiles, int *offs);
+// dst[i] = src[map[i] / div] (rows of H floats), and dst[map[i]] = src[i].
+void cu_rows_gather(cudaStream_t st, const float *src, int H, const int *map, int div, int n,
+                    float *dst);
+void cu_rows_scatter(cudaStream_t st, const float *src, int H, const int *map, int n, float *dst);
+// out[t] = sum over k (ascending expert) ys[t*K+k] * wt + shared[t].
+void cu_moe_combine(cudaStream_t st, const float *ys, const float *wt, const int *order, int T,
+                    int K, int H, const float *shared, float *out);
+
+// Random contents for synthetic weights: FILL_FP8 e4m3 codes of moderate
+// size, FILL_BYTES random bytes (MXFP4 codes), FILL_CONST every byte
+// `byte` (scales), FILL_BF16 / FILL_F32 uniform in +-amp.  bytes: a
+// multiple of 4.
+enum { FILL_FP8, FILL_BYTES, FILL_CONST, FILL_BF16, FILL_F32 };
+void cu_fill(cudaStream_t st, void *p, size_t bytes, int kind, float amp, uint32_t byte,
+             unsigned long long seed);
+
+// ---- attention.cu ----
+struct dcomp {
+    int n, pos0, ratio, d, overlap, ld;
+    const float *kv, *gate, *ape, *norm;
+    float eps;
+    float *state;
+    dpaged out;
+};
+void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt);
+
+struct dindexer {
+    int n, pos0, ratio, nheads, d, topk;
+    const float *q, *w;
+    dpaged keys;
+    int *sel, *nsel;
+};
+// scores: scratch of at least chunk * ((pos0+n)/ratio) floats for some chunk >= 1.
+void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap);
+
+struct dattn {
+    int n, pos0, nheads, hd, window;
+    float scale;
+    const float *q, *kv, *ring, *sinks;
+    int ratio;
+    dpaged comp;
+    const int *sel, *nsel;
+    int sel_ld;
+    float *out;
+};
+// Returns false when the key list does not fit in shared memory.
+bool cu_attention(cudaStream_t st, const dattn &a);

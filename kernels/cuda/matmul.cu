@@ -1,0 +1,277 @@
+// y = x W^T over weights in their stored precision (FP8 with UE8M0 128x128
+// blocks, MXFP4, BF16, F32), float32 accumulation.
+//   few tokens (decode): one warp per output row, 16-byte weight loads
+//     dequantized in registers, every token of the tile against each load;
+//   many tokens (prefill): 64x64 output tiles, weights dequantized into
+//     shared memory once per tile.
+// Both have a grouped form for MoE experts packed by the backend.
+#include "kernels.cuh"
+
+// Elements per 16-byte load.
+template <int QT> struct vec_of { static constexpr int n = 4; };
+template <> struct vec_of<QT_BF16> { static constexpr int n = 8; };
+template <> struct vec_of<QT_FP8> { static constexpr int n = 16; };
+template <> struct vec_of<QT_MXFP4> { static constexpr int n = 32; };
+
+// Dequantize the 16 bytes holding copy columns [c, c + VEC) of row r.
+template <int QT>
+__device__ __forceinline__ void load_vec(const dqw &w, const uint8_t *data, const uint8_t *scale,
+                                         long long r, long long c, float *v)
+{
+    if (QT == QT_F32) {
+        float4 f = *(const float4 *)((const float *)data + r * w.ld + c);
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    } else if (QT == QT_BF16) {
+        uint4 u = *(const uint4 *)((const uint16_t *)data + r * w.ld + c);
+        uint32_t p[4] = { u.x, u.y, u.z, u.w };
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            v[2 * i] = __uint_as_float(p[i] << 16);
+            v[2 * i + 1] = __uint_as_float(p[i] & 0xffff0000u);
+        }
+    } else if (QT == QT_FP8) {
+        uint4 u = *(const uint4 *)(data + r * w.ld + c);
+        float s = e8m0f(scale[(r >> 7) * w.sld + (c >> 7)]);
+        uint32_t p[4] = { u.x, u.y, u.z, u.w };
+#pragma unroll
+        for (int i = 0; i < 16; i++) v[i] = fp8f((p[i / 4] >> (8 * (i % 4))) & 0xff) * s;
+    } else {
+        uint4 u = *(const uint4 *)(data + ((r * w.ld + c) >> 1));
+        float s = e8m0f(scale[r * w.sld + (c >> 5)]);
+        uint32_t p[4] = { u.x, u.y, u.z, u.w };
+#pragma unroll
+        for (int i = 0; i < 32; i++) v[i] = fp4f((p[i / 8] >> (4 * (i % 8))) & 15) * s;
+    }
+}
+
+// SPLIT warps per output row n (each a slice of the chunks, summed in
+// shared memory), NT tokens per block row (blockIdx.y).  With `experts`,
+// NT is 1 and blockIdx.y is a slot with its own expert.
+template <int QT, int NT, int SPLIT>
+__global__ void __launch_bounds__(256)
+gemv_kernel(dqw w, const int *experts, const float *x, int ldx, int xdiv, int T, float *y,
+            int ldy, int vec_ok)
+{
+    constexpr int VEC = vec_of<QT>::n, RPB = 8 / SPLIT;
+    __shared__ float part[8][NT];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = warp % SPLIT;
+    int n = blockIdx.x * RPB + warp / SPLIT;
+    bool live = n < w.rows;
+    int t0 = blockIdx.y * NT, nt = min(NT, T - t0);
+    const uint8_t *data = w.data, *scale = w.scale;
+    if (experts) {
+        int e = experts[t0];
+        data += e * w.estride;
+        scale += e * w.sestride;
+    }
+    long long r = w.r0 + n;
+    const float *xr[NT];
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        xr[t] = x + (long long)((t0 + (t < nt ? t : 0)) / xdiv) * ldx;
+        acc[t] = 0;
+    }
+    int nch = vec_ok && live ? w.cols / VEC : 0;
+#pragma unroll 4
+    for (int ch = lane + 32 * sub; ch < nch; ch += 32 * SPLIT) {
+        int c = ch * VEC;
+        float v[VEC];
+        load_vec<QT>(w, data, scale, r, w.c0 + c, v);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= nt) break;
+            const float4 *xp = (const float4 *)(xr[t] + c);
+            float a = 0;
+#pragma unroll
+            for (int i = 0; i < VEC / 4; i++) {
+                float4 xv = xp[i];
+                a += v[4 * i] * xv.x + v[4 * i + 1] * xv.y + v[4 * i + 2] * xv.z +
+                     v[4 * i + 3] * xv.w;
+            }
+            acc[t] += a;
+        }
+    }
+    int c1 = live ? w.cols : 0;
+    for (int c = (vec_ok ? w.cols / VEC * VEC : 0) + lane + 32 * sub; c < c1; c += 32 * SPLIT) {
+        float v = qw_at<QT>(w, data, scale, r, w.c0 + c);
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (t < nt) acc[t] += v * xr[t][c];
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float s = warp_sum(acc[t]);
+        if (SPLIT == 1 && lane == 0 && live && t < nt) y[(long long)(t0 + t) * ldy + n] = s;
+        if (SPLIT > 1 && lane == 0) part[warp][t] = s;
+    }
+    if (SPLIT > 1) {
+        __syncthreads();
+        if (sub == 0 && lane < nt && live) {
+            float s = 0;
+            for (int k = 0; k < SPLIT; k++) s += part[warp + k][lane];
+            y[(long long)(t0 + lane) * ldy + n] = s;
+        }
+    }
+}
+
+#define TM CU_TILE_M
+#define TN 64
+#define TK 32
+
+// 64 tokens x 64 output rows per block, 4x4 per thread.  Tokens are rows
+// m0.. of x, or (tiles) the slots of one expert's tile through perm.
+template <int QT>
+__global__ void __launch_bounds__(256)
+tiled_kernel(dqw w, const float *x, int ldx, int xdiv, int T, float *y, int ldy,
+             const int4 *tiles, const int *ntiles, const int *perm)
+{
+    __shared__ __align__(16) float xs[TK][TM + 4];
+    __shared__ __align__(16) float ws[TK][TN + 4];
+    int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+    int n0 = blockIdx.y * TN, m0 = 0, mcount;
+    const uint8_t *data = w.data, *scale = w.scale;
+    const int *rows = NULL;
+    if (tiles) {
+        if ((int)blockIdx.x >= *ntiles) return;
+        int4 tl = tiles[blockIdx.x];
+        data += tl.x * w.estride;
+        scale += tl.x * w.sestride;
+        rows = perm + tl.y;
+        mcount = tl.z;
+    } else {
+        m0 = blockIdx.x * TM;
+        mcount = min(TM, T - m0);
+    }
+    float acc[4][4] = {};
+    for (int k0 = 0; k0 < w.cols; k0 += TK) {
+#pragma unroll
+        for (int i = 0; i < TM * TK / 256; i++) {
+            int idx = tid + i * 256, m = idx / TK, k = idx % TK;
+            float v = 0;
+            if (m < mcount && k0 + k < w.cols) {
+                int tok = rows ? rows[m] : m0 + m;
+                v = x[(long long)(tok / xdiv) * ldx + k0 + k];
+            }
+            xs[k][m] = v;
+        }
+#pragma unroll
+        for (int i = 0; i < TN * TK / 256; i++) {
+            int idx = tid + i * 256, n = idx / TK, k = idx % TK;
+            float v = 0;
+            if (n0 + n < w.rows && k0 + k < w.cols)
+                v = qw_at<QT>(w, data, scale, w.r0 + n0 + n, w.c0 + k0 + k);
+            ws[k][n] = v;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int k = 0; k < TK; k++) {
+            float4 a = *(const float4 *)&xs[k][ty * 4];
+            float4 b = *(const float4 *)&ws[k][tx * 4];
+            float av[4] = { a.x, a.y, a.z, a.w }, bv[4] = { b.x, b.y, b.z, b.w };
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] += av[i] * bv[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int m = ty * 4 + i;
+        if (m >= mcount) continue;
+        long long tok = rows ? rows[m] : m0 + m;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int n = n0 + tx * 4 + j;
+            if (n < w.rows) y[tok * ldy + n] = acc[i][j];
+        }
+    }
+}
+
+#define QT_DISPATCH(t, ...)                                                                      \
+    switch (t) {                                                                                 \
+    case QT_F32: { constexpr int QT = QT_F32; __VA_ARGS__; } break;                              \
+    case QT_BF16: { constexpr int QT = QT_BF16; __VA_ARGS__; } break;                            \
+    case QT_FP8: { constexpr int QT = QT_FP8; __VA_ARGS__; } break;                              \
+    default: { constexpr int QT = QT_MXFP4; __VA_ARGS__; } break;                                \
+    }
+
+static int vec_elems(int type)
+{
+    return type == QT_F32 ? 4 : type == QT_BF16 ? 8 : type == QT_FP8 ? 16 : 32;
+}
+
+// 16-byte loads need aligned weight columns and aligned x rows.
+static int vec_ok(const dqw &w, const float *x, int ldx)
+{
+    return w.c0 % vec_elems(w.type) == 0 && (uintptr_t)x % 16 == 0 && ldx % 4 == 0;
+}
+
+// Few output rows (fewer than two blocks per SM at a warp per row): four
+// warps per row, so long rows are read with more loads in flight.
+template <int NT>
+static void gemv(cudaStream_t st, const dqw &w, const int *experts, const float *x, int ldx,
+                 int xdiv, int T, float *y, int ldy)
+{
+    int ok = vec_ok(w, x, ldx), ny = (T + NT - 1) / NT;
+    if ((long long)(w.rows + 7) / 8 * ny < 264 && w.cols >= 512) {
+        dim3 grid((w.rows + 1) / 2, ny);
+        QT_DISPATCH(w.type, gemv_kernel<QT, NT, 4><<<grid, 256, 0, st>>>(w, experts, x, ldx, xdiv,
+                                                                           T, y, ldy, ok));
+    } else {
+        dim3 grid((w.rows + 7) / 8, ny);
+        QT_DISPATCH(w.type, gemv_kernel<QT, NT, 1><<<grid, 256, 0, st>>>(w, experts, x, ldx, xdiv,
+                                                                           T, y, ldy, ok));
+    }
+}
+
+void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y, int ldy)
+{
+    if (w.rows <= 0 || T <= 0) return;
+    if (T == 1) gemv<1>(st, w, NULL, x, ldx, 1, T, y, ldy);
+    else if (T == 2) gemv<2>(st, w, NULL, x, ldx, 1, T, y, ldy);
+    else if (T <= 4) gemv<4>(st, w, NULL, x, ldx, 1, T, y, ldy);
+    else if (T <= 8) gemv<8>(st, w, NULL, x, ldx, 1, T, y, ldy);
+    else {
+        dim3 grid((T + TM - 1) / TM, (w.rows + TN - 1) / TN);
+        QT_DISPATCH(w.type, tiled_kernel<QT><<<grid, 256, 0, st>>>(w, x, ldx, 1, T, y, ldy, NULL,
+                                                                   NULL, NULL));
+    }
+}
+
+void cu_matmul_slots(cudaStream_t st, const dqw &w, const int *experts, const float *x, int ldx,
+                     int xdiv, int nslots, float *y, int ldy)
+{
+    if (w.rows <= 0 || nslots <= 0) return;
+    gemv<1>(st, w, experts, x, ldx, xdiv, nslots, y, ldy);
+}
+
+void cu_matmul_tiles(cudaStream_t st, const dqw &w, const int4 *tiles, const int *ntiles,
+                     int max_tiles, const int *perm, const float *x, int ldx, int xdiv, float *y,
+                     int ldy)
+{
+    if (w.rows <= 0 || max_tiles <= 0) return;
+    dim3 grid(max_tiles, (w.rows + TN - 1) / TN);
+    QT_DISPATCH(w.type, tiled_kernel<QT><<<grid, 256, 0, st>>>(w, x, ldx, xdiv, 0, y, ldy, tiles,
+                                                               ntiles, perm));
+}
+
+// The view as a plain float32 matrix [rows][cols] (exact: every stored
+// format is a float32 value times a power of two).
+template <int QT>
+__global__ void dequant_kernel(dqw w, float *out)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)w.rows * w.cols) return;
+    long long r = i / w.cols, c = i % w.cols;
+    out[i] = qw_at<QT>(w, w.data, w.scale, w.r0 + r, w.c0 + c);
+}
+
+void cu_dequant(cudaStream_t st, const dqw &w, float *out)
+{
+    long long n = (long long)w.rows * w.cols;
+    if (n <= 0) return;
+    unsigned blocks = (unsigned)((n + 255) / 256);
+    QT_DISPATCH(w.type, dequant_kernel<QT><<<blocks, 256, 0, st>>>(w, out));
+}

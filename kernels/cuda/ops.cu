@@ -1,0 +1,461 @@
+// Row and element ops: embedding, RMSNorm, RoPE, scaling, the
+// hyper-connection mix (mHC with Sinkhorn), the ring of the sliding
+// window, and the MoE router, grouping and combination.  Orders of
+// operations follow kernels/cpu/ops.c and engine/backend_cpu.c.
+#include "kernels.cuh"
+
+#define HC_MAX 16
+
+static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+
+template <int QT>
+__global__ void embed_kernel(dqw w, const int *ids, float *out)
+{
+    int t = blockIdx.x;
+    long long r = w.r0 + ids[t];
+    float *o = out + (long long)t * w.cols;
+    for (int c = threadIdx.x; c < w.cols; c += blockDim.x)
+        o[c] = qw_at<QT>(w, w.data, w.scale, r, w.c0 + c);
+}
+
+void cu_embed(cudaStream_t st, const dqw &w, const int *ids, int T, float *out)
+{
+    if (T <= 0) return;
+    switch (w.type) {
+    case QT_F32: embed_kernel<QT_F32><<<T, 256, 0, st>>>(w, ids, out); break;
+    case QT_BF16: embed_kernel<QT_BF16><<<T, 256, 0, st>>>(w, ids, out); break;
+    case QT_FP8: embed_kernel<QT_FP8><<<T, 256, 0, st>>>(w, ids, out); break;
+    default: embed_kernel<QT_MXFP4><<<T, 256, 0, st>>>(w, ids, out); break;
+    }
+}
+
+__global__ void rmsnorm_kernel(const float *x, int ldx, int n, const float *w, float eps,
+                               float *out, int ldo)
+{
+    __shared__ double sh[32];
+    const float *xr = x + (long long)blockIdx.x * ldx;
+    float *o = out + (long long)blockIdx.x * ldo;
+    double ss = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    ss = block_sum(ss, sh);
+    float r = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        o[i] = w ? w[i] * (xr[i] * r) : xr[i] * r;
+}
+
+void cu_rmsnorm(cudaStream_t st, const float *x, int ldx, int T, int n, const float *weight,
+                float eps, float *out, int ldo)
+{
+    if (T <= 0 || n <= 0) return;
+    rmsnorm_kernel<<<T, n >= 1024 ? 512 : 128, 0, st>>>(x, ldx, n, weight, eps, out, ldo);
+}
+
+__global__ void rope_kernel(float *x, int ld, int T, int nheads, int hd, drope rt, const int *pos,
+                            int inverse)
+{
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)T * nheads * rt.npairs) return;
+    int i = idx % rt.npairs, h = (idx / rt.npairs) % nheads, t = idx / ((long long)rt.npairs * nheads);
+    float *r = x + (long long)t * ld + (long long)h * hd + hd - 2 * rt.npairs;
+    rope_pair(r, i, rt, pos[t], inverse);
+}
+
+void cu_rope(cudaStream_t st, float *x, int ld, int T, int nheads, int head_dim, const drope &rt,
+             const int *pos, bool inverse)
+{
+    long long n = (long long)T * nheads * rt.npairs;
+    if (n <= 0) return;
+    rope_kernel<<<blocks_for(n, 256), 256, 0, st>>>(x, ld, T, nheads, head_dim, rt, pos, inverse);
+}
+
+__global__ void scale_kernel(float *x, int ld, int T, int n, float s)
+{
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)T * n) return;
+    x[(idx / n) * ld + idx % n] *= s;
+}
+
+void cu_scale(cudaStream_t st, float *x, int ld, int T, int n, float s)
+{
+    long long m = (long long)T * n;
+    if (m <= 0) return;
+    scale_kernel<<<blocks_for(m, 256), 256, 0, st>>>(x, ld, T, n, s);
+}
+
+// ---- hyper-connections ----
+
+__device__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// The mix logits m[t][j] = rsqrt(mean(h[t]^2) + eps) * (h[t] . fn[j]) in
+// one pass, one block per (j, t) so that a single token still fills the
+// GPU (consecutive blocks share the token's streams in L2).  The CPU
+// scales before the dot product; the difference is rounding.
+__global__ void __launch_bounds__(512) hc_logits_kernel(const float *h, int n, const float *fn,
+                                                        float norm_eps, float *m)
+{
+    __shared__ double shd[32];
+    __shared__ float shf[32];
+    int j = blockIdx.x, t = blockIdx.y, nmix = gridDim.x;
+    const float *ht = h + (long long)t * n, *f = fn + (long long)j * n;
+    double ss = 0;
+    float a = 0;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float hv = ht[i];
+        ss += (double)hv * hv;
+        a += hv * f[i];
+    }
+    ss = block_sum(ss, shd);
+    a = block_sum(a, shf);
+    if (threadIdx.x == 0) m[(long long)t * nmix + j] = a * (1.0f / sqrtf((float)(ss / n) + norm_eps));
+}
+
+void cu_hc_logits(cudaStream_t st, const float *h, int T, int n, const float *fn, int nmix,
+                  float norm_eps, float *m)
+{
+    if (T > 0) hc_logits_kernel<<<dim3(nmix, T), 512, 0, st>>>(h, n, fn, norm_eps, m);
+}
+
+// r[t] = rsqrt(mean(h[t]^2) + eps), one block per token.
+__global__ void hc_rms_kernel(const float *h, int n, float norm_eps, float *r)
+{
+    __shared__ double shd[32];
+    const float *ht = h + (long long)blockIdx.x * n;
+    double ss = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)ht[i] * ht[i];
+    ss = block_sum(ss, shd);
+    if (threadIdx.x == 0) r[blockIdx.x] = 1.0f / sqrtf((float)(ss / n) + norm_eps);
+}
+
+void cu_hc_rms(cudaStream_t st, const float *h, int T, int n, float norm_eps, float *r)
+{
+    if (T > 0) hc_rms_kernel<<<T, 256, 0, st>>>(h, n, norm_eps, r);
+}
+
+// One block per token: the mix (cpu_hc_mix, by warp 0: a lane per row,
+// then per column, in shared memory; same operations in the same order),
+// then the collapse sum_k pre[k] h[k].  r: NULL, or m holds unnormalized
+// dot products to be multiplied by r[t].
+__global__ void hc_collapse_kernel(const float *h, int hc, int H, const float *m, const float *r,
+                                   const float *base, const float *scale, int iters,
+                                   float hc_eps, float *post, float *comb, float *out, int head)
+{
+    __shared__ float pre[HC_MAX], cm[HC_MAX * HC_MAX];
+    int t = blockIdx.x, lane = threadIdx.x, nmix = head ? hc : (2 + hc) * hc;
+    const float *mt = m + (long long)t * nmix, *ht = h + (long long)t * hc * H;
+    float rt = r ? r[t] : 1.0f;
+    if (threadIdx.x < 32) {
+        if (lane < hc) {
+            float m0 = r ? mt[lane] * rt : mt[lane];
+            pre[lane] = sigmoidf_(m0 * scale[0] + base[lane]) + hc_eps;
+            if (!head) {
+                float m1 = r ? mt[hc + lane] * rt : mt[hc + lane];
+                post[(long long)t * hc + lane] = 2.0f * sigmoidf_(m1 * scale[1] + base[hc + lane]);
+                const float *mc = mt + 2 * hc, *bc = base + 2 * hc;
+                float *row = cm + lane * hc, mx = -INFINITY, sum = 0;
+                for (int j = 0; j < hc; j++) {
+                    float mv = r ? mc[lane * hc + j] * rt : mc[lane * hc + j];
+                    row[j] = mv * scale[2] + bc[lane * hc + j];
+                    if (row[j] > mx) mx = row[j];
+                }
+                for (int j = 0; j < hc; j++) {
+                    row[j] = expf(row[j] - mx);
+                    sum += row[j];
+                }
+                for (int j = 0; j < hc; j++) row[j] = row[j] / sum + hc_eps;
+            }
+        }
+        __syncwarp();
+        for (int it = 0; !head && it < iters; it++) {
+            if (it > 0 && lane < hc) {
+                float sum = 0;
+                for (int j = 0; j < hc; j++) sum += cm[lane * hc + j];
+                for (int j = 0; j < hc; j++) cm[lane * hc + j] /= sum + hc_eps;
+            }
+            __syncwarp();
+            if (lane < hc) {
+                float sum = 0;
+                for (int i = 0; i < hc; i++) sum += cm[i * hc + lane];
+                for (int i = 0; i < hc; i++) cm[i * hc + lane] /= sum + hc_eps;
+            }
+            __syncwarp();
+        }
+        for (int x = lane; !head && x < hc * hc; x += 32) comb[(long long)t * hc * hc + x] = cm[x];
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < H; d += blockDim.x) {
+        float s = 0;
+        for (int k = 0; k < hc; k++) s += pre[k] * ht[(long long)k * H + d];
+        out[(long long)t * H + d] = s;
+    }
+}
+
+void cu_hc_collapse(cudaStream_t st, const float *h, int T, int hc, int H, const float *m,
+                    const float *r, const float *base, const float *scale, int iters,
+                    float hc_eps, float *post, float *comb, float *collapsed, bool head)
+{
+    if (T > 0)
+        hc_collapse_kernel<<<T, 256, 0, st>>>(h, hc, H, m, r, base, scale, iters, hc_eps, post,
+                                              comb, collapsed, head);
+}
+
+__global__ void hc_post_kernel(float *h, const float *y, const float *post, const float *comb,
+                               int T, int hc, int H)
+{
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)T * H) return;
+    int t = idx / H, d = idx % H;
+    float *ht = h + (long long)t * hc * H;
+    const float *pt = post + (long long)t * hc, *ct = comb + (long long)t * hc * hc;
+    float old[HC_MAX];
+    for (int j = 0; j < hc; j++) old[j] = ht[(long long)j * H + d];
+    for (int k = 0; k < hc; k++) {
+        float s = 0;
+        for (int j = 0; j < hc; j++) s += ct[j * hc + k] * old[j];
+        ht[(long long)k * H + d] = pt[k] * y[(long long)t * H + d] + s;
+    }
+}
+
+void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, const float *comb,
+                int T, int hc, int H)
+{
+    long long n = (long long)T * H;
+    if (n <= 0) return;
+    hc_post_kernel<<<blocks_for(n, 256), 256, 0, st>>>(h, y, post, comb, T, hc, H);
+}
+
+__global__ void ring_store_kernel(float *ring, int window, int hd, const float *kv, int pos0,
+                                  int from, int count)
+{
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)count * hd) return;
+    int j = from + idx / hd, c = idx % hd;
+    ring[(long long)(j % window) * hd + c] = kv[(long long)(j - pos0) * hd + c];
+}
+
+void cu_ring_store(cudaStream_t st, float *ring, int window, int head_dim, const float *kv, int n,
+                   int pos0)
+{
+    int from = pos0 + n - window > pos0 ? pos0 + n - window : pos0;
+    int count = pos0 + n - from;
+    if (count <= 0) return;
+    ring_store_kernel<<<blocks_for((long long)count * head_dim, 256), 256, 0, st>>>(
+        ring, window, head_dim, kv, pos0, from, count);
+}
+
+// ---- mixture of experts ----
+
+__global__ void swiglu_kernel(float *g, const float *u, long long n, float limit)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float gv = g[i] > limit ? limit : g[i];
+    float uv = u[i] > limit ? limit : u[i] < -limit ? -limit : u[i];
+    g[i] = gv / (1.0f + expf(-gv)) * uv;
+}
+
+void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float limit)
+{
+    if (n <= 0) return;
+    swiglu_kernel<<<blocks_for(n, 256), 256, 0, st>>>(g, u, n, limit);
+}
+
+#define TOPK_MAX 16
+
+__device__ float route_act(float x, int sigmoid)
+{
+    return sigmoid ? sigmoidf_(x) : sqrtf(x > 20.0f ? x : log1pf(expf(x)));
+}
+
+// One warp per token: K rounds of arg-max over the biased scores (larger
+// first, ties to the lower expert), or the hash table's experts.
+__global__ void route_kernel(const float *scores, int T, int E, int K, int sigmoid,
+                             const float *bias, const void *tid2eid, int tid_i64, const int *ids,
+                             float rscale, int *idx, float *wt, int *order)
+{
+    int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (t >= T) return;
+    const float *sc = scores + (long long)t * E;
+    int sel[TOPK_MAX];
+    if (tid2eid) {
+        for (int k = 0; k < K; k++)
+            sel[k] = tid_i64 ? (int)((const long long *)tid2eid)[(long long)ids[t] * K + k]
+                             : ((const int *)tid2eid)[(long long)ids[t] * K + k];
+    } else {
+        for (int k = 0; k < K; k++) {
+            float bv = 0;
+            int be = -1;
+            for (int e = lane; e < E; e += 32) {
+                bool taken = false;
+                for (int j = 0; j < k; j++) taken |= sel[j] == e;
+                if (taken) continue;
+                float v = route_act(sc[e], sigmoid) + bias[e];
+                if (be < 0 || v > bv || (v == bv && e < be)) bv = v, be = e;
+            }
+            for (int o = 16; o; o >>= 1) {
+                float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                int oe = __shfl_xor_sync(0xffffffffu, be, o);
+                if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
+            }
+            sel[k] = be;
+        }
+    }
+    if (lane) return;
+    float sum = 0;
+    for (int k = 0; k < K; k++) sum += route_act(sc[sel[k]], sigmoid);
+    for (int k = 0; k < K; k++) {
+        idx[(long long)t * K + k] = sel[k];
+        wt[(long long)t * K + k] = route_act(sc[sel[k]], sigmoid) / (sum + 1e-20f) * rscale;
+    }
+    // The k's in ascending expert order (stable), the CPU's summation order.
+    int ord[TOPK_MAX];
+    for (int k = 0; k < K; k++) {
+        int j = k;
+        while (j > 0 && sel[ord[j - 1]] > sel[k]) {
+            ord[j] = ord[j - 1];
+            j--;
+        }
+        ord[j] = k;
+    }
+    for (int k = 0; k < K; k++) order[(long long)t * K + k] = ord[k];
+}
+
+void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, bool sigmoid,
+                  const float *bias, const void *tid2eid, bool tid_i64, const int *ids,
+                  float routed_scale, int *idx, float *wt, int *order)
+{
+    if (T <= 0) return;
+    route_kernel<<<blocks_for(T, 8), 256, 0, st>>>(scores, T, E, K, sigmoid, bias, tid2eid,
+                                                   tid_i64, ids, routed_scale, idx, wt, order);
+}
+
+// One block: count slots per expert, lay out the tiles, scatter the slots;
+// offs[0..E] gets each expert's first position in perm.
+__global__ void moe_sort_kernel(const int *idx, int nslots, int E, int *perm, int4 *tiles,
+                                int *ntiles, int *offs)
+{
+    extern __shared__ int sh[];
+    int *cnt = sh, *off = sh + E;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int s = threadIdx.x; s < nslots; s += blockDim.x) atomicAdd(&cnt[idx[s]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int o = 0, nt = 0;
+        for (int e = 0; e < E; e++) {
+            off[e] = o;
+            for (int s = 0; s < cnt[e]; s += CU_TILE_M)
+                tiles[nt++] = make_int4(e, o + s, min(CU_TILE_M, cnt[e] - s), 0);
+            o += cnt[e];
+        }
+        *ntiles = nt;
+        for (int e = 0; e < E; e++) offs[e] = off[e];
+        offs[E] = o;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int s = threadIdx.x; s < nslots; s += blockDim.x) {
+        int e = idx[s];
+        perm[off[e] + atomicAdd(&cnt[e], 1)] = s;
+    }
+}
+
+void cu_moe_sort(cudaStream_t st, const int *idx, int nslots, int E, int *perm, int4 *tiles,
+                 int *ntiles, int *offs)
+{
+    moe_sort_kernel<<<1, 1024, 2 * E * sizeof(int), st>>>(idx, nslots, E, perm, tiles, ntiles,
+                                                          offs);
+}
+
+__global__ void rows_kernel(const float *src, float *dst, int n, int H, const int *map, int div,
+                            int scatter)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)n * H) return;
+    int r = i / H, d = i % H;
+    if (scatter) dst[(long long)map[r] * H + d] = src[i];
+    else dst[i] = src[(long long)(map[r] / div) * H + d];
+}
+
+void cu_rows_gather(cudaStream_t st, const float *src, int H, const int *map, int div, int n,
+                    float *dst)
+{
+    if (n <= 0) return;
+    rows_kernel<<<blocks_for((long long)n * H, 256), 256, 0, st>>>(src, dst, n, H, map, div, 0);
+}
+
+void cu_rows_scatter(cudaStream_t st, const float *src, int H, const int *map, int n, float *dst)
+{
+    if (n <= 0) return;
+    rows_kernel<<<blocks_for((long long)n * H, 256), 256, 0, st>>>(src, dst, n, H, map, 1, 1);
+}
+
+__global__ void moe_combine_kernel(const float *ys, const float *wt, const int *order, int T,
+                                   int K, int H, const float *shared, float *out)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)T * H) return;
+    int t = i / H, d = i % H;
+    float acc = 0;
+    for (int j = 0; j < K; j++) {
+        long long s = (long long)t * K + order[(long long)t * K + j];
+        acc = __fadd_rn(acc, __fmul_rn(ys[s * H + d], wt[s]));
+    }
+    out[i] = acc + shared[i];
+}
+
+void cu_moe_combine(cudaStream_t st, const float *ys, const float *wt, const int *order, int T,
+                    int K, int H, const float *shared, float *out)
+{
+    long long n = (long long)T * H;
+    if (n <= 0) return;
+    moe_combine_kernel<<<blocks_for(n, 256), 256, 0, st>>>(ys, wt, order, T, K, H, shared, out);
+}
+
+// ---- synthetic weights (benchmarks) ----
+
+__device__ __forceinline__ unsigned long long mix64(unsigned long long x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// One 32-bit word per thread.  FP8: exponents 4..8 (0.125 to 3.75, no
+// NaN codes); bytes: all E2M1 codes; BF16 / F32: uniform in +-amp.
+__global__ void fill_kernel(uint32_t *p, long long nwords, int kind, float amp, uint32_t byte,
+                            unsigned long long seed)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nwords) return;
+    unsigned long long r = mix64(seed ^ (unsigned long long)i * 0xD6E8FEB86659FD93ull);
+    uint32_t w = 0;
+    if (kind == FILL_FP8) {
+        for (int k = 0; k < 4; k++) {
+            uint32_t x = (uint32_t)(r >> (16 * k)) & 0xffff;
+            w |= ((x & 0x80) | ((4 + (x >> 8) % 5) << 3) | (x & 7)) << (8 * k);
+        }
+    } else if (kind == FILL_BYTES) {
+        w = (uint32_t)r;
+    } else if (kind == FILL_CONST) {
+        w = byte * 0x01010101u;
+    } else if (kind == FILL_BF16) {
+        for (int k = 0; k < 2; k++) {
+            float u = (float)((r >> (32 * k)) & 0xffffffffu) * (2.0f / 4294967296.0f) - 1.0f;
+            w |= (__float_as_uint(amp * u) >> 16) << (16 * k);
+        }
+    } else {
+        w = __float_as_uint(amp * ((float)(r >> 40) * (2.0f / 16777216.0f) - 1.0f));
+    }
+    p[i] = w;
+}
+
+void cu_fill(cudaStream_t st, void *p, size_t bytes, int kind, float amp, uint32_t byte,
+             unsigned long long seed)
+{
+    long long nw = (long long)(bytes / 4);
+    if (nw <= 0) return;
+    fill_kernel<<<blocks_for(nw, 256), 256, 0, st>>>((uint32_t *)p, nw, kind, amp, byte, seed);
+}

@@ -1,0 +1,63 @@
+#!/bin/sh
+# One GPU session's work, run on the GPU machine from a folder that holds
+# binaries built elsewhere (make CUDA=1 gpu-tests) plus lib/ with the
+# shared libraries that machine lacks (docs/GPU_NOTES.md says how):
+#   sh tools/gpu_run.sh OUTDIR [bench]
+# Logs go to OUTDIR; a short summary is printed last.
+out=${1:-/tmp/gpu-out}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0     # never NVLink multicast
+export LD_LIBRARY_PATH=$PWD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Fixtures come from the checkout this folder sits in (.xfer/NAME).
+[ -e tests/fixtures ] || { mkdir -p tests && ln -s ../../../tests/fixtures tests/fixtures; }
+{ nvidia-smi; ls /usr/local/cuda/lib64 | grep -E 'nccl|cublasLt'; } > "$out/machine.txt" 2>&1
+build/bin/llm-engine version > "$out/version.txt" 2>&1
+
+timeout 300 build/tests/gpu/test_cuda_kernels > "$out/kernels.log" 2>&1
+krc=$?
+LLM_TEST_BACKEND=cuda timeout 240 build/tests/test_model_golden > "$out/golden.log" 2>&1
+grc=$?
+if [ $krc -ne 0 ] && command -v compute-sanitizer > /dev/null; then
+    timeout 200 compute-sanitizer --print-limit 5 build/tests/gpu/test_cuda_kernels \
+        > "$out/sanitizer.log" 2>&1
+fi
+if [ "$2" = bench ]; then
+    # This machine's ceilings through PyTorch: device-to-device copy
+    # (bytes read + written) and a dense bf16 8192^3 matmul.
+    python3 - > "$out/ceilings.txt" 2>&1 <<'PY'
+import torch
+def timed(f, n):
+    for _ in range(3): f()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(n): f()
+    e.record(); torch.cuda.synchronize()
+    return s.elapsed_time(e) / 1e3 / n
+a = torch.empty(4 << 30, dtype=torch.uint8, device="cuda"); a.random_(); b = torch.empty_like(a)
+t = timed(lambda: b.copy_(a), 10)
+print("copy_gbs %.0f" % (2 * a.numel() / t / 1e9))
+x = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda"); y = torch.randn_like(x)
+t = timed(lambda: x @ y, 10)
+print("bf16_tflops %.0f" % (2 * 8192 ** 3 / t / 1e12))
+PY
+    gbs=$(sed -n 's/^copy_gbs //p' "$out/ceilings.txt"); tf=$(sed -n 's/^bf16_tflops //p' "$out/ceilings.txt")
+    flash="conf/models/deepseek-v4-flash.json"
+    b=build/bin/llm-engine
+    { timeout 60 $b bench --synthetic tests/fixtures/demo/config.json --tp 2 --prompts 512 --decode 16
+      timeout 300 $b bench --synthetic $flash --tp 2 --prompts 8192,32768 --decode 64 \
+          ${gbs:+--peak-gbs $gbs} ${tf:+--peak-tflops $tf}; } > "$out/bench.log" 2>&1
+    { LLM_CUDA_PROFILE=1 timeout 120 $b bench --synthetic $flash --tp 2 --prompts 8192 --decode 0
+      LLM_CUDA_PROFILE=1 timeout 100 $b bench --synthetic $flash --tp 2 --prompts 8 --decode 64
+    } > "$out/profile.log" 2>&1
+fi
+
+echo "== machine"; grep -E "H200|Driver" "$out/machine.txt" | head -3; grep -c nccl "$out/machine.txt"
+echo "== kernels exit $krc: $(grep -c '^ok' "$out/kernels.log") ok, $(grep -c '^not ok' "$out/kernels.log") not ok"
+grep -E '^not ok|NCCL all-reduce [0-9]+ KB|Aborted|rror' "$out/kernels.log" | head -40
+echo "== golden exit $grc: $(grep -c '^ok' "$out/golden.log") ok, $(grep -c '^not ok' "$out/golden.log") not ok"
+grep -E '^not ok|^#' "$out/golden.log" | head -20
+grep -E 'tp=. (full|incremental): rel' "$out/golden.log" | head -12
+[ -f "$out/sanitizer.log" ] && { echo "== sanitizer"; grep -E 'ERROR|Invalid|at 0x|by thread' "$out/sanitizer.log" | head -20; }
+[ -f "$out/bench.log" ] && { echo "== ceilings"; cat "$out/ceilings.txt" | tail -3; echo "== bench"; cat "$out/bench.log"; }
+[ -f "$out/profile.log" ] && { echo "== profile"; grep -vE "^model|^backend|^cache|^capacity" "$out/profile.log" | head -60; }
+exit 0
