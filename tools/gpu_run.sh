@@ -21,6 +21,7 @@ if [ $krc -ne 0 ] && command -v compute-sanitizer > /dev/null; then
     timeout 200 compute-sanitizer --print-limit 5 build/tests/gpu/test_cuda_kernels \
         > "$out/sanitizer.log" 2>&1
 fi
+sh tools/gpu_serve_check.sh "$out" > "$out/serve.log" 2>&1
 if [ "$2" = bench ]; then
     # This machine's ceilings through PyTorch: device-to-device copy
     # (bytes read + written) and a dense bf16 8192^3 matmul.
@@ -57,6 +58,7 @@ grep -E '^not ok|NCCL all-reduce [0-9]+ KB|Aborted|rror' "$out/kernels.log" | he
 echo "== golden exit $grc: $(grep -c '^ok' "$out/golden.log") ok, $(grep -c '^not ok' "$out/golden.log") not ok"
 grep -E '^not ok|^#' "$out/golden.log" | head -20
 grep -E 'tp=. (full|incremental): rel' "$out/golden.log" | head -12
+grep '^== serve' "$out/serve.log"
 [ -f "$out/sanitizer.log" ] && { echo "== sanitizer"; grep -E 'ERROR|Invalid|at 0x|by thread' "$out/sanitizer.log" | head -20; }
 [ -f "$out/bench.log" ] && { echo "== ceilings"; cat "$out/ceilings.txt" | tail -3; echo "== bench"; cat "$out/bench.log"; }
 [ -f "$out/profile.log" ] && { echo "== profile"; grep -vE "^model|^backend|^cache|^capacity" "$out/profile.log" | head -60; }
