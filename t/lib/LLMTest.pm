@@ -130,13 +130,18 @@ sub start_engine {
     my $seqs = $o{max_num_seqs} // 4;
     my $slots = $o{slots} // 16;
     my $served = $o{served} // 'demo';
+    # model => DIR serves a real checkpoint with the model runner;
+    # otherwise the scripted test runner plays request scripts
+    my $model = $o{model} // "/nonexistent/$name";
+    my @runner = $o{model} ? () : ('--test-runner', 'scripted');
     open my $f, '>', "$dir/$name.yaml" or die $!;
     print $f <<"YAML";
 name: $name
 run_dir: $dir
 backend: cpu
+@{[ $o{extra} // '' ]}
 model:
-  path: /nonexistent/$name
+  path: $model
   served_model_name: $served
 max_model_len: @{[ $o{max_model_len} // 4096 ]}
 max_num_seqs: $seqs
@@ -149,8 +154,7 @@ YAML
     if ($pid == 0) {
         open STDERR, '>>', "$dir/logs/$name.log";
         open STDOUT, '>', '/dev/null';
-        exec engine_bin(), 'serve', '--recipe', "$dir/$name.yaml",
-             '--test-runner', 'scripted';
+        exec engine_bin(), 'serve', '--recipe', "$dir/$name.yaml", @runner;
         exit 127;
     }
     $engines{$pid} = [$name, $dir];
