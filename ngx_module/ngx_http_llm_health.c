@@ -1038,6 +1038,35 @@ ngx_http_llm_route_json(ngx_http_llm_shctx_t *sh, u_char *model, size_t len,
 }
 
 
+/*
+ * Whether engine i's model j is a name no route has, met for the first
+ * time: served names are listed once, by the first engine serving them.
+ */
+static ngx_uint_t
+ngx_http_llm_served_first(ngx_http_llm_shctx_t *sh, ngx_uint_t i,
+    ngx_uint_t j)
+{
+    u_char      *m;
+    size_t       len;
+    ngx_uint_t   k;
+
+    m = sh->engines[i].models[j];
+    len = ngx_strlen(m);
+
+    if (ngx_http_llm_route_index(sh, m, len) != -1) {
+        return 0;
+    }
+
+    for (k = 0; k < i; k++) {
+        if (ngx_http_llm_served(&sh->engines[k], m, len)) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
 /* routes (configured, promoted, and served names) into w; *ready: all
    of them can serve (and there is at least one) */
 static void
@@ -1046,7 +1075,7 @@ ngx_http_llm_routes_json(ngx_http_llm_shctx_t *sh, ngx_str_t *only,
 {
     u_char                    *m;
     size_t                     len;
-    ngx_uint_t                 i, j, k, n;
+    ngx_uint_t                 i, j, n;
     ngx_http_llm_route_sh_t   *rs;
     ngx_http_llm_engine_sh_t  *es;
 
@@ -1075,25 +1104,16 @@ ngx_http_llm_routes_json(ngx_http_llm_shctx_t *sh, ngx_str_t *only,
             m = es->models[j];
             len = ngx_strlen(m);
 
-            if (ngx_http_llm_route_index(sh, m, len) != -1
+            if (!ngx_http_llm_served_first(sh, i, j)
                 || (only && (only->len != len
                              || ngx_strncmp(only->data, m, len) != 0)))
             {
                 continue;
             }
 
-            /* listed once: by the first engine serving it */
-            for (k = 0; k < i; k++) {
-                if (ngx_http_llm_served(&sh->engines[k], m, len)) {
-                    break;
-                }
-            }
-
-            if (k == i) {
-                ngx_http_llm_route_json(sh, m, len,
-                                        ngx_http_llm_served_pool(sh, m, len),
-                                        0, &n, ready, w);
-            }
+            ngx_http_llm_route_json(sh, m, len,
+                                    ngx_http_llm_served_pool(sh, m, len),
+                                    0, &n, ready, w);
         }
     }
 
@@ -1273,7 +1293,7 @@ ngx_http_llm_models_json(ngx_http_llm_main_conf_t *lmcf,
 {
     u_char                    *m;
     size_t                     len;
-    ngx_uint_t                 i, j, k, n;
+    ngx_uint_t                 i, j, n;
     ngx_http_llm_shctx_t      *sh;
     ngx_http_llm_route_sh_t   *rs;
     ngx_http_llm_engine_sh_t  *es;
@@ -1297,24 +1317,16 @@ ngx_http_llm_models_json(ngx_http_llm_main_conf_t *lmcf,
         es = &sh->engines[i];
 
         for (j = 0; j < es->nmodels; j++) {
-            m = es->models[j];
-            len = ngx_strlen(m);
-
-            if (ngx_http_llm_route_index(sh, m, len) != -1) {
+            if (!ngx_http_llm_served_first(sh, i, j)) {
                 continue;
             }
 
-            for (k = 0; k < i; k++) {
-                if (ngx_http_llm_served(&sh->engines[k], m, len)) {
-                    break;
-                }
-            }
+            m = es->models[j];
+            len = ngx_strlen(m);
 
-            if (k == i) {
-                ngx_http_llm_model_json(sh, m, len,
-                                        ngx_http_llm_served_pool(sh, m, len),
-                                        &n, w);
-            }
+            ngx_http_llm_model_json(sh, m, len,
+                                    ngx_http_llm_served_pool(sh, m, len),
+                                    &n, w);
         }
     }
 
