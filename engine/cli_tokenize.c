@@ -67,22 +67,27 @@ static tokenizer *load(const char *cmd, const char *path)
     return t;
 }
 
-static int read_input(const char *cmd, const char *path, strbuf *sb)
+/* Parse the flags, then read the input (the --text file, or stdin) into
+ * in.  0, or the exit status: 2 for a usage error, 1 for unreadable input. */
+static int start(const char *cmd, const char *usage, const char *allowed, int argc, char **argv,
+                 tok_args *a, strbuf *in)
 {
-    if (sb_read_file(sb, path) == 0) return 0;
+    sb_init(in);
+    int rc = parse_args(cmd, usage, allowed, argc, argv, a);
+    if (rc) return rc;
+    const char *path = a->text ? a->text : "-";
+    if (sb_read_file(in, path) == 0) return 0;
     fprintf(stderr, "%s: %s: %s\n", cmd, strcmp(path, "-") ? path : "stdin", strerror(errno));
-    return -1;
+    return 1;
 }
 
 int cmd_tokenize(int argc, char **argv)
 {
     static const char usage[] = "llm-engine tokenize --tokenizer FILE [--special] < text";
     tok_args a;
-    int rc = parse_args("tokenize", usage, "--tokenizer --special", argc, argv, &a);
-    if (rc) return rc;
     strbuf text;
-    sb_init(&text);
-    if (read_input("tokenize", "-", &text)) return 1;
+    int rc = start("tokenize", usage, "--tokenizer --special", argc, argv, &a, &text);
+    if (rc) return rc;
     size_t bad = utf8_valid_prefix(text.data, text.len);
     if (bad != text.len) {
         fprintf(stderr, "tokenize: stdin: invalid UTF-8 at byte offset %zu (byte 0x%02X)\n", bad,
@@ -114,11 +119,9 @@ int cmd_detokenize(int argc, char **argv)
 {
     static const char usage[] = "llm-engine detokenize --tokenizer FILE [--skip-special] < ids";
     tok_args a;
-    int rc = parse_args("detokenize", usage, "--tokenizer --skip-special", argc, argv, &a);
-    if (rc) return rc;
     strbuf in;
-    sb_init(&in);
-    if (read_input("detokenize", "-", &in)) return 1;
+    int rc = start("detokenize", usage, "--tokenizer --skip-special", argc, argv, &a, &in);
+    if (rc) return rc;
     tokenizer *t = load("detokenize", a.tokenizer);
     if (!t) { sb_free(&in); return 1; }
     tok_stream s;
@@ -177,11 +180,10 @@ int cmd_bench_tokenizer(int argc, char **argv)
     static const char usage[] =
         "llm-engine bench-tokenizer --tokenizer FILE --text FILE [--repeat N] [--special]";
     tok_args a;
-    int rc = parse_args("bench-tokenizer", usage, "--tokenizer --text --repeat --special", argc, argv, &a);
-    if (rc) return rc;
     strbuf text;
-    sb_init(&text);
-    if (read_input("bench-tokenizer", a.text, &text)) return 1;
+    int rc = start("bench-tokenizer", usage, "--tokenizer --text --repeat --special", argc, argv,
+                   &a, &text);
+    if (rc) return rc;
     double t0 = now_ms();
     tokenizer *t = load("bench-tokenizer", a.tokenizer);
     if (!t) { sb_free(&text); return 1; }

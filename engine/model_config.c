@@ -178,6 +178,24 @@ static const struct { const char *name; enum v4_attn type; } attn_names[] = {
     { "heavily_compressed_attention", V4_ATTN_HCA },
 };
 
+/* A per-layer array member.  0 when absent (or null); else 1, with *out
+ * the array when it has n entries (or more, when `extra` entries are
+ * allowed), or NULL with the problem reported. */
+static int get_layer_array(reader *R, yajl_val root, const char *key, const char *of, int n,
+                           bool extra, yajl_val *out)
+{
+    yajl_val a = json_get(root, key);
+    *out = NULL;
+    if (!a || YAJL_IS_NULL(a)) return 0;
+    if (!YAJL_IS_ARRAY(a))
+        fail(R, key, "expected an array of %s", of);
+    else if ((int)a->u.array.len < n || (!extra && (int)a->u.array.len != n))
+        fail(R, key, "has %zu entries, num_hidden_layers is %d", a->u.array.len, n);
+    else
+        *out = a;
+    return 1;
+}
+
 static void get_layer_types(reader *R, yajl_val root, v4_config *c)
 {
     int n = c->n_layers;
@@ -206,68 +224,51 @@ static void get_layer_types(reader *R, yajl_val root, v4_config *c)
         rates_given = true;
     }
 
-    yajl_val lt = json_get(root, "layer_types");
-    yajl_val cr = json_get(root, "compress_ratios");
-    if (lt && !YAJL_IS_NULL(lt)) {
-        if (!YAJL_IS_ARRAY(lt)) fail(R, "layer_types", "expected an array of strings");
-        else if ((int)lt->u.array.len != n)
-            fail(R, "layer_types", "has %zu entries, num_hidden_layers is %d",
-                 lt->u.array.len, n);
-        else
-            for (int i = 0; i < n; i++) {
-                const char *s = json_string(lt->u.array.values[i]);
-                size_t k = 0;
-                while (k < 3 && !(s && !strcmp(s, attn_names[k].name))) k++;
-                snprintf(f, sizeof f, "layer_types[%d]", i);
-                if (k == 3) {
-                    fail(R, f, "expected one of sliding_attention, "
-                         "compressed_sparse_attention, heavily_compressed_attention");
-                } else {
-                    c->attn[i] = attn_names[k].type;
-                    c->ratio[i] = rate[c->attn[i]];
-                }
+    yajl_val lt, cr, mt;
+    if (get_layer_array(R, root, "layer_types", "strings", n, false, &lt)) {
+        for (int i = 0; lt && i < n; i++) {
+            const char *s = json_string(lt->u.array.values[i]);
+            size_t k = 0;
+            while (k < 3 && !(s && !strcmp(s, attn_names[k].name))) k++;
+            snprintf(f, sizeof f, "layer_types[%d]", i);
+            if (k == 3) {
+                fail(R, f, "expected one of sliding_attention, "
+                     "compressed_sparse_attention, heavily_compressed_attention");
+            } else {
+                c->attn[i] = attn_names[k].type;
+                c->ratio[i] = rate[c->attn[i]];
             }
-    } else if (cr && !YAJL_IS_NULL(cr)) {
+        }
+    } else if (get_layer_array(R, root, "compress_ratios", "integers", n, true, &cr)) {
         /* Released per-layer ratios (plus trailing entries for draft
          * layers): 0 sliding, 4 CSA (overlapping windows and the indexer),
          * any other value HCA with that window, as DeepSeek's code reads
          * them.  transformers only maps 0/4/128 and takes the windows from
          * compress_rates; when both are given they must agree. */
-        if (!YAJL_IS_ARRAY(cr)) fail(R, "compress_ratios", "expected an array of integers");
-        else if ((int)cr->u.array.len < n)
-            fail(R, "compress_ratios", "has %zu entries, num_hidden_layers is %d",
-                 cr->u.array.len, n);
-        else
-            for (int i = 0; i < n; i++) {
-                long long r;
-                snprintf(f, sizeof f, "compress_ratios[%d]", i);
-                if (!json_int(cr->u.array.values[i], &r) || r < 0 || r > 1 << 20) {
-                    fail(R, f, "expected a non-negative integer");
-                    continue;
-                }
-                c->attn[i] = r == 0 ? V4_ATTN_SLIDING : r == 4 ? V4_ATTN_CSA : V4_ATTN_HCA;
-                c->ratio[i] = (int)r;
-                if (rates_given && r && r != rate[c->attn[i]])
-                    fail(R, f, "%lld disagrees with compress_rates (%s: %d)", r,
-                         attn_names[c->attn[i]].name, rate[c->attn[i]]);
+        for (int i = 0; cr && i < n; i++) {
+            long long r;
+            snprintf(f, sizeof f, "compress_ratios[%d]", i);
+            if (!json_int(cr->u.array.values[i], &r) || r < 0 || r > 1 << 20) {
+                fail(R, f, "expected a non-negative integer");
+                continue;
             }
+            c->attn[i] = r == 0 ? V4_ATTN_SLIDING : r == 4 ? V4_ATTN_CSA : V4_ATTN_HCA;
+            c->ratio[i] = (int)r;
+            if (rates_given && r && r != rate[c->attn[i]])
+                fail(R, f, "%lld disagrees with compress_rates (%s: %d)", r,
+                     attn_names[c->attn[i]].name, rate[c->attn[i]]);
+        }
     } else {
         fail(R, "compress_ratios", "missing (or layer_types)");
     }
 
-    yajl_val mt = json_get(root, "mlp_layer_types");
-    if (mt && !YAJL_IS_NULL(mt)) {
-        if (!YAJL_IS_ARRAY(mt)) fail(R, "mlp_layer_types", "expected an array of strings");
-        else if ((int)mt->u.array.len != n)
-            fail(R, "mlp_layer_types", "has %zu entries, num_hidden_layers is %d",
-                 mt->u.array.len, n);
-        else
-            for (int i = 0; i < n; i++) {
-                const char *s = json_string(mt->u.array.values[i]);
-                snprintf(f, sizeof f, "mlp_layer_types[%d]", i);
-                if (s && !strcmp(s, "hash_moe")) c->hash_moe[i] = true;
-                else if (!s || strcmp(s, "moe")) fail(R, f, "expected \"hash_moe\" or \"moe\"");
-            }
+    if (get_layer_array(R, root, "mlp_layer_types", "strings", n, false, &mt)) {
+        for (int i = 0; mt && i < n; i++) {
+            const char *s = json_string(mt->u.array.values[i]);
+            snprintf(f, sizeof f, "mlp_layer_types[%d]", i);
+            if (s && !strcmp(s, "hash_moe")) c->hash_moe[i] = true;
+            else if (!s || strcmp(s, "moe")) fail(R, f, "expected \"hash_moe\" or \"moe\"");
+        }
     } else if (json_get(root, "num_hash_layers")) {
         int nh = get_int(R, root, "num_hash_layers", 0, 0);
         for (int i = 0; i < n && i < nh; i++) c->hash_moe[i] = true;

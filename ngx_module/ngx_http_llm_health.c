@@ -106,10 +106,25 @@ ngx_http_llm_transition(ngx_http_llm_main_conf_t *lmcf, ngx_uint_t i,
 }
 
 
+/* the zone locked for transitions: they are noted, and logged by
+   ngx_http_llm_unlock_note once the lock is released */
 static void
-ngx_http_llm_note_flush(ngx_http_llm_main_conf_t *lmcf,
+ngx_http_llm_lock_note(ngx_http_llm_main_conf_t *lmcf,
     ngx_http_llm_note_t *note)
 {
+    note->len = 0;
+    note->healthy = 0;
+
+    ngx_shmtx_lock(&lmcf->shpool->mutex);
+}
+
+
+static void
+ngx_http_llm_unlock_note(ngx_http_llm_main_conf_t *lmcf,
+    ngx_http_llm_note_t *note)
+{
+    ngx_shmtx_unlock(&lmcf->shpool->mutex);
+
     if (note->len) {
         ngx_log_error(note->level, ngx_cycle->log, 0, "%*s", note->len,
                       note->text);
@@ -149,10 +164,8 @@ ngx_http_llm_engine_attached(ngx_http_llm_link_t *link)
 
     h = link->client.hdr;
     i = link->conf->index;
-    note.len = 0;
-    note.healthy = 0;
 
-    ngx_shmtx_lock(&lmcf->shpool->mutex);
+    ngx_http_llm_lock_note(lmcf, &note);
 
     es = &lmcf->sh->engines[i];
     old = es->epoch;
@@ -181,9 +194,7 @@ ngx_http_llm_engine_attached(ngx_http_llm_link_t *link)
                                 "%016xL)", h->epoch, old);
     }
 
-    ngx_shmtx_unlock(&lmcf->shpool->mutex);
-
-    ngx_http_llm_note_flush(lmcf, &note);
+    ngx_http_llm_unlock_note(lmcf, &note);
 }
 
 
@@ -195,10 +206,7 @@ ngx_http_llm_engine_down(ngx_http_llm_main_conf_t *lmcf, ngx_uint_t engine,
     ngx_http_llm_note_t        note;
     ngx_http_llm_engine_sh_t  *es;
 
-    note.len = 0;
-    note.healthy = 0;
-
-    ngx_shmtx_lock(&lmcf->shpool->mutex);
+    ngx_http_llm_lock_note(lmcf, &note);
 
     es = &lmcf->sh->engines[engine];
 
@@ -211,9 +219,7 @@ ngx_http_llm_engine_down(ngx_http_llm_main_conf_t *lmcf, ngx_uint_t engine,
         va_end(args);
     }
 
-    ngx_shmtx_unlock(&lmcf->shpool->mutex);
-
-    ngx_http_llm_note_flush(lmcf, &note);
+    ngx_http_llm_unlock_note(lmcf, &note);
 }
 
 
@@ -239,19 +245,14 @@ ngx_http_llm_engine_state(ngx_http_llm_link_t *link, uint32_t state)
         return;
 
     case LLM_STATE_DRAINING:
-        note.len = 0;
-        note.healthy = 0;
-
-        ngx_shmtx_lock(&lmcf->shpool->mutex);
+        ngx_http_llm_lock_note(lmcf, &note);
 
         if (lmcf->sh->engines[i].state == NGX_HTTP_LLM_HEALTHY) {
             ngx_http_llm_transition(lmcf, i, NGX_HTTP_LLM_DRAINING, &note,
                                     "%s", link->client.hdr->state_msg);
         }
 
-        ngx_shmtx_unlock(&lmcf->shpool->mutex);
-
-        ngx_http_llm_note_flush(lmcf, &note);
+        ngx_http_llm_unlock_note(lmcf, &note);
         return;
 
     default:
@@ -268,10 +269,7 @@ ngx_http_llm_engine_outcome(ngx_http_llm_main_conf_t *lmcf,
     ngx_http_llm_note_t        note;
     ngx_http_llm_engine_sh_t  *es;
 
-    note.len = 0;
-    note.healthy = 0;
-
-    ngx_shmtx_lock(&lmcf->shpool->mutex);
+    ngx_http_llm_lock_note(lmcf, &note);
 
     es = &lmcf->sh->engines[engine];
 
@@ -286,9 +284,7 @@ ngx_http_llm_engine_outcome(ngx_http_llm_main_conf_t *lmcf,
                                 es->fails, why);
     }
 
-    ngx_shmtx_unlock(&lmcf->shpool->mutex);
-
-    ngx_http_llm_note_flush(lmcf, &note);
+    ngx_http_llm_unlock_note(lmcf, &note);
 }
 
 
@@ -306,11 +302,9 @@ ngx_http_llm_health_engine(ngx_http_llm_main_conf_t *lmcf, ngx_uint_t i)
     ngx_http_llm_engine_sh_t  *es;
 
     link = ngx_http_llm_link(i);
-    note.len = 0;
-    note.healthy = 0;
     probe = 0;
 
-    ngx_shmtx_lock(&lmcf->shpool->mutex);
+    ngx_http_llm_lock_note(lmcf, &note);
 
     es = &lmcf->sh->engines[i];
 
@@ -391,9 +385,7 @@ ngx_http_llm_health_engine(ngx_http_llm_main_conf_t *lmcf, ngx_uint_t i)
 
 done:
 
-    ngx_shmtx_unlock(&lmcf->shpool->mutex);
-
-    ngx_http_llm_note_flush(lmcf, &note);
+    ngx_http_llm_unlock_note(lmcf, &note);
 
     if (!probe) {
         return;
@@ -723,10 +715,7 @@ ngx_http_llm_probe_done(ngx_http_llm_probe_t *p)
 
     ec = &((ngx_http_llm_engine_conf_t *) lmcf->engines.elts)[p->engine];
 
-    note.len = 0;
-    note.healthy = 0;
-
-    ngx_shmtx_lock(&lmcf->shpool->mutex);
+    ngx_http_llm_lock_note(lmcf, &note);
 
     es = &lmcf->sh->engines[p->engine];
 
@@ -761,15 +750,14 @@ ngx_http_llm_probe_done(ngx_http_llm_probe_t *p)
         }
     }
 
-    ngx_shmtx_unlock(&lmcf->shpool->mutex);
+    /* a failed probe leaves the engine probing: nothing is noted */
+    ngx_http_llm_unlock_note(lmcf, &note);
 
     if (p->rc != NGX_OK) {
         ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
                       "llm engine \"%V\": probe failed: %s", &ec->name,
                       p->reason);
     }
-
-    ngx_http_llm_note_flush(lmcf, &note);
 }
 
 
@@ -909,10 +897,7 @@ ngx_http_llm_engine_drain(ngx_http_llm_main_conf_t *lmcf, ngx_uint_t engine,
     ngx_http_llm_note_t        note;
     ngx_http_llm_engine_sh_t  *es;
 
-    note.len = 0;
-    note.healthy = 0;
-
-    ngx_shmtx_lock(&lmcf->shpool->mutex);
+    ngx_http_llm_lock_note(lmcf, &note);
 
     es = &lmcf->sh->engines[engine];
     es->drain = drain;
@@ -932,9 +917,7 @@ ngx_http_llm_engine_drain(ngx_http_llm_main_conf_t *lmcf, ngx_uint_t engine,
                                 "resumed by admin");
     }
 
-    ngx_shmtx_unlock(&lmcf->shpool->mutex);
-
-    ngx_http_llm_note_flush(lmcf, &note);
+    ngx_http_llm_unlock_note(lmcf, &note);
 
     *why = NULL;
 
@@ -1038,6 +1021,35 @@ ngx_http_llm_route_json(ngx_http_llm_shctx_t *sh, u_char *model, size_t len,
 }
 
 
+/*
+ * Whether engine i's model j is a name no route has, met for the first
+ * time: served names are listed once, by the first engine serving them.
+ */
+static ngx_uint_t
+ngx_http_llm_served_first(ngx_http_llm_shctx_t *sh, ngx_uint_t i,
+    ngx_uint_t j)
+{
+    u_char      *m;
+    size_t       len;
+    ngx_uint_t   k;
+
+    m = sh->engines[i].models[j];
+    len = ngx_strlen(m);
+
+    if (ngx_http_llm_route_index(sh, m, len) != -1) {
+        return 0;
+    }
+
+    for (k = 0; k < i; k++) {
+        if (ngx_http_llm_served(&sh->engines[k], m, len)) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
 /* routes (configured, promoted, and served names) into w; *ready: all
    of them can serve (and there is at least one) */
 static void
@@ -1046,7 +1058,7 @@ ngx_http_llm_routes_json(ngx_http_llm_shctx_t *sh, ngx_str_t *only,
 {
     u_char                    *m;
     size_t                     len;
-    ngx_uint_t                 i, j, k, n;
+    ngx_uint_t                 i, j, n;
     ngx_http_llm_route_sh_t   *rs;
     ngx_http_llm_engine_sh_t  *es;
 
@@ -1075,25 +1087,16 @@ ngx_http_llm_routes_json(ngx_http_llm_shctx_t *sh, ngx_str_t *only,
             m = es->models[j];
             len = ngx_strlen(m);
 
-            if (ngx_http_llm_route_index(sh, m, len) != -1
+            if (!ngx_http_llm_served_first(sh, i, j)
                 || (only && (only->len != len
                              || ngx_strncmp(only->data, m, len) != 0)))
             {
                 continue;
             }
 
-            /* listed once: by the first engine serving it */
-            for (k = 0; k < i; k++) {
-                if (ngx_http_llm_served(&sh->engines[k], m, len)) {
-                    break;
-                }
-            }
-
-            if (k == i) {
-                ngx_http_llm_route_json(sh, m, len,
-                                        ngx_http_llm_served_pool(sh, m, len),
-                                        0, &n, ready, w);
-            }
+            ngx_http_llm_route_json(sh, m, len,
+                                    ngx_http_llm_served_pool(sh, m, len),
+                                    0, &n, ready, w);
         }
     }
 
@@ -1273,7 +1276,7 @@ ngx_http_llm_models_json(ngx_http_llm_main_conf_t *lmcf,
 {
     u_char                    *m;
     size_t                     len;
-    ngx_uint_t                 i, j, k, n;
+    ngx_uint_t                 i, j, n;
     ngx_http_llm_shctx_t      *sh;
     ngx_http_llm_route_sh_t   *rs;
     ngx_http_llm_engine_sh_t  *es;
@@ -1297,24 +1300,16 @@ ngx_http_llm_models_json(ngx_http_llm_main_conf_t *lmcf,
         es = &sh->engines[i];
 
         for (j = 0; j < es->nmodels; j++) {
-            m = es->models[j];
-            len = ngx_strlen(m);
-
-            if (ngx_http_llm_route_index(sh, m, len) != -1) {
+            if (!ngx_http_llm_served_first(sh, i, j)) {
                 continue;
             }
 
-            for (k = 0; k < i; k++) {
-                if (ngx_http_llm_served(&sh->engines[k], m, len)) {
-                    break;
-                }
-            }
+            m = es->models[j];
+            len = ngx_strlen(m);
 
-            if (k == i) {
-                ngx_http_llm_model_json(sh, m, len,
-                                        ngx_http_llm_served_pool(sh, m, len),
-                                        &n, w);
-            }
+            ngx_http_llm_model_json(sh, m, len,
+                                    ngx_http_llm_served_pool(sh, m, len),
+                                    &n, w);
         }
     }
 

@@ -207,16 +207,10 @@ ngx_http_llm_engine(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    ec = lmcf->engines.elts;
-
-    for (i = 0; i < lmcf->engines.nelts; i++) {
-        if (ec[i].name.len == value[1].len
-            && ngx_strncmp(ec[i].name.data, value[1].data, value[1].len) == 0)
-        {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "duplicate engine \"%V\"", &value[1]);
-            return NGX_CONF_ERROR;
-        }
+    if (ngx_http_llm_engine_find(lmcf, &value[1]) != -1) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "duplicate engine \"%V\"", &value[1]);
+        return NGX_CONF_ERROR;
     }
 
     if (lmcf->engines.nelts == NGX_HTTP_LLM_MAX_ENGINES) {

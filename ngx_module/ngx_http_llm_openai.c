@@ -206,6 +206,32 @@ ngx_http_llm_resp_event(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out,
 }
 
 
+/* an event that carries the whole response object */
+static void
+ngx_http_llm_resp_state(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out,
+    const char *type, const char *status, ngx_str_t *code,
+    ngx_str_t *message)
+{
+    ngx_http_llm_resp_event(f, out, type);
+    ngx_http_llm_puts(out, ",\"response\":");
+    ngx_http_llm_resp_object(f, out, status, code, message);
+    ngx_http_llm_puts(out, "}\n\n");
+}
+
+
+/* response.output_item.added or .done: the whole item */
+static void
+ngx_http_llm_resp_item_event(ngx_http_llm_fmt_t *f, ngx_http_llm_item_t *it,
+    ngx_http_llm_wbuf_t *out, const char *type)
+{
+    ngx_http_llm_resp_event(f, out, type);
+    ngx_http_llm_printf(out, ",\"output_index\":%ui,\"item\":",
+                        ngx_http_llm_item_no(f, it));
+    ngx_http_llm_item_json(f, it, out);
+    ngx_http_llm_puts(out, "}\n\n");
+}
+
+
 /* ","item_id":"..","output_index":N[,"content_index":0]" */
 static void
 ngx_http_llm_resp_where(ngx_http_llm_fmt_t *f, ngx_http_llm_item_t *it,
@@ -249,11 +275,7 @@ static void
 ngx_http_llm_resp_item_added(ngx_http_llm_fmt_t *f, ngx_http_llm_item_t *it,
     ngx_http_llm_wbuf_t *out)
 {
-    ngx_http_llm_resp_event(f, out, "response.output_item.added");
-    ngx_http_llm_printf(out, ",\"output_index\":%ui,\"item\":",
-                        ngx_http_llm_item_no(f, it));
-    ngx_http_llm_item_json(f, it, out);
-    ngx_http_llm_puts(out, "}\n\n");
+    ngx_http_llm_resp_item_event(f, it, out, "response.output_item.added");
 
     if (it->kind == NGX_HTTP_LLM_ITEM_TOOL) {
         return;
@@ -305,11 +327,7 @@ ngx_http_llm_resp_item_done(ngx_http_llm_fmt_t *f, ngx_http_llm_item_t *it,
         ngx_http_llm_puts(out, "}\n\n");
     }
 
-    ngx_http_llm_resp_event(f, out, "response.output_item.done");
-    ngx_http_llm_printf(out, ",\"output_index\":%ui,\"item\":",
-                        ngx_http_llm_item_no(f, it));
-    ngx_http_llm_item_json(f, it, out);
-    ngx_http_llm_puts(out, "}\n\n");
+    ngx_http_llm_resp_item_event(f, it, out, "response.output_item.done");
 }
 
 
@@ -651,16 +669,21 @@ ngx_http_llm_fmt_logprob(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
 
 /* ---- chat and text completion chunks ----------------------------------- */
 
+/*
+ * A chat or text completion object up to its choices: id, object (a chat
+ * chunk's differs from its body's), created, model, system_fingerprint.
+ */
 static void
-ngx_http_llm_chunk_open(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
+ngx_http_llm_completion_head(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out,
+    const char *chat_object)
 {
     ngx_http_llm_req_t  *req = f->req;
 
     if (req->api == NGX_HTTP_LLM_API_CHAT) {
-        ngx_http_llm_printf(out, "data: {\"id\":\"chatcmpl-%V\",\"object\":"
-                            "\"chat.completion.chunk\",", &req->id);
+        ngx_http_llm_printf(out, "{\"id\":\"chatcmpl-%V\",\"object\":\"%s\",",
+                            &req->id, chat_object);
     } else {
-        ngx_http_llm_printf(out, "data: {\"id\":\"cmpl-%V\",\"object\":"
+        ngx_http_llm_printf(out, "{\"id\":\"cmpl-%V\",\"object\":"
                             "\"text_completion\",", &req->id);
     }
 
@@ -668,6 +691,14 @@ ngx_http_llm_chunk_open(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
     ngx_http_llm_put_string(out, req->model.data, req->model.len);
     ngx_http_llm_puts(out, ",\"system_fingerprint\":");
     ngx_http_llm_put_or_null(out, &f->fingerprint);
+}
+
+
+static void
+ngx_http_llm_chunk_open(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
+{
+    ngx_http_llm_puts(out, "data: ");
+    ngx_http_llm_completion_head(f, out, "chat.completion.chunk");
     ngx_http_llm_puts(out, ",\"choices\":[");
 }
 
@@ -720,6 +751,21 @@ ngx_http_llm_chunk(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out,
 }
 
 
+/* a chat tool call's members: id, type and function with its arguments */
+static void
+ngx_http_llm_put_call(ngx_http_llm_wbuf_t *out, ngx_str_t *id,
+    ngx_str_t *name, u_char *args, size_t len)
+{
+    ngx_http_llm_puts(out, "\"id\":");
+    ngx_http_llm_put_string(out, id->data, id->len);
+    ngx_http_llm_puts(out, ",\"type\":\"function\",\"function\":{\"name\":");
+    ngx_http_llm_put_string(out, name->data, name->len);
+    ngx_http_llm_puts(out, ",\"arguments\":");
+    ngx_http_llm_put_string(out, args, len);
+    ngx_http_llm_puts(out, "}");
+}
+
+
 static void
 ngx_http_llm_chunk_tool(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
     ngx_http_llm_wbuf_t *out)
@@ -730,12 +776,7 @@ ngx_http_llm_chunk_tool(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
                         "[{\"index\":%ui,", ev->index);
 
     if (ev->type == NGX_HTTP_LLM_EV_TOOL_BEGIN) {
-        ngx_http_llm_puts(out, "\"id\":");
-        ngx_http_llm_put_string(out, ev->id.data, ev->id.len);
-        ngx_http_llm_puts(out, ",\"type\":\"function\",\"function\":"
-                               "{\"name\":");
-        ngx_http_llm_put_string(out, ev->name.data, ev->name.len);
-        ngx_http_llm_puts(out, ",\"arguments\":\"\"}");
+        ngx_http_llm_put_call(out, &ev->id, &ev->name, NULL, 0);
 
     } else {
         ngx_http_llm_puts(out, "\"function\":{\"arguments\":");
@@ -773,15 +814,10 @@ ngx_http_llm_fmt_begin(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
         break;
 
     case NGX_HTTP_LLM_API_RESPONSES:
-        ngx_http_llm_resp_event(f, out, "response.created");
-        ngx_http_llm_puts(out, ",\"response\":");
-        ngx_http_llm_resp_object(f, out, "in_progress", NULL, NULL);
-        ngx_http_llm_puts(out, "}\n\n");
-
-        ngx_http_llm_resp_event(f, out, "response.in_progress");
-        ngx_http_llm_puts(out, ",\"response\":");
-        ngx_http_llm_resp_object(f, out, "in_progress", NULL, NULL);
-        ngx_http_llm_puts(out, "}\n\n");
+        ngx_http_llm_resp_state(f, out, "response.created", "in_progress",
+                                NULL, NULL);
+        ngx_http_llm_resp_state(f, out, "response.in_progress",
+                                "in_progress", NULL, NULL);
         break;
 
     default:
@@ -1093,18 +1129,7 @@ ngx_http_llm_chat_body(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
     ngx_http_llm_item_t  *it;
     ngx_http_llm_req_t   *req = f->req;
 
-    if (req->api == NGX_HTTP_LLM_API_CHAT) {
-        ngx_http_llm_printf(out, "{\"id\":\"chatcmpl-%V\",\"object\":"
-                            "\"chat.completion\",", &req->id);
-    } else {
-        ngx_http_llm_printf(out, "{\"id\":\"cmpl-%V\",\"object\":"
-                            "\"text_completion\",", &req->id);
-    }
-
-    ngx_http_llm_printf(out, "\"created\":%T,\"model\":", f->created);
-    ngx_http_llm_put_string(out, req->model.data, req->model.len);
-    ngx_http_llm_puts(out, ",\"system_fingerprint\":");
-    ngx_http_llm_put_or_null(out, &f->fingerprint);
+    ngx_http_llm_completion_head(f, out, "chat.completion");
 
     if (req->api == NGX_HTTP_LLM_API_COMPLETIONS) {
         ngx_http_llm_puts(out, ",\"choices\":[{\"index\":0,\"text\":");
@@ -1128,16 +1153,11 @@ ngx_http_llm_chat_body(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
                 continue;
             }
 
-            ngx_http_llm_puts(out, n++ ? "," : ",\"tool_calls\":[");
-            ngx_http_llm_puts(out, "{\"id\":");
-            ngx_http_llm_put_string(out, it[i].id.data, it[i].id.len);
-            ngx_http_llm_puts(out, ",\"type\":\"function\",\"function\":"
-                                   "{\"name\":");
-            ngx_http_llm_put_string(out, it[i].name.data, it[i].name.len);
-            ngx_http_llm_puts(out, ",\"arguments\":");
-            ngx_http_llm_put_string(out, it[i].text.start,
-                                    ngx_http_llm_wbuf_len(&it[i].text));
-            ngx_http_llm_puts(out, "}}");
+            ngx_http_llm_puts(out, n++ ? ",{" : ",\"tool_calls\":[{");
+            ngx_http_llm_put_call(out, &it[i].id, &it[i].name,
+                                  it[i].text.start,
+                                  ngx_http_llm_wbuf_len(&it[i].text));
+            ngx_http_llm_puts(out, "}");
         }
 
         ngx_http_llm_puts(out, n ? "]}" : "}");
@@ -1269,12 +1289,10 @@ ngx_http_llm_fmt_end(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
             return;
         }
 
-        ngx_http_llm_resp_event(f, out, status[0] == 'i'
+        ngx_http_llm_resp_state(f, out, status[0] == 'i'
                                         ? "response.incomplete"
-                                        : "response.completed");
-        ngx_http_llm_puts(out, ",\"response\":");
-        ngx_http_llm_resp_object(f, out, status, NULL, NULL);
-        ngx_http_llm_puts(out, "}\n\n");
+                                        : "response.completed",
+                                status, NULL, NULL);
         return;
 
     case NGX_HTTP_LLM_API_TOKENIZE:
@@ -1318,10 +1336,8 @@ ngx_http_llm_fmt_fail(ngx_http_llm_fmt_t *f, ngx_str_t *code,
         ngx_http_llm_put_string(out, message->data, message->len);
         ngx_http_llm_puts(out, ",\"param\":null}\n\n");
 
-        ngx_http_llm_resp_event(f, out, "response.failed");
-        ngx_http_llm_puts(out, ",\"response\":");
-        ngx_http_llm_resp_object(f, out, "failed", code, message);
-        ngx_http_llm_puts(out, "}\n\n");
+        ngx_http_llm_resp_state(f, out, "response.failed", "failed", code,
+                                message);
         return;
     }
 

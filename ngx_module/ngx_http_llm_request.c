@@ -331,6 +331,67 @@ ngx_http_llm_check_name(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *v,
 }
 
 
+/* element i of an array that must hold objects: its path in *p */
+static ngx_int_t
+ngx_http_llm_element(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *v,
+    ngx_str_t *array, ngx_uint_t i, ngx_str_t **p)
+{
+    *p = ngx_http_llm_path(ctx, "%V[%ui]", array, i);
+    if (*p == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (v->type != NGX_HTTP_LLM_JSON_OBJECT) {
+        return ngx_http_llm_bad(ctx, *p, "must be an object, not %s",
+                                ngx_http_llm_json_type_name(v));
+    }
+
+    return NGX_OK;
+}
+
+
+/* ---- canonical output -------------------------------------------------- */
+
+/* ,"name":<v> when v is there */
+static void
+ngx_http_llm_put_member(ngx_http_llm_vctx_t *ctx, const char *name,
+    ngx_http_llm_json_t *v)
+{
+    if (v) {
+        ngx_http_llm_printf(&ctx->out, ",\"%s\":", name);
+        ngx_http_llm_put_json(&ctx->out, v);
+    }
+}
+
+
+/* ,"name":true|false when b was set (not -1) */
+static void
+ngx_http_llm_put_bool(ngx_http_llm_vctx_t *ctx, const char *name,
+    ngx_int_t b)
+{
+    if (b != -1) {
+        ngx_http_llm_printf(&ctx->out, ",\"%s\":%s", name,
+                            b ? "true" : "false");
+    }
+}
+
+
+/* one tool call in the chat shape */
+static void
+ngx_http_llm_put_call(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *id,
+    ngx_http_llm_json_t *name, ngx_http_llm_json_t *args)
+{
+    ngx_http_llm_puts(&ctx->out, "{\"id\":");
+    ngx_http_llm_put_json(&ctx->out, id);
+    ngx_http_llm_puts(&ctx->out,
+                      ",\"type\":\"function\",\"function\":{\"name\":");
+    ngx_http_llm_put_json(&ctx->out, name);
+    ngx_http_llm_puts(&ctx->out, ",\"arguments\":");
+    ngx_http_llm_put_json(&ctx->out, args);
+    ngx_http_llm_puts(&ctx->out, "}}");
+}
+
+
 /* ---- shared parts ------------------------------------------------------ */
 
 static ngx_int_t
@@ -457,8 +518,7 @@ ngx_http_llm_stop(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
     }
 
     if (v->count) {
-        ngx_http_llm_puts(&ctx->out, ",\"stop\":");
-        ngx_http_llm_put_json(&ctx->out, v);
+        ngx_http_llm_put_member(ctx, "stop", v);
     }
 
     return NGX_OK;
@@ -590,15 +650,8 @@ ngx_http_llm_vllm_params(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
         ngx_http_llm_printf(&ctx->out, ",\"min_tokens\":%L", n);
     }
 
-    if (ignore != -1) {
-        ngx_http_llm_printf(&ctx->out, ",\"ignore_eos\":%s",
-                            ignore ? "true" : "false");
-    }
-
-    if (skip != -1) {
-        ngx_http_llm_printf(&ctx->out, ",\"skip_special_tokens\":%s",
-                            skip ? "true" : "false");
-    }
+    ngx_http_llm_put_bool(ctx, "ignore_eos", ignore);
+    ngx_http_llm_put_bool(ctx, "skip_special_tokens", skip);
 
     return NGX_OK;
 }
@@ -638,6 +691,7 @@ static ngx_int_t
 ngx_http_llm_content(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *v,
     ngx_str_t *param, const char **types)
 {
+    ngx_int_t             rc;
     ngx_uint_t            i;
     ngx_str_t            *p;
     ngx_http_llm_json_t  *part, *type, *text;
@@ -657,14 +711,9 @@ ngx_http_llm_content(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *v,
 
     for (part = v->child, i = 0; part; part = part->next, i++) {
 
-        p = ngx_http_llm_path(ctx, "%V[%ui]", param, i);
-        if (p == NULL) {
-            return NGX_ERROR;
-        }
-
-        if (part->type != NGX_HTTP_LLM_JSON_OBJECT) {
-            return ngx_http_llm_bad(ctx, p, "must be an object, not %s",
-                                    ngx_http_llm_json_type_name(part));
+        rc = ngx_http_llm_element(ctx, part, param, i, &p);
+        if (rc != NGX_OK) {
+            return rc;
         }
 
         type = ngx_http_llm_json_member(part, "type");
@@ -720,10 +769,33 @@ ngx_http_llm_arguments(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *v,
 }
 
 
+/* the function of a tool call: a checked name, arguments as a JSON string */
+static ngx_int_t
+ngx_http_llm_call_function(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *fn,
+    ngx_str_t *p, ngx_http_llm_json_t **name, ngx_http_llm_json_t **args)
+{
+    if (ngx_http_llm_need_string(ctx, fn, p, "name", name) != NGX_OK
+        || ngx_http_llm_check_name(ctx, *name,
+                                   ngx_http_llm_path(ctx, "%V.name", p))
+           != NGX_OK
+        || ngx_http_llm_need_string(ctx, fn, p, "arguments", args)
+           != NGX_OK
+        || ngx_http_llm_arguments(ctx, *args,
+                                  ngx_http_llm_path(ctx, "%V.arguments", p))
+           != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_llm_tool_calls(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *calls,
     ngx_str_t *param)
 {
+    ngx_int_t             rc;
     ngx_uint_t            i;
     ngx_str_t            *p, *fp;
     ngx_http_llm_json_t  *call, *id, *type, *fn, *name, *args;
@@ -732,14 +804,9 @@ ngx_http_llm_tool_calls(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *calls,
 
     for (call = calls->child, i = 0; call; call = call->next, i++) {
 
-        p = ngx_http_llm_path(ctx, "%V[%ui]", param, i);
-        if (p == NULL) {
-            return NGX_ERROR;
-        }
-
-        if (call->type != NGX_HTTP_LLM_JSON_OBJECT) {
-            return ngx_http_llm_bad(ctx, p, "must be an object, not %s",
-                                    ngx_http_llm_json_type_name(call));
+        rc = ngx_http_llm_element(ctx, call, param, i, &p);
+        if (rc != NGX_OK) {
+            return rc;
         }
 
         if (ngx_http_llm_need_string(ctx, call, p, "id", &id) != NGX_OK) {
@@ -760,28 +827,12 @@ ngx_http_llm_tool_calls(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *calls,
                                     "and arguments");
         }
 
-        if (ngx_http_llm_need_string(ctx, fn, fp, "name", &name) != NGX_OK
-            || ngx_http_llm_check_name(ctx, name,
-                                       ngx_http_llm_path(ctx, "%V.name", fp))
-               != NGX_OK
-            || ngx_http_llm_need_string(ctx, fn, fp, "arguments", &args)
-               != NGX_OK
-            || ngx_http_llm_arguments(ctx, args,
-                                      ngx_http_llm_path(ctx, "%V.arguments",
-                                                        fp))
-               != NGX_OK)
-        {
+        if (ngx_http_llm_call_function(ctx, fn, fp, &name, &args) != NGX_OK) {
             return NGX_DECLINED;
         }
 
-        ngx_http_llm_puts(&ctx->out, "{\"id\":");
-        ngx_http_llm_put_json(&ctx->out, id);
-        ngx_http_llm_puts(&ctx->out,
-                          ",\"type\":\"function\",\"function\":{\"name\":");
-        ngx_http_llm_put_json(&ctx->out, name);
-        ngx_http_llm_puts(&ctx->out, ",\"arguments\":");
-        ngx_http_llm_put_json(&ctx->out, args);
-        ngx_http_llm_puts(&ctx->out, call->next ? "}}," : "}}");
+        ngx_http_llm_put_call(ctx, id, name, args);
+        ngx_http_llm_puts(&ctx->out, call->next ? "," : "");
     }
 
     ngx_http_llm_puts(&ctx->out, "]");
@@ -792,25 +843,15 @@ ngx_http_llm_tool_calls(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *calls,
 
 static ngx_int_t
 ngx_http_llm_message(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *m,
-    ngx_uint_t i)
+    ngx_str_t *p)
 {
-    ngx_str_t            *p, *cp;
+    ngx_str_t            *cp;
     ngx_http_llm_json_t  *role, *content, *name, *calls, *reasoning, *id;
 
     static const char  *roles[] = {
         "system", "user", "assistant", "tool", "developer", NULL
     };
     static const char  *text_parts[] = { "text", NULL };
-
-    p = ngx_http_llm_path(ctx, "messages[%ui]", i);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
-
-    if (m->type != NGX_HTTP_LLM_JSON_OBJECT) {
-        return ngx_http_llm_bad(ctx, p, "must be an object, not %s",
-                                ngx_http_llm_json_type_name(m));
-    }
 
     if (ngx_http_llm_need_string(ctx, m, p, "role", &role) != NGX_OK) {
         return NGX_DECLINED;
@@ -874,15 +915,8 @@ ngx_http_llm_message(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *m,
         return NGX_DECLINED;
     }
 
-    if (name) {
-        ngx_http_llm_puts(&ctx->out, ",\"name\":");
-        ngx_http_llm_put_json(&ctx->out, name);
-    }
-
-    if (reasoning) {
-        ngx_http_llm_puts(&ctx->out, ",\"reasoning_content\":");
-        ngx_http_llm_put_json(&ctx->out, reasoning);
-    }
+    ngx_http_llm_put_member(ctx, "name", name);
+    ngx_http_llm_put_member(ctx, "reasoning_content", reasoning);
 
     if (calls
         && ngx_http_llm_tool_calls(ctx, calls,
@@ -899,8 +933,7 @@ ngx_http_llm_message(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *m,
             return NGX_DECLINED;
         }
 
-        ngx_http_llm_puts(&ctx->out, ",\"tool_call_id\":");
-        ngx_http_llm_put_json(&ctx->out, id);
+        ngx_http_llm_put_member(ctx, "tool_call_id", id);
     }
 
     ngx_http_llm_puts(&ctx->out, "}");
@@ -913,6 +946,7 @@ static ngx_int_t
 ngx_http_llm_messages(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
 {
     ngx_uint_t            i;
+    ngx_str_t            *p, param = ngx_string("messages");
     ngx_http_llm_json_t  *msgs, *m;
 
     msgs = ngx_http_llm_json_member(body, "messages");
@@ -920,7 +954,7 @@ ngx_http_llm_messages(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
     if (msgs == NULL || msgs->type != NGX_HTTP_LLM_JSON_ARRAY
         || msgs->count == 0)
     {
-        return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "messages"),
+        return ngx_http_llm_bad(ctx, &param,
                                 "must be a non-empty array of messages%s",
                                 msgs ? "" : " and is required");
     }
@@ -928,7 +962,9 @@ ngx_http_llm_messages(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
     ngx_http_llm_puts(&ctx->out, ",\"messages\":[");
 
     for (m = msgs->child, i = 0; m; m = m->next, i++) {
-        if (ngx_http_llm_message(ctx, m, i) != NGX_OK) {
+        if (ngx_http_llm_element(ctx, m, &param, i, &p) != NGX_OK
+            || ngx_http_llm_message(ctx, m, p) != NGX_OK)
+        {
             return NGX_DECLINED;
         }
 
@@ -946,6 +982,44 @@ ngx_http_llm_messages(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
 /* ---- tools, tool_choice, response_format ------------------------------- */
 
 /*
+ * What a function tool and a JSON schema share: a checked name, and
+ * optionally a description, an object under "key" (parameters or schema)
+ * and strict.  Written as "name":... and the members present.
+ */
+static ngx_int_t
+ngx_http_llm_named_schema(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *obj,
+    ngx_str_t *p, const char *key, ngx_http_llm_json_t **name)
+{
+    ngx_int_t             strict;
+    ngx_http_llm_json_t  *desc, *schema;
+
+    strict = -1;
+
+    if (ngx_http_llm_need_string(ctx, obj, p, "name", name) != NGX_OK
+        || ngx_http_llm_check_name(ctx, *name,
+                                   ngx_http_llm_path(ctx, "%V.name", p))
+           != NGX_OK
+        || ngx_http_llm_get_string(ctx, obj, p, "description", &desc)
+           != NGX_OK
+        || ngx_http_llm_get_typed(ctx, obj, p, key, NGX_HTTP_LLM_JSON_OBJECT,
+                                  &schema)
+           != NGX_OK
+        || ngx_http_llm_get_bool(ctx, obj, p, "strict", &strict) != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    ngx_http_llm_puts(&ctx->out, "\"name\":");
+    ngx_http_llm_put_json(&ctx->out, *name);
+    ngx_http_llm_put_member(ctx, "description", desc);
+    ngx_http_llm_put_member(ctx, key, schema);
+    ngx_http_llm_put_bool(ctx, "strict", strict);
+
+    return NGX_OK;
+}
+
+
+/*
  * One function tool.  "fn" holds name/description/parameters/strict: the
  * chat API nests them under "function", the Responses API puts them flat.
  * Written in the chat shape.
@@ -954,23 +1028,12 @@ static ngx_int_t
 ngx_http_llm_function(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *fn,
     ngx_str_t *p)
 {
-    ngx_int_t             strict;
     ngx_str_t            *name;
-    ngx_http_llm_json_t  *v, *desc, *params;
+    ngx_http_llm_json_t  *v;
 
-    strict = -1;
+    ngx_http_llm_puts(&ctx->out, "{\"type\":\"function\",\"function\":{");
 
-    if (ngx_http_llm_need_string(ctx, fn, p, "name", &v) != NGX_OK
-        || ngx_http_llm_check_name(ctx, v,
-                                   ngx_http_llm_path(ctx, "%V.name", p))
-           != NGX_OK
-        || ngx_http_llm_get_string(ctx, fn, p, "description", &desc)
-           != NGX_OK
-        || ngx_http_llm_get_typed(ctx, fn, p, "parameters",
-                                  NGX_HTTP_LLM_JSON_OBJECT, &params)
-           != NGX_OK
-        || ngx_http_llm_get_bool(ctx, fn, p, "strict", &strict) != NGX_OK)
-    {
+    if (ngx_http_llm_named_schema(ctx, fn, p, "parameters", &v) != NGX_OK) {
         return NGX_DECLINED;
     }
 
@@ -980,25 +1043,6 @@ ngx_http_llm_function(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *fn,
     }
 
     *name = v->value;
-
-    ngx_http_llm_puts(&ctx->out,
-                      "{\"type\":\"function\",\"function\":{\"name\":");
-    ngx_http_llm_put_json(&ctx->out, v);
-
-    if (desc) {
-        ngx_http_llm_puts(&ctx->out, ",\"description\":");
-        ngx_http_llm_put_json(&ctx->out, desc);
-    }
-
-    if (params) {
-        ngx_http_llm_puts(&ctx->out, ",\"parameters\":");
-        ngx_http_llm_put_json(&ctx->out, params);
-    }
-
-    if (strict != -1) {
-        ngx_http_llm_printf(&ctx->out, ",\"strict\":%s",
-                            strict ? "true" : "false");
-    }
 
     ngx_http_llm_puts(&ctx->out, "}}");
 
@@ -1010,8 +1054,9 @@ static ngx_int_t
 ngx_http_llm_tools(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body,
     ngx_uint_t flat)
 {
+    ngx_int_t             rc;
     ngx_uint_t            i;
-    ngx_str_t            *p;
+    ngx_str_t            *p, param = ngx_string("tools");
     ngx_http_llm_json_t  *tools, *t, *fn;
 
     if (ngx_http_llm_get_typed(ctx, body, NULL, "tools",
@@ -1029,14 +1074,9 @@ ngx_http_llm_tools(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body,
 
     for (t = tools->child, i = 0; t; t = t->next, i++) {
 
-        p = ngx_http_llm_path(ctx, "tools[%ui]", i);
-        if (p == NULL) {
-            return NGX_ERROR;
-        }
-
-        if (t->type != NGX_HTTP_LLM_JSON_OBJECT) {
-            return ngx_http_llm_bad(ctx, p, "must be an object, not %s",
-                                    ngx_http_llm_json_type_name(t));
+        rc = ngx_http_llm_element(ctx, t, &param, i, &p);
+        if (rc != NGX_OK) {
+            return rc;
         }
 
         if (!ngx_http_llm_json_is_string(ngx_http_llm_json_get(t, "type"),
@@ -1102,8 +1142,7 @@ ngx_http_llm_tool_choice(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body,
             return ngx_http_llm_bad(ctx, &param, "\"required\" needs tools");
         }
 
-        ngx_http_llm_puts(&ctx->out, ",\"tool_choice\":");
-        ngx_http_llm_put_json(&ctx->out, v);
+        ngx_http_llm_put_member(ctx, "tool_choice", v);
         return NGX_OK;
     }
 
@@ -1156,9 +1195,8 @@ static ngx_int_t
 ngx_http_llm_format(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *v,
     ngx_str_t *p, ngx_uint_t flat)
 {
-    ngx_int_t             strict;
     ngx_str_t            *sp;
-    ngx_http_llm_json_t  *type, *js, *name, *schema, *desc;
+    ngx_http_llm_json_t  *type, *js, *name;
 
     static const char  *types[] = {
         "text", "json_object", "json_schema", NULL
@@ -1196,39 +1234,12 @@ ngx_http_llm_format(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *v,
             }
         }
 
-        strict = -1;
+        ngx_http_llm_puts(&ctx->out, ",\"json_schema\":{");
 
-        if (ngx_http_llm_need_string(ctx, js, sp, "name", &name) != NGX_OK
-            || ngx_http_llm_check_name(ctx, name,
-                                       ngx_http_llm_path(ctx, "%V.name", sp))
-               != NGX_OK
-            || ngx_http_llm_get_string(ctx, js, sp, "description", &desc)
-               != NGX_OK
-            || ngx_http_llm_get_typed(ctx, js, sp, "schema",
-                                      NGX_HTTP_LLM_JSON_OBJECT, &schema)
-               != NGX_OK
-            || ngx_http_llm_get_bool(ctx, js, sp, "strict", &strict)
-               != NGX_OK)
+        if (ngx_http_llm_named_schema(ctx, js, sp, "schema", &name)
+            != NGX_OK)
         {
             return NGX_DECLINED;
-        }
-
-        ngx_http_llm_puts(&ctx->out, ",\"json_schema\":{\"name\":");
-        ngx_http_llm_put_json(&ctx->out, name);
-
-        if (desc) {
-            ngx_http_llm_puts(&ctx->out, ",\"description\":");
-            ngx_http_llm_put_json(&ctx->out, desc);
-        }
-
-        if (schema) {
-            ngx_http_llm_puts(&ctx->out, ",\"schema\":");
-            ngx_http_llm_put_json(&ctx->out, schema);
-        }
-
-        if (strict != -1) {
-            ngx_http_llm_printf(&ctx->out, ",\"strict\":%s",
-                                strict ? "true" : "false");
         }
 
         ngx_http_llm_puts(&ctx->out, "}");
@@ -1309,10 +1320,7 @@ ngx_http_llm_chat_mode(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
         ngx_http_llm_puts(&ctx->out, "}");
     }
 
-    if (effort) {
-        ngx_http_llm_puts(&ctx->out, ",\"reasoning_effort\":");
-        ngx_http_llm_put_json(&ctx->out, effort);
-    }
+    ngx_http_llm_put_member(ctx, "reasoning_effort", effort);
 
     return NGX_OK;
 }
@@ -1337,10 +1345,7 @@ ngx_http_llm_chat_fields(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
         return NGX_DECLINED;
     }
 
-    if (parallel != -1) {
-        ngx_http_llm_printf(&ctx->out, ",\"parallel_tool_calls\":%s",
-                            parallel ? "true" : "false");
-    }
+    ngx_http_llm_put_bool(ctx, "parallel_tool_calls", parallel);
 
     rf = ngx_http_llm_json_member(body, "response_format");
 
@@ -1479,8 +1484,7 @@ ngx_http_llm_prompt(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
             return ngx_http_llm_bad(ctx, &param, "must not be empty");
         }
 
-        ngx_http_llm_puts(&ctx->out, ",\"prompt\":");
-        ngx_http_llm_put_json(&ctx->out, v);
+        ngx_http_llm_put_member(ctx, "prompt", v);
         return NGX_OK;
     }
 
@@ -1665,15 +1669,7 @@ ngx_http_llm_item_call(ngx_http_llm_vctx_t *ctx, ngx_http_llm_conv_t *cv,
     ngx_http_llm_json_t  *id, *name, *args;
 
     if (ngx_http_llm_need_string(ctx, item, p, "call_id", &id) != NGX_OK
-        || ngx_http_llm_need_string(ctx, item, p, "name", &name) != NGX_OK
-        || ngx_http_llm_check_name(ctx, name,
-                                   ngx_http_llm_path(ctx, "%V.name", p))
-           != NGX_OK
-        || ngx_http_llm_need_string(ctx, item, p, "arguments", &args)
-           != NGX_OK
-        || ngx_http_llm_arguments(ctx, args,
-                                  ngx_http_llm_path(ctx, "%V.arguments", p))
-           != NGX_OK)
+        || ngx_http_llm_call_function(ctx, item, p, &name, &args) != NGX_OK)
     {
         return NGX_DECLINED;
     }
@@ -1697,14 +1693,7 @@ ngx_http_llm_item_call(ngx_http_llm_vctx_t *ctx, ngx_http_llm_conv_t *cv,
 
     cv->state = NGX_HTTP_LLM_CONV_CALLS;
 
-    ngx_http_llm_puts(&ctx->out, "{\"id\":");
-    ngx_http_llm_put_json(&ctx->out, id);
-    ngx_http_llm_puts(&ctx->out,
-                      ",\"type\":\"function\",\"function\":{\"name\":");
-    ngx_http_llm_put_json(&ctx->out, name);
-    ngx_http_llm_puts(&ctx->out, ",\"arguments\":");
-    ngx_http_llm_put_json(&ctx->out, args);
-    ngx_http_llm_puts(&ctx->out, "}}");
+    ngx_http_llm_put_call(ctx, id, name, args);
 
     return NGX_OK;
 }
@@ -1724,10 +1713,8 @@ ngx_http_llm_item_output(ngx_http_llm_vctx_t *ctx, ngx_http_llm_conv_t *cv,
     }
 
     ngx_http_llm_conv_open(ctx, cv, "tool");
-    ngx_http_llm_puts(&ctx->out, ",\"content\":");
-    ngx_http_llm_put_json(&ctx->out, output);
-    ngx_http_llm_puts(&ctx->out, ",\"tool_call_id\":");
-    ngx_http_llm_put_json(&ctx->out, id);
+    ngx_http_llm_put_member(ctx, "content", output);
+    ngx_http_llm_put_member(ctx, "tool_call_id", id);
     ngx_http_llm_puts(&ctx->out, "}");
 
     return NGX_OK;
@@ -1781,7 +1768,7 @@ ngx_http_llm_input(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
 {
     ngx_int_t             rc;
     ngx_uint_t            i;
-    ngx_str_t            *p;
+    ngx_str_t            *p, param = ngx_string("input");
     ngx_http_llm_conv_t   cv;
     ngx_http_llm_json_t  *input, *instr, *item, *type;
 
@@ -1791,15 +1778,13 @@ ngx_http_llm_input(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
     input = ngx_http_llm_json_member(body, "input");
 
     if (input == NULL) {
-        return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "input"),
-                                "is required");
+        return ngx_http_llm_bad(ctx, &param, "is required");
     }
 
     if (input->type != NGX_HTTP_LLM_JSON_STRING
         && input->type != NGX_HTTP_LLM_JSON_ARRAY)
     {
-        return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "input"),
-                                "must be a string or an array of items, "
+        return ngx_http_llm_bad(ctx, &param, "must be a string or an array of items, "
                                 "not %s", ngx_http_llm_json_type_name(input));
     }
 
@@ -1813,29 +1798,22 @@ ngx_http_llm_input(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
 
     if (instr) {
         ngx_http_llm_conv_open(ctx, &cv, "system");
-        ngx_http_llm_puts(&ctx->out, ",\"content\":");
-        ngx_http_llm_put_json(&ctx->out, instr);
+        ngx_http_llm_put_member(ctx, "content", instr);
         ngx_http_llm_puts(&ctx->out, "}");
     }
 
     if (input->type == NGX_HTTP_LLM_JSON_STRING) {
         ngx_http_llm_conv_open(ctx, &cv, "user");
-        ngx_http_llm_puts(&ctx->out, ",\"content\":");
-        ngx_http_llm_put_json(&ctx->out, input);
+        ngx_http_llm_put_member(ctx, "content", input);
         ngx_http_llm_puts(&ctx->out, "}]");
         return NGX_OK;
     }
 
     for (item = input->child, i = 0; item; item = item->next, i++) {
 
-        p = ngx_http_llm_path(ctx, "input[%ui]", i);
-        if (p == NULL) {
-            return NGX_ERROR;
-        }
-
-        if (item->type != NGX_HTTP_LLM_JSON_OBJECT) {
-            return ngx_http_llm_bad(ctx, p, "must be an object, not %s",
-                                    ngx_http_llm_json_type_name(item));
+        rc = ngx_http_llm_element(ctx, item, &param, i, &p);
+        if (rc != NGX_OK) {
+            return rc;
         }
 
         type = ngx_http_llm_json_member(item, "type");
@@ -1868,7 +1846,7 @@ ngx_http_llm_input(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
     ngx_http_llm_conv_close(ctx, &cv);
 
     if (cv.count == 0) {
-        return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "input"),
+        return ngx_http_llm_bad(ctx, &param,
                                 "must hold at least one message");
     }
 
@@ -1949,10 +1927,7 @@ ngx_http_llm_responses(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
         return NGX_DECLINED;
     }
 
-    if (parallel != -1) {
-        ngx_http_llm_printf(&ctx->out, ",\"parallel_tool_calls\":%s",
-                            parallel ? "true" : "false");
-    }
+    ngx_http_llm_put_bool(ctx, "parallel_tool_calls", parallel);
 
     format = ngx_http_llm_json_member(text, "format");
 
@@ -2017,10 +1992,7 @@ ngx_http_llm_tokenize(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
             return NGX_DECLINED;
         }
 
-        if (special != -1) {
-            ngx_http_llm_printf(&ctx->out, ",\"add_special_tokens\":%s",
-                                special ? "true" : "false");
-        }
+        ngx_http_llm_put_bool(ctx, "add_special_tokens", special);
 
         return NGX_OK;
     }
@@ -2034,10 +2006,7 @@ ngx_http_llm_tokenize(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
         return NGX_DECLINED;
     }
 
-    if (gen != -1) {
-        ngx_http_llm_printf(&ctx->out, ",\"add_generation_prompt\":%s",
-                            gen ? "true" : "false");
-    }
+    ngx_http_llm_put_bool(ctx, "add_generation_prompt", gen);
 
     return NGX_OK;
 }

@@ -41,6 +41,21 @@ void chat_body_begin(qctx *q, jw *w, strbuf *sb)
     jw_str(w, "model", q->model);
 }
 
+void chat_message(jw *w, const char *role, const char *text)
+{
+    jw_obj(w, NULL);
+    jw_str(w, "role", role);
+    jw_str(w, "content", text);
+    jw_end(w);
+}
+
+void chat_user_message(jw *w, const char *text)
+{
+    jw_arr(w, "messages");
+    chat_message(w, "user", text);
+    jw_end(w);
+}
+
 static void problem(chat_result *r, const char *fmt, const char *arg)
 {
     if (r->problem.len) return;   /* the first one says most */

@@ -43,4 +43,9 @@ int chat_send(qctx *q, const char *label, const char *body, size_t len, bool str
  * it with jw_end. */
 void chat_body_begin(qctx *q, jw *w, strbuf *sb);
 
+/* One {"role": role, "content": text} element of an open messages array,
+ * and the member "messages": [{"role": "user", "content": text}]. */
+void chat_message(jw *w, const char *role, const char *text);
+void chat_user_message(jw *w, const char *text);
+
 #endif

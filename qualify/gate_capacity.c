@@ -39,12 +39,7 @@ static void cap_body(cap_ctx *c, const calib_fill *f, long max_tokens, bool stre
     sb_puts(&content, cap_tail);
     jw w;
     chat_body_begin(c->q, &w, body);
-    jw_arr(&w, "messages");
-    jw_obj(&w, NULL);
-    jw_str(&w, "role", "user");
-    jw_strn(&w, "content", content.data, content.len);
-    jw_end(&w);
-    jw_end(&w);
+    chat_user_message(&w, content.data);
     if (max_tokens > 0) jw_int(&w, "max_tokens", max_tokens);
     if (stream) {
         jw_bool(&w, "stream", true);

@@ -9,16 +9,6 @@
 #include "prompts.h"
 #include "sse.h"
 
-static void user_msg(jw *w, const char *text)
-{
-    jw_arr(w, "messages");
-    jw_obj(w, NULL);
-    jw_str(w, "role", "user");
-    jw_str(w, "content", text);
-    jw_end(w);
-    jw_end(w);
-}
-
 /* Count what passes; the report reads "passed/total". */
 typedef struct {
     int passed, total, meaningless;
@@ -30,7 +20,7 @@ static void smoke(qctx *q, gate *g, tally *t)
     sb_init(&body);
     jw w;
     chat_body_begin(q, &w, &body);
-    user_msg(&w, "Reply with the single word: hello");
+    chat_user_message(&w, "Reply with the single word: hello");
     jw_int(&w, "max_tokens", gen_budget(q));
     jw_end(&w);
     chat_result r;
@@ -56,8 +46,8 @@ static void json_mode(qctx *q, gate *g, tally *t)
     sb_init(&body);
     jw w;
     chat_body_begin(q, &w, &body);
-    user_msg(&w, "Return a JSON object with one key \"capital\" whose value is the capital of "
-                 "France. Output only the JSON.");
+    chat_user_message(&w, "Return a JSON object with one key \"capital\" whose value is the "
+                          "capital of France. Output only the JSON.");
     jw_json(&w, "response_format", "{\"type\":\"json_object\"}");
     jw_int(&w, "max_tokens", gen_budget(q));
     jw_end(&w);
@@ -91,7 +81,7 @@ static int forced_call(qctx *q, gate *g, const char *label, bool stream, strbuf 
     sb_init(&body);
     jw w;
     chat_body_begin(q, &w, &body);
-    user_msg(&w, "What is the weather in Paris right now? Use the tool.");
+    chat_user_message(&w, "What is the weather in Paris right now? Use the tool.");
     jw_json(&w, "tools", weather_tools);
     jw_json(&w, "tool_choice", weather_choice);
     jw_int(&w, "max_tokens", gen_budget(q));

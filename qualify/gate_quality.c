@@ -19,24 +19,46 @@ typedef struct {
     strbuf first_bad;     /* the first wrong answer, for the detail */
 } item;
 
-/* Members every quality request carries after "messages". */
-static void reasoning_fields(qctx *q, jw *w)
+/* The members after "messages" that shape a quality prompt (all that
+ * /tokenize needs), and those every quality request carries. */
+static void prompt_fields(qctx *q, jw *w)
 {
     jw_json(w, "chat_template_kwargs", "{\"thinking\":true}");
     jw_str(w, "reasoning_effort", q->quality_effort);
+}
+
+static void reasoning_fields(qctx *q, jw *w)
+{
+    prompt_fields(q, w);
     jw_int(w, "max_tokens", gen_budget(q));
 }
 
-/* Send; on success judge(content) decides.  Protocol failures are
- * recorded as failed checks of the item. */
-static void ask(qctx *q, gate *g, item *it, const char *label, const char *name, const char *body,
-                size_t len, const char *expect, chat_result *r)
+/* A quality request that asks one question. */
+static void question_body(qctx *q, const char *question, strbuf *body)
 {
-    if (chat_send(q, label, body, len, false, r) < 0) {
-        it->protocol_failures++;
-        gate_check(g, ST_FAIL, name, "%s: %s", label, r->problem.data);
-        return;
-    }
+    jw w;
+    chat_body_begin(q, &w, body);
+    chat_user_message(&w, question);
+    reasoning_fields(q, &w);
+    jw_end(&w);
+}
+
+/* Send; a protocol failure is recorded as a failed check of the item
+ * and returns -1. */
+static int post(qctx *q, gate *g, item *it, const char *label, const char *name,
+                const strbuf *body, chat_result *r)
+{
+    if (chat_send(q, label, body->data, body->len, false, r) == 0) return 0;
+    it->protocol_failures++;
+    gate_check(g, ST_FAIL, name, "%s: %s", label, r->problem.data);
+    return -1;
+}
+
+/* Send; on success the answer passes when it contains expect. */
+static void ask(qctx *q, gate *g, item *it, const char *label, const char *name,
+                const strbuf *body, const char *expect, chat_result *r)
+{
+    if (post(q, g, it, label, name, body, r) < 0) return;
     if (contains_ci(r->content.data, expect)) {
         it->passes++;
     } else if (!it->first_bad.len) {
@@ -45,16 +67,19 @@ static void ask(qctx *q, gate *g, item *it, const char *label, const char *name,
     }
 }
 
+/* Report the item (and free it). */
 static void report_item(qctx *q, gate *g, const char *name, item *it)
 {
     jw_obj(&g->mw, name);
     jw_int(&g->mw, "passes", it->passes);
     jw_int(&g->mw, "k", q->quality_k);
     jw_end(&g->mw);
-    if (it->protocol_failures) return;   /* already failed with the reason */
-    bool good = it->passes == q->quality_k;
-    output_check(q, g, good, name, "%d/%d%s%s", it->passes, q->quality_k,
-                 it->first_bad.len ? "; " : "", it->first_bad.data ? it->first_bad.data : "");
+    if (!it->protocol_failures) {   /* else already failed with the reason */
+        bool good = it->passes == q->quality_k;
+        output_check(q, g, good, name, "%d/%d%s%s", it->passes, q->quality_k,
+                     it->first_bad.len ? "; " : "", it->first_bad.data ? it->first_bad.data : "");
+    }
+    sb_free(&it->first_bad);
 }
 
 static void single_turn(qctx *q, gate *g, const char *name, const char *question, const char *expect)
@@ -64,26 +89,16 @@ static void single_turn(qctx *q, gate *g, const char *name, const char *question
     for (int i = 0; i < q->quality_k && time_left(q) > 0; i++) {
         strbuf body;
         sb_init(&body);
-        jw w;
-        chat_body_begin(q, &w, &body);
-        jw_arr(&w, "messages");
-        jw_obj(&w, NULL);
-        jw_str(&w, "role", "user");
-        jw_str(&w, "content", question);
-        jw_end(&w);
-        jw_end(&w);
-        reasoning_fields(q, &w);
-        jw_end(&w);
+        question_body(q, question, &body);
         char label[64];
         snprintf(label, sizeof label, "%s-%d", name, i + 1);
         chat_result r;
         chat_result_init(&r);
-        ask(q, g, &it, label, name, body.data, body.len, expect, &r);
+        ask(q, g, &it, label, name, &body, expect, &r);
         chat_result_free(&r);
         sb_free(&body);
     }
     report_item(q, g, name, &it);
-    sb_free(&it.first_bad);
 }
 
 static void session_recall(qctx *q, gate *g)
@@ -95,54 +110,33 @@ static void session_recall(qctx *q, gate *g)
     for (int i = 0; i < q->quality_k && time_left(q) > 0; i++) {
         strbuf body;
         sb_init(&body);
-        jw w;
-        chat_body_begin(q, &w, &body);
-        jw_arr(&w, "messages");
-        jw_obj(&w, NULL);
-        jw_str(&w, "role", "user");
-        jw_str(&w, "content", first);
-        jw_end(&w);
-        jw_end(&w);
-        reasoning_fields(q, &w);
-        jw_end(&w);
+        question_body(q, first, &body);
         char label[64];
         snprintf(label, sizeof label, "session-recall-%d-turn1", i + 1);
         chat_result r1;
         chat_result_init(&r1);
-        if (chat_send(q, label, body.data, body.len, false, &r1) < 0) {
-            it.protocol_failures++;
-            gate_check(g, ST_FAIL, "session recall", "%s: %s", label, r1.problem.data);
-        } else {
+        if (post(q, g, &it, label, "session recall", &body, &r1) == 0) {
             /* Turn 2 carries turn 1 back as the client would. */
             sb_reset(&body);
+            jw w;
             chat_body_begin(q, &w, &body);
             jw_arr(&w, "messages");
-            jw_obj(&w, NULL);
-            jw_str(&w, "role", "user");
-            jw_str(&w, "content", first);
-            jw_end(&w);
-            jw_obj(&w, NULL);
-            jw_str(&w, "role", "assistant");
-            jw_str(&w, "content", r1.content.data ? r1.content.data : "");
-            jw_end(&w);
-            jw_obj(&w, NULL);
-            jw_str(&w, "role", "user");
-            jw_str(&w, "content", second);
-            jw_end(&w);
+            chat_message(&w, "user", first);
+            chat_message(&w, "assistant", r1.content.data ? r1.content.data : "");
+            chat_message(&w, "user", second);
             jw_end(&w);
             reasoning_fields(q, &w);
             jw_end(&w);
             snprintf(label, sizeof label, "session-recall-%d-turn2", i + 1);
             chat_result r2;
             chat_result_init(&r2);
-            ask(q, g, &it, label, "session recall", body.data, body.len, "PLOVER-7", &r2);
+            ask(q, g, &it, label, "session recall", &body, "PLOVER-7", &r2);
             chat_result_free(&r2);
         }
         chat_result_free(&r1);
         sb_free(&body);
     }
     report_item(q, g, "session recall", &it);
-    sb_free(&it.first_bad);
 }
 
 static void tools(qctx *q, gate *g)
@@ -154,12 +148,7 @@ static void tools(qctx *q, gate *g)
         sb_init(&body);
         jw w;
         chat_body_begin(q, &w, &body);
-        jw_arr(&w, "messages");
-        jw_obj(&w, NULL);
-        jw_str(&w, "role", "user");
-        jw_str(&w, "content", "Should I take an umbrella in Tokyo today? Check the weather first.");
-        jw_end(&w);
-        jw_end(&w);
+        chat_user_message(&w, "Should I take an umbrella in Tokyo today? Check the weather first.");
         jw_json(&w, "tools", weather_tools);
         jw_str(&w, "tool_choice", "auto");
         reasoning_fields(q, &w);
@@ -168,10 +157,7 @@ static void tools(qctx *q, gate *g)
         snprintf(label, sizeof label, "tools-%d", i + 1);
         chat_result r;
         chat_result_init(&r);
-        if (chat_send(q, label, body.data, body.len, false, &r) < 0) {
-            it.protocol_failures++;
-            gate_check(g, ST_FAIL, "tools", "%s: %s", label, r.problem.data);
-        } else {
+        if (post(q, g, &it, label, "tools", &body, &r) == 0) {
             strbuf why;
             sb_init(&why);
             if (!r.n_calls) sb_printf(&why, "no tool call (finish_reason %s)", r.finish_reason);
@@ -183,7 +169,6 @@ static void tools(qctx *q, gate *g)
         sb_free(&body);
     }
     report_item(q, g, "tools", &it);
-    sb_free(&it.first_bad);
 }
 
 /* ---- needle ------------------------------------------------------------ */
@@ -210,18 +195,9 @@ static void needle_body(qctx *q, calibrator *cal, const calib_fill *f, bool for_
     sb_puts(&content, needle_tail);
     jw w;
     chat_body_begin(q, &w, body);
-    jw_arr(&w, "messages");
-    jw_obj(&w, NULL);
-    jw_str(&w, "role", "user");
-    jw_strn(&w, "content", content.data, content.len);
-    jw_end(&w);
-    jw_end(&w);
-    if (for_tokenize) {   /* the fields that change the prompt, nothing else */
-        jw_json(&w, "chat_template_kwargs", "{\"thinking\":true}");
-        jw_str(&w, "reasoning_effort", q->quality_effort);
-    } else {
-        reasoning_fields(q, &w);
-    }
+    chat_user_message(&w, content.data);
+    if (for_tokenize) prompt_fields(q, &w);
+    else reasoning_fields(q, &w);
     jw_end(&w);
     sb_free(&content);
 }
@@ -276,7 +252,7 @@ static void needle(qctx *q, gate *g)
         snprintf(label, sizeof label, "needle-%d", i + 1);
         chat_result r;
         chat_result_init(&r);
-        ask(q, g, &it, label, name, body.data, body.len, NEEDLE_VALUE, &r);
+        ask(q, g, &it, label, name, &body, NEEDLE_VALUE, &r);
         if (r.ok) reported = r.prompt_tokens;
         if (r.ok && r.prompt_tokens != cr.actual) {
             gate_check(g, ST_FAIL, name, "usage.prompt_tokens %lld differs from /tokenize's %ld",
@@ -289,7 +265,6 @@ static void needle(qctx *q, gate *g)
     jw_int(&g->mw, "prompt_tokens_reported", reported);
     jw_end(&g->mw);
     report_item(q, g, name, &it);
-    sb_free(&it.first_bad);
     sb_free(&err);
 }
 

@@ -6,28 +6,25 @@ use warnings;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/lib";
-use LLMTest qw(scratch_dir write_conf start_nginx stop_nginx http free_port);
+use LLMTest qw(scratch_dir write_conf start_nginx stop_nginx http free_port
+               api_server);
 use JSON::PP;
 
 my $dir = scratch_dir();
 my $port = free_port();
-write_conf($dir, <<"CONF");
-    llm_engine e1 run_dir=$dir;
-    llm_route demo e1;
-    llm_max_body_size 4k;
-    server {
-        listen 127.0.0.1:$port;
-        location = /v1/chat/completions { llm_api chat_completions; }
-        location = /v1/completions { llm_api completions; }
-        location = /v1/responses { llm_api responses; }
-        location = /tokenize { llm_api tokenize; }
-        location = /detokenize { llm_api detokenize; }
+my $server = api_server($port, [qw(chat_completions completions responses
+                                   tokenize detokenize)], more => <<"MORE");
         location = /big {
             llm_api chat_completions;
             llm_max_body_size 3m;
         }
         location / { llm_api not_found; }
-    }
+MORE
+write_conf($dir, <<"CONF");
+    llm_engine e1 run_dir=$dir;
+    llm_route demo e1;
+    llm_max_body_size 4k;
+$server
 CONF
 start_nginx($dir, $port);
 

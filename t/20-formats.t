@@ -8,7 +8,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use LLMTest qw(scratch_dir write_conf start_nginx stop_nginx http http_json
                free_port engine_name start_engine stop_engine wait_for
-               raw_open raw_response sse_read);
+               raw_open raw_response sse_read api_server);
 use JSON::PP;
 use Time::HiRes qw(time);
 
@@ -17,20 +17,13 @@ my $port = free_port();
 my $name = engine_name('fmt');
 my $epid = start_engine($dir, $name, max_num_seqs => 4);
 
+my $server = api_server($port, [qw(chat_completions completions responses
+                                   models tokenize detokenize health)]);
 write_conf($dir, <<"CONF");
     llm_engine $name run_dir=$dir;
     llm_health interval=100ms passes=1;
     llm_test_script on;
-    server {
-        listen 127.0.0.1:$port;
-        location = /v1/chat/completions { llm_api chat_completions; }
-        location = /v1/completions { llm_api completions; }
-        location = /v1/responses { llm_api responses; }
-        location = /v1/models { llm_api models; }
-        location = /tokenize { llm_api tokenize; }
-        location = /detokenize { llm_api detokenize; }
-        location = /health { llm_api health; }
-    }
+$server
 CONF
 start_nginx($dir, $port);
 my $base = "http://127.0.0.1:$port";

@@ -9,7 +9,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use LLMTest qw(scratch_dir write_conf start_nginx stop_nginx http http_json
                free_port engine_name start_engine stop_engine engine_status
-               wait_for raw_open raw_response);
+               wait_for raw_open raw_response api_server);
 use JSON::PP;
 use Time::HiRes qw(sleep time);
 
@@ -18,6 +18,8 @@ my $port = free_port();
 my $name = engine_name('adm');
 my $epid = start_engine($dir, $name, max_num_seqs => 1, slots => 8);
 
+my $server = api_server($port, [qw(chat_completions health admin)],
+                        listen => 'reuseport');
 write_conf($dir, <<"CONF");
     llm_engine $name run_dir=$dir;
     llm_health interval=100ms passes=1;
@@ -25,12 +27,7 @@ write_conf($dir, <<"CONF");
     llm_retry_after 3s;
     llm_test_script on;
     llm_admin_token sekrit;
-    server {
-        listen 127.0.0.1:$port reuseport;
-        location = /v1/chat/completions { llm_api chat_completions; }
-        location = /health { llm_api health; }
-        location /admin/ { llm_api admin; }
-    }
+$server
 CONF
 start_nginx($dir, $port);
 my $base = "http://127.0.0.1:$port";

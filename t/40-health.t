@@ -8,7 +8,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use LLMTest qw(scratch_dir write_conf start_nginx stop_nginx http http_json
                free_port engine_name start_engine stop_engine kill_engine
-               wait_for raw_open raw_response sse_read);
+               wait_for raw_open raw_response sse_read api_server);
 use JSON::PP;
 use Time::HiRes qw(sleep time);
 
@@ -18,6 +18,7 @@ my ($na, $nb) = (engine_name('a'), engine_name('b'));
 my $pa = start_engine($dir, $na, max_num_seqs => 2);
 my $pb = start_engine($dir, $nb, max_num_seqs => 2);
 
+my $server = api_server($port, [qw(chat_completions health metrics admin)]);
 write_conf($dir, <<"CONF");
     llm_engine $na run_dir=$dir;
     llm_engine $nb run_dir=$dir;
@@ -25,13 +26,7 @@ write_conf($dir, <<"CONF");
     llm_health interval=100ms passes=2 fails=2 heartbeat=600ms;
     llm_test_script on;
     llm_admin_token sekrit;
-    server {
-        listen 127.0.0.1:$port;
-        location = /v1/chat/completions { llm_api chat_completions; }
-        location = /health { llm_api health; }
-        location = /metrics { llm_api metrics; }
-        location /admin/ { llm_api admin; }
-    }
+$server
 CONF
 start_nginx($dir, $port);
 my $base = "http://127.0.0.1:$port";

@@ -9,7 +9,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use LLMTest qw(scratch_dir write_conf start_nginx stop_nginx http http_json
                free_port engine_name start_engine stop_engine engine_status
-               wait_for raw_open raw_response sse_read nginx_bin);
+               wait_for raw_open raw_response sse_read nginx_bin api_server);
 use JSON::PP;
 use Time::HiRes qw(sleep time);
 
@@ -19,6 +19,7 @@ my ($na, $nb) = (engine_name('ra'), engine_name('rb'));
 my $pa = start_engine($dir, $na, max_num_seqs => 1, slots => 8);
 my $pb = start_engine($dir, $nb, max_num_seqs => 1, slots => 8);
 
+my $server = api_server($port, [qw(chat_completions health admin)]);
 write_conf($dir, <<"CONF");
     llm_engine $na run_dir=$dir;
     llm_engine $nb run_dir=$dir;
@@ -27,12 +28,7 @@ write_conf($dir, <<"CONF");
     llm_health interval=100ms passes=1;
     llm_test_script on;
     llm_admin_token sekrit;
-    server {
-        listen 127.0.0.1:$port;
-        location = /v1/chat/completions { llm_api chat_completions; }
-        location = /health { llm_api health; }
-        location /admin/ { llm_api admin; }
-    }
+$server
 CONF
 start_nginx($dir, $port);
 my $base = "http://127.0.0.1:$port";

@@ -7,24 +7,20 @@ use warnings;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/lib";
-use LLMTest qw(scratch_dir write_conf start_nginx stop_nginx free_port);
+use LLMTest qw(scratch_dir write_conf start_nginx stop_nginx free_port
+               api_server);
 use JSON::PP;
 use HTTP::Tiny;
 
 my $dir = scratch_dir();
 my $port = free_port();
+my $server = api_server($port, [qw(chat_completions completions responses
+                                   tokenize detokenize)]);
 write_conf($dir, <<"CONF");
     llm_engine e1 run_dir=$dir;
     llm_route demo e1;
     llm_max_body_size 64k;
-    server {
-        listen 127.0.0.1:$port;
-        location = /v1/chat/completions { llm_api chat_completions; }
-        location = /v1/completions { llm_api completions; }
-        location = /v1/responses { llm_api responses; }
-        location = /tokenize { llm_api tokenize; }
-        location = /detokenize { llm_api detokenize; }
-    }
+$server
 CONF
 start_nginx($dir, $port);
 

@@ -10,7 +10,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use LLMTest qw(scratch_dir write_conf start_nginx stop_nginx http_json
                free_port engine_name start_engine stop_engine wait_for
-               repo_root);
+               repo_root api_server);
 use JSON::PP;
 use Digest::SHA qw(sha256_hex);
 
@@ -22,22 +22,14 @@ my $pid = start_engine($dir, $name, model => "$top/tests/fixtures/demo",
                        served => 'tiny-demo', max_model_len => 1024,
                        max_num_seqs => 2,
                        extra => "tensor_parallel_size: 2\nkv_cache_memory_bytes: 64MiB");
+my $server = api_server($port, [qw(chat_completions completions responses
+                                   models tokenize detokenize health metrics
+                                   admin)]);
 write_conf($dir, <<"CONF");
     llm_engine $name run_dir=$dir;
     llm_health interval=200ms passes=2 fails=3 heartbeat=3s;
     llm_admin_token qual-token;
-    server {
-        listen 127.0.0.1:$port;
-        location = /v1/chat/completions { llm_api chat_completions; }
-        location = /v1/completions      { llm_api completions; }
-        location = /v1/responses        { llm_api responses; }
-        location = /v1/models           { llm_api models; }
-        location = /tokenize            { llm_api tokenize; }
-        location = /detokenize          { llm_api detokenize; }
-        location = /health              { llm_api health; }
-        location = /metrics             { llm_api metrics; }
-        location /admin/                { llm_api admin; }
-    }
+$server
 CONF
 start_nginx($dir, $port);
 my $base = "http://127.0.0.1:$port";

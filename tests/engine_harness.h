@@ -181,6 +181,15 @@ static inline int h_attach_ready(llm_ipc_client *c, const char *name, long timeo
     return -1;
 }
 
+/* h_attach_ready with 5 s to come up; when it does not, the check
+ * "engine ready" fails and -1 is returned. */
+static inline int h_ready(llm_ipc_client *c, const char *name)
+{
+    if (h_attach_ready(c, name, 5000) == 0) return 0;
+    ok(0, "engine ready");
+    return -1;
+}
+
 /* Exit status of pid within timeout_ms, or -1 if still running. */
 static inline int h_wait_exit(pid_t pid, long timeout_ms)
 {

@@ -15,7 +15,7 @@ use JSON::PP ();
 use File::Basename qw(dirname);
 
 our @EXPORT_OK = qw(repo_root nginx_bin module_path free_port scratch_dir
-                    write_conf nginx_test start_nginx stop_nginx http
+                    write_conf api_server nginx_test start_nginx stop_nginx http
                     engine_name start_engine stop_engine kill_engine
                     engine_status wait_for raw_open raw_response sse_read
                     http_json);
@@ -64,6 +64,36 @@ $http
 CONF
     close $f;
     return "$dir/nginx.conf";
+}
+
+# where each llm_api usually lives
+my %api_location = (
+    chat_completions => '= /v1/chat/completions',
+    completions      => '= /v1/completions',
+    responses        => '= /v1/responses',
+    models           => '= /v1/models',
+    tokenize         => '= /tokenize',
+    detokenize       => '= /detokenize',
+    health           => '= /health',
+    metrics          => '= /metrics',
+    admin            => '/admin/',
+);
+
+# api_server($port, \@apis, %opt) -> a server block for write_conf that
+# listens on 127.0.0.1:$port and has each llm_api of @apis at its usual
+# location
+#   listen => 'reuseport'        parameters of the listen directive
+#   more => "location / {...}"   lines after the API locations
+sub api_server {
+    my ($port, $apis, %opt) = @_;
+    my $listen = join ' ', "127.0.0.1:$port", $opt{listen} // ();
+    my $text = "    server {\n        listen $listen;\n";
+    for my $api (@$apis) {
+        my $loc = $api_location{$api} // die "no usual location for $api";
+        $text .= "        location $loc { llm_api $api; }\n";
+    }
+    $text .= $opt{more} // '';
+    return "$text    }";
 }
 
 # nginx -t; returns (exit code, output)
