@@ -224,23 +224,24 @@ void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, co
     hc_post_kernel<<<blocks_for(n, 256), 256, 0, st>>>(h, y, post, comb, T, hc, H);
 }
 
-__global__ void ring_store_kernel(float *ring, int window, int hd, const float *kv, int pos0,
-                                  int from, int count)
+// The chunk's last `count` keys (positions pos0 + n - count ...).
+__global__ void ring_store_kernel(float *ring, int window, int hd, const float *kv, int n,
+                                  int pos0, int count, const dstep *dyn)
 {
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long long)count * hd) return;
-    int j = from + idx / hd, c = idx % hd;
+    if (dyn) pos0 = dyn->pos0, ring = (float *)dyn->ptr;
+    int j = pos0 + n - count + idx / hd, c = idx % hd;
     ring[(long long)(j % window) * hd + c] = kv[(long long)(j - pos0) * hd + c];
 }
 
 void cu_ring_store(cudaStream_t st, float *ring, int window, int head_dim, const float *kv, int n,
-                   int pos0)
+                   int pos0, const dstep *dyn)
 {
-    int from = pos0 + n - window > pos0 ? pos0 + n - window : pos0;
-    int count = pos0 + n - from;
+    int count = n < window ? n : window;
     if (count <= 0) return;
     ring_store_kernel<<<blocks_for((long long)count * head_dim, 256), 256, 0, st>>>(
-        ring, window, head_dim, kv, pos0, from, count);
+        ring, window, head_dim, kv, n, pos0, count, dyn);
 }
 
 // ---- mixture of experts ----
