@@ -70,9 +70,13 @@ struct grow_buf {
     size_t cap;
 };
 
-// LLM_CUDA_PROFILE=1: every op is timed with events and waited for; the
-// totals per op are printed when the backend is destroyed.
+// LLM_CUDA_PROFILE=1: every op (and the phases of the larger ones) is a
+// span between two events recorded in the stream, read when the stream is
+// waited for anyway (gather_cols) or the spans run out, so the ops still
+// run back to back (graphs are off: each op is launched on its own).
+// Totals per op are printed when the backend is destroyed.
 #define NPROF 32
+#define NSPAN 2048
 struct prof_ent {
     const char *op;
     long long calls;
@@ -82,7 +86,9 @@ struct prof_ent {
 struct cu_impl {
     int dev, rank, nranks;
     bool profile;
-    cudaEvent_t p0, p1;
+    cudaEvent_t *spans;         // [2 * NSPAN]: start and end of each span
+    const char *span_op[NSPAN];
+    int nspan;
     prof_ent prof[NPROF];
     cudaStream_t st;
     ncclComm_t comm;
@@ -140,8 +146,25 @@ static cu_impl *enter(backend *b)
 {
     cu_impl *c = impl(b);
     CK(c, cudaSetDevice(c->dev));
-    if (c->profile) CK(c, cudaEventRecord(c->p0, c->st));
+    if (c->profile) CK(c, cudaEventRecord(c->spans[2 * c->nspan], c->st));
     return c;
+}
+
+// Add the finished spans to the totals.
+static void prof_flush(cu_impl *c)
+{
+    if (!c->nspan) return;
+    CK(c, cudaEventSynchronize(c->spans[2 * c->nspan - 1]));
+    for (int k = 0; k < c->nspan; k++) {
+        float ms = 0;
+        CK(c, cudaEventElapsedTime(&ms, c->spans[2 * k], c->spans[2 * k + 1]));
+        int i = 0;
+        while (i < NPROF - 1 && c->prof[i].op && strcmp(c->prof[i].op, c->span_op[k])) i++;
+        c->prof[i].op = c->span_op[k];
+        c->prof[i].calls++;
+        c->prof[i].ms += ms;
+    }
+    c->nspan = 0;
 }
 
 // After the launches of an op.
@@ -150,15 +173,16 @@ static void launched(cu_impl *c, const char *op)
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) fail(c, "%s: %s", op, cudaGetErrorString(e));
     if (!c->profile) return;
-    float ms = 0;
-    CK(c, cudaEventRecord(c->p1, c->st));
-    CK(c, cudaEventSynchronize(c->p1));
-    CK(c, cudaEventElapsedTime(&ms, c->p0, c->p1));
-    int i = 0;
-    while (i < NPROF - 1 && c->prof[i].op && strcmp(c->prof[i].op, op)) i++;
-    c->prof[i].op = op;
-    c->prof[i].calls++;
-    c->prof[i].ms += ms;
+    CK(c, cudaEventRecord(c->spans[2 * c->nspan + 1], c->st));
+    c->span_op[c->nspan] = op;
+    if (++c->nspan == NSPAN) prof_flush(c);
+}
+
+// Profiles: the launches so far are phase `op` of the op; a new span starts.
+static void phase(cu_impl *c, const char *op)
+{
+    launched(c, op);
+    if (c->profile) CK(c, cudaEventRecord(c->spans[2 * c->nspan], c->st));
 }
 
 static void print_profile(cu_impl *c)
@@ -649,6 +673,7 @@ static void hc_pre(cu_impl *c, const float *h, int T, int hc, int H, const float
     } else {
         cu_hc_logits(c->st, h, T, n, fn, nmix, norm_eps, m);
     }
+    phase(c, head ? "hc_head logits" : "hc_pre logits");
     cu_hc_collapse(c->st, h, T, hc, H, m, r, base, scale, iters, hc_eps, post, comb, collapsed,
                    head);
 }
@@ -778,6 +803,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
     cu_matmul(c->st, gate, a->x, H, T, sc, E);
     cu_moe_route(c->st, sc, T, E, K, a->sigmoid_scores, a->bias, a->tid2eid, a->tid_i64, ids,
                  a->routed_scale, idx, wt, ord);
+    phase(c, "moe router");
     if (T <= 8) {
         cu_matmul_slots(c->st, w1, idx, a->x, H, K, ns, g, I);
         cu_matmul_slots(c->st, w3, idx, a->x, H, K, ns, u, I);
@@ -827,6 +853,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
             free(ho);
         }
     }
+    phase(c, "moe experts");
     if (T >= LT_MIN_T) {
         dense_matmul(c, s1, a->x, H, T, sg, I);
         dense_matmul(c, s3, a->x, H, T, su, I);
@@ -838,7 +865,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
     if (T >= LT_MIN_T) dense_matmul(c, s2, sg, I, T, sy, H);
     else cu_matmul(c->st, s2, sg, I, T, sy, H);
     cu_moe_combine(c->st, ys, wt, ord, T, K, H, sy, a->out);
-    launched(c, "moe");
+    launched(c, "moe shared");
 }
 
 // ---- collectives ----
@@ -861,6 +888,7 @@ static void cu_gather_cols(backend *b, const float *part, int rows, int nv, floa
                                 nv * sizeof(float), rows, cudaMemcpyDeviceToHost, c->st));
     CK(c, cudaStreamSynchronize(c->st));
     launched(c, "gather_cols");
+    if (c->profile) prof_flush(c);
 }
 
 // ---- graph replay ----
@@ -982,11 +1010,14 @@ static void cu_destroy(backend *b)
 {
     cu_impl *c = enter(b);
     cudaStreamSynchronize(c->st);
-    if (c->profile) print_profile(c);
+    if (c->profile) {
+        prof_flush(c);
+        print_profile(c);
+        for (int i = 0; i < 2 * NSPAN; i++) cudaEventDestroy(c->spans[i]);
+        free(c->spans);
+    }
     for (int i = 0; i < NGRAPH; i++) graph_drop(&c->graph[i]);
     arena_free(c);
-    cudaEventDestroy(c->p0);
-    cudaEventDestroy(c->p1);
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
                          &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->wdeq, &c->hcm,
                          &c->offs, &c->xs, &c->yss };
@@ -1026,10 +1057,12 @@ static backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
         CK(c, cudaEventCreateWithFlags(&c->stage[i].ev, cudaEventDisableTiming));
     if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) fail(c, "cuBLASLt: cannot create a handle");
     CK(c, cudaMalloc(&c->lt_ws, LT_WS_BYTES));
-    CK(c, cudaEventCreate(&c->p0));
-    CK(c, cudaEventCreate(&c->p1));
     const char *pe = getenv("LLM_CUDA_PROFILE"), *ge = getenv("LLM_CUDA_GRAPHS");
     c->profile = pe && *pe && strcmp(pe, "0");
+    if (c->profile) {
+        c->spans = (cudaEvent_t *)calloc(2 * NSPAN, sizeof *c->spans);
+        for (int i = 0; i < 2 * NSPAN; i++) CK(c, cudaEventCreate(&c->spans[i]));
+    }
     // Profiling waits for every op: no graphs then.
     c->graphs = !c->profile && !(ge && !strcmp(ge, "0"));
     if (c->graphs) arena_grow(c, ARENA_BYTES);

@@ -30,17 +30,46 @@ __device__ __forceinline__ void load_vec(const dqw &w, const uint8_t *data, cons
             v[2 * i + 1] = __uint_as_float(p[i] & 0xffff0000u);
         }
     } else if (QT == QT_FP8) {
+        // e4m3's 7 magnitude bits as a float32's low exponent bits and top
+        // mantissa bits: a float32 (subnormal for e = 0) that is the value
+        // times 2^-120.  The scale folds into the factor unless that would
+        // overflow; 0x7f codes are NaN (rare: checked four bytes at once).
         uint4 u = *(const uint4 *)(data + r * w.ld + c);
         float s = e8m0f(scale[(r >> 7) * w.sld + (c >> 7)]);
+        bool fold = s < 128.0f;
+        float k = fold ? s * 0x1p120f : 0x1p120f;
         uint32_t p[4] = { u.x, u.y, u.z, u.w };
 #pragma unroll
-        for (int i = 0; i < 16; i++) v[i] = fp8f((p[i / 4] >> (8 * (i % 4))) & 0xff) * s;
+        for (int i = 0; i < 16; i++) {
+            uint32_t b = p[i / 4] >> (8 * (i % 4));
+            v[i] = __uint_as_float(((b & 0x7f) << 20) | ((b & 0x80) << 24)) * k;
+        }
+        if (!fold) {
+#pragma unroll
+            for (int i = 0; i < 16; i++) v[i] *= s;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (__vcmpeq4(p[j] & 0x7f7f7f7fu, 0x7f7f7f7fu))
+                for (int i = 0; i < 4; i++)
+                    if (((p[j] >> (8 * i)) & 0x7f) == 0x7f) v[4 * j + i] = __uint_as_float(0x7fc00000u);
     } else {
+        // E2M1 likewise: 3 magnitude bits under the float32 exponent, the
+        // value times 2^-126.
         uint4 u = *(const uint4 *)(data + ((r * w.ld + c) >> 1));
         float s = e8m0f(scale[r * w.sld + (c >> 5)]);
+        bool fold = s < 4.0f;
+        float k = fold ? s * 0x1p126f : 0x1p126f;
         uint32_t p[4] = { u.x, u.y, u.z, u.w };
 #pragma unroll
-        for (int i = 0; i < 32; i++) v[i] = fp4f((p[i / 8] >> (4 * (i % 8))) & 15) * s;
+        for (int i = 0; i < 32; i++) {
+            uint32_t b = p[i / 8] >> (4 * (i % 8));
+            v[i] = __uint_as_float(((b & 7) << 22) | ((b & 8) << 28)) * k;
+        }
+        if (!fold) {
+#pragma unroll
+            for (int i = 0; i < 32; i++) v[i] *= s;
+        }
     }
 }
 
