@@ -104,11 +104,11 @@ static int pool_from_memory(v4_model *m, const v4_options *o, int max_seqs, strb
     if (nblocks < 0) {
         sb_printf(err, "gpu_memory_utilization %.3g leaves %.2f GiB for the cache on rank %d "
                   "(%.1f GiB in use of %.1f after loading and a %d-token step, %.1f GiB kept "
-                  "free), less than the %.2f GiB of state for %d sequences: raise it, lower "
+                  "free), less than the %.1f MiB of state for %d sequences: raise it, lower "
                   "max_num_seqs, or set kv_cache_memory_bytes\n", o->gpu_memory_utilization,
                   budget / 1073741824.0, worst, (wtotal - wfree) / 1073741824.0,
                   wtotal / 1073741824.0, T, POOL_HEADROOM / 1073741824.0,
-                  (double)max_seqs * m->layout.state_bytes / 1073741824.0, max_seqs);
+                  (double)max_seqs * m->layout.state_bytes / 1048576.0, max_seqs);
         return -1;
     }
     if (nblocks > INT32_MAX) nblocks = INT32_MAX;   /* block numbers are int32 */
