@@ -103,6 +103,15 @@ typedef struct {
     float *out;             /* [T][H] */
 } moe_args;
 
+/* The bound on pos0 + n that sizes an op under graph replay: a power of
+ * two, at least 1024, so a decoding sequence changes it rarely. */
+static inline int graph_pos_cap(int end)
+{
+    int c = 1024;
+    while (c < end && c < (1 << 30)) c *= 2;
+    return c;
+}
+
 typedef struct backend backend;
 struct backend {
     const char *name;
@@ -174,6 +183,21 @@ struct backend {
     void (*allreduce)(backend *b, float *buf, size_t n);
     void (*gather_cols)(backend *b, const float *part, int rows, int nv, float *out,
                         int ldo, int v0);
+
+    /* Replay of repeated steps (NULL: not supported).  The model brackets
+     * a step's ops with graph_begin(key) and graph_end(), key naming
+     * everything the ops' launches depend on besides the values that
+     * change from step to step (positions, token ids, block addresses,
+     * state slots).  The first time a key is seen the ops run as usual,
+     * the second time they are captured, and after that each op only
+     * records its changing values and graph_end replays the capture.
+     * graph_end returns true when the ops did not run and must be called
+     * again (then as usual).  Under a key, sizes that depend on positions
+     * are taken for graph_pos_cap(pos0 + n).  graph_counts: captures and
+     * replays so far. */
+    void (*graph_begin)(backend *b, uint64_t key);
+    bool (*graph_end)(backend *b);
+    void (*graph_counts)(backend *b, long long *captures, long long *replays);
 
     void (*destroy)(backend *b);
 };

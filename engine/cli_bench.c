@@ -1,16 +1,19 @@
 /* llm-engine bench --model DIR | --synthetic CONFIG.json
  *                  [--backend cpu|cuda] [--tp N] [--threads N]
  *                  [--prompt N | --prompts N,N,...] [--decode N]
- *                  [--peak-gbs X] [--peak-tflops Y]
+ *                  [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U]
  * Per prompt length: one sequence, the prompt of pseudo-random tokens as
  * one prefill (time to first token); after the first prompt, greedy
- * decoding token by token.  --synthetic builds random weights of the
+ * decoding token by token (the first WARM_STEPS timed apart).  --synthetic builds random weights of the
  * config's exact shapes and dtypes on the GPUs (no files; cuda only).
  * Prints a table with load time, memory, cache capacity at 128K/384K/1M
  * positions, and roofline fractions: prefill FLOPs per GPU-second over
  * --peak-tflops, decode weight and cache bytes per token per rank over
  * --peak-gbs (defaults: the H200 ceilings measured on the GPU machine,
- * 788 TFLOP/s dense bf16 and 4300 GB/s device copy, KINDS.md). */
+ * 788 TFLOP/s dense bf16 and 4300 GB/s device copy, KINDS.md).
+ * --gpu-memory-utilization sizes the cache pool as the server does (a
+ * profile step of the longest prompt at load) and reports that pool's
+ * capacity instead of the free memory's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +101,10 @@ static double token_flops(const v4_config *c, double p)
     return f;
 }
 
+/* Decode steps timed apart: the first runs op by op, the second is
+ * captured as a graph (backends with graphs). */
+#define WARM_STEPS 2
+
 static int parse_list(const char *s, int *v, int max)
 {
     int n = 0;
@@ -115,7 +122,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: llm-engine bench --model DIR | --synthetic CONFIG.json "
             "[--backend cpu|cuda] [--tp N] [--threads N] [--prompt N | --prompts N,N,...] "
-            "[--decode N] [--peak-gbs X] [--peak-tflops Y]\n");
+            "[--decode N] [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U]\n");
     return 2;
 }
 
@@ -138,14 +145,17 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(a, "--backend")) opt.backend = v;
         else if (!strcmp(a, "--peak-gbs")) peak_gbs = atof(v);
         else if (!strcmp(a, "--peak-tflops")) peak_tflops = atof(v);
+        else if (!strcmp(a, "--gpu-memory-utilization")) opt.gpu_memory_utilization = atof(v);
         else return usage();
     }
-    if (!model || nprompts < 1 || decode < 0 || opt.tp < 1 || peak_gbs <= 0 || peak_tflops <= 0)
+    if (!model || nprompts < 1 || decode < 0 || opt.tp < 1 || peak_gbs <= 0 || peak_tflops <= 0 ||
+        opt.gpu_memory_utilization < 0 || opt.gpu_memory_utilization > 1)
         return usage();
     if (opt.synthetic && !opt.backend) opt.backend = "cuda";
     int maxp = 0;
     for (int i = 0; i < nprompts; i++) maxp = prompts[i] > maxp ? prompts[i] : maxp;
     opt.cache_tokens = maxp + decode;
+    opt.max_step_tokens = maxp;
     strbuf err;
     sb_init(&err);
     v4_model *m = NULL;
@@ -191,21 +201,30 @@ int cmd_bench(int argc, char **argv)
                nonfinite ? " (logits NOT finite)" : "");
         fflush(stdout);
         if (pi == 0 && decode) {
-            double bytes = 0;
+            /* The first WARM steps run op by op and capture a graph (on
+             * backends with graphs): timed apart. */
+            double bytes = 0, t_warm = 0;
+            int warm = decode > 2 * WARM_STEPS ? WARM_STEPS : 0;
             t0 = now();
             for (int i = 0; i < decode; i++) {
+                if (i == warm) t_warm = now() - t0, t0 = now();
                 int best = 0;
                 for (int v = 1; v < V; v++) best = logits[v] > logits[best] ? v : best;
                 ids[n + i] = best;
-                bytes += decode_bytes(c, &sh, n + i);
+                if (i >= warm) bytes += decode_bytes(c, &sh, n + i);
                 it = (v4_step_item){ seq, ids + n + i, 1, logits, false };
                 if (v4_step(m, &it, 1, &err)) { v4_seq_free(m, seq); goto out; }
             }
-            double td = now() - t0, floor_s = bytes / decode / (peak_gbs * 1e9);
+            int nd = decode - warm;
+            double td = now() - t0, floor_s = bytes / nd / (peak_gbs * 1e9);
+            long long ncap, nrep;
+            v4_model_graph_counts(m, &ncap, &nrep);
             printf("decode           %d tokens at context %d: %.2f ms/token = %.2f tokens/s; "
-                   "%.2f GB per token per rank, floor %.3f ms = %.2f%% of %.0f GB/s\n", decode,
-                   n, td * 1e3 / decode, decode / td, bytes / decode / 1e9, floor_s * 1e3,
-                   100 * floor_s / (td / decode), peak_gbs);
+                   "%.2f GB per token per rank, floor %.3f ms = %.2f%% of %.0f GB/s\n", nd,
+                   n + warm, td * 1e3 / nd, nd / td, bytes / nd / 1e9, floor_s * 1e3,
+                   100 * floor_s / (td / nd), peak_gbs);
+            printf("decode warm-up   first %d tokens %.1f ms; graphs: %lld captured, %lld "
+                   "replays (over the ranks)\n", warm, t_warm * 1e3, ncap, nrep);
             fflush(stdout);
         }
         v4_seq_free(m, seq);
@@ -217,10 +236,20 @@ int cmd_bench(int argc, char **argv)
     v4_model_mem(m, &mfree, &mtotal);
     printf("cache per token  %.0f bytes per rank (+ %zu bytes state per sequence)\n",
            v4_cache_bytes_per_token(m), ci.state_bytes);
-    if (mtotal) {
+    if (mtotal)
         printf("memory per rank  %.1f GiB free of %.1f GiB after the runs\n", mfree / 1073741824.0,
                mtotal / 1073741824.0);
-        const int64_t lens[] = { 131072, 393216, 1048576 };
+    const int64_t lens[] = { 131072, 393216, 1048576 };
+    if (opt.gpu_memory_utilization > 0) {
+        double pool = ci.blocks_total * (double)ci.block_bytes + ci.seqs_total * (double)ci.state_bytes;
+        printf("cache pool       %lld tokens (%lld blocks) in %.2f GiB per rank, from "
+               "gpu_memory_utilization %.3g\n", (long long)ci.blocks_total * ci.block_tokens,
+               (long long)ci.blocks_total, pool / 1073741824.0, opt.gpu_memory_utilization);
+        for (int i = 0; i < 3; i++)
+            printf("capacity %-7lld maximum concurrency %.2fx (pool blocks / blocks per "
+                   "sequence)\n", (long long)lens[i],
+                   (double)ci.blocks_total / v4_blocks_for_tokens(m, lens[i]));
+    } else if (mtotal) {
         for (int i = 0; i < 3; i++) {
             double per = ci.state_bytes + (double)v4_blocks_for_tokens(m, lens[i]) * ci.block_bytes;
             printf("capacity %-7lld %.2f GiB per sequence per rank: %d sequences fit in the free "

@@ -200,6 +200,51 @@ static void sublayer(v4_model *M, v4_rank *R, const v4_batch *B, int l, bool is_
     be->hc_post(be, s->h, s->y, s->post, s->comb, T, hc, H);
 }
 
+/* Every op of the step from the embedding to this rank's logits slice. */
+static void forward_ops(v4_model *M, v4_rank *R, const v4_batch *B)
+{
+    const v4_config *c = &M->cfg;
+    backend *be = R->be;
+    v4_scratch *s = &R->s;
+    int T = B->T, H = c->hidden_size, hc = c->hc_mult;
+    be->embed(be, &R->w.embed, B->ids, T, s->x);
+    for (int k = 0; k < hc; k++) be->copy_rows(be, s->h + (size_t)k * H, hc * H, s->x, H, T, H);
+    for (int l = 0; l < c->n_layers; l++) {
+        sublayer(M, R, B, l, false);
+        sublayer(M, R, B, l, true);
+    }
+
+    /* Only the rows whose logits are wanted go through the head (runs of
+     * consecutive rows in one copy). */
+    be->hc_head(be, s->h, T, hc, H, R->w.hc_fn, R->w.hc_base, R->w.hc_scale,
+                (float)c->hc_eps, (float)c->rms_eps, s->col);
+    for (int i = 0, k; i < B->nout; i += k) {
+        for (k = 1; i + k < B->nout && B->out_tok[i + k] == B->out_tok[i] + k; k++) {}
+        be->copy_rows(be, s->head_in + (size_t)i * H, H, s->col + (size_t)B->out_tok[i] * H, H,
+                      k, H);
+    }
+    be->rmsnorm(be, s->head_in, H, B->nout, H, R->w.norm, (float)c->rms_eps, s->head_in, H);
+    be->matmul(be, &R->w.head, s->head_in, H, B->nout, s->logits, R->shard.nv);
+}
+
+/* Decode steps (one new token per sequence, a few sequences) repeat the
+ * same launches with new positions: the backend may replay them as a
+ * graph.  The key: the token count and each sequence's position bound
+ * (graph_pos_cap); 0 when the step is not one of those. */
+#define GRAPH_MAX_TOKENS 32
+
+static uint64_t graph_key(const v4_batch *B, const backend *be)
+{
+    if (!be->graph_begin || B->T > GRAPH_MAX_TOKENS || B->nout != B->T) return 0;
+    uint64_t h = 1469598103934665603ULL;
+    h = (h ^ (uint64_t)B->T) * 1099511628211ULL;
+    for (int i = 0; i < B->nseg; i++) {
+        if (B->segs[i].n != 1) return 0;
+        h = (h ^ (uint64_t)graph_pos_cap(B->segs[i].pos0 + 1)) * 1099511628211ULL;
+    }
+    return h ? h : 1;
+}
+
 void v4_forward_rank(void *batch, int rank)
 {
     v4_batch *B = batch;
@@ -207,9 +252,7 @@ void v4_forward_rank(void *batch, int rank)
     v4_rank *R = &M->ranks[rank];
     const v4_config *c = &M->cfg;
     backend *be = R->be;
-    int T = B->T, H = c->hidden_size, hc = c->hc_mult;
-    ensure_scratch(M, R, T, B->nout);
-    v4_scratch *s = &R->s;
+    ensure_scratch(M, R, B->T, B->nout);
 
     /* Block addresses of every segment in this rank's memory. */
     int64_t nb = 0;
@@ -225,21 +268,10 @@ void v4_forward_rank(void *batch, int rank)
                 R->block_mem + (size_t)sc->blocks[b] * M->layout.block_bytes;
     }
 
-    be->embed(be, &R->w.embed, B->ids, T, s->x);
-    for (int k = 0; k < hc; k++) be->copy_rows(be, s->h + (size_t)k * H, hc * H, s->x, H, T, H);
-    for (int l = 0; l < c->n_layers; l++) {
-        sublayer(M, R, B, l, false);
-        sublayer(M, R, B, l, true);
-    }
-
-    /* Only the rows whose logits are wanted go through the head. */
-    be->hc_head(be, s->h, T, hc, H, R->w.hc_fn, R->w.hc_base, R->w.hc_scale,
-                (float)c->hc_eps, (float)c->rms_eps, s->col);
-    for (int i = 0; i < B->nout; i++)
-        be->copy_rows(be, s->head_in + (size_t)i * H, H, s->col + (size_t)B->out_tok[i] * H, H,
-                      1, H);
-    be->rmsnorm(be, s->head_in, H, B->nout, H, R->w.norm, (float)c->rms_eps, s->head_in, H);
-    be->matmul(be, &R->w.head, s->head_in, H, B->nout, s->logits, R->shard.nv);
-    be->gather_cols(be, s->logits, B->nout, R->shard.nv, B->logits, c->vocab_size,
+    uint64_t key = graph_key(B, be);
+    if (key) be->graph_begin(be, key);
+    do forward_ops(M, R, B);
+    while (key && be->graph_end(be));
+    be->gather_cols(be, R->s.logits, B->nout, R->shard.nv, B->logits, c->vocab_size,
                     R->shard.v0);
 }

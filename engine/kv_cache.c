@@ -80,6 +80,13 @@ int64_t cache_blocks_for(const cache_layout *L, int64_t n)
     return (n + L->block_tokens - 1) / L->block_tokens;
 }
 
+int64_t cache_blocks_in(const cache_layout *L, size_t bytes, int nslots)
+{
+    size_t fixed = (size_t)nslots * L->state_bytes;
+    if (bytes < fixed) return -1;
+    return L->block_bytes ? (int64_t)((bytes - fixed) / L->block_bytes) : 0;
+}
+
 int seq_cache_open(block_pool *p, seq_cache *s)
 {
     if (!p->nfree_slots) return -1;

@@ -57,6 +57,9 @@ typedef struct {
 
 /* Blocks a sequence of n positions occupies. */
 int64_t cache_blocks_for(const cache_layout *L, int64_t n);
+/* Blocks that fit in `bytes` per rank beside nslots state slots; -1 when
+ * the slots alone do not fit. */
+int64_t cache_blocks_in(const cache_layout *L, size_t bytes, int nslots);
 int seq_cache_open(block_pool *p, seq_cache *s);            /* -1: no free slot */
 void seq_cache_close(block_pool *p, seq_cache *s);
 /* Grow to hold n positions; -1 (and nothing taken) when the pool is short. */

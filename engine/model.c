@@ -48,6 +48,94 @@ static int upload_all(v4_model *m, strbuf *err)
     return rc;
 }
 
+/* Each rank's cache memory: nslots state slots and nblocks blocks (the
+ * previous pool, if any, given back first). */
+static int alloc_pool(v4_model *m, int nslots, int64_t nblocks, strbuf *err)
+{
+    block_pool_free(&m->pool);
+    block_pool_init(&m->pool, nslots, nblocks);
+    for (int r = 0; r < m->tp; r++) {
+        v4_rank *R = &m->ranks[r];
+        R->be->release(R->be, R->state_mem);
+        R->be->release(R->be, R->block_mem);
+        R->state_mem = R->be->alloc(R->be, (size_t)nslots * m->layout.state_bytes);
+        R->block_mem = R->be->alloc(R->be, (size_t)nblocks * m->layout.block_bytes);
+        if (!R->state_mem || !R->block_mem) {
+            sb_printf(err, "rank %d: cannot allocate the cache pool (%d sequences, %lld blocks "
+                      "of %zu bytes)\n", r, nslots, (long long)nblocks, m->layout.block_bytes);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* What a profile step at load does not reach: the indexer's score
+ * scratch of long contexts (up to 320 MiB), CUDA graphs of decode steps. */
+#define POOL_HEADROOM ((size_t)512 << 20)
+
+/* vLLM's rule: one step of max_step_tokens brings the step's scratch to
+ * its size (with a pool just large enough), then the pool gets
+ * gpu_memory_utilization x total memory - what is in use, per rank; the
+ * smallest rank decides. */
+static int pool_from_memory(v4_model *m, const v4_options *o, int max_seqs, strbuf *err)
+{
+    int T = o->max_step_tokens > 0 ? o->max_step_tokens : 8192, V = m->cfg.vocab_size;
+    if (alloc_pool(m, 1, cache_blocks_for(&m->layout, T), err)) return -1;
+    int32_t *ids = malloc((size_t)T * sizeof *ids);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    for (int i = 0; i < T; i++) ids[i] = i % V;
+    v4_seq *s = v4_seq_new(m, err);
+    v4_step_item it = { s, ids, T, logits, false };
+    int rc = s ? v4_step(m, &it, 1, err) : -1;
+    v4_seq_free(m, s);
+    free(ids);
+    free(logits);
+    if (rc || alloc_pool(m, 0, 0, err)) return -1;
+    double budget = 0;
+    int worst = 0;
+    size_t wfree = 0, wtotal = 0;
+    for (int r = 0; r < m->tp; r++) {
+        size_t f = 0, t = 0;
+        m->ranks[r].be->mem_info(m->ranks[r].be, &f, &t);
+        double b = o->gpu_memory_utilization * t - (double)(t - f) - POOL_HEADROOM;
+        if (r == 0 || b < budget) budget = b, worst = r, wfree = f, wtotal = t;
+    }
+    int64_t nblocks = budget > 0 ? cache_blocks_in(&m->layout, (size_t)budget, max_seqs) : -1;
+    if (nblocks < 0) {
+        sb_printf(err, "gpu_memory_utilization %.3g leaves %.2f GiB for the cache on rank %d "
+                  "(%.1f GiB in use of %.1f after loading and a %d-token step, %.1f GiB kept "
+                  "free), less than the %.1f MiB of state for %d sequences: raise it, lower "
+                  "max_num_seqs, or set kv_cache_memory_bytes\n", o->gpu_memory_utilization,
+                  budget / 1073741824.0, worst, (wtotal - wfree) / 1073741824.0,
+                  wtotal / 1073741824.0, T, POOL_HEADROOM / 1073741824.0,
+                  (double)max_seqs * m->layout.state_bytes / 1048576.0, max_seqs);
+        return -1;
+    }
+    if (nblocks > INT32_MAX) nblocks = INT32_MAX;   /* block numbers are int32 */
+    return alloc_pool(m, max_seqs, nblocks, err);
+}
+
+/* The pool: max_seqs state slots and as many blocks as the options give. */
+static int pool_init(v4_model *m, const v4_options *o, bool cuda, int max_seqs, strbuf *err)
+{
+    if (cuda && !o->cache_bytes && o->gpu_memory_utilization > 0)
+        return pool_from_memory(m, o, max_seqs, err);
+    int64_t nblocks;
+    if (o->cache_bytes) {
+        nblocks = cache_blocks_in(&m->layout, o->cache_bytes, max_seqs);
+        if (nblocks < 0) {
+            sb_printf(err, "cache memory %zu bytes is less than the %zu bytes of state for "
+                      "%d sequences\n", o->cache_bytes,
+                      (size_t)max_seqs * m->layout.state_bytes, max_seqs);
+            return -1;
+        }
+    } else {
+        int64_t tokens = o->cache_tokens > 0 ? o->cache_tokens : 4096 * (int64_t)max_seqs;
+        nblocks = cache_blocks_for(&m->layout, tokens) + (m->layout.block_bytes ? max_seqs : 0);
+    }
+    return alloc_pool(m, max_seqs, nblocks, err);
+}
+
 int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf *err)
 {
     v4_options o = opt ? *opt : (v4_options){ 0 };
@@ -112,25 +200,7 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
     m->rope_main = (rope_table){ np, m->inv_main, (float)c->rope_main.attention_factor };
     m->rope_comp = (rope_table){ np, m->inv_comp, (float)c->rope_compress.attention_factor };
 
-    /* The pool: max_seqs state slots and as many blocks as fit. */
     cache_layout_init(&m->layout, c);
-    int64_t nblocks;
-    if (o.cache_bytes) {
-        size_t fixed = (size_t)max_seqs * m->layout.state_bytes;
-        if (o.cache_bytes < fixed) {
-            sb_printf(err, "cache memory %zu bytes is less than the %zu bytes of state for "
-                      "%d sequences\n", o.cache_bytes, fixed, max_seqs);
-            v4_model_free(m);
-            return -1;
-        }
-        nblocks = m->layout.block_bytes ? (int64_t)((o.cache_bytes - fixed) / m->layout.block_bytes)
-                                        : 0;
-    } else {
-        int64_t tokens = o.cache_tokens > 0 ? o.cache_tokens : 4096 * (int64_t)max_seqs;
-        nblocks = cache_blocks_for(&m->layout, tokens) + (m->layout.block_bytes ? max_seqs : 0);
-    }
-    block_pool_init(&m->pool, max_seqs, nblocks);
-
     m->tp = tp;
     m->threads = threads;
     m->group = tp_group_new(tp);
@@ -151,16 +221,13 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
         R->shard = sh[r];
         v4_weights_shard(&m->w, c, &sh[r], &R->w);
         R->be = cuda ? bes[r] : backend_cpu_new(threads, m->group, r);
-        R->state_mem = R->be->alloc(R->be, (size_t)max_seqs * m->layout.state_bytes);
-        R->block_mem = R->be->alloc(R->be, (size_t)nblocks * m->layout.block_bytes);
-        if (!R->state_mem || !R->block_mem) {
-            sb_printf(err, "cannot allocate the cache pool (%d sequences, %lld blocks of %zu "
-                      "bytes)\n", max_seqs, (long long)nblocks, m->layout.block_bytes);
-            v4_model_free(m);
-            return -1;
-        }
     }
     if (m->ranks[0].be->upload_weights && upload_all(m, err)) {
+        v4_model_free(m);
+        return -1;
+    }
+
+    if (pool_init(m, &o, cuda, max_seqs, err)) {
         v4_model_free(m);
         return -1;
     }
@@ -205,6 +272,18 @@ void v4_model_mem(v4_model *m, size_t *free_bytes, size_t *total_bytes)
         size_t f = 0, t = 0;
         if (be->mem_info) be->mem_info(be, &f, &t);
         if (r == 0 || f < *free_bytes) *free_bytes = f, *total_bytes = t;
+    }
+}
+
+void v4_model_graph_counts(v4_model *m, long long *captures, long long *replays)
+{
+    *captures = *replays = 0;
+    for (int r = 0; r < m->tp; r++) {
+        backend *be = m->ranks[r].be;
+        long long c = 0, n = 0;
+        if (be->graph_counts) be->graph_counts(be, &c, &n);
+        *captures += c;
+        *replays += n;
     }
 }
 

@@ -1,7 +1,7 @@
 /* DeepSeek V4 inference engine: the API the serving runtime uses.
  *
  *   v4_model_load()    config.json + safetensors weights, split over tp ranks,
- *                      cache pool sized from the options
+ *                      then the cache pool, sized from the options
  *   v4_seq_new/free()  per-sequence cache state from the pool
  *   v4_step()          run one batch: each item is a sequence with a chunk of
  *                      new tokens (a prefill chunk or one decode token); writes
@@ -27,9 +27,16 @@ typedef struct {
     int tp;                 /* tensor-parallel ranks; 0 or 1: one */
     int threads_per_rank;   /* CPU kernel threads per rank; 0: cores / tp */
     int max_seqs;           /* sequences holding cache state at once; 0: 1 */
-    int64_t cache_tokens;   /* pool capacity in positions, over all sequences;
-                               used when cache_bytes is 0 (0: 4096 per sequence) */
+    int64_t cache_tokens;   /* pool capacity in positions, over all sequences,
+                               when neither of the next two applies (0: 4096
+                               per sequence) */
     size_t cache_bytes;     /* memory per rank for state slots and blocks */
+    double gpu_memory_utilization;  /* cuda, cache_bytes 0: the pool gets this
+                               share of each device's memory less what is in
+                               use after loading and one step of
+                               max_step_tokens (vLLM's rule; the smallest
+                               rank decides); 0: sized by cache_tokens */
+    int max_step_tokens;    /* most tokens one step carries; 0: 8192 */
     const char *backend;    /* "cpu" or "cuda" (NULL: cpu) */
     bool synthetic;         /* benchmarks: the load path is a config.json and
                                the weights are random, of its exact shapes and
@@ -40,6 +47,9 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
 /* Device memory of the most loaded rank after loading (the pool included):
  * free and total bytes; 0 and 0 on backends that do not tell. */
 void v4_model_mem(v4_model *m, size_t *free_bytes, size_t *total_bytes);
+/* Decode steps captured as graphs and replayed, over all ranks (0 and 0
+ * on backends without graphs). */
+void v4_model_graph_counts(v4_model *m, long long *captures, long long *replays);
 void v4_model_free(v4_model *m);
 const v4_config *v4_model_config(const v4_model *m);
 int v4_model_tp(const v4_model *m);

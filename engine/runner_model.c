@@ -218,6 +218,8 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
         .threads_per_rank = rc->cpu_threads,
         .max_seqs = rc->max_num_seqs,
         .cache_bytes = (size_t)rc->kv_cache_memory_bytes,
+        .gpu_memory_utilization = rc->gpu_memory_utilization,
+        .max_step_tokens = rc->max_num_batched_tokens,
         .cache_tokens = rc->kv_cache_memory_bytes ? 0
                         : (int64_t)rc->max_num_seqs * rc->max_model_len,
         .backend = backend_name(rc->backend),
@@ -255,11 +257,6 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
         fprintf(stderr, "llm-engine[%s]: warning: kv_cache_dtype %s is not implemented yet: the "
                 "cache is stored in float32 and the capacity below is float32's\n", rc->name,
                 kv_cache_dtype_name(rc->kv_cache_dtype));
-    if (rc->backend == BACKEND_CUDA && !rc->kv_cache_memory_bytes)
-        fprintf(stderr, "llm-engine[%s]: warning: gpu_memory_utilization is not applied yet: the "
-                "cache is sized for max_num_seqs x max_model_len (%lld tokens); set "
-                "kv_cache_memory_bytes to give it a budget\n", rc->name,
-                (long long)rc->max_num_seqs * rc->max_model_len);
     v4_cache_info ci;
     v4_cache_info_get(R->model, &ci);
     R->blocks_total = ci.blocks_total;

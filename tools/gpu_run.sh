@@ -3,19 +3,23 @@
 # binaries built elsewhere (make CUDA=1 gpu-tests) plus lib/ with the
 # shared libraries that machine lacks (docs/GPU_NOTES.md says how):
 #   sh tools/gpu_run.sh OUTDIR [bench]
-# Logs go to OUTDIR; a short summary is printed last.
+# Logs go to OUTDIR; a short summary is printed last.  BENCH_LONG=1 adds
+# the 32K-token prefill to the benchmark.
 out=${1:-/tmp/gpu-out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0     # never NVLink multicast
 export LD_LIBRARY_PATH=$PWD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # Fixtures come from the checkout this folder sits in (.xfer/NAME).
 [ -e tests/fixtures ] || { mkdir -p tests && ln -s ../../../tests/fixtures tests/fixtures; }
+[ -e conf ] || ln -s ../../conf conf
 { nvidia-smi; ls /usr/local/cuda/lib64 | grep -E 'nccl|cublasLt'; } > "$out/machine.txt" 2>&1
 build/bin/llm-engine version > "$out/version.txt" 2>&1
 
-timeout 300 build/tests/gpu/test_cuda_kernels > "$out/kernels.log" 2>&1
+timeout 150 build/tests/gpu/test_cuda_kernels > "$out/kernels.log" 2>&1
 krc=$?
-LLM_TEST_BACKEND=cuda timeout 240 build/tests/test_model_golden > "$out/golden.log" 2>&1
+timeout 90 build/tests/gpu/test_cuda_model > "$out/model.log" 2>&1
+mrc=$?
+LLM_TEST_BACKEND=cuda timeout 120 build/tests/test_model_golden > "$out/golden.log" 2>&1
 grc=$?
 if [ $krc -ne 0 ] && command -v compute-sanitizer > /dev/null; then
     timeout 200 compute-sanitizer --print-limit 5 build/tests/gpu/test_cuda_kernels \
@@ -44,12 +48,20 @@ PY
     gbs=$(sed -n 's/^copy_gbs //p' "$out/ceilings.txt"); tf=$(sed -n 's/^bf16_tflops //p' "$out/ceilings.txt")
     flash="conf/models/deepseek-v4-flash.json"
     b=build/bin/llm-engine
+    peaks="${gbs:+--peak-gbs $gbs} ${tf:+--peak-tflops $tf}"
+    # Decode with CUDA graphs (the default), then op by op for comparison,
+    # then the pool sized as a server sizes it.
     { timeout 60 $b bench --synthetic tests/fixtures/demo/config.json --tp 2 --prompts 512 --decode 16
-      timeout 300 $b bench --synthetic $flash --tp 2 --prompts 8192,32768 --decode 64 \
-          ${gbs:+--peak-gbs $gbs} ${tf:+--peak-tflops $tf}; } > "$out/bench.log" 2>&1
-    { LLM_CUDA_PROFILE=1 timeout 120 $b bench --synthetic $flash --tp 2 --prompts 8192 --decode 0
-      LLM_CUDA_PROFILE=1 timeout 100 $b bench --synthetic $flash --tp 2 --prompts 8 --decode 64
-    } > "$out/profile.log" 2>&1
+      timeout 180 $b bench --synthetic $flash --tp 2 --prompts 8192${BENCH_LONG:+,32768} \
+          --decode 128 $peaks
+      echo "== LLM_CUDA_GRAPHS=0"
+      LLM_CUDA_GRAPHS=0 timeout 90 $b bench --synthetic $flash --tp 2 --prompts 8192 \
+          --decode 64 $peaks
+      echo "== --gpu-memory-utilization 0.9"
+      timeout 90 $b bench --synthetic $flash --tp 2 --prompts 8192 --decode 32 \
+          --gpu-memory-utilization 0.9 $peaks; } > "$out/bench.log" 2>&1
+    LLM_CUDA_PROFILE=1 timeout 60 $b bench --synthetic $flash --tp 2 --prompts 8 --decode 64 \
+        > "$out/profile.log" 2>&1
 fi
 
 echo "== machine"; grep -E "H200|Driver" "$out/machine.txt" | head -3; grep -c nccl "$out/machine.txt"
@@ -58,6 +70,8 @@ grep -E '^not ok|NCCL all-reduce [0-9]+ KB|Aborted|rror' "$out/kernels.log" | he
 echo "== golden exit $grc: $(grep -c '^ok' "$out/golden.log") ok, $(grep -c '^not ok' "$out/golden.log") not ok"
 grep -E '^not ok|^#' "$out/golden.log" | head -20
 grep -E 'tp=. (full|incremental): rel' "$out/golden.log" | head -12
+echo "== model exit $mrc: $(grep -c '^ok' "$out/model.log") ok, $(grep -c '^not ok' "$out/model.log") not ok"
+grep -E '^not ok|^#|^ok' "$out/model.log" | head -20
 grep '^== serve' "$out/serve.log"
 [ -f "$out/sanitizer.log" ] && { echo "== sanitizer"; grep -E 'ERROR|Invalid|at 0x|by thread' "$out/sanitizer.log" | head -20; }
 [ -f "$out/bench.log" ] && { echo "== ceilings"; cat "$out/ceilings.txt" | tail -3; echo "== bench"; cat "$out/bench.log"; }

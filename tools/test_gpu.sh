@@ -2,6 +2,8 @@
 # make test-gpu: the GPU suite, run on a machine with NVIDIA GPUs.
 #   build/tests/gpu/test_cuda_kernels  every CUDA kernel against its CPU twin
 #                                      on fresh random inputs, NCCL all-reduce
+#   build/tests/gpu/test_cuda_model    decode graphs replay = op by op, bit
+#                                      for bit; gpu_memory_utilization sizing
 #   test_model_golden (backend cuda)   the whole model on the committed
 #                                      fixtures at TP=1 and TP=2 against the
 #                                      transformers golden logits
@@ -16,4 +18,4 @@ if [ -z "$n" ] || [ "$n" -eq 0 ]; then
     exit 1
 fi
 LLM_TEST_BACKEND=cuda prove -v -f --exec '' build/tests/gpu/test_cuda_kernels \
-    build/tests/test_model_golden
+    build/tests/gpu/test_cuda_model build/tests/test_model_golden

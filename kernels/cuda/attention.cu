@@ -7,6 +7,21 @@
 
 static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
+// Let kernel k use smem bytes of dynamic shared memory on this device: set
+// once per size increase, so a run that repeats a warm-up run's launches
+// (graph capture) makes no such call.
+template <typename K>
+static void smem_attr(K *k, size_t smem)
+{
+    static int set[64];
+    int dev = 0;
+    if (smem <= 48 * 1024 || cudaGetDevice(&dev) != cudaSuccess || dev >= 64 ||
+        set[dev] >= (int)smem)
+        return;
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    set[dev] = (int)smem;
+}
+
 // ---- compressor ----
 //
 // The state (kv_cache.c) holds the window being filled (`win`, rows by
@@ -15,12 +30,25 @@ static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + th
 // tokens completes windows wfirst..wlast; each is pooled from rows that
 // are in the chunk, or in `win` (the window in progress when the chunk
 // began), or in `ovl` (the window before that).  Then ovl and win are
-// brought up to date, in that order.
+// brought up to date, in that order.  The launches depend on n and the
+// ratio only (graph replay): each kernel works out pos0, the state and the
+// windows completed (wfirst..wlast) when it starts.
 
 struct comp_src {
     dcomp a;
     int m, d, wd, cur;      // ratio, entry width, row width, window in progress at pos0
     const float *win, *ovl;
+    int wfirst, wlast;
+
+    __device__ void resolve()
+    {
+        if (a.dyn) a.pos0 = a.dyn->pos0, a.state = (float *)a.dyn->ptr;
+        cur = a.pos0 / m;
+        win = a.state;
+        ovl = a.state + (long long)m * 2 * wd;
+        wfirst = cur;
+        wlast = (a.pos0 + a.n) / m - 1;
+    }
 
     // Value and gate logit of row j of window ww, channel `col` of the row.
     __device__ void at(int ww, int j, int col, float &val, float &lg) const
@@ -42,12 +70,15 @@ struct comp_src {
     }
 };
 
-__global__ void compress_entry_kernel(comp_src S, drope rt, int wfirst)
+// Block i: window wfirst + i, if the chunk completes it.
+__global__ void compress_entry_kernel(comp_src S, drope rt)
 {
     extern __shared__ float entry[];
     __shared__ double shd[32];
+    S.resolve();
     const dcomp &a = S.a;
-    int w = wfirst + blockIdx.x, m = S.m, d = S.d;
+    int w = S.wfirst + blockIdx.x, m = S.m, d = S.d;
+    if (w > S.wlast) return;
     bool ov = a.overlap && w > 0;
     int half = a.overlap ? d : 0;       // CSA: this window's Cb half
     for (int c = threadIdx.x; c < d; c += blockDim.x) {
@@ -76,12 +107,13 @@ __global__ void compress_entry_kernel(comp_src S, drope rt, int wfirst)
     for (int c = threadIdx.x; c < d; c += blockDim.x) out[c] = entry[c];
 }
 
-// ovl = [Ca | Ga] rows of window W (the last completed one).
-__global__ void compress_ovl_kernel(comp_src S, int W)
+// ovl = [Ca | Ga] rows of the last window the chunk completes, if any.
+__global__ void compress_ovl_kernel(comp_src S)
 {
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (long long)S.m * S.d) return;
-    int j = idx / S.d, c = idx % S.d;
+    S.resolve();
+    if (idx >= (long long)S.m * S.d || S.wlast < S.wfirst) return;
+    int j = idx / S.d, c = idx % S.d, W = S.wlast;
     float v, g;
     S.at(W, j, c, v, g);
     float *row = (float *)S.ovl + (long long)j * 2 * S.d;
@@ -89,12 +121,13 @@ __global__ void compress_ovl_kernel(comp_src S, int W)
     row[S.d + c] = g;
 }
 
-// win rows of the chunk's last `count` positions (from `from`).
-__global__ void compress_win_kernel(comp_src S, int from, int count)
+// win rows of the chunk's last `count` positions.
+__global__ void compress_win_kernel(comp_src S, int count)
 {
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long long)count * S.wd) return;
-    int p = from + idx / S.wd, cc = idx % S.wd, s = p % S.m;
+    S.resolve();
+    int p = S.a.pos0 + S.a.n - count + idx / S.wd, cc = idx % S.wd, s = p % S.m;
     const dcomp &a = S.a;
     long long o = (long long)(p - a.pos0) * a.ld + cc;
     float *row = (float *)S.win + (long long)s * 2 * S.wd;
@@ -105,23 +138,17 @@ __global__ void compress_win_kernel(comp_src S, int from, int count)
 void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt)
 {
     if (a.n <= 0) return;
-    comp_src S;
+    comp_src S = {};
     S.a = a;
     S.m = a.ratio;
     S.d = a.d;
     S.wd = (a.overlap ? 2 : 1) * a.d;
-    S.cur = a.pos0 / a.ratio;
-    S.win = a.state;
-    S.ovl = a.state + (long long)a.ratio * 2 * S.wd;
-    int wfirst = a.pos0 / a.ratio, wlast = (a.pos0 + a.n) / a.ratio - 1;
-    if (wlast >= wfirst) {
-        compress_entry_kernel<<<wlast - wfirst + 1, 128, a.d * sizeof(float), st>>>(S, rt, wfirst);
-        if (a.overlap)
-            compress_ovl_kernel<<<blocks_for((long long)S.m * S.d, 256), 256, 0, st>>>(S, wlast);
-    }
-    int from = a.pos0 + a.n - a.ratio > a.pos0 ? a.pos0 + a.n - a.ratio : a.pos0;
-    int count = a.pos0 + a.n - from;
-    compress_win_kernel<<<blocks_for((long long)count * S.wd, 256), 256, 0, st>>>(S, from, count);
+    // A chunk of n completes at most ceil(n / ratio) windows.
+    compress_entry_kernel<<<(a.n + a.ratio - 1) / a.ratio, 128, a.d * sizeof(float), st>>>(S, rt);
+    if (a.overlap)
+        compress_ovl_kernel<<<blocks_for((long long)S.m * S.d, 256), 256, 0, st>>>(S);
+    int count = a.n < a.ratio ? a.n : a.ratio;
+    compress_win_kernel<<<blocks_for((long long)count * S.wd, 256), 256, 0, st>>>(S, count);
 }
 
 // ---- lightning indexer ----
@@ -136,7 +163,7 @@ template <bool V4>
 __global__ void indexer_scores_kernel(dindexer a, int t0, float smul, float *scores, long long ldsc)
 {
     extern __shared__ __align__(16) float sm[];
-    int i = t0 + blockIdx.y, p = a.pos0 + i, nvis = (p + 1) / a.ratio;
+    int i = t0 + blockIdx.y, p = (a.dyn ? a.dyn->pos0 : a.pos0) + i, nvis = (p + 1) / a.ratio;
     int s0 = blockIdx.x * IDX_ENTRIES;
     if (nvis <= a.topk || s0 >= nvis) return;
     int d = a.d, nh = a.nheads, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -187,7 +214,8 @@ __global__ void indexer_topk_kernel(dindexer a, int t0, const float *scores, lon
     __shared__ int hist[256], scan_sh[32];
     __shared__ unsigned s_prefix;
     __shared__ int s_krem;
-    int i = t0 + blockIdx.x, p = a.pos0 + i, nvis = (p + 1) / a.ratio, k = a.topk;
+    int i = t0 + blockIdx.x, p = (a.dyn ? a.dyn->pos0 : a.pos0) + i, nvis = (p + 1) / a.ratio;
+    int k = a.topk;
     int *out = a.sel + (long long)i * k;
     if (nvis <= k) {
         for (int s = threadIdx.x; s < nvis; s += blockDim.x) out[s] = s;
@@ -242,7 +270,7 @@ __global__ void indexer_topk_kernel(dindexer a, int t0, const float *scores, lon
 void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap)
 {
     if (a.n <= 0) return;
-    int maxvis = (a.pos0 + a.n) / a.ratio;
+    int maxvis = a.pos_end / a.ratio;
     long long ldsc = maxvis > 0 ? maxvis : 1;
     int chunk = (int)(scores_cap / ldsc);
     if (chunk > a.n) chunk = a.n;
@@ -250,12 +278,8 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
     if (chunk > 65535) chunk = 65535;   // grid.y of the score kernel
     bool v4 = a.d % 4 == 0;
     size_t smem = ((size_t)a.nheads * (a.d + (v4 ? 4 : 1)) + 8 * (size_t)a.d) * sizeof(float);
-    if (smem > 48 * 1024) {
-        cudaFuncSetAttribute(indexer_scores_kernel<true>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        cudaFuncSetAttribute(indexer_scores_kernel<false>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    }
+    smem_attr(indexer_scores_kernel<true>, smem);
+    smem_attr(indexer_scores_kernel<false>, smem);
     float smul = (float)pow(a.d, -0.5);
     for (int t0 = 0; t0 < a.n; t0 += chunk) {
         int nt = a.n - t0 < chunk ? a.n - t0 : chunk;
@@ -299,6 +323,7 @@ template <int HPB>
 __global__ void __launch_bounds__(256) attention_kernel(dattn a, int nk_max)
 {
     extern __shared__ __align__(16) unsigned char smem[];
+    if (a.dyn) a.pos0 = a.dyn->pos0, a.ring = (const float *)a.dyn->ptr;
     int i = blockIdx.x, h0 = blockIdx.y * HPB, hd = a.hd, p = a.pos0 + i;
     int nh = min(HPB, a.nheads - h0);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -367,9 +392,7 @@ static bool attention_launch(cudaStream_t st, const dattn &a, int nk_max)
 {
     size_t smem = (size_t)nk_max * sizeof(float *) + (size_t)HPB * (a.hd + nk_max) * sizeof(float);
     if (smem > 200 * 1024) return false;
-    if (smem > 48 * 1024)
-        cudaFuncSetAttribute(attention_kernel<HPB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem);
+    smem_attr(attention_kernel<HPB>, smem);
     dim3 grid(a.n, (a.nheads + HPB - 1) / HPB);
     attention_kernel<HPB><<<grid, 256, smem, st>>>(a, nk_max);
     return true;
@@ -380,7 +403,7 @@ static bool attention_launch(cudaStream_t st, const dattn &a, int nk_max)
 bool cu_attention(cudaStream_t st, const dattn &a)
 {
     if (a.n <= 0 || a.nheads <= 0) return true;
-    int ncomp_max = a.ratio ? (a.sel ? a.sel_ld : (a.pos0 + a.n) / a.ratio) : 0;
+    int ncomp_max = a.ratio ? (a.sel ? a.sel_ld : a.pos_end / a.ratio) : 0;
     int nk_max = a.window + ncomp_max;
     auto fits = [&](int hpb) {
         return a.nheads >= hpb && (long long)a.n * ((a.nheads + hpb - 1) / hpb) >= 128;

@@ -5,6 +5,15 @@
 // Host-side inputs of an op (positions, token ids, block addresses) are
 // staged through a small cache of pinned buffers keyed by content, so the
 // same array used by many ops of a step is copied once.
+//
+// Decode steps are replayed as CUDA graphs (graph_begin/graph_end,
+// backend.h): one graph per step shape holds every launch of the step,
+// the all-reduces included.  Under a graph, an op's host inputs and its
+// per-step values (dstep: pos0, the sequence's state or ring) go to an
+// arena at offsets that repeat from step to step; replaying a step is the
+// ops writing the arena, one copy of it to the device, one graph launch.
+// Graphs hold raw device addresses: any release or reallocation of device
+// memory (gen) retires them.
 #include <math.h>
 #include <cublasLt.h>
 #include <nccl.h>
@@ -26,6 +35,27 @@ struct cuda_qw {
 };
 
 #define NSTAGE 32
+#define NGRAPH 16       // step shapes kept as graphs per rank
+#define NPUT 64         // host arrays deduplicated in the arena per step
+#define ARENA_BYTES ((size_t)4 << 20)
+
+// Graph modes of a step under graph_begin.
+enum { G_OFF, G_WARM, G_CAPTURE, G_RECORD };
+
+struct graph_ent {
+    uint64_t key;
+    cudaGraphExec_t exec;
+    unsigned long long gen;     // memory generation the graph was captured in
+    unsigned long long warm_gen;
+    bool warm;                  // ran once as usual at warm_gen
+    size_t arena_len;
+    unsigned long long used;
+};
+
+struct arena_put_ent {
+    const void *host;
+    size_t bytes, reserve, off;
+};
 
 struct stage_ent {
     void *host, *dev;           // pinned copy of the content, device copy
@@ -40,9 +70,13 @@ struct grow_buf {
     size_t cap;
 };
 
-// LLM_CUDA_PROFILE=1: every op is timed with events and waited for; the
-// totals per op are printed when the backend is destroyed.
+// LLM_CUDA_PROFILE=1: every op (and the phases of the larger ones) is a
+// span between two events recorded in the stream, read when the stream is
+// waited for anyway (gather_cols) or the spans run out, so the ops still
+// run back to back (graphs are off: each op is launched on its own).
+// Totals per op are printed when the backend is destroyed.
 #define NPROF 32
+#define NSPAN 2048
 struct prof_ent {
     const char *op;
     long long calls;
@@ -52,7 +86,9 @@ struct prof_ent {
 struct cu_impl {
     int dev, rank, nranks;
     bool profile;
-    cudaEvent_t p0, p1;
+    cudaEvent_t *spans;         // [2 * NSPAN]: start and end of each span
+    const char *span_op[NSPAN];
+    int nspan;
     prof_ent prof[NPROF];
     cudaStream_t st;
     ncclComm_t comm;
@@ -68,12 +104,24 @@ struct cu_impl {
         iscores, wdeq, hcm;
     cublasLtHandle_t lt;
     void *lt_ws;
+    // graph replay
+    bool graphs;                // LLM_CUDA_GRAPHS is not 0 and not profiling
+    int gmode;
+    bool gbad;                  // this capture cannot be used (ran short of something)
+    unsigned long long gen, gtick;
+    graph_ent graph[NGRAPH], *gcur;
+    long long ncaptures, nreplays;
+    char *arena_h, *arena_d;    // pinned host / device, same layout
+    size_t arena_cap, arena_len;
+    arena_put_ent put[NPUT];
+    int nput;
 };
 
 #define LT_WS_BYTES (32u << 20)
 #define LT_MIN_T 64     // prefill matmuls of at least this many tokens go to cuBLASLt
 
 static cu_impl *impl(backend *b) { return (cu_impl *)b->impl; }
+static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 static void fail(cu_impl *c, const char *fmt, ...)
 {
@@ -98,8 +146,25 @@ static cu_impl *enter(backend *b)
 {
     cu_impl *c = impl(b);
     CK(c, cudaSetDevice(c->dev));
-    if (c->profile) CK(c, cudaEventRecord(c->p0, c->st));
+    if (c->profile) CK(c, cudaEventRecord(c->spans[2 * c->nspan], c->st));
     return c;
+}
+
+// Add the finished spans to the totals.
+static void prof_flush(cu_impl *c)
+{
+    if (!c->nspan) return;
+    CK(c, cudaEventSynchronize(c->spans[2 * c->nspan - 1]));
+    for (int k = 0; k < c->nspan; k++) {
+        float ms = 0;
+        CK(c, cudaEventElapsedTime(&ms, c->spans[2 * k], c->spans[2 * k + 1]));
+        int i = 0;
+        while (i < NPROF - 1 && c->prof[i].op && strcmp(c->prof[i].op, c->span_op[k])) i++;
+        c->prof[i].op = c->span_op[k];
+        c->prof[i].calls++;
+        c->prof[i].ms += ms;
+    }
+    c->nspan = 0;
 }
 
 // After the launches of an op.
@@ -108,15 +173,16 @@ static void launched(cu_impl *c, const char *op)
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) fail(c, "%s: %s", op, cudaGetErrorString(e));
     if (!c->profile) return;
-    float ms = 0;
-    CK(c, cudaEventRecord(c->p1, c->st));
-    CK(c, cudaEventSynchronize(c->p1));
-    CK(c, cudaEventElapsedTime(&ms, c->p0, c->p1));
-    int i = 0;
-    while (i < NPROF - 1 && c->prof[i].op && strcmp(c->prof[i].op, op)) i++;
-    c->prof[i].op = op;
-    c->prof[i].calls++;
-    c->prof[i].ms += ms;
+    CK(c, cudaEventRecord(c->spans[2 * c->nspan + 1], c->st));
+    c->span_op[c->nspan] = op;
+    if (++c->nspan == NSPAN) prof_flush(c);
+}
+
+// Profiles: the launches so far are phase `op` of the op; a new span starts.
+static void phase(cu_impl *c, const char *op)
+{
+    launched(c, op);
+    if (c->profile) CK(c, cudaEventRecord(c->spans[2 * c->nspan], c->st));
 }
 
 static void print_profile(cu_impl *c)
@@ -129,9 +195,18 @@ static void print_profile(cu_impl *c)
                 c->prof[i].calls, c->prof[i].ms, 100 * c->prof[i].ms / (total > 0 ? total : 1));
 }
 
+static bool in_graph(cu_impl *c) { return c->gmode == G_CAPTURE || c->gmode == G_RECORD; }
+// Replaying: an op only records its changing values, launches nothing.
+static bool recording(cu_impl *c) { return c->gmode == G_RECORD; }
+
 static void *grow(cu_impl *c, grow_buf *g, size_t bytes)
 {
     if (bytes > g->cap) {
+        if (c->gmode == G_CAPTURE) {    // no allocation in a capture: the step runs as usual
+            c->gbad = true;
+            return g->p;
+        }
+        c->gen++;
         if (g->p) CK(c, cudaFreeAsync(g->p, c->st));
         g->p = NULL;
         g->cap = 0;
@@ -142,11 +217,74 @@ static void *grow(cu_impl *c, grow_buf *g, size_t bytes)
     return g->p;
 }
 
+// Under a graph: `reserve` bytes of the arena at the next offset (the
+// same from step to step for the same sequence of ops); NULL when the
+// arena is short (the step then runs again as usual, with a larger one).
+static char *arena_alloc(cu_impl *c, size_t reserve)
+{
+    size_t off = round_up(c->arena_len, 16);
+    c->arena_len = off + reserve;
+    if (c->arena_len > c->arena_cap) {
+        c->gbad = true;
+        return NULL;
+    }
+    return c->arena_h + off;
+}
+
+static const void *arena_dev(cu_impl *c, const char *h)
+{
+    return h ? c->arena_d + (h - c->arena_h) : c->arena_d;
+}
+
+// Under a graph: the device address where host[0..bytes) will be, in room
+// for `reserve` bytes; a host array given again (same reserve) is stored
+// once per step.
+static const void *arena_put(cu_impl *c, const void *host, size_t bytes, size_t reserve)
+{
+    arena_put_ent *e = NULL;
+    for (int i = 0; i < c->nput && !e; i++)
+        if (c->put[i].host == host && c->put[i].reserve == reserve) e = &c->put[i];
+    if (!e) {
+        char *h = arena_alloc(c, reserve);
+        if (!h) return c->arena_d;
+        if (c->nput == NPUT) {
+            memcpy(h, host, bytes);
+            return arena_dev(c, h);
+        }
+        e = &c->put[c->nput++];
+        *e = arena_put_ent{ host, 0, reserve, (size_t)(h - c->arena_h) };
+    }
+    if (bytes > e->bytes) {
+        memcpy(c->arena_h + e->off, host, bytes);
+        e->bytes = bytes;
+    }
+    return c->arena_d + e->off;
+}
+
+// An op's per-step values: in the arena under a graph, else NULL (the
+// kernels take the by-value fields).
+static const dstep *step_values(cu_impl *c, int pos0, const void *ptr)
+{
+    if (!in_graph(c)) return NULL;
+    dstep *h = (dstep *)arena_alloc(c, sizeof(dstep));
+    if (h) *h = dstep{ pos0, (void *)ptr };
+    return (const dstep *)arena_dev(c, (const char *)h);
+}
+
+// The bound on pos0 + n that sizes launches: exact, or under a graph the
+// key's (graph_pos_cap), so the launches repeat while positions move.
+static int pos_end(cu_impl *c, int pos0, int n)
+{
+    return c->gmode == G_OFF ? pos0 + n : graph_pos_cap(pos0 + n);
+}
+
 // A device copy of host array `host` (bytes), valid for launches queued
-// on the stream from now until `host`'s content is staged NSTAGE more times.
+// on the stream from now until `host`'s content is staged NSTAGE more
+// times (under a graph: in the arena, for this step).
 static const void *stage(cu_impl *c, const void *host, size_t bytes)
 {
     if (!bytes) return NULL;
+    if (in_graph(c)) return arena_put(c, host, bytes, bytes);
     stage_ent *lru = &c->stage[0];
     for (int i = 0; i < NSTAGE; i++) {
         stage_ent *e = &c->stage[i];
@@ -201,11 +339,15 @@ static bool to_rope(cu_impl *c, const rope_table *rt, drope *r)
     return true;
 }
 
-// Device block addresses for rows [0, nrows) of p.
-static bool to_paged(cu_impl *c, const paged_rows *p, int nrows, dpaged *d)
+// Device block addresses for rows [0, nrows) of p (under a graph, in
+// room for rows [0, nrows_cap)).
+static bool to_paged(cu_impl *c, const paged_rows *p, int nrows, int nrows_cap, dpaged *d)
 {
     int nblk = nrows > 0 ? (nrows + p->per_block - 1) / p->per_block : 0;
-    d->blocks = (char *const *)stage(c, p->blocks, nblk * sizeof(char *));
+    int ncap = nrows_cap > 0 ? (nrows_cap + p->per_block - 1) / p->per_block : 0;
+    d->blocks = (char *const *)(in_graph(c) ? arena_put(c, p->blocks, nblk * sizeof(char *),
+                                                        ncap * sizeof(char *))
+                                            : stage(c, p->blocks, nblk * sizeof(char *)));
     d->off = (long long)p->off;
     d->per_block = p->per_block;
     d->row_len = p->row_len;
@@ -232,6 +374,7 @@ static void cu_release(backend *b, void *p)
 {
     if (!p) return;
     cu_impl *c = enter(b);
+    c->gen++;
     CK(c, cudaFreeAsync(p, c->st));
 }
 
@@ -239,7 +382,7 @@ static void cu_copy_rows(backend *b, float *dst, int ldd, const float *src, int 
                          int n)
 {
     cu_impl *c = enter(b);
-    if (rows <= 0 || n <= 0) return;
+    if (rows <= 0 || n <= 0 || recording(c)) return;
     CK(c, cudaMemcpy2DAsync(dst, ldd * sizeof(float), src, lds * sizeof(float), n * sizeof(float),
                             rows, cudaMemcpyDeviceToDevice, c->st));
     launched(c, "copy_rows");
@@ -291,8 +434,6 @@ static void *cu_upload(backend *b, const void *host, size_t bytes)
     CK(c, cudaStreamSynchronize(c->st));
     return c->failed ? NULL : p;
 }
-
-static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 // The rectangle of stored rows/columns covering the view, its origin
 // aligned to the scale blocks (FP8 128x128, MXFP4 1x32) and to 16 bytes,
@@ -361,6 +502,9 @@ static void cu_mem_info(backend *b, size_t *free_bytes, size_t *total_bytes)
 {
     cu_impl *c = enter(b);
     CK(c, cudaStreamSynchronize(c->st));
+    // Memory released to the stream-ordered pool counts as free.
+    cudaMemPool_t pool;
+    if (cudaDeviceGetDefaultMemPool(&pool, c->dev) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
     CK(c, cudaMemGetInfo(free_bytes, total_bytes));
 }
 
@@ -459,7 +603,7 @@ static void cu_matmul_op(backend *b, const qweight *w, const float *x, int ldx, 
 {
     cu_impl *c = enter(b);
     dqw q;
-    if (!to_dqw(c, w, &q)) return;
+    if (recording(c) || !to_dqw(c, w, &q)) return;
     if (T >= LT_MIN_T) dense_matmul(c, q, x, ldx, T, y, ldy);
     else cu_matmul(c->st, q, x, ldx, T, y, ldy);
     launched(c, "matmul");
@@ -471,7 +615,7 @@ static void cu_embed_op(backend *b, const qweight *w, const int32_t *ids, int T,
     dqw q;
     if (!to_dqw(c, w, &q)) return;
     const int *d = (const int *)stage(c, ids, T * sizeof *ids);
-    if (c->failed) return;
+    if (c->failed || recording(c)) return;
     cu_embed(c->st, q, d, T, out);
     launched(c, "embed");
 }
@@ -480,6 +624,7 @@ static void cu_rmsnorm_op(backend *b, const float *x, int ldx, int T, int n, con
                           float eps, float *out, int ldo)
 {
     cu_impl *c = enter(b);
+    if (recording(c)) return;
     cu_rmsnorm(c->st, x, ldx, T, n, weight, eps, out, ldo);
     launched(c, "rmsnorm");
 }
@@ -491,7 +636,7 @@ static void cu_rope_op(backend *b, float *x, int ld, int T, int nheads, int head
     drope r;
     if (!to_rope(c, rt, &r)) return;
     const int *d = (const int *)stage(c, pos, T * sizeof *pos);
-    if (c->failed) return;
+    if (c->failed || recording(c)) return;
     cu_rope(c->st, x, ld, T, nheads, head_dim, r, d, inverse);
     launched(c, "rope");
 }
@@ -499,6 +644,7 @@ static void cu_rope_op(backend *b, float *x, int ld, int T, int nheads, int head
 static void cu_scale_op(backend *b, float *x, int ld, int T, int n, float s)
 {
     cu_impl *c = enter(b);
+    if (recording(c)) return;
     cu_scale(c->st, x, ld, T, n, s);
     launched(c, "scale");
 }
@@ -527,6 +673,7 @@ static void hc_pre(cu_impl *c, const float *h, int T, int hc, int H, const float
     } else {
         cu_hc_logits(c->st, h, T, n, fn, nmix, norm_eps, m);
     }
+    phase(c, head ? "hc_head logits" : "hc_pre logits");
     cu_hc_collapse(c->st, h, T, hc, H, m, r, base, scale, iters, hc_eps, post, comb, collapsed,
                    head);
 }
@@ -536,6 +683,7 @@ static void cu_hc_pre_op(backend *b, const float *h, int T, int hc, int H, const
                          float norm_eps, float *post, float *comb, float *collapsed)
 {
     cu_impl *c = enter(b);
+    if (recording(c)) return;
     hc_pre(c, h, T, hc, H, fn, base, scale, iters, hc_eps, norm_eps, post, comb, collapsed, false);
     launched(c, "hc_pre");
 }
@@ -545,6 +693,7 @@ static void cu_hc_head_op(backend *b, const float *h, int T, int hc, int H, cons
                           float *out)
 {
     cu_impl *c = enter(b);
+    if (recording(c)) return;
     hc_pre(c, h, T, hc, H, fn, base, scale, 0, hc_eps, norm_eps, NULL, NULL, out, true);
     launched(c, "hc_head");
 }
@@ -553,7 +702,7 @@ static void cu_hc_post_op(backend *b, float *h, const float *y, const float *pos
                           const float *comb, int T, int hc, int H)
 {
     cu_impl *c = enter(b);
-    if (!hc_ok(c, hc)) return;
+    if (recording(c) || !hc_ok(c, hc)) return;
     cu_hc_post(c->st, h, y, post, comb, T, hc, H);
     launched(c, "hc_post");
 }
@@ -563,8 +712,11 @@ static void cu_compress_op(backend *b, const compress_args *a)
     cu_impl *c = enter(b);
     drope r;
     dcomp d = { a->n, a->pos0, a->ratio, a->d, a->overlap, a->ld, a->kv, a->gate, a->ape,
-                a->norm, a->eps, a->state, {} };
-    if (!to_rope(c, a->rope, &r) || !to_paged(c, &a->out, (a->pos0 + a->n) / a->ratio, &d.out))
+                a->norm, a->eps, a->state, {}, step_values(c, a->pos0, a->state) };
+    if (!to_rope(c, a->rope, &r) ||
+        !to_paged(c, &a->out, (a->pos0 + a->n) / a->ratio,
+                  pos_end(c, a->pos0, a->n) / a->ratio, &d.out) ||
+        recording(c))
         return;
     cu_compress(c->st, d, r);
     launched(c, "compress");
@@ -573,10 +725,11 @@ static void cu_compress_op(backend *b, const compress_args *a)
 static void cu_indexer_op(backend *b, const indexer_args *a)
 {
     cu_impl *c = enter(b);
-    int maxvis = (a->pos0 + a->n) / a->ratio;
+    int end = pos_end(c, a->pos0, a->n), maxvis = end / a->ratio;
     dindexer d = { a->n, a->pos0, a->ratio, a->nheads, a->d, a->topk, a->q, a->w, {}, a->sel,
-                   a->nsel };
-    if (!to_paged(c, &a->keys, maxvis, &d.keys)) return;
+                   a->nsel, end, step_values(c, a->pos0, NULL) };
+    if (!to_paged(c, &a->keys, (a->pos0 + a->n) / a->ratio, maxvis, &d.keys) || recording(c))
+        return;
     // Scores of up to 64M entries at once (token chunks beyond that).
     size_t want = (size_t)a->n * (maxvis > 0 ? maxvis : 1);
     size_t cap = want < ((size_t)64 << 20) ? want : ((size_t)64 << 20);
@@ -590,9 +743,14 @@ static void cu_indexer_op(backend *b, const indexer_args *a)
 static void cu_attention_op(backend *b, const attention_args *a)
 {
     cu_impl *c = enter(b);
+    int end = pos_end(c, a->pos0, a->n);
     dattn d = { a->n, a->pos0, a->nheads, a->head_dim, a->window, a->scale, a->q, a->kv, a->ring,
-                a->sinks, a->ratio, {}, a->sel, a->nsel, a->sel_ld, a->out };
-    if (a->ratio && !to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, &d.comp)) return;
+                a->sinks, a->ratio, {}, a->sel, a->nsel, a->sel_ld, a->out, end,
+                step_values(c, a->pos0, a->ring) };
+    if (a->ratio &&
+        !to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d.comp))
+        return;
+    if (recording(c)) return;
     if (!cu_attention(c->st, d)) {
         fail(c, "attention: %d keys per query do not fit in shared memory",
              a->window + (a->sel ? a->sel_ld : (a->pos0 + a->n) / a->ratio));
@@ -605,7 +763,9 @@ static void cu_ring_store_op(backend *b, float *ring, int window, int head_dim, 
                              int n, int pos0)
 {
     cu_impl *c = enter(b);
-    cu_ring_store(c->st, ring, window, head_dim, kv, n, pos0);
+    const dstep *dyn = step_values(c, pos0, ring);
+    if (recording(c)) return;
+    cu_ring_store(c->st, ring, window, head_dim, kv, n, pos0, dyn);
     launched(c, "ring_store");
 }
 
@@ -621,6 +781,8 @@ static void cu_moe_op(backend *b, const moe_args *a)
         fail(c, "moe: %d experts per token (at most 16)", K);
         return;
     }
+    const int *ids = a->tid2eid ? (const int *)stage(c, a->ids, T * sizeof(int32_t)) : NULL;
+    if (recording(c)) return;
     dqw gate, w1, w2, w3, s1, s2, s3;
     if (!to_dqw(c, a->gate, &gate) || !to_dqw(c, &a->w1[0], &w1) || !to_dqw(c, &a->w2[0], &w2) ||
         !to_dqw(c, &a->w3[0], &w3) || !to_dqw(c, a->sw1, &s1) || !to_dqw(c, a->sw2, &s2) ||
@@ -636,12 +798,12 @@ static void cu_moe_op(backend *b, const moe_args *a)
     float *sg = (float *)grow(c, &c->sg, (size_t)T * I * sizeof(float) + 4);
     float *su = (float *)grow(c, &c->su, (size_t)T * I * sizeof(float) + 4);
     float *sy = (float *)grow(c, &c->sy, (size_t)T * H * sizeof(float));
-    const int *ids = a->tid2eid ? (const int *)stage(c, a->ids, T * sizeof(int32_t)) : NULL;
     if (c->failed) return;
 
     cu_matmul(c->st, gate, a->x, H, T, sc, E);
     cu_moe_route(c->st, sc, T, E, K, a->sigmoid_scores, a->bias, a->tid2eid, a->tid_i64, ids,
                  a->routed_scale, idx, wt, ord);
+    phase(c, "moe router");
     if (T <= 8) {
         cu_matmul_slots(c->st, w1, idx, a->x, H, K, ns, g, I);
         cu_matmul_slots(c->st, w3, idx, a->x, H, K, ns, u, I);
@@ -691,6 +853,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
             free(ho);
         }
     }
+    phase(c, "moe experts");
     if (T >= LT_MIN_T) {
         dense_matmul(c, s1, a->x, H, T, sg, I);
         dense_matmul(c, s3, a->x, H, T, su, I);
@@ -702,7 +865,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
     if (T >= LT_MIN_T) dense_matmul(c, s2, sg, I, T, sy, H);
     else cu_matmul(c->st, s2, sg, I, T, sy, H);
     cu_moe_combine(c->st, ys, wt, ord, T, K, H, sy, a->out);
-    launched(c, "moe");
+    launched(c, "moe shared");
 }
 
 // ---- collectives ----
@@ -710,7 +873,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
 static void cu_allreduce(backend *b, float *buf, size_t n)
 {
     cu_impl *c = enter(b);
-    if (c->nranks == 1 || !n) return;
+    if (c->nranks == 1 || !n || recording(c)) return;
     ncclResult_t r = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->st);
     if (r != ncclSuccess) fail(c, "ncclAllReduce: %s", ncclGetErrorString(r));
     launched(c, "allreduce");
@@ -725,15 +888,136 @@ static void cu_gather_cols(backend *b, const float *part, int rows, int nv, floa
                                 nv * sizeof(float), rows, cudaMemcpyDeviceToHost, c->st));
     CK(c, cudaStreamSynchronize(c->st));
     launched(c, "gather_cols");
+    if (c->profile) prof_flush(c);
+}
+
+// ---- graph replay ----
+
+static void graph_drop(graph_ent *e)
+{
+    if (e->exec) cudaGraphExecDestroy(e->exec);
+    *e = graph_ent{};
+}
+
+static void arena_free(cu_impl *c)
+{
+    if (c->arena_h) cudaFreeHost(c->arena_h);
+    if (c->arena_d) cudaFree(c->arena_d);
+    c->arena_h = c->arena_d = NULL;
+    c->arena_cap = 0;
+}
+
+// Outside any capture; every graph holds the old arena's address.
+static void arena_grow(cu_impl *c, size_t bytes)
+{
+    CK(c, cudaStreamSynchronize(c->st));
+    arena_free(c);
+    c->gen++;
+    CK(c, cudaMallocHost(&c->arena_h, bytes));
+    CK(c, cudaMalloc(&c->arena_d, bytes));
+    if (!c->failed) c->arena_cap = bytes;
+}
+
+static void cu_graph_begin(backend *b, uint64_t key)
+{
+    cu_impl *c = enter(b);
+    c->gmode = G_OFF;
+    if (!c->graphs || c->failed) return;
+    graph_ent *e = NULL, *lru = &c->graph[0];
+    for (int i = 0; i < NGRAPH && !e; i++) {
+        if (c->graph[i].used && c->graph[i].key == key) e = &c->graph[i];
+        else if (c->graph[i].used < lru->used) lru = &c->graph[i];
+    }
+    if (!e) {
+        e = lru;
+        graph_drop(e);
+        e->key = key;
+    }
+    e->used = ++c->gtick;
+    if (e->exec && e->gen != c->gen) {
+        cudaGraphExecDestroy(e->exec);
+        e->exec = NULL;
+    }
+    c->gcur = e;
+    c->nput = 0;
+    c->arena_len = 0;
+    c->gbad = false;
+    if (e->exec) {
+        c->gmode = G_RECORD;
+    } else if (e->warm && e->warm_gen == c->gen) {
+        CK(c, cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
+        c->gmode = c->failed ? G_OFF : G_CAPTURE;
+    } else {
+        c->gmode = G_WARM;
+    }
+}
+
+static void graph_launch(cu_impl *c, graph_ent *e)
+{
+    CK(c, cudaMemcpyAsync(c->arena_d, c->arena_h, c->arena_len, cudaMemcpyHostToDevice, c->st));
+    CK(c, cudaGraphLaunch(e->exec, c->st));
+}
+
+static bool cu_graph_end(backend *b)
+{
+    cu_impl *c = enter(b);
+    graph_ent *e = c->gcur;
+    int mode = c->gmode;
+    c->gmode = G_OFF;
+    if (mode == G_OFF) return false;
+    if (mode == G_WARM) {
+        e->warm = true;
+        e->warm_gen = c->gen;
+        return false;
+    }
+    if (mode == G_CAPTURE) {
+        cudaGraph_t g = NULL;
+        CK(c, cudaStreamEndCapture(c->st, &g));
+        if (!c->failed && !c->gbad && c->gen == e->warm_gen) {
+            CK(c, cudaGraphInstantiate(&e->exec, g, 0));
+            e->gen = c->gen;
+            e->arena_len = c->arena_len;
+            if (!c->failed) c->ncaptures++;
+        }
+        if (g) cudaGraphDestroy(g);
+        if (c->failed) return false;
+        if (e->exec) {
+            graph_launch(c, e);
+            return false;
+        }
+    } else if (!c->gbad && c->arena_len == e->arena_len) {
+        graph_launch(c, e);
+        c->nreplays++;
+        return false;
+    }
+    // The ops did not run: once more as usual, after growing what ran short.
+    if (c->arena_len > c->arena_cap) arena_grow(c, 2 * c->arena_len);
+    if (e->exec) cudaGraphExecDestroy(e->exec);
+    e->exec = NULL;
+    e->warm = false;
+    c->gmode = G_WARM;
+    return true;
+}
+
+static void cu_graph_counts(backend *b, long long *captures, long long *replays)
+{
+    cu_impl *c = impl(b);
+    *captures = c->ncaptures;
+    *replays = c->nreplays;
 }
 
 static void cu_destroy(backend *b)
 {
     cu_impl *c = enter(b);
     cudaStreamSynchronize(c->st);
-    if (c->profile) print_profile(c);
-    cudaEventDestroy(c->p0);
-    cudaEventDestroy(c->p1);
+    if (c->profile) {
+        prof_flush(c);
+        print_profile(c);
+        for (int i = 0; i < 2 * NSPAN; i++) cudaEventDestroy(c->spans[i]);
+        free(c->spans);
+    }
+    for (int i = 0; i < NGRAPH; i++) graph_drop(&c->graph[i]);
+    arena_free(c);
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
                          &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->wdeq, &c->hcm,
                          &c->offs, &c->xs, &c->yss };
@@ -773,10 +1057,15 @@ static backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
         CK(c, cudaEventCreateWithFlags(&c->stage[i].ev, cudaEventDisableTiming));
     if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) fail(c, "cuBLASLt: cannot create a handle");
     CK(c, cudaMalloc(&c->lt_ws, LT_WS_BYTES));
-    CK(c, cudaEventCreate(&c->p0));
-    CK(c, cudaEventCreate(&c->p1));
-    const char *pe = getenv("LLM_CUDA_PROFILE");
+    const char *pe = getenv("LLM_CUDA_PROFILE"), *ge = getenv("LLM_CUDA_GRAPHS");
     c->profile = pe && *pe && strcmp(pe, "0");
+    if (c->profile) {
+        c->spans = (cudaEvent_t *)calloc(2 * NSPAN, sizeof *c->spans);
+        for (int i = 0; i < 2 * NSPAN; i++) CK(c, cudaEventCreate(&c->spans[i]));
+    }
+    // Profiling waits for every op: no graphs then.
+    c->graphs = !c->profile && !(ge && !strcmp(ge, "0"));
+    if (c->graphs) arena_grow(c, ARENA_BYTES);
     if (c->failed) {
         snprintf(err, errlen, "%s", c->err);
         free(c);
@@ -809,6 +1098,9 @@ static backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
     b->moe = cu_moe_op;
     b->allreduce = cu_allreduce;
     b->gather_cols = cu_gather_cols;
+    b->graph_begin = cu_graph_begin;
+    b->graph_end = cu_graph_end;
+    b->graph_counts = cu_graph_counts;
     b->destroy = cu_destroy;
     return b;
 }
@@ -817,6 +1109,9 @@ extern "C" int backend_cuda_new_group(int tp, backend **out, char *err, size_t e
 {
     // Never NVLink multicast (NVLS): it can take a shared host's GPUs down.
     setenv("NCCL_NVLS_ENABLE", "0", 1);
+    // All-reduces captured in graphs use NCCL's own buffers, as eager
+    // ones do (no registration of the stream-ordered scratch).
+    setenv("NCCL_GRAPH_REGISTER", "0", 0);
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         cudaGetLastError();

@@ -140,6 +140,14 @@ __device__ __forceinline__ float *dpaged_row(const dpaged &p, int i)
     return (float *)(p.blocks[i / p.per_block] + p.off) + (long long)(i % p.per_block) * p.row_len;
 }
 
+// An op's values that change from step to step (graph replay,
+// backend_cuda.cu): kernels read them from device memory when the op's
+// `dyn` is set, else they use the op's by-value fields.
+struct dstep {
+    int pos0;               // position of the op's first new token
+    void *ptr;              // the sequence's state (compress) or ring (attention)
+};
+
 // RoPE table by value (at most 128 channel pairs).
 #define ROPE_MAX_PAIRS 128
 struct drope {

@@ -42,8 +42,9 @@ void cu_hc_collapse(cudaStream_t st, const float *h, int T, int hc, int H, const
                     float hc_eps, float *post, float *comb, float *collapsed, bool head);
 void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, const float *comb,
                 int T, int hc, int H);
+// dyn: pos0 and ring from device memory (graph replay), or NULL.
 void cu_ring_store(cudaStream_t st, float *ring, int window, int head_dim, const float *kv, int n,
-                   int pos0);
+                   int pos0, const dstep *dyn);
 void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float limit);
 // Router: scores [T][E] logits in, per token the chosen experts idx[T][K],
 // weights wt[T][K] and order[T][K] (the k's by ascending expert id).
@@ -71,20 +72,26 @@ void cu_fill(cudaStream_t st, void *p, size_t bytes, int kind, float amp, uint32
              unsigned long long seed);
 
 // ---- attention.cu ----
+// Launch configurations depend on n and the ratio only; the windows a
+// chunk completes are worked out on the device.
 struct dcomp {
     int n, pos0, ratio, d, overlap, ld;
     const float *kv, *gate, *ape, *norm;
     float eps;
     float *state;
     dpaged out;
+    const dstep *dyn;       // pos0 and state, or NULL
 };
 void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt);
 
+// pos_end sizes the launches: pos0 + n, or a bound of it under graph replay.
 struct dindexer {
     int n, pos0, ratio, nheads, d, topk;
     const float *q, *w;
     dpaged keys;
     int *sel, *nsel;
+    int pos_end;
+    const dstep *dyn;       // pos0, or NULL
 };
 // scores: scratch of at least chunk * ((pos0+n)/ratio) floats for some chunk >= 1.
 void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap);
@@ -98,6 +105,8 @@ struct dattn {
     const int *sel, *nsel;
     int sel_ld;
     float *out;
+    int pos_end;            // as dindexer's
+    const dstep *dyn;       // pos0 and ring, or NULL
 };
 // Returns false when the key list does not fit in shared memory.
 bool cu_attention(cudaStream_t st, const dattn &a);

@@ -30,30 +30,71 @@ __device__ __forceinline__ void load_vec(const dqw &w, const uint8_t *data, cons
             v[2 * i + 1] = __uint_as_float(p[i] & 0xffff0000u);
         }
     } else if (QT == QT_FP8) {
+        // e4m3's 7 magnitude bits as a float32's low exponent bits and top
+        // mantissa bits: a float32 (subnormal for e = 0) that is the value
+        // times 2^-120.  The scale folds into the factor unless that would
+        // overflow; 0x7f codes are NaN (rare: checked four bytes at once).
         uint4 u = *(const uint4 *)(data + r * w.ld + c);
         float s = e8m0f(scale[(r >> 7) * w.sld + (c >> 7)]);
+        bool fold = s < 128.0f;
+        float k = fold ? s * 0x1p120f : 0x1p120f;
         uint32_t p[4] = { u.x, u.y, u.z, u.w };
 #pragma unroll
-        for (int i = 0; i < 16; i++) v[i] = fp8f((p[i / 4] >> (8 * (i % 4))) & 0xff) * s;
+        for (int i = 0; i < 16; i++) {
+            uint32_t b = p[i / 4] >> (8 * (i % 4));
+            v[i] = __uint_as_float(((b & 0x7f) << 20) | ((b & 0x80) << 24)) * k;
+        }
+        if (!fold) {
+#pragma unroll
+            for (int i = 0; i < 16; i++) v[i] *= s;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (__vcmpeq4(p[j] & 0x7f7f7f7fu, 0x7f7f7f7fu))
+                for (int i = 0; i < 4; i++)
+                    if (((p[j] >> (8 * i)) & 0x7f) == 0x7f) v[4 * j + i] = __uint_as_float(0x7fc00000u);
     } else {
+        // E2M1 likewise: 3 magnitude bits under the float32 exponent, the
+        // value times 2^-126.
         uint4 u = *(const uint4 *)(data + ((r * w.ld + c) >> 1));
         float s = e8m0f(scale[r * w.sld + (c >> 5)]);
+        bool fold = s < 4.0f;
+        float k = fold ? s * 0x1p126f : 0x1p126f;
         uint32_t p[4] = { u.x, u.y, u.z, u.w };
 #pragma unroll
-        for (int i = 0; i < 32; i++) v[i] = fp4f((p[i / 8] >> (4 * (i % 8))) & 15) * s;
+        for (int i = 0; i < 32; i++) {
+            uint32_t b = p[i / 8] >> (4 * (i % 8));
+            v[i] = __uint_as_float(((b & 7) << 22) | ((b & 8) << 28)) * k;
+        }
+        if (!fold) {
+#pragma unroll
+            for (int i = 0; i < 32; i++) v[i] *= s;
+        }
     }
 }
 
+// Floats of x per token staged in shared memory at a time (32 KB).
+template <int NT> struct xtile { static constexpr int n = 8192 / NT; };
+
+// Where float4 q of a staged x row lives: a lane reads VEC/4 consecutive
+// float4s for its chunk, so lanes 8 apart in q would hit the same banks;
+// the xor spreads every 8 consecutive lanes over all banks.
+__device__ __forceinline__ int xswz(int q) { return q ^ ((q >> 3) & 7); }
+
 // SPLIT warps per output row n (each a slice of the chunks, summed in
 // shared memory), NT tokens per block row (blockIdx.y).  With `experts`,
-// NT is 1 and blockIdx.y is a slot with its own expert.
+// NT is 1 and blockIdx.y is a slot with its own expert.  The tokens' x is
+// staged in shared memory a tile at a time (coalesced, where each lane's
+// own chunk of x straight from global memory would touch a cache line
+// per lane).
 template <int QT, int NT, int SPLIT>
 __global__ void __launch_bounds__(256)
 gemv_kernel(dqw w, const int *experts, const float *x, int ldx, int xdiv, int T, float *y,
             int ldy, int vec_ok)
 {
-    constexpr int VEC = vec_of<QT>::n, RPB = 8 / SPLIT;
+    constexpr int VEC = vec_of<QT>::n, RPB = 8 / SPLIT, XT = xtile<NT>::n;
     __shared__ float part[8][NT];
+    __shared__ float4 xs[NT][XT / 4];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = warp % SPLIT;
     int n = blockIdx.x * RPB + warp / SPLIT;
     bool live = n < w.rows;
@@ -72,28 +113,37 @@ gemv_kernel(dqw w, const int *experts, const float *x, int ldx, int xdiv, int T,
         xr[t] = x + (long long)((t0 + (t < nt ? t : 0)) / xdiv) * ldx;
         acc[t] = 0;
     }
-    int nch = vec_ok && live ? w.cols / VEC : 0;
+    int nvec = vec_ok ? w.cols / VEC * VEC : 0;
+    for (int k0 = 0; k0 < nvec; k0 += XT) {
+        int kn4 = min(XT, nvec - k0) / 4;
+        __syncthreads();
+        for (int i = threadIdx.x; i < NT * kn4; i += blockDim.x) {
+            int t = i / kn4, q = i % kn4;
+            const float *xt = x + (long long)((t0 + (t < nt ? t : 0)) / xdiv) * ldx;
+            xs[t][xswz(q)] = ((const float4 *)(xt + k0))[q];
+        }
+        __syncthreads();
+        int nch = live ? kn4 * 4 / VEC : 0;
 #pragma unroll 4
-    for (int ch = lane + 32 * sub; ch < nch; ch += 32 * SPLIT) {
-        int c = ch * VEC;
-        float v[VEC];
-        load_vec<QT>(w, data, scale, r, w.c0 + c, v);
+        for (int ch = lane + 32 * sub; ch < nch; ch += 32 * SPLIT) {
+            float v[VEC];
+            load_vec<QT>(w, data, scale, r, w.c0 + k0 + ch * VEC, v);
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (t >= nt) break;
-            const float4 *xp = (const float4 *)(xr[t] + c);
-            float a = 0;
+            for (int t = 0; t < NT; t++) {
+                if (t >= nt) break;
+                float a = 0;
 #pragma unroll
-            for (int i = 0; i < VEC / 4; i++) {
-                float4 xv = xp[i];
-                a += v[4 * i] * xv.x + v[4 * i + 1] * xv.y + v[4 * i + 2] * xv.z +
-                     v[4 * i + 3] * xv.w;
+                for (int i = 0; i < VEC / 4; i++) {
+                    float4 xv = xs[t][xswz(ch * (VEC / 4) + i)];
+                    a += v[4 * i] * xv.x + v[4 * i + 1] * xv.y + v[4 * i + 2] * xv.z +
+                         v[4 * i + 3] * xv.w;
+                }
+                acc[t] += a;
             }
-            acc[t] += a;
         }
     }
     int c1 = live ? w.cols : 0;
-    for (int c = (vec_ok ? w.cols / VEC * VEC : 0) + lane + 32 * sub; c < c1; c += 32 * SPLIT) {
+    for (int c = nvec + lane + 32 * sub; c < c1; c += 32 * SPLIT) {
         float v = qw_at<QT>(w, data, scale, r, w.c0 + c);
 #pragma unroll
         for (int t = 0; t < NT; t++)

@@ -36,9 +36,11 @@ __global__ void rmsnorm_kernel(const float *x, int ldx, int n, const float *w, f
     const float *xr = x + (long long)blockIdx.x * ldx;
     float *o = out + (long long)blockIdx.x * ldo;
     double ss = 0;
+#pragma unroll 4
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
     ss = block_sum(ss, sh);
     float r = 1.0f / sqrtf((float)(ss / n) + eps);
+#pragma unroll 4
     for (int i = threadIdx.x; i < n; i += blockDim.x)
         o[i] = w ? w[i] * (xr[i] * r) : xr[i] * r;
 }
@@ -88,8 +90,9 @@ __device__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // The mix logits m[t][j] = rsqrt(mean(h[t]^2) + eps) * (h[t] . fn[j]) in
 // one pass, one block per (j, t) so that a single token still fills the
-// GPU (consecutive blocks share the token's streams in L2).  The CPU
-// scales before the dot product; the difference is rounding.
+// GPU (consecutive blocks share the token's streams in L2); 16-byte loads
+// when rows allow, so a block has its whole row in flight at once.  The
+// CPU scales before the dot product; the difference is rounding.
 __global__ void __launch_bounds__(512) hc_logits_kernel(const float *h, int n, const float *fn,
                                                         float norm_eps, float *m)
 {
@@ -99,8 +102,15 @@ __global__ void __launch_bounds__(512) hc_logits_kernel(const float *h, int n, c
     const float *ht = h + (long long)t * n, *f = fn + (long long)j * n;
     double ss = 0;
     float a = 0;
+    int n4 = (n % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)fn % 16 == 0) ? n / 4 : 0;
 #pragma unroll 4
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        float4 hv = ((const float4 *)ht)[i], fv = ((const float4 *)f)[i];
+        ss += (double)hv.x * hv.x + (double)hv.y * hv.y + (double)hv.z * hv.z +
+              (double)hv.w * hv.w;
+        a += hv.x * fv.x + hv.y * fv.y + hv.z * fv.z + hv.w * fv.w;
+    }
+    for (int i = 4 * n4 + threadIdx.x; i < n; i += blockDim.x) {
         float hv = ht[i];
         ss += (double)hv * hv;
         a += hv * f[i];
@@ -132,58 +142,79 @@ void cu_hc_rms(cudaStream_t st, const float *h, int T, int n, float norm_eps, fl
     if (T > 0) hc_rms_kernel<<<T, 256, 0, st>>>(h, n, norm_eps, r);
 }
 
-// One block per token: the mix (cpu_hc_mix, by warp 0: a lane per row,
-// then per column, in shared memory; same operations in the same order),
-// then the collapse sum_k pre[k] h[k].  r: NULL, or m holds unnormalized
-// dot products to be multiplied by r[t].
+// Blocks (token, slice of H): the mix (cpu_hc_mix's operations in its
+// order) by warp 0, a lane per row of comb held in registers, the column
+// sums gathered by shuffles; every block of a token computes the same mix
+// and block 0 writes post and comb.  Then the collapse of the block's
+// columns, sum_k pre[k] h[k].  r: NULL, or m holds unnormalized dot
+// products to be multiplied by r[t].
 __global__ void hc_collapse_kernel(const float *h, int hc, int H, const float *m, const float *r,
                                    const float *base, const float *scale, int iters,
                                    float hc_eps, float *post, float *comb, float *out, int head)
 {
-    __shared__ float pre[HC_MAX], cm[HC_MAX * HC_MAX];
+    __shared__ float pre[HC_MAX];
     int t = blockIdx.x, lane = threadIdx.x, nmix = head ? hc : (2 + hc) * hc;
+    bool first = blockIdx.y == 0;
     const float *mt = m + (long long)t * nmix, *ht = h + (long long)t * hc * H;
     float rt = r ? r[t] : 1.0f;
     if (threadIdx.x < 32) {
+        float row[HC_MAX];
+#pragma unroll
+        for (int j = 0; j < HC_MAX; j++) row[j] = 0;
         if (lane < hc) {
             float m0 = r ? mt[lane] * rt : mt[lane];
             pre[lane] = sigmoidf_(m0 * scale[0] + base[lane]) + hc_eps;
             if (!head) {
                 float m1 = r ? mt[hc + lane] * rt : mt[hc + lane];
-                post[(long long)t * hc + lane] = 2.0f * sigmoidf_(m1 * scale[1] + base[hc + lane]);
+                if (first)
+                    post[(long long)t * hc + lane] = 2.0f * sigmoidf_(m1 * scale[1] + base[hc + lane]);
                 const float *mc = mt + 2 * hc, *bc = base + 2 * hc;
-                float *row = cm + lane * hc, mx = -INFINITY, sum = 0;
-                for (int j = 0; j < hc; j++) {
+                float mx = -INFINITY, sum = 0;
+#pragma unroll
+                for (int j = 0; j < HC_MAX; j++) {
+                    if (j >= hc) break;
                     float mv = r ? mc[lane * hc + j] * rt : mc[lane * hc + j];
                     row[j] = mv * scale[2] + bc[lane * hc + j];
                     if (row[j] > mx) mx = row[j];
                 }
-                for (int j = 0; j < hc; j++) {
+#pragma unroll
+                for (int j = 0; j < HC_MAX; j++) {
+                    if (j >= hc) break;
                     row[j] = expf(row[j] - mx);
                     sum += row[j];
                 }
-                for (int j = 0; j < hc; j++) row[j] = row[j] / sum + hc_eps;
+#pragma unroll
+                for (int j = 0; j < HC_MAX; j++)
+                    if (j < hc) row[j] = row[j] / sum + hc_eps;
             }
         }
-        __syncwarp();
         for (int it = 0; !head && it < iters; it++) {
             if (it > 0 && lane < hc) {
                 float sum = 0;
-                for (int j = 0; j < hc; j++) sum += cm[lane * hc + j];
-                for (int j = 0; j < hc; j++) cm[lane * hc + j] /= sum + hc_eps;
+#pragma unroll
+                for (int j = 0; j < HC_MAX; j++)
+                    if (j < hc) sum += row[j];
+#pragma unroll
+                for (int j = 0; j < HC_MAX; j++)
+                    if (j < hc) row[j] /= sum + hc_eps;
             }
-            __syncwarp();
-            if (lane < hc) {
+            // Column j's sum over the rows in order, then the division.
+#pragma unroll
+            for (int j = 0; j < HC_MAX; j++) {
+                if (j >= hc) break;
                 float sum = 0;
-                for (int i = 0; i < hc; i++) sum += cm[i * hc + lane];
-                for (int i = 0; i < hc; i++) cm[i * hc + lane] /= sum + hc_eps;
+                for (int i = 0; i < hc; i++) sum += __shfl_sync(0xffffffffu, row[j], i);
+                if (lane < hc) row[j] /= sum + hc_eps;
             }
-            __syncwarp();
         }
-        for (int x = lane; !head && x < hc * hc; x += 32) comb[(long long)t * hc * hc + x] = cm[x];
+        if (!head && first && lane < hc) {
+#pragma unroll
+            for (int j = 0; j < HC_MAX; j++)
+                if (j < hc) comb[(long long)t * hc * hc + lane * hc + j] = row[j];
+        }
     }
     __syncthreads();
-    for (int d = threadIdx.x; d < H; d += blockDim.x) {
+    for (int d = blockIdx.y * blockDim.x + threadIdx.x; d < H; d += gridDim.y * blockDim.x) {
         float s = 0;
         for (int k = 0; k < hc; k++) s += pre[k] * ht[(long long)k * H + d];
         out[(long long)t * H + d] = s;
@@ -194,9 +225,12 @@ void cu_hc_collapse(cudaStream_t st, const float *h, int T, int hc, int H, const
                     const float *r, const float *base, const float *scale, int iters,
                     float hc_eps, float *post, float *comb, float *collapsed, bool head)
 {
+    // A few tokens: a block per 256 columns (the mix is short beside the
+    // collapse's memory latency); many: a block per token.
+    dim3 grid(T, T < 64 ? blocks_for(H, 256) : 1);
     if (T > 0)
-        hc_collapse_kernel<<<T, 256, 0, st>>>(h, hc, H, m, r, base, scale, iters, hc_eps, post,
-                                              comb, collapsed, head);
+        hc_collapse_kernel<<<grid, 256, 0, st>>>(h, hc, H, m, r, base, scale, iters, hc_eps, post,
+                                                 comb, collapsed, head);
 }
 
 __global__ void hc_post_kernel(float *h, const float *y, const float *post, const float *comb,
@@ -224,23 +258,24 @@ void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, co
     hc_post_kernel<<<blocks_for(n, 256), 256, 0, st>>>(h, y, post, comb, T, hc, H);
 }
 
-__global__ void ring_store_kernel(float *ring, int window, int hd, const float *kv, int pos0,
-                                  int from, int count)
+// The chunk's last `count` keys (positions pos0 + n - count ...).
+__global__ void ring_store_kernel(float *ring, int window, int hd, const float *kv, int n,
+                                  int pos0, int count, const dstep *dyn)
 {
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long long)count * hd) return;
-    int j = from + idx / hd, c = idx % hd;
+    if (dyn) pos0 = dyn->pos0, ring = (float *)dyn->ptr;
+    int j = pos0 + n - count + idx / hd, c = idx % hd;
     ring[(long long)(j % window) * hd + c] = kv[(long long)(j - pos0) * hd + c];
 }
 
 void cu_ring_store(cudaStream_t st, float *ring, int window, int head_dim, const float *kv, int n,
-                   int pos0)
+                   int pos0, const dstep *dyn)
 {
-    int from = pos0 + n - window > pos0 ? pos0 + n - window : pos0;
-    int count = pos0 + n - from;
+    int count = n < window ? n : window;
     if (count <= 0) return;
     ring_store_kernel<<<blocks_for((long long)count * head_dim, 256), 256, 0, st>>>(
-        ring, window, head_dim, kv, pos0, from, count);
+        ring, window, head_dim, kv, n, pos0, count, dyn);
 }
 
 // ---- mixture of experts ----
@@ -267,13 +302,16 @@ __device__ float route_act(float x, int sigmoid)
     return sigmoid ? sigmoidf_(x) : sqrtf(x > 20.0f ? x : log1pf(expf(x)));
 }
 
-// One warp per token: K rounds of arg-max over the biased scores (larger
-// first, ties to the lower expert), or the hash table's experts.
+// One warp per token: the biased scores once into shared memory, then K
+// rounds of arg-max over them (larger first, ties to the lower expert), or
+// the hash table's experts.
 __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmoid,
                              const float *bias, const void *tid2eid, int tid_i64, const int *ids,
                              float rscale, int *idx, float *wt, int *order)
 {
-    int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    extern __shared__ float rsh[];      // [warps][E] scores, then [warps][E] taken flags
+    int warp = threadIdx.x >> 5, t = blockIdx.x * (blockDim.x >> 5) + warp,
+        lane = threadIdx.x & 31;
     if (t >= T) return;
     const float *sc = scores + (long long)t * E;
     int sel[TOPK_MAX];
@@ -282,14 +320,20 @@ __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmo
             sel[k] = tid_i64 ? (int)((const long long *)tid2eid)[(long long)ids[t] * K + k]
                              : ((const int *)tid2eid)[(long long)ids[t] * K + k];
     } else {
+        float *val = rsh + (long long)warp * E;
+        unsigned char *taken = (unsigned char *)(rsh + (long long)(blockDim.x >> 5) * E) +
+                               (long long)warp * E;
+        for (int e = lane; e < E; e += 32) {
+            val[e] = route_act(sc[e], sigmoid) + bias[e];
+            taken[e] = 0;
+        }
+        __syncwarp();
         for (int k = 0; k < K; k++) {
             float bv = 0;
             int be = -1;
             for (int e = lane; e < E; e += 32) {
-                bool taken = false;
-                for (int j = 0; j < k; j++) taken |= sel[j] == e;
-                if (taken) continue;
-                float v = route_act(sc[e], sigmoid) + bias[e];
+                if (taken[e]) continue;
+                float v = val[e];
                 if (be < 0 || v > bv || (v == bv && e < be)) bv = v, be = e;
             }
             for (int o = 16; o; o >>= 1) {
@@ -298,6 +342,8 @@ __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmo
                 if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
             }
             sel[k] = be;
+            if (lane == 0 && be >= 0) taken[be] = 1;
+            __syncwarp();
         }
     }
     if (lane) return;
@@ -325,8 +371,11 @@ void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, boo
                   float routed_scale, int *idx, float *wt, int *order)
 {
     if (T <= 0) return;
-    route_kernel<<<blocks_for(T, 8), 256, 0, st>>>(scores, T, E, K, sigmoid, bias, tid2eid,
-                                                   tid_i64, ids, routed_scale, idx, wt, order);
+    size_t smem = tid2eid ? 0 : 8 * (size_t)E * (sizeof(float) + 1);
+    if (smem > 48 * 1024)
+        cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    route_kernel<<<blocks_for(T, 8), 256, smem, st>>>(scores, T, E, K, sigmoid, bias, tid2eid,
+                                                      tid_i64, ids, routed_scale, idx, wt, order);
 }
 
 // One block: count slots per expert, lay out the tiles, scatter the slots;
