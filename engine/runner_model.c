@@ -24,6 +24,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "chat_encode.h"
 #include "chat_render.h"
 #include "fingerprint.h"
 #include "json.h"
@@ -46,11 +47,6 @@ struct model_runner {
     int64_t       blocks_total;
     float        *logits;         /* [max_num_seqs][vocab] */
     v4_step_item *items;
-    /* added tokens the template may write, for tok_encode_marked */
-    const char  **added;
-    int32_t      *added_id;
-    size_t       *added_len;
-    size_t        n_added;
     uint64_t      rng;            /* tool call ids */
     /* background preparation */
     pthread_t       prep_tid;
@@ -139,30 +135,6 @@ static void free_mseq(struct mseq *q)
 
 /* ---- load -------------------------------------------------------------- */
 
-/* The template writes added tokens (BOS, role markers, <think>, DSML
- * markers, ...) only inside template text; find them there. */
-static int collect_added(struct model_runner *R, strbuf *err)
-{
-    size_t n = tok_n_added(R->tok);
-    R->added = calloc(n ? n : 1, sizeof *R->added);
-    R->added_id = calloc(n ? n : 1, sizeof *R->added_id);
-    R->added_len = calloc(n ? n : 1, sizeof *R->added_len);
-    if (!R->added || !R->added_id || !R->added_len) {
-        sb_puts(err, "out of memory");
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        size_t len;
-        int32_t id;
-        const char *c = tok_added_content(R->tok, i, &len, &id);
-        if (!c || !len) continue;
-        R->added[R->n_added] = c;
-        R->added_len[R->n_added] = len;
-        R->added_id[R->n_added++] = id;
-    }
-    return 0;
-}
-
 /* system_fingerprint: model config, tokenizer, chat format and the recipe
  * settings that change outputs. */
 static void make_fingerprint(const recipe *rc, char out[LLM_IPC_FINGERPRINT])
@@ -245,7 +217,6 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     R->bos = tok_bos_id(R->tok) >= 0 ? tok_bos_id(R->tok) : cfg->bos_id;
     R->eos = tok_eos_id(R->tok) >= 0 ? tok_eos_id(R->tok) : cfg->eos_id;
     chat_options_from_recipe(&R->chat_defaults, rc);
-    if (collect_added(R, err)) { mr_unload(R); return -1; }
     R->logits = malloc((size_t)rc->max_num_seqs * (size_t)R->vocab * sizeof *R->logits);
     R->items = calloc((size_t)rc->max_num_seqs, sizeof *R->items);
     if (!R->logits || !R->items) { sb_puts(err, "out of memory"); mr_unload(R); return -1; }
@@ -294,53 +265,10 @@ static void mr_unload(void *self)
     if (R->tok) tok_free(R->tok);
     free(R->logits);
     free(R->items);
-    free(R->added);
-    free(R->added_id);
-    free(R->added_len);
     free(R);
 }
 
 /* ---- prompts ----------------------------------------------------------- */
-
-/* Encode a rendered chat prompt: added tokens count as tokens only where
- * the template wrote them (origin spans with special_ok). */
-static int encode_chat(struct model_runner *R, const chat_prompt *p, tok_ids *out)
-{
-    tok_mark *marks = NULL;
-    size_t n_marks = 0, cap_marks = 0;
-    const char *t = p->text.data ? p->text.data : "";
-    for (size_t k = 0; k < p->n_origin; k++) {
-        const chat_span *sp = &p->origin[k];
-        if (!sp->special_ok) continue;
-        size_t end = sp->off + sp->len;
-        for (size_t i = sp->off; i < end;) {
-            /* leftmost-longest added token starting here */
-            size_t best = 0;
-            int32_t id = -1;
-            for (size_t a = 0; a < R->n_added; a++) {
-                size_t l = R->added_len[a];
-                if (l > best && i + l <= end && t[i] == R->added[a][0]
-                    && !memcmp(t + i, R->added[a], l)) {
-                    best = l;
-                    id = R->added_id[a];
-                }
-            }
-            if (!best) { i++; continue; }
-            if (n_marks == cap_marks) {
-                cap_marks = cap_marks ? cap_marks * 2 : 64;
-                tok_mark *nm = realloc(marks, cap_marks * sizeof *marks);
-                if (!nm) { free(marks); return TOK_EUTF8; }
-                marks = nm;
-            }
-            marks[n_marks].offset = i;
-            marks[n_marks++].id = id;
-            i += best;
-        }
-    }
-    int rc = tok_encode_marked(R->tok, t, p->text.len, marks, n_marks, out);
-    free(marks);
-    return rc;
-}
 
 /* A completions/tokenize prompt: a string (BOS + text, added tokens
  * recognized, as HF's encode with add_special_tokens does for DeepSeek) or
@@ -382,7 +310,7 @@ static int chat_tokens(struct model_runner *R, yajl_val req, tok_ids *out, bool 
     static const char open[] = "<think>";
     *thinking = p.text.len >= sizeof open - 1
                 && !memcmp(p.text.data + p.text.len - (sizeof open - 1), open, sizeof open - 1);
-    int rc = encode_chat(R, &p, out);
+    int rc = chat_prompt_encode(R->tok, &p, out);
     chat_prompt_free(&p);
     if (rc != TOK_OK) {
         chat_fail(cerr, "messages", "cannot tokenize the prompt: %s", tok_strerror(rc));
