@@ -15,6 +15,7 @@ struct sampler {
     float    *prob;
     int32_t  *idx;
     uint8_t  *keep;
+    float    *raw;           /* logits before penalties (logprobs + penalties) */
 };
 
 void sampling_params_default(sampling_params *p)
@@ -60,7 +61,13 @@ sampler *sampler_new(const sampling_params *p, int vocab,
     s->prob = malloc((size_t)vocab * sizeof *s->prob);
     s->idx = malloc((size_t)vocab * sizeof *s->idx);
     s->keep = malloc((size_t)vocab);
-    if (!s->out_count || !s->in_prompt || !s->prob || !s->idx || !s->keep) {
+    /* logprobs are the raw model's: keep a copy when penalties change logits */
+    bool need_raw = p->top_logprobs >= 0 && (p->repetition_penalty != 1.0f
+                                             || p->presence_penalty != 0.0f
+                                             || p->frequency_penalty != 0.0f);
+    if (need_raw) s->raw = malloc((size_t)vocab * sizeof *s->raw);
+    if (!s->out_count || !s->in_prompt || !s->prob || !s->idx || !s->keep
+        || (need_raw && !s->raw)) {
         sampler_free(s);
         return NULL;
     }
@@ -81,6 +88,7 @@ void sampler_free(sampler *s)
     free(s->prob);
     free(s->idx);
     free(s->keep);
+    free(s->raw);
     free(s);
 }
 
@@ -181,10 +189,9 @@ void sampler_sample(sampler *s, float *logits, sample_result *out)
     }
     float raw_lse = out->logprob;
     float *raw_copy = NULL;
-    if (p->top_logprobs >= 0 && (p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f
-                                 || p->frequency_penalty != 0.0f)) {
-        raw_copy = malloc((size_t)V * sizeof *raw_copy);
-        if (raw_copy) memcpy(raw_copy, logits, (size_t)V * sizeof *raw_copy);
+    if (s->raw) {
+        memcpy(s->raw, logits, (size_t)V * sizeof *s->raw);
+        raw_copy = s->raw;
     }
 
     apply_penalties(s, logits);
@@ -281,6 +288,5 @@ void sampler_sample(sampler *s, float *logits, sample_result *out)
     out->token = tok;
     if (p->top_logprobs >= 0)
         out->logprob = (raw_copy ? raw_copy[tok] : logits[tok]) - raw_lse;
-    free(raw_copy);
     if (tok >= 0 && tok < V) s->out_count[tok]++;
 }
