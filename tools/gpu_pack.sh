@@ -1,0 +1,19 @@
+#!/bin/sh
+# Assemble what the GPU machine needs into DEST, a folder under the
+# checkout's ignored .xfer/ (it travels with `carry`): the engine and GPU
+# test binaries built here by `make CUDA=1 gpu-tests`, the scripts that run
+# them, and lib/ with the shared libraries the GPU image lacks.
+#   make CUDA=1 gpu-tests && sh tools/gpu_pack.sh .xfer/NAME
+# Then, on the GPU machine: cd .xfer/NAME && sh tools/gpu_run.sh $OUT [bench]
+set -e
+dest=${1:?usage: tools/gpu_pack.sh DEST}
+rm -rf "$dest"
+mkdir -p "$dest/build/bin" "$dest/build/tests/gpu" "$dest/tools" "$dest/lib"
+cp build/bin/llm-engine "$dest/build/bin/"
+cp build/tests/gpu/test_cuda_* build/tests/test_model_golden "$dest/build/tests/" 2>/dev/null || true
+mv "$dest"/build/tests/test_cuda_* "$dest/build/tests/gpu/"
+cp tools/gpu_run.sh tools/gpu_serve_check.sh tools/test_gpu.sh "$dest/tools/"
+for l in libyajl.so.2 libyaml-0.so.2 libpcre2-8.so.0; do
+    cp -L /usr/lib/x86_64-linux-gnu/$l "$dest/lib/"
+done
+du -sh "$dest"
