@@ -1,10 +1,12 @@
 /* llm-engine bench --model DIR | --synthetic CONFIG.json
  *                  [--backend cpu|cuda] [--tp N] [--threads N]
- *                  [--prompt N | --prompts N,N,...] [--decode N]
+ *                  [--prompt N | --prompts N,N,...] [--chunk N] [--decode N]
  *                  [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U]
- * Per prompt length: one sequence, the prompt of pseudo-random tokens as
- * one prefill (time to first token); after the first prompt, greedy
- * decoding token by token (the first WARM_STEPS timed apart).  --synthetic builds random weights of the
+ * Per prompt length: one sequence, the prompt of pseudo-random tokens
+ * prefilled in steps of at most --chunk tokens (default 8192, the
+ * recipes' max_num_batched_tokens; time to first token = their sum), then
+ * greedy decoding token by token at that context (the first WARM_STEPS
+ * timed apart).  --synthetic builds random weights of the
  * config's exact shapes and dtypes on the GPUs (no files; cuda only).
  * Prints a table with load time, memory, cache capacity at 128K/384K/1M
  * positions, and roofline fractions: prefill FLOPs per GPU-second over
@@ -122,14 +124,14 @@ static int usage(void)
 {
     fprintf(stderr, "usage: llm-engine bench --model DIR | --synthetic CONFIG.json "
             "[--backend cpu|cuda] [--tp N] [--threads N] [--prompt N | --prompts N,N,...] "
-            "[--decode N] [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U]\n");
+            "[--chunk N] [--decode N] [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U]\n");
     return 2;
 }
 
 int cmd_bench(int argc, char **argv)
 {
     const char *model = NULL;
-    int prompts[8] = { 128 }, nprompts = 1, decode = 32;
+    int prompts[8] = { 128 }, nprompts = 1, decode = 32, chunk = 8192;
     double peak_gbs = 4300, peak_tflops = 788;
     v4_options opt = { .tp = 1 };
     if (argc % 2 == 0) return usage();
@@ -142,20 +144,21 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(a, "--prompt")) prompts[0] = atoi(v), nprompts = prompts[0] > 0;
         else if (!strcmp(a, "--prompts")) nprompts = parse_list(v, prompts, 8);
         else if (!strcmp(a, "--decode")) decode = atoi(v);
+        else if (!strcmp(a, "--chunk")) chunk = atoi(v);
         else if (!strcmp(a, "--backend")) opt.backend = v;
         else if (!strcmp(a, "--peak-gbs")) peak_gbs = atof(v);
         else if (!strcmp(a, "--peak-tflops")) peak_tflops = atof(v);
         else if (!strcmp(a, "--gpu-memory-utilization")) opt.gpu_memory_utilization = atof(v);
         else return usage();
     }
-    if (!model || nprompts < 1 || decode < 0 || opt.tp < 1 || peak_gbs <= 0 || peak_tflops <= 0 ||
+    if (!model || nprompts < 1 || decode < 0 || chunk < 1 || opt.tp < 1 || peak_gbs <= 0 || peak_tflops <= 0 ||
         opt.gpu_memory_utilization < 0 || opt.gpu_memory_utilization > 1)
         return usage();
     if (opt.synthetic && !opt.backend) opt.backend = "cuda";
     int maxp = 0;
     for (int i = 0; i < nprompts; i++) maxp = prompts[i] > maxp ? prompts[i] : maxp;
     opt.cache_tokens = maxp + decode;
-    opt.max_step_tokens = maxp;
+    opt.max_step_tokens = maxp < chunk ? maxp : chunk;
     strbuf err;
     sb_init(&err);
     v4_model *m = NULL;
@@ -173,7 +176,7 @@ int cmd_bench(int argc, char **argv)
     printf("load             %.2f s\n", t_load);
     fflush(stdout);
 
-    int32_t *ids = malloc((maxp + decode) * sizeof *ids);
+    int32_t *ids = malloc(maxp * sizeof *ids), *dec = malloc((decode + 1) * sizeof *dec);
     uint64_t x = 88172645463325252ULL;
     for (int i = 0; i < maxp; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -187,20 +190,24 @@ int cmd_bench(int argc, char **argv)
         int n = prompts[pi];
         v4_seq *seq = v4_seq_new(m, &err);
         if (!seq) goto out;
+        v4_step_item it;
         t0 = now();
-        v4_step_item it = { seq, ids, n, logits, false };
-        if (v4_step(m, &it, 1, &err)) { v4_seq_free(m, seq); goto out; }
+        for (int p = 0; p < n; p += chunk) {
+            it = (v4_step_item){ seq, ids + p, n - p < chunk ? n - p : chunk, logits, false };
+            if (v4_step(m, &it, 1, &err)) { v4_seq_free(m, seq); goto out; }
+        }
         double t = now() - t0, fl = 0;
         for (int p = 0; p < n; p++) fl += token_flops(c, p);
         double per_gpu = fl / t / tp;
         int nonfinite = 0;
         for (int v = 0; v < V; v++) nonfinite += !isfinite(logits[v]);
-        printf("prefill %-8d %.3f s = %.0f tokens/s, TTFT %.1f ms; %.1f TFLOP, %.1f TFLOP/s "
-               "per GPU = %.2f%% of %.0f%s\n", n, t, n / t, t * 1e3, fl / 1e12, per_gpu / 1e12,
+        printf("prefill %-8d %.3f s = %.0f tokens/s, TTFT %.1f ms (%d steps); %.1f TFLOP, %.1f "
+               "TFLOP/s per GPU = %.2f%% of %.0f%s\n", n, t, n / t, t * 1e3, (n + chunk - 1) / chunk,
+               fl / 1e12, per_gpu / 1e12,
                100 * per_gpu / 1e12 / peak_tflops, peak_tflops,
                nonfinite ? " (logits NOT finite)" : "");
         fflush(stdout);
-        if (pi == 0 && decode) {
+        if (decode) {
             /* The first WARM steps run op by op and capture a graph (on
              * backends with graphs): timed apart. */
             double bytes = 0, t_warm = 0;
@@ -210,9 +217,9 @@ int cmd_bench(int argc, char **argv)
                 if (i == warm) t_warm = now() - t0, t0 = now();
                 int best = 0;
                 for (int v = 1; v < V; v++) best = logits[v] > logits[best] ? v : best;
-                ids[n + i] = best;
+                dec[i] = best;
                 if (i >= warm) bytes += decode_bytes(c, &sh, n + i);
-                it = (v4_step_item){ seq, ids + n + i, 1, logits, false };
+                it = (v4_step_item){ seq, dec + i, 1, logits, false };
                 if (v4_step(m, &it, 1, &err)) { v4_seq_free(m, seq); goto out; }
             }
             int nd = decode - warm;
@@ -261,6 +268,7 @@ out:
     if (rc) fprintf(stderr, "llm-engine bench: %s", err.data);
     v4_model_free(m);
     free(ids);
+    free(dec);
     free(logits);
     sb_free(&err);
     return rc;

@@ -3,8 +3,12 @@
 # binaries built elsewhere (make CUDA=1 gpu-tests) plus lib/ with the
 # shared libraries that machine lacks (docs/GPU_NOTES.md says how):
 #   sh tools/gpu_run.sh OUTDIR [bench]
+#   sh tools/gpu_run.sh OUTDIR long [ENGINE BENCH OPTIONS...]
 # Logs go to OUTDIR; a short summary is printed last.  BENCH_LONG=1 adds
-# the 32K-token prefill to the benchmark.
+# the 32K-token prefill to the benchmark.  `long` skips the tests and runs
+# V4-Flash at 8K, 32K and 119,503-token prompts (the r33 report's longest),
+# decoding at each context, with the extra options given (e.g.
+# --kv-cache-dtype fp8).
 out=${1:-/tmp/gpu-out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0     # never NVLink multicast
@@ -15,6 +19,13 @@ export LD_LIBRARY_PATH=$PWD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 { nvidia-smi; ls /usr/local/cuda/lib64 | grep -E 'nccl|cublasLt'; } > "$out/machine.txt" 2>&1
 build/bin/llm-engine version > "$out/version.txt" 2>&1
 
+if [ "$2" = long ]; then
+    shift 2
+    echo "== long-context bench $*"
+    build/bin/llm-engine bench --synthetic conf/models/deepseek-v4-flash.json --tp 2 \
+        --prompts 8192,32768,119503 --decode 32 "$@" 2>&1 | tee "$out/long.log"
+    exit 0
+fi
 timeout 150 build/tests/gpu/test_cuda_kernels > "$out/kernels.log" 2>&1
 krc=$?
 timeout 90 build/tests/gpu/test_cuda_model > "$out/model.log" 2>&1
