@@ -110,3 +110,20 @@ struct dattn {
 };
 // Returns false when the key list does not fit in shared memory.
 bool cu_attention(cudaStream_t st, const dattn &a);
+
+// ---- allreduce.cu ----
+// Peer memory of every rank of one process's group: inboxes [2][tp][cap]
+// floats and flags [2][AR_MAX_BLOCKS][AR_MAX_RANKS]; and this rank's
+// per-block epoch counters [AR_MAX_BLOCKS]; all zero-filled at creation.
+#define AR_MAX_RANKS 8
+#define AR_MAX_BLOCKS 32
+struct ar_peers {
+    int rank, tp;
+    size_t cap;                         // floats per inbox
+    float *inbox[AR_MAX_RANKS];
+    unsigned *flags[AR_MAX_RANKS];
+    unsigned *epoch;
+};
+// buf[0..n) = the sum over the ranks (n <= cap, n % 4 == 0, buf 16-byte
+// aligned); every rank of the group must call it with the same n.
+void cu_allreduce_oneshot(cudaStream_t st, float *buf, size_t n, const ar_peers &P);

@@ -591,7 +591,7 @@ static void test_moe(int T, bool hash, int H)
     free(bias), free(x), free(tid), free(ids), free(out), free(g);
 }
 
-/* ---- NCCL all-reduce over two devices ---- */
+/* ---- all-reduce over two devices ---- */
 
 typedef struct {
     backend **b;
@@ -619,58 +619,70 @@ static void ar_rank(void *ctx, int r)
     J->secs[r] = now() - t0;
 }
 
+/* Sums of `iters` back-to-back in-place all-reduces: fl(h0 + h1) * 2^(iters-1)
+ * on both ranks, bit for bit (doubling is exact). */
+static void allreduce_case(backend **b, tp_group *g, size_t n, int iters, const char *path)
+{
+    float *h0 = hrand(n, 1.0f), *h1 = hrand(n, 1.0f);
+    ar_job J = { b, { NULL, NULL }, n, iters, { 0, 0 } };
+    J.buf[0] = b[0]->alloc(b[0], n * 4);
+    J.buf[1] = b[1]->alloc(b[1], n * 4);
+    b[0]->write(b[0], J.buf[0], h0, n * 4);
+    b[1]->write(b[1], J.buf[1], h1, n * 4);
+    tp_run(g, ar_rank, &J);
+    float *r0 = malloc(n * 4), *r1 = malloc(n * 4);
+    b[0]->read(b[0], r0, J.buf[0], n * 4);
+    b[1]->read(b[1], r1, J.buf[1], n * 4);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += r0[i] != ldexpf(h0[i] + h1[i], iters - 1) || memcmp(&r1[i], &r0[i], 4);
+    ok(!bad && !b[0]->error(b[0]) && !b[1]->error(b[1]),
+       "all-reduce (%s) of %zu floats over 2 devices, %d back to back: %zu wrong %s", path, n,
+       iters, bad, b[0]->error(b[0]) ? b[0]->error(b[0]) : "");
+    b[0]->release(b[0], J.buf[0]);
+    b[1]->release(b[1], J.buf[1]);
+    free(h0), free(h1), free(r0), free(r1);
+}
+
+/* The default group (one-shot over peer memory up to 256K floats, NCCL
+ * above and for odd sizes), then an NCCL-only one (LLM_CUDA_ALLREDUCE=nccl). */
 static void test_allreduce(void)
 {
     if (llm_cuda_device_count() < 2) {
-        skip(3, "all-reduce needs 2 CUDA devices");
-        return;
-    }
-    backend *b[2];
-    char err[256];
-    if (backend_cuda_new_group(2, b, err, sizeof err)) {
-        ok(0, "NCCL group of 2: %s", err);
+        skip(12, "all-reduce needs 2 CUDA devices");
         return;
     }
     tp_group *g = tp_group_new(2);
-    size_t sizes[] = { 1, 4096, 1 << 20 };
-    for (int si = 0; si < 3; si++) {
-        size_t n = sizes[si];
-        float *h0 = hrand(n, 1.0f), *h1 = hrand(n, 1.0f);
-        ar_job J = { b, { NULL, NULL }, n, 1, { 0, 0 } };
-        J.buf[0] = b[0]->alloc(b[0], n * 4);
-        J.buf[1] = b[1]->alloc(b[1], n * 4);
-        b[0]->write(b[0], J.buf[0], h0, n * 4);
-        b[1]->write(b[1], J.buf[1], h1, n * 4);
-        tp_run(g, ar_rank, &J);
-        float *r0 = malloc(n * 4), *r1 = malloc(n * 4);
-        b[0]->read(b[0], r0, J.buf[0], n * 4);
-        b[1]->read(b[1], r1, J.buf[1], n * 4);
-        size_t bad = 0;
-        for (size_t i = 0; i < n; i++) bad += r0[i] != h0[i] + h1[i] || r1[i] != r0[i];
-        ok(!bad && !b[0]->error(b[0]) && !b[1]->error(b[1]),
-           "NCCL all-reduce of %zu floats over 2 devices: %zu wrong %s", n, bad,
-           b[0]->error(b[0]) ? b[0]->error(b[0]) : "");
-        b[0]->release(b[0], J.buf[0]);
-        b[1]->release(b[1], J.buf[1]);
-        free(h0), free(h1), free(r0), free(r1);
+    for (int pass = 0; pass < 2; pass++) {
+        const char *path = pass ? "NCCL" : "default";
+        if (pass) setenv("LLM_CUDA_ALLREDUCE", "nccl", 1);
+        backend *b[2];
+        char err[256];
+        if (backend_cuda_new_group(2, b, err, sizeof err)) {
+            ok(0, "CUDA group of 2 (%s): %s", path, err);
+            continue;
+        }
+        size_t sizes[] = { 1, 4096, 4100, 65536, 262144, 1 << 20 };
+        for (int si = 0; si < 6; si++) allreduce_case(b, g, sizes[si], si == 1 ? 1 : 64, path);
+        /* Latency (reported, not asserted): back-to-back all-reduces. */
+        size_t lat[] = { 2048, 4096, 4096 * 4, 4096 * 64 };
+        for (int si = 0; si < 4; si++) {
+            ar_job J = { b, { NULL, NULL }, lat[si], 20, { 0, 0 } };
+            J.buf[0] = b[0]->alloc(b[0], lat[si] * 4);
+            J.buf[1] = b[1]->alloc(b[1], lat[si] * 4);
+            tp_run(g, ar_rank, &J);
+            J.iters = 1000;
+            tp_run(g, ar_rank, &J);
+            diag("all-reduce (%s) %zu KB: %.1f us each (%d back to back)", path,
+                 lat[si] * 4 / 1024, J.secs[0] / J.iters * 1e6, J.iters);
+            b[0]->release(b[0], J.buf[0]);
+            b[1]->release(b[1], J.buf[1]);
+        }
+        b[0]->destroy(b[0]);
+        b[1]->destroy(b[1]);
     }
-    /* Latency (reported, not asserted): back-to-back all-reduces. */
-    size_t lat[] = { 2048, 4096, 4096 * 4 };
-    for (int si = 0; si < 3; si++) {
-        ar_job J = { b, { NULL, NULL }, lat[si], 20, { 0, 0 } };
-        J.buf[0] = b[0]->alloc(b[0], lat[si] * 4);
-        J.buf[1] = b[1]->alloc(b[1], lat[si] * 4);
-        tp_run(g, ar_rank, &J);
-        J.iters = 1000;
-        tp_run(g, ar_rank, &J);
-        diag("NCCL all-reduce %zu KB: %.1f us each (%d back to back)", lat[si] * 4 / 1024,
-             J.secs[0] / J.iters * 1e6, J.iters);
-        b[0]->release(b[0], J.buf[0]);
-        b[1]->release(b[1], J.buf[1]);
-    }
+    unsetenv("LLM_CUDA_ALLREDUCE");
     tp_group_free(g);
-    b[0]->destroy(b[0]);
-    b[1]->destroy(b[1]);
 }
 
 int main(void)
