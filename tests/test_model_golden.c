@@ -5,7 +5,14 @@
  * <= 1e-4 and max abs error <= 1e-3, greedy next token equal to the
  * golden one at >= 99% of positions, incremental equal to full (relative
  * L2 <= 1e-5); plus the logits CLI end to end.  The backend is
- * $LLM_TEST_BACKEND (default cpu; tools/test_gpu.sh runs it with cuda). */
+ * $LLM_TEST_BACKEND (default cpu; tools/test_gpu.sh runs it with cuda).
+ *
+ * CUDA's prefill GEMMs (steps of >= 64 tokens) are bf16 by default:
+ * activations rounded to bf16 (unit roundoff 2^-8) before every dense and
+ * expert matmul, so the logits move by far more than float32's 1e-4.
+ * There the bounds are relative L2 <= 1e-2 and max abs <= 5e-2 (both
+ * the golden and the full run), greedy agreement >= 99% as above.
+ * With LLM_CUDA_GEMM=f32 the float32 bounds hold again. */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -50,6 +57,8 @@ static float *read_f32(const char *path, size_t *n)
 }
 
 static const char *backend = "cpu";
+static bool bf16_gemm;      /* cuda with bf16 prefill GEMMs */
+static double tol_rel = 1e-4, tol_abs = 1e-3, tol_inc = 1e-5;
 
 static int argmax(const float *v, int n)
 {
@@ -88,7 +97,7 @@ static void compare(const char *what, const float *got, const float *want, size_
         ma = fmax(ma, fabs(e));
     }
     double rel = sqrt(d / z);
-    ok(rel <= 1e-4 && ma <= 1e-3, "%s: rel L2 %.3g, max abs %.3g", what, rel, ma);
+    ok(rel <= tol_rel && ma <= tol_abs, "%s: rel L2 %.3g, max abs %.3g", what, rel, ma);
 }
 
 /* Logits of every position: full = one step; incremental = half, then 1 by 1. */
@@ -138,8 +147,8 @@ static void fixture(const char *name)
         for (int inc = 0; inc < 2; inc++) {
             char what[128];
             int V = 0;
-            snprintf(what, sizeof what, "%s %s tp=%d %s", name, backend, tp,
-                     inc ? "incremental" : "full");
+            snprintf(what, sizeof what, "%s %s%s tp=%d %s", name, backend,
+                     bf16_gemm ? " (bf16 prefill GEMMs)" : "", tp, inc ? "incremental" : "full");
             memset(out, 0, ng * sizeof *out);
             if (run(dir, tp, inc, ids, n, out, &V) || (size_t)V * n != ng) {
                 ok(0, "%s runs", what);
@@ -150,7 +159,7 @@ static void fixture(const char *name)
             if (!inc) memcpy(full, out, ng * sizeof *out);
             else {
                 double r = rel_l2(out, full, ng);
-                ok(r <= 1e-5, "%s equals full: rel L2 %.3g", what, r);
+                ok(r <= tol_inc, "%s equals full: rel L2 %.3g", what, r);
             }
         }
     /* The CLI end to end: same numbers through the file format. */
@@ -182,6 +191,9 @@ static void fixture(const char *name)
 int main(void)
 {
     if (getenv("LLM_TEST_BACKEND")) backend = getenv("LLM_TEST_BACKEND");
+    const char *gemm = getenv("LLM_CUDA_GEMM");
+    bf16_gemm = !strcmp(backend, "cuda") && !(gemm && !strcmp(gemm, "f32"));
+    if (bf16_gemm) tol_rel = 1e-2, tol_abs = 5e-2, tol_inc = 1e-2;
     DIR *d = opendir(FIXTURES);
     struct dirent *e;
     char *names[64];

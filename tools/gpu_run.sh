@@ -19,8 +19,12 @@ timeout 150 build/tests/gpu/test_cuda_kernels > "$out/kernels.log" 2>&1
 krc=$?
 timeout 90 build/tests/gpu/test_cuda_model > "$out/model.log" 2>&1
 mrc=$?
+# Golden logits with bf16 prefill GEMMs (the default), then float32 ones.
 LLM_TEST_BACKEND=cuda timeout 120 build/tests/test_model_golden > "$out/golden.log" 2>&1
 grc=$?
+LLM_CUDA_GEMM=f32 LLM_TEST_BACKEND=cuda timeout 120 build/tests/test_model_golden \
+    > "$out/golden-f32.log" 2>&1
+gfrc=$?
 if [ $krc -ne 0 ] && command -v compute-sanitizer > /dev/null; then
     timeout 200 compute-sanitizer --print-limit 5 build/tests/gpu/test_cuda_kernels \
         > "$out/sanitizer.log" 2>&1
@@ -67,9 +71,12 @@ fi
 echo "== machine"; grep -E "H200|Driver" "$out/machine.txt" | head -3; grep -c nccl "$out/machine.txt"
 echo "== kernels exit $krc: $(grep -c '^ok' "$out/kernels.log") ok, $(grep -c '^not ok' "$out/kernels.log") not ok"
 grep -E '^not ok|NCCL all-reduce [0-9]+ KB|Aborted|rror' "$out/kernels.log" | head -40
-echo "== golden exit $grc: $(grep -c '^ok' "$out/golden.log") ok, $(grep -c '^not ok' "$out/golden.log") not ok"
+echo "== golden (bf16 prefill GEMMs) exit $grc: $(grep -c '^ok' "$out/golden.log") ok, $(grep -c '^not ok' "$out/golden.log") not ok"
 grep -E '^not ok|^#' "$out/golden.log" | head -20
-grep -E 'tp=. (full|incremental): rel' "$out/golden.log" | head -12
+grep -E 'tp=. (full|incremental)(: rel| equals|: greedy)' "$out/golden.log" | head -40
+echo "== golden (LLM_CUDA_GEMM=f32) exit $gfrc: $(grep -c '^ok' "$out/golden-f32.log") ok, $(grep -c '^not ok' "$out/golden-f32.log") not ok"
+grep -E '^not ok|^#' "$out/golden-f32.log" | head -20
+grep -E 'tp=. (full|incremental): rel' "$out/golden-f32.log" | head -12
 echo "== model exit $mrc: $(grep -c '^ok' "$out/model.log") ok, $(grep -c '^not ok' "$out/model.log") not ok"
 grep -E '^not ok|^#|^ok' "$out/model.log" | head -20
 grep '^== serve' "$out/serve.log"
