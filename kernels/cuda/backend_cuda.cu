@@ -116,7 +116,7 @@ struct cu_impl {
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t lt_op;
     void *lt_ws;
-    bool gemm_bf16;             // LLM_CUDA_GEMM: bf16 (default) or f32
+    int gemm;                   // LLM_CUDA_GEMM: GEMM_BF16X2 (default), GEMM_BF16, GEMM_F32
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
     double expert_host_ms;      // profiling: host time queuing the expert GEMMs
@@ -136,6 +136,14 @@ struct cu_impl {
 #define LT_WS_BYTES (32u << 20)
 #define LT_MIN_T 64     // prefill matmuls of at least this many tokens go to cuBLASLt
 #define WCHUNK_BYTES ((size_t)512 << 20)    // experts' weights dequantized at a time
+
+// Prefill GEMM operands.  Weights are exact in bf16 (FP8, E2M1, BF16
+// values times powers of two); activations are not: bf16x2 splits each
+// into hi = bf16(x) and lo = bf16(x - hi) (x - hi - lo within 2^-16 |x|)
+// and accumulates W hi + W lo, bf16 rounds x once (2^-8), f32 keeps
+// float32 operands (no tensor cores).
+enum { GEMM_BF16X2, GEMM_BF16, GEMM_F32 };
+static const char *const gemm_names[] = { "bf16x2", "bf16", "f32" };
 
 static cu_impl *impl(backend *b) { return (cu_impl *)b->impl; }
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
@@ -207,7 +215,7 @@ static void print_profile(cu_impl *c)
     double total = 0;
     for (int i = 0; i < NPROF && c->prof[i].op; i++) total += c->prof[i].ms;
     fprintf(stderr, "cuda profile, device %d (%s prefill GEMMs): %.1f ms in ops\n", c->dev,
-            c->gemm_bf16 ? "bf16" : "f32", total);
+            gemm_names[c->gemm], total);
     for (int i = 0; i < NPROF && c->prof[i].op; i++)
         fprintf(stderr, "  %-18s %8lld calls %10.1f ms %5.1f%%\n", c->prof[i].op,
                 c->prof[i].calls, c->prof[i].ms, 100 * c->prof[i].ms / (total > 0 ? total : 1));
@@ -552,19 +560,21 @@ static unsigned align_of(const void *p)
     } while (0)
 
 // A GEMM operand: float32 or bf16 elements, rows ld elements apart;
-// stride: bytes between packed experts.
+// stride: bytes between packed experts; lo: activations split in two,
+// the low parts lo elements after the high ones.
 struct gemm_op {
     const void *p;
     long long ld;
     bool bf16;
     long long stride;
+    int lo;
 };
 
 static const void *byte_off(const void *p, long long bytes) { return (const char *)p + bytes; }
 
 // The prefill GEMMs of weight q run in bf16 unless LLM_CUDA_GEMM=f32 or
 // the weight is float32 (not exact in bf16).
-static bool use_bf16(cu_impl *c, const dqw &q) { return c->gemm_bf16 && q.type != QT_F32; }
+static bool use_bf16(cu_impl *c, const dqw &q) { return c->gemm != GEMM_F32 && q.type != QT_F32; }
 
 static bool lt_heuristic(cu_impl *c, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
                          cublasLtMatrixLayout_t C, const uint32_t *align,
@@ -602,7 +612,9 @@ static void lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float
     cudaDataType_t dt = w.bf16 ? CUDA_R_16BF : CUDA_R_32F;
     int tb = 16;
     while (tb < T) tb *= 2;
+    const void *xlo = byte_off(x.p, (long long)x.lo * 2);
     uint32_t align[3] = { align_of(w.p), align_of(x.p), align_of(y) };
+    if (x.lo && align_of(xlo) < align[1]) align[1] = align_of(xlo);
     int key[ALGO_KEY] = { w.bf16, N, K, (int)w.ld, (int)x.ld, ldy, tb, (int)align[0],
                           (int)align[1], (int)align[2] };
     cublasLtMatrixLayout_t A = NULL, B = NULL, C = NULL;
@@ -625,19 +637,25 @@ static void lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float
         if (Cb) cublasLtMatrixLayoutDestroy(Cb);
         if (Bb) cublasLtMatrixLayoutDestroy(Bb);
     }
-    float alpha = 1, beta = 0;
-    cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
-    if (ok && a)
-        st = cublasLtMatmul(c->lt, c->lt_op, &alpha, w.p, A, x.p, B, &beta, y, C, y, C, &a->algo,
-                            c->lt_ws, LT_WS_BYTES, c->st);
-    if (ok && st != CUBLAS_STATUS_SUCCESS) {    // not for this count: choose for it
-        cublasLtMatmulAlgo_t exact;
-        if (lt_heuristic(c, A, B, C, align, &exact))
-            LTK(cublasLtMatmul(c->lt, c->lt_op, &alpha, w.p, A, x.p, B, &beta, y, C, y, C, &exact,
+    cublasLtMatmulAlgo_t exact;
+    for (int part = 0; part < (x.lo ? 2 : 1) && ok; part++) {
+        float alpha = 1, beta = part;   // the low parts add to the high parts' product
+        const void *xp = part ? xlo : x.p;
+        cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
+        if (a)
+            st = cublasLtMatmul(c->lt, c->lt_op, &alpha, w.p, A, xp, B, &beta, y, C, y, C,
+                                &a->algo, c->lt_ws, LT_WS_BYTES, c->st);
+        if (st == CUBLAS_STATUS_SUCCESS) continue;
+        // Not for this count: choose for it.
+        if (lt_heuristic(c, A, B, C, align, &exact)) {
+            a = NULL;
+            LTK(cublasLtMatmul(c->lt, c->lt_op, &alpha, w.p, A, xp, B, &beta, y, C, y, C, &exact,
                                c->lt_ws, LT_WS_BYTES, c->st));
-        else
-            fail(c, "cuBLASLt: no %s algorithm for %dx%d by %d tokens", w.bf16 ? "bf16" : "float32",
-                 N, K, T);
+        } else {
+            fail(c, "cuBLASLt: no %s algorithm for %dx%d by %d tokens",
+                 w.bf16 ? "bf16" : "float32", N, K, T);
+            ok = false;
+        }
     }
     if (C) cublasLtMatrixLayoutDestroy(C);
     if (B) cublasLtMatrixLayoutDestroy(B);
@@ -652,29 +670,30 @@ static gemm_op gemm_weights(cu_impl *c, bool bf16, const dqw &q, int nexp)
     int es = bf16 ? 2 : 4;
     if (q.type == (bf16 ? QT_BF16 : QT_F32))
         return gemm_op{ byte_off(q.data, ((long long)q.r0 * q.ld + q.c0) * es), q.ld, bf16,
-                        q.estride };
+                        q.estride, 0 };
     long long ld = round_up(q.cols, 8), stride = q.rows * ld * es;
     void *p = grow(c, &c->wdeq, (size_t)nexp * stride);
     if (!c->failed) cu_dequant(c->st, q, nexp, bf16, p, ld);
-    return gemm_op{ p, ld, bf16, stride };
+    return gemm_op{ p, ld, bf16, stride, 0 };
 }
 
 // Activations x[T][K] (rows rows[t] / div of x when rows is set, then
-// ldx == K) as a GEMM operand: rounded to bf16 into scratch, or float32
+// ldx == K) as a GEMM operand: bf16 in scratch (split in two under
+// bf16x2: each row's high parts, then its low parts), or float32
 // (gathered into scratch when rows is set).
 static gemm_op gemm_input(cu_impl *c, bool bf16, const float *x, int ldx, const int *rows,
                           int div, int T, int K)
 {
     if (bf16) {
-        int ld = round_up(K, 8);
-        uint16_t *p = (uint16_t *)grow(c, &c->xbf, (size_t)T * ld * 2);
-        if (!c->failed) cu_round_bf16(c->st, x, ldx, rows, div, T, K, p, ld);
-        return gemm_op{ p, ld, true, 0 };
+        int ld = round_up(K, 8), lo = c->gemm == GEMM_BF16X2 ? ld : 0;
+        uint16_t *p = (uint16_t *)grow(c, &c->xbf, (size_t)T * (ld + lo) * 2);
+        if (!c->failed) cu_round_bf16(c->st, x, ldx, rows, div, T, K, p, ld + lo, lo);
+        return gemm_op{ p, ld + lo, true, 0, lo };
     }
-    if (!rows) return gemm_op{ x, ldx, false, 0 };
+    if (!rows) return gemm_op{ x, ldx, false, 0, 0 };
     float *p = (float *)grow(c, &c->xs, (size_t)T * K * sizeof(float));
     if (!c->failed) cu_rows_gather(c->st, x, K, rows, div, T, p);
-    return gemm_op{ p, K, false, 0 };
+    return gemm_op{ p, K, false, 0, 0 };
 }
 
 // Prefill matmul: y = x W^T through cuBLASLt (bf16 or float32 operands).
@@ -725,8 +744,8 @@ static void expert_gemms(cu_impl *c, const dqw &w, int E, const int *ho, gemm_op
         for (int e = e0; e < e0 + n && !c->failed; e++) {
             int o = ho[e], m = ho[e + 1] - o;
             if (!m) continue;
-            gemm_op we = { byte_off(wc.p, (e - e0) * wc.stride), wc.ld, x.bf16, 0 };
-            gemm_op xe = { byte_off(x.p, o * x.ld * (x.bf16 ? 2 : 4)), x.ld, x.bf16, 0 };
+            gemm_op we = { byte_off(wc.p, (e - e0) * wc.stride), wc.ld, x.bf16, 0, 0 };
+            gemm_op xe = { byte_off(x.p, o * x.ld * (x.bf16 ? 2 : 4)), x.ld, x.bf16, 0, x.lo };
             lt_gemm(c, we, w.rows, w.cols, xe, m, y + (size_t)o * ldy, ldy);
         }
     }
@@ -806,7 +825,8 @@ static void hc_pre(cu_impl *c, const float *h, int T, int hc, int H, const float
     if (T >= LT_MIN_T) {
         r = m + (size_t)T * nmix;
         cu_hc_rms(c->st, h, T, n, norm_eps, r);
-        lt_gemm(c, gemm_op{ fn, n, false, 0 }, nmix, n, gemm_op{ h, n, false, 0 }, T, m, nmix);
+        lt_gemm(c, gemm_op{ fn, n, false, 0, 0 }, nmix, n, gemm_op{ h, n, false, 0, 0 }, T, m,
+                nmix);
     } else {
         cu_hc_logits(c->st, h, T, n, fn, nmix, norm_eps, m);
     }
@@ -1199,9 +1219,11 @@ static backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
     CK(c, cudaMalloc(&c->lt_ws, LT_WS_BYTES));
     lt_op_new(c);
     const char *gm = getenv("LLM_CUDA_GEMM");
-    c->gemm_bf16 = !gm || !*gm || !strcmp(gm, "bf16");
-    if (!c->gemm_bf16 && strcmp(gm, "f32"))
-        fail(c, "LLM_CUDA_GEMM=%s: expected bf16 (the default) or f32", gm);
+    c->gemm = GEMM_BF16X2;
+    for (int i = 0; gm && *gm && i < 3; i++)
+        if (!strcmp(gm, gemm_names[i])) c->gemm = i;
+    if (gm && *gm && strcmp(gm, gemm_names[c->gemm]))
+        fail(c, "LLM_CUDA_GEMM=%s: expected bf16x2 (the default), bf16 or f32", gm);
     const char *pe = getenv("LLM_CUDA_PROFILE"), *ge = getenv("LLM_CUDA_GRAPHS");
     c->profile = pe && *pe && strcmp(pe, "0");
     if (c->profile) {

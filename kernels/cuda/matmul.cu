@@ -334,9 +334,32 @@ __global__ void dequant_kernel(dqw w, O *out, long long ldo)
     const uint8_t *data = w.data + blockIdx.y * w.estride;
     const uint8_t *scale = w.scale + blockIdx.y * w.sestride;
     __align__(16) O v[8];
+    long long rr = w.r0 + r, cc = w.c0 + c;
+    if (cc % 8 == 0 && c + 8 <= w.cols && QT != QT_F32) {
+        // Eight codes in one load, one scale (copy rows are padded to 16
+        // bytes, so the load is aligned).
+        if (QT == QT_BF16) {
+            uint4 u = *(const uint4 *)((const uint16_t *)data + rr * w.ld + cc);
+            const uint16_t *h = (const uint16_t *)&u;
 #pragma unroll
-    for (int j = 0; j < 8; j++)
-        v[j] = out_of<O>(c + j < w.cols ? qw_at<QT>(w, data, scale, w.r0 + r, w.c0 + c + j) : 0.0f);
+            for (int j = 0; j < 8; j++) v[j] = out_of<O>(bf16f(h[j]));
+        } else if (QT == QT_FP8) {
+            uint2 u = *(const uint2 *)(data + rr * w.ld + cc);
+            float s = e8m0f(scale[(rr >> 7) * w.sld + (cc >> 7)]);
+            const uint8_t *b = (const uint8_t *)&u;
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = out_of<O>(fp8f(b[j]) * s);
+        } else {
+            uint32_t u = *(const uint32_t *)(data + ((rr * w.ld + cc) >> 1));
+            float s = e8m0f(scale[rr * w.sld + (cc >> 5)]);
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = out_of<O>(fp4f(u >> (4 * j)) * s);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            v[j] = out_of<O>(c + j < w.cols ? qw_at<QT>(w, data, scale, rr, cc + j) : 0.0f);
+    }
     O *o = out + blockIdx.y * per + i;
     if (sizeof(O) == 2) {
         *(uint4 *)o = *(const uint4 *)v;
@@ -360,19 +383,22 @@ void cu_dequant(cudaStream_t st, const dqw &w, int nexp, bool bf16, void *out, l
 }
 
 __global__ void round_bf16_kernel(const float *x, int ldx, const int *rows, int div, long long T,
-                                  int K, uint16_t *out, int ldo)
+                                  int K, uint16_t *out, int ldo, int lo)
 {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= T * K) return;
     long long t = i / K, k = i % K, src = rows ? rows[t] / div : t;
-    out[t * ldo + k] = bf16_rn(x[src * ldx + k]);
+    float v = x[src * ldx + k];
+    uint16_t h = bf16_rn(v);
+    out[t * ldo + k] = h;
+    if (lo) out[t * ldo + lo + k] = bf16_rn(v - bf16f(h));     // v - h is exact
 }
 
 void cu_round_bf16(cudaStream_t st, const float *x, int ldx, const int *rows, int div, int T,
-                   int K, uint16_t *out, int ldo)
+                   int K, uint16_t *out, int ldo, int lo)
 {
     long long n = (long long)T * K;
     if (n <= 0) return;
     round_bf16_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(x, ldx, rows, div, T, K, out,
-                                                                    ldo);
+                                                                    ldo, lo);
 }
