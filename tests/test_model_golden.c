@@ -12,8 +12,8 @@
  * default, bf16x2, splits each activation into two bf16 parts (what is
  * left is within 2^-16 of it): relative L2 <= 2e-3, max abs <= 2e-2
  * (golden and full run), greedy agreement >= 99%.  LLM_CUDA_GEMM=bf16
- * rounds activations once (2^-8): measured on these fixtures (device run
- * 13, docs/GPU_NOTES.md) rel L2 up to 0.058, max abs 2.04, incremental
+ * rounds activations once (2^-8): measured on these fixtures (bf16 branch
+ * runs A and B, docs/GPU_NOTES.md) rel L2 up to 0.058, max abs 2.04, incremental
  * vs full 0.036, greedy agreement 96.25% (tiny-b) to 99%: bounds 0.1, 4,
  * 0.1 and >= 95%, short of the 99% the float32 and bf16x2 paths keep. */
 #include <dirent.h>
