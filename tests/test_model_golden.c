@@ -5,7 +5,17 @@
  * <= 1e-4 and max abs error <= 1e-3, greedy next token equal to the
  * golden one at >= 99% of positions, incremental equal to full (relative
  * L2 <= 1e-5); plus the logits CLI end to end.  The backend is
- * $LLM_TEST_BACKEND (default cpu; tools/test_gpu.sh runs it with cuda). */
+ * $LLM_TEST_BACKEND (default cpu; tools/test_gpu.sh runs it with cuda).
+ *
+ * CUDA's prefill GEMMs (steps of >= 64 tokens) run on bf16 tensor cores
+ * unless LLM_CUDA_GEMM=f32 (then the float32 bounds above hold).  The
+ * default, bf16x2, splits each activation into two bf16 parts (what is
+ * left is within 2^-16 of it): relative L2 <= 2e-3, max abs <= 2e-2
+ * (golden and full run), greedy agreement >= 99%.  LLM_CUDA_GEMM=bf16
+ * rounds activations once (2^-8): measured on these fixtures (bf16 branch
+ * runs A and B, docs/GPU_NOTES.md) rel L2 up to 0.058, max abs 2.04, incremental
+ * vs full 0.036, greedy agreement 96.25% (tiny-b) to 99%: bounds 0.1, 4,
+ * 0.1 and >= 95%, short of the 99% the float32 and bf16x2 paths keep. */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -50,6 +60,8 @@ static float *read_f32(const char *path, size_t *n)
 }
 
 static const char *backend = "cpu";
+static const char *gemm;   /* cuda: its prefill GEMMs (LLM_CUDA_GEMM) */
+static double tol_rel = 1e-4, tol_abs = 1e-3, tol_inc = 1e-5, tol_greedy = 0.99;
 
 static int argmax(const float *v, int n)
 {
@@ -64,7 +76,8 @@ static void greedy(const char *what, const float *got, const float *want, int n,
     int same = 0;
     for (int i = 0; i < n; i++)
         same += argmax(got + (size_t)i * V, V) == argmax(want + (size_t)i * V, V);
-    ok(same >= 0.99 * n, "%s: greedy next token agrees at %d of %d positions", what, same, n);
+    ok(same >= tol_greedy * n, "%s: greedy next token agrees at %d of %d positions", what, same,
+       n);
 }
 
 static double rel_l2(const float *got, const float *want, size_t n)
@@ -88,7 +101,7 @@ static void compare(const char *what, const float *got, const float *want, size_
         ma = fmax(ma, fabs(e));
     }
     double rel = sqrt(d / z);
-    ok(rel <= 1e-4 && ma <= 1e-3, "%s: rel L2 %.3g, max abs %.3g", what, rel, ma);
+    ok(rel <= tol_rel && ma <= tol_abs, "%s: rel L2 %.3g, max abs %.3g", what, rel, ma);
 }
 
 /* Logits of every position: full = one step; incremental = half, then 1 by 1. */
@@ -138,7 +151,8 @@ static void fixture(const char *name)
         for (int inc = 0; inc < 2; inc++) {
             char what[128];
             int V = 0;
-            snprintf(what, sizeof what, "%s %s tp=%d %s", name, backend, tp,
+            snprintf(what, sizeof what, "%s %s%s%s%s tp=%d %s", name, backend,
+                     gemm ? " (" : "", gemm ? gemm : "", gemm ? " GEMMs)" : "", tp,
                      inc ? "incremental" : "full");
             memset(out, 0, ng * sizeof *out);
             if (run(dir, tp, inc, ids, n, out, &V) || (size_t)V * n != ng) {
@@ -150,7 +164,7 @@ static void fixture(const char *name)
             if (!inc) memcpy(full, out, ng * sizeof *out);
             else {
                 double r = rel_l2(out, full, ng);
-                ok(r <= 1e-5, "%s equals full: rel L2 %.3g", what, r);
+                ok(r <= tol_inc, "%s equals full: rel L2 %.3g", what, r);
             }
         }
     /* The CLI end to end: same numbers through the file format. */
@@ -182,6 +196,12 @@ static void fixture(const char *name)
 int main(void)
 {
     if (getenv("LLM_TEST_BACKEND")) backend = getenv("LLM_TEST_BACKEND");
+    if (!strcmp(backend, "cuda")) {
+        const char *g = getenv("LLM_CUDA_GEMM");
+        gemm = g && *g ? g : "bf16x2";
+        if (!strcmp(gemm, "bf16x2")) tol_rel = 2e-3, tol_abs = 2e-2, tol_inc = 2e-3;
+        else if (!strcmp(gemm, "bf16")) tol_rel = 0.1, tol_abs = 4, tol_inc = 0.1, tol_greedy = 0.95;
+    }
     DIR *d = opendir(FIXTURES);
     struct dirent *e;
     char *names[64];

@@ -30,8 +30,15 @@ timeout 150 build/tests/gpu/test_cuda_kernels > "$out/kernels.log" 2>&1
 krc=$?
 timeout 90 build/tests/gpu/test_cuda_model > "$out/model.log" 2>&1
 mrc=$?
+# Golden logits with each kind of prefill GEMMs: bf16x2 (the default),
+# bf16, f32.
 LLM_TEST_BACKEND=cuda timeout 120 build/tests/test_model_golden > "$out/golden.log" 2>&1
 grc=$?
+for g in bf16 f32; do
+    LLM_CUDA_GEMM=$g LLM_TEST_BACKEND=cuda timeout 120 build/tests/test_model_golden \
+        > "$out/golden-$g.log" 2>&1
+    echo $? > "$out/golden-$g.rc"
+done
 if [ $krc -ne 0 ] && command -v compute-sanitizer > /dev/null; then
     timeout 200 compute-sanitizer --print-limit 5 build/tests/gpu/test_cuda_kernels \
         > "$out/sanitizer.log" 2>&1
@@ -78,9 +85,14 @@ fi
 echo "== machine"; grep -E "H200|Driver" "$out/machine.txt" | head -3; grep -c nccl "$out/machine.txt"
 echo "== kernels exit $krc: $(grep -c '^ok' "$out/kernels.log") ok, $(grep -c '^not ok' "$out/kernels.log") not ok"
 grep -E '^not ok|NCCL all-reduce [0-9]+ KB|Aborted|rror' "$out/kernels.log" | head -40
-echo "== golden exit $grc: $(grep -c '^ok' "$out/golden.log") ok, $(grep -c '^not ok' "$out/golden.log") not ok"
+echo "== golden (bf16x2 prefill GEMMs, the default) exit $grc: $(grep -c '^ok' "$out/golden.log") ok, $(grep -c '^not ok' "$out/golden.log") not ok"
 grep -E '^not ok|^#' "$out/golden.log" | head -20
-grep -E 'tp=. (full|incremental): rel' "$out/golden.log" | head -12
+grep -E 'tp=. (full|incremental)(: rel| equals|: greedy)' "$out/golden.log" | head -40
+for g in bf16 f32; do
+    echo "== golden (LLM_CUDA_GEMM=$g) exit $(cat "$out/golden-$g.rc"): $(grep -c '^ok' "$out/golden-$g.log") ok, $(grep -c '^not ok' "$out/golden-$g.log") not ok"
+    grep -E '^not ok|^#' "$out/golden-$g.log" | head -20
+    grep -E 'tp=. (full|incremental)(: rel| equals|: greedy)' "$out/golden-$g.log" | head -40
+done
 echo "== model exit $mrc: $(grep -c '^ok' "$out/model.log") ok, $(grep -c '^not ok' "$out/model.log") not ok"
 grep -E '^not ok|^#|^ok' "$out/model.log" | head -20
 grep '^== serve' "$out/serve.log"

@@ -6,7 +6,9 @@
 #                                      for bit; gpu_memory_utilization sizing
 #   test_model_golden (backend cuda)   the whole model on the committed
 #                                      fixtures at TP=1 and TP=2 against the
-#                                      transformers golden logits
+#                                      transformers golden logits, with
+#                                      bf16x2 prefill GEMMs, then
+#                                      LLM_CUDA_GEMM=bf16 and f32
 # Verbose TAP, so the measured errors are in the log.
 set -e
 export NCCL_NVLS_ENABLE=0     # never NVLink multicast (see backend_cuda.cu)
@@ -19,3 +21,6 @@ if [ -z "$n" ] || [ "$n" -eq 0 ]; then
 fi
 LLM_TEST_BACKEND=cuda prove -v -f --exec '' build/tests/gpu/test_cuda_kernels \
     build/tests/gpu/test_cuda_model build/tests/test_model_golden
+for g in bf16 f32; do
+    LLM_CUDA_GEMM=$g LLM_TEST_BACKEND=cuda prove -v -f --exec '' build/tests/test_model_golden
+done

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 extern "C" {
 #include "backend.h"
@@ -83,6 +84,16 @@ struct prof_ent {
     double ms;
 };
 
+// cuBLASLt's algorithm for a GEMM shape, the token count rounded up to a
+// power of two (MoE experts see every count): choosing one costs more
+// host time than launching it.
+#define NALGO 128
+#define ALGO_KEY 10
+struct lt_algo {
+    int key[ALGO_KEY];
+    cublasLtMatmulAlgo_t algo;
+};
+
 struct cu_impl {
     int dev, rank, nranks;
     bool profile;
@@ -103,9 +114,14 @@ struct cu_impl {
     stage_ent stage[NSTAGE];
     unsigned long long tick, fills;
     grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
-        iscores, wdeq, hcm;
+        iscores, wdeq, hcm, xbf;
     cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t lt_op;
     void *lt_ws;
+    int gemm;                   // LLM_CUDA_GEMM: GEMM_BF16X2 (default), GEMM_BF16, GEMM_F32
+    lt_algo algos[NALGO];
+    int nalgos;                 // ever chosen (the cache is a ring)
+    double expert_host_ms;      // profiling: host time queuing the expert GEMMs
     // graph replay
     bool graphs;                // LLM_CUDA_GRAPHS is not 0 and not profiling
     int gmode;
@@ -121,6 +137,15 @@ struct cu_impl {
 
 #define LT_WS_BYTES (32u << 20)
 #define LT_MIN_T 64     // prefill matmuls of at least this many tokens go to cuBLASLt
+#define WCHUNK_BYTES ((size_t)512 << 20)    // experts' weights dequantized at a time
+
+// Prefill GEMM operands.  Weights are exact in bf16 (FP8, E2M1, BF16
+// values times powers of two); activations are not: bf16x2 splits each
+// into hi = bf16(x) and lo = bf16(x - hi) (x - hi - lo within 2^-16 |x|)
+// and accumulates W hi + W lo, bf16 rounds x once (2^-8), f32 keeps
+// float32 operands (no tensor cores).
+enum { GEMM_BF16X2, GEMM_BF16, GEMM_F32 };
+static const char *const gemm_names[] = { "bf16x2", "bf16", "f32" };
 
 static cu_impl *impl(backend *b) { return (cu_impl *)b->impl; }
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
@@ -191,10 +216,12 @@ static void print_profile(cu_impl *c)
 {
     double total = 0;
     for (int i = 0; i < NPROF && c->prof[i].op; i++) total += c->prof[i].ms;
-    fprintf(stderr, "cuda profile, device %d: %.1f ms in ops\n", c->dev, total);
+    fprintf(stderr, "cuda profile, device %d (%s prefill GEMMs): %.1f ms in ops\n", c->dev,
+            gemm_names[c->gemm], total);
     for (int i = 0; i < NPROF && c->prof[i].op; i++)
         fprintf(stderr, "  %-18s %8lld calls %10.1f ms %5.1f%%\n", c->prof[i].op,
                 c->prof[i].calls, c->prof[i].ms, 100 * c->prof[i].ms / (total > 0 ? total : 1));
+    fprintf(stderr, "  host time queuing the expert GEMMs: %.1f ms\n", c->expert_host_ms);
 }
 
 static bool in_graph(cu_impl *c) { return c->gmode == G_CAPTURE || c->gmode == G_RECORD; }
@@ -521,7 +548,7 @@ static const char *cu_error(backend *b)
 static unsigned align_of(const void *p)
 {
     unsigned a = 256;
-    while (a > 4 && (uintptr_t)p % a) a /= 2;
+    while (a > 2 && (uintptr_t)p % a) a /= 2;
     return a;
 }
 
@@ -534,56 +561,144 @@ static unsigned align_of(const void *p)
         }                                                                                        \
     } while (0)
 
-// y[T][N] = x[T][K] . W[N][K]^T in float32 (no TF32): column-major, that
-// is Y'[N][T] = W'^T X' with W' = W as K x N.  The pointers' actual
-// alignments go into the heuristic (activation views are offset).
-static bool lt_sgemm(cu_impl *c, const float *W, int N, int K, const float *x, int ldx, int T,
-                     float *y, int ldy)
+// A GEMM operand: float32 or bf16 elements, rows ld elements apart;
+// stride: bytes between packed experts; lo: activations split in two,
+// the low parts lo elements after the high ones.
+struct gemm_op {
+    const void *p;
+    long long ld;
+    bool bf16;
+    long long stride;
+    int lo;
+};
+
+static const void *byte_off(const void *p, long long bytes) { return (const char *)p + bytes; }
+
+// The prefill GEMMs of weight q run in bf16 unless LLM_CUDA_GEMM=f32 or
+// the weight is float32 (not exact in bf16).
+static bool use_bf16(cu_impl *c, const dqw &q) { return c->gemm != GEMM_F32 && q.type != QT_F32; }
+
+static bool lt_heuristic(cu_impl *c, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
+                         cublasLtMatrixLayout_t C, const uint32_t *align,
+                         cublasLtMatmulAlgo_t *algo)
 {
     bool ok = true;
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t A = NULL, B = NULL, C = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     uint64_t ws = LT_WS_BYTES;
-    uint32_t aa = align_of(W), ab = align_of(x), ac = align_of(y);
-    LTK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LTK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LTK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    LTK(cublasLtMatrixLayoutCreate(&A, CUDA_R_32F, K, N, K));
-    LTK(cublasLtMatrixLayoutCreate(&B, CUDA_R_32F, K, T, ldx));
-    LTK(cublasLtMatrixLayoutCreate(&C, CUDA_R_32F, N, T, ldy));
+    cublasLtMatmulPreference_t pref = NULL;
     LTK(cublasLtMatmulPreferenceCreate(&pref));
     LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                              sizeof ws));
-    LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
-                                             sizeof aa));
-    LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab,
-                                             sizeof ab));
-    LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac,
-                                             sizeof ac));
-    LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
-                                             sizeof ac));
+    cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES
+    };
+    for (int i = 0; i < 4; i++)
+        LTK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i < 3 ? i : 2],
+                                                 sizeof align[0]));
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
-    if (ok) LTK(cublasLtMatmulAlgoGetHeuristic(c->lt, op, A, B, C, C, pref, 1, &res, &nres));
-    if (ok && nres < 1) {
-        fail(c, "cuBLASLt: no float32 algorithm for %dx%d by %d tokens", N, K, T);
-        ok = false;
-    }
-    float alpha = 1, beta = 0;
-    if (ok)
-        LTK(cublasLtMatmul(c->lt, op, &alpha, W, A, x, B, &beta, y, C, y, C, &res.algo, c->lt_ws,
-                           LT_WS_BYTES, c->st));
+    if (ok) LTK(cublasLtMatmulAlgoGetHeuristic(c->lt, c->lt_op, A, B, C, C, pref, 1, &res, &nres));
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (C) cublasLtMatrixLayoutDestroy(C);
-    if (B) cublasLtMatrixLayoutDestroy(B);
-    if (A) cublasLtMatrixLayoutDestroy(A);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (ok && nres < 1) return false;
+    if (ok) *algo = res.algo;
     return ok;
 }
 
-// The weight view dequantized into float32 scratch, then cuBLASLt.
+// y[T][N] = x[T][K] . W[N][K]^T, float32 accumulation and output (no
+// TF32): column-major, that is Y'[N][T] = W'^T X' with W' = W as K x N.
+// The pointers' actual alignments go into the algorithm's choice
+// (activation views are offset).
+static void lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy)
+{
+    bool ok = true;
+    cudaDataType_t dt = w.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    int tb = 16;
+    while (tb < T) tb *= 2;
+    const void *xlo = byte_off(x.p, (long long)x.lo * 2);
+    uint32_t align[3] = { align_of(w.p), align_of(x.p), align_of(y) };
+    if (x.lo && align_of(xlo) < align[1]) align[1] = align_of(xlo);
+    int key[ALGO_KEY] = { w.bf16, N, K, (int)w.ld, (int)x.ld, ldy, tb, (int)align[0],
+                          (int)align[1], (int)align[2] };
+    cublasLtMatrixLayout_t A = NULL, B = NULL, C = NULL;
+    LTK(cublasLtMatrixLayoutCreate(&A, dt, K, N, w.ld));
+    LTK(cublasLtMatrixLayoutCreate(&B, dt, K, T, x.ld));
+    LTK(cublasLtMatrixLayoutCreate(&C, CUDA_R_32F, N, T, ldy));
+    lt_algo *a = NULL;
+    for (int i = 0; i < c->nalgos && i < NALGO && !a; i++)
+        if (!memcmp(c->algos[i].key, key, sizeof key)) a = &c->algos[i];
+    if (ok && !a) {     // chosen for the bucket's largest count
+        cublasLtMatrixLayout_t Bb = NULL, Cb = NULL;
+        LTK(cublasLtMatrixLayoutCreate(&Bb, dt, K, tb, x.ld));
+        LTK(cublasLtMatrixLayoutCreate(&Cb, CUDA_R_32F, N, tb, ldy));
+        cublasLtMatmulAlgo_t algo;
+        if (ok && lt_heuristic(c, A, Bb, Cb, align, &algo)) {
+            a = &c->algos[c->nalgos++ % NALGO];
+            memcpy(a->key, key, sizeof key);
+            a->algo = algo;
+        }
+        if (Cb) cublasLtMatrixLayoutDestroy(Cb);
+        if (Bb) cublasLtMatrixLayoutDestroy(Bb);
+    }
+    cublasLtMatmulAlgo_t exact;
+    for (int part = 0; part < (x.lo ? 2 : 1) && ok; part++) {
+        float alpha = 1, beta = part;   // the low parts add to the high parts' product
+        const void *xp = part ? xlo : x.p;
+        cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
+        if (a)
+            st = cublasLtMatmul(c->lt, c->lt_op, &alpha, w.p, A, xp, B, &beta, y, C, y, C,
+                                &a->algo, c->lt_ws, LT_WS_BYTES, c->st);
+        if (st == CUBLAS_STATUS_SUCCESS) continue;
+        // Not for this count: choose for it.
+        if (lt_heuristic(c, A, B, C, align, &exact)) {
+            a = NULL;
+            LTK(cublasLtMatmul(c->lt, c->lt_op, &alpha, w.p, A, xp, B, &beta, y, C, y, C, &exact,
+                               c->lt_ws, LT_WS_BYTES, c->st));
+        } else {
+            fail(c, "cuBLASLt: no %s algorithm for %dx%d by %d tokens",
+                 w.bf16 ? "bf16" : "float32", N, K, T);
+            ok = false;
+        }
+    }
+    if (C) cublasLtMatrixLayoutDestroy(C);
+    if (B) cublasLtMatrixLayoutDestroy(B);
+    if (A) cublasLtMatrixLayoutDestroy(A);
+}
+
+// Weights of nexp packed experts from q on as a GEMM operand: in stored
+// form when that is the GEMM's type, else dequantized (exactly) into
+// scratch.
+static gemm_op gemm_weights(cu_impl *c, bool bf16, const dqw &q, int nexp)
+{
+    int es = bf16 ? 2 : 4;
+    if (q.type == (bf16 ? QT_BF16 : QT_F32))
+        return gemm_op{ byte_off(q.data, ((long long)q.r0 * q.ld + q.c0) * es), q.ld, bf16,
+                        q.estride, 0 };
+    long long ld = round_up(q.cols, 8), stride = q.rows * ld * es;
+    void *p = grow(c, &c->wdeq, (size_t)nexp * stride);
+    if (!c->failed) cu_dequant(c->st, q, nexp, bf16, p, ld);
+    return gemm_op{ p, ld, bf16, stride, 0 };
+}
+
+// Activations x[T][K] (rows rows[t] / div of x when rows is set, then
+// ldx == K) as a GEMM operand: bf16 in scratch (split in two under
+// bf16x2: each row's high parts, then its low parts), or float32
+// (gathered into scratch when rows is set).
+static gemm_op gemm_input(cu_impl *c, bool bf16, const float *x, int ldx, const int *rows,
+                          int div, int T, int K)
+{
+    if (bf16) {
+        int ld = round_up(K, 8), lo = c->gemm == GEMM_BF16X2 ? ld : 0;
+        uint16_t *p = (uint16_t *)grow(c, &c->xbf, (size_t)T * (ld + lo) * 2);
+        if (!c->failed) cu_round_bf16(c->st, x, ldx, rows, div, T, K, p, ld + lo, lo);
+        return gemm_op{ p, ld + lo, true, 0, lo };
+    }
+    if (!rows) return gemm_op{ x, ldx, false, 0, 0 };
+    float *p = (float *)grow(c, &c->xs, (size_t)T * K * sizeof(float));
+    if (!c->failed) cu_rows_gather(c->st, x, K, rows, div, T, p);
+    return gemm_op{ p, K, false, 0, 0 };
+}
+
+// Prefill matmul: y = x W^T through cuBLASLt (bf16 or float32 operands).
 static void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
                          int ldy)
 {
@@ -592,10 +707,51 @@ static void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int 
         CK(c, cudaMemset2DAsync(y, ldy * sizeof(float), 0, q.rows * sizeof(float), T, c->st));
         return;
     }
-    float *wf = (float *)grow(c, &c->wdeq, (size_t)q.rows * q.cols * sizeof(float));
-    if (c->failed) return;
-    cu_dequant(c->st, q, wf);
-    lt_sgemm(c, wf, q.rows, q.cols, x, ldx, T, y, ldy);
+    bool bf = use_bf16(c, q);
+    gemm_op w = gemm_weights(c, bf, q, 1);
+    gemm_op in = gemm_input(c, bf, x, ldx, NULL, 1, T, q.cols);
+    if (!c->failed) lt_gemm(c, w, q.rows, q.cols, in, T, y, ldy);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+// MoE rows sorted by expert (expert e's: ho[e] .. ho[e + 1], host memory):
+// y of each = its x . W_e^T, a cuBLASLt GEMM per expert, the weights
+// dequantized a chunk of experts at a time.  x: gemm_input's, same type.
+static void expert_gemms(cu_impl *c, const dqw &w, int E, const int *ho, gemm_op x, float *y,
+                         int ldy)
+{
+    int ns = ho[E];
+    if (w.rows <= 0 || ns <= 0) return;
+    if (w.cols <= 0) {
+        CK(c, cudaMemset2DAsync(y, ldy * sizeof(float), 0, w.rows * sizeof(float), ns, c->st));
+        return;
+    }
+    double t0 = c->profile ? now_ms() : 0;
+    size_t per = (size_t)w.rows * round_up(w.cols, 8) * (x.bf16 ? 2 : 4);
+    int chunk = (int)(WCHUNK_BYTES / per);
+    chunk = chunk < 1 ? 1 : chunk > E ? E : chunk;
+    for (int e0 = 0; e0 < E && !c->failed; e0 += chunk) {
+        int n = E - e0 < chunk ? E - e0 : chunk;
+        if (ho[e0 + n] == ho[e0]) continue;
+        dqw q = w;
+        q.data += e0 * w.estride;
+        if (q.scale) q.scale += e0 * w.sestride;
+        gemm_op wc = gemm_weights(c, x.bf16, q, n);
+        for (int e = e0; e < e0 + n && !c->failed; e++) {
+            int o = ho[e], m = ho[e + 1] - o;
+            if (!m) continue;
+            gemm_op we = { byte_off(wc.p, (e - e0) * wc.stride), wc.ld, x.bf16, 0, 0 };
+            gemm_op xe = { byte_off(x.p, o * x.ld * (x.bf16 ? 2 : 4)), x.ld, x.bf16, 0, x.lo };
+            lt_gemm(c, we, w.rows, w.cols, xe, m, y + (size_t)o * ldy, ldy);
+        }
+    }
+    if (c->profile) c->expert_host_ms += now_ms() - t0;
 }
 
 // Few tokens: our kernels read the weights in stored precision.  Many:
@@ -671,7 +827,8 @@ static void hc_pre(cu_impl *c, const float *h, int T, int hc, int H, const float
     if (T >= LT_MIN_T) {
         r = m + (size_t)T * nmix;
         cu_hc_rms(c->st, h, T, n, norm_eps, r);
-        lt_sgemm(c, fn, nmix, n, h, n, T, m, nmix);
+        lt_gemm(c, gemm_op{ fn, n, false, 0, 0 }, nmix, n, gemm_op{ h, n, false, 0, 0 }, T, m,
+                nmix);
     } else {
         cu_hc_logits(c->st, h, T, n, fn, nmix, norm_eps, m);
     }
@@ -827,30 +984,20 @@ static void cu_moe_op(backend *b, const moe_args *a)
         } else {
             // Rows sorted by expert; each expert's block through cuBLASLt
             // (the host needs the counts: one wait per MoE layer).
-            float *xs = (float *)grow(c, &c->xs, (size_t)ns * H * sizeof(float));
             float *yss = (float *)grow(c, &c->yss, (size_t)ns * H * sizeof(float));
             int *ho = (int *)malloc((E + 1) * sizeof(int));
             CK(c, cudaMemcpyAsync(ho, offs, (E + 1) * sizeof(int), cudaMemcpyDeviceToHost,
                                   c->st));
             CK(c, cudaStreamSynchronize(c->st));
-            cu_rows_gather(c->st, a->x, H, perm, K, ns, xs);
-            for (int e = 0; e < E && !c->failed; e++) {
-                int o = ho[e], n = ho[e + 1] - ho[e];
-                if (!n) continue;
-                dqw q1 = w1, q3 = w3;
-                q1.data += e * w1.estride, q1.scale += e * w1.sestride;
-                q3.data += e * w3.estride, q3.scale += e * w3.sestride;
-                dense_matmul(c, q1, xs + (size_t)o * H, H, n, g + (size_t)o * I, I);
-                dense_matmul(c, q3, xs + (size_t)o * H, H, n, u + (size_t)o * I, I);
-            }
+            phase(c, "moe sort");
+            gemm_op xs = gemm_input(c, use_bf16(c, w1), a->x, H, perm, K, ns, H);
+            expert_gemms(c, w1, E, ho, xs, g, I);
+            expert_gemms(c, w3, E, ho, xs, u, I);
+            phase(c, "moe w1 w3");
             cu_swiglu(c->st, g, u, (long long)ns * I, a->limit);
-            for (int e = 0; e < E && !c->failed; e++) {
-                int o = ho[e], n = ho[e + 1] - ho[e];
-                if (!n) continue;
-                dqw q2 = w2;
-                q2.data += e * w2.estride, q2.scale += e * w2.sestride;
-                dense_matmul(c, q2, g + (size_t)o * I, I, n, yss + (size_t)o * H, H);
-            }
+            expert_gemms(c, w2, E, ho, gemm_input(c, use_bf16(c, w2), g, I, NULL, 1, ns, I), yss,
+                         H);
+            phase(c, "moe w2");
             cu_rows_scatter(c->st, yss, H, perm, ns, ys);
             free(ho);
         }
@@ -1026,7 +1173,7 @@ static void cu_destroy(backend *b)
     arena_free(c);
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
                          &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->wdeq, &c->hcm,
-                         &c->offs, &c->xs, &c->yss };
+                         &c->offs, &c->xs, &c->yss, &c->xbf };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->p) cudaFreeAsync(bufs[i]->p, c->st);
     for (int i = 0; i < NSTAGE; i++) {
@@ -1036,6 +1183,7 @@ static void cu_destroy(backend *b)
     }
     cudaStreamSynchronize(c->st);
     if (c->lt_ws) cudaFree(c->lt_ws);
+    if (c->lt_op) cublasLtMatmulDescDestroy(c->lt_op);
     if (c->lt) cublasLtDestroy(c->lt);
     for (size_t i = 0; i < c->nowned; i++) cudaFree(c->owned[i]);
     for (size_t i = 0; i < c->ndescs; i++) free(c->descs[i]);
@@ -1046,6 +1194,18 @@ static void cu_destroy(backend *b)
     cudaStreamDestroy(c->st);
     free(c);
     free(b);
+}
+
+// Every GEMM: float32 accumulation (no TF32 for float32 operands),
+// W' transposed (lt_gemm).
+static bool lt_op_new(cu_impl *c)
+{
+    bool ok = true;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    LTK(cublasLtMatmulDescCreate(&c->lt_op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LTK(cublasLtMatmulDescSetAttribute(c->lt_op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LTK(cublasLtMatmulDescSetAttribute(c->lt_op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    return ok;
 }
 
 static backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
@@ -1064,6 +1224,13 @@ static backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
         CK(c, cudaEventCreateWithFlags(&c->stage[i].ev, cudaEventDisableTiming));
     if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) fail(c, "cuBLASLt: cannot create a handle");
     CK(c, cudaMalloc(&c->lt_ws, LT_WS_BYTES));
+    lt_op_new(c);
+    const char *gm = getenv("LLM_CUDA_GEMM");
+    c->gemm = GEMM_BF16X2;
+    for (int i = 0; gm && *gm && i < 3; i++)
+        if (!strcmp(gm, gemm_names[i])) c->gemm = i;
+    if (gm && *gm && strcmp(gm, gemm_names[c->gemm]))
+        fail(c, "LLM_CUDA_GEMM=%s: expected bf16x2 (the default), bf16 or f32", gm);
     const char *pe = getenv("LLM_CUDA_PROFILE"), *ge = getenv("LLM_CUDA_GRAPHS");
     c->profile = pe && *pe && strcmp(pe, "0");
     if (c->profile) {

@@ -10,8 +10,16 @@
 // ---- matmul.cu ----
 // y[t][0..w.rows) = x[t] . W^T for T tokens.
 void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y, int ldy);
-// The view dequantized into a float32 [rows][cols] matrix (exact).
-void cu_dequant(cudaStream_t st, const dqw &w, float *out);
+// The view (nexp packed experts from w.data on) dequantized into [rows][ldo]
+// matrices one after another, float32 or bf16 (ldo a multiple of 8 >= cols,
+// columns past cols zero).  Exact: every stored format is a float32 value
+// times a power of two, and FP8 / E2M1 / BF16 values fit bf16's 8
+// significant bits (short of scales below 2^-133).
+void cu_dequant(cudaStream_t st, const dqw &w, int nexp, bool bf16, void *out, long long ldo);
+// out[t][0..K) = x[t or rows[t] / div][0..K) rounded to bf16 (nearest
+// even); with lo > 0 also out[t][lo + k] = the rest, x - out[t][k], rounded.
+void cu_round_bf16(cudaStream_t st, const float *x, int ldx, const int *rows, int div, int T,
+                   int K, uint16_t *out, int ldo, int lo);
 // Grouped by expert, one row per slot s: y[s] = x[s / xdiv] . W[experts[s]]^T.
 void cu_matmul_slots(cudaStream_t st, const dqw &w, const int *experts, const float *x, int ldx,
                      int xdiv, int nslots, float *y, int ldy);

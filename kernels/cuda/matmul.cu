@@ -5,6 +5,8 @@
 //   many tokens (prefill): 64x64 output tiles, weights dequantized into
 //     shared memory once per tile.
 // Both have a grouped form for MoE experts packed by the backend.
+#include <cuda_bf16.h>
+
 #include "kernels.cuh"
 
 // Elements per 16-byte load.
@@ -307,21 +309,96 @@ void cu_matmul_tiles(cudaStream_t st, const dqw &w, const int4 *tiles, const int
                                                                ntiles, perm));
 }
 
-// The view as a plain float32 matrix [rows][cols] (exact: every stored
-// format is a float32 value times a power of two).
-template <int QT>
-__global__ void dequant_kernel(dqw w, float *out)
+// Operands of the prefill GEMMs (cuBLASLt, backend_cuda.cu): weights
+// dequantized to bf16 or float32, activations rounded to bf16.
+
+// float32 to bf16, round to nearest even (NaN stays NaN).
+__device__ __forceinline__ uint16_t bf16_rn(float v)
 {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (long long)w.rows * w.cols) return;
-    long long r = i / w.cols, c = i % w.cols;
-    out[i] = qw_at<QT>(w, w.data, w.scale, w.r0 + r, w.c0 + c);
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
-void cu_dequant(cudaStream_t st, const dqw &w, float *out)
+template <typename O> __device__ __forceinline__ O out_of(float v);
+template <> __device__ __forceinline__ float out_of<float>(float v) { return v; }
+template <> __device__ __forceinline__ uint16_t out_of<uint16_t>(float v) { return bf16_rn(v); }
+
+// Eight consecutive outputs per thread (16 bytes of bf16): row r, columns
+// [c, c + 8) of expert blockIdx.y, zeros past the view's columns.
+template <int QT, typename O>
+__global__ void dequant_kernel(dqw w, O *out, long long ldo)
 {
-    long long n = (long long)w.rows * w.cols;
+    long long per = (long long)w.rows * ldo;
+    long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= per) return;
+    long long r = i / ldo, c = i % ldo;
+    const uint8_t *data = w.data + blockIdx.y * w.estride;
+    const uint8_t *scale = w.scale + blockIdx.y * w.sestride;
+    __align__(16) O v[8];
+    long long rr = w.r0 + r, cc = w.c0 + c;
+    if (cc % 8 == 0 && c + 8 <= w.cols && QT != QT_F32) {
+        // Eight codes in one load, one scale (copy rows are padded to 16
+        // bytes, so the load is aligned).
+        if (QT == QT_BF16) {
+            uint4 u = *(const uint4 *)((const uint16_t *)data + rr * w.ld + cc);
+            const uint16_t *h = (const uint16_t *)&u;
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = out_of<O>(bf16f(h[j]));
+        } else if (QT == QT_FP8) {
+            uint2 u = *(const uint2 *)(data + rr * w.ld + cc);
+            float s = e8m0f(scale[(rr >> 7) * w.sld + (cc >> 7)]);
+            const uint8_t *b = (const uint8_t *)&u;
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = out_of<O>(fp8f(b[j]) * s);
+        } else {
+            uint32_t u = *(const uint32_t *)(data + ((rr * w.ld + cc) >> 1));
+            float s = e8m0f(scale[rr * w.sld + (cc >> 5)]);
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = out_of<O>(fp4f(u >> (4 * j)) * s);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            v[j] = out_of<O>(c + j < w.cols ? qw_at<QT>(w, data, scale, rr, cc + j) : 0.0f);
+    }
+    O *o = out + blockIdx.y * per + i;
+    if (sizeof(O) == 2) {
+        *(uint4 *)o = *(const uint4 *)v;
+    } else {
+        ((float4 *)o)[0] = ((const float4 *)v)[0];
+        ((float4 *)o)[1] = ((const float4 *)v)[1];
+    }
+}
+
+void cu_dequant(cudaStream_t st, const dqw &w, int nexp, bool bf16, void *out, long long ldo)
+{
+    long long n = (long long)w.rows * ldo / 8;
+    if (n <= 0 || nexp <= 0) return;
+    dim3 grid((unsigned)((n + 255) / 256), nexp);
+    if (bf16) {
+        QT_DISPATCH(w.type, dequant_kernel<QT, uint16_t><<<grid, 256, 0, st>>>(w, (uint16_t *)out,
+                                                                                ldo));
+    } else {
+        QT_DISPATCH(w.type, dequant_kernel<QT, float><<<grid, 256, 0, st>>>(w, (float *)out, ldo));
+    }
+}
+
+__global__ void round_bf16_kernel(const float *x, int ldx, const int *rows, int div, long long T,
+                                  int K, uint16_t *out, int ldo, int lo)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= T * K) return;
+    long long t = i / K, k = i % K, src = rows ? rows[t] / div : t;
+    float v = x[src * ldx + k];
+    uint16_t h = bf16_rn(v);
+    out[t * ldo + k] = h;
+    if (lo) out[t * ldo + lo + k] = bf16_rn(v - bf16f(h));     // v - h is exact
+}
+
+void cu_round_bf16(cudaStream_t st, const float *x, int ldx, const int *rows, int div, int T,
+                   int K, uint16_t *out, int ldo, int lo)
+{
+    long long n = (long long)T * K;
     if (n <= 0) return;
-    unsigned blocks = (unsigned)((n + 255) / 256);
-    QT_DISPATCH(w.type, dequant_kernel<QT><<<blocks, 256, 0, st>>>(w, out));
+    round_bf16_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(x, ldx, rows, div, T, K, out,
+                                                                    ldo, lo);
 }

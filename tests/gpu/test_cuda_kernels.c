@@ -5,6 +5,24 @@
  * for everything (all paths are float32 with weights decoded exactly;
  * only summation order differs); index outputs (indexer top-k, router)
  * must match exactly; the NCCL all-reduce of two ranks exactly.
+ *
+ * Prefill GEMMs (T >= LT_MIN_T tokens) run three times, by
+ * LLM_CUDA_GEMM: f32 (float32 operands: the 1e-5 above), bf16x2 (the
+ * default) and bf16 (weights exact in bf16, float32 accumulation; x
+ * rounded to bf16, or under bf16x2 split into hi = bf16(x) and
+ * lo = bf16(x - hi), the product W hi + W lo).  Such a matmul must equal
+ * the CPU's on the x the GPU multiplies (bf16(x), or hi + lo; 1e-5: the
+ * same values, summation order aside), and every element must lie within
+ * the rounding bound of the exact product:
+ *   |y~ - y| <= u sum_k |x_k| |w_k| + 2 K 2^-24 sum_k |x_k| |w_k|,
+ * u = 2^-8 the unit roundoff of bf16's 8 significant bits (each x_k moves
+ * by at most u |x_k|; bf16x2: u = 2^-16, x - hi - lo being the rounding
+ * error of bf16(x - hi)), the second term float32 summation on both sides.
+ * MoE: relative L2 <= 4u + 1e-5.  Relative errors add along the chain:
+ * at most u from the rounded x into w1 and w3, times 1.28 through SiLU
+ * for the gate's (its log-derivative 1 + g (1 - sigmoid g) peaks at
+ * 1.28), u from the up projection, u from the rounded SwiGLU output into
+ * w2: 3.3u; the shared expert the same.
  * Seed: $SEED (default fixed). */
 #include <math.h>
 #include <pthread.h>
@@ -21,8 +39,15 @@
 #include "tp.h"
 
 #define TOL 1e-5
+#define LT_MIN_T 64             /* backend_cuda.cu: prefill GEMMs from this many tokens */
 
 static backend *C, *G;
+/* G's prefill GEMMs (LLM_CUDA_GEMM), and the bound u on the relative
+ * change of each activation they multiply */
+enum { GEMM_F32, GEMM_BF16, GEMM_BF16X2 };
+static int gemm_mode;
+static const char *const gemm_names[] = { "f32", "bf16", "bf16x2" };
+static double gemm_u(void) { return gemm_mode == GEMM_BF16 ? 0x1p-8 : 0x1p-16; }
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
 
 static uint32_t rnd(void)
@@ -80,7 +105,8 @@ static double rel_err(const float *got, const float *want, size_t n)
 }
 
 /* got vs want: relative L2 (absolute when want is 0), NaN fails. */
-static void check(const char *what, const float *got, const float *want, size_t n)
+static void check_tol(const char *what, const float *got, const float *want, size_t n,
+                      double tol)
 {
     double d = 0, z = 0, ma = 0;
     size_t bad = 0;
@@ -94,8 +120,13 @@ static void check(const char *what, const float *got, const float *want, size_t 
     }
     double rel = z > 0 ? sqrt(d / z) : sqrt(d);
     const char *e = G->error(G);
-    ok(!e && !bad && rel <= TOL, "%s: rel L2 %.2e, max abs %.2e%s%s", what, rel, ma,
-       bad ? " (NaN or unwritten)" : "", e ? e : "");
+    ok(!e && !bad && rel <= tol, "[%s GEMMs] %s: rel L2 %.2e, max abs %.2e%s%s",
+       gemm_names[gemm_mode], what, rel, ma, bad ? " (NaN or unwritten)" : "", e ? e : "");
+}
+
+static void check(const char *what, const float *got, const float *want, size_t n)
+{
+    check_tol(what, got, want, n, TOL);
 }
 
 /* A [T][n] view of rows with stride ld, made contiguous. */
@@ -155,6 +186,46 @@ static const char *tname(enum qtype t)
 
 /* ---- matmul ---- */
 
+/* x as the bf16 GEMMs multiply it: bf16(x), or (bf16x2) hi + lo. */
+static float gemm_x(float x)
+{
+    float hi = bf16_to_f32(f32_to_bf16(x));
+    return gemm_mode == GEMM_BF16 ? hi : hi + bf16_to_f32(f32_to_bf16(x - hi));
+}
+
+/* A bf16 GEMM's result got [T][N] (y: the CPU's on the exact x): equal to
+ * the CPU's on the x it multiplies, and within the rounding bound of y
+ * everywhere (header). */
+static void bf16_bound(const char *name, const qweight *w, const float *x, int ldx, int T,
+                       const float *got, const float *y)
+{
+    int K = w->cols, N = w->rows;
+    float *xr = malloc((size_t)T * ldx * sizeof *xr), *yr = malloc((size_t)T * N * sizeof *yr);
+    for (size_t i = 0; i < (size_t)T * ldx; i++) xr[i] = gemm_x(x[i]);
+    C->matmul(C, w, xr, ldx, T, yr, N);
+    char what[200];
+    snprintf(what, sizeof what, "%s equals the CPU on the x it multiplies", name);
+    check_tol(what, got, yr, (size_t)T * N, TOL);
+    float *row = malloc(K * sizeof *row);
+    size_t over = 0;
+    double worst = 0;
+    for (int n = 0; n < N; n++) {
+        qweight_row(w, n, 0, K, row);
+        for (int t = 0; t < T; t++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) s += fabs((double)x[(size_t)t * ldx + k] * row[k]);
+            double e = fabs((double)got[(size_t)t * N + n] - y[(size_t)t * N + n]);
+            double bound = (gemm_u() + 2.0 * K * 0x1p-24) * s;
+            over += !(e <= bound);
+            worst = fmax(worst, s > 0 ? e / s : 0);
+        }
+    }
+    ok(!over, "[%s GEMMs] %s: %zu of %d elements past the bound (largest error %.2e of "
+       "sum|x||w|, u = %.2e); rel L2 to the float32 product %.2e", gemm_names[gemm_mode], name,
+       over, T * N, worst, gemm_u(), rel_err(got, y, (size_t)T * N));
+    free(xr), free(yr), free(row);
+}
+
 static void mm_case(const char *what, const qweight *cw, const qweight *gw, int T)
 {
     int K = cw->cols, N = cw->rows, ldx = K + (T % 2 ? 4 : 0), ldy = N + 1;
@@ -168,7 +239,9 @@ static void mm_case(const char *what, const qweight *cw, const qweight *gw, int 
     float *a = pack(yg, T, N, ldy), *b = pack(yc, T, N, ldy);
     char name[160];
     snprintf(name, sizeof name, "matmul %s T=%d", what, T);
-    check(name, a, b, (size_t)T * N);
+    if (gemm_mode != GEMM_F32 && T >= LT_MIN_T && cw->type != QT_F32)
+        bf16_bound(name, cw, x, ldx, T, a, b);
+    else check(name, a, b, (size_t)T * N);
     G->release(G, dx);
     G->release(G, dy);
     free(x), free(yc), free(yg), free(a), free(b);
@@ -177,7 +250,7 @@ static void mm_case(const char *what, const qweight *cw, const qweight *gw, int 
 static void test_matmul(void)
 {
     enum qtype types[] = { QT_F32, QT_BF16, QT_FP8, QT_MXFP4 };
-    int Ts[] = { 1, 2, 3, 8, 9, 70 };
+    int Ts[] = { 1, 2, 3, 8, 9, 64, 70, 300 };
     for (int ti = 0; ti < 4; ti++) {
         enum qtype t = types[ti];
         /* whole tensor */
@@ -196,6 +269,7 @@ static void test_matmul(void)
         snprintf(what, sizeof what, "%s shard rows 130+200 cols 256+320", tname(t));
         mm_case(what, &v, &gv, 1);
         mm_case(what, &v, &gv, 33);
+        mm_case(what, &v, &gv, 100);
         qweight sv = qweight_view(&v, 64, 64, 0, 320), sg = qweight_view(&gv, 64, 64, 0, 320);
         snprintf(what, sizeof what, "%s sub-view of a shard", tname(t));
         mm_case(what, &sv, &sg, 4);
@@ -207,6 +281,7 @@ static void test_matmul(void)
         mm_case(what, &o, &go, 1);
         mm_case(what, &o, &go, 5);
         mm_case(what, &o, &go, 20);
+        mm_case(what, &o, &go, 65);
     }
 }
 
@@ -586,7 +661,8 @@ static void test_moe(int T, bool hash, int H)
     char name[96];
     snprintf(name, sizeof name, "moe %s routing T=%d H=%d (E=%d K=%d, rank slice of MXFP4 "
              "experts)", hash ? "hash" : "top-k", T, H, E, K);
-    check(name, g, out, (size_t)T * H);
+    check_tol(name, g, out, (size_t)T * H,
+              gemm_mode != GEMM_F32 && T >= LT_MIN_T ? 4 * gemm_u() + TOL : TOL);
     G->release(G, dx), G->release(G, dbias), G->release(G, dtid), G->release(G, dout);
     free(bias), free(x), free(tid), free(ids), free(out), free(g);
 }
@@ -685,6 +761,32 @@ static void test_allreduce(void)
     tp_group_free(g);
 }
 
+static void test_moes(void)
+{
+    test_moe(1, false, 128);
+    test_moe(1, true, 128);
+    test_moe(5, false, 128);
+    test_moe(3, false, 1024);   /* split rows in the per-slot matrix-vector products */
+    test_moe(40, false, 128);
+    test_moe(40, true, 128);
+    test_moe(100, false, 128);  /* routed: tiles; shared expert: cuBLASLt */
+    test_moe(300, false, 128);  /* both through cuBLASLt */
+    test_moe(300, true, 256);
+}
+
+/* A backend on device 0 whose prefill GEMMs are `gemm` (LLM_CUDA_GEMM). */
+static backend *gpu_backend(const char *gemm)
+{
+    backend *one[1];
+    char err[256];
+    setenv("LLM_CUDA_GEMM", gemm, 1);
+    if (backend_cuda_new_group(1, one, err, sizeof err)) {
+        ok(0, "CUDA backend with LLM_CUDA_GEMM=%s: %s", gemm, err);
+        return NULL;
+    }
+    return one[0];
+}
+
 int main(void)
 {
     const char *seed = getenv("SEED");
@@ -693,15 +795,12 @@ int main(void)
         skip(1, "no CUDA device");
         return exit_status();
     }
-    backend *one[1];
-    char err[256];
-    if (backend_cuda_new_group(1, one, err, sizeof err)) {
-        ok(0, "CUDA backend: %s", err);
-        return exit_status();
-    }
-    G = one[0];
+    backend *g[3];
+    for (int m = 0; m < 3; m++)
+        if (!(g[m] = gpu_backend(gemm_names[m]))) return exit_status();
     C = backend_cpu_new(4, NULL, 0);
 
+    G = g[GEMM_F32];
     test_matmul();
     test_embed();
     for (int inplace = 0; inplace < 2; inplace++) {
@@ -748,15 +847,14 @@ int main(void)
     test_ring_store(16, 64, 0, 5);
     test_ring_store(16, 64, 30, 40);
     test_ring_store(128, 512, 1000, 1);
-    test_moe(1, false, 128);
-    test_moe(1, true, 128);
-    test_moe(5, false, 128);
-    test_moe(3, false, 1024);   /* split rows in the per-slot matrix-vector products */
-    test_moe(40, false, 128);
-    test_moe(40, true, 128);
-    test_moe(300, false, 128);
-
-    G->destroy(G);
+    test_moes();
+    /* the same matmuls and MoE layers with bf16 prefill GEMMs */
+    for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_BF16X2; gemm_mode++) {
+        G = g[gemm_mode];
+        test_matmul();
+        test_moes();
+    }
+    for (int m = 0; m < 3; m++) g[m]->destroy(g[m]);
     C->destroy(C);
     test_allreduce();
     return exit_status();
