@@ -4,7 +4,7 @@
 # shared libraries that machine lacks (docs/GPU_NOTES.md says how):
 #   sh tools/gpu_run.sh OUTDIR [bench]
 #   sh tools/gpu_run.sh OUTDIR long [ENGINE BENCH OPTIONS...]
-# Logs go to OUTDIR; a short summary is printed last.  BENCH_LONG=1 adds
+# Logs go to OUTDIR (as logs.tgz); a short summary is printed last.  BENCH_LONG=1 adds
 # the 32K-token prefill to the benchmark.  `long` skips the tests and runs
 # V4-Flash at 8K, 32K and 119,503-token prompts (the r33 report's longest),
 # decoding at each context, with the extra options given (e.g.
@@ -99,4 +99,6 @@ grep '^== serve' "$out/serve.log"
 [ -f "$out/sanitizer.log" ] && { echo "== sanitizer"; grep -E 'ERROR|Invalid|at 0x|by thread' "$out/sanitizer.log" | head -20; }
 [ -f "$out/bench.log" ] && { echo "== ceilings"; cat "$out/ceilings.txt" | tail -3; echo "== bench"; cat "$out/bench.log"; }
 [ -f "$out/profile.log" ] && { echo "== profile"; grep -vE "^model|^backend|^cache|^capacity" "$out/profile.log" | head -60; }
+# The device tool brings back only a few files: the logs travel as one.
+tar czf /tmp/gpu-logs.$$.tgz -C "$out" . && rm -rf "$out"/* && mv /tmp/gpu-logs.$$.tgz "$out/logs.tgz"
 exit 0
