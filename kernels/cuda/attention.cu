@@ -267,7 +267,8 @@ __global__ void indexer_topk_kernel(dindexer a, int t0, const float *scores, lon
     if (threadIdx.x == 0) a.nsel[i] = k;
 }
 
-void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap)
+void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
+                uint16_t *keys)
 {
     if (a.n <= 0) return;
     int maxvis = a.pos_end / a.ratio;
@@ -283,7 +284,9 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
     float smul = (float)pow(a.d, -0.5);
     for (int t0 = 0; t0 < a.n; t0 += chunk) {
         int nt = a.n - t0 < chunk ? a.n - t0 : chunk;
-        if (maxvis > a.topk) {
+        if (maxvis > a.topk && keys) {
+            cu_indexer_mma(st, a, t0, nt, scores, ldsc, keys, CU_INDEXER_KTILE);
+        } else if (maxvis > a.topk) {
             dim3 grid(blocks_for(maxvis, IDX_ENTRIES), nt);
             if (v4) indexer_scores_kernel<true><<<grid, 256, smem, st>>>(a, t0, smul, scores, ldsc);
             else indexer_scores_kernel<false><<<grid, 256, smem, st>>>(a, t0, smul, scores, ldsc);

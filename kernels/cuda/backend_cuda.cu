@@ -114,7 +114,7 @@ struct cu_impl {
     stage_ent stage[NSTAGE];
     unsigned long long tick, fills;
     grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
-        iscores, wdeq, hcm, xbf;
+        iscores, ikeys, wdeq, hcm, xbf;
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t lt_op;
     void *lt_ws;
@@ -146,6 +146,7 @@ struct cu_impl {
 // float32 operands (no tensor cores).
 enum { GEMM_BF16X2, GEMM_BF16, GEMM_F32 };
 static const char *const gemm_names[] = { "bf16x2", "bf16", "f32" };
+#define IDX_MMA_MIN_T 64    // indexer steps of at least this many tokens score on tensor cores
 
 static cu_impl *impl(backend *b) { return (cu_impl *)b->impl; }
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
@@ -894,8 +895,14 @@ static void cu_indexer_op(backend *b, const indexer_args *a)
     size_t cap = want < ((size_t)64 << 20) ? want : ((size_t)64 << 20);
     if (cap < (size_t)maxvis) cap = maxvis;
     float *sc = (float *)grow(c, &c->iscores, cap * sizeof(float));
+    // Many tokens: tensor-core scores over keys gathered as bf16, in
+    // scratch of a fixed size (the profile step at load allocates it).
+    uint16_t *keys = NULL;
+    if (!in_graph(c) && a->n >= IDX_MMA_MIN_T && cu_indexer_mma_fits(a->nheads, a->d) &&
+        c->gemm != GEMM_F32)
+        keys = (uint16_t *)grow(c, &c->ikeys, (size_t)CU_INDEXER_KTILE * a->d * sizeof(uint16_t));
     if (c->failed) return;
-    cu_indexer(c->st, d, sc, cap);
+    cu_indexer(c->st, d, sc, cap, keys);
     launched(c, "indexer");
 }
 
@@ -1172,7 +1179,7 @@ static void cu_destroy(backend *b)
     for (int i = 0; i < NGRAPH; i++) graph_drop(&c->graph[i]);
     arena_free(c);
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
-                         &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->wdeq, &c->hcm,
+                         &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->ikeys, &c->wdeq, &c->hcm,
                          &c->offs, &c->xs, &c->yss, &c->xbf };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->p) cudaFreeAsync(bufs[i]->p, c->st);

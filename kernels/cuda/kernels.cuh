@@ -102,7 +102,21 @@ struct dindexer {
     const dstep *dyn;       // pos0, or NULL
 };
 // scores: scratch of at least chunk * ((pos0+n)/ratio) floats for some chunk >= 1.
-void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap);
+// keys: NULL, scores in float32 (decode; LLM_CUDA_GEMM=f32); or scratch
+// of CU_INDEXER_KTILE * d bf16 for the tensor-core scores (indexer_mma.cu;
+// cu_indexer_mma_fits, not under graph capture: dyn must be NULL).
+void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
+                uint16_t *keys);
+
+// ---- indexer_mma.cu ----
+// Keys gathered per tile of at most this many entries (bf16 scratch).
+#define CU_INDEXER_KTILE 32768
+bool cu_indexer_mma_fits(int nheads, int d);
+// Scores rows [t0, t0+nt) of the step (row i - t0 of scores, stride
+// ldsc) of tokens that see more than topk entries, keys gathered into kt
+// (ktile * d bf16) tile by tile.
+void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *scores,
+                    long long ldsc, uint16_t *kt, int ktile);
 
 struct dattn {
     int n, pos0, nheads, hd, window;

@@ -4,7 +4,9 @@
  * element fails; NaN never passes.  Tolerances: relative L2 error 1e-5
  * for everything (all paths are float32 with weights decoded exactly;
  * only summation order differs); index outputs (indexer top-k, router)
- * must match exactly; the NCCL all-reduce of two ranks exactly.
+ * must match exactly; the NCCL all-reduce of two ranks exactly.  The
+ * indexer's tensor-core path (bf16 inputs) has its own bound, derived
+ * from the input rounding (test_indexer_mma).
  *
  * Prefill GEMMs (T >= LT_MIN_T tokens) run three times, by
  * LLM_CUDA_GEMM: f32 (float32 operands: the 1e-5 above), bf16x2 (the
@@ -30,10 +32,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "cpu/quant.h"
 #include "cuda/device_info.h"
+#include "cuda/indexer_mma.h"
 #include "kv_cache.h"
 #include "tap.h"
 #include "tp.h"
@@ -538,7 +542,7 @@ static void test_indexer(int ratio, int nheads, int d, int topk, int pos0, int n
                        .sel = sel, .nsel = nsel };
     C->indexer(C, &a);
     a.q = dq, a.w = dw, a.keys = pages_rows(&pg, true), a.sel = dsel, a.nsel = dnsel;
-    G->indexer(G, &a);
+    G->indexer(G, &a);      /* G: LLM_CUDA_GEMM=f32, the float32 path also for many tokens */
     int32_t *gs = hcopy(dsel, (size_t)n * topk * 4);
     int *gn = hcopy(dnsel, n * sizeof *gn);
     int bad = 0, first_bad = -1;
@@ -554,6 +558,150 @@ static void test_indexer(int ratio, int nheads, int d, int topk, int pos0, int n
     pages_free(&pg);
     G->release(G, dq), G->release(G, dw), G->release(G, dsel), G->release(G, dnsel);
     free(q), free(w), free(sel), free(nsel), free(gs), free(gn);
+}
+
+/* The tensor-core path: q and k rounded to bf16 (relative error at most
+ * u = 2^-8 each), products and sums in float32.  For token i and entry s,
+ * with A = d^-0.5 * sum_h |w_h| * sum_c |q_hc| |k_c|, ReLU being
+ * 1-Lipschitz bounds the error by A * (2u + u^2) plus float32 sums
+ * (at most (d + heads) * 2^-22 of A, generously): tol(i, s).  The
+ * reference is double.  (a) every score of the kernel within tol, every
+ * future entry untouched; (b) the op's choice: count, ascending, no
+ * duplicates or future entries, and each chosen entry's reference score
+ * at least the reference k-th best minus tol of it and the largest tol of
+ * the token (if s beat some e of the reference top k, ref(s) + tol_s >=
+ * ref(e) - tol_e). */
+typedef struct {
+    const float *q, *w;
+    const paged_rows *keys;
+    int n, pos0, ratio, nheads, d, S, nthreads, part;
+    double *ref, *tol;
+} mma_ref_job;
+
+static void *mma_ref_part(void *arg)
+{
+    const mma_ref_job *J = arg;
+    double sm = 1 / sqrt(J->d), u = 1.0 / 256;
+    double eps = 2 * u + u * u + (J->d + J->nheads) / 4194304.0;
+    for (int i = J->part; i < J->n; i += J->nthreads) {
+        int nvis = (J->pos0 + i + 1) / J->ratio;
+        for (int s = 0; s < nvis; s++) {
+            const float *k = paged_row(J->keys, s);
+            double sc = 0, A = 0;
+            for (int h = 0; h < J->nheads; h++) {
+                const float *q = J->q + ((size_t)i * J->nheads + h) * J->d;
+                double dot = 0, ab = 0;
+                for (int c = 0; c < J->d; c++) {
+                    dot += (double)q[c] * k[c];
+                    ab += fabs((double)q[c] * k[c]);
+                }
+                double wh = J->w[(size_t)i * J->nheads + h];
+                sc += (dot > 0 ? dot : 0) * sm * wh;
+                A += fabs(wh) * sm * ab;
+            }
+            J->ref[(size_t)i * J->S + s] = sc;
+            J->tol[(size_t)i * J->S + s] = A * eps;
+        }
+    }
+    return NULL;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, int ktile)
+{
+    int ratio = 4, d = 128, S = (pos0 + n) / ratio;
+    pages pg = pages_new(S, 16, d, true);
+    paged_rows hk = pages_rows(&pg, false);
+    float *q = hrand((size_t)n * nheads * d, 1.0f), *w = hrand((size_t)n * nheads, 1.0f);
+    double *ref = calloc((size_t)n * S, sizeof *ref), *tol = calloc((size_t)n * S, sizeof *tol);
+    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    int nthr = nproc < 1 ? 1 : nproc > 32 ? 32 : (int)nproc;
+    pthread_t th[32];
+    mma_ref_job J[32];
+    for (int p = 0; p < nthr; p++) {
+        J[p] = (mma_ref_job){ q, w, &hk, n, pos0, ratio, nheads, d, S, nthr, p, ref, tol };
+        pthread_create(&th[p], NULL, mma_ref_part, &J[p]);
+    }
+    for (int p = 0; p < nthr; p++) pthread_join(th[p], NULL);
+
+    /* (a) the scores, every token (topk 0) */
+    float *dq = dcopy(q, (size_t)n * nheads * d * 4), *dw = dcopy(w, (size_t)n * nheads * 4);
+    float *dsc = G->alloc(G, (size_t)n * S * 4);
+    poison(dsc, (size_t)n * S * 4);
+    indexer_args a = { .n = n, .pos0 = pos0, .ratio = ratio, .nheads = nheads, .d = d,
+                       .topk = 0, .q = dq, .w = dw, .keys = pages_rows(&pg, true) };
+    char err[256] = "";
+    int rc = cuda_indexer_mma_scores(&a, dsc, S, chunk, ktile, err, sizeof err);
+    float *sc = hcopy(dsc, (size_t)n * S * 4);
+    long long over = 0, future = 0;
+    double worst = 0, d2 = 0, z2 = 0;
+    for (int i = 0; i < n; i++) {
+        int nvis = (pos0 + i + 1) / ratio;
+        for (int s = 0; s < S; s++) {
+            size_t o = (size_t)i * S + s;
+            if (s >= nvis) {
+                future += !isnan(sc[o]);
+                continue;
+            }
+            double e = fabs(sc[o] - ref[o]);
+            if (!(e <= tol[o])) over++;     /* NaN counts */
+            if (e / tol[o] > worst) worst = e / tol[o];
+            d2 += e * e, z2 += ref[o] * ref[o];
+        }
+    }
+    ok(!rc && !over && !future, "indexer_mma scores heads=%d pos0=%d n=%d (%d entries) chunk=%d "
+       "ktile=%d: %lld over the bound, %lld future written, worst error %.3g of the bound, rel "
+       "L2 %.3g%s%s", nheads, pos0, n, S, chunk, ktile, over, future, worst, sqrt(d2 / z2),
+       rc ? ": " : "", err);
+
+    /* (b) the op's choice (G with tensor cores: many tokens take the bf16 path) */
+    int32_t *dsel = G->alloc(G, (size_t)n * topk * 4);
+    int *dnsel = G->alloc(G, n * sizeof *dnsel);
+    poison(dsel, (size_t)n * topk * 4);
+    poison(dnsel, n * sizeof *dnsel);
+    a.topk = topk, a.sel = dsel, a.nsel = dnsel;
+    G->indexer(G, &a);
+    int32_t *gs = hcopy(dsel, (size_t)n * topk * 4);
+    int *gn = hcopy(dnsel, n * sizeof *gn);
+    int bad = 0, first_bad = -1;
+    long long flips = 0;
+    double *tmp = malloc((size_t)S * sizeof *tmp);
+    for (int i = 0; i < n; i++) {
+        int nvis = (pos0 + i + 1) / ratio, want = nvis < topk ? nvis : topk;
+        const int32_t *sel = gs + (size_t)i * topk;
+        const double *r = ref + (size_t)i * S, *tl = tol + (size_t)i * S;
+        bool good = gn[i] == want;
+        for (int k = 0; good && k < want; k++)
+            good = sel[k] >= 0 && sel[k] < nvis && (k == 0 || sel[k] > sel[k - 1]);
+        if (good && nvis > topk) {
+            double maxtol = 0;
+            for (int s = 0; s < nvis; s++) {
+                tmp[s] = -r[s];
+                if (tl[s] > maxtol) maxtol = tl[s];
+            }
+            /* the reference k-th best: partial selection by sorting a copy */
+            qsort(tmp, nvis, sizeof *tmp, cmp_double);
+            double kth = -tmp[topk - 1];
+            for (int k = 0; good && k < want; k++) {
+                good = r[sel[k]] >= kth - tl[sel[k]] - maxtol;
+                flips += r[sel[k]] < kth;
+            }
+        }
+        if (!good && first_bad < 0) first_bad = i;
+        bad += !good;
+    }
+    ok(!bad && !G->error(G), "indexer_mma choice heads=%d topk=%d pos0=%d n=%d: %d of %d tokens "
+       "wrong (first %d); %lld chosen entries below the reference k-th best (near-ties)", nheads,
+       topk, pos0, n, bad, n, first_bad, flips);
+    pages_free(&pg);
+    G->release(G, dq), G->release(G, dw), G->release(G, dsc), G->release(G, dsel),
+        G->release(G, dnsel);
+    free(q), free(w), free(ref), free(tol), free(sc), free(gs), free(gn), free(tmp);
 }
 
 /* ---- attention ---- */
@@ -832,6 +980,14 @@ int main(void)
     test_indexer(4, 64, 128, 64, 2000, 5);
     test_indexer(4, 64, 128, 512, 8000, 3);
     test_indexer(4, 16, 64, 32, 300, 300);
+    test_indexer(4, 64, 128, 512, 8000, 100);
+    G = g[GEMM_BF16X2];
+    test_indexer_mma(64, 64, 2000, 128, 48, 200);    /* key tiles and token chunks */
+    test_indexer_mma(64, 64, 0, 300, 128, 32768);    /* few entries: all or top 64 */
+    test_indexer_mma(16, 512, 7000, 300, 300, 32768);
+    test_indexer_mma(64, 512, 30000, 200, 200, 32768);
+    test_indexer_mma(64, 512, 120000, 64, 64, 32768);
+    G = g[GEMM_F32];
     test_attention(4, 64, 16, 0, 0, 0, 20);
     test_attention(4, 64, 16, 0, 0, 40, 1);
     test_attention(4, 64, 32, 8, 0, 100, 7);

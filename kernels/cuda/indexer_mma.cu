@@ -1,0 +1,191 @@
+// The lightning indexer's scores on tensor cores, for steps of many new
+// tokens (prefill chunks): score[i][s] = sum_h w[i][h] * d^-0.5 *
+// ReLU(q[i][h] . k[s]) with q and k rounded to bf16 and float32 sums
+// (the reference model keeps both in bf16 and scores them in float32).
+// The visible keys are first gathered from the paged cache into a
+// contiguous bf16 tile (indexer_gather_kernel: the one place that reads
+// the cache's storage format), then one fused kernel does the products
+// (mma.sync m16n8k16), ReLU, weights, the sum over heads and the causal
+// mask, writing the [token][entry] rows the radix top-k reads.
+#include <cuda_bf16.h>
+#include <stdio.h>
+
+#include "indexer_mma.h"
+#include "kernels.cuh"
+
+#define MMA_WARPS 8
+#define MMA_KEYS (32 * MMA_WARPS)   // keys per block: 32 per warp, in registers
+#define MMA_QG 64                   // tokens per block (grid.y)
+#define MMA_QB 2                    // tokens per shared-memory stage
+#define MMA_D 128                   // head dim this kernel is written for
+#define MMA_QST (MMA_D + 32)        // bf16 row stride of q in shared memory (no bank conflicts)
+
+static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+// Keys [k0, k1) of the paged cache as bf16 rows of d (d a multiple of 4).
+__global__ void indexer_gather_kernel(dpaged keys, int k0, int k1, int d, uint2 *out)
+{
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    int per = d / 4;
+    if (idx >= (long long)(k1 - k0) * per) return;
+    int s = k0 + (int)(idx / per), c = (int)(idx % per) * 4;
+    float4 v = *(const float4 *)(dpaged_row(keys, s) + c);
+    out[idx] = make_uint2(bf16x2(v.x, v.y), bf16x2(v.z, v.w));
+}
+
+// D += A . B, A 16x16 (4 regs), B 16x8 (2 regs), bf16 in, float32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Block (x, y): keys k0 + [x*MMA_KEYS, +MMA_KEYS) of the gathered tile
+// kt (rows k0..k1) against tokens t0 + [y*MMA_QG, +MMA_QG) that see more
+// than topk entries.  The matrix product has keys as M (each warp holds
+// its 32 keys' fragments in registers for the whole block), heads as N
+// (8 per mma, read from shared memory) and the head dim as K.  A sum
+// over K may take its terms in any order, so lane (g, t) supplies, at
+// k-step pair jj, dims 32*jj + 8*t .. +8 for both operands: one 16-byte
+// load each.  The accumulator's columns are heads, so ReLU, the weight
+// and the sum over heads happen in registers; the four lanes of a row
+// then add up by shuffles.
+__global__ void __launch_bounds__(32 * MMA_WARPS, 2)
+indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *kt, float smul,
+                   float *scores, long long ldsc)
+{
+    __shared__ __align__(16) uint16_t qs[MMA_QB * 64 * MMA_QST];
+    __shared__ float ws[MMA_QB * 64];
+    int nh = a.nheads, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    int s0 = k0 + blockIdx.x * MMA_KEYS, sw = s0 + 32 * warp;
+    // Tokens that see more than max(topk, s0) entries: (pos0+i+1)/ratio > m.
+    int m = a.topk > s0 ? a.topk : s0;
+    int i0 = t0 + blockIdx.y * MMA_QG, i1 = min(i0 + MMA_QG, t0 + nt);
+    i0 = max(i0, a.ratio * (m + 1) - a.pos0 - 1);
+    if (i0 >= i1) return;
+
+    uint32_t ka[2][2][4][4];    // [m-tile][row g / g+8][jj][word]
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int s = sw + 16 * mt + 8 * r + g;
+            const uint4 *row = (const uint4 *)(kt + (long long)(s - k0) * MMA_D + 8 * t);
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) {
+                uint4 v = s < k1 ? row[4 * jj] : make_uint4(0, 0, 0, 0);
+                ka[mt][r][jj][0] = v.x, ka[mt][r][jj][1] = v.y;
+                ka[mt][r][jj][2] = v.z, ka[mt][r][jj][3] = v.w;
+            }
+        }
+
+    for (int ib = i0; ib < i1; ib += MMA_QB) {
+        __syncthreads();        // the previous stage is consumed
+        int nq = min(MMA_QB, i1 - ib);
+        for (int x = threadIdx.x; x < nq * nh * (MMA_D / 4); x += blockDim.x) {
+            int row = x / (MMA_D / 4), c = x % (MMA_D / 4) * 4;
+            float4 v = *(const float4 *)(a.q + ((long long)ib * nh + row) * MMA_D + c);
+            *(uint2 *)(qs + row * MMA_QST + c) = make_uint2(bf16x2(v.x, v.y), bf16x2(v.z, v.w));
+        }
+        for (int x = threadIdx.x; x < nq * nh; x += blockDim.x)
+            ws[x] = a.w[(long long)ib * nh + x] * smul;
+        __syncthreads();
+        for (int qb = 0; qb < nq; qb++) {
+            int i = ib + qb, nvis = (a.pos0 + i + 1) / a.ratio;
+            if (sw >= nvis) continue;
+            float part[2][2] = { { 0, 0 }, { 0, 0 } };
+            for (int h0 = 0; h0 < nh; h0 += 8) {
+                const uint16_t *qrow = qs + (qb * nh + h0 + g) * MMA_QST + 8 * t;
+                float acc[2][4] = { { 0, 0, 0, 0 }, { 0, 0, 0, 0 } };
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) {
+                    uint4 b = *(const uint4 *)(qrow + 32 * jj);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        const uint32_t *lo = ka[mt][0][jj], *hi = ka[mt][1][jj];
+                        mma_bf16(acc[mt], lo[0], hi[0], lo[1], hi[1], b.x, b.y);
+                        mma_bf16(acc[mt], lo[2], hi[2], lo[3], hi[3], b.z, b.w);
+                    }
+                }
+                float w0 = ws[qb * nh + h0 + 2 * t], w1 = ws[qb * nh + h0 + 2 * t + 1];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    part[mt][0] += fmaxf(acc[mt][0], 0) * w0 + fmaxf(acc[mt][1], 0) * w1;
+                    part[mt][1] += fmaxf(acc[mt][2], 0) * w0 + fmaxf(acc[mt][3], 0) * w1;
+                }
+            }
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    part[mt][r] += __shfl_xor_sync(0xffffffffu, part[mt][r], 1);
+                    part[mt][r] += __shfl_xor_sync(0xffffffffu, part[mt][r], 2);
+                }
+            // Lane (g, t) stores key 16*(t>>1) + 8*(t&1) + g: 32 keys, one per lane.
+            float v = t == 0 ? part[0][0] : t == 1 ? part[0][1] : t == 2 ? part[1][0] : part[1][1];
+            int s = sw + 16 * (t >> 1) + 8 * (t & 1) + g;
+            if (s < nvis && s < k1) scores[(long long)(i - t0) * ldsc + s] = v;
+        }
+    }
+}
+
+bool cu_indexer_mma_fits(int nheads, int d) { return d == MMA_D && nheads % 8 == 0 && nheads <= 64; }
+
+void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *scores,
+                    long long ldsc, uint16_t *kt, int ktile)
+{
+    int maxvis = (a.pos0 + a.n) / a.ratio;
+    float smul = (float)pow(a.d, -0.5);
+    for (int k0 = 0; k0 < maxvis; k0 += ktile) {
+        int k1 = maxvis - k0 < ktile ? maxvis : k0 + ktile;
+        indexer_gather_kernel<<<blocks_for((long long)(k1 - k0) * a.d / 4, 256), 256, 0, st>>>(
+            a.keys, k0, k1, a.d, (uint2 *)kt);
+        dim3 grid(blocks_for(k1 - k0, MMA_KEYS), blocks_for(nt, MMA_QG));
+        indexer_mma_kernel<<<grid, 32 * MMA_WARPS, 0, st>>>(a, t0, nt, k0, k1, kt, smul, scores,
+                                                           ldsc);
+    }
+}
+
+// ---- C entry for tests ----
+
+extern "C" int cuda_indexer_mma_scores(const indexer_args *a, float *scores, int ld, int chunk,
+                                       int ktile, char *err, size_t errlen)
+{
+    if (!cu_indexer_mma_fits(a->nheads, a->d)) {
+        snprintf(err, errlen, "indexer_mma: %d heads of %d (needs d %d, heads a multiple of 8, "
+                 "at most 64)", a->nheads, a->d, MMA_D);
+        return -1;
+    }
+    int maxvis = (a->pos0 + a->n) / a->ratio;
+    int nblk = maxvis > 0 ? (maxvis + a->keys.per_block - 1) / a->keys.per_block : 1;
+    char **blocks = NULL;
+    uint16_t *kt = NULL;
+    cudaError_t e = cudaMalloc(&blocks, nblk * sizeof(char *));
+    if (e == cudaSuccess) e = cudaMalloc(&kt, (size_t)ktile * a->d * sizeof(uint16_t));
+    if (e == cudaSuccess)
+        e = cudaMemcpy(blocks, a->keys.blocks, nblk * sizeof(char *), cudaMemcpyHostToDevice);
+    dindexer d = { a->n, a->pos0, a->ratio, a->nheads, a->d, a->topk, a->q, a->w,
+                   { blocks, (long long)a->keys.off, a->keys.per_block, a->keys.row_len },
+                   a->sel, a->nsel, a->pos0 + a->n, NULL };
+    for (int t0 = 0; t0 < a->n && e == cudaSuccess; t0 += chunk)
+        cu_indexer_mma(0, d, t0, a->n - t0 < chunk ? a->n - t0 : chunk,
+                       scores + (size_t)t0 * ld, ld, kt, ktile);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) e = cudaGetLastError();
+    cudaFree(blocks);
+    cudaFree(kt);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "indexer_mma: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
