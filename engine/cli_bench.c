@@ -2,6 +2,7 @@
  *                  [--backend cpu|cuda] [--tp N] [--threads N]
  *                  [--prompt N | --prompts N,N,...] [--decode N]
  *                  [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U]
+ *                  [--kv-cache-dtype auto|bf16|fp8]
  * Per prompt length: one sequence, the prompt of pseudo-random tokens as
  * one prefill (time to first token); after the first prompt, greedy
  * decoding token by token (the first WARM_STEPS timed apart).  --synthetic builds random weights of the
@@ -122,7 +123,8 @@ static int usage(void)
 {
     fprintf(stderr, "usage: llm-engine bench --model DIR | --synthetic CONFIG.json "
             "[--backend cpu|cuda] [--tp N] [--threads N] [--prompt N | --prompts N,N,...] "
-            "[--decode N] [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U]\n");
+            "[--decode N] [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U] "
+            "[--kv-cache-dtype auto|bf16|fp8]\n");
     return 2;
 }
 
@@ -146,6 +148,8 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(a, "--peak-gbs")) peak_gbs = atof(v);
         else if (!strcmp(a, "--peak-tflops")) peak_tflops = atof(v);
         else if (!strcmp(a, "--gpu-memory-utilization")) opt.gpu_memory_utilization = atof(v);
+        else if (!strcmp(a, "--kv-cache-dtype") && v4_kv_dtype_parse(v) >= 0)
+            opt.kv_dtype = (enum kv_dtype)v4_kv_dtype_parse(v);
         else return usage();
     }
     if (!model || nprompts < 1 || decode < 0 || opt.tp < 1 || peak_gbs <= 0 || peak_tflops <= 0 ||

@@ -21,6 +21,8 @@ timeout 90 build/tests/gpu/test_cuda_model > "$out/model.log" 2>&1
 mrc=$?
 LLM_TEST_BACKEND=cuda timeout 120 build/tests/test_model_golden > "$out/golden.log" 2>&1
 grc=$?
+LLM_TEST_BACKEND=cuda timeout 90 build/tests/test_model_kv_dtype > "$out/kv_dtype.log" 2>&1
+vrc=$?
 if [ $krc -ne 0 ] && command -v compute-sanitizer > /dev/null; then
     timeout 200 compute-sanitizer --print-limit 5 build/tests/gpu/test_cuda_kernels \
         > "$out/sanitizer.log" 2>&1
@@ -70,6 +72,8 @@ grep -E '^not ok|NCCL all-reduce [0-9]+ KB|Aborted|rror' "$out/kernels.log" | he
 echo "== golden exit $grc: $(grep -c '^ok' "$out/golden.log") ok, $(grep -c '^not ok' "$out/golden.log") not ok"
 grep -E '^not ok|^#' "$out/golden.log" | head -20
 grep -E 'tp=. (full|incremental): rel' "$out/golden.log" | head -12
+echo "== kv_dtype exit $vrc: $(grep -c '^ok' "$out/kv_dtype.log") ok, $(grep -c '^not ok' "$out/kv_dtype.log") not ok"
+grep -E '^not ok|^#|^ok' "$out/kv_dtype.log" | head -30
 echo "== model exit $mrc: $(grep -c '^ok' "$out/model.log") ok, $(grep -c '^not ok' "$out/model.log") not ok"
 grep -E '^not ok|^#|^ok' "$out/model.log" | head -20
 grep '^== serve' "$out/serve.log"

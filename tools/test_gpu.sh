@@ -18,4 +18,4 @@ if [ -z "$n" ] || [ "$n" -eq 0 ]; then
     exit 1
 fi
 LLM_TEST_BACKEND=cuda prove -v -f --exec '' build/tests/gpu/test_cuda_kernels \
-    build/tests/gpu/test_cuda_model build/tests/test_model_golden
+    build/tests/gpu/test_cuda_model build/tests/test_model_golden build/tests/test_model_kv_dtype
