@@ -9,8 +9,10 @@ static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + th
 
 // Let kernel k use smem bytes of dynamic shared memory on this device: set
 // once per size increase, so a run that repeats a warm-up run's launches
-// (graph capture) makes no such call.
-template <typename K>
+// (graph capture) makes no such call.  TAG tells apart kernels of one
+// signature (the per-device record is per TAG and signature, so ranks on
+// their own threads never share one).
+template <int TAG, typename K>
 static void smem_attr(K *k, size_t smem)
 {
     static int set[64];
@@ -278,8 +280,8 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
     if (chunk > 65535) chunk = 65535;   // grid.y of the score kernel
     bool v4 = a.d % 4 == 0;
     size_t smem = ((size_t)a.nheads * (a.d + (v4 ? 4 : 1)) + 8 * (size_t)a.d) * sizeof(float);
-    smem_attr(indexer_scores_kernel<true>, smem);
-    smem_attr(indexer_scores_kernel<false>, smem);
+    smem_attr<1>(indexer_scores_kernel<true>, smem);
+    smem_attr<0>(indexer_scores_kernel<false>, smem);
     float smul = (float)pow(a.d, -0.5);
     for (int t0 = 0; t0 < a.n; t0 += chunk) {
         int nt = a.n - t0 < chunk ? a.n - t0 : chunk;
@@ -319,15 +321,18 @@ struct attn_keys {
 #define ATT_TILE 32         // keys decoded into shared memory at a time
 #define ATT_MAXC 4          // channels per thread: head_dim <= 4 * 256
 
-// One block per (token, group of HPB heads), 8 warps, over keys
-// [0, nk) in tiles of ATT_TILE: the tile's keys decoded to float32 in
-// shared memory (each read once for all HPB heads), the logits (a warp
-// per key), an online softmax (a warp per head: running max and sum,
-// the accumulators rescaled when the max grows), the weighted sum of
-// keys (threads over channels).  At the end the sink joins the softmax
-// and the output is normalized.
+// One block per (token, group of HPB heads, split), 8 warps, over the
+// split's keys [z * chunk, (z + 1) * chunk) of [0, nk) in tiles of
+// ATT_TILE: the tile's keys decoded to float32 in shared memory (each
+// read once for all HPB heads), the logits (a warp per key), an online
+// softmax (a warp per head: running max and sum, the accumulators
+// rescaled when the max grows), the weighted sum of keys (threads over
+// channels).  One split: the sink joins the softmax and the output is
+// normalized here.  Several (flash-decoding): each writes its partial
+// (max, sum, unnormalized output) to part[token][head][split] for
+// attention_combine_kernel; a split past nk writes max -inf, sum 0.
 template <int HPB>
-__global__ void __launch_bounds__(256) attention_kernel(dattn a)
+__global__ void __launch_bounds__(256) attention_kernel(dattn a, int chunk, float *part)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     if (a.dyn) a.pos0 = a.dyn->pos0, a.ring = (const char *)a.dyn->ptr;
@@ -351,8 +356,9 @@ __global__ void __launch_bounds__(256) attention_kernel(dattn a)
     for (int hh = 0; hh < HPB; hh++)
 #pragma unroll
         for (int k = 0; k < ATT_MAXC; k++) acc[hh][k] = 0;
-    for (int t0 = 0; t0 < nk; t0 += ATT_TILE) {
-        int tn = min(ATT_TILE, nk - t0);
+    int j1 = min(nk, (blockIdx.z + 1) * chunk);
+    for (int t0 = blockIdx.z * chunk; t0 < j1; t0 += ATT_TILE) {
+        int tn = min(ATT_TILE, j1 - t0);
         if (threadIdx.x < tn) kr[threadIdx.x] = K.key(t0 + threadIdx.x);
         __syncthreads();
         for (int x = threadIdx.x; x < tn * hd; x += blockDim.x)
@@ -407,6 +413,21 @@ __global__ void __launch_bounds__(256) attention_kernel(dattn a)
         }
         __syncthreads();
     }
+    if (gridDim.z > 1) {
+        long long ps = hd + 2;
+#pragma unroll
+        for (int hh = 0; hh < HPB; hh++) {
+            if (hh >= nh) break;
+            float *pp = part + (((long long)i * a.nheads + h0 + hh) * gridDim.z + blockIdx.z) * ps;
+            if (threadIdx.x == 0) pp[0] = mrun[hh], pp[1] = lrun[hh];
+#pragma unroll
+            for (int k = 0; k < ATT_MAXC; k++) {
+                int c = threadIdx.x + k * blockDim.x;
+                if (c < hd) pp[2 + c] = acc[hh][k];
+            }
+        }
+        return;
+    }
     float *o = a.out + ((long long)i * a.nheads + h0) * hd;
 #pragma unroll
     for (int hh = 0; hh < HPB; hh++) {
@@ -428,27 +449,66 @@ static size_t attention_smem(int hd)
            (size_t)HPB * (ATT_TILE + 3) * sizeof(float);
 }
 
+// Block (token, head): the splits' partials merged with the sink.
+__global__ void attention_combine_kernel(dattn a, int splits, const float *part)
+{
+    int i = blockIdx.x, h = blockIdx.y, hd = a.hd;
+    long long ps = hd + 2;
+    const float *pp = part + ((long long)i * a.nheads + h) * splits * ps;
+    float sink = a.sinks[h], m = sink;
+    for (int s = 0; s < splits; s++) m = fmaxf(m, pp[s * ps]);
+    float sum = expf(sink - m);
+    for (int s = 0; s < splits; s++) sum += pp[s * ps + 1] * expf(pp[s * ps] - m);
+    float *o = a.out + ((long long)i * a.nheads + h) * hd;
+    for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+        float acc = 0;
+        for (int s = 0; s < splits; s++) acc += pp[s * ps + 2 + c] * expf(pp[s * ps] - m);
+        o[c] = acc / sum;
+    }
+}
+
 template <int HPB>
-static bool attention_launch(cudaStream_t st, const dattn &a)
+static bool attention_launch(cudaStream_t st, const dattn &a, int splits, int chunk, float *part)
 {
     size_t smem = attention_smem<HPB>(a.hd);
     if (smem > 200 * 1024 || a.hd > ATT_MAXC * 256) return false;
-    smem_attr(attention_kernel<HPB>, smem);
-    dim3 grid(a.n, (a.nheads + HPB - 1) / HPB);
-    attention_kernel<HPB><<<grid, 256, smem, st>>>(a);
+    smem_attr<HPB>(attention_kernel<HPB>, smem);
+    dim3 grid(a.n, (a.nheads + HPB - 1) / HPB, splits);
+    attention_kernel<HPB><<<grid, 256, smem, st>>>(a, chunk, part);
+    if (splits > 1) attention_combine_kernel<<<dim3(a.n, a.nheads), 128, 0, st>>>(a, splits, part);
     return true;
 }
 
-// The most heads per block that the head count and enough blocks to fill
-// the GPU (few tokens: decode) allow.
-bool cu_attention(cudaStream_t st, const dattn &a)
+// Many tokens (prefill): the most heads per block that leaves at least
+// 128 blocks, one split.  Few (decode): the keys are split too
+// (flash-decoding), at least a tile per split and at most 1024 blocks,
+// with the most heads per block that still gives 128 blocks.  Every
+// choice depends on n, the heads and the key bound (pos_end) only, so
+// graph replays repeat it.
+void cu_attention_plan(const dattn &a, int *hpb, int *splits, int *chunk)
+{
+    int ncomp_max = a.ratio ? (a.sel ? a.sel_ld : a.pos_end / a.ratio) : 0;
+    int nk_max = a.window + ncomp_max, tiles = (nk_max + ATT_TILE - 1) / ATT_TILE;
+    for (int h = 8;; h /= 2) {
+        long long base = (long long)a.n * ((a.nheads + h - 1) / h);
+        int s = base >= 128 ? 1 : (int)min((long long)tiles, max(1LL, 1024 / base));
+        if ((a.nheads >= h && base * s >= 128) || h == 1) {
+            int per = (tiles + s - 1) / s;
+            *hpb = h;
+            *chunk = per * ATT_TILE;
+            *splits = (tiles + per - 1) / per;
+            return;
+        }
+    }
+}
+
+bool cu_attention(cudaStream_t st, const dattn &a, float *part)
 {
     if (a.n <= 0 || a.nheads <= 0) return true;
-    auto fits = [&](int hpb) {
-        return a.nheads >= hpb && (long long)a.n * ((a.nheads + hpb - 1) / hpb) >= 128;
-    };
-    if (fits(8)) return attention_launch<8>(st, a);
-    if (fits(4)) return attention_launch<4>(st, a);
-    if (fits(2)) return attention_launch<2>(st, a);
-    return attention_launch<1>(st, a);
+    int hpb, splits, chunk;
+    cu_attention_plan(a, &hpb, &splits, &chunk);
+    if (hpb == 8) return attention_launch<8>(st, a, splits, chunk, part);
+    if (hpb == 4) return attention_launch<4>(st, a, splits, chunk, part);
+    if (hpb == 2) return attention_launch<2>(st, a, splits, chunk, part);
+    return attention_launch<1>(st, a, splits, chunk, part);
 }

@@ -101,7 +101,7 @@ struct cu_impl {
     stage_ent stage[NSTAGE];
     unsigned long long tick, fills;
     grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
-        iscores, wdeq, hcm;
+        iscores, wdeq, hcm, apart;
     cublasLtHandle_t lt;
     void *lt_ws;
     // graph replay
@@ -752,7 +752,15 @@ static void cu_attention_op(backend *b, const attention_args *a)
         !to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d.comp))
         return;
     if (recording(c)) return;
-    if (!cu_attention(c->st, d)) {
+    int hpb, splits, chunk;
+    cu_attention_plan(d, &hpb, &splits, &chunk);
+    float *part = NULL;
+    if (splits > 1) {
+        part = (float *)grow(c, &c->apart,
+                             (size_t)a->n * a->nheads * splits * (a->head_dim + 2) * sizeof(float));
+        if (c->failed) return;
+    }
+    if (!cu_attention(c->st, d, part)) {
         fail(c, "attention: head_dim %d is too large for the kernel", a->head_dim);
         return;
     }
@@ -1027,7 +1035,7 @@ static void cu_destroy(backend *b)
     for (int i = 0; i < NGRAPH; i++) graph_drop(&c->graph[i]);
     arena_free(c);
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
-                         &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->wdeq, &c->hcm,
+                         &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->wdeq, &c->hcm, &c->apart,
                          &c->offs, &c->xs, &c->yss };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->p) cudaFreeAsync(bufs[i]->p, c->st);

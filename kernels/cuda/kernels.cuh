@@ -115,5 +115,9 @@ struct dattn {
     int pos_end;            // as dindexer's
     const dstep *dyn;       // pos0 and ring, or NULL
 };
-// Returns false when head_dim is too large for the kernel.
-bool cu_attention(cudaStream_t st, const dattn &a);
+// The launch: heads per block, key splits (flash-decoding when > 1) and
+// keys per split.
+void cu_attention_plan(const dattn &a, int *hpb, int *splits, int *chunk);
+// part: scratch of n * nheads * splits * (hd + 2) floats when the plan
+// splits the keys.  Returns false when head_dim is too large for the kernel.
+bool cu_attention(cudaStream_t st, const dattn &a, float *part);

@@ -520,8 +520,11 @@ static void test_indexer(int ratio, int nheads, int d, int topk, int pos0, int n
 
 /* ---- attention ---- */
 
+static double now(void);
+
+/* reps > 0: also time that many launches (reported, not asserted). */
 static void test_attention(int nheads, int hd, int window, int ratio, int topk, int pos0, int n,
-                           enum kv_dtype t)
+                           enum kv_dtype t, int reps)
 {
     int nrows = ratio ? (pos0 + n) / ratio : 0;
     pages pg = pages_new(nrows, 4, hd, true, t);
@@ -571,6 +574,16 @@ static void test_attention(int nheads, int hd, int window, int ratio, int topk, 
     snprintf(name, sizeof name, "attention heads=%d hd=%d window=%d ratio=%d topk=%d pos0=%d n=%d "
              "cache %s", nheads, hd, window, ratio, topk, pos0, n, dname(t));
     check(name, g, out, (size_t)n * nheads * hd);
+    if (reps > 0) {
+        float one;
+        G->attention(G, &a);
+        G->read(G, &one, dout, sizeof one);
+        double t0 = now();
+        for (int r = 0; r < reps; r++) G->attention(G, &a);
+        G->read(G, &one, dout, sizeof one);
+        diag("attention heads=%d ratio=%d topk=%d context %d n=%d cache %s: %.1f us per call",
+             nheads, ratio, topk, pos0 + n, n, dname(t), (now() - t0) / reps * 1e6);
+    }
     pages_free(&pg);
     void *dev[] = { dq, dkv, dring, dsinks, dout, dsel, dnsel };
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) if (dev[i]) G->release(G, dev[i]);
@@ -802,19 +815,31 @@ int main(void)
         test_indexer(4, 16, 64, 32, 300, 300, t);
     }
     for (int t = KV_F32; t <= KV_FP8; t++) {
-        test_attention(4, 64, 16, 0, 0, 0, 20, t);
-        test_attention(4, 64, 16, 0, 0, 40, 1, t);
-        test_attention(4, 64, 32, 8, 0, 100, 7, t);
-        test_attention(3, 64, 32, 4, 8, 100, 30, t);
-        test_attention(8, 512, 128, 128, 0, 1000, 3, t);
-        test_attention(8, 512, 128, 4, 512, 4000, 2, t);
-        test_attention(2, 512, 128, 4, 512, 0, 300, t);
+        test_attention(4, 64, 16, 0, 0, 0, 20, t, 0);
+        test_attention(4, 64, 16, 0, 0, 40, 1, t, 0);
+        test_attention(4, 64, 32, 8, 0, 100, 7, t, 0);
+        test_attention(3, 64, 32, 4, 8, 100, 30, t, 0);
+        test_attention(8, 512, 128, 128, 0, 1000, 3, t, 0);
+        test_attention(8, 512, 128, 4, 512, 4000, 2, t, 0);
+        test_attention(2, 512, 128, 4, 512, 0, 300, t, 0);
         /* enough tokens for several heads per block: 8 (with a partial
          * group of 4), 4 (partial group of 2), 8 at Flash's sizes */
-        test_attention(12, 64, 32, 8, 0, 100, 64, t);
-        test_attention(6, 64, 32, 4, 8, 100, 64, t);
-        test_attention(8, 512, 128, 4, 512, 4000, 130, t);
+        test_attention(12, 64, 32, 8, 0, 100, 64, t, 0);
+        test_attention(6, 64, 32, 4, 8, 100, 64, t, 0);
+        test_attention(8, 512, 128, 4, 512, 4000, 130, t, 0);
+        /* decode at Flash's rank shapes (32 heads), keys split over
+         * blocks: sliding only, CSA and HCA at context 8K, a few tokens,
+         * a short context (fewer keys than one split) */
+        test_attention(32, 512, 128, 0, 0, 8191, 1, t, 50);
+        test_attention(32, 512, 128, 4, 512, 8191, 1, t, 50);
+        test_attention(32, 512, 128, 128, 0, 8191, 1, t, 50);
+        test_attention(32, 512, 128, 4, 512, 8000, 4, t, 0);
+        test_attention(32, 512, 128, 128, 0, 300, 1, t, 0);
+        test_attention(5, 64, 16, 4, 8, 10, 1, t, 0);
     }
+    /* long: 100,000 HCA entries (12.8M positions), dense */
+    test_attention(4, 512, 128, 128, 0, 100000 * 128 - 1, 1, KV_F32, 10);
+    test_attention(4, 512, 128, 128, 0, 100000 * 128 - 1, 1, KV_FP8, 10);
     for (int t = KV_F32; t <= KV_FP8; t++) {
         test_ring_store(16, 64, 0, 5, t);
         test_ring_store(16, 64, 30, 40, t);
