@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpu/kv_quant.h"
 #include "cpu/qweight.h"
 
 /* RoPE frequencies (one table: "main" or "compress"): rotation of channel
@@ -25,18 +26,30 @@ typedef struct {
 } rope_table;
 
 /* Rows of one layer's compressed cache, spread over fixed-size blocks:
- * row i lives in blocks[i / per_block] at byte offset `off`, slot
- * i % per_block, each row `row_len` floats. */
+ * row i is row i % per_block of the region (cpu/kv_quant.h) of per_block
+ * rows of `row_len` values stored as `dtype` at byte offset `off` of
+ * blocks[i / per_block]. */
 typedef struct {
     char *const *blocks;
     size_t off;
     int per_block;
     int row_len;
+    enum kv_dtype dtype;
 } paged_rows;
 
-static inline float *paged_row(const paged_rows *p, int i)
+static inline char *paged_region(const paged_rows *p, int i)
 {
-    return (float *)(p->blocks[i / p->per_block] + p->off) + (size_t)(i % p->per_block) * p->row_len;
+    return p->blocks[i / p->per_block] + p->off;
+}
+
+static inline void paged_load(const paged_rows *p, int i, float *out)
+{
+    kv_load(p->dtype, paged_region(p, i), p->per_block, p->row_len, i % p->per_block, out);
+}
+
+static inline void paged_store(const paged_rows *p, int i, const float *x)
+{
+    kv_store(p->dtype, paged_region(p, i), p->per_block, p->row_len, i % p->per_block, x);
 }
 
 /* Compressor over one sequence's new tokens: fold each token's kv/gate
@@ -53,7 +66,7 @@ typedef struct {
     float eps;
     const rope_table *rope;
     float *state;           /* window rows (+ overlap rows), see kv_cache.c */
-    paged_rows out;         /* entry i -> paged_row(&out, i) */
+    paged_rows out;         /* entry i -> row i of out */
 } compress_args;
 
 /* Lightning indexer: for each new token choose the top-k visible
@@ -69,14 +82,17 @@ typedef struct {
 } indexer_args;
 
 /* Attention of one sequence's new tokens over the sliding window (ring
- * plus this chunk's keys) and compressed entries, with per-head sinks. */
+ * plus this chunk's keys) and compressed entries, with per-head sinks.
+ * The chunk's keys are float32 already rounded to the cache's dtype
+ * (kv_round), so a key reads the same from the chunk or the ring. */
 typedef struct {
     int n, pos0;
     int nheads, head_dim, window;
     float scale;
     const float *q;         /* [n][nheads*head_dim] */
     const float *kv;        /* [n][head_dim] this chunk's keys (= values) */
-    const float *ring;      /* [window][head_dim]: position p at p % window */
+    const void *ring;       /* region of `window` rows: position p at row p % window */
+    enum kv_dtype dtype;    /* the ring's storage (comp carries its own) */
     const float *sinks;     /* [nheads] */
     int ratio;              /* 0: no compressed entries */
     paged_rows comp;
@@ -172,9 +188,13 @@ struct backend {
     void (*compress)(backend *b, const compress_args *a);
     void (*indexer)(backend *b, const indexer_args *a);
     void (*attention)(backend *b, const attention_args *a);
-    /* Keep the last `window` keys of a chunk in the ring. */
-    void (*ring_store)(backend *b, float *ring, int window, int head_dim, const float *kv,
-                       int n, int pos0);
+    /* Keep the last `window` keys of a chunk in the ring (a region of
+     * `window` rows stored as t). */
+    void (*ring_store)(backend *b, void *ring, enum kv_dtype t, int window, int head_dim,
+                       const float *kv, int n, int pos0);
+    /* Round T rows of n floats to the values the cache stores as t (in
+     * place; nothing for KV_F32). */
+    void (*kv_round)(backend *b, float *x, int ld, int T, int n, enum kv_dtype t);
     void (*moe)(backend *b, const moe_args *a);
 
     /* Collectives over the tensor-parallel group, as this backend's rank.

@@ -200,7 +200,7 @@ static void cpu_compress(backend *b, const compress_args *a)
         cpu_rmsnorm_row(entry, d, a->norm, a->eps, entry);
         cpu_rope_head(entry, d, a->rope->npairs, a->rope->inv_freq, a->rope->attn_factor,
                       w * m, 0);
-        memcpy(paged_row(&a->out, w), entry, d * sizeof *entry);
+        paged_store(&a->out, w, entry);
         if (a->overlap)
             for (int j = 0; j < m; j++) {
                 memcpy(ovl + (size_t)j * 2 * d, win + (size_t)j * 2 * wd, d * sizeof(float));
@@ -232,11 +232,11 @@ static void indexer_task(void *ctx, int i)
         a->nsel[i] = nvis;
         return;
     }
-    float *score = malloc(nvis * sizeof *score);
+    float *score = malloc(nvis * sizeof *score), *k = malloc(a->d * sizeof *k);
     const float *q = a->q + (size_t)i * a->nheads * a->d, *w = a->w + (size_t)i * a->nheads;
     float sm = (float)pow(a->d, -0.5);
     for (int s = 0; s < nvis; s++) {
-        const float *k = paged_row(&a->keys, s);
+        paged_load(&a->keys, s, k);
         float acc = 0;
         for (int h = 0; h < a->nheads; h++) {
             float dot = cpu_dot(q + (size_t)h * a->d, k, a->d);
@@ -248,6 +248,7 @@ static void indexer_task(void *ctx, int i)
     qsort(sel, a->topk, sizeof *sel, cmp_i32);
     a->nsel[i] = a->topk;
     free(score);
+    free(k);
 }
 
 static void cpu_indexer(backend *b, const indexer_args *a)
@@ -272,16 +273,31 @@ static void attention_task(void *ctx, int task)
     int nk = p - first + 1 + ncomp;
     const float **keys = malloc(nk * sizeof *keys);
     float *work = malloc(nk * sizeof *work);
+    /* Keys stored in float32 are read in place, others decoded here. */
+    float *dec = malloc(((size_t)nk * hd + 1) * sizeof *dec);
     int k = 0;
-    for (int j = first; j <= p; j++)
-        keys[k++] = j >= a->pos0 ? a->kv + (size_t)(j - a->pos0) * hd
-                                 : a->ring + (size_t)(j % a->window) * hd;
-    for (int s = 0; s < ncomp; s++)
-        keys[k++] = paged_row(&a->comp, a->sel ? a->sel[(size_t)i * a->sel_ld + s] : s);
+    for (int j = first; j <= p; j++, k++) {
+        if (j >= a->pos0) keys[k] = a->kv + (size_t)(j - a->pos0) * hd;
+        else if (a->dtype == KV_F32) keys[k] = (const float *)a->ring + (size_t)(j % a->window) * hd;
+        else {
+            kv_load(a->dtype, a->ring, a->window, hd, j % a->window, dec + (size_t)k * hd);
+            keys[k] = dec + (size_t)k * hd;
+        }
+    }
+    for (int s = 0; s < ncomp; s++, k++) {
+        int r = a->sel ? a->sel[(size_t)i * a->sel_ld + s] : s;
+        if (a->comp.dtype == KV_F32) {
+            keys[k] = (const float *)paged_region(&a->comp, r) + (size_t)(r % a->comp.per_block) * hd;
+        } else {
+            paged_load(&a->comp, r, dec + (size_t)k * hd);
+            keys[k] = dec + (size_t)k * hd;
+        }
+    }
     size_t qo = (size_t)i * a->nheads * hd + (size_t)h0 * hd;
     cpu_attend(a->q + qo, nh, hd, keys, nk, a->scale, a->sinks + h0, a->out + qo, work);
     free(keys);
     free(work);
+    free(dec);
 }
 
 static void cpu_attention(backend *b, const attention_args *a)
@@ -290,14 +306,19 @@ static void cpu_attention(backend *b, const attention_args *a)
     threadpool_run(pool_of(b), attention_task, (void *)a, a->n * hchunks);
 }
 
-static void cpu_ring_store(backend *b, float *ring, int window, int head_dim,
+static void cpu_ring_store(backend *b, void *ring, enum kv_dtype t, int window, int head_dim,
                            const float *kv, int n, int pos0)
 {
     (void)b;
     int from = pos0 + n - window > pos0 ? pos0 + n - window : pos0;
     for (int j = from; j < pos0 + n; j++)
-        memcpy(ring + (size_t)(j % window) * head_dim, kv + (size_t)(j - pos0) * head_dim,
-               head_dim * sizeof(float));
+        kv_store(t, ring, window, head_dim, j % window, kv + (size_t)(j - pos0) * head_dim);
+}
+
+static void cpu_kv_round(backend *b, float *x, int ld, int T, int n, enum kv_dtype t)
+{
+    (void)b;
+    for (int r = 0; r < T; r++) kv_round(t, x + (size_t)r * ld, n);
 }
 
 /* ---- mixture of experts ---- */
@@ -429,6 +450,7 @@ backend *backend_cpu_new(int threads, tp_group *g, int rank)
     b->indexer = cpu_indexer;
     b->attention = cpu_attention;
     b->ring_store = cpu_ring_store;
+    b->kv_round = cpu_kv_round;
     b->moe = cpu_moe;
     b->allreduce = cpu_allreduce;
     b->gather_cols = cpu_gather_cols;

@@ -2,6 +2,7 @@
  *                  [--backend cpu|cuda] [--tp N] [--threads N]
  *                  [--prompt N | --prompts N,N,...] [--chunk N] [--decode N]
  *                  [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U]
+ *                  [--kv-cache-dtype auto|bf16|fp8]
  * Per prompt length: one sequence, the prompt of pseudo-random tokens
  * prefilled in steps of at most --chunk tokens (default 8192, the
  * recipes' max_num_batched_tokens; time to first token = their sum), then
@@ -55,8 +56,9 @@ static double ncomp(const v4_config *c, int l, double p)
 }
 
 /* Bytes one decode token at position p reads on rank s: its weights
- * (routed experts: the topk chosen) and the cache it attends over. */
-static double decode_bytes(const v4_config *c, const v4_shard *s, double p)
+ * (routed experts: the topk chosen) and the cache it attends over, stored
+ * as t. */
+static double decode_bytes(const v4_config *c, const v4_shard *s, enum kv_dtype t, double p)
 {
     int H = c->hidden_size, hc = c->hc_mult, hd = c->head_dim, qlr = c->q_lora_rank;
     int mix = (2 + hc) * hc, ihd = c->index_head_dim, ih = c->index_heads;
@@ -72,10 +74,10 @@ static double decode_bytes(const v4_config *c, const v4_shard *s, double p)
         if (ratio) b += 2 * qbytes(QT_BF16, (csa ? 2 : 1) * hd, H);
         if (csa)
             b += 2 * qbytes(QT_BF16, 2 * ihd, H) + qbytes(QT_FP8, (double)ih * ihd, qlr) +
-                 qbytes(QT_BF16, ih, H) + 4.0 * floor((p + 1) / ratio) * ihd;
+                 qbytes(QT_BF16, ih, H) + (double)kv_row_bytes(t, ihd) * floor((p + 1) / ratio);
         b += qbytes(QT_BF16, c->n_experts, H) + c->topk * 3 * qbytes(QT_MXFP4, s->ni, H) +
              3 * qbytes(QT_FP8, s->ni, H);
-        b += 4.0 * hd * (fmin(c->sliding_window, p + 1) + ncomp(c, l, p));
+        b += (double)kv_row_bytes(t, hd) * (fmin(c->sliding_window, p + 1) + ncomp(c, l, p));
     }
     return b;
 }
@@ -124,7 +126,8 @@ static int usage(void)
 {
     fprintf(stderr, "usage: llm-engine bench --model DIR | --synthetic CONFIG.json "
             "[--backend cpu|cuda] [--tp N] [--threads N] [--prompt N | --prompts N,N,...] "
-            "[--chunk N] [--decode N] [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U]\n");
+            "[--chunk N] [--decode N] [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U] "
+            "[--kv-cache-dtype auto|bf16|fp8]\n");
     return 2;
 }
 
@@ -149,6 +152,8 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(a, "--peak-gbs")) peak_gbs = atof(v);
         else if (!strcmp(a, "--peak-tflops")) peak_tflops = atof(v);
         else if (!strcmp(a, "--gpu-memory-utilization")) opt.gpu_memory_utilization = atof(v);
+        else if (!strcmp(a, "--kv-cache-dtype") && v4_kv_dtype_parse(v) >= 0)
+            opt.kv_dtype = (enum kv_dtype)v4_kv_dtype_parse(v);
         else return usage();
     }
     if (!model || nprompts < 1 || decode < 0 || chunk < 1 || opt.tp < 1 || peak_gbs <= 0 || peak_tflops <= 0 ||
@@ -218,7 +223,7 @@ int cmd_bench(int argc, char **argv)
                 int best = 0;
                 for (int v = 1; v < V; v++) best = logits[v] > logits[best] ? v : best;
                 dec[i] = best;
-                if (i >= warm) bytes += decode_bytes(c, &sh, n + i);
+                if (i >= warm) bytes += decode_bytes(c, &sh, opt.kv_dtype, n + i);
                 it = (v4_step_item){ seq, dec + i, 1, logits, false };
                 if (v4_step(m, &it, 1, &err)) { v4_seq_free(m, seq); goto out; }
             }

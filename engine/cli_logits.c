@@ -1,5 +1,6 @@
 /* llm-engine logits --model DIR --ids 1,2,3 [--tp N] [--mode full|incremental]
- *                   [--backend cpu|cuda] [--threads N] --out FILE
+ *                   [--backend cpu|cuda] [--threads N] [--kv-cache-dtype auto|bf16|fp8]
+ *                   --out FILE
  * Writes float32 little-endian logits [n_ids][vocab], one row per position.
  * full: one forward pass over all ids.  incremental: the first half as one
  * prefill, then one token at a time through the cache. */
@@ -32,7 +33,8 @@ static int parse_ids(const char *s, int32_t **out, int *n)
 static int usage(void)
 {
     fprintf(stderr, "usage: llm-engine logits --model DIR --ids 1,2,3 [--tp N] "
-            "[--mode full|incremental] [--backend cpu|cuda] [--threads N] --out FILE\n");
+            "[--mode full|incremental] [--backend cpu|cuda] [--threads N] "
+            "[--kv-cache-dtype auto|bf16|fp8] --out FILE\n");
     return 2;
 }
 
@@ -50,6 +52,14 @@ int cmd_logits(int argc, char **argv)
         else if (!strcmp(a, "--backend")) opt.backend = v;
         else if (!strcmp(a, "--tp")) opt.tp = atoi(v);
         else if (!strcmp(a, "--threads")) opt.threads_per_rank = atoi(v);
+        else if (!strcmp(a, "--kv-cache-dtype")) {
+            int t = v4_kv_dtype_parse(v);
+            if (t < 0) {
+                fprintf(stderr, "llm-engine logits: --kv-cache-dtype must be auto, bf16 or fp8\n");
+                return 2;
+            }
+            opt.kv_dtype = (enum kv_dtype)t;
+        }
         else return usage();
         i++;
     }

@@ -50,7 +50,8 @@ static char *seq_state(v4_model *M, v4_rank *R, const v4_segment *g)
 static paged_rows seg_rows(v4_model *M, v4_rank *R, const v4_segment *g, size_t off,
                            int ratio, int row_len)
 {
-    return (paged_rows){ R->blockptr + g->blk0, off, M->layout.block_tokens / ratio, row_len };
+    return (paged_rows){ R->blockptr + g->blk0, off, M->layout.block_tokens / ratio, row_len,
+                         M->layout.dtype };
 }
 
 /* Run the compressor over every segment's new tokens. */
@@ -98,6 +99,10 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
     be->matmul(be, &L->wkv, s->x, H, T, s->kv, hd);
     be->rmsnorm(be, s->kv, hd, T, hd, L->kv_norm, eps, s->kv, hd);
     be->rope(be, s->kv, hd, T, 1, hd, rt, B->pos, false);
+    /* The chunk's keys as the ring will hold them, so attention sees the
+     * same values from the chunk as from the cache (DeepSeek's reference
+     * rounds kv in place the same way). */
+    if (M->layout.dtype != KV_F32) be->kv_round(be, s->kv, hd, T, hd, M->layout.dtype);
 
     if (ratio) {
         int cd = (csa ? 2 : 1) * hd;
@@ -133,7 +138,7 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
             .n = g->n, .pos0 = g->pos0, .nheads = nh, .head_dim = hd,
             .window = c->sliding_window, .scale = (float)pow(hd, -0.5),
             .q = s->q + (size_t)g->t0 * qd, .kv = s->kv + (size_t)g->t0 * hd,
-            .ring = (const float *)(seq_state(M, R, g) + M->layout.ring_off[l]),
+            .ring = seq_state(M, R, g) + M->layout.ring_off[l], .dtype = M->layout.dtype,
             .sinks = L->sink, .ratio = ratio,
             .out = s->attn + (size_t)g->t0 * qd,
         };
@@ -147,7 +152,7 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
     }
     for (int i = 0; i < B->nseg; i++) {
         const v4_segment *g = &B->segs[i];
-        be->ring_store(be, (float *)(seq_state(M, R, g) + M->layout.ring_off[l]),
+        be->ring_store(be, seq_state(M, R, g) + M->layout.ring_off[l], M->layout.dtype,
                        c->sliding_window, hd, s->kv + (size_t)g->t0 * hd, g->n, g->pos0);
     }
 

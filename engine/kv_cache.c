@@ -11,9 +11,12 @@ size_t comp_state_floats(int ratio, int coff, int d)
 
 static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
 
-void cache_layout_init(cache_layout *L, const v4_config *c)
+static size_t floats_bytes(size_t n) { return (n * sizeof(float) + 15) / 16 * 16; }
+
+void cache_layout_init(cache_layout *L, const v4_config *c, enum kv_dtype t)
 {
     int n = c->n_layers;
+    L->dtype = t;
     L->n_layers = n;
     L->ring_off = calloc(n, sizeof(size_t));
     L->comp_off = calloc(n, sizeof(size_t));
@@ -30,18 +33,19 @@ void cache_layout_init(cache_layout *L, const v4_config *c)
     for (int l = 0; l < n; l++) {
         int r = v4_layer_ratio(c, l);
         L->ring_off[l] = st;
-        st += (size_t)c->sliding_window * c->head_dim * sizeof(float);
+        st += kv_region_bytes(t, c->sliding_window, c->head_dim);
         if (!r) continue;
         bool csa = c->attn[l] == V4_ATTN_CSA;
+        int rows = L->block_tokens / r;
         L->comp_off[l] = st;
-        st += comp_state_floats(r, csa ? 2 : 1, c->head_dim) * sizeof(float);
+        st += floats_bytes(comp_state_floats(r, csa ? 2 : 1, c->head_dim));
         L->entry_off[l] = blk;
-        blk += (size_t)(L->block_tokens / r) * c->head_dim * sizeof(float);
+        blk += kv_region_bytes(t, rows, c->head_dim);
         if (csa) {
             L->icomp_off[l] = st;
-            st += comp_state_floats(r, 2, c->index_head_dim) * sizeof(float);
+            st += floats_bytes(comp_state_floats(r, 2, c->index_head_dim));
             L->ikey_off[l] = blk;
-            blk += (size_t)(L->block_tokens / r) * c->index_head_dim * sizeof(float);
+            blk += kv_region_bytes(t, rows, c->index_head_dim);
         }
     }
     L->state_bytes = st;

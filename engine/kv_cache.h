@@ -9,6 +9,11 @@
  *     per compressed layer the entries emitted for windows starting in
  *     those positions, and for CSA layers the indexer keys.
  *
+ * The ring, the entries and the indexer keys are stored in the layout's
+ * dtype (cpu/kv_quant.h: float32, BF16, or FP8 with per-group scales
+ * beside the codes); the compressors' window state is float32.  Every
+ * piece starts on a 16-byte boundary.
+ *
  * The allocator keeps host-side bookkeeping only; each tensor-parallel rank
  * owns its memory for the same slot and block numbers. */
 #ifndef LLM_KV_CACHE_H
@@ -17,9 +22,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpu/kv_quant.h"
 #include "model_config.h"
 
 typedef struct {
+    enum kv_dtype dtype;    /* of the ring, entries and indexer keys */
     int block_tokens;       /* positions per block (multiple of every ratio) */
     size_t block_bytes;     /* per rank; 0 when no layer compresses */
     size_t state_bytes;     /* per sequence per rank */
@@ -31,7 +38,7 @@ typedef struct {
     size_t *ikey_off;       /* indexer keys, in a block */
 } cache_layout;
 
-void cache_layout_init(cache_layout *L, const v4_config *c);
+void cache_layout_init(cache_layout *L, const v4_config *c, enum kv_dtype t);
 void cache_layout_free(cache_layout *L);
 /* Floats of a compressor's window state (ratio rows of kv and gate, plus
  * the overlap rows when coff == 2). */

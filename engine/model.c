@@ -158,6 +158,10 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
         sb_printf(err, "--tp %d: at most 64 ranks\n", tp);
         return -1;
     }
+    if (o.kv_dtype != KV_F32 && o.kv_dtype != KV_BF16 && o.kv_dtype != KV_FP8) {
+        sb_printf(err, "kv cache dtype %d: unknown\n", (int)o.kv_dtype);
+        return -1;
+    }
 
     if (o.synthetic && !cuda) {
         sb_printf(err, "synthetic weights are made on the device: they need --backend cuda\n");
@@ -200,7 +204,7 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
     m->rope_main = (rope_table){ np, m->inv_main, (float)c->rope_main.attention_factor };
     m->rope_comp = (rope_table){ np, m->inv_comp, (float)c->rope_compress.attention_factor };
 
-    cache_layout_init(&m->layout, c);
+    cache_layout_init(&m->layout, c, o.kv_dtype);
     m->tp = tp;
     m->threads = threads;
     m->group = tp_group_new(tp);
@@ -291,7 +295,7 @@ void v4_cache_info_get(v4_model *m, v4_cache_info *ci)
 {
     pthread_mutex_lock(&m->mu);
     *ci = (v4_cache_info){
-        .block_tokens = m->layout.block_tokens, .block_bytes = m->layout.block_bytes,
+        .dtype = m->layout.dtype, .block_tokens = m->layout.block_tokens, .block_bytes = m->layout.block_bytes,
         .state_bytes = m->layout.state_bytes, .blocks_total = m->pool.nblocks,
         .blocks_used = m->pool.nblocks - m->pool.nfree, .seqs_total = m->pool.nslots,
         .seqs_used = m->pool.nslots - m->pool.nfree_slots,
@@ -302,6 +306,17 @@ void v4_cache_info_get(v4_model *m, v4_cache_info *ci)
 int64_t v4_blocks_for_tokens(const v4_model *m, int64_t n)
 {
     return cache_blocks_for(&m->layout, n);
+}
+
+int v4_kv_dtype_parse(const char *name)
+{
+    return !strcmp(name, "auto") ? KV_F32 : !strcmp(name, "bf16") ? KV_BF16
+           : !strcmp(name, "fp8") ? KV_FP8 : -1;
+}
+
+const char *v4_kv_dtype_name(enum kv_dtype t)
+{
+    return t == KV_BF16 ? "bf16" : t == KV_FP8 ? "fp8" : "float32";
 }
 
 double v4_cache_bytes_per_token(const v4_model *m)

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpu/kv_quant.h"
 #include "model_config.h"
 #include "strbuf.h"
 
@@ -38,12 +39,19 @@ typedef struct {
                                rank decides); 0: sized by cache_tokens */
     int max_step_tokens;    /* most tokens one step carries; 0: 8192 */
     const char *backend;    /* "cpu" or "cuda" (NULL: cpu) */
+    enum kv_dtype kv_dtype; /* storage of the ring, compressed entries and
+                               indexer keys (cpu/kv_quant.h); KV_F32 (the
+                               zero value) is the exact reference */
     bool synthetic;         /* benchmarks: the load path is a config.json and
                                the weights are random, of its exact shapes and
                                dtypes, made on the device (cuda only) */
 } v4_options;
 
 int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf *err);
+/* kv_cache_dtype names: "auto" (float32), "bf16", "fp8"; -1 for another. */
+int v4_kv_dtype_parse(const char *name);
+/* "float32", "bf16" or "fp8". */
+const char *v4_kv_dtype_name(enum kv_dtype t);
 /* Device memory of the most loaded rank after loading (the pool included):
  * free and total bytes; 0 and 0 on backends that do not tell. */
 void v4_model_mem(v4_model *m, size_t *free_bytes, size_t *total_bytes);
@@ -56,6 +64,7 @@ int v4_model_tp(const v4_model *m);
 int v4_model_threads(const v4_model *m);   /* kernel threads per rank */
 
 typedef struct {
+    enum kv_dtype dtype;        /* storage of the cache */
     int block_tokens;           /* positions per block */
     size_t block_bytes;         /* per rank */
     size_t state_bytes;         /* fixed state per sequence per rank */

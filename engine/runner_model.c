@@ -195,6 +195,8 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
         .cache_tokens = rc->kv_cache_memory_bytes ? 0
                         : (int64_t)rc->max_num_seqs * rc->max_model_len,
         .backend = backend_name(rc->backend),
+        .kv_dtype = rc->kv_cache_dtype == KV_DTYPE_FP8 ? KV_FP8
+                    : rc->kv_cache_dtype == KV_DTYPE_BF16 ? KV_BF16 : KV_F32,
     };
     strbuf merr;
     sb_init(&merr);
@@ -222,12 +224,6 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     if (!R->logits || !R->items) { sb_puts(err, "out of memory"); mr_unload(R); return -1; }
     if (getrandom(&R->rng, sizeof R->rng, 0) != sizeof R->rng || !R->rng) R->rng = 0x9e3779b97f4a7c15ULL;
 
-    /* Say plainly what the recipe asked for that this engine does not do
-     * yet, so a capacity line is never mistaken for an FP8 one. */
-    if (rc->kv_cache_dtype != KV_DTYPE_AUTO)
-        fprintf(stderr, "llm-engine[%s]: warning: kv_cache_dtype %s is not implemented yet: the "
-                "cache is stored in float32 and the capacity below is float32's\n", rc->name,
-                kv_cache_dtype_name(rc->kv_cache_dtype));
     v4_cache_info ci;
     v4_cache_info_get(R->model, &ci);
     R->blocks_total = ci.blocks_total;

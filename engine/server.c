@@ -280,8 +280,10 @@ static int take_lock(const char *run_dir, const char *name, strbuf *err)
 static void print_capacity(server *sv, const recipe *r, const runner_capacity *cap)
 {
     double gib = (double)cap->kv_capacity_bytes / (1024.0 * 1024.0 * 1024.0);
-    logf_(sv, "KV cache: %lld tokens in %.2f GiB; maximum concurrency at max_model_len %d: %.2fx",
-          (long long)cap->kv_capacity_tokens, gib, r->max_model_len,
+    logf_(sv, "KV cache: %lld tokens in %.2f GiB (kv_cache_dtype %s); maximum concurrency at "
+          "max_model_len %d: %.2fx", (long long)cap->kv_capacity_tokens, gib,
+          r->kv_cache_dtype == KV_DTYPE_AUTO ? "auto = float32" : kv_cache_dtype_name(r->kv_cache_dtype),
+          r->max_model_len,
           (double)cap->kv_capacity_tokens / r->max_model_len);
 }
 

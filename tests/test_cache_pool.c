@@ -28,7 +28,7 @@ int main(void)
         return exit_status();
     }
     cache_layout L;
-    cache_layout_init(&L, &cfg);
+    cache_layout_init(&L, &cfg, KV_F32);
     ok(L.block_tokens % 128 == 0 && L.block_bytes > 0 && L.state_bytes > 0,
        "demo layout: blocks of %d positions (a multiple of the largest ratio, 128), %zu bytes; "
        "%zu bytes of state", L.block_tokens, L.block_bytes, L.state_bytes);

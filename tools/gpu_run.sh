@@ -39,6 +39,8 @@ for g in bf16 f32; do
         > "$out/golden-$g.log" 2>&1
     echo $? > "$out/golden-$g.rc"
 done
+LLM_TEST_BACKEND=cuda timeout 90 build/tests/test_model_kv_dtype > "$out/kv_dtype.log" 2>&1
+vrc=$?
 if [ $krc -ne 0 ] && command -v compute-sanitizer > /dev/null; then
     timeout 200 compute-sanitizer --print-limit 5 build/tests/gpu/test_cuda_kernels \
         > "$out/sanitizer.log" 2>&1
@@ -93,6 +95,9 @@ for g in bf16 f32; do
     grep -E '^not ok|^#' "$out/golden-$g.log" | head -20
     grep -E 'tp=. (full|incremental)(: rel| equals|: greedy)' "$out/golden-$g.log" | head -40
 done
+grep -E 'tp=. (full|incremental): rel' "$out/golden.log" | head -12
+echo "== kv_dtype exit $vrc: $(grep -c '^ok' "$out/kv_dtype.log") ok, $(grep -c '^not ok' "$out/kv_dtype.log") not ok"
+grep -E '^not ok|^#|^ok' "$out/kv_dtype.log" | head -30
 echo "== model exit $mrc: $(grep -c '^ok' "$out/model.log") ok, $(grep -c '^not ok' "$out/model.log") not ok"
 grep -E '^not ok|^#|^ok' "$out/model.log" | head -20
 grep '^== serve' "$out/serve.log"

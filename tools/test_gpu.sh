@@ -20,7 +20,7 @@ if [ -z "$n" ] || [ "$n" -eq 0 ]; then
     exit 1
 fi
 LLM_TEST_BACKEND=cuda prove -v -f --exec '' build/tests/gpu/test_cuda_kernels \
-    build/tests/gpu/test_cuda_model build/tests/test_model_golden
+    build/tests/gpu/test_cuda_model build/tests/test_model_golden build/tests/test_model_kv_dtype
 for g in bf16 f32; do
     LLM_CUDA_GEMM=$g LLM_TEST_BACKEND=cuda prove -v -f --exec '' build/tests/test_model_golden
 done

@@ -9,8 +9,10 @@ static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + th
 
 // Let kernel k use smem bytes of dynamic shared memory on this device: set
 // once per size increase, so a run that repeats a warm-up run's launches
-// (graph capture) makes no such call.
-template <typename K>
+// (graph capture) makes no such call.  TAG tells apart kernels of one
+// signature (the per-device record is per TAG and signature, so ranks on
+// their own threads never share one).
+template <int TAG, typename K>
 static void smem_attr(K *k, size_t smem)
 {
     static int set[64];
@@ -103,8 +105,8 @@ __global__ void compress_entry_kernel(comp_src S, drope rt)
     for (int i = threadIdx.x; i < rt.npairs; i += blockDim.x)
         rope_pair(entry + d - 2 * rt.npairs, i, rt, w * m, false);
     __syncthreads();
-    float *out = dpaged_row(a.out, w);
-    for (int c = threadIdx.x; c < d; c += blockDim.x) out[c] = entry[c];
+    kv_put_row(a.out.dtype, entry, d, dpaged_region(a.out, w), a.out.per_block,
+               w % a.out.per_block, NULL);
 }
 
 // ovl = [Ca | Ga] rows of the last window the chunk completes, if any.
@@ -175,8 +177,8 @@ __global__ void indexer_scores_kernel(dindexer a, int t0, float smul, float *sco
     const float *wt = a.w + (long long)i * nh;
     int s1 = min(s0 + IDX_ENTRIES, nvis);
     for (int s = s0 + warp; s < s1; s += blockDim.x >> 5) {
-        const float *k = dpaged_row(a.keys, s);
-        for (int c = lane; c < d; c += 32) kw[c] = k[c];
+        kref k = dpaged_ref(a.keys, s);
+        for (int c = lane; c < d; c += 32) kw[c] = kref_at(k, c);
         __syncwarp();
         float acc = 0;
         for (int h = lane; h < nh; h += 32) {
@@ -279,8 +281,8 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
     if (chunk > 65535) chunk = 65535;   // grid.y of the score kernel
     bool v4 = a.d % 4 == 0;
     size_t smem = ((size_t)a.nheads * (a.d + (v4 ? 4 : 1)) + 8 * (size_t)a.d) * sizeof(float);
-    smem_attr(indexer_scores_kernel<true>, smem);
-    smem_attr(indexer_scores_kernel<false>, smem);
+    smem_attr<1>(indexer_scores_kernel<true>, smem);
+    smem_attr<0>(indexer_scores_kernel<false>, smem);
     float smul = (float)pow(a.d, -0.5);
     for (int t0 = 0; t0 < a.n; t0 += chunk) {
         int nt = a.n - t0 < chunk ? a.n - t0 : chunk;
@@ -297,122 +299,219 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
 
 // ---- attention ----
 
-// Key j of query token i: the window (chunk or ring), then the entries.
+// Key j of query token i: the window (this chunk's float32 rows, or the
+// ring), then the entries, each as stored.
 struct attn_keys {
-    const float *kv, *ring;
+    const float *kv;
+    const char *ring;
+    int ring_t;
     dpaged comp;
     const int *sel;         // this token's chosen entries, or NULL: all
     int first, nwin, pos0, hd, window;
 
-    __device__ const float *key(int j) const
+    __device__ kref key(int j) const
     {
         if (j < nwin) {
             int pj = first + j;
-            return pj >= pos0 ? kv + (long long)(pj - pos0) * hd
-                              : ring + (long long)(pj % window) * hd;
+            if (pj >= pos0) return kref{ (const char *)(kv + (long long)(pj - pos0) * hd), NULL, KV_F32 };
+            return kv_ref(ring_t, ring, window, hd, pj % window);
         }
         int s = j - nwin;
-        return dpaged_row(comp, sel ? sel[s] : s);
+        return dpaged_ref(comp, sel ? sel[s] : s);
     }
 };
 
-// One block per (token, group of HPB heads), 8 warps: the key addresses
-// and the logits of every key for the group in shared memory (a warp per
-// key, each key read once for all HPB heads), the softmax with the sink
-// (a warp per head; probabilities stored normalized, p = e / sum as the
-// CPU computes it), then the weighted sum of keys (threads over channels,
-// each key element read once for the group).
+#define ATT_TILE 32         // keys decoded into shared memory at a time
+#define ATT_MAXC 4          // channels per thread: head_dim <= 4 * 256
+
+// One block per (token, group of HPB heads, split), 8 warps, over the
+// split's keys [z * chunk, (z + 1) * chunk) of [0, nk) in tiles of
+// ATT_TILE: the tile's keys decoded to float32 in shared memory (each
+// read once for all HPB heads), the logits (a warp per key), an online
+// softmax (a warp per head: running max and sum, the accumulators
+// rescaled when the max grows), the weighted sum of keys (threads over
+// channels).  One split: the sink joins the softmax and the output is
+// normalized here.  Several (flash-decoding): each writes its partial
+// (max, sum, unnormalized output) to part[token][head][split] for
+// attention_combine_kernel; a split past nk writes max -inf, sum 0.
 template <int HPB>
-__global__ void __launch_bounds__(256) attention_kernel(dattn a, int nk_max)
+__global__ void __launch_bounds__(256) attention_kernel(dattn a, int chunk, float *part)
 {
     extern __shared__ __align__(16) unsigned char smem[];
-    if (a.dyn) a.pos0 = a.dyn->pos0, a.ring = (const float *)a.dyn->ptr;
+    if (a.dyn) a.pos0 = a.dyn->pos0, a.ring = (const char *)a.dyn->ptr;
     int i = blockIdx.x, h0 = blockIdx.y * HPB, hd = a.hd, p = a.pos0 + i;
     int nh = min(HPB, a.nheads - h0);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int first = p - a.window + 1 > 0 ? p - a.window + 1 : 0;
     int ncomp = a.ratio ? (a.sel ? a.nsel[i] : (p + 1) / a.ratio) : 0;
-    attn_keys K = { a.kv, a.ring, a.comp, a.sel ? a.sel + (long long)i * a.sel_ld : NULL,
-                    first, p - first + 1, a.pos0, hd, a.window };
+    attn_keys K = { a.kv, a.ring, a.ring_t, a.comp,
+                    a.sel ? a.sel + (long long)i * a.sel_ld : NULL, first, p - first + 1,
+                    a.pos0, hd, a.window };
     int nk = K.nwin + ncomp;
-    const float **kp = (const float **)smem;
-    float *qs = (float *)(kp + nk_max), *lg = qs + HPB * hd;
+    kref *kr = (kref *)smem;
+    float *qs = (float *)(kr + ATT_TILE), *kt = qs + HPB * hd, *lg = kt + ATT_TILE * hd;
+    float *mrun = lg + HPB * ATT_TILE, *lrun = mrun + HPB, *resc = lrun + HPB;
     const float *q = a.q + ((long long)i * a.nheads + h0) * hd;
     for (int x = threadIdx.x; x < HPB * hd; x += blockDim.x) qs[x] = x / hd < nh ? q[x] : 0;
-    __syncthreads();
-    for (int j = warp; j < nk; j += nw) {
-        const float *k = K.key(j);
-        if (lane == 0) kp[j] = k;
-        float dot[HPB];
+    if (threadIdx.x < HPB) mrun[threadIdx.x] = -INFINITY, lrun[threadIdx.x] = 0;
+    float acc[HPB][ATT_MAXC];
 #pragma unroll
-        for (int hh = 0; hh < HPB; hh++) dot[hh] = 0;
-        for (int c = lane; c < hd; c += 32) {
-            float kc = k[c];
+    for (int hh = 0; hh < HPB; hh++)
 #pragma unroll
-            for (int hh = 0; hh < HPB; hh++) dot[hh] += qs[hh * hd + c] * kc;
+        for (int k = 0; k < ATT_MAXC; k++) acc[hh][k] = 0;
+    int j1 = min(nk, (blockIdx.z + 1) * chunk);
+    for (int t0 = blockIdx.z * chunk; t0 < j1; t0 += ATT_TILE) {
+        int tn = min(ATT_TILE, j1 - t0);
+        if (threadIdx.x < tn) kr[threadIdx.x] = K.key(t0 + threadIdx.x);
+        __syncthreads();
+        for (int x = threadIdx.x; x < tn * hd; x += blockDim.x)
+            kt[x] = kref_at(kr[x / hd], x % hd);
+        __syncthreads();
+        for (int j = warp; j < tn; j += nw) {
+            const float *k = kt + j * hd;
+            float dot[HPB];
+#pragma unroll
+            for (int hh = 0; hh < HPB; hh++) dot[hh] = 0;
+            for (int c = lane; c < hd; c += 32) {
+                float kc = k[c];
+#pragma unroll
+                for (int hh = 0; hh < HPB; hh++) dot[hh] += qs[hh * hd + c] * kc;
+            }
+#pragma unroll
+            for (int hh = 0; hh < HPB; hh++) {
+                float v = warp_sum(dot[hh]);
+                if (lane == 0) lg[hh * ATT_TILE + j] = v * a.scale;
+            }
         }
+        __syncthreads();
+        for (int hh = warp; hh < HPB; hh += nw) {
+            float *l = lg + hh * ATT_TILE;
+            float mx = -INFINITY;
+            for (int j = lane; j < tn; j += 32) mx = fmaxf(mx, l[j]);
+            float mold = mrun[hh], mnew = fmaxf(mold, warp_max(mx)), sum = 0;
+            for (int j = lane; j < tn; j += 32) {
+                l[j] = expf(l[j] - mnew);
+                sum += l[j];
+            }
+            sum = warp_sum(sum);
+            if (lane == 0) {
+                float r = expf(mold - mnew);    // 0 on the first tile
+                lrun[hh] = lrun[hh] * r + sum;
+                mrun[hh] = mnew;
+                resc[hh] = r;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < ATT_MAXC; k++) {
+            int c = threadIdx.x + k * blockDim.x;
+            if (c >= hd) break;
+#pragma unroll
+            for (int hh = 0; hh < HPB; hh++) acc[hh][k] *= resc[hh];
+            for (int j = 0; j < tn; j++) {
+                float kc = kt[j * hd + c];
+#pragma unroll
+                for (int hh = 0; hh < HPB; hh++) acc[hh][k] += lg[hh * ATT_TILE + j] * kc;
+            }
+        }
+        __syncthreads();
+    }
+    if (gridDim.z > 1) {
+        long long ps = hd + 2;
 #pragma unroll
         for (int hh = 0; hh < HPB; hh++) {
-            float v = warp_sum(dot[hh]);
-            if (lane == 0) lg[hh * nk_max + j] = v * a.scale;
+            if (hh >= nh) break;
+            float *pp = part + (((long long)i * a.nheads + h0 + hh) * gridDim.z + blockIdx.z) * ps;
+            if (threadIdx.x == 0) pp[0] = mrun[hh], pp[1] = lrun[hh];
+#pragma unroll
+            for (int k = 0; k < ATT_MAXC; k++) {
+                int c = threadIdx.x + k * blockDim.x;
+                if (c < hd) pp[2 + c] = acc[hh][k];
+            }
         }
+        return;
     }
-    __syncthreads();
-    for (int hh = warp; hh < nh; hh += nw) {
-        float *l = lg + hh * nk_max;
-        float sink = a.sinks[h0 + hh], mx = sink;
-        for (int j = lane; j < nk; j += 32) mx = fmaxf(mx, l[j]);
-        mx = warp_max(mx);
-        float sum = 0;
-        for (int j = lane; j < nk; j += 32) {
-            l[j] = expf(l[j] - mx);
-            sum += l[j];
-        }
-        sum = warp_sum(sum) + expf(sink - mx);
-        for (int j = lane; j < nk; j += 32) l[j] = l[j] / sum;
-    }
-    for (int hh = nh + warp; hh < HPB; hh += nw)    // absent heads of a partial group
-        for (int j = lane; j < nk; j += 32) lg[hh * nk_max + j] = 0;
-    __syncthreads();
     float *o = a.out + ((long long)i * a.nheads + h0) * hd;
-    for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-        float acc[HPB];
 #pragma unroll
-        for (int hh = 0; hh < HPB; hh++) acc[hh] = 0;
-        for (int j = 0; j < nk; j++) {
-            float kc = kp[j][c];
+    for (int hh = 0; hh < HPB; hh++) {
+        if (hh >= nh) break;
+        float sink = a.sinks[h0 + hh], m = fmaxf(mrun[hh], sink);
+        float f = expf(mrun[hh] - m) / (lrun[hh] * expf(mrun[hh] - m) + expf(sink - m));
 #pragma unroll
-            for (int hh = 0; hh < HPB; hh++) acc[hh] += lg[hh * nk_max + j] * kc;
+        for (int k = 0; k < ATT_MAXC; k++) {
+            int c = threadIdx.x + k * blockDim.x;
+            if (c < hd) o[(long long)hh * hd + c] = acc[hh][k] * f;
         }
-#pragma unroll
-        for (int hh = 0; hh < HPB; hh++)
-            if (hh < nh) o[(long long)hh * hd + c] = acc[hh];
     }
 }
 
 template <int HPB>
-static bool attention_launch(cudaStream_t st, const dattn &a, int nk_max)
+static size_t attention_smem(int hd)
 {
-    size_t smem = (size_t)nk_max * sizeof(float *) + (size_t)HPB * (a.hd + nk_max) * sizeof(float);
-    if (smem > 200 * 1024) return false;
-    smem_attr(attention_kernel<HPB>, smem);
-    dim3 grid(a.n, (a.nheads + HPB - 1) / HPB);
-    attention_kernel<HPB><<<grid, 256, smem, st>>>(a, nk_max);
+    return ATT_TILE * sizeof(kref) + (size_t)(HPB + ATT_TILE) * hd * sizeof(float) +
+           (size_t)HPB * (ATT_TILE + 3) * sizeof(float);
+}
+
+// Block (token, head): the splits' partials merged with the sink.
+__global__ void attention_combine_kernel(dattn a, int splits, const float *part)
+{
+    int i = blockIdx.x, h = blockIdx.y, hd = a.hd;
+    long long ps = hd + 2;
+    const float *pp = part + ((long long)i * a.nheads + h) * splits * ps;
+    float sink = a.sinks[h], m = sink;
+    for (int s = 0; s < splits; s++) m = fmaxf(m, pp[s * ps]);
+    float sum = expf(sink - m);
+    for (int s = 0; s < splits; s++) sum += pp[s * ps + 1] * expf(pp[s * ps] - m);
+    float *o = a.out + ((long long)i * a.nheads + h) * hd;
+    for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+        float acc = 0;
+        for (int s = 0; s < splits; s++) acc += pp[s * ps + 2 + c] * expf(pp[s * ps] - m);
+        o[c] = acc / sum;
+    }
+}
+
+template <int HPB>
+static bool attention_launch(cudaStream_t st, const dattn &a, int splits, int chunk, float *part)
+{
+    size_t smem = attention_smem<HPB>(a.hd);
+    if (smem > 200 * 1024 || a.hd > ATT_MAXC * 256) return false;
+    smem_attr<HPB>(attention_kernel<HPB>, smem);
+    dim3 grid(a.n, (a.nheads + HPB - 1) / HPB, splits);
+    attention_kernel<HPB><<<grid, 256, smem, st>>>(a, chunk, part);
+    if (splits > 1) attention_combine_kernel<<<dim3(a.n, a.nheads), 128, 0, st>>>(a, splits, part);
     return true;
 }
 
-// The most heads per block that the head count, the key count (shared
-// memory) and enough blocks to fill the GPU (few tokens: decode) allow.
-bool cu_attention(cudaStream_t st, const dattn &a)
+// Many tokens (prefill): the most heads per block that leaves at least
+// 128 blocks, one split.  Few (decode): the keys are split too
+// (flash-decoding), at least a tile per split and at most 1024 blocks,
+// with the most heads per block that still gives 128 blocks.  Every
+// choice depends on n, the heads and the key bound (pos_end) only, so
+// graph replays repeat it.
+void cu_attention_plan(const dattn &a, int *hpb, int *splits, int *chunk)
+{
+    int ncomp_max = a.ratio ? (a.sel ? a.sel_ld : a.pos_end / a.ratio) : 0;
+    int nk_max = a.window + ncomp_max, tiles = (nk_max + ATT_TILE - 1) / ATT_TILE;
+    for (int h = 8;; h /= 2) {
+        long long base = (long long)a.n * ((a.nheads + h - 1) / h);
+        int s = base >= 128 ? 1 : (int)min((long long)tiles, max(1LL, 1024 / base));
+        if ((a.nheads >= h && base * s >= 128) || h == 1) {
+            int per = (tiles + s - 1) / s;
+            *hpb = h;
+            *chunk = per * ATT_TILE;
+            *splits = (tiles + per - 1) / per;
+            return;
+        }
+    }
+}
+
+bool cu_attention(cudaStream_t st, const dattn &a, float *part)
 {
     if (a.n <= 0 || a.nheads <= 0) return true;
-    int ncomp_max = a.ratio ? (a.sel ? a.sel_ld : a.pos_end / a.ratio) : 0;
-    int nk_max = a.window + ncomp_max;
-    auto fits = [&](int hpb) {
-        return a.nheads >= hpb && (long long)a.n * ((a.nheads + hpb - 1) / hpb) >= 128;
-    };
-    if (fits(8) && attention_launch<8>(st, a, nk_max)) return true;
-    if (fits(4) && attention_launch<4>(st, a, nk_max)) return true;
-    if (fits(2) && attention_launch<2>(st, a, nk_max)) return true;
-    return attention_launch<1>(st, a, nk_max);
+    int hpb, splits, chunk;
+    cu_attention_plan(a, &hpb, &splits, &chunk);
+    if (hpb == 8) return attention_launch<8>(st, a, splits, chunk, part);
+    if (hpb == 4) return attention_launch<4>(st, a, splits, chunk, part);
+    if (hpb == 2) return attention_launch<2>(st, a, splits, chunk, part);
+    return attention_launch<1>(st, a, splits, chunk, part);
 }

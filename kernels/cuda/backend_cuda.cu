@@ -114,7 +114,7 @@ struct cu_impl {
     stage_ent stage[NSTAGE];
     unsigned long long tick, fills;
     grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
-        iscores, ikeys, wdeq, hcm, xbf;
+        iscores, ikeys, wdeq, hcm, xbf, apart;
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t lt_op;
     void *lt_ws;
@@ -381,6 +381,7 @@ static bool to_paged(cu_impl *c, const paged_rows *p, int nrows, int nrows_cap, 
     d->off = (long long)p->off;
     d->per_block = p->per_block;
     d->row_len = p->row_len;
+    d->dtype = (int)p->dtype;
     return !c->failed;
 }
 
@@ -910,29 +911,44 @@ static void cu_attention_op(backend *b, const attention_args *a)
 {
     cu_impl *c = enter(b);
     int end = pos_end(c, a->pos0, a->n);
-    dattn d = { a->n, a->pos0, a->nheads, a->head_dim, a->window, a->scale, a->q, a->kv, a->ring,
-                a->sinks, a->ratio, {}, a->sel, a->nsel, a->sel_ld, a->out, end,
-                step_values(c, a->pos0, a->ring) };
+    dattn d = { a->n, a->pos0, a->nheads, a->head_dim, a->window, a->scale, a->q, a->kv,
+                (const char *)a->ring, (int)a->dtype, a->sinks, a->ratio, {}, a->sel, a->nsel,
+                a->sel_ld, a->out, end, step_values(c, a->pos0, a->ring) };
     if (a->ratio &&
         !to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d.comp))
         return;
     if (recording(c)) return;
-    if (!cu_attention(c->st, d)) {
-        fail(c, "attention: %d keys per query do not fit in shared memory",
-             a->window + (a->sel ? a->sel_ld : (a->pos0 + a->n) / a->ratio));
+    int hpb, splits, chunk;
+    cu_attention_plan(d, &hpb, &splits, &chunk);
+    float *part = NULL;
+    if (splits > 1) {
+        part = (float *)grow(c, &c->apart,
+                             (size_t)a->n * a->nheads * splits * (a->head_dim + 2) * sizeof(float));
+        if (c->failed) return;
+    }
+    if (!cu_attention(c->st, d, part)) {
+        fail(c, "attention: head_dim %d is too large for the kernel", a->head_dim);
         return;
     }
     launched(c, "attention");
 }
 
-static void cu_ring_store_op(backend *b, float *ring, int window, int head_dim, const float *kv,
-                             int n, int pos0)
+static void cu_ring_store_op(backend *b, void *ring, enum kv_dtype t, int window, int head_dim,
+                             const float *kv, int n, int pos0)
 {
     cu_impl *c = enter(b);
     const dstep *dyn = step_values(c, pos0, ring);
     if (recording(c)) return;
-    cu_ring_store(c->st, ring, window, head_dim, kv, n, pos0, dyn);
+    cu_ring_store(c->st, (char *)ring, (int)t, window, head_dim, kv, n, pos0, dyn);
     launched(c, "ring_store");
+}
+
+static void cu_kv_round_op(backend *b, float *x, int ld, int T, int n, enum kv_dtype t)
+{
+    cu_impl *c = enter(b);
+    if (recording(c)) return;
+    cu_kv_round(c->st, x, ld, T, n, (int)t);
+    launched(c, "kv_round");
 }
 
 // Router, then the routed experts (one row per token and choice: slot
@@ -1180,7 +1196,7 @@ static void cu_destroy(backend *b)
     arena_free(c);
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
                          &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->ikeys, &c->wdeq, &c->hcm,
-                         &c->offs, &c->xs, &c->yss, &c->xbf };
+                         &c->apart, &c->offs, &c->xs, &c->yss, &c->xbf };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->p) cudaFreeAsync(bufs[i]->p, c->st);
     for (int i = 0; i < NSTAGE; i++) {
@@ -1276,6 +1292,7 @@ static backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
     b->indexer = cu_indexer_op;
     b->attention = cu_attention_op;
     b->ring_store = cu_ring_store_op;
+    b->kv_round = cu_kv_round_op;
     b->moe = cu_moe_op;
     b->allreduce = cu_allreduce;
     b->gather_cols = cu_gather_cols;

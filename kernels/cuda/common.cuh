@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "cpu/kv_quant.h"
 #include "cpu/qweight.h"
 
 // A weight view as the kernels see it (passed by value).  The device copy
@@ -128,16 +129,121 @@ __device__ __forceinline__ int block_scan(int v, int *sh, int *total)
     return before;
 }
 
-// Row i of a paged cache layer (see paged_rows in backend.h).
+// ---- cache storage (cpu/kv_quant.h: the same bytes as the CPU's) ----
+
+__device__ __forceinline__ int kv_ngroups(int n) { return (n + KV_FP8_GROUP - 1) / KV_FP8_GROUP; }
+
+// 2^k for -126 <= k <= 127, exactly.
+__device__ __forceinline__ float pow2i(int k) { return __uint_as_float((uint32_t)(127 + k) << 23); }
+
+// UE8M0 exponent of a group: the smallest e with max(amax, 1e-4) <= 448 * 2^e.
+__device__ __forceinline__ int kv_fp8_exp(float amax)
+{
+    if (!(amax >= 1e-4f)) amax = 1e-4f;
+    uint32_t u = __float_as_uint(amax);
+    return (int)((u >> 23) & 255) - 135 + ((u & 0x7fffff) > 0x600000);
+}
+
+// float -> FP8 e4m3fn, round to nearest even, saturating at +-448 (as
+// f32_to_fp8_e4m3): subnormals in units of 2^-9, normals by rounding the
+// float's mantissa to 3 bits (a carry moves the exponent up).
+__device__ __forceinline__ uint32_t fp8_enc(float x)
+{
+    uint32_t s = (__float_as_uint(x) >> 24) & 0x80;
+    float a = fabsf(x);
+    if (a != a) return 0x7f;
+    if (a >= 448.0f) return s | 0x7e;
+    if (a < 0.015625f) return s | (uint32_t)__float2int_rn(a * 512.0f);
+    uint32_t u = __float_as_uint(a);
+    u += 0x7ffff + ((u >> 20) & 1);
+    return s | (((u >> 23) - 120) << 3) | ((u >> 20) & 7);
+}
+
+// float -> BF16, round to nearest even (as f32_to_bf16).
+__device__ __forceinline__ uint32_t bf16_enc(float x)
+{
+    uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffff) > 0x7f800000) return 0x7fc0;
+    return (u + 0x7fff + ((u >> 16) & 1)) >> 16;
+}
+
+// One stored row: data (F32/BF16 values, FP8 codes) and the FP8 scales.
+struct kref {
+    const char *p;
+    const uint8_t *s;
+    int t;
+};
+
+// Row `row` of a region of nrows rows of n values stored as t.
+__device__ __forceinline__ kref kv_ref(int t, const char *region, int nrows, int n, int row)
+{
+    if (t == KV_F32) return kref{ region + (long long)row * n * 4, NULL, t };
+    if (t == KV_BF16) return kref{ region + (long long)row * n * 2, NULL, t };
+    const uint8_t *r = (const uint8_t *)region;
+    return kref{ region + (long long)row * n,
+                 r + (long long)nrows * n + (long long)row * kv_ngroups(n), t };
+}
+
+__device__ __forceinline__ float kref_at(const kref &r, int c)
+{
+    if (r.t == KV_F32) return ((const float *)r.p)[c];
+    if (r.t == KV_BF16) return bf16f(((const uint16_t *)r.p)[c]);
+    return fp8f(((const uint8_t *)r.p)[c]) * pow2i((int)r.s[c / KV_FP8_GROUP] - 127);
+}
+
+// Store x (n values, any readable memory) as row `row` of a region
+// (NULL: store nothing), and put the stored values, decoded, in `back`
+// (NULL: none; may be x).  The block's warps take groups of KV_FP8_GROUP
+// channels (two per lane); every thread of the block calls it.
+__device__ __forceinline__ void kv_put_row(int t, const float *x, int n, char *region, int nrows,
+                                           int row, float *back)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    kref r = region ? kv_ref(t, region, nrows, n, row) : kref{ NULL, NULL, t };
+    for (int g = warp; g < kv_ngroups(n); g += nw) {
+        int c0 = g * KV_FP8_GROUP, len = min(KV_FP8_GROUP, n - c0);
+        float v[2];
+        for (int k = 0; k < 2; k++) v[k] = lane + 32 * k < len ? x[c0 + lane + 32 * k] : 0.0f;
+        int e = 0;
+        if (t == KV_FP8) {
+            e = kv_fp8_exp(warp_max(fmaxf(fabsf(v[0]), fabsf(v[1]))));
+            if (lane == 0 && region) ((uint8_t *)r.s)[g] = (uint8_t)(e + 127);
+        }
+        for (int k = 0; k < 2; k++) {
+            int c = c0 + lane + 32 * k;
+            if (lane + 32 * k >= len) continue;
+            float y = v[k];
+            if (t == KV_FP8) {
+                uint32_t code = fp8_enc(v[k] * pow2i(-e));
+                if (region) ((uint8_t *)r.p)[c] = (uint8_t)code;
+                y = fp8f(code) * pow2i(e);
+            } else if (t == KV_BF16) {
+                uint32_t h = bf16_enc(v[k]);
+                if (region) ((uint16_t *)r.p)[c] = (uint16_t)h;
+                y = bf16f(h);
+            } else if (region) {
+                ((float *)r.p)[c] = v[k];
+            }
+            if (back) back[c] = y;
+        }
+    }
+}
+
+// Rows of a paged cache layer (see paged_rows in backend.h).
 struct dpaged {
     char *const *blocks;        // device array of block addresses
     long long off;
-    int per_block, row_len;
+    int per_block, row_len, dtype;
 };
 
-__device__ __forceinline__ float *dpaged_row(const dpaged &p, int i)
+__device__ __forceinline__ char *dpaged_region(const dpaged &p, int i)
 {
-    return (float *)(p.blocks[i / p.per_block] + p.off) + (long long)(i % p.per_block) * p.row_len;
+    return p.blocks[i / p.per_block] + p.off;
+}
+
+__device__ __forceinline__ kref dpaged_ref(const dpaged &p, int i)
+{
+    return kv_ref(p.dtype, dpaged_region(p, i), p.per_block, p.row_len, i % p.per_block);
 }
 
 // An op's values that change from step to step (graph replay,

@@ -28,15 +28,17 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi)
     return *(uint32_t *)&v;
 }
 
-// Keys [k0, k1) of the paged cache as bf16 rows of d (d a multiple of 4).
+// Keys [k0, k1) of the paged cache (any kv dtype) as bf16 rows of d (d a
+// multiple of 4).  BF16 and FP8 entries convert exactly.
 __global__ void indexer_gather_kernel(dpaged keys, int k0, int k1, int d, uint2 *out)
 {
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     int per = d / 4;
     if (idx >= (long long)(k1 - k0) * per) return;
     int s = k0 + (int)(idx / per), c = (int)(idx % per) * 4;
-    float4 v = *(const float4 *)(dpaged_row(keys, s) + c);
-    out[idx] = make_uint2(bf16x2(v.x, v.y), bf16x2(v.z, v.w));
+    kref r = dpaged_ref(keys, s);
+    out[idx] = make_uint2(bf16x2(kref_at(r, c), kref_at(r, c + 1)),
+                          bf16x2(kref_at(r, c + 2), kref_at(r, c + 3)));
 }
 
 // D += A . B, A 16x16 (4 regs), B 16x8 (2 regs), bf16 in, float32 accumulate.

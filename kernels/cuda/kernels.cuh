@@ -50,9 +50,13 @@ void cu_hc_collapse(cudaStream_t st, const float *h, int T, int hc, int H, const
                     float hc_eps, float *post, float *comb, float *collapsed, bool head);
 void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, const float *comb,
                 int T, int hc, int H);
-// dyn: pos0 and ring from device memory (graph replay), or NULL.
-void cu_ring_store(cudaStream_t st, float *ring, int window, int head_dim, const float *kv, int n,
-                   int pos0, const dstep *dyn);
+// Store the chunk's last min(n, window) keys in the ring (a region of
+// `window` rows stored as t).  dyn: pos0 and ring from device memory
+// (graph replay), or NULL.
+void cu_ring_store(cudaStream_t st, char *ring, int t, int window, int head_dim, const float *kv,
+                   int n, int pos0, const dstep *dyn);
+// x[r][0..n) = the values the cache stores as t, for T rows of stride ld.
+void cu_kv_round(cudaStream_t st, float *x, int ld, int T, int n, int t);
 void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float limit);
 // Router: scores [T][E] logits in, per token the chosen experts idx[T][K],
 // weights wt[T][K] and order[T][K] (the k's by ascending expert id).
@@ -121,7 +125,10 @@ void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *s
 struct dattn {
     int n, pos0, nheads, hd, window;
     float scale;
-    const float *q, *kv, *ring, *sinks;
+    const float *q, *kv;
+    const char *ring;
+    int ring_t;             // the ring's storage (enum kv_dtype)
+    const float *sinks;
     int ratio;
     dpaged comp;
     const int *sel, *nsel;
@@ -130,8 +137,12 @@ struct dattn {
     int pos_end;            // as dindexer's
     const dstep *dyn;       // pos0 and ring, or NULL
 };
-// Returns false when the key list does not fit in shared memory.
-bool cu_attention(cudaStream_t st, const dattn &a);
+// The launch: heads per block, key splits (flash-decoding when > 1) and
+// keys per split.
+void cu_attention_plan(const dattn &a, int *hpb, int *splits, int *chunk);
+// part: scratch of n * nheads * splits * (hd + 2) floats when the plan
+// splits the keys.  Returns false when head_dim is too large for the kernel.
+bool cu_attention(cudaStream_t st, const dattn &a, float *part);
 
 // ---- allreduce.cu ----
 // Peer memory of every rank of one process's group: inboxes [2][tp][cap]

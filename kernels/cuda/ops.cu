@@ -259,23 +259,33 @@ void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, co
 }
 
 // The chunk's last `count` keys (positions pos0 + n - count ...).
-__global__ void ring_store_kernel(float *ring, int window, int hd, const float *kv, int n,
+// Block b: ring row of the chunk's position pos0 + n - count + b.
+__global__ void ring_store_kernel(char *ring, int t, int window, int hd, const float *kv, int n,
                                   int pos0, int count, const dstep *dyn)
 {
-    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (long long)count * hd) return;
-    if (dyn) pos0 = dyn->pos0, ring = (float *)dyn->ptr;
-    int j = pos0 + n - count + idx / hd, c = idx % hd;
-    ring[(long long)(j % window) * hd + c] = kv[(long long)(j - pos0) * hd + c];
+    if (dyn) pos0 = dyn->pos0, ring = (char *)dyn->ptr;
+    int j = pos0 + n - count + blockIdx.x;
+    kv_put_row(t, kv + (long long)(j - pos0) * hd, hd, ring, window, j % window, NULL);
 }
 
-void cu_ring_store(cudaStream_t st, float *ring, int window, int head_dim, const float *kv, int n,
-                   int pos0, const dstep *dyn)
+void cu_ring_store(cudaStream_t st, char *ring, int t, int window, int head_dim, const float *kv,
+                   int n, int pos0, const dstep *dyn)
 {
     int count = n < window ? n : window;
     if (count <= 0) return;
-    ring_store_kernel<<<blocks_for((long long)count * head_dim, 256), 256, 0, st>>>(
-        ring, window, head_dim, kv, n, pos0, count, dyn);
+    ring_store_kernel<<<count, 256, 0, st>>>(ring, t, window, head_dim, kv, n, pos0, count, dyn);
+}
+
+__global__ void kv_round_kernel(float *x, int ld, int n, int t)
+{
+    float *row = x + (long long)blockIdx.x * ld;
+    kv_put_row(t, row, n, NULL, 0, 0, row);
+}
+
+void cu_kv_round(cudaStream_t st, float *x, int ld, int T, int n, int t)
+{
+    if (T <= 0 || t == KV_F32) return;
+    kv_round_kernel<<<T, 256, 0, st>>>(x, ld, n, t);
 }
 
 // ---- mixture of experts ----

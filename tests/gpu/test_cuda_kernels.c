@@ -25,6 +25,11 @@
  * for the gate's (its log-derivative 1 + g (1 - sigmoid g) peaks at
  * 1.28), u from the up projection, u from the rounded SwiGLU output into
  * w2: 3.3u; the shared expert the same.
+ * Cache storage (kv_dtype): the ring and kv_round store the same bytes
+ * as the CPU; the compressor's entries, rounded from float32 values that
+ * differ in the last bits, may land on the other side of a rounding
+ * boundary: their decoded values are held to a bound per format (see
+ * test_compress).
  * Seed: $SEED (default fixed). */
 #include <math.h>
 #include <pthread.h>
@@ -433,21 +438,29 @@ static void test_hc(int T, int hc, int H)
 
 typedef struct {
     int nblk, per_block, row_len;
+    enum kv_dtype dtype;
     size_t off, block_bytes;
     char *hbase, *dbase;
     char **hblocks, **dblocks;
 } pages;
 
-static pages pages_new(int nrows, int per_block, int row_len, bool random)
+static const char *dname(enum kv_dtype t)
 {
-    pages p = { .per_block = per_block, .row_len = row_len, .off = 32 };
+    return t == KV_F32 ? "f32" : t == KV_BF16 ? "bf16" : "fp8";
+}
+
+/* Blocks of per_block rows stored as t; random: rows of random floats
+ * stored through the CPU's encoder. */
+static pages pages_new(int nrows, int per_block, int row_len, bool random, enum kv_dtype t)
+{
+    pages p = { .per_block = per_block, .row_len = row_len, .dtype = t, .off = 32 };
     p.nblk = nrows / per_block + 1;
-    p.block_bytes = p.off + (size_t)per_block * row_len * 4;
+    p.block_bytes = p.off + kv_region_bytes(t, per_block, row_len);
     size_t all = (size_t)p.nblk * p.block_bytes;
-    p.hbase = random ? (char *)hrand(all / 4, 1.0f) : calloc(all, 1);
-    p.dbase = dcopy(p.hbase, all);
+    p.hbase = calloc(all, 1);
     p.hblocks = malloc(p.nblk * sizeof *p.hblocks);
     p.dblocks = malloc(p.nblk * sizeof *p.dblocks);
+    p.dbase = G->alloc(G, all);
     /* blocks out of order, as a pool hands them out */
     for (int i = 0; i < p.nblk; i++) {
         int b = (i * 7 + 3) % p.nblk;
@@ -455,12 +468,22 @@ static pages pages_new(int nrows, int per_block, int row_len, bool random)
         p.hblocks[i] = p.hbase + (size_t)b * p.block_bytes;
         p.dblocks[i] = p.dbase + (size_t)b * p.block_bytes;
     }
+    if (random) {
+        float *row = malloc(row_len * sizeof *row);
+        for (int r = 0; r < p.nblk * per_block; r++) {
+            for (int c = 0; c < row_len; c++) row[c] = frand();
+            kv_store(t, p.hblocks[r / per_block] + p.off, per_block, row_len, r % per_block, row);
+        }
+        free(row);
+    }
+    G->write(G, p.dbase, p.hbase, all);
     return p;
 }
 
 static paged_rows pages_rows(const pages *p, bool dev)
 {
-    return (paged_rows){ dev ? p->dblocks : p->hblocks, p->off, p->per_block, p->row_len };
+    return (paged_rows){ dev ? p->dblocks : p->hblocks, p->off, p->per_block, p->row_len,
+                         p->dtype };
 }
 
 static void pages_free(pages *p)
@@ -472,9 +495,17 @@ static void pages_free(pages *p)
 /* ---- compressor: a sequence fed in chunks, state and entries compared
  * after every chunk ---- */
 
-static void test_compress(int ratio, bool overlap, int d, int npairs, const int *chunks, int nch)
+/* Decoded entries: float32 within TOL; bf16 and fp8 entries are the CPU's
+ * float32 values (equal to ~1e-7) rounded, so a value near a rounding
+ * boundary may round the other way: one step, 2^-8 (bf16) or 2^-4 (fp8)
+ * of the element, in a few elements (and rarely a group's scale moves by
+ * a power of two when its largest value sits on a boundary).  Bounds on
+ * the relative L2 error of all entries: 1e-4 (bf16), 2e-3 (fp8). */
+static void test_compress(int ratio, bool overlap, int d, int npairs, const int *chunks, int nch,
+                          enum kv_dtype t)
 {
     int coff = overlap ? 2 : 1, wd = coff * d, ld = wd + 2, total = 0;
+    size_t diff_bytes = 0;
     for (int i = 0; i < nch; i++) total += chunks[i];
     float *kv = hrand((size_t)total * ld, 1.0f), *gate = hrand((size_t)total * ld, 1.0f);
     float *ape = hrand((size_t)ratio * wd, 0.5f), *norm = hrand(d, 1.0f);
@@ -485,9 +516,9 @@ static void test_compress(int ratio, bool overlap, int d, int npairs, const int 
     float *state = calloc(sf, 4), *dstate = G->alloc(G, sf * 4);
     float *dkv = dcopy(kv, (size_t)total * ld * 4), *dgate = dcopy(gate, (size_t)total * ld * 4);
     float *dape = dcopy(ape, (size_t)ratio * wd * 4), *dnorm = dcopy(norm, d * 4);
-    pages pg = pages_new(total / ratio, 3, d, false);
+    pages pg = pages_new(total / ratio, 3, d, false, t);
     int pos = 0, bad_chunk = -1;
-    double worst_s = 0, worst_e = 0;
+    double worst_s = 0, worst_e = 0, etol = t == KV_F32 ? TOL : t == KV_BF16 ? 1e-4 : 2e-3;
     for (int i = 0; i < nch && bad_chunk < 0; i++) {
         int n = chunks[i];
         compress_args a = { .n = n, .pos0 = pos, .ratio = ratio, .d = d, .overlap = overlap,
@@ -504,19 +535,26 @@ static void test_compress(int ratio, bool overlap, int d, int npairs, const int 
         float *gs = hcopy(dstate, sf * 4);
         float *ec = malloc((size_t)(ne + 1) * d * 4), *eg = malloc((size_t)(ne + 1) * d * 4);
         paged_rows hr = pages_rows(&pg, false), dr = pages_rows(&pg, true);
+        char *blocks = hcopy(pg.dbase, (size_t)pg.nblk * pg.block_bytes);
         for (int e = 0; e < ne; e++) {
-            memcpy(ec + (size_t)e * d, paged_row(&hr, e), d * 4);
-            G->read(G, eg + (size_t)e * d, paged_row(&dr, e), d * 4);
+            paged_load(&hr, e, ec + (size_t)e * d);
+            size_t at = (size_t)(paged_region(&dr, e) - pg.dbase);
+            kv_load(t, blocks + at, pg.per_block, d, e % pg.per_block, eg + (size_t)e * d);
         }
+        if (i == nch - 1)
+            for (size_t b = 0; b < (size_t)pg.nblk * pg.block_bytes; b++)
+                diff_bytes += blocks[b] != pg.hbase[b];
+        free(blocks);
         double rs_ = rel_err(gs, state, sf), re = rel_err(eg, ec, (size_t)ne * d);
         worst_s = fmax(worst_s, rs_);
         worst_e = fmax(worst_e, re);
-        if (!(rs_ <= TOL && re <= TOL)) bad_chunk = i;
+        if (!(rs_ <= TOL && re <= etol)) bad_chunk = i;
         free(gs), free(ec), free(eg);
     }
-    ok(bad_chunk < 0 && !G->error(G), "compress ratio=%d %s d=%d over %d chunks: state rel %.2e, "
-       "entries rel %.2e (first bad chunk %d)", ratio, overlap ? "CSA" : "HCA", d, nch, worst_s,
-       worst_e, bad_chunk);
+    ok(bad_chunk < 0 && !G->error(G), "compress ratio=%d %s d=%d %s over %d chunks: state rel "
+       "%.2e, entries rel %.2e (bound %.0e; %zu of %zu stored bytes differ; first bad chunk %d)",
+       ratio, overlap ? "CSA" : "HCA", d, dname(t), nch, worst_s, worst_e, etol, diff_bytes,
+       (size_t)pg.nblk * pg.block_bytes, bad_chunk);
     pages_free(&pg);
     void *dev[] = { dstate, dkv, dgate, dape, dnorm };
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) G->release(G, dev[i]);
@@ -525,10 +563,10 @@ static void test_compress(int ratio, bool overlap, int d, int npairs, const int 
 
 /* ---- indexer ---- */
 
-static void test_indexer(int ratio, int nheads, int d, int topk, int pos0, int n)
+static void test_indexer(int ratio, int nheads, int d, int topk, int pos0, int n, enum kv_dtype t)
 {
     int nrows = (pos0 + n) / ratio;
-    pages pg = pages_new(nrows, 5, d, true);
+    pages pg = pages_new(nrows, 5, d, true, t);
     float *q = hrand((size_t)n * nheads * d, 1.0f), *w = hrand((size_t)n * nheads, 1.0f);
     int32_t *sel = malloc((size_t)n * topk * 4);
     int *nsel = malloc(n * sizeof *nsel);
@@ -552,9 +590,9 @@ static void test_indexer(int ratio, int nheads, int d, int topk, int pos0, int n
         if (!same && first_bad < 0) first_bad = i;
         bad += !same;
     }
-    ok(!bad && !G->error(G), "indexer ratio=%d heads=%d d=%d topk=%d pos0=%d n=%d: %d of %d "
-       "tokens choose other entries (first %d)", ratio, nheads, d, topk, pos0, n, bad, n,
-       first_bad);
+    ok(!bad && !G->error(G), "indexer ratio=%d heads=%d d=%d topk=%d pos0=%d n=%d keys %s: %d of "
+       "%d tokens choose other entries (first %d)", ratio, nheads, d, topk, pos0, n, dname(t), bad,
+       n, first_bad);
     pages_free(&pg);
     G->release(G, dq), G->release(G, dw), G->release(G, dsel), G->release(G, dnsel);
     free(q), free(w), free(sel), free(nsel), free(gs), free(gn);
@@ -583,10 +621,11 @@ static void *mma_ref_part(void *arg)
     const mma_ref_job *J = arg;
     double sm = 1 / sqrt(J->d), u = 1.0 / 256;
     double eps = 2 * u + u * u + (J->d + J->nheads) / 4194304.0;
+    float *k = malloc(J->d * sizeof *k);
     for (int i = J->part; i < J->n; i += J->nthreads) {
         int nvis = (J->pos0 + i + 1) / J->ratio;
         for (int s = 0; s < nvis; s++) {
-            const float *k = paged_row(J->keys, s);
+            paged_load(J->keys, s, k);
             double sc = 0, A = 0;
             for (int h = 0; h < J->nheads; h++) {
                 const float *q = J->q + ((size_t)i * J->nheads + h) * J->d;
@@ -603,6 +642,7 @@ static void *mma_ref_part(void *arg)
             J->tol[(size_t)i * J->S + s] = A * eps;
         }
     }
+    free(k);
     return NULL;
 }
 
@@ -612,10 +652,11 @@ static int cmp_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, int ktile)
+static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, int ktile,
+                             enum kv_dtype t)
 {
     int ratio = 4, d = 128, S = (pos0 + n) / ratio;
-    pages pg = pages_new(S, 16, d, true);
+    pages pg = pages_new(S, 16, d, true, t);
     paged_rows hk = pages_rows(&pg, false);
     float *q = hrand((size_t)n * nheads * d, 1.0f), *w = hrand((size_t)n * nheads, 1.0f);
     double *ref = calloc((size_t)n * S, sizeof *ref), *tol = calloc((size_t)n * S, sizeof *tol);
@@ -654,10 +695,10 @@ static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, i
             d2 += e * e, z2 += ref[o] * ref[o];
         }
     }
-    ok(!rc && !over && !future, "indexer_mma scores heads=%d pos0=%d n=%d (%d entries) chunk=%d "
-       "ktile=%d: %lld over the bound, %lld future written, worst error %.3g of the bound, rel "
-       "L2 %.3g%s%s", nheads, pos0, n, S, chunk, ktile, over, future, worst, sqrt(d2 / z2),
-       rc ? ": " : "", err);
+    ok(!rc && !over && !future, "indexer_mma scores heads=%d pos0=%d n=%d (%d %s entries) "
+       "chunk=%d ktile=%d: %lld over the bound, %lld future written, worst error %.3g of the "
+       "bound, rel L2 %.3g%s%s", nheads, pos0, n, S, dname(t), chunk, ktile, over, future, worst,
+       sqrt(d2 / z2), rc ? ": " : "", err);
 
     /* (b) the op's choice (G with tensor cores: many tokens take the bf16 path) */
     int32_t *dsel = G->alloc(G, (size_t)n * topk * 4);
@@ -706,12 +747,26 @@ static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, i
 
 /* ---- attention ---- */
 
-static void test_attention(int nheads, int hd, int window, int ratio, int topk, int pos0, int n)
+static double now(void);
+
+/* reps > 0: also time that many launches (reported, not asserted). */
+static void test_attention(int nheads, int hd, int window, int ratio, int topk, int pos0, int n,
+                           enum kv_dtype t, int reps)
 {
     int nrows = ratio ? (pos0 + n) / ratio : 0;
-    pages pg = pages_new(nrows, 4, hd, true);
+    pages pg = pages_new(nrows, 4, hd, true, t);
     float *q = hrand((size_t)n * nheads * hd, 1.0f), *kv = hrand((size_t)n * hd, 1.0f);
-    float *ring = hrand((size_t)window * hd, 1.0f), *sinks = hrand(nheads, 2.0f);
+    float *sinks = hrand(nheads, 2.0f);
+    /* the ring as stored, the chunk's keys rounded as the model does */
+    size_t ring_bytes = kv_region_bytes(t, window, hd);
+    char *ring = malloc(ring_bytes);
+    float *row = hrand(hd, 1.0f);
+    for (int r = 0; r < window; r++) {
+        for (int c = 0; c < hd; c++) row[c] = frand();
+        kv_store(t, ring, window, hd, r, row);
+    }
+    free(row);
+    for (int i = 0; i < n; i++) kv_round(t, kv + (size_t)i * hd, hd);
     float *out = malloc((size_t)n * nheads * hd * 4);
     int32_t *sel = NULL;
     int *nsel = NULL;
@@ -726,14 +781,15 @@ static void test_attention(int nheads, int hd, int window, int ratio, int topk, 
         }
     }
     float *dq = dcopy(q, (size_t)n * nheads * hd * 4), *dkv = dcopy(kv, (size_t)n * hd * 4);
-    float *dring = dcopy(ring, (size_t)window * hd * 4), *dsinks = dcopy(sinks, nheads * 4);
+    char *dring = dcopy(ring, ring_bytes);
+    float *dsinks = dcopy(sinks, nheads * 4);
     float *dout = G->alloc(G, (size_t)n * nheads * hd * 4);
     int32_t *dsel = sel ? dcopy(sel, (size_t)n * topk * 4) : NULL;
     int *dnsel = nsel ? dcopy(nsel, n * sizeof *nsel) : NULL;
     poison(dout, (size_t)n * nheads * hd * 4);
     attention_args a = { .n = n, .pos0 = pos0, .nheads = nheads, .head_dim = hd,
                          .window = window, .scale = 1.0f / sqrtf(hd), .q = q, .kv = kv,
-                         .ring = ring, .sinks = sinks, .ratio = ratio,
+                         .ring = ring, .dtype = t, .sinks = sinks, .ratio = ratio,
                          .comp = pages_rows(&pg, false), .sel = sel, .nsel = nsel,
                          .sel_ld = topk, .out = out };
     C->attention(C, &a);
@@ -742,27 +798,64 @@ static void test_attention(int nheads, int hd, int window, int ratio, int topk, 
     G->attention(G, &a);
     float *g = hcopy(dout, (size_t)n * nheads * hd * 4);
     char name[128];
-    snprintf(name, sizeof name, "attention heads=%d hd=%d window=%d ratio=%d topk=%d pos0=%d n=%d",
-             nheads, hd, window, ratio, topk, pos0, n);
+    snprintf(name, sizeof name, "attention heads=%d hd=%d window=%d ratio=%d topk=%d pos0=%d n=%d "
+             "cache %s", nheads, hd, window, ratio, topk, pos0, n, dname(t));
     check(name, g, out, (size_t)n * nheads * hd);
+    if (reps > 0) {
+        float one;
+        G->attention(G, &a);
+        G->read(G, &one, dout, sizeof one);
+        double t0 = now();
+        for (int r = 0; r < reps; r++) G->attention(G, &a);
+        G->read(G, &one, dout, sizeof one);
+        diag("attention heads=%d ratio=%d topk=%d context %d n=%d cache %s: %.1f us per call",
+             nheads, ratio, topk, pos0 + n, n, dname(t), (now() - t0) / reps * 1e6);
+    }
     pages_free(&pg);
     void *dev[] = { dq, dkv, dring, dsinks, dout, dsel, dnsel };
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) if (dev[i]) G->release(G, dev[i]);
     free(q), free(kv), free(ring), free(sinks), free(out), free(sel), free(nsel), free(g);
 }
 
-static void test_ring_store(int window, int hd, int pos0, int n)
+/* The same bytes as the CPU (equal float32 input, exact encoders). */
+static void test_ring_store(int window, int hd, int pos0, int n, enum kv_dtype t)
 {
-    float *ring = hrand((size_t)window * hd, 1.0f), *kv = hrand((size_t)n * hd, 1.0f);
-    float *dring = dcopy(ring, (size_t)window * hd * 4), *dkv = dcopy(kv, (size_t)n * hd * 4);
-    C->ring_store(C, ring, window, hd, kv, n, pos0);
-    G->ring_store(G, dring, window, hd, dkv, n, pos0);
-    float *g = hcopy(dring, (size_t)window * hd * 4);
-    char name[96];
-    snprintf(name, sizeof name, "ring_store window=%d pos0=%d n=%d", window, pos0, n);
-    check(name, g, ring, (size_t)window * hd);
+    size_t bytes = kv_region_bytes(t, window, hd);
+    char *ring = (char *)hrand(bytes / 4, 1.0f);
+    float *kv = hrand((size_t)n * hd, 3.0f);
+    kv[0] = 0, kv[1] = -0.0f, kv[2] = 1e-7f, kv[3] = 1000.0f;     /* zeros, tiny, saturating */
+    char *dring = dcopy(ring, bytes);
+    float *dkv = dcopy(kv, (size_t)n * hd * 4);
+    C->ring_store(C, ring, t, window, hd, kv, n, pos0);
+    G->ring_store(G, dring, t, window, hd, dkv, n, pos0);
+    char *g = hcopy(dring, bytes);
+    size_t diff = 0;
+    for (size_t i = 0; i < bytes; i++) diff += g[i] != ring[i];
+    ok(!diff && !G->error(G), "ring_store window=%d pos0=%d n=%d %s: %zu of %zu bytes differ",
+       window, pos0, n, dname(t), diff, bytes);
     G->release(G, dring), G->release(G, dkv);
     free(ring), free(kv), free(g);
+}
+
+/* Bit for bit: rows of random magnitudes (groups spanning 2^-30..2^30),
+ * a zero row, values that round to ties. */
+static void test_kv_round(int T, int n, int ld, enum kv_dtype t)
+{
+    float *x = malloc((size_t)T * ld * sizeof *x);
+    for (size_t i = 0; i < (size_t)T * ld; i++)
+        x[i] = frand() * ldexpf(1.0f, (int)(rnd() % 61) - 30);
+    for (int c = 0; c < n; c++) x[c] = 0;
+    if (T > 1) x[ld] = 1.0625f, x[ld + 1] = 1.00390625f, x[ld + 2] = 448.0f;
+    float *dx = dcopy(x, (size_t)T * ld * 4);
+    C->kv_round(C, x, ld, T, n, t);
+    G->kv_round(G, dx, ld, T, n, t);
+    float *g = hcopy(dx, (size_t)T * ld * 4);
+    size_t diff = 0;
+    for (size_t i = 0; i < (size_t)T * ld; i++) diff += memcmp(&g[i], &x[i], 4) != 0;
+    ok(!diff && !G->error(G), "kv_round T=%d n=%d %s: %zu of %zu floats differ", T, n, dname(t),
+       diff, (size_t)T * ld);
+    G->release(G, dx);
+    free(x), free(g);
 }
 
 /* ---- mixture of experts: rank 1's slice of every expert ---- */
@@ -969,40 +1062,65 @@ int main(void)
     int ch1[] = { 7, 1, 1, 13, 5, 1, 1, 1, 40, 2 };
     int ch2[] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
     int ch3[] = { 300, 1, 1, 100, 1 };
-    test_compress(4, true, 64, 8, ch1, 10);
-    test_compress(4, true, 32, 8, ch2, 12);
-    test_compress(8, false, 64, 8, ch1, 10);
-    test_compress(128, false, 512, 32, ch3, 5);
-    test_compress(4, true, 512, 32, ch3, 5);
-    test_compress(4, true, 128, 32, ch3, 5);
-    test_indexer(4, 8, 32, 8, 0, 40);
-    test_indexer(4, 8, 32, 8, 40, 24);
-    test_indexer(4, 64, 128, 64, 2000, 5);
-    test_indexer(4, 64, 128, 512, 8000, 3);
-    test_indexer(4, 16, 64, 32, 300, 300);
-    test_indexer(4, 64, 128, 512, 8000, 100);
+    for (int t = KV_F32; t <= KV_FP8; t++) {
+        test_compress(4, true, 64, 8, ch1, 10, t);
+        test_compress(4, true, 32, 8, ch2, 12, t);
+        test_compress(8, false, 64, 8, ch1, 10, t);
+        test_compress(128, false, 512, 32, ch3, 5, t);
+        test_compress(4, true, 512, 32, ch3, 5, t);
+        test_compress(4, true, 128, 32, ch3, 5, t);
+    }
+    for (int t = KV_F32; t <= KV_FP8; t++) {
+        test_indexer(4, 8, 32, 8, 0, 40, t);
+        test_indexer(4, 8, 32, 8, 40, 24, t);
+        test_indexer(4, 64, 128, 64, 2000, 5, t);
+        test_indexer(4, 64, 128, 512, 8000, 3, t);
+        test_indexer(4, 16, 64, 32, 300, 300, t);
+        test_indexer(4, 64, 128, 512, 8000, 100, t);
+    }
     G = g[GEMM_BF16X2];
-    test_indexer_mma(64, 64, 2000, 128, 48, 200);    /* key tiles and token chunks */
-    test_indexer_mma(64, 64, 0, 300, 128, 32768);    /* few entries: all or top 64 */
-    test_indexer_mma(16, 512, 7000, 300, 300, 32768);
-    test_indexer_mma(64, 512, 30000, 200, 200, 32768);
-    test_indexer_mma(64, 512, 120000, 64, 64, 32768);
+    test_indexer_mma(64, 64, 2000, 128, 48, 200, KV_F32);    /* key tiles and token chunks */
+    test_indexer_mma(64, 64, 0, 300, 128, 32768, KV_F32);    /* few entries: all or top 64 */
+    test_indexer_mma(16, 512, 7000, 300, 300, 32768, KV_F32);
+    test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_F32);
+    test_indexer_mma(64, 512, 120000, 64, 64, 32768, KV_F32);
+    test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_BF16);     /* keys as the cache stores them */
+    test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_FP8);
     G = g[GEMM_F32];
-    test_attention(4, 64, 16, 0, 0, 0, 20);
-    test_attention(4, 64, 16, 0, 0, 40, 1);
-    test_attention(4, 64, 32, 8, 0, 100, 7);
-    test_attention(3, 64, 32, 4, 8, 100, 30);
-    test_attention(8, 512, 128, 128, 0, 1000, 3);
-    test_attention(8, 512, 128, 4, 512, 4000, 2);
-    test_attention(2, 512, 128, 4, 512, 0, 300);
-    /* enough tokens for several heads per block: 8 (with a partial group
-     * of 4), 4 (partial group of 2), 8 at Flash's sizes */
-    test_attention(12, 64, 32, 8, 0, 100, 64);
-    test_attention(6, 64, 32, 4, 8, 100, 64);
-    test_attention(8, 512, 128, 4, 512, 4000, 130);
-    test_ring_store(16, 64, 0, 5);
-    test_ring_store(16, 64, 30, 40);
-    test_ring_store(128, 512, 1000, 1);
+    for (int t = KV_F32; t <= KV_FP8; t++) {
+        test_attention(4, 64, 16, 0, 0, 0, 20, t, 0);
+        test_attention(4, 64, 16, 0, 0, 40, 1, t, 0);
+        test_attention(4, 64, 32, 8, 0, 100, 7, t, 0);
+        test_attention(3, 64, 32, 4, 8, 100, 30, t, 0);
+        test_attention(8, 512, 128, 128, 0, 1000, 3, t, 0);
+        test_attention(8, 512, 128, 4, 512, 4000, 2, t, 0);
+        test_attention(2, 512, 128, 4, 512, 0, 300, t, 0);
+        /* enough tokens for several heads per block: 8 (with a partial
+         * group of 4), 4 (partial group of 2), 8 at Flash's sizes */
+        test_attention(12, 64, 32, 8, 0, 100, 64, t, 0);
+        test_attention(6, 64, 32, 4, 8, 100, 64, t, 0);
+        test_attention(8, 512, 128, 4, 512, 4000, 130, t, 0);
+        /* decode at Flash's rank shapes (32 heads), keys split over
+         * blocks: sliding only, CSA and HCA at context 8K, a few tokens,
+         * a short context (fewer keys than one split) */
+        test_attention(32, 512, 128, 0, 0, 8191, 1, t, 50);
+        test_attention(32, 512, 128, 4, 512, 8191, 1, t, 50);
+        test_attention(32, 512, 128, 128, 0, 8191, 1, t, 50);
+        test_attention(32, 512, 128, 4, 512, 8000, 4, t, 0);
+        test_attention(32, 512, 128, 128, 0, 300, 1, t, 0);
+        test_attention(5, 64, 16, 4, 8, 10, 1, t, 0);
+    }
+    /* long: 100,000 HCA entries (12.8M positions), dense */
+    test_attention(4, 512, 128, 128, 0, 100000 * 128 - 1, 1, KV_F32, 10);
+    test_attention(4, 512, 128, 128, 0, 100000 * 128 - 1, 1, KV_FP8, 10);
+    for (int t = KV_F32; t <= KV_FP8; t++) {
+        test_ring_store(16, 64, 0, 5, t);
+        test_ring_store(16, 64, 30, 40, t);
+        test_ring_store(128, 512, 1000, 1, t);
+        test_kv_round(1, 512, 512, t);
+        test_kv_round(37, 100, 130, t);
+        test_kv_round(300, 512, 512, t);
+    }
     test_moes();
     /* the same matmuls and MoE layers with bf16 prefill GEMMs */
     for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_BF16X2; gemm_mode++) {
