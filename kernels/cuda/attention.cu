@@ -3,26 +3,9 @@
 // (scores, then an exact top-k by radix select with the CPU's tie rule),
 // and attention over the sliding window plus compressed entries with
 // per-head sinks.  engine/backend_cpu.c is the reference.
-#include "kernels.cuh"
+#include "attention_keys.cuh"
 
 static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + threads - 1) / threads); }
-
-// Let kernel k use smem bytes of dynamic shared memory on this device: set
-// once per size increase, so a run that repeats a warm-up run's launches
-// (graph capture) makes no such call.  TAG tells apart kernels of one
-// signature (the per-device record is per TAG and signature, so ranks on
-// their own threads never share one).
-template <int TAG, typename K>
-static void smem_attr(K *k, size_t smem)
-{
-    static int set[64];
-    int dev = 0;
-    if (smem <= 48 * 1024 || cudaGetDevice(&dev) != cudaSuccess || dev >= 64 ||
-        set[dev] >= (int)smem)
-        return;
-    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    set[dev] = (int)smem;
-}
 
 // ---- compressor ----
 //
@@ -299,28 +282,6 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
 
 // ---- attention ----
 
-// Key j of query token i: the window (this chunk's float32 rows, or the
-// ring), then the entries, each as stored.
-struct attn_keys {
-    const float *kv;
-    const char *ring;
-    int ring_t;
-    dpaged comp;
-    const int *sel;         // this token's chosen entries, or NULL: all
-    int first, nwin, pos0, hd, window;
-
-    __device__ kref key(int j) const
-    {
-        if (j < nwin) {
-            int pj = first + j;
-            if (pj >= pos0) return kref{ (const char *)(kv + (long long)(pj - pos0) * hd), NULL, KV_F32 };
-            return kv_ref(ring_t, ring, window, hd, pj % window);
-        }
-        int s = j - nwin;
-        return dpaged_ref(comp, sel ? sel[s] : s);
-    }
-};
-
 #define ATT_TILE 32         // keys decoded into shared memory at a time
 #define ATT_MAXC 4          // channels per thread: head_dim <= 4 * 256
 
@@ -339,15 +300,11 @@ __global__ void __launch_bounds__(256) attention_kernel(dattn a, int chunk, floa
 {
     extern __shared__ __align__(16) unsigned char smem[];
     if (a.dyn) a.pos0 = a.dyn->pos0, a.ring = (const char *)a.dyn->ptr;
-    int i = blockIdx.x, h0 = blockIdx.y * HPB, hd = a.hd, p = a.pos0 + i;
+    int i = blockIdx.x, h0 = blockIdx.y * HPB, hd = a.hd;
     int nh = min(HPB, a.nheads - h0);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    int first = p - a.window + 1 > 0 ? p - a.window + 1 : 0;
-    int ncomp = a.ratio ? (a.sel ? a.nsel[i] : (p + 1) / a.ratio) : 0;
-    attn_keys K = { a.kv, a.ring, a.ring_t, a.comp,
-                    a.sel ? a.sel + (long long)i * a.sel_ld : NULL, first, p - first + 1,
-                    a.pos0, hd, a.window };
-    int nk = K.nwin + ncomp;
+    int nk;
+    attn_keys K = attn_keys_of(a, i, &nk);
     kref *kr = (kref *)smem;
     float *qs = (float *)(kr + ATT_TILE), *kt = qs + HPB * hd, *lg = kt + ATT_TILE * hd;
     float *mrun = lg + HPB * ATT_TILE, *lrun = mrun + HPB, *resc = lrun + HPB;

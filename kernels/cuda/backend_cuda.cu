@@ -147,6 +147,7 @@ struct cu_impl {
 enum { GEMM_BF16X2, GEMM_BF16, GEMM_F32 };
 static const char *const gemm_names[] = { "bf16x2", "bf16", "f32" };
 #define IDX_MMA_MIN_T 64    // indexer steps of at least this many tokens score on tensor cores
+#define ATT_MMA_MIN_T 64    // attention of steps of at least this many tokens on tensor cores
 
 static cu_impl *impl(backend *b) { return (cu_impl *)b->impl; }
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
@@ -918,6 +919,11 @@ static void cu_attention_op(backend *b, const attention_args *a)
         !to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d.comp))
         return;
     if (recording(c)) return;
+    if (!in_graph(c) && a->n >= ATT_MMA_MIN_T && c->gemm != GEMM_F32 &&
+        cu_attention_mma(c->st, d, c->gemm == GEMM_BF16X2)) {
+        launched(c, "attention");
+        return;
+    }
     int hpb, splits, chunk;
     cu_attention_plan(d, &hpb, &splits, &chunk);
     float *part = NULL;

@@ -274,3 +274,20 @@ __device__ __forceinline__ void rope_pair(float *r, int i, const drope &rt, int 
     r[2 * i] = __fadd_rn(__fmul_rn(x0, c), __fmul_rn(-x1, s));
     r[2 * i + 1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
 }
+
+// Let kernel k use smem bytes of dynamic shared memory on this device: set
+// once per size increase, so a run that repeats a warm-up run's launches
+// (graph capture) makes no such call.  TAG tells apart kernels of one
+// signature (the per-device record is per TAG and signature, so ranks on
+// their own threads never share one).
+template <int TAG, typename K>
+static void smem_attr(K *k, size_t smem)
+{
+    static int set[64];
+    int dev = 0;
+    if (smem <= 48 * 1024 || cudaGetDevice(&dev) != cudaSuccess || dev >= 64 ||
+        set[dev] >= (int)smem)
+        return;
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    set[dev] = (int)smem;
+}

@@ -143,6 +143,10 @@ void cu_attention_plan(const dattn &a, int *hpb, int *splits, int *chunk);
 // part: scratch of n * nheads * splits * (hd + 2) floats when the plan
 // splits the keys.  Returns false when head_dim is too large for the kernel.
 bool cu_attention(cudaStream_t st, const dattn &a, float *part);
+// The same on tensor cores (attention_mma.cu: keys in BF16, queries and
+// probabilities in BF16, or split in two BF16 parts when `split`; float32
+// sums), for prefill chunks.  false: head_dim not 64, 128, 256 or 512.
+bool cu_attention_mma(cudaStream_t st, const dattn &a, bool split);
 
 // ---- allreduce.cu ----
 // Peer memory of every rank of one process's group: inboxes [2][tp][cap]

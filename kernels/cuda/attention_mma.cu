@@ -1,4 +1,4 @@
-// Attention of prefill chunks on tensor cores (included by attention.cu).
+// Attention of prefill chunks on tensor cores.
 //
 // DeepSeek V4 has one key/value head shared by every query head, so for a
 // query token the logits of all its heads against a tile of keys are one
@@ -6,13 +6,16 @@
 // O[heads][hd] += P . K (values = keys).  One block per (token, 32 heads):
 // Q and a tile of 64 keys in shared memory as BF16, mma.sync m16n8k16 with
 // float32 accumulation, an online softmax over the tiles (running max and
-// sum per head) and the sink added to the denominator at the end.  Logits
-// and probabilities round to BF16 on the way into the tensor cores; the
-// rest is float32.  The exact float32 kernel (attention_kernel) stays for
-// decode and for LLM_CUDA_GEMM=f32.
-#pragma once
-
+// sum per head) and the sink added to the denominator at the end.  Keys
+// go into the tensor cores as BF16 (exact for BF16 and FP8 caches).  With
+// NP = 1 (LLM_CUDA_GEMM=bf16) queries and probabilities round to BF16;
+// with NP = 2 (bf16x2, the default) each is split into hi = bf16(x) and
+// lo = bf16(x - hi) and both parts multiply (relative error 2^-16 instead
+// of 2^-8, twice the MMAs).  Sums are float32.  The float32 kernel (attention.cu) stays for decode
+// and for LLM_CUDA_GEMM=f32.
 #include <cuda_bf16.h>
+
+#include "attention_keys.cuh"
 
 #define AM_HEADS 32     // query heads per block (two m16 tiles)
 #define AM_KEYS 64      // keys per tile (eight n8 tiles, one per warp)
@@ -38,40 +41,74 @@ __device__ __forceinline__ void am_mma(float d[4], const uint32_t a[4], uint32_t
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int HD>
-constexpr size_t attention_mma_smem()
+// Channels c..c+3 of a stored key as four bf16 (BF16 and FP8 exactly).
+__device__ __forceinline__ uint2 am_key4(const kref &r, int c)
 {
-    return (size_t)(AM_HEADS + AM_KEYS) * (HD + AM_PAD) * 2      // Q, K tile (bf16)
-           + (size_t)AM_HEADS * AM_KEYS * 4                     // logits
-           + (size_t)AM_HEADS * (AM_KEYS + AM_PAD) * 2          // probabilities (bf16)
-           + 3 * AM_HEADS * 4;                                  // max, sum, correction
+    if (r.t == KV_BF16) return *(const uint2 *)((const uint16_t *)r.p + c);
+    if (r.t == KV_F32) {
+        float4 v = *(const float4 *)((const float *)r.p + c);
+        return make_uint2(am_pack(v.x, v.y), am_pack(v.z, v.w));
+    }
+    uint32_t b = *(const uint32_t *)((const uint8_t *)r.p + c);
+    float s = pow2i((int)r.s[c / KV_FP8_GROUP] - 127);
+    return make_uint2(am_pack(fp8f(b & 255) * s, fp8f((b >> 8) & 255) * s),
+                      am_pack(fp8f((b >> 16) & 255) * s, fp8f(b >> 24) * s));
 }
 
-// Keys: a key source with `const float *key(int j)` (key j of this token)
-// built by make_keys(a, token); 256 threads (8 warps).  Warp w computes the
-// logits of keys 8w..8w+7 of a tile for all 32 heads, and owns output
-// channels [w*HD/8, (w+1)*HD/8) for the P . K product.
-template <int HD, typename Keys, typename MakeKeys>
-__global__ void __launch_bounds__(256) attention_mma_kernel(dattn a, MakeKeys make_keys)
+template <int HD, int NP>
+constexpr size_t attention_mma_smem()
+{
+    return AM_KEYS * sizeof(kref)                                   // the tile's key rows
+           + (size_t)(NP * AM_HEADS + AM_KEYS) * (HD + AM_PAD) * 2  // Q parts, K tile (bf16)
+           + (size_t)AM_HEADS * AM_KEYS * 4                         // logits
+           + (size_t)NP * AM_HEADS * (AM_KEYS + AM_PAD) * 2         // probability parts
+           + 3 * AM_HEADS * 4;                                      // max, sum, correction
+}
+
+// x as NP bf16 parts: x ~ hi (+ lo).
+template <int NP>
+__device__ __forceinline__ void am_split2(float x0, float x1, uint32_t out[NP])
+{
+    __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
+    out[0] = *(uint32_t *)&hi;
+    if (NP == 2) {
+        float2 h = __bfloat1622float2(hi);
+        out[NP - 1] = am_pack(x0 - h.x, x1 - h.y);
+    }
+}
+
+// 256 threads (8 warps).  Warp w computes the logits of keys 8w..8w+7 of
+// a tile for all 32 heads, and owns output channels [w*HD/8, (w+1)*HD/8)
+// of the P . K product.
+template <int HD, int NP>
+__global__ void __launch_bounds__(256) attention_mma_kernel(dattn a)
 {
     constexpr int LD = HD + AM_PAD, LDP = AM_KEYS + AM_PAD, NT = HD / 64;
     extern __shared__ __align__(16) unsigned char smem[];
-    __nv_bfloat16 *qs = (__nv_bfloat16 *)smem, *ks = qs + AM_HEADS * LD;
+    kref *kr = (kref *)smem;
+    __nv_bfloat16 *qs = (__nv_bfloat16 *)(kr + AM_KEYS);    // [NP][AM_HEADS][LD]
+    __nv_bfloat16 *ks = qs + NP * AM_HEADS * LD;
     float *ss = (float *)(ks + AM_KEYS * LD);
-    __nv_bfloat16 *ps = (__nv_bfloat16 *)(ss + AM_HEADS * AM_KEYS);
-    float *mrow = (float *)(ps + AM_HEADS * LDP), *lrow = mrow + AM_HEADS, *crow = lrow + AM_HEADS;
+    __nv_bfloat16 *ps = (__nv_bfloat16 *)(ss + AM_HEADS * AM_KEYS);    // [NP][AM_HEADS][LDP]
+    float *mrow = (float *)(ps + NP * AM_HEADS * LDP), *lrow = mrow + AM_HEADS;
+    float *crow = lrow + AM_HEADS;
 
-    if (a.dyn) a.pos0 = a.dyn->pos0, a.ring = (const float *)a.dyn->ptr;
+    if (a.dyn) a.pos0 = a.dyn->pos0, a.ring = (const char *)a.dyn->ptr;
     const int i = blockIdx.x, h0 = blockIdx.y * AM_HEADS, nh = min(AM_HEADS, a.nheads - h0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     int nk;
-    Keys K = make_keys(a, i, &nk);
+    attn_keys K = attn_keys_of(a, i, &nk);
 
     const float *q = a.q + ((long long)i * a.nheads + h0) * HD;
     for (int x = tid * 4; x < AM_HEADS * HD; x += 256 * 4) {
         int r = x / HD, c = x % HD;
         float4 v = r < nh ? *(const float4 *)(q + (long long)r * HD + c) : make_float4(0, 0, 0, 0);
-        *(uint2 *)(qs + r * LD + c) = make_uint2(am_pack(v.x, v.y), am_pack(v.z, v.w));
+        uint32_t lo[NP], hi[NP];
+        am_split2<NP>(v.x, v.y, lo);
+        am_split2<NP>(v.z, v.w, hi);
+#pragma unroll
+        for (int k = 0; k < NP; k++)
+            *(uint2 *)(qs + (k * AM_HEADS + r) * LD + c) = make_uint2(lo[k], hi[k]);
     }
     if (tid < AM_HEADS) mrow[tid] = -INFINITY, lrow[tid] = 0;
 
@@ -83,11 +120,12 @@ __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a, MakeKeys ma
 
     for (int kt = 0; kt < nk; kt += AM_KEYS) {
         __syncthreads();    // the previous tile's K and P are consumed
+        if (tid < AM_KEYS && kt + tid < nk) kr[tid] = K.key(kt + tid);
+        __syncthreads();
         for (int x = tid * 4; x < AM_KEYS * HD; x += 256 * 4) {
-            int r = x / HD, c = x % HD, j = kt + r;
+            int r = x / HD, c = x % HD;
             // Rows past the last key are zeros: 0 * P, never NaN.
-            float4 v = j < nk ? *(const float4 *)(K.key(j) + c) : make_float4(0, 0, 0, 0);
-            *(uint2 *)(ks + r * LD + c) = make_uint2(am_pack(v.x, v.y), am_pack(v.z, v.w));
+            *(uint2 *)(ks + r * LD + c) = kt + r < nk ? am_key4(kr[r], c) : make_uint2(0, 0);
         }
         __syncthreads();
 
@@ -98,12 +136,15 @@ __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a, MakeKeys ma
         for (int k = 0; k < HD; k += 16) {
             uint32_t b0 = *(const uint32_t *)(kr + k), b1 = *(const uint32_t *)(kr + k + 8);
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                const __nv_bfloat16 *qr = qs + (mt * 16 + g) * LD + k + 2 * t;
-                uint32_t af[4] = { *(const uint32_t *)qr, *(const uint32_t *)(qr + 8 * LD),
-                                   *(const uint32_t *)(qr + 8), *(const uint32_t *)(qr + 8 * LD + 8) };
-                am_mma(s[mt], af, b0, b1);
-            }
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int part = 0; part < NP; part++) {
+                    const __nv_bfloat16 *qr = qs + (part * AM_HEADS + mt * 16 + g) * LD + k + 2 * t;
+                    uint32_t af[4] = { *(const uint32_t *)qr, *(const uint32_t *)(qr + 8 * LD),
+                                       *(const uint32_t *)(qr + 8),
+                                       *(const uint32_t *)(qr + 8 * LD + 8) };
+                    am_mma(s[mt], af, b0, b1);
+                }
         }
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
@@ -128,7 +169,11 @@ __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a, MakeKeys ma
             for (int j = 0; j < 8; j += 2) {
                 float e0 = expf(sr[j] - mnew), e1 = expf(sr[j + 1] - mnew);
                 sum += e0 + e1;
-                *(uint32_t *)(ps + r * LDP + sub * 8 + j) = am_pack(e0, e1);
+                uint32_t pp[NP];
+                am_split2<NP>(e0, e1, pp);
+#pragma unroll
+                for (int k = 0; k < NP; k++)
+                    *(uint32_t *)(ps + (k * AM_HEADS + r) * LDP + sub * 8 + j) = pp[k];
             }
             for (int o2 = 1; o2 < 8; o2 <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o2);
             __syncwarp();
@@ -151,22 +196,27 @@ __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a, MakeKeys ma
         }
 #pragma unroll
         for (int kk = 0; kk < AM_KEYS; kk += 16) {
-            uint32_t af[2][4];
+            uint32_t af[NP][2][4];
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                const __nv_bfloat16 *pr = ps + (mt * 16 + g) * LDP + kk + 2 * t;
-                af[mt][0] = *(const uint32_t *)pr;
-                af[mt][1] = *(const uint32_t *)(pr + 8 * LDP);
-                af[mt][2] = *(const uint32_t *)(pr + 8);
-                af[mt][3] = *(const uint32_t *)(pr + 8 * LDP + 8);
-            }
+            for (int part = 0; part < NP; part++)
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const __nv_bfloat16 *pr = ps + (part * AM_HEADS + mt * 16 + g) * LDP + kk + 2 * t;
+                    af[part][mt][0] = *(const uint32_t *)pr;
+                    af[part][mt][1] = *(const uint32_t *)(pr + 8 * LDP);
+                    af[part][mt][2] = *(const uint32_t *)(pr + 8);
+                    af[part][mt][3] = *(const uint32_t *)(pr + 8 * LDP + 8);
+                }
             const __nv_bfloat16 *vr = ks + (kk + 2 * t) * LD + warp * (HD / 8) + g;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 const __nv_bfloat16 *v = vr + nt * 8;
                 uint32_t b0 = am_pair(v, v + LD), b1 = am_pair(v + 8 * LD, v + 9 * LD);
-                am_mma(o[0][nt], af[0], b0, b1);
-                am_mma(o[1][nt], af[1], b0, b1);
+#pragma unroll
+                for (int part = 0; part < NP; part++) {
+                    am_mma(o[0][nt], af[part][0], b0, b1);
+                    am_mma(o[1][nt], af[part][1], b0, b1);
+                }
             }
         }
     }
@@ -187,4 +237,30 @@ __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a, MakeKeys ma
                     make_float2(o[mt][nt][2 * half] / den, o[mt][nt][2 * half + 1] / den);
             }
         }
+}
+
+template <int HD, int NP>
+static void attention_mma_launch(cudaStream_t st, const dattn &a)
+{
+    size_t smem = attention_mma_smem<HD, NP>();
+    smem_attr<HD * 2 + NP>(attention_mma_kernel<HD, NP>, smem);
+    dim3 grid(a.n, (a.nheads + AM_HEADS - 1) / AM_HEADS);
+    attention_mma_kernel<HD, NP><<<grid, 256, smem, st>>>(a);
+}
+
+template <int NP>
+static bool attention_mma_hd(cudaStream_t st, const dattn &a)
+{
+    switch (a.hd) {
+    case 64: attention_mma_launch<64, NP>(st, a); return true;
+    case 128: attention_mma_launch<128, NP>(st, a); return true;
+    case 256: attention_mma_launch<256, NP>(st, a); return true;
+    case 512: attention_mma_launch<512, NP>(st, a); return true;
+    default: return false;
+    }
+}
+
+bool cu_attention_mma(cudaStream_t st, const dattn &a, bool split)
+{
+    return split ? attention_mma_hd<2>(st, a) : attention_mma_hd<1>(st, a);
 }
