@@ -177,7 +177,7 @@ static void mm_case(const char *what, const qweight *cw, const qweight *gw, int 
 static void test_matmul(void)
 {
     enum qtype types[] = { QT_F32, QT_BF16, QT_FP8, QT_MXFP4 };
-    int Ts[] = { 1, 2, 3, 8, 9, 70 };
+    int Ts[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 70 };
     for (int ti = 0; ti < 4; ti++) {
         enum qtype t = types[ti];
         /* whole tensor */
@@ -207,6 +207,14 @@ static void test_matmul(void)
         mm_case(what, &o, &go, 1);
         mm_case(what, &o, &go, 5);
         mm_case(what, &o, &go, 20);
+        /* GEMV shapes: few rows of long columns (one row per warp, the
+         * columns split over warps); x in several shared-memory tiles */
+        qweight sr = make_w(t, 5, 4096), lk = make_w(t, 70, 9216);
+        qweight gsr = up(&sr), glk = up(&lk);
+        snprintf(what, sizeof what, "%s 5x4096", tname(t));
+        for (int T = 1; T <= 8; T *= 2) mm_case(what, &sr, &gsr, T);
+        snprintf(what, sizeof what, "%s 70x9216", tname(t));
+        for (int T = 1; T <= 8; T += 3) mm_case(what, &lk, &glk, T);
     }
 }
 
@@ -544,11 +552,13 @@ static void test_ring_store(int window, int hd, int pos0, int n)
 
 /* ---- mixture of experts: rank 1's slice of every expert ---- */
 
-static void test_moe(int T, bool hash, int H)
+/* E experts of intermediate size I, this rank's slice [i0, i0 + ni); K
+ * chosen per token. */
+static void test_moe(int T, bool hash, int H, int E, int K, int I, int i0, int ni)
 {
-    int E = 8, K = 2, I = 128, i0 = 64, ni = 64, vocab = 50;
+    int vocab = 50;
     qweight gate = make_w(QT_BF16, E, H);
-    qweight w1[8], w2[8], w3[8], g1[8], g2[8], g3[8];
+    qweight w1[64], w2[64], w3[64], g1[64], g2[64], g3[64];
     for (int e = 0; e < E; e++) {
         qweight a = make_w(QT_MXFP4, I, H), b = make_w(QT_MXFP4, H, I), c = make_w(QT_MXFP4, I, H);
         g1[e] = w1[e] = qweight_view(&a, i0, ni, 0, H);
@@ -564,10 +574,16 @@ static void test_moe(int T, bool hash, int H)
         diag("upload experts: %s", G->error(G));
     float *bias = hrand(E, 0.1f), *x = hrand((size_t)T * H, 1.0f);
     int32_t *tid = malloc((size_t)vocab * K * 4), *ids = malloc(T * 4);
-    for (int v = 0; v < vocab; v++) {
-        tid[v * K] = rnd() % E;
-        tid[v * K + 1] = (tid[v * K] + 1 + rnd() % (E - 1)) % E;
-    }
+    for (int v = 0; v < vocab; v++)     /* K distinct experts */
+        for (int k = 0; k < K; k++) {
+            int e, dup;
+            do {
+                e = rnd() % E;
+                dup = 0;
+                for (int j = 0; j < k; j++) dup |= tid[v * K + j] == e;
+            } while (dup);
+            tid[v * K + k] = e;
+        }
     for (int t = 0; t < T; t++) ids[t] = rnd() % vocab;
     float *out = malloc((size_t)T * H * 4);
     float *dx = dcopy(x, (size_t)T * H * 4), *dbias = dcopy(bias, E * 4);
@@ -584,8 +600,8 @@ static void test_moe(int T, bool hash, int H)
     G->moe(G, &a);
     float *g = hcopy(dout, (size_t)T * H * 4);
     char name[96];
-    snprintf(name, sizeof name, "moe %s routing T=%d H=%d (E=%d K=%d, rank slice of MXFP4 "
-             "experts)", hash ? "hash" : "top-k", T, H, E, K);
+    snprintf(name, sizeof name, "moe %s routing T=%d H=%d (E=%d K=%d, rank slice %d+%d of %d "
+             "in MXFP4 experts)", hash ? "hash" : "top-k", T, H, E, K, i0, ni, I);
     check(name, g, out, (size_t)T * H);
     G->release(G, dx), G->release(G, dbias), G->release(G, dtid), G->release(G, dout);
     free(bias), free(x), free(tid), free(ids), free(out), free(g);
@@ -736,13 +752,18 @@ int main(void)
     test_ring_store(16, 64, 0, 5);
     test_ring_store(16, 64, 30, 40);
     test_ring_store(128, 512, 1000, 1);
-    test_moe(1, false, 128);
-    test_moe(1, true, 128);
-    test_moe(5, false, 128);
-    test_moe(3, false, 1024);   /* split rows in the per-slot matrix-vector products */
-    test_moe(40, false, 128);
-    test_moe(40, true, 128);
-    test_moe(300, false, 128);
+    test_moe(1, false, 128, 8, 2, 128, 64, 64);
+    test_moe(1, true, 128, 8, 2, 128, 64, 64);
+    test_moe(5, false, 128, 8, 2, 128, 64, 64);
+    /* decode sizes: the fused expert GEMVs, columns split over warps */
+    for (int T = 1; T <= 8; T++) test_moe(T, T % 2 == 0, 1024, 32, 6, 512, 256, 256);
+    test_moe(1, false, 4096, 16, 6, 256, 128, 128);
+    /* a slice of 48 columns: w2's rows are not whole 16-byte loads */
+    test_moe(2, false, 256, 8, 3, 96, 32, 48);
+    test_moe(1, true, 256, 8, 3, 96, 32, 48);
+    test_moe(40, false, 128, 8, 2, 128, 64, 64);
+    test_moe(40, true, 128, 8, 2, 128, 64, 64);
+    test_moe(300, false, 128, 8, 2, 128, 64, 64);
 
     G->destroy(G);
     C->destroy(C);
