@@ -152,7 +152,8 @@ struct gv_args {
     const float *wt, *add;  // COMBINE: routing weights [T][K]; rows added [T][ldy] or NULL
     float limit;            // SWIGLU
     int S;                  // warps per row group, each a slice of the columns
-    int vec;                // 16-byte loads possible (else element by element)
+    int vec;                // 16-byte weight loads possible (else element by element)
+    int x4;                 // x staged as float4s (aligned rows, columns a multiple of 4)
 };
 
 // Matrix-vector products for a few tokens, the weights read once at
@@ -201,6 +202,7 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
         eoff[0][threadIdx.x] = e * w.estride;
         eoff[1][threadIdx.x] = e * w.sestride;
     }
+    if (MODE == GV_COMBINE) __syncthreads();
     int nvec = a.vec ? Kv / VEC * VEC : 0;
     float acc[R][NT];
 #pragma unroll
@@ -208,47 +210,79 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0;
     float *xf = (float *)xs;
-    for (int k0 = 0; k0 < Kv; k0 += XT) {
-        int kn = min(XT, Kv - k0);
-        __syncthreads();
-        for (int i = threadIdx.x; i < NT * kn; i += blockDim.x) {
-            int t = i / kn, q = i - t * kn, vc = k0 + q;
-            float v = 0;
+    uint4 u[D][R];
+    uint32_t sb[D][R];
+    // Chunks c, c + 32S, ... (D of them) of every row of the group.
+    auto load = [&](int k0, int c, int nch) {
+#pragma unroll
+        for (int d = 0; d < D; d++) {
+            int cc = c + d * 32 * S;
+            int vc = k0 + (cc < nch ? cc : c) * VEC;    // a valid address either way
+            long long col = vc, od = 0, os = 0;
             if (MODE == GV_COMBINE) {
                 int k = vc / I;
-                long long sl = (long long)t0 * a.K + k;
-                v = a.wt[sl] * a.x[sl * a.ldx + vc - k * I];
-            } else if (t0 + t < a.T) {
-                v = a.x[(long long)((t0 + t) / a.xdiv) * a.ldx + vc];
+                col = vc - k * I, od = eoff[0][k], os = eoff[1][k];
             }
-            xf[t * XT + xswz(q >> 2) * 4 + (q & 3)] = v;
-        }
-        __syncthreads();
-        int nch = max(0, min(kn, nvec - k0)) / VEC;
-        for (int c = lane + 32 * sub; c < nch; c += 32 * S * D) {
-            uint4 u[D][R];
-            uint32_t sb[D][R];
+            col += w.c0;
 #pragma unroll
-            for (int d = 0; d < D; d++) {
-                int cc = c + d * 32 * S;
-                int vc = k0 + (cc < nch ? cc : c) * VEC;    // a valid address either way
-                long long col = vc, od = 0, os = 0;
+            for (int r = 0; r < R; r++) {
+                if (cc < nch) u[d][r] = ld_weights(bd[r] + od + (row[r] * w.ld + col) * EB / 8);
+                else u[d][r] = make_uint4(0, 0, 0, 0);
+                sb[d][r] = 127;
+                if (QT == QT_FP8 && cc < nch)
+                    sb[d][r] = bs[r][os + (row[r] >> 7) * w.sld + (col >> SSH)];
+                if (QT == QT_MXFP4 && cc < nch)
+                    sb[d][r] = bs[r][os + row[r] * w.sld + (col >> SSH)];
+            }
+        }
+    };
+    for (int k0 = 0; k0 < Kv; k0 += XT) {
+        int kn = min(XT, Kv - k0), nch = max(0, min(kn, nvec - k0)) / VEC;
+        int c = lane + 32 * sub;
+        // The first weights are on their way while x is staged.
+        if (c < nch) load(k0, c, nch);
+        __syncthreads();
+        if (a.x4) {
+            // float4s, all of a thread's loads before its stores (at most
+            // 8: NT * XT / 4 = 2048 per tile).
+            int kn4 = kn >> 2;
+            float4 v[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                int i = threadIdx.x + j * 256, t = i / kn4, q = i - t * kn4, vc = k0 + 4 * q;
+                v[j] = make_float4(0, 0, 0, 0);
+                if (i >= NT * kn4) continue;
                 if (MODE == GV_COMBINE) {
                     int k = vc / I;
-                    col = vc - k * I, od = eoff[0][k], os = eoff[1][k];
-                }
-                col += w.c0;
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    if (cc < nch) u[d][r] = ld_weights(bd[r] + od + (row[r] * w.ld + col) * EB / 8);
-                    else u[d][r] = make_uint4(0, 0, 0, 0);
-                    sb[d][r] = 127;
-                    if (QT == QT_FP8 && cc < nch)
-                        sb[d][r] = bs[r][os + (row[r] >> 7) * w.sld + (col >> SSH)];
-                    if (QT == QT_MXFP4 && cc < nch)
-                        sb[d][r] = bs[r][os + row[r] * w.sld + (col >> SSH)];
+                    long long sl = (long long)t0 * a.K + k;
+                    float4 g = *(const float4 *)(a.x + sl * a.ldx + vc - k * I);
+                    float f = a.wt[sl];
+                    v[j] = make_float4(f * g.x, f * g.y, f * g.z, f * g.w);
+                } else if (t0 + t < a.T) {
+                    v[j] = *(const float4 *)(a.x + (long long)((t0 + t) / a.xdiv) * a.ldx + vc);
                 }
             }
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                int i = threadIdx.x + j * 256, t = i / kn4, q = i - t * kn4;
+                if (i < NT * kn4) xs[t * (XT / 4) + xswz(q)] = v[j];
+            }
+        } else {
+            for (int i = threadIdx.x; i < NT * kn; i += blockDim.x) {
+                int t = i / kn, q = i - t * kn, vc = k0 + q;
+                float v = 0;
+                if (MODE == GV_COMBINE) {
+                    int k = vc / I;
+                    long long sl = (long long)t0 * a.K + k;
+                    v = a.wt[sl] * a.x[sl * a.ldx + vc - k * I];
+                } else if (t0 + t < a.T) {
+                    v = a.x[(long long)((t0 + t) / a.xdiv) * a.ldx + vc];
+                }
+                xf[t * XT + xswz(q >> 2) * 4 + (q & 3)] = v;
+            }
+        }
+        __syncthreads();
+        while (c < nch) {
 #pragma unroll
             for (int d = 0; d < D; d++) {
                 int cc = c + d * 32 * S;
@@ -270,6 +304,8 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
                     }
                 }
             }
+            c += 32 * S * D;
+            if (c < nch) load(k0, c, nch);
         }
         // Columns the 16-byte loads do not cover, one element at a time.
         for (int q = max(0, nvec - k0) + lane + 32 * sub; q < kn; q += 32 * S) {
@@ -473,6 +509,7 @@ static gv_args gv_make(const dqw &w, const float *x, int ldx, int T, float *y, i
     a.w = a.w3 = w;
     a.x = x, a.ldx = ldx, a.xdiv = 1, a.T = T, a.y = y, a.ldy = ldy;
     a.vec = w.c0 % vec_elems(w.type) == 0;
+    a.x4 = (uintptr_t)x % 16 == 0 && ldx % 4 == 0 && w.cols % 4 == 0;
     return a;
 }
 

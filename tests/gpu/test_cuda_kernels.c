@@ -572,7 +572,10 @@ static void test_moe(int T, bool hash, int H, int E, int K, int I, int i0, int n
     if (G->upload_weights(G, g1, E) || G->upload_weights(G, g2, E) ||
         G->upload_weights(G, g3, E))
         diag("upload experts: %s", G->error(G));
-    float *bias = hrand(E, 0.1f), *x = hrand((size_t)T * H, 1.0f);
+    /* x's size falls with sqrt(H): the experts' pre-activations stay about
+     * the SwiGLU limit, where an error in them is not amplified by a
+     * cancellation of much larger ones */
+    float *bias = hrand(E, 0.1f), *x = hrand((size_t)T * H, sqrtf(128.0f / H));
     int32_t *tid = malloc((size_t)vocab * K * 4), *ids = malloc(T * 4);
     for (int v = 0; v < vocab; v++)     /* K distinct experts */
         for (int k = 0; k < K; k++) {
