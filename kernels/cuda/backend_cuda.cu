@@ -959,8 +959,8 @@ static void cu_kv_round_op(backend *b, float *x, int ld, int T, int n, enum kv_d
 
 // Router, then the routed experts (one row per token and choice: slot
 // t*K + k) and the shared expert, then the weighted sum.  A few tokens:
-// a matrix-vector product per slot reading its expert's weights; more:
-// slots grouped by expert into tiles.
+// fused matrix-vector products per slot reading its expert's weights;
+// more: slots grouped by expert into tiles.
 static void cu_moe_op(backend *b, const moe_args *a)
 {
     cu_impl *c = enter(b);
@@ -993,10 +993,19 @@ static void cu_moe_op(backend *b, const moe_args *a)
                  a->routed_scale, idx, wt, ord);
     phase(c, "moe router");
     if (T <= 8) {
-        cu_matmul_slots(c->st, w1, idx, a->x, H, K, ns, g, I);
-        cu_matmul_slots(c->st, w3, idx, a->x, H, K, ns, u, I);
-        cu_swiglu(c->st, g, u, (long long)ns * I, a->limit);
-        cu_matmul_slots(c->st, w2, idx, g, I, 1, ns, ys, H);
+        // Four launches: the shared expert (w1 and w3 with SwiGLU, w2),
+        // the chosen experts' w1 and w3 with SwiGLU, then their w2 with
+        // the routing weights, summed over the experts and added to the
+        // shared expert's output.
+        if (!cu_gemv_swiglu(c->st, s1, s3, NULL, a->x, H, 1, T, a->limit, sg, I))
+            fail(c, "moe: the shared expert's w1 and w3 differ in layout");
+        cu_matmul(c->st, s2, sg, I, T, sy, H);
+        phase(c, "moe shared");
+        if (!cu_gemv_swiglu(c->st, w1, w3, idx, a->x, H, K, ns, a->limit, g, I))
+            fail(c, "moe: the experts' w1 and w3 differ in layout");
+        cu_gemv_combine(c->st, w2, idx, K, wt, g, I, T, sy, a->out, H);
+        launched(c, "moe experts");
+        return;
     } else {
         int max_tiles = ns / CU_TILE_M + E;
         int *perm = (int *)grow(c, &c->perm, ns * sizeof(int));

@@ -59,6 +59,14 @@ __device__ __forceinline__ float qw_at(const dqw &w, const uint8_t *data, const 
     return fp4f(c & 1 ? b >> 4 : b & 15) * e8m0f(scale[r * w.sld + (c >> 5)]);
 }
 
+// SwiGLU with the gate clamped above and the up value both ways at limit.
+__device__ __forceinline__ float swiglu1(float g, float u, float limit)
+{
+    float gv = g > limit ? limit : g;
+    float uv = u > limit ? limit : u < -limit ? -limit : u;
+    return gv / (1.0f + expf(-gv)) * uv;
+}
+
 __device__ __forceinline__ float warp_sum(float v)
 {
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

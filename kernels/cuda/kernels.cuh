@@ -20,9 +20,17 @@ void cu_dequant(cudaStream_t st, const dqw &w, int nexp, bool bf16, void *out, l
 // even); with lo > 0 also out[t][lo + k] = the rest, x - out[t][k], rounded.
 void cu_round_bf16(cudaStream_t st, const float *x, int ldx, const int *rows, int div, int T,
                    int K, uint16_t *out, int ldo, int lo);
-// Grouped by expert, one row per slot s: y[s] = x[s / xdiv] . W[experts[s]]^T.
-void cu_matmul_slots(cudaStream_t st, const dqw &w, const int *experts, const float *x, int ldx,
-                     int xdiv, int nslots, float *y, int ldy);
+// y[i][n] = swiglu(x_i . w1[n], x_i . w3[n], limit) for the rows n of w1.
+// experts NULL: i = tokens 0..T-1 (a few: the weights are read once per 8
+// tokens), x_i = x[i]; else i = slots 0..T-1 with their own experts,
+// experts[i], and x_i = x[i / xdiv].  false: w1 and w3 differ in shape or
+// layout (nothing launched).
+bool cu_gemv_swiglu(cudaStream_t st, const dqw &w1, const dqw &w3, const int *experts,
+                    const float *x, int ldx, int xdiv, int T, float limit, float *y, int ldy);
+// y[t] = add[t] + sum over k < K of wt[t*K+k] * (x[t*K+k] . W[experts[t*K+k]]^T)
+// for T tokens (add NULL: nothing added).  false: K > 16.
+bool cu_gemv_combine(cudaStream_t st, const dqw &w, const int *experts, int K, const float *wt,
+                     const float *x, int ldx, int T, const float *add, float *y, int ldy);
 // Grouped by expert in tiles of CU_TILE_M slots (moe_sort's table): tile i
 // holds slots perm[tiles[i].y ..+ tiles[i].z) of expert tiles[i].x.
 #define CU_TILE_M 64

@@ -1,11 +1,14 @@
 // y = x W^T over weights in their stored precision (FP8 with UE8M0 128x128
 // blocks, MXFP4, BF16, F32), float32 accumulation.
-//   few tokens (decode): one warp per output row, 16-byte weight loads
-//     dequantized in registers, every token of the tile against each load;
+//   few tokens (decode): GEMV with 16-byte weight loads dequantized in
+//     registers, several rows per warp and 8 loads in flight per lane,
+//     every token (up to 8) against each load; fused forms for the MoE
+//     experts (w1 and w3 with SwiGLU, w2 with the routing weights and the
+//     sum over a token's experts);
 //   many tokens (prefill): 64x64 output tiles, weights dequantized into
-//     shared memory once per tile.
-// Both have a grouped form for MoE experts packed by the backend.
+//     shared memory once per tile, also grouped by expert.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "kernels.cuh"
 
@@ -15,66 +18,6 @@ template <> struct vec_of<QT_BF16> { static constexpr int n = 8; };
 template <> struct vec_of<QT_FP8> { static constexpr int n = 16; };
 template <> struct vec_of<QT_MXFP4> { static constexpr int n = 32; };
 
-// Dequantize the 16 bytes holding copy columns [c, c + VEC) of row r.
-template <int QT>
-__device__ __forceinline__ void load_vec(const dqw &w, const uint8_t *data, const uint8_t *scale,
-                                         long long r, long long c, float *v)
-{
-    if (QT == QT_F32) {
-        float4 f = *(const float4 *)((const float *)data + r * w.ld + c);
-        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
-    } else if (QT == QT_BF16) {
-        uint4 u = *(const uint4 *)((const uint16_t *)data + r * w.ld + c);
-        uint32_t p[4] = { u.x, u.y, u.z, u.w };
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            v[2 * i] = __uint_as_float(p[i] << 16);
-            v[2 * i + 1] = __uint_as_float(p[i] & 0xffff0000u);
-        }
-    } else if (QT == QT_FP8) {
-        // e4m3's 7 magnitude bits as a float32's low exponent bits and top
-        // mantissa bits: a float32 (subnormal for e = 0) that is the value
-        // times 2^-120.  The scale folds into the factor unless that would
-        // overflow; 0x7f codes are NaN (rare: checked four bytes at once).
-        uint4 u = *(const uint4 *)(data + r * w.ld + c);
-        float s = e8m0f(scale[(r >> 7) * w.sld + (c >> 7)]);
-        bool fold = s < 128.0f;
-        float k = fold ? s * 0x1p120f : 0x1p120f;
-        uint32_t p[4] = { u.x, u.y, u.z, u.w };
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            uint32_t b = p[i / 4] >> (8 * (i % 4));
-            v[i] = __uint_as_float(((b & 0x7f) << 20) | ((b & 0x80) << 24)) * k;
-        }
-        if (!fold) {
-#pragma unroll
-            for (int i = 0; i < 16; i++) v[i] *= s;
-        }
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            if (__vcmpeq4(p[j] & 0x7f7f7f7fu, 0x7f7f7f7fu))
-                for (int i = 0; i < 4; i++)
-                    if (((p[j] >> (8 * i)) & 0x7f) == 0x7f) v[4 * j + i] = __uint_as_float(0x7fc00000u);
-    } else {
-        // E2M1 likewise: 3 magnitude bits under the float32 exponent, the
-        // value times 2^-126.
-        uint4 u = *(const uint4 *)(data + ((r * w.ld + c) >> 1));
-        float s = e8m0f(scale[r * w.sld + (c >> 5)]);
-        bool fold = s < 4.0f;
-        float k = fold ? s * 0x1p126f : 0x1p126f;
-        uint32_t p[4] = { u.x, u.y, u.z, u.w };
-#pragma unroll
-        for (int i = 0; i < 32; i++) {
-            uint32_t b = p[i / 8] >> (4 * (i % 8));
-            v[i] = __uint_as_float(((b & 7) << 22) | ((b & 8) << 28)) * k;
-        }
-        if (!fold) {
-#pragma unroll
-            for (int i = 0; i < 32; i++) v[i] *= s;
-        }
-    }
-}
-
 // Floats of x per token staged in shared memory at a time (32 KB).
 template <int NT> struct xtile { static constexpr int n = 8192 / NT; };
 
@@ -83,87 +26,326 @@ template <int NT> struct xtile { static constexpr int n = 8192 / NT; };
 // the xor spreads every 8 consecutive lanes over all banks.
 __device__ __forceinline__ int xswz(int q) { return q ^ ((q >> 3) & 7); }
 
-// SPLIT warps per output row n (each a slice of the chunks, summed in
-// shared memory), NT tokens per block row (blockIdx.y).  With `experts`,
-// NT is 1 and blockIdx.y is a slot with its own expert.  The tokens' x is
-// staged in shared memory a tile at a time (coalesced, where each lane's
-// own chunk of x straight from global memory would touch a cache line
-// per lane).
-template <int QT, int NT, int SPLIT>
-__global__ void __launch_bounds__(256)
-gemv_kernel(dqw w, const int *experts, const float *x, int ldx, int xdiv, int T, float *y,
-            int ldy, int vec_ok)
+// 16 bytes of weights, read once: not kept in L1.
+__device__ __forceinline__ uint4 ld_weights(const uint8_t *p)
 {
-    constexpr int VEC = vec_of<QT>::n, RPB = 8 / SPLIT, XT = xtile<NT>::n;
-    __shared__ float part[8][NT];
-    __shared__ float4 xs[NT][XT / 4];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = warp % SPLIT;
-    int n = blockIdx.x * RPB + warp / SPLIT;
-    bool live = n < w.rows;
-    int t0 = blockIdx.y * NT, nt = min(NT, T - t0);
-    const uint8_t *data = w.data, *scale = w.scale;
-    if (experts) {
-        int e = experts[t0];
-        data += e * w.estride;
-        scale += e * w.sestride;
-    }
-    long long r = w.r0 + n;
-    const float *xr[NT];
-    float acc[NT];
+    uint4 u;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+        : "l"(p));
+    return u;
+}
+
+__device__ __forceinline__ uint32_t word(const uint4 &u, int j)
+{
+    return j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w;
+}
+
+__device__ __forceinline__ float comp(const float4 &v, int k)
+{
+    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ float2 half2f(uint32_t h)
+{
+    return __half22float2(*reinterpret_cast<const __half2 *>(&h));
+}
+
+// Two e4m3 codes (the low 16 bits) as f16x2, exactly (0x7f: NaN).
+__device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t b)
+{
+    uint32_t h;
+    asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t; }" : "=r"(h) : "r"(b));
+    return h;
+}
+
+// a[r][t] += the 16 bytes u[r] decoded, without their block scale, times
+// token t's x over the same columns (staged float4s from q0 on).  FP8
+// codes go through the hardware's f16x2 conversion; E2M1 codes are placed
+// under an f16 exponent (exactly the value times 2^-14), nibbles k and
+// k + 4 of a word as one f16x2; BF16 is the high half of a float32.
+template <int QT, int NT, int R>
+__device__ __forceinline__ void dot16(const uint4 (&u)[R], const float4 *xs, int q0,
+                                      float (&a)[R][NT])
+{
+    constexpr int XT4 = xtile<NT>::n / 4;
+    if (QT == QT_MXFP4) {
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        xr[t] = x + (long long)((t0 + (t < nt ? t : 0)) / xdiv) * ldx;
-        acc[t] = 0;
-    }
-    int nvec = vec_ok ? w.cols / VEC * VEC : 0;
-    for (int k0 = 0; k0 < nvec; k0 += XT) {
-        int kn4 = min(XT, nvec - k0) / 4;
-        __syncthreads();
-        for (int i = threadIdx.x; i < NT * kn4; i += blockDim.x) {
-            int t = i / kn4, q = i % kn4;
-            const float *xt = x + (long long)((t0 + (t < nt ? t : 0)) / xdiv) * ldx;
-            xs[t][xswz(q)] = ((const float4 *)(xt + k0))[q];
-        }
-        __syncthreads();
-        int nch = live ? kn4 * 4 / VEC : 0;
-#pragma unroll 4
-        for (int ch = lane + 32 * sub; ch < nch; ch += 32 * SPLIT) {
-            float v[VEC];
-            load_vec<QT>(w, data, scale, r, w.c0 + k0 + ch * VEC, v);
+        for (int j = 0; j < 4; j++) {
+            float4 xa[NT], xb[NT];
 #pragma unroll
             for (int t = 0; t < NT; t++) {
-                if (t >= nt) break;
-                float a = 0;
+                xa[t] = xs[t * XT4 + xswz(q0 + 2 * j)];
+                xb[t] = xs[t * XT4 + xswz(q0 + 2 * j + 1)];
+            }
 #pragma unroll
-                for (int i = 0; i < VEC / 4; i++) {
-                    float4 xv = xs[t][xswz(ch * (VEC / 4) + i)];
-                    a += v[4 * i] * xv.x + v[4 * i + 1] * xv.y + v[4 * i + 2] * xv.z +
-                         v[4 * i + 3] * xv.w;
+            for (int r = 0; r < R; r++) {
+                uint32_t p = word(u[r], j);
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    uint32_t m = k < 3 ? p << (9 - 4 * k) : p >> 3;
+                    float2 f = half2f((m & 0x0e000e00u) | ((p << (12 - 4 * k)) & 0x80008000u));
+#pragma unroll
+                    for (int t = 0; t < NT; t++)
+                        a[r][t] = fmaf(f.y, comp(xb[t], k), fmaf(f.x, comp(xa[t], k), a[r][t]));
                 }
-                acc[t] += a;
+            }
+        }
+    } else if (QT == QT_FP8) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float4 xv[NT];
+#pragma unroll
+            for (int t = 0; t < NT; t++) xv[t] = xs[t * XT4 + xswz(q0 + j)];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                uint32_t p = word(u[r], j);
+                float2 lo = half2f(e4m3x2_f16x2(p)), hi = half2f(e4m3x2_f16x2(p >> 16));
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    a[r][t] = fmaf(hi.y, xv[t].w, fmaf(hi.x, xv[t].z, fmaf(lo.y, xv[t].y,
+                                   fmaf(lo.x, xv[t].x, a[r][t]))));
+            }
+        }
+    } else if (QT == QT_BF16) {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            float4 xv[NT];
+#pragma unroll
+            for (int t = 0; t < NT; t++) xv[t] = xs[t * XT4 + xswz(q0 + j)];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                uint32_t p0 = word(u[r], 2 * j), p1 = word(u[r], 2 * j + 1);
+                float v0 = __uint_as_float(p0 << 16), v1 = __uint_as_float(p0 & 0xffff0000u);
+                float v2 = __uint_as_float(p1 << 16), v3 = __uint_as_float(p1 & 0xffff0000u);
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    a[r][t] = fmaf(v3, xv[t].w, fmaf(v2, xv[t].z, fmaf(v1, xv[t].y,
+                                   fmaf(v0, xv[t].x, a[r][t]))));
+            }
+        }
+    } else {
+        float4 xv[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) xv[t] = xs[t * XT4 + xswz(q0)];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                a[r][t] = fmaf(__uint_as_float(u[r].w), xv[t].w,
+                               fmaf(__uint_as_float(u[r].z), xv[t].z,
+                                    fmaf(__uint_as_float(u[r].y), xv[t].y,
+                                         fmaf(__uint_as_float(u[r].x), xv[t].x, a[r][t]))));
+    }
+}
+
+// What the kernel's outputs are (see the launchers in kernels.cuh).
+enum { GV_PLAIN, GV_SWIGLU, GV_COMBINE };
+
+struct gv_args {
+    dqw w, w3;              // w3: SWIGLU's second matrix (same shape and layout as w)
+    const int *experts;     // SWIGLU: per slot (blockIdx.y); COMBINE: [T][K]; NULL: dense
+    const float *x;
+    int ldx, xdiv, T;       // T: tokens (dense) or slots
+    float *y;
+    int ldy;
+    int K;                  // COMBINE: slots per token
+    const float *wt, *add;  // COMBINE: routing weights [T][K]; rows added [T][ldy] or NULL
+    float limit;            // SWIGLU
+    int S;                  // warps per row group, each a slice of the columns
+    int vec;                // 16-byte weight loads possible (else element by element)
+    int x4;                 // x staged as float4s (aligned rows, columns a multiple of 4)
+};
+
+// Matrix-vector products for a few tokens, the weights read once at
+// memory speed.  A warp owns a group of R rows (SWIGLU: R/2 rows of w and
+// the same rows of w3) and a slice of the columns (S warps per group);
+// each lane reads 16 bytes of every row of the group per chunk, D chunks
+// at once, so 8 loads of 16 bytes are in flight per lane, and each x
+// value read from shared memory serves R rows.  The tokens' x is staged
+// in shared memory once per block, a tile at a time.  COMBINE treats the
+// K slots of token blockIdx.y as one row of K * cols columns (slot k's
+// columns read from its expert, its x scaled by its routing weight).
+template <int QT, int NT, int R, int MODE>
+__global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
+{
+    constexpr int VEC = vec_of<QT>::n, XT = xtile<NT>::n, D = 8 / R;
+    constexpr int RO = MODE == GV_SWIGLU ? R / 2 : R;
+    constexpr int EB = QT == QT_F32 ? 32 : QT == QT_BF16 ? 16 : QT == QT_FP8 ? 8 : 4;
+    constexpr int SSH = QT == QT_FP8 ? 7 : 5;       // columns per scale: 1 << SSH
+    __shared__ float4 xs[NT * XT / 4];
+    __shared__ float part[8][R][NT];
+    __shared__ long long eoff[2][16];
+    const dqw &w = a.w;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = a.S, sub = warp % S;
+    int n0 = (blockIdx.x * (8 / S) + warp / S) * RO, t0 = blockIdx.y * NT;
+    int I = w.cols, Kv = MODE == GV_COMBINE ? a.K * I : I;
+
+    const uint8_t *bd[R], *bs[R];   // row r's matrix (expert applied), its row, scale row
+    long long row[R];
+    {
+        const uint8_t *d = w.data, *s = w.scale, *d3 = a.w3.data, *s3 = a.w3.scale;
+        if (MODE != GV_COMBINE && a.experts) {
+            long long e = a.experts[t0];
+            d += e * w.estride, s += e * w.sestride;
+            d3 += e * a.w3.estride, s3 += e * a.w3.sestride;
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            bool second = MODE == GV_SWIGLU && r >= RO;
+            bd[r] = second ? d3 : d;
+            bs[r] = second ? s3 : s;
+            row[r] = w.r0 + min(n0 + r % RO, w.rows - 1);
+        }
+    }
+    if (MODE == GV_COMBINE && threadIdx.x < a.K) {
+        long long e = a.experts[(long long)t0 * a.K + threadIdx.x];
+        eoff[0][threadIdx.x] = e * w.estride;
+        eoff[1][threadIdx.x] = e * w.sestride;
+    }
+    if (MODE == GV_COMBINE) __syncthreads();
+    int nvec = a.vec ? Kv / VEC * VEC : 0;
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0;
+    float *xf = (float *)xs;
+    uint4 u[D][R];
+    uint32_t sb[D][R];
+    // Chunks c, c + 32S, ... (D of them) of every row of the group.
+    auto load = [&](int k0, int c, int nch) {
+#pragma unroll
+        for (int d = 0; d < D; d++) {
+            int cc = c + d * 32 * S;
+            int vc = k0 + (cc < nch ? cc : c) * VEC;    // a valid address either way
+            long long col = vc, od = 0, os = 0;
+            if (MODE == GV_COMBINE) {
+                int k = vc / I;
+                col = vc - k * I, od = eoff[0][k], os = eoff[1][k];
+            }
+            col += w.c0;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (cc < nch) u[d][r] = ld_weights(bd[r] + od + (row[r] * w.ld + col) * EB / 8);
+                else u[d][r] = make_uint4(0, 0, 0, 0);
+                sb[d][r] = 127;
+                if (QT == QT_FP8 && cc < nch)
+                    sb[d][r] = bs[r][os + (row[r] >> 7) * w.sld + (col >> SSH)];
+                if (QT == QT_MXFP4 && cc < nch)
+                    sb[d][r] = bs[r][os + row[r] * w.sld + (col >> SSH)];
+            }
+        }
+    };
+    for (int k0 = 0; k0 < Kv; k0 += XT) {
+        int kn = min(XT, Kv - k0), nch = max(0, min(kn, nvec - k0)) / VEC;
+        int c = lane + 32 * sub;
+        // The first weights are on their way while x is staged.
+        if (c < nch) load(k0, c, nch);
+        __syncthreads();
+        if (a.x4) {
+            // float4s, all of a thread's loads before its stores (at most
+            // 8: NT * XT / 4 = 2048 per tile).
+            int kn4 = kn >> 2;
+            float4 v[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                int i = threadIdx.x + j * 256, t = i / kn4, q = i - t * kn4, vc = k0 + 4 * q;
+                v[j] = make_float4(0, 0, 0, 0);
+                if (i >= NT * kn4) continue;
+                if (MODE == GV_COMBINE) {
+                    int k = vc / I;
+                    long long sl = (long long)t0 * a.K + k;
+                    float4 g = *(const float4 *)(a.x + sl * a.ldx + vc - k * I);
+                    float f = a.wt[sl];
+                    v[j] = make_float4(f * g.x, f * g.y, f * g.z, f * g.w);
+                } else if (t0 + t < a.T) {
+                    v[j] = *(const float4 *)(a.x + (long long)((t0 + t) / a.xdiv) * a.ldx + vc);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                int i = threadIdx.x + j * 256, t = i / kn4, q = i - t * kn4;
+                if (i < NT * kn4) xs[t * (XT / 4) + xswz(q)] = v[j];
+            }
+        } else {
+            for (int i = threadIdx.x; i < NT * kn; i += blockDim.x) {
+                int t = i / kn, q = i - t * kn, vc = k0 + q;
+                float v = 0;
+                if (MODE == GV_COMBINE) {
+                    int k = vc / I;
+                    long long sl = (long long)t0 * a.K + k;
+                    v = a.wt[sl] * a.x[sl * a.ldx + vc - k * I];
+                } else if (t0 + t < a.T) {
+                    v = a.x[(long long)((t0 + t) / a.xdiv) * a.ldx + vc];
+                }
+                xf[t * XT + xswz(q >> 2) * 4 + (q & 3)] = v;
+            }
+        }
+        __syncthreads();
+        while (c < nch) {
+#pragma unroll
+            for (int d = 0; d < D; d++) {
+                int cc = c + d * 32 * S;
+                if (cc >= nch) break;
+                float p[R][NT];
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int t = 0; t < NT; t++) p[r][t] = 0;
+                dot16<QT, NT, R>(u[d], xs, cc * (VEC / 4), p);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float s = e8m0f(sb[d][r]);
+#pragma unroll
+                    for (int t = 0; t < NT; t++) {
+                        if (QT == QT_MXFP4) acc[r][t] = fmaf(p[r][t] * 16384.0f, s, acc[r][t]);
+                        else if (QT == QT_FP8) acc[r][t] = fmaf(p[r][t], s, acc[r][t]);
+                        else acc[r][t] += p[r][t];
+                    }
+                }
+            }
+            c += 32 * S * D;
+            if (c < nch) load(k0, c, nch);
+        }
+        // Columns the 16-byte loads do not cover, one element at a time.
+        for (int q = max(0, nvec - k0) + lane + 32 * sub; q < kn; q += 32 * S) {
+            int vc = k0 + q;
+            long long col = vc, od = 0, os = 0;
+            if (MODE == GV_COMBINE) {
+                int k = vc / I;
+                col = vc - k * I, od = eoff[0][k], os = eoff[1][k];
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float v = qw_at<QT>(w, bd[r] + od, bs[r] + os, row[r], w.c0 + col);
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    acc[r][t] += v * xf[t * XT + xswz(q >> 2) * 4 + (q & 3)];
             }
         }
     }
-    int c1 = live ? w.cols : 0;
-    for (int c = nvec + lane + 32 * sub; c < c1; c += 32 * SPLIT) {
-        float v = qw_at<QT>(w, data, scale, r, w.c0 + c);
 #pragma unroll
-        for (int t = 0; t < NT; t++)
-            if (t < nt) acc[t] += v * xr[t][c];
-    }
+    for (int r = 0; r < R; r++)
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        float s = warp_sum(acc[t]);
-        if (SPLIT == 1 && lane == 0 && live && t < nt) y[(long long)(t0 + t) * ldy + n] = s;
-        if (SPLIT > 1 && lane == 0) part[warp][t] = s;
-    }
-    if (SPLIT > 1) {
-        __syncthreads();
-        if (sub == 0 && lane < nt && live) {
-            float s = 0;
-            for (int k = 0; k < SPLIT; k++) s += part[warp + k][lane];
-            y[(long long)(t0 + lane) * ldy + n] = s;
+        for (int t = 0; t < NT; t++) {
+            float s = warp_sum(acc[r][t]);
+            if (lane == 0) part[warp][r][t] = s;
         }
+    __syncthreads();
+    if (sub) return;
+    for (int o = lane; o < RO * NT; o += 32) {
+        int r = o / NT, t = o % NT, n = n0 + r;
+        if (n >= w.rows || t0 + t >= a.T) continue;
+        float v = 0, u = 0;
+        for (int k = 0; k < S; k++) {
+            v += part[warp + k][r][t];
+            if (MODE == GV_SWIGLU) u += part[warp + k][r + RO][t];
+        }
+        long long yi = (long long)(t0 + t) * a.ldy + n;
+        if (MODE == GV_SWIGLU) v = swiglu1(v, u, a.limit);
+        if (MODE == GV_COMBINE && a.add) v += a.add[yi];
+        a.y[yi] = v;
     }
 }
 
@@ -254,49 +436,119 @@ static int vec_elems(int type)
     return type == QT_F32 ? 4 : type == QT_BF16 ? 8 : type == QT_FP8 ? 16 : 32;
 }
 
-// 16-byte loads need aligned weight columns and aligned x rows.
-static int vec_ok(const dqw &w, const float *x, int ldx)
+static int sm_count()
 {
-    return w.c0 % vec_elems(w.type) == 0 && (uintptr_t)x % 16 == 0 && ldx % 4 == 0;
+    static int n[64];
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (dev < 0 || dev >= 64) return 132;
+    if (!n[dev] && cudaDeviceGetAttribute(&n[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        n[dev] = 132;
+    return n[dev];
 }
 
-// Few output rows (fewer than two blocks per SM at a warp per row): four
-// warps per row, so long rows are read with more loads in flight.
-template <int NT>
-static void gemv(cudaStream_t st, const dqw &w, const int *experts, const float *x, int ldx,
-                 int xdiv, int T, float *y, int ldy)
+template <int QT, int NT, int MODE>
+static void launch_nt(cudaStream_t st, dim3 grid, const gv_args &a, bool one_row)
 {
-    int ok = vec_ok(w, x, ldx), ny = (T + NT - 1) / NT;
-    if ((long long)(w.rows + 7) / 8 * ny < 264 && w.cols >= 512) {
-        dim3 grid((w.rows + 1) / 2, ny);
-        QT_DISPATCH(w.type, gemv_kernel<QT, NT, 4><<<grid, 256, 0, st>>>(w, experts, x, ldx, xdiv,
-                                                                           T, y, ldy, ok));
+    constexpr int R = NT == 8 ? 2 : 4;      // 8 tokens: fewer rows, or registers spill
+    if constexpr (MODE == GV_PLAIN)
+        if (one_row) {
+            gemv_kernel<QT, NT, 1, MODE><<<grid, 256, 0, st>>>(a);
+            return;
+        }
+    gemv_kernel<QT, NT, R, MODE><<<grid, 256, 0, st>>>(a);
+}
+
+template <int QT, int MODE>
+static void launch_qt(cudaStream_t st, dim3 grid, const gv_args &a, int NT, bool one_row)
+{
+    if constexpr (MODE == GV_COMBINE) {
+        launch_nt<QT, 1, MODE>(st, grid, a, one_row);
     } else {
-        dim3 grid((w.rows + 7) / 8, ny);
-        QT_DISPATCH(w.type, gemv_kernel<QT, NT, 1><<<grid, 256, 0, st>>>(w, experts, x, ldx, xdiv,
-                                                                           T, y, ldy, ok));
+        switch (NT) {
+        case 1: launch_nt<QT, 1, MODE>(st, grid, a, one_row); break;
+        case 2: launch_nt<QT, 2, MODE>(st, grid, a, one_row); break;
+        case 4: launch_nt<QT, 4, MODE>(st, grid, a, one_row); break;
+        default: launch_nt<QT, 8, MODE>(st, grid, a, one_row); break;
+        }
     }
+}
+
+// Tokens per block (1, 2, 4, 8), then the shape: R rows per warp, or one
+// row when that leaves too few warps (short matrices); the columns split
+// over S warps until about two blocks per SM are busy (each lane still
+// reading at least one chunk of its slice).
+template <int MODE>
+static void gemv_launch(cudaStream_t st, gv_args a)
+{
+    const dqw &w = a.w;
+    int VEC = vec_elems(w.type), Kv = MODE == GV_COMBINE ? a.K * w.cols : w.cols;
+    int NT = MODE == GV_COMBINE || a.experts ? 1 : a.T <= 1 ? 1 : a.T <= 2 ? 2 : a.T <= 4 ? 4 : 8;
+    int ny = MODE == GV_COMBINE || a.experts ? a.T : (a.T + NT - 1) / NT;
+    int R = NT == 8 ? 2 : 4, RO = MODE == GV_SWIGLU ? R / 2 : R;
+    long long target = 16LL * sm_count();
+    auto slices = [&](int ro) {
+        long long groups = (w.rows + ro - 1) / ro;
+        int S = 1;
+        while (groups * S * ny < target && S < 8 && Kv / VEC >= 64 * S) S *= 2;
+        return S;
+    };
+    a.S = slices(RO);
+    bool one_row = MODE == GV_PLAIN && (long long)(w.rows + RO - 1) / RO * a.S * ny < target / 2;
+    if (one_row) {
+        RO = 1;
+        a.S = slices(1);
+    }
+    int groups = (w.rows + RO - 1) / RO, per_block = 8 / a.S;
+    dim3 grid((groups + per_block - 1) / per_block, ny);
+    QT_DISPATCH(w.type, launch_qt<QT, MODE>(st, grid, a, NT, one_row));
+}
+
+static gv_args gv_make(const dqw &w, const float *x, int ldx, int T, float *y, int ldy)
+{
+    gv_args a = {};
+    a.w = a.w3 = w;
+    a.x = x, a.ldx = ldx, a.xdiv = 1, a.T = T, a.y = y, a.ldy = ldy;
+    a.vec = w.c0 % vec_elems(w.type) == 0;
+    a.x4 = (uintptr_t)x % 16 == 0 && ldx % 4 == 0 && w.cols % 4 == 0;
+    return a;
 }
 
 void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y, int ldy)
 {
     if (w.rows <= 0 || T <= 0) return;
-    if (T == 1) gemv<1>(st, w, NULL, x, ldx, 1, T, y, ldy);
-    else if (T == 2) gemv<2>(st, w, NULL, x, ldx, 1, T, y, ldy);
-    else if (T <= 4) gemv<4>(st, w, NULL, x, ldx, 1, T, y, ldy);
-    else if (T <= 8) gemv<8>(st, w, NULL, x, ldx, 1, T, y, ldy);
-    else {
+    if (T <= 8) {
+        gemv_launch<GV_PLAIN>(st, gv_make(w, x, ldx, T, y, ldy));
+    } else {
         dim3 grid((T + TM - 1) / TM, (w.rows + TN - 1) / TN);
         QT_DISPATCH(w.type, tiled_kernel<QT><<<grid, 256, 0, st>>>(w, x, ldx, 1, T, y, ldy, NULL,
                                                                    NULL, NULL));
     }
 }
 
-void cu_matmul_slots(cudaStream_t st, const dqw &w, const int *experts, const float *x, int ldx,
-                     int xdiv, int nslots, float *y, int ldy)
+bool cu_gemv_swiglu(cudaStream_t st, const dqw &w1, const dqw &w3, const int *experts,
+                    const float *x, int ldx, int xdiv, int T, float limit, float *y, int ldy)
 {
-    if (w.rows <= 0 || nslots <= 0) return;
-    gemv<1>(st, w, experts, x, ldx, xdiv, nslots, y, ldy);
+    if (w1.type != w3.type || w1.rows != w3.rows || w1.cols != w3.cols || w1.ld != w3.ld ||
+        w1.sld != w3.sld || w1.r0 != w3.r0 || w1.c0 != w3.c0)
+        return false;
+    if (w1.rows <= 0 || T <= 0) return true;
+    gv_args a = gv_make(w1, x, ldx, T, y, ldy);
+    a.w3 = w3, a.experts = experts, a.xdiv = xdiv, a.limit = limit;
+    gemv_launch<GV_SWIGLU>(st, a);
+    return true;
+}
+
+bool cu_gemv_combine(cudaStream_t st, const dqw &w, const int *experts, int K, const float *wt,
+                     const float *x, int ldx, int T, const float *add, float *y, int ldy)
+{
+    if (K > 16) return false;
+    if (w.rows <= 0 || T <= 0) return true;
+    gv_args a = gv_make(w, x, ldx, T, y, ldy);
+    a.experts = experts, a.K = K, a.wt = wt, a.add = add;
+    a.vec = a.vec && w.cols % vec_elems(w.type) == 0;
+    gemv_launch<GV_COMBINE>(st, a);
+    return true;
 }
 
 void cu_matmul_tiles(cudaStream_t st, const dqw &w, const int4 *tiles, const int *ntiles,

@@ -294,9 +294,7 @@ __global__ void swiglu_kernel(float *g, const float *u, long long n, float limit
 {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float gv = g[i] > limit ? limit : g[i];
-    float uv = u[i] > limit ? limit : u[i] < -limit ? -limit : u[i];
-    g[i] = gv / (1.0f + expf(-gv)) * uv;
+    g[i] = swiglu1(g[i], u[i], limit);
 }
 
 void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float limit)

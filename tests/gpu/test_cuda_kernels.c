@@ -259,7 +259,7 @@ static void mm_case(const char *what, const qweight *cw, const qweight *gw, int 
 static void test_matmul(void)
 {
     enum qtype types[] = { QT_F32, QT_BF16, QT_FP8, QT_MXFP4 };
-    int Ts[] = { 1, 2, 3, 8, 9, 64, 70, 300 };
+    int Ts[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 64, 70, 300 };
     for (int ti = 0; ti < 4; ti++) {
         enum qtype t = types[ti];
         /* whole tensor */
@@ -291,6 +291,14 @@ static void test_matmul(void)
         mm_case(what, &o, &go, 5);
         mm_case(what, &o, &go, 20);
         mm_case(what, &o, &go, 65);
+        /* GEMV shapes: few rows of long columns (one row per warp, the
+         * columns split over warps); x in several shared-memory tiles */
+        qweight sr = make_w(t, 5, 4096), lk = make_w(t, 70, 9216);
+        qweight gsr = up(&sr), glk = up(&lk);
+        snprintf(what, sizeof what, "%s 5x4096", tname(t));
+        for (int T = 1; T <= 8; T *= 2) mm_case(what, &sr, &gsr, T);
+        snprintf(what, sizeof what, "%s 70x9216", tname(t));
+        for (int T = 1; T <= 8; T += 3) mm_case(what, &lk, &glk, T);
     }
 }
 
@@ -798,9 +806,18 @@ static void test_attention(int nheads, int hd, int window, int ratio, int topk, 
     G->attention(G, &a);
     float *g = hcopy(dout, (size_t)n * nheads * hd * 4);
     char name[128];
+    /* Steps of 64+ tokens on tensor cores (attention_mma.cu) unless f32:
+     * keys rounded to bf16 (exact from bf16/fp8 caches), queries and
+     * probabilities rounded (bf16: u = 2^-8 each) or split in two parts
+     * (bf16x2: 2^-16).  The logits move by at most (u_q + u_k) scale
+     * sum |q||k|, the probabilities by that relative and u_p: 4u bounds
+     * the relative L2 of the output with the largest u present. */
+    bool mma = gemm_mode != GEMM_F32 && n >= 64 && (hd == 64 || hd == 128 || hd == 256 || hd == 512);
+    double u = gemm_mode == GEMM_BF16 || t == KV_F32 ? 0x1p-8 : 0x1p-16;
     snprintf(name, sizeof name, "attention heads=%d hd=%d window=%d ratio=%d topk=%d pos0=%d n=%d "
-             "cache %s", nheads, hd, window, ratio, topk, pos0, n, dname(t));
-    check(name, g, out, (size_t)n * nheads * hd);
+             "cache %s%s%s", nheads, hd, window, ratio, topk, pos0, n, dname(t),
+             mma ? ", tensor cores " : "", mma ? gemm_names[gemm_mode] : "");
+    check_tol(name, g, out, (size_t)n * nheads * hd, mma ? 4 * u + TOL : TOL);
     if (reps > 0) {
         float one;
         G->attention(G, &a);
@@ -860,11 +877,13 @@ static void test_kv_round(int T, int n, int ld, enum kv_dtype t)
 
 /* ---- mixture of experts: rank 1's slice of every expert ---- */
 
-static void test_moe(int T, bool hash, int H)
+/* E experts of intermediate size I, this rank's slice [i0, i0 + ni); K
+ * chosen per token. */
+static void test_moe(int T, bool hash, int H, int E, int K, int I, int i0, int ni)
 {
-    int E = 8, K = 2, I = 128, i0 = 64, ni = 64, vocab = 50;
+    int vocab = 50;
     qweight gate = make_w(QT_BF16, E, H);
-    qweight w1[8], w2[8], w3[8], g1[8], g2[8], g3[8];
+    qweight w1[64], w2[64], w3[64], g1[64], g2[64], g3[64];
     for (int e = 0; e < E; e++) {
         qweight a = make_w(QT_MXFP4, I, H), b = make_w(QT_MXFP4, H, I), c = make_w(QT_MXFP4, I, H);
         g1[e] = w1[e] = qweight_view(&a, i0, ni, 0, H);
@@ -878,12 +897,21 @@ static void test_moe(int T, bool hash, int H)
     if (G->upload_weights(G, g1, E) || G->upload_weights(G, g2, E) ||
         G->upload_weights(G, g3, E))
         diag("upload experts: %s", G->error(G));
-    float *bias = hrand(E, 0.1f), *x = hrand((size_t)T * H, 1.0f);
+    /* x's size falls with sqrt(H): the experts' pre-activations stay about
+     * the SwiGLU limit, where an error in them is not amplified by a
+     * cancellation of much larger ones */
+    float *bias = hrand(E, 0.1f), *x = hrand((size_t)T * H, sqrtf(128.0f / H));
     int32_t *tid = malloc((size_t)vocab * K * 4), *ids = malloc(T * 4);
-    for (int v = 0; v < vocab; v++) {
-        tid[v * K] = rnd() % E;
-        tid[v * K + 1] = (tid[v * K] + 1 + rnd() % (E - 1)) % E;
-    }
+    for (int v = 0; v < vocab; v++)     /* K distinct experts */
+        for (int k = 0; k < K; k++) {
+            int e, dup;
+            do {
+                e = rnd() % E;
+                dup = 0;
+                for (int j = 0; j < k; j++) dup |= tid[v * K + j] == e;
+            } while (dup);
+            tid[v * K + k] = e;
+        }
     for (int t = 0; t < T; t++) ids[t] = rnd() % vocab;
     float *out = malloc((size_t)T * H * 4);
     float *dx = dcopy(x, (size_t)T * H * 4), *dbias = dcopy(bias, E * 4);
@@ -900,8 +928,8 @@ static void test_moe(int T, bool hash, int H)
     G->moe(G, &a);
     float *g = hcopy(dout, (size_t)T * H * 4);
     char name[96];
-    snprintf(name, sizeof name, "moe %s routing T=%d H=%d (E=%d K=%d, rank slice of MXFP4 "
-             "experts)", hash ? "hash" : "top-k", T, H, E, K);
+    snprintf(name, sizeof name, "moe %s routing T=%d H=%d (E=%d K=%d, rank slice %d+%d of %d "
+             "in MXFP4 experts)", hash ? "hash" : "top-k", T, H, E, K, i0, ni, I);
     check_tol(name, g, out, (size_t)T * H,
               gemm_mode != GEMM_F32 && T >= LT_MIN_T ? 4 * gemm_u() + TOL : TOL);
     G->release(G, dx), G->release(G, dbias), G->release(G, dtid), G->release(G, dout);
@@ -1004,15 +1032,20 @@ static void test_allreduce(void)
 
 static void test_moes(void)
 {
-    test_moe(1, false, 128);
-    test_moe(1, true, 128);
-    test_moe(5, false, 128);
-    test_moe(3, false, 1024);   /* split rows in the per-slot matrix-vector products */
-    test_moe(40, false, 128);
-    test_moe(40, true, 128);
-    test_moe(100, false, 128);  /* routed: tiles; shared expert: cuBLASLt */
-    test_moe(300, false, 128);  /* both through cuBLASLt */
-    test_moe(300, true, 256);
+    test_moe(1, false, 128, 8, 2, 128, 64, 64);
+    test_moe(1, true, 128, 8, 2, 128, 64, 64);
+    test_moe(5, false, 128, 8, 2, 128, 64, 64);
+    /* decode sizes: the fused expert GEMVs, columns split over warps */
+    for (int T = 1; T <= 8; T++) test_moe(T, T % 2 == 0, 1024, 32, 6, 512, 256, 256);
+    test_moe(1, false, 4096, 16, 6, 256, 128, 128);
+    /* a slice of 48 columns: w2's rows are not whole 16-byte loads */
+    test_moe(2, false, 256, 8, 3, 96, 32, 48);
+    test_moe(1, true, 256, 8, 3, 96, 32, 48);
+    test_moe(40, false, 128, 8, 2, 128, 64, 64);
+    test_moe(40, true, 128, 8, 2, 128, 64, 64);
+    test_moe(100, false, 128, 8, 2, 128, 64, 64);  /* routed: tiles; shared expert: cuBLASLt */
+    test_moe(300, false, 128, 8, 2, 128, 64, 64);  /* both through cuBLASLt */
+    test_moe(300, true, 256, 8, 2, 128, 64, 64);
 }
 
 /* A backend on device 0 whose prefill GEMMs are `gemm` (LLM_CUDA_GEMM). */
@@ -1122,11 +1155,22 @@ int main(void)
         test_kv_round(300, 512, 512, t);
     }
     test_moes();
-    /* the same matmuls and MoE layers with bf16 prefill GEMMs */
+    /* the same matmuls, MoE layers and prefill attention on tensor cores */
     for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_BF16X2; gemm_mode++) {
         G = g[gemm_mode];
         test_matmul();
         test_moes();
+        for (int t = KV_F32; t <= KV_FP8; t++) {
+            test_attention(12, 64, 32, 8, 0, 100, 64, t, 0);
+            test_attention(6, 64, 32, 4, 8, 100, 64, t, 0);
+            test_attention(2, 512, 128, 4, 512, 0, 300, t, 0);
+            test_attention(8, 512, 128, 4, 512, 4000, 130, t, 0);
+            /* Flash's rank shapes: 32 heads, CSA and HCA, and 40 heads
+             * (a second, partial group of 32) */
+            test_attention(32, 512, 128, 4, 512, 8000, 130, t, 0);
+            test_attention(32, 512, 128, 128, 0, 30000, 100, t, 0);
+            test_attention(40, 128, 64, 4, 64, 500, 70, t, 0);
+        }
     }
     for (int m = 0; m < 3; m++) g[m]->destroy(g[m]);
     C->destroy(C);

@@ -1,0 +1,206 @@
+/* Decode GEMV micro-benchmark on one GPU (not a test: prints times, asserts
+ * nothing).  Every matrix shape one rank of V4-Flash at TP=2 reads per
+ * decoded token, synthetic weights in their stored format, at T = 1, 4
+ * and 8 tokens; then the whole MoE op at T = 1 (router, 6 of 256 MXFP4
+ * experts, FP8 shared expert).  Each measurement is a CUDA graph of 32
+ * ops replayed 10 times, the ops cycling over enough copies of the
+ * weights (>= 256 MB) that every read comes from DRAM, not L2; GB/s
+ * counts the weight bytes (codes + scales) only.
+ *   build/tests/gpu/bench_cuda_gemv [filter]   (a substring of the names) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "cuda/device_info.h"
+
+#define NOPS 32
+#define REPS 10
+
+static backend *G;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static size_t wbytes(enum qtype t, int rows, int cols)
+{
+    size_t n = (size_t)rows * cols;
+    switch (t) {
+    case QT_F32: return 4 * n;
+    case QT_BF16: return 2 * n;
+    case QT_FP8: return n + (size_t)(rows + 127) / 128 * ((cols + 127) / 128);
+    default: return n / 2 + (size_t)rows * (cols / 32);
+    }
+}
+
+static void sync(void)
+{
+    static float *d;
+    float h;
+    if (!d) d = G->alloc(G, 4);
+    G->read(G, &h, d, 4);
+}
+
+/* Seconds per op of `run(i)` (i = 0..NOPS-1), replayed as a graph. */
+static double timed(uint64_t key, void (*run)(void *, int), void *ctx)
+{
+    for (int warm = 0; warm < 3; warm++) {      /* as usual, captured, replayed */
+        G->graph_begin(G, key);
+        for (int i = 0; i < NOPS; i++) run(ctx, i);
+        while (G->graph_end(G)) for (int i = 0; i < NOPS; i++) run(ctx, i);
+    }
+    sync();
+    double t0 = now();
+    for (int r = 0; r < REPS; r++) {
+        G->graph_begin(G, key);
+        for (int i = 0; i < NOPS; i++) run(ctx, i);
+        while (G->graph_end(G)) for (int i = 0; i < NOPS; i++) run(ctx, i);
+    }
+    sync();
+    return (now() - t0) / (REPS * NOPS);
+}
+
+typedef struct {
+    qweight *w;
+    int copies, T;
+    float *x, *y;
+} mm_ctx;
+
+static void mm_run(void *p, int i)
+{
+    mm_ctx *c = p;
+    const qweight *w = &c->w[i % c->copies];
+    G->matmul(G, w, c->x, w->cols, c->T, c->y, w->rows);
+}
+
+static void bench_matmul(const char *name, enum qtype t, int rows, int cols, const char *filter)
+{
+    if (filter && !strstr(name, filter)) return;
+    size_t bytes = wbytes(t, rows, cols);
+    int copies = (int)((256u << 20) / bytes) + 1;
+    if (copies > NOPS) copies = NOPS;
+    mm_ctx c = { calloc(copies, sizeof(qweight)), copies, 1, NULL, NULL };
+    for (int i = 0; i < copies; i++)
+        c.w[i] = (qweight){ .type = t, .rows = rows, .cols = cols, .ld = cols };
+    if (G->upload_weights(G, c.w, copies)) {
+        printf("%s: upload: %s\n", name, G->error(G));
+        exit(1);
+    }
+    size_t nx = (size_t)8 * cols;
+    float *hx = malloc(nx * 4);
+    for (size_t i = 0; i < nx; i++) hx[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    c.x = G->alloc(G, nx * 4);
+    c.y = G->alloc(G, (size_t)8 * rows * 4);
+    G->write(G, c.x, hx, nx * 4);
+    static const int Ts[] = { 1, 4, 8 };
+    for (int k = 0; k < 3; k++) {
+        c.T = Ts[k];
+        double s = timed(((uint64_t)rows << 40) ^ ((uint64_t)cols << 8) ^ (t << 4) ^ c.T, mm_run,
+                         &c);
+        printf("gemv %-12s %-5s %6d x %-6d T=%d: %8.2f us %7.0f GB/s\n", name,
+               t == QT_BF16 ? "bf16" : t == QT_FP8 ? "fp8" : t == QT_MXFP4 ? "mxfp4" : "f32",
+               rows, cols, c.T, s * 1e6, bytes / s / 1e9);
+    }
+    const char *e = G->error(G);
+    if (e) printf("%s: %s\n", name, e);
+    G->release(G, c.x);
+    G->release(G, c.y);
+    free(hx);
+    free(c.w);
+}
+
+/* The MoE op at T = 1 over 8 layers' worth of experts (each op another
+ * layer's, another token). */
+#define MLAYERS 8
+typedef struct {
+    moe_args a[MLAYERS];
+    float *x, *out;
+    int H;
+} moe_ctx;
+
+static void moe_run(void *p, int i)
+{
+    moe_ctx *c = p;
+    moe_args a = c->a[i % MLAYERS];
+    a.x = c->x + (size_t)(i % 16) * c->H;
+    G->moe(G, &a);
+}
+
+static void bench_moe(const char *filter)
+{
+    if (filter && !strstr("moe", filter)) return;
+    int H = 4096, E = 256, K = 6, I = 1024;
+    moe_ctx c = { .H = H };
+    c.x = G->alloc(G, (size_t)16 * H * 4);
+    c.out = G->alloc(G, (size_t)H * 4);
+    float *hx = malloc((size_t)16 * H * 4), *bias = calloc(E, 4);
+    for (size_t i = 0; i < (size_t)16 * H; i++)
+        hx[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    G->write(G, c.x, hx, (size_t)16 * H * 4);
+    float *dbias = G->alloc(G, E * 4);
+    G->write(G, dbias, bias, E * 4);
+    for (int l = 0; l < MLAYERS; l++) {
+        qweight *w1 = calloc(E, sizeof *w1), *w2 = calloc(E, sizeof *w2),
+                *w3 = calloc(E, sizeof *w3), *s = calloc(4, sizeof *s);
+        for (int e = 0; e < E; e++) {
+            w1[e] = w3[e] = (qweight){ .type = QT_MXFP4, .rows = I, .cols = H, .ld = H };
+            w2[e] = (qweight){ .type = QT_MXFP4, .rows = H, .cols = I, .ld = I };
+        }
+        s[0] = (qweight){ .type = QT_BF16, .rows = E, .cols = H, .ld = H };
+        s[1] = s[3] = (qweight){ .type = QT_FP8, .rows = I, .cols = H, .ld = H };
+        s[2] = (qweight){ .type = QT_FP8, .rows = H, .cols = I, .ld = I };
+        if (G->upload_weights(G, w1, E) || G->upload_weights(G, w2, E) ||
+            G->upload_weights(G, w3, E) || G->upload_weights(G, &s[0], 1) ||
+            G->upload_weights(G, &s[1], 1) || G->upload_weights(G, &s[2], 1) ||
+            G->upload_weights(G, &s[3], 1)) {
+            printf("moe: upload: %s\n", G->error(G));
+            exit(1);
+        }
+        c.a[l] = (moe_args){ .T = 1, .H = H, .gate = &s[0], .bias = dbias, .n_experts = E,
+                             .topk = K, .routed_scale = 1.5f, .limit = 10.0f, .w1 = w1,
+                             .w2 = w2, .w3 = w3, .sw1 = &s[1], .sw2 = &s[2], .sw3 = &s[3],
+                             .out = c.out };
+    }
+    double sec = timed(0x3e3e3e, moe_run, &c);
+    size_t bytes = 3 * K * wbytes(QT_MXFP4, I, H) + 3 * wbytes(QT_FP8, I, H) +
+                   wbytes(QT_BF16, E, H);
+    printf("moe T=1 (E=%d K=%d H=%d I=%d, gate + routed + shared): %8.2f us %7.0f GB/s\n", E, K,
+           H, I, sec * 1e6, bytes / sec / 1e9);
+    const char *e = G->error(G);
+    if (e) printf("moe: %s\n", e);
+    free(hx), free(bias);
+}
+
+int main(int argc, char **argv)
+{
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    backend *one[1];
+    char err[256];
+    if (llm_cuda_device_count() < 1 || backend_cuda_new_group(1, one, err, sizeof err)) {
+        fprintf(stderr, "bench_cuda_gemv: no CUDA backend\n");
+        return 1;
+    }
+    G = one[0];
+    bench_matmul("wq_a", QT_FP8, 1024, 4096, filter);
+    bench_matmul("wq_b", QT_FP8, 16384, 1024, filter);
+    bench_matmul("wkv", QT_FP8, 512, 4096, filter);
+    bench_matmul("iwq_b", QT_FP8, 8192, 1024, filter);
+    bench_matmul("wo_b", QT_FP8, 4096, 4096, filter);
+    bench_matmul("shared_w1", QT_FP8, 1024, 4096, filter);
+    bench_matmul("shared_w2", QT_FP8, 4096, 1024, filter);
+    bench_matmul("comp_wkv", QT_BF16, 1024, 4096, filter);
+    bench_matmul("wo_a_group", QT_BF16, 1024, 4096, filter);
+    bench_matmul("icomp_wkv", QT_BF16, 256, 4096, filter);
+    bench_matmul("gate", QT_BF16, 256, 4096, filter);
+    bench_matmul("head", QT_BF16, 64640, 4096, filter);
+    bench_matmul("expert_w1", QT_MXFP4, 1024, 4096, filter);
+    bench_matmul("expert_w2", QT_MXFP4, 4096, 1024, filter);
+    bench_moe(filter);
+    G->destroy(G);
+    return 0;
+}
