@@ -18,6 +18,7 @@
 #include "tap.h"
 
 static const char *backend = "cpu";
+static int max_tp = 2;      /* $LLM_TEST_MAX_TP, as in test_model_golden */
 
 static int read_ids(const char *path, int32_t **ids)
 {
@@ -150,6 +151,12 @@ static void fixture(const char *name)
         if (t == KV_F32) continue;      /* test_model_golden covers float32 */
         for (int tp = 1; tp <= 2; tp++) {
             double b;
+            if (tp > max_tp) {
+                char why[160];
+                snprintf(why, sizeof why, "%s %s tp=%d: LLM_TEST_MAX_TP=%d", name, tn, tp, max_tp);
+                skip(1, why);
+                continue;
+            }
             memset(inc, 0, ng * sizeof *inc);
             if (run(dir, tp, t, true, ids, n, inc, &b)) {
                 ok(0, "%s %s tp=%d incremental runs", name, tn, tp);
@@ -229,6 +236,7 @@ static void fixture(const char *name)
 int main(void)
 {
     if (getenv("LLM_TEST_BACKEND")) backend = getenv("LLM_TEST_BACKEND");
+    if (getenv("LLM_TEST_MAX_TP")) max_tp = atoi(getenv("LLM_TEST_MAX_TP"));
     const char *names[] = { "tiny-a", "tiny-b", "demo" };
     for (int i = 0; i < 3; i++) fixture(names[i]);
     return exit_status();

@@ -18,6 +18,9 @@ export LD_LIBRARY_PATH=$PWD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 [ -e conf ] || ln -s ../../conf conf
 { nvidia-smi; ls /usr/local/cuda/lib64 | grep -E 'nccl|cublasLt'; } > "$out/machine.txt" 2>&1
 build/bin/llm-engine version > "$out/version.txt" 2>&1
+# One GPU: the tests' TP=2 cases are skipped, the serving check runs TP=1.
+ndev=$(sed -n 's/^cuda devices: //p' "$out/version.txt")
+export LLM_TEST_MAX_TP=$([ "${ndev:-0}" -ge 2 ] && echo 2 || echo 1)
 
 if [ "$2" = long ]; then
     shift 2

@@ -1,10 +1,12 @@
 #!/bin/sh
 # The serving engine on the GPU: the demo model served with the CUDA
-# backend at TP=2 and with the CPU backend at TP=2, the same greedy chat
+# backend at TP=2 (TP=1 when LLM_TEST_MAX_TP=1: one GPU) and with the CPU
+# backend at the same TP, the same greedy chat
 # request to both through the client library; the generated token ids
 # must be the same.  Run on the GPU machine (tools/gpu_run.sh calls it).
 #   sh tools/gpu_serve_check.sh OUTDIR
 out=${1:-/tmp/gpu-out}
+tp=${LLM_TEST_MAX_TP:-2}
 b=build/bin/llm-engine
 run=$(mktemp -d /tmp/llm-gpu-serve-XXXXXX)
 model=$(cd tests/fixtures/demo && pwd)
@@ -16,7 +18,7 @@ backend: $backend
 model:
   path: $model
   served_model_name: demo
-tensor_parallel_size: 2
+tensor_parallel_size: $tp
 max_model_len: 4096
 max_num_seqs: 4
 kv_cache_memory_bytes: 256MiB
@@ -40,7 +42,7 @@ echo "== serve: cpu tokens  $(cat "$out/tokens-cpu.txt")"
 echo "== serve: cuda tokens $(cat "$out/tokens-cuda.txt")"
 grep -h "KV cache" "$out"/serve-*.log
 if [ -s "$out/tokens-cuda.txt" ] && cmp -s "$out/tokens-cpu.txt" "$out/tokens-cuda.txt"; then
-    echo "== serve: PASS, 48 greedy tokens identical on the CUDA (TP=2) and CPU (TP=2) engines"
+    echo "== serve: PASS, 48 greedy tokens identical on the CUDA (TP=$tp) and CPU (TP=$tp) engines"
 else
     echo "== serve: FAIL (client exit $rc)"; tail -5 "$out/serve-cuda.log"
 fi

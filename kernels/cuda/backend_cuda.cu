@@ -150,6 +150,15 @@ static const char *const gemm_names[] = { "bf16x2", "bf16", "f32" };
 #define ATT_MMA_MIN_T 64    // attention of steps of at least this many tokens on tensor cores
 
 static cu_impl *impl(backend *b) { return (cu_impl *)b->impl; }
+
+// Attention and the indexer of prefill steps on tensor cores, which take
+// keys as bf16: always under bf16; under bf16x2 only when the cache holds
+// them exactly in bf16 (BF16, FP8), so that on a float32 cache the default
+// mode stays within its 2^-16 of the float32 reference.
+static bool tensor_core_keys(cu_impl *c, enum kv_dtype t)
+{
+    return c->gemm == GEMM_BF16 || (c->gemm == GEMM_BF16X2 && t != KV_F32);
+}
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 static void fail(cu_impl *c, const char *fmt, ...)
@@ -901,7 +910,7 @@ static void cu_indexer_op(backend *b, const indexer_args *a)
     // scratch of a fixed size (the profile step at load allocates it).
     uint16_t *keys = NULL;
     if (!in_graph(c) && a->n >= IDX_MMA_MIN_T && cu_indexer_mma_fits(a->nheads, a->d) &&
-        c->gemm != GEMM_F32)
+        tensor_core_keys(c, a->keys.dtype))
         keys = (uint16_t *)grow(c, &c->ikeys, (size_t)CU_INDEXER_KTILE * a->d * sizeof(uint16_t));
     if (c->failed) return;
     cu_indexer(c->st, d, sc, cap, keys);
@@ -919,7 +928,7 @@ static void cu_attention_op(backend *b, const attention_args *a)
         !to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d.comp))
         return;
     if (recording(c)) return;
-    if (!in_graph(c) && a->n >= ATT_MMA_MIN_T && c->gemm != GEMM_F32 &&
+    if (!in_graph(c) && a->n >= ATT_MMA_MIN_T && tensor_core_keys(c, a->dtype) &&
         cu_attention_mma(c->st, d, c->gemm == GEMM_BF16X2)) {
         launched(c, "attention");
         return;

@@ -176,7 +176,8 @@ extern "C" int cuda_indexer_mma_scores(const indexer_args *a, float *scores, int
     if (e == cudaSuccess)
         e = cudaMemcpy(blocks, a->keys.blocks, nblk * sizeof(char *), cudaMemcpyHostToDevice);
     dindexer d = { a->n, a->pos0, a->ratio, a->nheads, a->d, a->topk, a->q, a->w,
-                   { blocks, (long long)a->keys.off, a->keys.per_block, a->keys.row_len },
+                   { blocks, (long long)a->keys.off, a->keys.per_block, a->keys.row_len,
+                     (int)a->keys.dtype },
                    a->sel, a->nsel, a->pos0 + a->n, NULL };
     for (int t0 = 0; t0 < a->n && e == cudaSuccess; t0 += chunk)
         cu_indexer_mma(0, d, t0, a->n - t0 < chunk ? a->n - t0 : chunk,

@@ -708,7 +708,7 @@ static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, i
        "bound, rel L2 %.3g%s%s", nheads, pos0, n, S, dname(t), chunk, ktile, over, future, worst,
        sqrt(d2 / z2), rc ? ": " : "", err);
 
-    /* (b) the op's choice (G with tensor cores: many tokens take the bf16 path) */
+    /* (b) the op's choice (G under bf16: many tokens take the tensor-core path) */
     int32_t *dsel = G->alloc(G, (size_t)n * topk * 4);
     int *dnsel = G->alloc(G, n * sizeof *dnsel);
     poison(dsel, (size_t)n * topk * 4);
@@ -806,14 +806,16 @@ static void test_attention(int nheads, int hd, int window, int ratio, int topk, 
     G->attention(G, &a);
     float *g = hcopy(dout, (size_t)n * nheads * hd * 4);
     char name[128];
-    /* Steps of 64+ tokens on tensor cores (attention_mma.cu) unless f32:
-     * keys rounded to bf16 (exact from bf16/fp8 caches), queries and
+    /* Steps of 64+ tokens on tensor cores (attention_mma.cu) under bf16,
+     * and under bf16x2 from bf16/fp8 caches (backend_cuda.cu,
+     * tensor_core_keys): keys rounded to bf16 (exact from those caches), queries and
      * probabilities rounded (bf16: u = 2^-8 each) or split in two parts
      * (bf16x2: 2^-16).  The logits move by at most (u_q + u_k) scale
      * sum |q||k|, the probabilities by that relative and u_p: 4u bounds
      * the relative L2 of the output with the largest u present. */
-    bool mma = gemm_mode != GEMM_F32 && n >= 64 && (hd == 64 || hd == 128 || hd == 256 || hd == 512);
-    double u = gemm_mode == GEMM_BF16 || t == KV_F32 ? 0x1p-8 : 0x1p-16;
+    bool mma = (gemm_mode == GEMM_BF16 || (gemm_mode == GEMM_BF16X2 && t != KV_F32)) &&
+               n >= 64 && (hd == 64 || hd == 128 || hd == 256 || hd == 512);
+    double u = gemm_mode == GEMM_BF16 ? 0x1p-8 : 0x1p-16;
     snprintf(name, sizeof name, "attention heads=%d hd=%d window=%d ratio=%d topk=%d pos0=%d n=%d "
              "cache %s%s%s", nheads, hd, window, ratio, topk, pos0, n, dname(t),
              mma ? ", tensor cores " : "", mma ? gemm_names[gemm_mode] : "");
@@ -1111,7 +1113,7 @@ int main(void)
         test_indexer(4, 16, 64, 32, 300, 300, t);
         test_indexer(4, 64, 128, 512, 8000, 100, t);
     }
-    G = g[GEMM_BF16X2];
+    G = g[GEMM_BF16];      /* the op takes the tensor-core path for every cache dtype */
     test_indexer_mma(64, 64, 2000, 128, 48, 200, KV_F32);    /* key tiles and token chunks */
     test_indexer_mma(64, 64, 0, 300, 128, 32768, KV_F32);    /* few entries: all or top 64 */
     test_indexer_mma(16, 512, 7000, 300, 300, 32768, KV_F32);
