@@ -23,55 +23,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model.h"
-#include "tap.h"
+#include "model_fixtures.h"
 
 #define FIXTURES "tests/fixtures"
 
-static int read_ids(const char *path, int32_t **ids)
-{
-    strbuf sb;
-    sb_init(&sb);
-    if (sb_read_file(&sb, path) < 0) { sb_free(&sb); return -1; }
-    int n = 0, cap = 64;
-    *ids = malloc(cap * sizeof **ids);
-    for (char *p = sb.data; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p) { p++; continue; }
-        if (n == cap) *ids = realloc(*ids, (cap *= 2) * sizeof **ids);
-        (*ids)[n++] = (int32_t)v;
-        p = end;
-    }
-    sb_free(&sb);
-    return n;
-}
-
-static float *read_f32(const char *path, size_t *n)
-{
-    strbuf sb;
-    sb_init(&sb);
-    if (sb_read_file(&sb, path) < 0) { sb_free(&sb); return NULL; }
-    *n = sb.len / 4;
-    float *v = malloc(sb.len + 4);
-    memcpy(v, sb.data, sb.len);
-    sb_free(&sb);
-    return v;
-}
-
 static const char *backend = "cpu";
-/* $LLM_TEST_MAX_TP: the largest TP to run (1 on a machine with one GPU;
- * tools/test_gpu.sh sets it from the device count). */
-static int max_tp = 2;
+static int max_tp;         /* test_max_tp() */
 static const char *gemm;   /* cuda: its prefill GEMMs (LLM_CUDA_GEMM) */
 static double tol_rel = 1e-4, tol_abs = 1e-3, tol_inc = 1e-5, tol_greedy = 0.99;
-
-static int argmax(const float *v, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++) b = v[i] > v[b] ? i : b;
-    return b;
-}
 
 /* Share of positions whose greedy next token is the golden one. */
 static void greedy(const char *what, const float *got, const float *want, int n, int V)
@@ -107,48 +66,21 @@ static void compare(const char *what, const float *got, const float *want, size_
     ok(rel <= tol_rel && ma <= tol_abs, "%s: rel L2 %.3g, max abs %.3g", what, rel, ma);
 }
 
-/* Logits of every position: full = one step; incremental = half, then 1 by 1. */
 static int run(const char *dir, int tp, bool incremental, const int32_t *ids, int n, float *out,
                int *vocab)
 {
     v4_options o = { .tp = tp, .cache_tokens = n, .backend = backend };
-    v4_model *m;
-    strbuf err;
-    sb_init(&err);
-    int rc = v4_model_load(&m, dir, &o, &err);
-    v4_seq *s = rc ? NULL : v4_seq_new(m, &err);
-    if (s) {
-        int V = *vocab = v4_model_config(m)->vocab_size;
-        int first = incremental ? n / 2 : n;
-        v4_step_item it = { s, ids, first, out, true };
-        rc = first ? v4_step(m, &it, 1, &err) : 0;
-        for (int t = first; t < n && !rc; t++) {
-            it = (v4_step_item){ s, ids + t, 1, out + (size_t)t * V, false };
-            rc = v4_step(m, &it, 1, &err);
-        }
-        v4_seq_free(m, s);
-    }
-    if (rc || !s) diag("%s: %s", dir, err.data);
-    if (!rc) v4_model_free(m);
-    sb_free(&err);
-    return rc || !s ? -1 : 0;
+    return fixture_logits(dir, &o, incremental, ids, n, out, vocab, NULL);
 }
 
 static void fixture(const char *name)
 {
-    char dir[256], p[320];
-    snprintf(dir, sizeof dir, FIXTURES "/%s", name);
+    char dir[256];
     int32_t *ids;
-    snprintf(p, sizeof p, "%s/ids.txt", dir);
-    int n = read_ids(p, &ids);
+    float *gold;
     size_t ng;
-    snprintf(p, sizeof p, "%s/logits.f32", dir);
-    float *gold = read_f32(p, &ng);
-    if (n <= 0 || !gold || ng % n) {
-        ok(0, "%s: readable ids.txt and logits.f32 [n_ids, vocab]", name);
-        free(gold);
-        return;
-    }
+    int n = load_fixture(name, dir, sizeof dir, &ids, &gold, &ng);
+    if (n < 0) return;
     float *out = malloc(ng * sizeof *out), *full = malloc(ng * sizeof *full);
     for (int tp = 1; tp <= 2; tp++)
         for (int inc = 0; inc < 2; inc++) {
@@ -206,7 +138,7 @@ static void fixture(const char *name)
 int main(void)
 {
     if (getenv("LLM_TEST_BACKEND")) backend = getenv("LLM_TEST_BACKEND");
-    if (getenv("LLM_TEST_MAX_TP")) max_tp = atoi(getenv("LLM_TEST_MAX_TP"));
+    max_tp = test_max_tp();
     if (!strcmp(backend, "cuda")) {
         const char *g = getenv("LLM_CUDA_GEMM");
         gemm = g && *g ? g : "bf16x2";

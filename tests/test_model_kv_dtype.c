@@ -14,77 +14,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "model.h"
-#include "tap.h"
+#include "model_fixtures.h"
 
 static const char *backend = "cpu";
-static int max_tp = 2;      /* $LLM_TEST_MAX_TP, as in test_model_golden */
+static int max_tp;         /* test_max_tp() */
 
-static int read_ids(const char *path, int32_t **ids)
-{
-    strbuf sb;
-    sb_init(&sb);
-    if (sb_read_file(&sb, path) < 0) { sb_free(&sb); return -1; }
-    int n = 0, cap = 64;
-    *ids = malloc(cap * sizeof **ids);
-    for (char *p = sb.data; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p) { p++; continue; }
-        if (n == cap) *ids = realloc(*ids, (cap *= 2) * sizeof **ids);
-        (*ids)[n++] = (int32_t)v;
-        p = end;
-    }
-    sb_free(&sb);
-    return n;
-}
-
-static float *read_f32(const char *path, size_t *n)
-{
-    strbuf sb;
-    sb_init(&sb);
-    if (sb_read_file(&sb, path) < 0) { sb_free(&sb); return NULL; }
-    *n = sb.len / 4;
-    float *v = malloc(sb.len + 4);
-    memcpy(v, sb.data, sb.len);
-    sb_free(&sb);
-    return v;
-}
-
-static int argmax(const float *v, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++) b = v[i] > v[b] ? i : b;
-    return b;
-}
-
-/* Logits of every position: full = one step; incremental = half, then 1
- * by 1.  bytes_per_token: the layout's. */
+/* bytes_per_token: the cache layout's. */
 static int run(const char *dir, int tp, enum kv_dtype t, bool incremental, const int32_t *ids,
                int n, float *out, double *bytes_per_token)
 {
     v4_options o = { .tp = tp, .cache_tokens = n, .backend = backend, .kv_dtype = t };
-    v4_model *m;
-    strbuf err;
-    sb_init(&err);
-    int rc = v4_model_load(&m, dir, &o, &err);
-    v4_seq *s = rc ? NULL : v4_seq_new(m, &err);
-    if (s) {
-        int V = v4_model_config(m)->vocab_size;
-        *bytes_per_token = v4_cache_bytes_per_token(m);
-        int first = incremental ? n / 2 : n;
-        v4_step_item it = { s, ids, first, out, true };
-        rc = v4_step(m, &it, 1, &err);
-        for (int i = first; i < n && !rc; i++) {
-            it = (v4_step_item){ s, ids + i, 1, out + (size_t)i * V, false };
-            rc = v4_step(m, &it, 1, &err);
-        }
-        v4_seq_free(m, s);
-    }
-    if (rc || !s) diag("%s: %s", dir, err.data);
-    if (!rc) v4_model_free(m);
-    sb_free(&err);
-    return rc || !s ? -1 : 0;
+    int V;
+    return fixture_logits(dir, &o, incremental, ids, n, out, &V, bytes_per_token);
 }
 
 /* Bounds against the float32 golden, from measurements on the three
@@ -124,19 +65,12 @@ static bool same_logits(const char *what, const float *a, const float *b, size_t
 
 static void fixture(const char *name)
 {
-    char dir[256], p[320];
-    snprintf(dir, sizeof dir, "tests/fixtures/%s", name);
-    int32_t *ids = NULL;
-    snprintf(p, sizeof p, "%s/ids.txt", dir);
-    int n = read_ids(p, &ids);
+    char dir[256];
+    int32_t *ids;
+    float *gold;
     size_t ng;
-    snprintf(p, sizeof p, "%s/logits.f32", dir);
-    float *gold = read_f32(p, &ng);
-    if (n <= 0 || !gold || ng % n) {
-        ok(0, "%s: readable ids.txt and logits.f32", name);
-        free(gold);
-        return;
-    }
+    int n = load_fixture(name, dir, sizeof dir, &ids, &gold, &ng);
+    if (n < 0) return;
     int V = (int)(ng / n);
     float *full = malloc(ng * sizeof *full), *inc = malloc(ng * sizeof *inc);
     double bpt[3] = { 0 };
@@ -236,7 +170,7 @@ static void fixture(const char *name)
 int main(void)
 {
     if (getenv("LLM_TEST_BACKEND")) backend = getenv("LLM_TEST_BACKEND");
-    if (getenv("LLM_TEST_MAX_TP")) max_tp = atoi(getenv("LLM_TEST_MAX_TP"));
+    max_tp = test_max_tp();
     const char *names[] = { "tiny-a", "tiny-b", "demo" };
     for (int i = 0; i < 3; i++) fixture(names[i]);
     return exit_status();
