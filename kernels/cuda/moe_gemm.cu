@@ -60,15 +60,18 @@ struct mg_regs {
 template <bool SPLIT, bool SWIGLU>
 __global__ void __launch_bounds__(MG_THREADS, 2) moe_gemm_kernel(dmoe_gemm a)
 {
+    // All of it dynamic (two stages, then the slots' x rows and the E2M1
+    // values), so the launcher's size is the whole: at 48 KB and above it
+    // must be allowed explicitly.
     extern __shared__ __align__(16) uint16_t mg_sh[];
-    __shared__ int xrow[MG_M];
-    __shared__ float lut[16];
+    const int stage = (SPLIT ? 2 * MG_M : MG_M) * MG_K + MG_N * MG_K;    // bf16 per stage
+    int *xrow = (int *)(mg_sh + 2 * stage);
+    float *lut = (float *)(xrow + MG_M);
     if ((int)blockIdx.y >= *a.ntiles) return;
     int4 tl = a.tiles[blockIdx.y];
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     int wm = warp >> 1, wn = warp & 1;
     int cols = a.w1.cols, nout = SWIGLU ? MG_N / 2 : MG_N, n0 = blockIdx.x * nout;
-    const int stage = (SPLIT ? 2 * MG_M : MG_M) * MG_K + MG_N * MG_K;    // bf16 per stage
 
     // This thread's weight row of the tile: B row tid.
     const dqw &W = SWIGLU && tid >= MG_N / 2 ? a.w3 : a.w1;
@@ -237,7 +240,8 @@ bool cu_moe_gemm(cudaStream_t st, const dmoe_gemm &a, int max_tiles, bool split)
              (!swiglu || (a.w3.c0 % 32 == 0 && a.w3.ld % 32 == 0 &&
                           (uintptr_t)a.w3.data % 16 == 0 && a.w3.estride % 16 == 0));
     dim3 grid((a.w1.rows + nout - 1) / nout, max_tiles);
-    size_t smem = 2 * (size_t)((split ? 2 * MG_M : MG_M) * MG_K + MG_N * MG_K) * 2;
+    size_t smem = 2 * (size_t)((split ? 2 * MG_M : MG_M) * MG_K + MG_N * MG_K) * 2 +
+                  MG_M * sizeof(int) + 16 * sizeof(float);
 #define MG_LAUNCH(S, W)                                                                          \
     do {                                                                                         \
         smem_attr<S * 2 + W>(moe_gemm_kernel<S, W>, smem);                                       \
