@@ -149,10 +149,10 @@ __global__ void __launch_bounds__(MG_THREADS, 2) moe_gemm_kernel(dmoe_gemm a)
                 uint32_t o[4];
                 for (int b = 0; b < 4; b++) {
                     int k = k0 + 8 * c + 2 * b;
-                    float l = wok && k < cols ? qw_at<QT_MXFP4>(W, wdata, wscale, W.r0 + wr, W.c0 + k) : 0.0f;
-                    float m = wok && k + 1 < cols
-                                  ? qw_at<QT_MXFP4>(W, wdata, wscale, W.r0 + wr, W.c0 + k + 1)
-                                  : 0.0f;
+                    float l = 0, m = 0;
+                    if (wok && k < cols) l = qw_at<QT_MXFP4>(W, wdata, wscale, W.r0 + wr, W.c0 + k);
+                    if (wok && k + 1 < cols)
+                        m = qw_at<QT_MXFP4>(W, wdata, wscale, W.r0 + wr, W.c0 + k + 1);
                     o[b] = __byte_perm(__float_as_uint(l), __float_as_uint(m), 0x7632);
                 }
                 *mg_chunk(ws, tid, c) = make_uint4(o[0], o[1], o[2], o[3]);
