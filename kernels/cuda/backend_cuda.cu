@@ -122,6 +122,7 @@ struct cu_impl {
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
     double expert_host_ms;      // profiling: host time queuing the expert GEMMs
+    bool moe_lt;                // LLM_CUDA_MOE=cublaslt: experts through cuBLASLt in every mode
     // graph replay
     bool graphs;                // LLM_CUDA_GRAPHS is not 0 and not profiling
     int gmode;
@@ -1023,14 +1024,27 @@ static void cu_moe_op(backend *b, const moe_args *a)
         int *offs = (int *)grow(c, &c->offs, (E + 1) * sizeof(int));
         if (c->failed) return;
         cu_moe_sort(c->st, idx, ns, E, perm, tiles, ntiles, offs);
+        // Tensor cores: w1 and w3 with SwiGLU into g (slots sorted by
+        // expert), then w2 scattered back to slot order.
+        dmoe_gemm m13 = { w1, w3, true, a->limit, tiles, ntiles, perm, a->x, H, K, g, I,
+                          false, false, false };
+        dmoe_gemm m2 = { w2, {}, false, 0, tiles, ntiles, perm, g, I, 0, ys, H, true, false,
+                         false };
+        bool split = c->gemm == GEMM_BF16X2;
         if (ns < 32 * E) {  // few rows per expert: tiles read each expert once
             cu_matmul_tiles(c->st, w1, tiles, ntiles, max_tiles, perm, a->x, H, K, g, I);
             cu_matmul_tiles(c->st, w3, tiles, ntiles, max_tiles, perm, a->x, H, K, u, I);
             cu_swiglu(c->st, g, u, (long long)ns * I, a->limit);
             cu_matmul_tiles(c->st, w2, tiles, ntiles, max_tiles, perm, g, I, 1, ys, H);
+        } else if (c->gemm != GEMM_F32 && !c->moe_lt && w2.type == QT_MXFP4 &&
+                   cu_moe_gemm(c->st, m13, max_tiles, split)) {
+            phase(c, "moe w1 w3");
+            cu_moe_gemm(c->st, m2, max_tiles, split);
+            phase(c, "moe w2");
         } else {
-            // Rows sorted by expert; each expert's block through cuBLASLt
-            // (the host needs the counts: one wait per MoE layer).
+            // Float32 operands (or LLM_CUDA_MOE=cublaslt, or weights not in
+            // MXFP4): rows sorted by expert, each expert's block through
+            // cuBLASLt (the host needs the counts: one wait per MoE layer).
             float *yss = (float *)grow(c, &c->yss, (size_t)ns * H * sizeof(float));
             int *ho = (int *)malloc((E + 1) * sizeof(int));
             CK(c, cudaMemcpyAsync(ho, offs, (E + 1) * sizeof(int), cudaMemcpyDeviceToHost,
@@ -1278,6 +1292,9 @@ static backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
         if (!strcmp(gm, gemm_names[i])) c->gemm = i;
     if (gm && *gm && strcmp(gm, gemm_names[c->gemm]))
         fail(c, "LLM_CUDA_GEMM=%s: expected bf16x2 (the default), bf16 or f32", gm);
+    const char *me = getenv("LLM_CUDA_MOE");
+    c->moe_lt = me && !strcmp(me, "cublaslt");
+    if (me && *me && !c->moe_lt) fail(c, "LLM_CUDA_MOE=%s: expected cublaslt (or unset)", me);
     const char *pe = getenv("LLM_CUDA_PROFILE"), *ge = getenv("LLM_CUDA_GRAPHS");
     c->profile = pe && *pe && strcmp(pe, "0");
     if (c->profile) {

@@ -38,6 +38,31 @@ void cu_matmul_tiles(cudaStream_t st, const dqw &w, const int4 *tiles, const int
                      int max_tiles, const int *perm, const float *x, int ldx, int xdiv, float *y,
                      int ldy);
 
+// ---- moe_gemm.cu ----
+// The routed experts of a prefill step on tensor cores, one launch per
+// matrix over moe_sort's tiles (blocks past *ntiles exit): for each
+// sorted slot s (perm[s] its slot), y row = x row . W^T with W its
+// expert's, x rounded to bf16 (split: in two bf16 parts, hi + lo), bf16
+// products, float32 sums.  x row: x[perm[s] / xdiv], or x[s] when xdiv
+// is 0; y row: y[perm[s]] when scatter, else y[s].  swiglu: W = w1 and
+// y = swiglu1(x . w1, x . w3, limit) per output.
+struct dmoe_gemm {
+    dqw w1, w3;
+    bool swiglu;
+    float limit;
+    const int4 *tiles;
+    const int *ntiles, *perm;
+    const float *x;
+    int ldx, xdiv;
+    float *y;
+    int ldy;
+    bool scatter;
+    bool xvec, wvec;        // set by the launcher: 16-byte loads
+};
+// false: not MXFP4 weights, w1 and w3 of different shapes, or too many
+// tiles (nothing launched).
+bool cu_moe_gemm(cudaStream_t st, const dmoe_gemm &a, int max_tiles, bool split);
+
 // ---- ops.cu ----
 void cu_embed(cudaStream_t st, const dqw &w, const int *ids, int T, float *out);
 void cu_rmsnorm(cudaStream_t st, const float *x, int ldx, int T, int n, const float *weight,

@@ -903,6 +903,7 @@ static void test_moe(int T, bool hash, int H, int E, int K, int I, int i0, int n
      * the SwiGLU limit, where an error in them is not amplified by a
      * cancellation of much larger ones */
     float *bias = hrand(E, 0.1f), *x = hrand((size_t)T * H, sqrtf(128.0f / H));
+    bias[E - 1] = -100.0f;     /* top-k never picks the last expert: it gets no slots */
     int32_t *tid = malloc((size_t)vocab * K * 4), *ids = malloc(T * 4);
     for (int v = 0; v < vocab; v++)     /* K distinct experts */
         for (int k = 0; k < K; k++) {
@@ -1046,8 +1047,17 @@ static void test_moes(void)
     test_moe(40, false, 128, 8, 2, 128, 64, 64);
     test_moe(40, true, 128, 8, 2, 128, 64, 64);
     test_moe(100, false, 128, 8, 2, 128, 64, 64);  /* routed: tiles; shared expert: cuBLASLt */
-    test_moe(300, false, 128, 8, 2, 128, 64, 64);  /* both through cuBLASLt */
+    /* 32+ slots per expert: the grouped expert GEMMs (moe_gemm.cu; f32:
+     * cuBLASLt per expert), partial tiles, odd counts, under top-k one
+     * expert without slots */
+    test_moe(300, false, 128, 8, 2, 128, 64, 64);
     test_moe(300, true, 256, 8, 2, 128, 64, 64);
+    test_moe(600, false, 1024, 32, 6, 512, 256, 256);
+    /* k tails (H = 160; w2's 96 columns), a slice of 48 that starts
+     * inside a scale block (w2 element by element, w1 rows past the
+     * slice in a block) */
+    test_moe(300, true, 160, 8, 2, 192, 96, 96);
+    test_moe(300, false, 256, 8, 3, 96, 16, 48);
 }
 
 /* A backend on device 0 whose prefill GEMMs are `gemm` (LLM_CUDA_GEMM). */
