@@ -39,3 +39,67 @@ __device__ __forceinline__ attn_keys attn_keys_of(const dattn &a, int i, int *nk
     *nk = K.nwin + ncomp;
     return K;
 }
+
+// The keys of TQ consecutive query tokens i0.. of op a taken together
+// (attention_mma.cu): the union of their windows (positions first(i0) up
+// to the last token), then the entries — all those the last token sees
+// (a prefix: HCA) or each token's chosen entries in turn (CSA).  key(j)
+// also says which tokens see key j (bit s: token i0 + s): window position
+// q is seen by tokens at q..q+window-1, entry w by those at positions
+// p >= (w+1)*ratio - 1, a chosen entry by its own token only.
+template <int TQ>
+struct attn_span_keys {
+    const float *kv;
+    const char *ring;
+    int ring_t;
+    dpaged comp;
+    const int *sel;         // token i0's chosen entries, or NULL
+    int sel_ld, p0, nt, first, nwin, pos0, hd, window, ratio;
+    int end[TQ];            // CSA: where token s's entries end (after the window)
+
+    __device__ static unsigned span(int lo, int hi)     // bits lo..hi
+    {
+        return lo > hi ? 0u : (2u << hi) - (1u << lo);
+    }
+
+    __device__ kref key(int j, unsigned *vis) const
+    {
+        if (j < nwin) {
+            int pj = first + j;
+            *vis = span(max(pj - p0, 0), min(pj - p0 + window - 1, nt - 1));
+            if (pj >= pos0) return kref{ (const char *)(kv + (long long)(pj - pos0) * hd), NULL, KV_F32 };
+            return kv_ref(ring_t, ring, window, hd, pj % window);
+        }
+        if (!sel) {
+            int w = j - nwin;
+            *vis = span(max((w + 1) * ratio - 1 - p0, 0), nt - 1);
+            return dpaged_ref(comp, w);
+        }
+        int s = 0, start = nwin;
+#pragma unroll
+        for (int u = 0; u + 1 < TQ; u++)
+            if (j >= end[u]) s = u + 1, start = end[u];
+        *vis = 1u << s;
+        return dpaged_ref(comp, sel[(long long)s * sel_ld + j - start]);
+    }
+};
+
+// Tokens i0..i0+nt-1 of op a (a.pos0 already taken from a.dyn); *nk gets
+// the count of their keys.
+template <int TQ>
+__device__ __forceinline__ attn_span_keys<TQ> attn_span_keys_of(const dattn &a, int i0, int nt,
+                                                                 int *nk)
+{
+    int p0 = a.pos0 + i0, plast = p0 + nt - 1;
+    int first = p0 - a.window + 1 > 0 ? p0 - a.window + 1 : 0;
+    attn_span_keys<TQ> K = { a.kv, a.ring, a.ring_t, a.comp,
+                             a.sel ? a.sel + (long long)i0 * a.sel_ld : NULL, a.sel_ld, p0, nt,
+                             first, plast - first + 1, a.pos0, a.hd, a.window, a.ratio, {} };
+    *nk = K.nwin;
+    if (a.ratio && !a.sel) *nk += (plast + 1) / a.ratio;
+    for (int s = 0; s < TQ; s++) {
+        if (a.sel && s < nt) *nk += a.nsel[i0 + s];
+        K.end[s] = *nk;
+    }
+    return K;
+}

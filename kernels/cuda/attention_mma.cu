@@ -1,35 +1,35 @@
 // Attention of prefill chunks on tensor cores.
 //
 // DeepSeek V4 has one key/value head shared by every query head, so for a
-// query token the logits of all its heads against a tile of keys are one
-// small GEMM with the heads as rows: S[heads][keys] = Q . K^T, then
-// O[heads][hd] += P . K (values = keys).  One block per (token, 32 heads):
-// Q and a tile of 64 keys in shared memory as BF16, mma.sync m16n8k16 with
-// float32 accumulation, an online softmax over the tiles (running max and
-// sum per head) and the sink added to the denominator at the end.  Keys
-// go into the tensor cores as BF16 (exact for BF16 and FP8 caches).  With
-// NP = 1 (LLM_CUDA_GEMM=bf16) queries and probabilities round to BF16;
-// with NP = 2 (bf16x2, the default) each is split into hi = bf16(x) and
-// lo = bf16(x - hi) and both parts multiply (relative error 2^-16 instead
-// of 2^-8, twice the MMAs).  Sums are float32.  The float32 kernel (attention.cu) stays for decode
-// and for LLM_CUDA_GEMM=f32.
+// few query tokens the logits of all their heads against a tile of keys
+// are one small GEMM with (token, head) as rows: S[rows][keys] = Q . K^T,
+// then O[rows][hd] += P . K (values = keys).  One block per TQ
+// consecutive tokens and 32 heads (M = 32 TQ rows): Q and a tile of 32
+// keys in shared memory as BF16, mma.sync m16n8k16 with float32
+// accumulation, an online softmax over the tiles (running max and sum per
+// row) and the sink added to the denominator at the end.  The block walks
+// the union of its tokens' keys (attention_keys.cuh, attn_span_keys), so a
+// key is loaded and converted once for TQ tokens; a row's logit is -inf
+// for the keys its token does not see, and the MMAs of a token's rows are
+// skipped over tiles it sees nothing of (CSA: each token's chosen entries
+// in turn).  Keys go into the tensor cores as BF16 (exact for BF16 and FP8
+// caches).  With NP = 1 (LLM_CUDA_GEMM=bf16) queries and probabilities
+// round to BF16; with NP = 2 (bf16x2, the default) each is split into
+// hi = bf16(x) and lo = bf16(x - hi) and both parts multiply (relative
+// error 2^-16 instead of 2^-8, twice the MMAs).  Sums are float32.  The
+// float32 kernel (attention.cu) stays for decode and for LLM_CUDA_GEMM=f32.
 #include <cuda_bf16.h>
 
 #include "attention_keys.cuh"
 
-#define AM_HEADS 32     // query heads per block (two m16 tiles)
-#define AM_KEYS 64      // keys per tile (eight n8 tiles, one per warp)
+#define AM_HEADS 32     // query heads per token in a block (two m16 tiles)
+#define AM_KEYS 32      // keys per tile (four n8 tiles)
 #define AM_PAD 8        // bf16 elements of padding per shared row (banks)
 
 __device__ __forceinline__ uint32_t am_pack(float lo, float hi)
 {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *(uint32_t *)&v;
-}
-
-__device__ __forceinline__ uint32_t am_pair(const __nv_bfloat16 *lo, const __nv_bfloat16 *hi)
-{
-    return (uint32_t)*(const uint16_t *)lo | (uint32_t)*(const uint16_t *)hi << 16;
 }
 
 // d += a . b for one m16n8k16 tile (BF16 in, float32 accumulate).
@@ -39,6 +39,23 @@ __device__ __forceinline__ void am_mma(float d[4], const uint32_t a[4], uint32_t
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// N 8x8 bf16 matrices (4, or 2 transposed) at the rows the lanes point
+// to (lanes 8m..8m+7: the rows of matrix m), as mma fragments.
+template <int N, bool TRANS>
+__device__ __forceinline__ void am_ldm(uint32_t *r, const __nv_bfloat16 *p)
+{
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    if constexpr (N == 2)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
+                     : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+    else if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
 // Channels c..c+3 of a stored key as four bf16 (BF16 and FP8 exactly).
@@ -55,14 +72,15 @@ __device__ __forceinline__ uint2 am_key4(const kref &r, int c)
                       am_pack(fp8f((b >> 16) & 255) * s, fp8f(b >> 24) * s));
 }
 
-template <int HD, int NP>
+template <int HD, int NP, int TQ>
 constexpr size_t attention_mma_smem()
 {
-    return AM_KEYS * sizeof(kref)                                   // the tile's key rows
-           + (size_t)(NP * AM_HEADS + AM_KEYS) * (HD + AM_PAD) * 2  // Q parts, K tile (bf16)
-           + (size_t)AM_HEADS * AM_KEYS * 4                         // logits
-           + (size_t)NP * AM_HEADS * (AM_KEYS + AM_PAD) * 2         // probability parts
-           + 3 * AM_HEADS * 4;                                      // max, sum, correction
+    constexpr int M = TQ * AM_HEADS;
+    return 2 * AM_KEYS * (sizeof(kref) + 4)                     // two tiles' key rows, who sees them
+           + (size_t)(NP * M + AM_KEYS) * (HD + AM_PAD) * 2     // Q parts, K tile (bf16)
+           + (size_t)M * AM_KEYS * 4                            // logits
+           + (size_t)NP * M * (AM_KEYS + AM_PAD) * 2            // probability parts
+           + 3 * M * 4 + 16;                                    // max, sum, correction; tiles' tokens
 }
 
 // x as NP bf16 parts: x ~ hi (+ lo).
@@ -77,108 +95,152 @@ __device__ __forceinline__ void am_split2(float x0, float x1, uint32_t out[NP])
     }
 }
 
-// 256 threads (8 warps).  Warp w computes the logits of keys 8w..8w+7 of
-// a tile for all 32 heads, and owns output channels [w*HD/8, (w+1)*HD/8)
-// of the P . K product.
-template <int HD, int NP>
+// Warp 0: the rows of keys kt.. of the block (a tile), which tokens see
+// each and which tokens see any (a bit mask each).
+template <int TQ>
+__device__ __forceinline__ void am_tile_rows(const attn_span_keys<TQ> &K, int kt, int nk, kref *kr,
+                                             unsigned *kvis, unsigned *tvis)
+{
+    int l = threadIdx.x;
+    unsigned v = 0;
+    if (kt + l < nk) kr[l] = K.key(kt + l, &v);
+    kvis[l] = v;
+    v = __reduce_or_sync(0xffffffffu, v);
+    if (l == 0) *tvis = v;
+}
+
+// 256 threads (8 warps).  Row r of the block is head h0 + r % 32 of token
+// i0 + r / 32; m16 tile mt holds rows of token mt / 2.  Logits: 8 / MT
+// warps per m16 tile, each over TQ of the tile's four n8 key tiles.  P . K:
+// warp w owns output channels [w*HD/8, (w+1)*HD/8) of every row.
+template <int HD, int NP, int TQ>
 __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a)
 {
-    constexpr int LD = HD + AM_PAD, LDP = AM_KEYS + AM_PAD, NT = HD / 64;
+    constexpr int M = TQ * AM_HEADS, MT = M / 16, LD = HD + AM_PAD, LDP = AM_KEYS + AM_PAD;
+    constexpr int NT = HD / 64, NB = NT > 1 ? 2 : 1, WPM = 8 / MT, WN = AM_KEYS / 8 / WPM;
+    constexpr int TPR = 256 / M, KPT = AM_KEYS / TPR;   // softmax: threads per row, keys each
+    static_assert(TQ == 1 || TQ == 2, "8 warps cover 2 or 4 m16 tiles");
     extern __shared__ __align__(16) unsigned char smem[];
-    kref *kr = (kref *)smem;
-    __nv_bfloat16 *qs = (__nv_bfloat16 *)(kr + AM_KEYS);    // [NP][AM_HEADS][LD]
-    __nv_bfloat16 *ks = qs + NP * AM_HEADS * LD;
+    kref *krows = (kref *)smem;                                 // [2][AM_KEYS]
+    unsigned *kvis2 = (unsigned *)(krows + 2 * AM_KEYS);        // [2][AM_KEYS]
+    __nv_bfloat16 *qs = (__nv_bfloat16 *)(kvis2 + 2 * AM_KEYS); // [NP][M][LD]
+    __nv_bfloat16 *ks = qs + NP * M * LD;
     float *ss = (float *)(ks + AM_KEYS * LD);
-    __nv_bfloat16 *ps = (__nv_bfloat16 *)(ss + AM_HEADS * AM_KEYS);    // [NP][AM_HEADS][LDP]
-    float *mrow = (float *)(ps + NP * AM_HEADS * LDP), *lrow = mrow + AM_HEADS;
-    float *crow = lrow + AM_HEADS;
+    __nv_bfloat16 *ps = (__nv_bfloat16 *)(ss + M * AM_KEYS);    // [NP][M][LDP]
+    float *mrow = (float *)(ps + NP * M * LDP), *lrow = mrow + M, *crow = lrow + M;
+    unsigned *tvis = (unsigned *)(crow + M);                    // [2]
 
     if (a.dyn) a.pos0 = a.dyn->pos0, a.ring = (const char *)a.dyn->ptr;
-    const int i = blockIdx.x, h0 = blockIdx.y * AM_HEADS, nh = min(AM_HEADS, a.nheads - h0);
+    const int i0 = blockIdx.x * TQ, nt = min(TQ, a.n - i0);
+    const int h0 = blockIdx.y * AM_HEADS, nh = min(AM_HEADS, a.nheads - h0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     int nk;
-    attn_keys K = attn_keys_of(a, i, &nk);
+    const attn_span_keys<TQ> K = attn_span_keys_of<TQ>(a, i0, nt, &nk);
 
-    const float *q = a.q + ((long long)i * a.nheads + h0) * HD;
-    for (int x = tid * 4; x < AM_HEADS * HD; x += 256 * 4) {
-        int r = x / HD, c = x % HD;
-        float4 v = r < nh ? *(const float4 *)(q + (long long)r * HD + c) : make_float4(0, 0, 0, 0);
+    for (int x = tid * 4; x < M * HD; x += 256 * 4) {
+        int r = x / HD, c = x % HD, s = r / AM_HEADS, h = r % AM_HEADS;
+        float4 v = s < nt && h < nh
+                       ? *(const float4 *)(a.q + ((long long)(i0 + s) * a.nheads + h0 + h) * HD + c)
+                       : make_float4(0, 0, 0, 0);
         uint32_t lo[NP], hi[NP];
         am_split2<NP>(v.x, v.y, lo);
         am_split2<NP>(v.z, v.w, hi);
 #pragma unroll
         for (int k = 0; k < NP; k++)
-            *(uint2 *)(qs + (k * AM_HEADS + r) * LD + c) = make_uint2(lo[k], hi[k]);
+            *(uint2 *)(qs + (k * M + r) * LD + c) = make_uint2(lo[k], hi[k]);
     }
-    if (tid < AM_HEADS) mrow[tid] = -INFINITY, lrow[tid] = 0;
+    if (tid < M) mrow[tid] = -INFINITY, lrow[tid] = 0;
 
-    float o[2][NT][4];
+    float o[MT][NT][4];
 #pragma unroll
-    for (int mt = 0; mt < 2; mt++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++) o[mt][nt][0] = o[mt][nt][1] = o[mt][nt][2] = o[mt][nt][3] = 0;
+        for (int n8 = 0; n8 < NT; n8++) o[mt][n8][0] = o[mt][n8][1] = o[mt][n8][2] = o[mt][n8][3] = 0;
 
-    for (int kt = 0; kt < nk; kt += AM_KEYS) {
-        __syncthreads();    // the previous tile's K and P are consumed
-        if (tid < AM_KEYS && kt + tid < nk) kr[tid] = K.key(kt + tid);
-        __syncthreads();
+    // ldmatrix addresses: lane l points at row l % 16, column 8 (l / 16)
+    // of an A tile, and at key (l & 7) + 8 ((l >> 3) & 1), channel
+    // 8 (l >> 4) of NB n8 tiles of values (x2: lanes 0-15 only).
+    const int arow = lane & 15, acol = (lane >> 4) * 8;
+    const int vkey = (lane & 7) + ((lane >> 3) & 1) * 8, vch = (lane >> 4) * 8;
+    const int mq = warp / WPM, nq = (warp % WPM) * WN;  // this warp's logits: m16 tile, first n8
+
+    // The rows of the next tile are found (warp 0) while the logits of
+    // this one run: two buffers.
+    if (warp == 0) am_tile_rows<TQ>(K, 0, nk, krows, kvis2, tvis);
+    for (int kt = 0, buf = 0; kt < nk; kt += AM_KEYS, buf ^= 1) {
+        const kref *kr = krows + buf * AM_KEYS;
+        const unsigned *kvis = kvis2 + buf * AM_KEYS;
+        __syncthreads();    // this tile's rows are known; the previous tile's K and P are consumed
         for (int x = tid * 4; x < AM_KEYS * HD; x += 256 * 4) {
             int r = x / HD, c = x % HD;
             // Rows past the last key are zeros: 0 * P, never NaN.
             *(uint2 *)(ks + r * LD + c) = kt + r < nk ? am_key4(kr[r], c) : make_uint2(0, 0);
         }
         __syncthreads();
+        const unsigned seen = tvis[buf];
+        if (warp == 0 && kt + AM_KEYS < nk)
+            am_tile_rows<TQ>(K, kt + AM_KEYS, nk, krows + (buf ^ 1) * AM_KEYS,
+                             kvis2 + (buf ^ 1) * AM_KEYS, tvis + (buf ^ 1));
 
-        // Logits of keys 8*warp .. +7 for the 32 heads.
-        float s[2][4] = { { 0, 0, 0, 0 }, { 0, 0, 0, 0 } };
-        const __nv_bfloat16 *kr = ks + (warp * 8 + g) * LD + 2 * t;
+        // Logits of keys 8 (nq + j) .. +7, j < WN, for the rows of m16 tile
+        // mq (none when its token sees no key of the tile).
+        if (seen >> (mq * 16 / AM_HEADS) & 1) {
+            float s[WN][4] = {};
+            const __nv_bfloat16 *kb = ks + (nq * 8 + g) * LD + 2 * t;
 #pragma unroll 4
-        for (int k = 0; k < HD; k += 16) {
-            uint32_t b0 = *(const uint32_t *)(kr + k), b1 = *(const uint32_t *)(kr + k + 8);
+            for (int k = 0; k < HD; k += 16) {
+                uint32_t af[NP][4];
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++)
+                for (int part = 0; part < NP; part++)
+                    am_ldm<4, false>(af[part], qs + (part * M + mq * 16 + arow) * LD + k + acol);
 #pragma unroll
-                for (int part = 0; part < NP; part++) {
-                    const __nv_bfloat16 *qr = qs + (part * AM_HEADS + mt * 16 + g) * LD + k + 2 * t;
-                    uint32_t af[4] = { *(const uint32_t *)qr, *(const uint32_t *)(qr + 8 * LD),
-                                       *(const uint32_t *)(qr + 8),
-                                       *(const uint32_t *)(qr + 8 * LD + 8) };
-                    am_mma(s[mt], af, b0, b1);
+                for (int j = 0; j < WN; j++) {
+                    const __nv_bfloat16 *kj = kb + j * 8 * LD + k;
+                    uint32_t b0 = *(const uint32_t *)kj, b1 = *(const uint32_t *)(kj + 8);
+#pragma unroll
+                    for (int part = 0; part < NP; part++) am_mma(s[j], af[part], b0, b1);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < WN; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = mq * 16 + g + (e >> 1) * 8, col = (nq + j) * 8 + 2 * t + (e & 1);
+                    ss[r * AM_KEYS + col] = s[j][e] * a.scale;
                 }
         }
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = mt * 16 + g + (e >> 1) * 8, col = warp * 8 + 2 * t + (e & 1);
-                ss[r * AM_KEYS + col] = kt + col < nk ? s[mt][e] * a.scale : -INFINITY;
-            }
         __syncthreads();
 
-        // Online softmax: 8 threads per head row, 8 keys each.
+        // Online softmax: TPR threads per row, KPT keys each; -inf for the
+        // keys the row's token does not see (its running max stays -inf
+        // until it sees one: exponents then taken against 0).
         {
-            int r = tid >> 3, sub = tid & 7;
-            const float *sr = ss + r * AM_KEYS + sub * 8;
-            float mx = -INFINITY;
+            int r = tid / TPR, sub = tid % TPR, tok = r / AM_HEADS;
+            const float *sr = ss + r * AM_KEYS + sub * KPT;
+            const unsigned *vr = kvis + sub * KPT;
+            float x[KPT], mx = -INFINITY;
 #pragma unroll
-            for (int j = 0; j < 8; j++) mx = fmaxf(mx, sr[j]);
-            for (int o2 = 1; o2 < 8; o2 <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o2));
-            float mold = mrow[r], mnew = fmaxf(mold, mx), sum = 0;
-            // The first tile always holds the token's own key: mnew is finite.
+            for (int j = 0; j < KPT; j++) {
+                x[j] = vr[j] >> tok & 1 ? sr[j] : -INFINITY;
+                mx = fmaxf(mx, x[j]);
+            }
+            for (int o2 = 1; o2 < TPR; o2 <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o2));
+            float mold = mrow[r], mnew = fmaxf(mold, mx), mref = mnew == -INFINITY ? 0 : mnew;
+            float sum = 0;
 #pragma unroll
-            for (int j = 0; j < 8; j += 2) {
-                float e0 = expf(sr[j] - mnew), e1 = expf(sr[j + 1] - mnew);
+            for (int j = 0; j < KPT; j += 2) {
+                float e0 = expf(x[j] - mref), e1 = expf(x[j + 1] - mref);
                 sum += e0 + e1;
                 uint32_t pp[NP];
                 am_split2<NP>(e0, e1, pp);
 #pragma unroll
                 for (int k = 0; k < NP; k++)
-                    *(uint32_t *)(ps + (k * AM_HEADS + r) * LDP + sub * 8 + j) = pp[k];
+                    *(uint32_t *)(ps + (k * M + r) * LDP + sub * KPT + j) = pp[k];
             }
-            for (int o2 = 1; o2 < 8; o2 <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o2);
+            for (int o2 = 1; o2 < TPR; o2 <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o2);
             __syncwarp();
             if (sub == 0) {
-                float corr = expf(mold - mnew);
+                float corr = expf(mold - mref);
                 lrow[r] = lrow[r] * corr + sum;
                 mrow[r] = mnew;
                 crow[r] = corr;
@@ -186,81 +248,81 @@ __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a)
         }
         __syncthreads();
 
-        // O = O * correction + P . K over this warp's channels.
+        // O = O * correction + P . K over this warp's channels (a token's
+        // rows skipped when it sees no key of the tile: P = 0 there).
 #pragma unroll
-        for (int mt = 0; mt < 2; mt++) {
+        for (int mt = 0; mt < MT; mt++) {
             float c0 = crow[mt * 16 + g], c1 = crow[mt * 16 + g + 8];
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-                o[mt][nt][0] *= c0, o[mt][nt][1] *= c0, o[mt][nt][2] *= c1, o[mt][nt][3] *= c1;
+            for (int n8 = 0; n8 < NT; n8++)
+                o[mt][n8][0] *= c0, o[mt][n8][1] *= c0, o[mt][n8][2] *= c1, o[mt][n8][3] *= c1;
         }
 #pragma unroll
         for (int kk = 0; kk < AM_KEYS; kk += 16) {
-            uint32_t af[NP][2][4];
+            uint32_t af[MT][NP][4];
 #pragma unroll
-            for (int part = 0; part < NP; part++)
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    const __nv_bfloat16 *pr = ps + (part * AM_HEADS + mt * 16 + g) * LDP + kk + 2 * t;
-                    af[part][mt][0] = *(const uint32_t *)pr;
-                    af[part][mt][1] = *(const uint32_t *)(pr + 8 * LDP);
-                    af[part][mt][2] = *(const uint32_t *)(pr + 8);
-                    af[part][mt][3] = *(const uint32_t *)(pr + 8 * LDP + 8);
-                }
-            const __nv_bfloat16 *vr = ks + (kk + 2 * t) * LD + warp * (HD / 8) + g;
+                for (int part = 0; part < NP; part++)
+                    am_ldm<4, false>(af[mt][part], ps + (part * M + mt * 16 + arow) * LDP + kk + acol);
+            const __nv_bfloat16 *vb = ks + (kk + vkey) * LD + warp * (HD / 8) + vch;
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                const __nv_bfloat16 *v = vr + nt * 8;
-                uint32_t b0 = am_pair(v, v + LD), b1 = am_pair(v + 8 * LD, v + 9 * LD);
+            for (int n8 = 0; n8 < NT; n8 += NB) {
+                uint32_t b[2 * NB];     // b0, b1 of n8 tiles n8 (and n8 + 1)
+                am_ldm<2 * NB, true>(b, vb + n8 * 8);
 #pragma unroll
-                for (int part = 0; part < NP; part++) {
-                    am_mma(o[0][nt], af[part][0], b0, b1);
-                    am_mma(o[1][nt], af[part][1], b0, b1);
+                for (int mt = 0; mt < MT; mt++) {
+                    if (!(seen >> (mt * 16 / AM_HEADS) & 1)) continue;
+#pragma unroll
+                    for (int part = 0; part < NP; part++)
+#pragma unroll
+                        for (int u = 0; u < NB; u++)
+                            am_mma(o[mt][n8 + u], af[mt][part], b[2 * u], b[2 * u + 1]);
                 }
             }
         }
     }
     __syncthreads();
 
-    float *out = a.out + ((long long)i * a.nheads + h0) * HD;
 #pragma unroll
-    for (int mt = 0; mt < 2; mt++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            int r = mt * 16 + g + half * 8;
-            if (r >= nh) continue;
-            float den = lrow[r] + expf(a.sinks[h0 + r] - mrow[r]);
+            int r = mt * 16 + g + half * 8, s = r / AM_HEADS, h = r % AM_HEADS;
+            if (s >= nt || h >= nh) continue;
+            float den = lrow[r] + expf(a.sinks[h0 + h] - mrow[r]);
+            float *out = a.out + ((long long)(i0 + s) * a.nheads + h0 + h) * HD;
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                int c = warp * (HD / 8) + nt * 8 + 2 * t;
-                *(float2 *)(out + (long long)r * HD + c) =
-                    make_float2(o[mt][nt][2 * half] / den, o[mt][nt][2 * half + 1] / den);
+            for (int n8 = 0; n8 < NT; n8++) {
+                int c = warp * (HD / 8) + n8 * 8 + 2 * t;
+                *(float2 *)(out + c) = make_float2(o[mt][n8][2 * half] / den, o[mt][n8][2 * half + 1] / den);
             }
         }
 }
 
-template <int HD, int NP>
+template <int HD, int NP, int TQ>
 static void attention_mma_launch(cudaStream_t st, const dattn &a)
 {
-    size_t smem = attention_mma_smem<HD, NP>();
-    smem_attr<HD * 2 + NP>(attention_mma_kernel<HD, NP>, smem);
-    dim3 grid(a.n, (a.nheads + AM_HEADS - 1) / AM_HEADS);
-    attention_mma_kernel<HD, NP><<<grid, 256, smem, st>>>(a);
+    size_t smem = attention_mma_smem<HD, NP, TQ>();
+    smem_attr<HD * 4 + NP * 2 + TQ>(attention_mma_kernel<HD, NP, TQ>, smem);
+    dim3 grid((a.n + TQ - 1) / TQ, (a.nheads + AM_HEADS - 1) / AM_HEADS);
+    attention_mma_kernel<HD, NP, TQ><<<grid, 256, smem, st>>>(a);
 }
 
-template <int NP>
+template <int NP, int TQ>
 static bool attention_mma_hd(cudaStream_t st, const dattn &a)
 {
     switch (a.hd) {
-    case 64: attention_mma_launch<64, NP>(st, a); return true;
-    case 128: attention_mma_launch<128, NP>(st, a); return true;
-    case 256: attention_mma_launch<256, NP>(st, a); return true;
-    case 512: attention_mma_launch<512, NP>(st, a); return true;
+    case 64: attention_mma_launch<64, NP, TQ>(st, a); return true;
+    case 128: attention_mma_launch<128, NP, TQ>(st, a); return true;
+    case 256: attention_mma_launch<256, NP, TQ>(st, a); return true;
+    case 512: attention_mma_launch<512, NP, TQ>(st, a); return true;
     default: return false;
     }
 }
 
-bool cu_attention_mma(cudaStream_t st, const dattn &a, bool split)
+bool cu_attention_mma(cudaStream_t st, const dattn &a, bool split, int tokens)
 {
-    return split ? attention_mma_hd<2>(st, a) : attention_mma_hd<1>(st, a);
+    if (tokens == 1) return split ? attention_mma_hd<2, 1>(st, a) : attention_mma_hd<1, 1>(st, a);
+    return split ? attention_mma_hd<2, 2>(st, a) : attention_mma_hd<1, 2>(st, a);
 }

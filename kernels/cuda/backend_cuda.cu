@@ -119,6 +119,7 @@ struct cu_impl {
     cublasLtMatmulDesc_t lt_op;
     void *lt_ws;
     int gemm;                   // LLM_CUDA_GEMM: GEMM_BF16X2 (default), GEMM_BF16, GEMM_F32
+    int attn_tokens;            // LLM_CUDA_ATTN_TOKENS: query tokens per tensor-core attention block
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
     double expert_host_ms;      // profiling: host time queuing the expert GEMMs
@@ -930,7 +931,7 @@ static void cu_attention_op(backend *b, const attention_args *a)
         return;
     if (recording(c)) return;
     if (!in_graph(c) && a->n >= ATT_MMA_MIN_T && tensor_core_keys(c, a->dtype) &&
-        cu_attention_mma(c->st, d, c->gemm == GEMM_BF16X2)) {
+        cu_attention_mma(c->st, d, c->gemm == GEMM_BF16X2, c->attn_tokens)) {
         launched(c, "attention");
         return;
     }
@@ -1295,6 +1296,12 @@ static backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
     const char *me = getenv("LLM_CUDA_MOE");
     c->moe_lt = me && !strcmp(me, "cublaslt");
     if (me && *me && !c->moe_lt) fail(c, "LLM_CUDA_MOE=%s: expected cublaslt (or unset)", me);
+    // Tensor-core attention: 2 query tokens per block share each key tile
+    // (the default), 1 for comparison.
+    const char *at = getenv("LLM_CUDA_ATTN_TOKENS");
+    c->attn_tokens = at && *at ? atoi(at) : 2;
+    if (c->attn_tokens != 1 && c->attn_tokens != 2)
+        fail(c, "LLM_CUDA_ATTN_TOKENS=%s: expected 1 or 2 (the default)", at);
     const char *pe = getenv("LLM_CUDA_PROFILE"), *ge = getenv("LLM_CUDA_GRAPHS");
     c->profile = pe && *pe && strcmp(pe, "0");
     if (c->profile) {

@@ -178,8 +178,9 @@ void cu_attention_plan(const dattn &a, int *hpb, int *splits, int *chunk);
 bool cu_attention(cudaStream_t st, const dattn &a, float *part);
 // The same on tensor cores (attention_mma.cu: keys in BF16, queries and
 // probabilities in BF16, or split in two BF16 parts when `split`; float32
-// sums), for prefill chunks.  false: head_dim not 64, 128, 256 or 512.
-bool cu_attention_mma(cudaStream_t st, const dattn &a, bool split);
+// sums), for prefill chunks; `tokens` (1 or 2) query tokens per block
+// share each key tile.  false: head_dim not 64, 128, 256 or 512.
+bool cu_attention_mma(cudaStream_t st, const dattn &a, bool split, int tokens);
 
 // ---- allreduce.cu ----
 // Peer memory of every rank of one process's group: inboxes [2][tp][cap]

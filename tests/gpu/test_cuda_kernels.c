@@ -758,6 +758,8 @@ static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, i
 static double now(void);
 
 /* reps > 0: also time that many launches (reported, not asserted). */
+static int attn_tokens = 2;     /* G's LLM_CUDA_ATTN_TOKENS */
+
 static void test_attention(int nheads, int hd, int window, int ratio, int topk, int pos0, int n,
                            enum kv_dtype t, int reps)
 {
@@ -817,8 +819,9 @@ static void test_attention(int nheads, int hd, int window, int ratio, int topk, 
                n >= 64 && (hd == 64 || hd == 128 || hd == 256 || hd == 512);
     double u = gemm_mode == GEMM_BF16 ? 0x1p-8 : 0x1p-16;
     snprintf(name, sizeof name, "attention heads=%d hd=%d window=%d ratio=%d topk=%d pos0=%d n=%d "
-             "cache %s%s%s", nheads, hd, window, ratio, topk, pos0, n, dname(t),
-             mma ? ", tensor cores " : "", mma ? gemm_names[gemm_mode] : "");
+             "cache %s%s%s%s", nheads, hd, window, ratio, topk, pos0, n, dname(t),
+             mma ? ", tensor cores " : "", mma ? gemm_names[gemm_mode] : "",
+             mma ? (attn_tokens == 1 ? ", 1 token per block" : ", 2 tokens per block") : "");
     check_tol(name, g, out, (size_t)n * nheads * hd, mma ? 4 * u + TOL : TOL);
     if (reps > 0) {
         float one;
@@ -1061,13 +1064,15 @@ static void test_moes(void)
 }
 
 /* A backend on device 0 whose prefill GEMMs are `gemm` (LLM_CUDA_GEMM). */
-static backend *gpu_backend(const char *gemm)
+static backend *gpu_backend(const char *gemm, const char *attn_tokens)
 {
     backend *one[1];
     char err[256];
     setenv("LLM_CUDA_GEMM", gemm, 1);
+    setenv("LLM_CUDA_ATTN_TOKENS", attn_tokens, 1);
     if (backend_cuda_new_group(1, one, err, sizeof err)) {
-        ok(0, "CUDA backend with LLM_CUDA_GEMM=%s: %s", gemm, err);
+        ok(0, "CUDA backend with LLM_CUDA_GEMM=%s LLM_CUDA_ATTN_TOKENS=%s: %s", gemm,
+           attn_tokens, err);
         return NULL;
     }
     return one[0];
@@ -1081,9 +1086,10 @@ int main(void)
         skip(1, "no CUDA device");
         return exit_status();
     }
-    backend *g[3];
+    backend *g[3], *g1[3];      /* g1: one query token per tensor-core attention block */
     for (int m = 0; m < 3; m++)
-        if (!(g[m] = gpu_backend(gemm_names[m]))) return exit_status();
+        if (!(g[m] = gpu_backend(gemm_names[m], "2")) || !(g1[m] = gpu_backend(gemm_names[m], "1")))
+            return exit_status();
     C = backend_cpu_new(4, NULL, 0);
 
     G = g[GEMM_F32];
@@ -1182,9 +1188,29 @@ int main(void)
             test_attention(32, 512, 128, 4, 512, 8000, 130, t, 0);
             test_attention(32, 512, 128, 128, 0, 30000, 100, t, 0);
             test_attention(40, 128, 64, 4, 64, 500, 70, t, 0);
+            /* two tokens per block over the union of their keys: odd n
+             * (a last block of one token), chunks from position 0 (short
+             * windows, HCA entries appearing inside a block at positions
+             * 126/127 mod 128), CSA choices that differ per token, a
+             * window shorter than a block's span, 40 heads, head_dim 256 */
+            test_attention(32, 512, 128, 128, 0, 0, 301, t, 0);
+            test_attention(32, 512, 128, 4, 16, 0, 257, t, 0);
+            test_attention(40, 512, 128, 128, 0, 1000, 65, t, 0);
+            test_attention(4, 64, 16, 0, 0, 0, 65, t, 0);
+            test_attention(4, 64, 4, 8, 0, 7, 70, t, 0);
+            test_attention(8, 256, 128, 8, 0, 3, 99, t, 0);
         }
+        /* one token per block (LLM_CUDA_ATTN_TOKENS=1) */
+        G = g1[gemm_mode], attn_tokens = 1;
+        for (int t = KV_F32; t <= KV_FP8; t++) {
+            test_attention(12, 64, 32, 8, 0, 100, 64, t, 0);
+            test_attention(32, 512, 128, 128, 0, 30000, 100, t, 0);
+            test_attention(40, 128, 64, 4, 64, 500, 70, t, 0);
+            test_attention(32, 512, 128, 4, 16, 0, 257, t, 0);
+        }
+        attn_tokens = 2;
     }
-    for (int m = 0; m < 3; m++) g[m]->destroy(g[m]);
+    for (int m = 0; m < 3; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
     C->destroy(C);
     test_allreduce();
     return exit_status();

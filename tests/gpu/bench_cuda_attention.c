@@ -1,0 +1,154 @@
+/* Prefill attention micro-benchmark on one GPU (not a test: prints times,
+ * asserts nothing).  One rank of V4-Flash at TP=2: 32 heads of 512, window
+ * 128, FP8 cache, a chunk of n query tokens (8192, the prefill step) at
+ * context ~8K (the chunk starts at 0) and ~100K (it ends at 100,000):
+ * sliding window only, CSA (ratio 4, top-512 chosen entries per token,
+ * spread evenly over the visible ones) and HCA (ratio 128, all visible
+ * entries).  The default mode (bf16x2; LLM_CUDA_GEMM picks another);
+ * LLM_CUDA_ATTN_TOKENS picks the query tokens per block.  The key values
+ * repeat (one block of random rows copied everywhere): only times matter.
+ *   build/tests/gpu/bench_cuda_attention [n]   */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "cpu/kv_quant.h"
+#include "cuda/device_info.h"
+
+#define HEADS 32
+#define HD 512
+#define WINDOW 128
+#define PER_BLOCK 64    /* cache rows per block */
+#define REPS 5
+
+static backend *G;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static unsigned long long rnd(void)    /* xorshift64 */
+{
+    static unsigned long long x = 88172645463325252ull;
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return x;
+}
+
+static float frand(void)        /* uniform in [-1, 1) */
+{
+    return (float)(rnd() >> 40) / (1 << 23) - 1.0f;
+}
+
+/* A device buffer of `count` floats, a block of random ones repeated. */
+static float *dfill(size_t count)
+{
+    enum { CH = 1 << 20 };
+    static float *h;
+    if (!h) {
+        h = malloc(CH * sizeof *h);
+        for (int i = 0; i < CH; i++) h[i] = frand();
+    }
+    float *d = G->alloc(G, count * 4);
+    for (size_t i = 0; i < count; i += CH) {
+        size_t m = count - i < CH ? count - i : CH;
+        G->write(G, d + i, h, m * 4);
+    }
+    return d;
+}
+
+/* `rows` FP8 rows of random values in a region of that many rows. */
+static void *region(int rows)
+{
+    size_t bytes = kv_region_bytes(KV_FP8, rows, HD);
+    char *h = malloc(bytes);
+    float row[HD];
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < HD; c++) row[c] = frand();
+        kv_store(KV_FP8, h, rows, HD, r, row);
+    }
+    return h;
+}
+
+static void bench(const char *name, int ratio, int topk, int pos0, int n)
+{
+    int nent = ratio ? (pos0 + n) / ratio : 0, nblk = nent / PER_BLOCK + 1;
+    size_t bbytes = kv_region_bytes(KV_FP8, PER_BLOCK, HD);
+    char *blk = region(PER_BLOCK), *ring = region(WINDOW);
+    char *dcache = G->alloc(G, nblk * bbytes), **blocks = malloc(nblk * sizeof *blocks);
+    for (int b = 0; b < nblk; b++) {
+        blocks[b] = dcache + b * bbytes;
+        G->write(G, blocks[b], blk, bbytes);
+    }
+    char *dring = G->alloc(G, kv_region_bytes(KV_FP8, WINDOW, HD));
+    G->write(G, dring, ring, kv_region_bytes(KV_FP8, WINDOW, HD));
+    float *dq = dfill((size_t)n * HEADS * HD), *dkv = dfill((size_t)n * HD);
+    float *dsinks = dfill(HEADS), *dout = G->alloc(G, (size_t)n * HEADS * HD * 4);
+    G->kv_round(G, dkv, HD, n, HD, KV_FP8);
+    int32_t *sel = NULL, *dsel = NULL;
+    int *nsel = NULL, *dnsel = NULL;
+    long long keys = 0;     /* keys over all tokens */
+    if (topk) {
+        sel = malloc((size_t)n * topk * 4), nsel = malloc(n * sizeof *nsel);
+        for (int i = 0; i < n; i++) {
+            int nvis = (pos0 + i + 1) / ratio, k = nvis < topk ? nvis : topk;
+            for (int s = 0; s < k; s++) {   /* one in each of k even spans */
+                long long lo = (long long)s * nvis / k, hi = (long long)(s + 1) * nvis / k;
+                sel[(size_t)i * topk + s] = (int)(lo + rnd() % (hi - lo));
+            }
+            nsel[i] = k;
+        }
+        dsel = G->alloc(G, (size_t)n * topk * 4), dnsel = G->alloc(G, n * sizeof *nsel);
+        G->write(G, dsel, sel, (size_t)n * topk * 4);
+        G->write(G, dnsel, nsel, n * sizeof *nsel);
+    }
+    for (int i = 0; i < n; i++) {
+        int p = pos0 + i;
+        keys += (p < WINDOW ? p + 1 : WINDOW) + (topk ? nsel[i] : ratio ? (p + 1) / ratio : 0);
+    }
+    attention_args a = { .n = n, .pos0 = pos0, .nheads = HEADS, .head_dim = HD, .window = WINDOW,
+                         .scale = 0.044f, .q = dq, .kv = dkv, .ring = dring, .dtype = KV_FP8,
+                         .sinks = dsinks, .ratio = ratio,
+                         .comp = { blocks, 0, PER_BLOCK, HD, KV_FP8 }, .sel = dsel,
+                         .nsel = dnsel, .sel_ld = topk, .out = dout };
+    float one;
+    G->attention(G, &a);
+    G->read(G, &one, dout, sizeof one);
+    double t0 = now();
+    for (int r = 0; r < REPS; r++) G->attention(G, &a);
+    G->read(G, &one, dout, sizeof one);
+    double s = (now() - t0) / REPS;
+    /* 2 matmuls of 2 flop per head, key and channel */
+    double tf = 4.0 * keys * HEADS * HD / s / 1e12;
+    printf("attention %-8s context %6d n=%d: %8.3f ms  %6.1f keys/token  %6.1f TFLOP/s  out[0] %g%s%s\n",
+           name, pos0 + n, n, s * 1e3, (double)keys / n, tf, one, G->error(G) ? "  error: " : "",
+           G->error(G) ? G->error(G) : "");
+    void *dev[] = { dcache, dring, dq, dkv, dsinks, dout, dsel, dnsel };
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) if (dev[i]) G->release(G, dev[i]);
+    free(blk), free(ring), free(blocks), free(sel), free(nsel);
+}
+
+int main(int argc, char **argv)
+{
+    int n = argc > 1 ? atoi(argv[1]) : 8192;
+    backend *one[1];
+    char err[256];
+    if (llm_cuda_device_count() < 1 || backend_cuda_new_group(1, one, err, sizeof err)) {
+        fprintf(stderr, "bench_cuda_attention: no CUDA backend\n");
+        return 1;
+    }
+    G = one[0];
+    const char *tk = getenv("LLM_CUDA_ATTN_TOKENS"), *gm = getenv("LLM_CUDA_GEMM");
+    printf("LLM_CUDA_GEMM=%s LLM_CUDA_ATTN_TOKENS=%s\n", gm ? gm : "", tk ? tk : "");
+    bench("sliding", 0, 0, 0, n);
+    bench("csa", 4, 512, 0, n);
+    bench("hca", 128, 0, 0, n);
+    bench("csa", 4, 512, 100000 - n, n);
+    bench("hca", 128, 0, 100000 - n, n);
+    G->destroy(G);
+    return 0;
+}
