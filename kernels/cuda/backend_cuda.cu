@@ -1296,12 +1296,13 @@ static backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
     const char *me = getenv("LLM_CUDA_MOE");
     c->moe_lt = me && !strcmp(me, "cublaslt");
     if (me && *me && !c->moe_lt) fail(c, "LLM_CUDA_MOE=%s: expected cublaslt (or unset)", me);
-    // Tensor-core attention: 2 query tokens per block share each key tile
-    // (the default), 1 for comparison.
+    // Tensor-core attention: one query token per block (the default:
+    // measured faster on 2 x H200, run L6 of docs/GPU_NOTES.md), or 2
+    // sharing the window and HCA keys of each tile.
     const char *at = getenv("LLM_CUDA_ATTN_TOKENS");
-    c->attn_tokens = at && *at ? atoi(at) : 2;
+    c->attn_tokens = at && *at ? atoi(at) : 1;
     if (c->attn_tokens != 1 && c->attn_tokens != 2)
-        fail(c, "LLM_CUDA_ATTN_TOKENS=%s: expected 1 or 2 (the default)", at);
+        fail(c, "LLM_CUDA_ATTN_TOKENS=%s: expected 1 (the default) or 2", at);
     const char *pe = getenv("LLM_CUDA_PROFILE"), *ge = getenv("LLM_CUDA_GRAPHS");
     c->profile = pe && *pe && strcmp(pe, "0");
     if (c->profile) {
