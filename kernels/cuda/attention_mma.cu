@@ -20,28 +20,12 @@
 // hi = bf16(x) and lo = bf16(x - hi) and both parts multiply (relative
 // error 2^-16 instead of 2^-8, twice the MMAs).  Sums are float32.  The
 // float32 kernel (attention.cu) stays for decode and for LLM_CUDA_GEMM=f32.
-#include <cuda_bf16.h>
-
 #include "attention_keys.cuh"
+#include "mma.cuh"
 
 #define AM_HEADS 32     // query heads per token in a block (two m16 tiles)
 #define AM_KEYS 32      // keys per tile (four n8 tiles)
 #define AM_PAD 8        // bf16 elements of padding per shared row (banks)
-
-__device__ __forceinline__ uint32_t am_pack(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
-
-// d += a . b for one m16n8k16 tile (BF16 in, float32 accumulate).
-__device__ __forceinline__ void am_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // N 8x8 bf16 matrices (4, or 2 transposed) at the rows the lanes point
 // to (lanes 8m..8m+7: the rows of matrix m), as mma fragments.
@@ -66,12 +50,12 @@ __device__ __forceinline__ uint2 am_key4(const kref &r, int c)
     if (r.t == KV_BF16) return *(const uint2 *)((const uint16_t *)r.p + c);
     if (r.t == KV_F32) {
         float4 v = *(const float4 *)((const float *)r.p + c);
-        return make_uint2(am_pack(v.x, v.y), am_pack(v.z, v.w));
+        return make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
     }
     uint32_t b = *(const uint32_t *)((const uint8_t *)r.p + c);
     float s = pow2i((int)r.s[c / KV_FP8_GROUP] - 127);
-    return make_uint2(am_pack(fp8f(b & 255) * s, fp8f((b >> 8) & 255) * s),
-                      am_pack(fp8f((b >> 16) & 255) * s, fp8f(b >> 24) * s));
+    return make_uint2(pack_bf16x2(fp8f(b & 255) * s, fp8f((b >> 8) & 255) * s),
+                      pack_bf16x2(fp8f((b >> 16) & 255) * s, fp8f(b >> 24) * s));
 }
 
 template <int HD, int NP, int TQ>
@@ -93,7 +77,7 @@ __device__ __forceinline__ void am_split2(float x0, float x1, uint32_t out[NP])
     out[0] = *(uint32_t *)&hi;
     if (NP == 2) {
         float2 h = __bfloat1622float2(hi);
-        out[NP - 1] = am_pack(x0 - h.x, x1 - h.y);
+        out[NP - 1] = pack_bf16x2(x0 - h.x, x1 - h.y);
     }
 }
 
@@ -200,7 +184,7 @@ __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a)
                     const __nv_bfloat16 *kj = kb + j * 8 * LD + k;
                     uint32_t b0 = *(const uint32_t *)kj, b1 = *(const uint32_t *)(kj + 8);
 #pragma unroll
-                    for (int part = 0; part < NP; part++) am_mma(s[j], af[part], b0, b1);
+                    for (int part = 0; part < NP; part++) mma_bf16_16816(s[j], af[part], b0, b1);
                 }
             }
 #pragma unroll
@@ -279,7 +263,7 @@ __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a)
                     for (int part = 0; part < NP; part++)
 #pragma unroll
                         for (int u = 0; u < NB; u++)
-                            am_mma(o[mt][n8 + u], af[mt][part], b[2 * u], b[2 * u + 1]);
+                            mma_bf16_16816(o[mt][n8 + u], af[mt][part], b[2 * u], b[2 * u + 1]);
                 }
             }
         }

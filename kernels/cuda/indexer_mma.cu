@@ -7,11 +7,11 @@
 // the cache's storage format), then one fused kernel does the products
 // (mma.sync m16n8k16), ReLU, weights, the sum over heads and the causal
 // mask, writing the [token][entry] rows the radix top-k reads.
-#include <cuda_bf16.h>
 #include <stdio.h>
 
 #include "indexer_mma.h"
 #include "kernels.cuh"
+#include "mma.cuh"
 
 #define MMA_WARPS 8
 #define MMA_KEYS (32 * MMA_WARPS)   // keys per block: 32 per warp, in registers
@@ -22,12 +22,6 @@
 
 static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
-__device__ __forceinline__ uint32_t bf16x2(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
-
 // Keys [k0, k1) of the paged cache (any kv dtype) as bf16 rows of d (d a
 // multiple of 4).  BF16 and FP8 entries convert exactly.
 __global__ void indexer_gather_kernel(dpaged keys, int k0, int k1, int d, uint2 *out)
@@ -37,18 +31,8 @@ __global__ void indexer_gather_kernel(dpaged keys, int k0, int k1, int d, uint2 
     if (idx >= (long long)(k1 - k0) * per) return;
     int s = k0 + (int)(idx / per), c = (int)(idx % per) * 4;
     kref r = dpaged_ref(keys, s);
-    out[idx] = make_uint2(bf16x2(kref_at(r, c), kref_at(r, c + 1)),
-                          bf16x2(kref_at(r, c + 2), kref_at(r, c + 3)));
-}
-
-// D += A . B, A 16x16 (4 regs), B 16x8 (2 regs), bf16 in, float32 accumulate.
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    out[idx] = make_uint2(pack_bf16x2(kref_at(r, c), kref_at(r, c + 1)),
+                          pack_bf16x2(kref_at(r, c + 2), kref_at(r, c + 3)));
 }
 
 // Block (x, y): keys k0 + [x*MMA_KEYS, +MMA_KEYS) of the gathered tile
@@ -96,7 +80,7 @@ indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *k
         for (int x = threadIdx.x; x < nq * nh * (MMA_D / 4); x += blockDim.x) {
             int row = x / (MMA_D / 4), c = x % (MMA_D / 4) * 4;
             float4 v = *(const float4 *)(a.q + ((long long)ib * nh + row) * MMA_D + c);
-            *(uint2 *)(qs + row * MMA_QST + c) = make_uint2(bf16x2(v.x, v.y), bf16x2(v.z, v.w));
+            *(uint2 *)(qs + row * MMA_QST + c) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
         }
         for (int x = threadIdx.x; x < nq * nh; x += blockDim.x)
             ws[x] = a.w[(long long)ib * nh + x] * smul;
@@ -114,8 +98,8 @@ indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *k
 #pragma unroll
                     for (int mt = 0; mt < 2; mt++) {
                         const uint32_t *lo = ka[mt][0][jj], *hi = ka[mt][1][jj];
-                        mma_bf16(acc[mt], lo[0], hi[0], lo[1], hi[1], b.x, b.y);
-                        mma_bf16(acc[mt], lo[2], hi[2], lo[3], hi[3], b.z, b.w);
+                        mma_bf16_16816(acc[mt], lo[0], hi[0], lo[1], hi[1], b.x, b.y);
+                        mma_bf16_16816(acc[mt], lo[2], hi[2], lo[3], hi[3], b.z, b.w);
                     }
                 }
                 float w0 = ws[qb * nh + h0 + 2 * t], w1 = ws[qb * nh + h0 + 2 * t + 1];

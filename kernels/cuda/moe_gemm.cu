@@ -12,30 +12,14 @@
 // cores work on the current one.  w1 and w3 share a block (MG_N / 2 rows
 // of each) so SwiGLU happens in registers; w2 writes each slot's row back
 // in slot order (scatter through perm).
-#include <cuda_bf16.h>
 
 #include "kernels.cuh"
+#include "mma.cuh"
 
 #define MG_M CU_TILE_M      // slots per block
 #define MG_N 128            // weight rows per block (fused: 64 of w1, 64 of w3)
 #define MG_K 64             // k per stage
 #define MG_THREADS 128      // 4 warps: 2 (slots) x 2 (weight rows), 32 x 64 each
-
-// D += A . B, A 16x16 (4 regs), B 16x8 (2 regs), bf16 in, float32 accumulate.
-__device__ __forceinline__ void mg_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                       uint32_t a3, uint32_t b0, uint32_t b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t mg_pack(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
 
 // Shared tiles are [rows][MG_K] bf16, 8 chunks of 16 bytes per row,
 // chunk c of row r stored at chunk sw(r, c): lanes (g, t) of a fragment
@@ -120,9 +104,9 @@ __global__ void __launch_bounds__(MG_THREADS, 2) moe_gemm_kernel(dmoe_gemm a)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 float v0 = R.x[i][2 * e], v1 = R.x[i][2 * e + 1];
-                hi[e] = mg_pack(v0, v1);
+                hi[e] = pack_bf16x2(v0, v1);
                 // v - hi is exact in float32
-                lo[e] = mg_pack(v0 - bf16f(hi[e] & 0xffff), v1 - bf16f(hi[e] >> 16));
+                lo[e] = pack_bf16x2(v0 - bf16f(hi[e] & 0xffff), v1 - bf16f(hi[e] >> 16));
             }
             *mg_chunk(xs, r, c) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
             if (SPLIT) *mg_chunk(xs + MG_M * MG_K, r, c) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
@@ -193,8 +177,8 @@ __global__ void __launch_bounds__(MG_THREADS, 2) moe_gemm_kernel(dmoe_gemm a)
                     uint4 lo = *mg_chunk(xp, r, 4 * jj + t), hi = *mg_chunk(xp, r + 8, 4 * jj + t);
 #pragma unroll
                     for (int j = 0; j < 8; j++) {
-                        mg_mma(acc[mt][j], lo.x, hi.x, lo.y, hi.y, bf[j].x, bf[j].y);
-                        mg_mma(acc[mt][j], lo.z, hi.z, lo.w, hi.w, bf[j].z, bf[j].w);
+                        mma_bf16_16816(acc[mt][j], lo.x, hi.x, lo.y, hi.y, bf[j].x, bf[j].y);
+                        mma_bf16_16816(acc[mt][j], lo.z, hi.z, lo.w, hi.w, bf[j].z, bf[j].w);
                     }
                 }
             }
