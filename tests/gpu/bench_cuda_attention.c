@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "bench_util.h"
 #include "cpu/kv_quant.h"
 #include "cuda/device_info.h"
 
@@ -24,13 +25,6 @@
 #define REPS 5
 
 static backend *G;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static unsigned long long rnd(void)    /* xorshift64 */
 {

@@ -13,19 +13,13 @@
 #include <time.h>
 
 #include "backend.h"
+#include "bench_util.h"
 #include "cuda/device_info.h"
 
 #define NOPS 32
 #define REPS 10
 
 static backend *G;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static size_t wbytes(enum qtype t, int rows, int cols)
 {
@@ -145,26 +139,8 @@ static void bench_moe(const char *filter)
     float *dbias = G->alloc(G, E * 4);
     G->write(G, dbias, bias, E * 4);
     for (int l = 0; l < MLAYERS; l++) {
-        qweight *w1 = calloc(E, sizeof *w1), *w2 = calloc(E, sizeof *w2),
-                *w3 = calloc(E, sizeof *w3), *s = calloc(4, sizeof *s);
-        for (int e = 0; e < E; e++) {
-            w1[e] = w3[e] = (qweight){ .type = QT_MXFP4, .rows = I, .cols = H, .ld = H };
-            w2[e] = (qweight){ .type = QT_MXFP4, .rows = H, .cols = I, .ld = I };
-        }
-        s[0] = (qweight){ .type = QT_BF16, .rows = E, .cols = H, .ld = H };
-        s[1] = s[3] = (qweight){ .type = QT_FP8, .rows = I, .cols = H, .ld = H };
-        s[2] = (qweight){ .type = QT_FP8, .rows = H, .cols = I, .ld = I };
-        if (G->upload_weights(G, w1, E) || G->upload_weights(G, w2, E) ||
-            G->upload_weights(G, w3, E) || G->upload_weights(G, &s[0], 1) ||
-            G->upload_weights(G, &s[1], 1) || G->upload_weights(G, &s[2], 1) ||
-            G->upload_weights(G, &s[3], 1)) {
-            printf("moe: upload: %s\n", G->error(G));
-            exit(1);
-        }
-        c.a[l] = (moe_args){ .T = 1, .H = H, .gate = &s[0], .bias = dbias, .n_experts = E,
-                             .topk = K, .routed_scale = 1.5f, .limit = 10.0f, .w1 = w1,
-                             .w2 = w2, .w3 = w3, .sw1 = &s[1], .sw2 = &s[2], .sw3 = &s[3],
-                             .out = c.out };
+        c.a[l] = bench_moe_layer(G, H, E, K, I, false, dbias);
+        c.a[l].out = c.out;
     }
     double sec = timed(0x3e3e3e, moe_run, &c);
     size_t bytes = 3 * K * wbytes(QT_MXFP4, I, H) + 3 * wbytes(QT_FP8, I, H) +

@@ -14,16 +14,10 @@
 #include <time.h>
 
 #include "backend.h"
+#include "bench_util.h"
 #include "cuda/device_info.h"
 
 #define REPS 5
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void sync(backend *G, float *d)
 {
@@ -33,7 +27,7 @@ static void sync(backend *G, float *d)
 
 static void bench(const char *gemm, const char *moe, int T)
 {
-    int H = 4096, E = 256, K = 6, I = 1024, II = 2048;
+    int H = 4096, E = 256, K = 6, I = 1024;
     setenv("LLM_CUDA_GEMM", gemm, 1);
     if (moe) setenv("LLM_CUDA_MOE", moe, 1);
     else unsetenv("LLM_CUDA_MOE");
@@ -45,31 +39,15 @@ static void bench(const char *gemm, const char *moe, int T)
     }
     backend *G = one[0];
     /* rank 1's slice of each expert: w1 / w3 rows, w2 columns */
-    qweight *w1 = calloc(E, sizeof *w1), *w2 = calloc(E, sizeof *w2), *w3 = calloc(E, sizeof *w3);
-    qweight s[4];
-    for (int e = 0; e < E; e++) {
-        w1[e] = w3[e] = (qweight){ .type = QT_MXFP4, .rows = I, .cols = H, .ld = H, .row0 = I };
-        w2[e] = (qweight){ .type = QT_MXFP4, .rows = H, .cols = I, .ld = II, .col0 = I };
-    }
-    s[0] = (qweight){ .type = QT_BF16, .rows = E, .cols = H, .ld = H };
-    s[1] = s[3] = (qweight){ .type = QT_FP8, .rows = I, .cols = H, .ld = H };
-    s[2] = (qweight){ .type = QT_FP8, .rows = H, .cols = I, .ld = I };
-    if (G->upload_weights(G, w1, E) || G->upload_weights(G, w2, E) ||
-        G->upload_weights(G, w3, E) || G->upload_weights(G, &s[0], 1) ||
-        G->upload_weights(G, &s[1], 1) || G->upload_weights(G, &s[2], 1) ||
-        G->upload_weights(G, &s[3], 1)) {
-        printf("moe: upload: %s\n", G->error(G));
-        exit(1);
-    }
+    float *dbias = G->alloc(G, E * 4);
     size_t n = (size_t)T * H;
     float *hx = malloc(n * 4), *bias = calloc(E, 4);
     for (size_t i = 0; i < n; i++) hx[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
-    float *x = G->alloc(G, n * 4), *out = G->alloc(G, n * 4), *dbias = G->alloc(G, E * 4);
+    float *x = G->alloc(G, n * 4), *out = G->alloc(G, n * 4);
     G->write(G, x, hx, n * 4);
     G->write(G, dbias, bias, E * 4);
-    moe_args a = { .T = T, .H = H, .x = x, .gate = &s[0], .bias = dbias, .n_experts = E,
-                   .topk = K, .routed_scale = 1.5f, .limit = 10.0f, .w1 = w1, .w2 = w2, .w3 = w3,
-                   .sw1 = &s[1], .sw2 = &s[2], .sw3 = &s[3], .out = out };
+    moe_args a = bench_moe_layer(G, H, E, K, I, true, dbias);
+    a.T = T, a.x = x, a.out = out;
     G->moe(G, &a);
     sync(G, out);
     double t0 = now();
@@ -84,7 +62,8 @@ static void bench(const char *gemm, const char *moe, int T)
     if (e) printf("moe: %s\n", e);
     G->release(G, x), G->release(G, out), G->release(G, dbias);
     G->destroy(G);
-    free(w1), free(w2), free(w3), free(hx), free(bias);
+    bench_moe_free(&a);
+    free(hx), free(bias);
 }
 
 int main(int argc, char **argv)
