@@ -1,9 +1,13 @@
 # DeepSeek V4 serving system: nginx module + inference engine.
 # Targets: all (llm-engine), module, test, test-gpu, run, deps, clean.
-# Sources are picked up by wildcard: a new engine/*.c joins the engine
-# library, a new tests/test_*.c becomes a TAP test program.
+# Sources are picked up by wildcard: a new engine/<layer>/*.c joins the
+# engine library, a new tests/test_*.c becomes a TAP test program.  Each
+# layer folder is on the include path (as nginx does with src/core,
+# src/event, ...), so a header is included by its name alone.
 
 CC       ?= gcc
+LAYERS   := util text model serve cli
+INCS     := -Iengine $(LAYERS:%=-Iengine/%) -Ikernels
 CUDA     ?= $(if $(wildcard $(NVCC)),1,0)
 NVCC     ?= /usr/local/cuda/bin/nvcc
 CUDA_HOME ?= /usr/local/cuda
@@ -11,10 +15,10 @@ BUILD    := build
 .DEFAULT_GOAL := all
 OPT      ?= -O2
 CFLAGS   := -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
-            -fPIC -Iengine -Ikernels $(EXTRA_CFLAGS)
+            -fPIC $(INCS) $(EXTRA_CFLAGS)
 LDLIBS   := -lyajl -lyaml -lpcre2-8 -lm -lpthread -lrt
 
-ENGINE_SRC := $(filter-out engine/main.c,$(wildcard engine/*.c)) \
+ENGINE_SRC := $(filter-out engine/cli/main.c,$(wildcard $(LAYERS:%=engine/%/*.c))) \
               $(wildcard engine/ipc/*.c) $(wildcard kernels/cpu/*.c)
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC   := $(wildcard tests/test_*.c)
@@ -24,7 +28,7 @@ ifeq ($(CUDA),1)
 CU_SRC     := $(wildcard kernels/cuda/*.cu)
 CU_OBJ     := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 CFLAGS     += -DLLM_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-NVFLAGS    := -std=c++17 -O3 -Xcompiler -fPIC -Iengine -Ikernels \
+NVFLAGS    := -std=c++17 -O3 -Xcompiler -fPIC $(INCS) \
               -gencode arch=compute_90a,code=sm_90a \
               -gencode arch=compute_90,code=compute_90
 LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
@@ -37,9 +41,9 @@ $(FLAGS_STAMP):
 	@mkdir -p $(BUILD) && rm -f $(BUILD)/.flags-* && touch $@
 
 GIT_REV := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
-$(BUILD)/obj/engine/version.o: CFLAGS += -DLLM_GIT_REV='"$(GIT_REV)"'
+$(BUILD)/obj/engine/util/version.o: CFLAGS += -DLLM_GIT_REV='"$(GIT_REV)"'
 # In a worktree .git is a file; ask git where HEAD lives.
-$(BUILD)/obj/engine/version.o: $(wildcard $(shell git rev-parse --git-dir 2>/dev/null)/HEAD)
+$(BUILD)/obj/engine/util/version.o: $(wildcard $(shell git rev-parse --git-dir 2>/dev/null)/HEAD)
 
 # Dequantization loops vectorize only at -O3 (matmul's dot loop is written
 # for -O2's straight-line vectorizer and gets worse at -O3).
@@ -76,7 +80,7 @@ $(BUILD)/obj/%.o: %.cu $(FLAGS_STAMP)
 $(LIB): $(ENGINE_OBJ) $(CU_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
-$(BIN): $(BUILD)/obj/engine/main.o $(LIB)
+$(BIN): $(BUILD)/obj/engine/cli/main.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
@@ -98,12 +102,13 @@ test-nginx: $(BIN) $(MOD)
 
 # libFuzzer harness for the chat renderer and parser (clang; not in test):
 #   make fuzz && build/fuzz/fuzz_chat -max_total_time=300
-FUZZ_SRC := engine/chat_render.c engine/chat_messages.c engine/chat_request.c \
-            engine/output_parser.c engine/json.c engine/strbuf.c engine/utf8.c
+FUZZ_SRC := $(addprefix engine/text/,chat_render.c chat_messages.c \
+              chat_request.c output_parser.c) \
+            $(addprefix engine/util/,json.c strbuf.c utf8.c)
 fuzz: $(BUILD)/fuzz/fuzz_chat
 $(BUILD)/fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c $(FUZZ_SRC)
 	@mkdir -p $(dir $@)
-	clang -std=c11 -O1 -g -D_GNU_SOURCE -Iengine -fsanitize=fuzzer,address,undefined \
+	clang -std=c11 -O1 -g -D_GNU_SOURCE $(INCS) -fsanitize=fuzzer,address,undefined \
 	    $^ -o $@ -lyajl
 
 # The GPU suite (tools/test_gpu.sh): CUDA kernels against the CPU backend,
@@ -137,5 +142,5 @@ $(QUALIFY_FAKE): tests/qualify_fake_server.c tests/qualify_fake_tok.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< $(LIB) -o $@ $(LDLIBS)
 
--include $(ENGINE_OBJ:.o=.d) $(BUILD)/obj/engine/main.d $(QUALIFY_OBJ:.o=.d) \
+-include $(ENGINE_OBJ:.o=.d) $(BUILD)/obj/engine/cli/main.d $(QUALIFY_OBJ:.o=.d) \
          $(BUILD)/obj/qualify/main.d

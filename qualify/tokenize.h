@@ -23,7 +23,7 @@ int tokenize_chat(qctx *q, const char *label, const char *body, size_t len, int 
                   tok_result *t, strbuf *why);
 void tok_result_free(tok_result *t);
 
-/* The prompt fingerprint (engine/fingerprint.h definition). */
+/* The prompt fingerprint (engine/text/fingerprint.h definition). */
 void ids_fingerprint(const uint32_t *ids, size_t n, char hex[65]);
 
 #endif

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Write engine/onig_unicode.c: the code points whose Unicode general
+"""Write engine/text/onig_unicode.c: the code points whose Unicode general
 category differs between HF tokenizers' regex engine (Oniguruma, Unicode
 16.0 in tokenizers 0.23.2) and PCRE2 10.42 (Unicode 14.0), so that
-engine/onig_regex.c can add them to \\p{..} classes and match as HF does.
+engine/text/onig_regex.c can add them to \\p{..} classes and match as HF does.
 
 PCRE2's view is taken from Python's unicodedata, which must carry the same
 Unicode version as the PCRE2 the engine links (14.0.0 for Debian 12's

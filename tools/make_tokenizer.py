@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fixture tokenizer and golden ids for the C tokenizer (engine/tokenizer.c).
+"""Fixture tokenizer and golden ids for the C tokenizer (engine/text/tokenizer.c).
 
 Needs HF `tokenizers` (0.23.2 on the GPU machine).  Two modes:
 

@@ -2,7 +2,7 @@
 // softmax pooling, CSA's overlapping halves), the lightning indexer
 // (scores, then an exact top-k by radix select with the CPU's tie rule),
 // and attention over the sliding window plus compressed entries with
-// per-head sinks.  engine/backend_cpu.c is the reference.
+// per-head sinks.  kernels/cpu/backend_cpu.c is the reference.
 #include "attention_keys.cuh"
 
 static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + threads - 1) / threads); }

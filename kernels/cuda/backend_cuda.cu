@@ -1,4 +1,4 @@
-// The CUDA backend (engine/backend.h): one instance per tensor-parallel
+// The CUDA backend (engine/model/backend.h): one instance per tensor-parallel
 // rank, rank r on device r with its own stream and an NCCL communicator
 // over the group.  Activations and the cache are device memory (float32);
 // weights are uploaded once, as the rank's shard in stored precision.

@@ -2,7 +2,7 @@
 // backend_cuda.cu.  Every pointer is device memory unless it says host;
 // every launch goes to stream `st` and skips empty grids.  Each kernel
 // computes what the CPU backend op of the same name computes
-// (engine/backend_cpu.c), in float32.
+// (kernels/cpu/backend_cpu.c), in float32.
 #pragma once
 
 #include "common.cuh"

@@ -1,7 +1,7 @@
 // Row and element ops: embedding, RMSNorm, RoPE, scaling, the
 // hyper-connection mix (mHC with Sinkhorn), the ring of the sliding
 // window, and the MoE router, grouping and combination.  Orders of
-// operations follow kernels/cpu/ops.c and engine/backend_cpu.c.
+// operations follow kernels/cpu/ops.c and kernels/cpu/backend_cpu.c.
 #include "kernels.cuh"
 
 #define HC_MAX 16

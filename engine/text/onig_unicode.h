@@ -1,6 +1,6 @@
 /* Code points whose general category in HF tokenizers' Oniguruma (Unicode
  * 16.0) differs from PCRE2's (Unicode 14.0); generated into
- * engine/onig_unicode.c by tools/gen_onig_unicode.py. */
+ * engine/text/onig_unicode.c by tools/gen_onig_unicode.py. */
 #ifndef LLM_ONIG_UNICODE_H
 #define LLM_ONIG_UNICODE_H
 

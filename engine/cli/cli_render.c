@@ -5,7 +5,7 @@
  * tokenizer.json is used, or --tokenizer FILE) it prints instead, as one
  * JSON line, the prompt's token ids as the engine encodes them (special
  * tokens only where the template wrote them), their count and the prompt
- * fingerprint (SHA-256 of the ids, engine/fingerprint.h). */
+ * fingerprint (SHA-256 of the ids, engine/text/fingerprint.h). */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>

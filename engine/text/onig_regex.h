@@ -5,7 +5,7 @@
  *   \w \W        Alphabetic, marks, all numbers, Pc, Join_Control
  *   \d \D        Nd;  \h \H  hex digits (PCRE2: horizontal space)
  *   \p{X} \P{X}  general categories gain the code points Unicode 15-16
- *                assigned (engine/onig_unicode.c), \p{^X} = \P{X};
+ *                assigned (engine/text/onig_unicode.c), \p{^X} = \P{X};
  *                \p{C} and \p{Cn} keep PCRE2's Unicode 14 meaning
  *   \uHHHH       \x{HHHH};  ^ $  line anchors (PCRE2_MULTILINE)
  * Known remaining gaps, none used by byte-level BPE tokenizers: negated
