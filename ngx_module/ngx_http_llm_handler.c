@@ -219,9 +219,11 @@ ngx_http_llm_send_error_str(ngx_http_request_t *r, ngx_uint_t status,
 {
     ngx_str_t                  value;
     ngx_http_llm_wbuf_t        body;
+    ngx_http_llm_loc_conf_t   *llcf;
     ngx_http_llm_main_conf_t  *lmcf;
 
     lmcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
 
     if (status == NGX_HTTP_TOO_MANY_REQUESTS
         || status == NGX_HTTP_SERVICE_UNAVAILABLE)
@@ -240,10 +242,6 @@ ngx_http_llm_send_error_str(ngx_http_request_t *r, ngx_uint_t status,
     }
 
     if (status == NGX_HTTP_NOT_ALLOWED) {
-        ngx_http_llm_loc_conf_t  *llcf;
-
-        llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
-
         if (ngx_http_llm_api_generates(llcf->api)) {
             ngx_str_set(&value, "POST");
 
@@ -260,7 +258,13 @@ ngx_http_llm_send_error_str(ngx_http_request_t *r, ngx_uint_t status,
     }
 
     ngx_http_llm_wbuf_init(&body, r->pool);
-    ngx_http_llm_error_body(&body, status, msg, param, code);
+
+    if (ngx_http_llm_api_anthropic(llcf->api)) {
+        ngx_http_llm_anthropic_error_body(&body, status, msg);
+
+    } else {
+        ngx_http_llm_error_body(&body, status, msg, param, code);
+    }
 
     return ngx_http_llm_send_json(r, status, &body);
 }
@@ -342,6 +346,11 @@ ngx_http_llm_handler(ngx_http_request_t *r)
 
     if (ngx_http_llm_request_id(r, ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_llm_auth(r);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
     if (llcf->api == NGX_HTTP_LLM_API_METRICS) {
@@ -645,7 +654,11 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
 
     ctx->req.test_script = llcf->test_script;
 
-    rc = ngx_http_llm_request_parse(r->pool, &ctx->req, body.data, body.len);
+    rc = ngx_http_llm_api_anthropic(llcf->api)
+         ? ngx_http_llm_anthropic_parse(r->pool, &ctx->req, body.data,
+                                        body.len)
+         : ngx_http_llm_request_parse(r->pool, &ctx->req, body.data,
+                                      body.len);
 
     if (rc == NGX_ERROR || (rc == NGX_DECLINED && ctx->req.status == 0)) {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);

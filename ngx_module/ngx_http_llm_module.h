@@ -11,6 +11,8 @@
  *   ngx_http_llm_engine.c     per-worker doorbell connections to engines
  *   ngx_http_llm_metrics.c    Prometheus /metrics
  *   ngx_http_llm_admin.c      /admin/{status,drain,resume,promote}, models
+ *   ngx_http_llm_auth.c       API keys
+ *   ngx_http_llm_anthropic.c  Anthropic's Messages API
  */
 
 #ifndef _NGX_HTTP_LLM_MODULE_H_INCLUDED_
@@ -44,10 +46,13 @@ typedef enum {
     NGX_HTTP_LLM_API_METRICS,
     NGX_HTTP_LLM_API_ADMIN,
     NGX_HTTP_LLM_API_NOT_FOUND,
+    NGX_HTTP_LLM_API_MESSAGES,         /* Anthropic: converted to chat */
+    NGX_HTTP_LLM_API_COUNT_TOKENS,     /* Anthropic: converted to tokenize */
     NGX_HTTP_LLM_API_COUNT
 } ngx_http_llm_api_e;
 
-#define ngx_http_llm_api_generates(api)  ((api) <= NGX_HTTP_LLM_API_DETOKENIZE)
+#define ngx_http_llm_api_generates(api)                                      \
+    ((api) <= NGX_HTTP_LLM_API_DETOKENIZE || (api) >= NGX_HTTP_LLM_API_MESSAGES)
 
 extern ngx_str_t  ngx_http_llm_api_names[];
 
@@ -95,6 +100,8 @@ typedef struct {
     ngx_msec_t                 read_timeout;
     ngx_str_t                  admin_token;
     ngx_flag_t                 test_script;
+    ngx_array_t               *api_keys;     /* ngx_str_t */
+    ngx_flag_t                 api_key_required;
 } ngx_http_llm_loc_conf_t;
 
 extern ngx_module_t  ngx_http_llm_module;
@@ -295,6 +302,7 @@ typedef struct {
     unsigned             include_usage:1;
     unsigned             test_script:1;  /* forward "test_script" */
     unsigned             logprobs:1;     /* return log probabilities */
+    unsigned             anthropic:1;    /* answer in Anthropic's shapes */
 
     ngx_uint_t           status;         /* error: HTTP status */
     ngx_str_t            err_message;
@@ -388,6 +396,7 @@ typedef struct {
     ngx_http_llm_wbuf_t    lp_tops;        /* completions: top_logprobs */
     ngx_http_llm_wbuf_t    lp_offsets;     /* completions: text_offset */
     uint64_t               text_offset;    /* completions: characters */
+    void                  *anthropic;      /* Anthropic formatter state */
 
     unsigned               started:1;
     unsigned               usage:1;
@@ -560,6 +569,34 @@ struct ngx_http_llm_probe_s {
 
 ngx_int_t ngx_http_llm_probe_start(ngx_http_llm_probe_t *probe);
 void ngx_http_llm_probe_abort(ngx_http_llm_probe_t *probe);
+
+
+/* ---- API keys (ngx_http_llm_auth.c) ---------------------------------- */
+
+char *ngx_http_llm_api_key(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+char *ngx_http_llm_api_key_file(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+/* NGX_DECLINED: allowed; else the 401 was sent and this is its rc */
+ngx_int_t ngx_http_llm_auth(ngx_http_request_t *r);
+ngx_uint_t ngx_http_llm_api_anthropic(ngx_uint_t api);
+
+
+/* ---- Anthropic Messages API (ngx_http_llm_anthropic.c) ----------------- */
+
+/* /v1/messages, /v1/messages/count_tokens: validate and convert the body
+   to a chat (tokenize) request, then ngx_http_llm_request_parse() it */
+ngx_int_t ngx_http_llm_anthropic_parse(ngx_pool_t *pool,
+    ngx_http_llm_req_t *req, u_char *body, size_t len);
+void ngx_http_llm_anthropic_error_body(ngx_http_llm_wbuf_t *w,
+    ngx_uint_t status, ngx_str_t *message);
+void ngx_http_llm_anthropic_begin(ngx_http_llm_fmt_t *f,
+    ngx_http_llm_wbuf_t *out);
+void ngx_http_llm_anthropic_event(ngx_http_llm_fmt_t *f,
+    ngx_http_llm_event_t *ev, ngx_http_llm_wbuf_t *out);
+void ngx_http_llm_anthropic_end(ngx_http_llm_fmt_t *f,
+    ngx_http_llm_wbuf_t *out);
+void ngx_http_llm_anthropic_fail(ngx_http_llm_fmt_t *f, ngx_str_t *code,
+    ngx_str_t *message, ngx_http_llm_wbuf_t *out);
 
 
 /* ---- metrics (ngx_http_llm_metrics.c) ---------------------------------- */

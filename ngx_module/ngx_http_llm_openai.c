@@ -797,6 +797,11 @@ ngx_http_llm_fmt_begin(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
 {
     ngx_str_t  role = ngx_string("\"role\":\"assistant\",\"content\":\"\"");
 
+    if (f->req->anthropic) {
+        ngx_http_llm_anthropic_begin(f, out);
+        return;
+    }
+
     if (f->started) {
         return;
     }
@@ -981,6 +986,11 @@ ngx_http_llm_fmt_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
     static ngx_str_t  none = ngx_null_string;
 
     if (f->finished) {
+        return;
+    }
+
+    if (f->req->anthropic) {
+        ngx_http_llm_anthropic_event(f, ev, out);
         return;
     }
 
@@ -1257,6 +1267,11 @@ ngx_http_llm_fmt_end(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
     const char          *status;
     ngx_http_llm_req_t  *req = f->req;
 
+    if (req->anthropic) {
+        ngx_http_llm_anthropic_end(f, out);
+        return;
+    }
+
     ngx_http_llm_fmt_begin(f, out);
     ngx_http_llm_item_close(f, out);
 
@@ -1327,6 +1342,11 @@ ngx_http_llm_fmt_fail(ngx_http_llm_fmt_t *f, ngx_str_t *code,
     ngx_http_llm_req_t  *req = f->req;
 
     f->finished = 1;
+
+    if (req->anthropic) {
+        ngx_http_llm_anthropic_fail(f, code, message, out);
+        return;
+    }
 
     if (req->api == NGX_HTTP_LLM_API_RESPONSES) {
         ngx_http_llm_resp_event(f, out, "error");
