@@ -224,9 +224,16 @@ enum llm_finish_reason {
 
 typedef struct {
     uint16_t type;
-    uint16_t flags;      /* 0 */
+    uint16_t flags;      /* choice index (n > 1), | LLM_EV_CHOICE_END */
     uint32_t len;        /* payload bytes (record is 8 + len rounded up to 8) */
 } llm_ev_hdr;
+
+/* A request with n > 1 choices: each record's flags carry the choice it
+ * belongs to (0 .. n-1); a choice ends with a finish record flagged
+ * LLM_EV_CHOICE_END | index, and the stream with the usual unflagged
+ * usage (totals) and finish.  With n = 1 flags are 0. */
+#define LLM_EV_CHOICE_END    0x8000u
+#define LLM_EV_CHOICE_MASK   0x7fffu
 
 typedef struct {
     uint32_t prompt_tokens;
@@ -239,6 +246,8 @@ typedef struct {
  * from and are not NUL-terminated. */
 typedef struct {
     uint16_t type;                     /* enum llm_ev_type */
+    uint16_t choice;                   /* choice index (flags & LLM_EV_CHOICE_MASK) */
+    uint8_t  choice_end;               /* finish: the end of one choice of n */
     const char *text;                  /* deltas, tool args, error message, logprob token bytes */
     size_t text_len;
     uint32_t index;                    /* tool call index */

@@ -172,6 +172,8 @@ int llm_ipc_event_next(const void *buf, size_t len, size_t *off, llm_ipc_event *
     size_t n = h.len;
     memset(ev, 0, sizeof *ev);
     ev->type = h.type;
+    ev->choice = h.flags & LLM_EV_CHOICE_MASK;
+    ev->choice_end = (h.flags & LLM_EV_CHOICE_END) != 0;
     ev->text = ev->id = ev->name = ev->code = ev->param = "";
     switch (h.type) {
     case LLM_EV_REASONING_DELTA:

@@ -11,6 +11,8 @@ void event_to_json(strbuf *sb, const llm_ipc_event *ev)
 {
     sb_puts(sb, "{\"type\":");
     json_put_cstr(sb, llm_ipc_event_name(ev->type));
+    if (ev->choice || ev->choice_end) sb_printf(sb, ",\"choice\":%u", ev->choice);
+    if (ev->choice_end) sb_puts(sb, ",\"choice_end\":true");
     switch (ev->type) {
     case LLM_EV_REASONING_DELTA:
     case LLM_EV_CONTENT_DELTA:
