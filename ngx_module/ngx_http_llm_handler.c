@@ -683,7 +683,8 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
                    "llm request %V: %V", &ctx->request_id,
                    &ctx->req.canonical);
 
-    rc = ngx_http_llm_admit(lmcf, ctx->route, ctx->pool, &ctx->ticket, &why);
+    rc = ngx_http_llm_admit(lmcf, ctx->route, ctx->pool, ctx->req.n,
+                            &ctx->ticket, &why);
 
     switch (rc) {
 
@@ -1102,6 +1103,12 @@ ngx_http_llm_start(ngx_http_llm_ctx_t *ctx)
     ctx->fmt.max_model_len = h->max_model_len;
     ngx_http_llm_wbuf_init(&ctx->out, r->pool);
 
+    if (ngx_http_llm_fmt_choices(&ctx->fmt, ctx->req.n) != NGX_OK) {
+        ngx_http_llm_cleanup(ctx);
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
     ctx->timer.handler = ngx_http_llm_engine_timeout;
     ctx->timer.data = ctx;
     ctx->timer.log = r->connection->log;
@@ -1122,12 +1129,17 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
     uint32_t                   ids[LLM_IPC_TOKENS_MAX], i;
     const char                *bytes;
     ngx_pool_t                *pool;
+    ngx_http_llm_fmt_t        *f;
     ngx_http_llm_top_t         top[LLM_IPC_TOP_MAX];
     ngx_http_llm_event_t       ev;
     ngx_http_llm_main_conf_t  *lmcf;
 
     lmcf = ngx_http_get_module_main_conf(ctx->request, ngx_http_llm_module);
     pool = ctx->request->pool;
+
+    /* n > 1: each choice's events go to its own formatter */
+    f = (raw->choice && raw->choice <= ctx->fmt.n_more)
+        ? &ctx->fmt.more[raw->choice - 1] : &ctx->fmt;
 
     ngx_memzero(&ev, sizeof(ngx_http_llm_event_t));
 
@@ -1230,6 +1242,14 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
         return NGX_OK;
 
     case LLM_EV_FINISH:
+        if (raw->choice_end) {
+            /* one choice of n ended; the request goes on */
+            ev.type = NGX_HTTP_LLM_EV_FINISH;
+            ev.name.data = (u_char *) llm_ipc_finish_name(raw->reason);
+            ev.name.len = ngx_strlen(ev.name.data);
+            break;
+        }
+
         ctx->finished = 1;
 
         if (raw->reason == LLM_FINISH_ERROR
@@ -1252,6 +1272,10 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
             return NGX_OK;
         }
 
+        if (ctx->fmt.n_more) {
+            return NGX_OK;      /* every choice had its finish */
+        }
+
         ev.type = NGX_HTTP_LLM_EV_FINISH;
         ev.name.data = (u_char *) llm_ipc_finish_name(raw->reason);
         ev.name.len = ngx_strlen(ev.name.data);
@@ -1265,9 +1289,9 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
         return NGX_OK;
     }
 
-    ngx_http_llm_fmt_event(&ctx->fmt, &ev, &ctx->out);
+    ngx_http_llm_fmt_event(f, &ev, &ctx->out);
 
-    return ctx->fmt.failed ? NGX_ERROR : NGX_OK;
+    return f->failed ? NGX_ERROR : NGX_OK;
 }
 
 

@@ -162,6 +162,7 @@ typedef struct {
     ngx_int_t                  route;        /* sh route, -1: by served name */
     uint64_t                   pool;         /* engines when route is -1 */
     ngx_int_t                  engine;       /* granted engine, -1 waiting */
+    ngx_uint_t                 weight;       /* sequences it runs (n) */
     uint64_t                   enqueued;     /* ns, monotonic */
 } ngx_http_llm_ticket_t;
 
@@ -303,6 +304,7 @@ typedef struct {
     unsigned             test_script:1;  /* forward "test_script" */
     unsigned             logprobs:1;     /* return log probabilities */
     unsigned             anthropic:1;    /* answer in Anthropic's shapes */
+    ngx_uint_t           n;              /* choices (chat, completions) */
 
     ngx_uint_t           status;         /* error: HTTP status */
     ngx_str_t            err_message;
@@ -372,9 +374,11 @@ typedef struct {
 /*
  * Formatter state.  The formatter is pure: it turns a sequence of engine
  * events into bytes (SSE events, or one JSON body at the end) and does no
- * I/O, so the same event sequence always gives the same output.
+ * I/O, so the same event sequence always gives the same output.  With n
+ * choices there is one per choice; choice 0's writes the body and the
+ * stream's end.
  */
-typedef struct {
+typedef struct ngx_http_llm_fmt_s {
     ngx_pool_t            *pool;
     ngx_http_llm_req_t    *req;
     ngx_str_t              fingerprint;
@@ -397,6 +401,9 @@ typedef struct {
     ngx_http_llm_wbuf_t    lp_offsets;     /* completions: text_offset */
     uint64_t               text_offset;    /* completions: characters */
     void                  *anthropic;      /* Anthropic formatter state */
+    ngx_uint_t             choice;         /* the choice this one formats */
+    struct ngx_http_llm_fmt_s *more;       /* on choice 0: choices 1..n-1 */
+    ngx_uint_t             n_more;
 
     unsigned               started:1;
     unsigned               usage:1;
@@ -406,6 +413,8 @@ typedef struct {
 
 ngx_int_t ngx_http_llm_fmt_init(ngx_http_llm_fmt_t *f, ngx_pool_t *pool,
     ngx_http_llm_req_t *req, ngx_str_t *fingerprint, time_t created);
+/* n > 1: a formatter per further choice (f->more) */
+ngx_int_t ngx_http_llm_fmt_choices(ngx_http_llm_fmt_t *f, ngx_uint_t n);
 /* stream prologue: role chunk, response.created/in_progress */
 void ngx_http_llm_fmt_begin(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out);
 void ngx_http_llm_fmt_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
@@ -497,8 +506,8 @@ void ngx_http_llm_seq_release(ngx_http_llm_seq_t *seq);
  * NGX_ERROR (zone memory exhausted).
  */
 ngx_int_t ngx_http_llm_admit(ngx_http_llm_main_conf_t *lmcf,
-    ngx_int_t route, uint64_t pool, ngx_http_llm_ticket_t **t,
-    const char **why);
+    ngx_int_t route, uint64_t pool, ngx_uint_t weight,
+    ngx_http_llm_ticket_t **t, const char **why);
 /* the queued ticket's engine now, or -1; removes it when still waiting
    and giving up */
 ngx_int_t ngx_http_llm_admit_check(ngx_http_llm_main_conf_t *lmcf,

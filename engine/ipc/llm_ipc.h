@@ -234,6 +234,7 @@ typedef struct {
  * usage (totals) and finish.  With n = 1 flags are 0. */
 #define LLM_EV_CHOICE_END    0x8000u
 #define LLM_EV_CHOICE_MASK   0x7fffu
+#define LLM_IPC_MAX_CHOICES  16     /* most choices (n) one request may ask */
 
 typedef struct {
     uint32_t prompt_tokens;

@@ -107,7 +107,7 @@ struct mchoice {
 };
 
 /* Most choices one request may ask for (n); also at most max_num_seqs. */
-#define MR_MAX_N 16
+#define MR_MAX_N LLM_IPC_MAX_CHOICES
 
 /* ---- small helpers ----------------------------------------------------- */
 
