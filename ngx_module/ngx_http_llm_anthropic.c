@@ -35,6 +35,7 @@ typedef struct {
     ngx_array_t            blocks;       /* ngx_http_llm_item_t */
     ngx_http_llm_item_t   *open;
     ngx_uint_t             index;        /* blocks started */
+    ngx_str_t             *stop;         /* the stop sequence that ended it */
 } ngx_http_llm_astate_t;
 
 
@@ -765,7 +766,7 @@ ngx_http_llm_anthropic_parse(ngx_pool_t *pool, ngx_http_llm_req_t *req,
     u_char *body, size_t len)
 {
     int64_t               max;
-    ngx_str_t             err;
+    ngx_str_t             err, *sv;
     ngx_http_llm_json_t  *root, *v, *s;
     ngx_http_llm_actx_t   ctx;
 
@@ -836,11 +837,25 @@ ngx_http_llm_anthropic_parse(ngx_pool_t *pool, ngx_http_llm_req_t *req,
                                          "array of strings");
             }
 
+            req->stops = ngx_array_create(pool, v->count + 1,
+                                          sizeof(ngx_str_t));
+            if (req->stops == NULL) {
+                return NGX_ERROR;
+            }
+
             for (s = v->child; s; s = s->next) {
                 if (s->type != NGX_HTTP_LLM_JSON_STRING) {
                     return ngx_http_llm_abad(&ctx, "stop_sequences: must be "
                                              "an array of strings");
                 }
+
+                /* the engine names the one that matched by its index */
+                sv = ngx_array_push(req->stops);
+                if (sv == NULL) {
+                    return NGX_ERROR;
+                }
+
+                *sv = s->value;
             }
 
             if (v->count) {
@@ -881,8 +896,15 @@ ngx_http_llm_anthropic_parse(ngx_pool_t *pool, ngx_http_llm_req_t *req,
 /* ---- responses --------------------------------------------------------- */
 
 static const char *
-ngx_http_llm_stop_reason(ngx_str_t *finish)
+ngx_http_llm_stop_reason(ngx_http_llm_fmt_t *f)
 {
+    ngx_str_t              *finish = &f->finish;
+    ngx_http_llm_astate_t  *st = f->anthropic;
+
+    if (st->stop) {
+        return "stop_sequence";
+    }
+
     if (ngx_http_llm_is(finish, "length")) {
         return "max_tokens";
     }
@@ -892,6 +914,18 @@ ngx_http_llm_stop_reason(ngx_str_t *finish)
     }
 
     return "end_turn";
+}
+
+
+static void
+ngx_http_llm_stop_json(ngx_http_llm_astate_t *st, ngx_http_llm_wbuf_t *out)
+{
+    if (st->stop) {
+        ngx_http_llm_put_string(out, st->stop->data, st->stop->len);
+
+    } else {
+        ngx_http_llm_puts(out, "null");
+    }
 }
 
 
@@ -1151,6 +1185,10 @@ ngx_http_llm_anthropic_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
             f->failed = 1;
         }
 
+        if (ev->index && f->req->stops && ev->index <= f->req->stops->nelts) {
+            st->stop = (ngx_str_t *) f->req->stops->elts + ev->index - 1;
+        }
+
         break;
 
     case NGX_HTTP_LLM_EV_USAGE:
@@ -1233,8 +1271,10 @@ ngx_http_llm_anthropic_end(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
     if (f->req->stream) {
         ngx_http_llm_sse(out, "message_delta");
         ngx_http_llm_printf(out, ",\"delta\":{\"stop_reason\":\"%s\","
-                            "\"stop_sequence\":null},",
-                            ngx_http_llm_stop_reason(&f->finish));
+                            "\"stop_sequence\":",
+                            ngx_http_llm_stop_reason(f));
+        ngx_http_llm_stop_json(st, out);
+        ngx_http_llm_puts(out, "},");
         ngx_http_llm_usage_json(f, out);
         ngx_http_llm_puts(out, "}\n\n");
         ngx_http_llm_puts(out, "event: message_stop\n"
@@ -1280,8 +1320,10 @@ ngx_http_llm_anthropic_end(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
         }
     }
 
-    ngx_http_llm_printf(out, "],\"stop_reason\":\"%s\",\"stop_sequence\":"
-                        "null,", ngx_http_llm_stop_reason(&f->finish));
+    ngx_http_llm_printf(out, "],\"stop_reason\":\"%s\",\"stop_sequence\":",
+                        ngx_http_llm_stop_reason(f));
+    ngx_http_llm_stop_json(st, out);
+    ngx_http_llm_puts(out, ",");
     ngx_http_llm_usage_json(f, out);
     ngx_http_llm_puts(out, "}");
 }

@@ -1245,6 +1245,7 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
         if (raw->choice_end) {
             /* one choice of n ended; the request goes on */
             ev.type = NGX_HTTP_LLM_EV_FINISH;
+            ev.index = raw->stop;
             ev.name.data = (u_char *) llm_ipc_finish_name(raw->reason);
             ev.name.len = ngx_strlen(ev.name.data);
             break;
@@ -1277,6 +1278,7 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
         }
 
         ev.type = NGX_HTTP_LLM_EV_FINISH;
+        ev.index = raw->stop;
         ev.name.data = (u_char *) llm_ipc_finish_name(raw->reason);
         ev.name.len = ngx_strlen(ev.name.data);
         break;

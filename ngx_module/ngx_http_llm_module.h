@@ -305,6 +305,7 @@ typedef struct {
     unsigned             logprobs:1;     /* return log probabilities */
     unsigned             anthropic:1;    /* answer in Anthropic's shapes */
     ngx_uint_t           n;              /* choices (chat, completions) */
+    ngx_array_t         *stops;          /* Anthropic: stop_sequences */
 
     ngx_uint_t           status;         /* error: HTTP status */
     ngx_str_t            err_message;
@@ -340,7 +341,8 @@ typedef struct {
 /* One engine event, decoded from the slot's ring. */
 typedef struct {
     ngx_http_llm_event_type_e   type;
-    ngx_uint_t                  index;     /* tool call index */
+    ngx_uint_t                  index;     /* tool call index; finish: 1 +
+                                              the stop string that ended it */
     ngx_str_t                   text;      /* delta / error message */
     ngx_str_t                   id;        /* tool call id / error code */
     ngx_str_t                   name;      /* tool name / finish reason */

@@ -20,7 +20,8 @@ my $name = engine_name('choices');
 start_engine($dir, $name, model => "$top/tests/fixtures/demo",
              max_model_len => 4096, max_num_seqs => 4,
              extra => "kv_cache_memory_bytes: 64MiB");
-my $server = api_server($port, [qw(chat_completions completions health)]);
+my $server = api_server($port, [qw(chat_completions completions health
+                                   messages)]);
 write_conf($dir, <<"CONF");
     llm_engine $name run_dir=$dir;
     llm_health interval=100ms passes=1;
@@ -113,6 +114,28 @@ is($r->{status}, 400, 'n over max_num_seqs: 400 from the engine');
 like($r->{json}{error}{message}, qr/at most 4 sequences/, 'and says the limit');
 is(post('/v1/completions', { %gen, prompt => 'x', n => 2, best_of => 3 })
    ->{status}, 400, 'best_of stays 1');
+
+# ---- Anthropic stop_sequence (the engine names the stop string) -------------
+my %greedy = (model => 'demo', max_tokens => 12, temperature => 0,
+              messages => $user);
+my $text = post('/v1/messages', \%greedy)->{json}{content}[0]{text};
+my $k = int(length($text) / 2);
+my $stop = substr($text, $k, 2);
+my $before = substr($text, 0, index($text, $stop));
+$r = post('/v1/messages', { %greedy, stop_sequences => ["\x01never", $stop] });
+is($r->{json}{stop_reason}, 'stop_sequence', 'messages: stop_reason stop_sequence');
+is($r->{json}{stop_sequence}, $stop, 'messages: the stop sequence that matched');
+is($r->{json}{content}[0]{text}, $before, 'messages: text ends before it');
+$r = post('/v1/messages', \%greedy);
+is($r->{json}{stop_sequence}, undef, 'no stop sequence: null');
+$s = raw_open($port, 'POST', '/v1/messages', encode_json({
+    %greedy, stop_sequences => [$stop], stream => $true }));
+$r = raw_response($s, 30);
+close $s;
+my ($md) = grep { $_->[0] eq 'message_delta' } sse_read($r->{body});
+is_deeply(decode_json($md->[1])->{delta},
+          { stop_reason => 'stop_sequence', stop_sequence => $stop },
+          'messages stream: message_delta names the stop sequence');
 
 # ---- admission counts n ----------------------------------------------------------
 sub running {

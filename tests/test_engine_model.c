@@ -249,14 +249,16 @@ int main(void)
         sb_init(&sb);
         json_put_cstr(&sb, stop);
         snprintf(body, sizeof body,
-                 "{%s,\"max_tokens\":10,\"temperature\":0,\"ignore_eos\":true,\"stop\":[%s]}", msgs,
-                 sb.data);
+                 "{%s,\"max_tokens\":10,\"temperature\":0,\"ignore_eos\":true,"
+                 "\"stop\":[\"\\u0001never\",%s]}", msgs, sb.data);
         sb_free(&sb);
         int fin = run(body, LLM_KIND_CHAT, &lines, &content);
         ok(L > 4 && fin == LLM_FINISH_STOP && first_at
            && content.len == (size_t)(first_at - greedy_text)
            && !memcmp(content.data ? content.data : "", greedy_text, content.len),
            "stop string ends the text right before its first occurrence");
+        ok(lines.data && strstr(lines.data, "\"reason\":\"stop\",\"stop\":1}"),
+           "the finish event names the stop string that matched (index 1)");
     }
 
     /* context limit */

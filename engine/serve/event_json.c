@@ -37,6 +37,7 @@ void event_to_json(strbuf *sb, const llm_ipc_event *ev)
     case LLM_EV_FINISH:
         key(sb, "reason");
         json_put_cstr(sb, llm_ipc_finish_name(ev->reason));
+        if (ev->stop) sb_printf(sb, ",\"stop\":%u", ev->stop - 1);
         break;
     case LLM_EV_USAGE:
         sb_printf(sb, ",\"prompt_tokens\":%u,\"completion_tokens\":%u,\"reasoning_tokens\":%u,"

@@ -46,6 +46,8 @@ typedef struct llm_seq {
     void       *state;          /* the runner's per-sequence state */
     bool        done;           /* set by seq_emit_finish */
     uint16_t    choice;         /* n > 1: the choice the next events belong to */
+    uint32_t    stop;           /* for the next finish: 1 + the stop string that
+                                 * ended the choice, 0 none */
     int         width;          /* batch rows it takes (its n); 0 counts as 1 */
     struct seq_out *out;        /* the scheduler's output path (seq_emit_*) */
 } llm_seq;

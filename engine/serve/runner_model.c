@@ -794,12 +794,14 @@ static void finish(struct model_runner *R, struct mchoice *q, enum gen_stop why)
     }
     q->done = true;
     struct mseq *m = q->q;
+    s->stop = q->stop.matched ? (uint32_t)q->stop.which + 1 : 0;
     if (m->n > 1) {
         s->choice = q->index;
         seq_emit_choice_finish(s, r);
         v4_seq_free(R->model, q->vs);     /* its blocks serve others now */
         q->vs = NULL;
         r = LLM_FINISH_STOP;
+        s->stop = 0;
     }
     if (--m->left > 0) return;
     emit_usage(s);

@@ -176,7 +176,7 @@ void seq_emit_finish(llm_seq *s, enum llm_finish_reason reason)
 {
     unsigned char rec[16];
     s->choice = 0;
-    put(s, rec, llm_ipc_enc_finish(rec, sizeof rec, reason));
+    put(s, rec, llm_ipc_enc_finish(rec, sizeof rec, reason, s->stop));
     if (!s->done) s->out->finish = (uint32_t)reason;
     s->done = true;
 }
@@ -184,6 +184,6 @@ void seq_emit_finish(llm_seq *s, enum llm_finish_reason reason)
 void seq_emit_choice_finish(llm_seq *s, enum llm_finish_reason reason)
 {
     unsigned char rec[16];
-    put_flagged(s, rec, llm_ipc_enc_finish(rec, sizeof rec, reason),
+    put_flagged(s, rec, llm_ipc_enc_finish(rec, sizeof rec, reason, s->stop),
                 (uint16_t)(LLM_EV_CHOICE_END | s->choice));
 }
