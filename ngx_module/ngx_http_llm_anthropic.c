@@ -163,7 +163,7 @@ ngx_http_llm_text_content(ngx_http_llm_actx_t *ctx, ngx_http_llm_json_t *v,
     ngx_http_llm_json_t  *b, *text;
 
     if (v == NULL) {
-        ngx_http_llm_puts(&ctx->out, "\"\"");
+        ngx_http_llm_printf(&ctx->out, "\"%s\"", prefix ? prefix : "");
         return NGX_OK;
     }
 
