@@ -46,6 +46,8 @@ struct model_runner {
     chat_options  chat_defaults;
     int64_t       blocks_total;
     float        *logits;         /* [max_num_seqs][vocab] */
+    float        *forked;         /* [2][vocab]: a prefill's logits, and a
+                                   * copy a forked choice samples from */
     v4_step_item *items;
     uint64_t      rng;            /* tool call ids */
     /* background preparation */
@@ -84,8 +86,9 @@ struct mseq {
 };
 
 /* One of a request's n choices: its own cache, seed stream, stop matcher,
- * detokenizer and parser.  Each prefills the prompt itself (the V4 cache
- * has no fork yet). */
+ * detokenizer and parser.  Choice 0 prefills the prompt; the others wait
+ * and then copy its cache (v4_seq_fork) and sample their first token from
+ * the same logits, so the prompt is computed once. */
 struct mchoice {
     llm_seq      *seq;
     struct mseq  *q;
@@ -242,7 +245,12 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     chat_options_from_recipe(&R->chat_defaults, rc);
     R->logits = malloc((size_t)rc->max_num_seqs * (size_t)R->vocab * sizeof *R->logits);
     R->items = calloc((size_t)rc->max_num_seqs, sizeof *R->items);
-    if (!R->logits || !R->items) { sb_puts(err, "out of memory"); mr_unload(R); return -1; }
+    R->forked = malloc(2 * (size_t)R->vocab * sizeof *R->forked);
+    if (!R->logits || !R->items || !R->forked) {
+        sb_puts(err, "out of memory");
+        mr_unload(R);
+        return -1;
+    }
     if (getrandom(&R->rng, sizeof R->rng, 0) != sizeof R->rng || !R->rng) R->rng = 0x9e3779b97f4a7c15ULL;
 
     v4_cache_info ci;
@@ -282,6 +290,7 @@ static void mr_unload(void *self)
     if (R->tok) tok_free(R->tok);
     free(R->logits);
     free(R->items);
+    free(R->forked);
     free(R);
 }
 
@@ -856,15 +865,17 @@ static int mr_step(void *self, llm_seq **batch, int n, strbuf *err)
     int budget = R->rc->max_num_batched_tokens, n_items = 0;
     struct mchoice *owner[R->rc->max_num_seqs > 0 ? R->rc->max_num_seqs : 1];
 
-    /* decoding choices first (one token each), then prefill chunks; the
-     * scheduler admits at most max_num_seqs choices in all */
+    /* decoding choices first (one token each), then prefill chunks (choice
+     * 0's: the others fork from it); the scheduler admits at most
+     * max_num_seqs choices in all */
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < n; i++) {
             struct mseq *m = batch[i]->state;
             for (int j = 0; j < m->n && n_items < R->rc->max_num_seqs; j++) {
                 struct mchoice *q = &m->ch[j];
                 bool decoding = q->fed == (int)m->prompt.len;
-                if (q->done || decoding != (pass == 0) || budget <= 0) continue;
+                if (q->done || decoding != (pass == 0) || budget <= 0 || (j && !decoding))
+                    continue;
                 v4_step_item *it = &R->items[n_items];
                 if (decoding) {
                     it->tokens = &q->next;
@@ -888,14 +899,31 @@ static int mr_step(void *self, llm_seq **batch, int n, strbuf *err)
     int made = 0;
     for (int i = 0; i < n_items; i++) {
         struct mchoice *q = owner[i];
-        int len = (int)q->q->prompt.len;
+        struct mseq *m = q->q;
+        int len = (int)m->prompt.len;
+        bool prefilled = false;
         if (q->fed < len) {
             q->fed += R->items[i].n_tokens;
             if (q->fed < len) continue;   /* more prompt to go */
+            prefilled = m->n > 1;
         }
+        /* the prompt is in choice 0's cache: the others copy it before
+         * choice 0 moves on (or ends and frees it) */
+        for (int j = 1; prefilled && j < m->n; j++) {
+            if (v4_seq_fork(R->model, m->ch[j].vs, q->vs, err)) return -1;
+            m->ch[j].fed = len;
+        }
+        if (prefilled)
+            memcpy(R->forked, R->items[i].logits, (size_t)R->vocab * sizeof *R->forked);
         q->has_next = false;
         take_token(R, q, R->items[i].logits);
         made++;
+        for (int j = 1; prefilled && j < m->n; j++) {
+            float *copy = R->forked + R->vocab;
+            memcpy(copy, R->forked, (size_t)R->vocab * sizeof *copy);
+            take_token(R, &m->ch[j], copy);
+            made++;
+        }
     }
     return made;
 }
