@@ -984,7 +984,7 @@ ngx_http_llm_anthropic_begin(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
         return;
     }
 
-    /* the prompt's size is known at the end: message_delta carries it */
+    /* the engine told the prompt's size before its first token */
     ngx_http_llm_sse(out, "message_start");
     ngx_http_llm_puts(out, ",\"message\":");
     ngx_http_llm_message_head(f, out);

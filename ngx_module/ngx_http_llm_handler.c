@@ -1283,7 +1283,13 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
         ev.name.len = ngx_strlen(ev.name.data);
         break;
 
-    default: /* prompt_info */
+    case LLM_EV_PROMPT_INFO:
+        ev.type = NGX_HTTP_LLM_EV_PROMPT;
+        ev.prompt = raw->prompt_tokens;
+        ev.cached = raw->cached_tokens;
+        break;
+
+    default:
         return NGX_OK;
     }
 

@@ -329,7 +329,8 @@ typedef enum {
     NGX_HTTP_LLM_EV_USAGE,
     NGX_HTTP_LLM_EV_ERROR,
     NGX_HTTP_LLM_EV_TOKENS,
-    NGX_HTTP_LLM_EV_LOGPROB
+    NGX_HTTP_LLM_EV_LOGPROB,
+    NGX_HTTP_LLM_EV_PROMPT              /* prompt and cached tokens, early */
 } ngx_http_llm_event_type_e;
 
 /* an alternative token of a logprob event */

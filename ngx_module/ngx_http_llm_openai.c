@@ -1024,6 +1024,13 @@ ngx_http_llm_fmt_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
         return;
     }
 
+    /* no output yet: the headers go out with the first token */
+    if (ev->type == NGX_HTTP_LLM_EV_PROMPT) {
+        f->prompt = ev->prompt;
+        f->cached = ev->cached;
+        return;
+    }
+
     if (f->req->anthropic) {
         ngx_http_llm_anthropic_event(f, ev, out);
         return;

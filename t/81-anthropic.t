@@ -194,6 +194,8 @@ is_deeply([@types[-2, -1]], ['message_delta', 'message_stop'],
 my $start = $ev[0][1]{message};
 like($start->{id}, qr/^msg_[0-9a-f]{32}$/, 'message_start: id');
 is_deeply($start->{content}, [], 'message_start: no content yet');
+is($start->{usage}{input_tokens}, 2, 'message_start: input_tokens already');
+is($start->{usage}{output_tokens}, 0, 'message_start: no output tokens yet');
 my (@blocks, %text);
 for my $e (@ev) {
     my $d = $e->[1];
