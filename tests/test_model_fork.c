@@ -4,7 +4,8 @@
  * ratio 128 layers) at TP 2, so the copy runs on every rank; a 300-token
  * prompt wraps the window ring and fills compressed entries in several
  * blocks.  Also the refusals (a target that holds positions, or lacks
- * blocks).  Every dtype of the cache is covered by the copy being bytes. */
+ * blocks).  The backend is $LLM_TEST_BACKEND (default cpu; make test-gpu
+ * runs it with cuda), at most $LLM_TEST_MAX_TP ranks. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,10 @@ static void run(const char *dtype)
     v4_model *m = NULL;
     strbuf err;
     sb_init(&err);
-    v4_options opt = { .tp = 2, .max_seqs = 3, .kv_dtype = v4_kv_dtype_parse(dtype) };
+    const char *max_tp = getenv("LLM_TEST_MAX_TP");
+    v4_options opt = { .tp = max_tp && atoi(max_tp) == 1 ? 1 : 2, .max_seqs = 3,
+                       .backend = getenv("LLM_TEST_BACKEND"),
+                       .kv_dtype = v4_kv_dtype_parse(dtype) };
     if (v4_model_load(&m, DEMO, &opt, &err)) {
         ok(0, "%s: load the demo model: %s", dtype, err.data);
         sb_free(&err);
