@@ -115,7 +115,8 @@ $(BUILD)/fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c $(FUZZ_SRC)
 # the model on the golden fixtures with --backend cuda.  gpu-tests builds
 # it without running (to carry the binaries to a GPU machine).
 GPU_TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/gpu/*.c))
-gpu-tests: $(BIN) $(GPU_TEST_BIN) $(BUILD)/tests/test_model_golden $(BUILD)/tests/test_model_kv_dtype
+gpu-tests: $(BIN) $(GPU_TEST_BIN) $(BUILD)/tests/test_model_golden $(BUILD)/tests/test_model_kv_dtype \
+           $(BUILD)/tests/test_model_fork
 test-gpu: gpu-tests
 	@tools/test_gpu.sh
 

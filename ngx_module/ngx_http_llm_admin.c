@@ -363,6 +363,72 @@ ngx_http_llm_admin(ngx_http_request_t *r)
 }
 
 
+/*
+ * GET /v1/models, or /v1/models/{id}: the one model object (an id may
+ * hold slashes; it is everything after "/models/", percent-decoded).
+ */
+static ngx_int_t
+ngx_http_llm_models(ngx_http_request_t *r, ngx_http_llm_main_conf_t *lmcf,
+    ngx_http_llm_wbuf_t *w)
+{
+    u_char               *p, *end, *dst, *msg;
+    ngx_str_t             id, err, param = ngx_string("model");
+    ngx_http_llm_json_t  *list, *m, *v;
+    ngx_http_llm_wbuf_t   one;
+
+    ngx_http_llm_models_json(lmcf, w);
+
+    end = r->uri.data + r->uri.len;
+    p = ngx_strlcasestrn(r->uri.data, end, (u_char *) "/models/",
+                         sizeof("/models/") - 2);
+
+    if (p == NULL || p + sizeof("/models/") - 1 == end) {
+        return ngx_http_llm_send_json(r, NGX_HTTP_OK, w);
+    }
+
+    p += sizeof("/models/") - 1;
+
+    id.data = ngx_pnalloc(r->pool, end - p);
+    if (id.data == NULL || w->failed) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    dst = id.data;
+    ngx_unescape_uri(&dst, &p, end - p, 0);
+    id.len = dst - id.data;
+
+    list = ngx_http_llm_json_parse(r->pool, w->start,
+                                   ngx_http_llm_wbuf_len(w), &err);
+    if (list == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    m = ngx_http_llm_json_get(list, "data");
+
+    for (m = m ? m->child : NULL; m; m = m->next) {
+        v = ngx_http_llm_json_get(m, "id");
+
+        if (v && v->value.len == id.len
+            && ngx_memcmp(v->value.data, id.data, id.len) == 0)
+        {
+            ngx_http_llm_wbuf_init(&one, r->pool);
+            ngx_http_llm_put_json(&one, m);
+            return ngx_http_llm_send_json(r, NGX_HTTP_OK, &one);
+        }
+    }
+
+    msg = ngx_pnalloc(r->pool, id.len + 64);
+    if (msg == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_sprintf(msg, "The model '%V' does not exist%Z", &id);
+
+    return ngx_http_llm_send_error(r, NGX_HTTP_NOT_FOUND, (char *) msg,
+                                   &param, "model_not_found");
+}
+
+
 ngx_int_t
 ngx_http_llm_info_handler(ngx_http_request_t *r)
 {
@@ -401,8 +467,7 @@ ngx_http_llm_info_handler(ngx_http_request_t *r)
     ngx_http_llm_wbuf_init(&w, r->pool);
 
     if (llcf->api == NGX_HTTP_LLM_API_MODELS) {
-        ngx_http_llm_models_json(lmcf, &w);
-        return ngx_http_llm_send_json(r, NGX_HTTP_OK, &w);
+        return ngx_http_llm_models(r, lmcf, &w);
     }
 
     /* /health: 200 when the route (?model=, else every route) can serve */

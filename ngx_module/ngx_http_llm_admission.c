@@ -159,9 +159,15 @@ ngx_http_llm_ticket_pool(ngx_http_llm_shctx_t *sh, ngx_http_llm_ticket_t *t)
 }
 
 
-/* the admissible engine of mask with the fewest sequences, or -1 */
+/*
+ * The admissible engine of mask with the fewest sequences and room for
+ * the ticket's (a request for n choices is n sequences; more than an
+ * engine runs at all is admitted alone there, and the engine refuses it
+ * with a 400), or -1.
+ */
 static ngx_int_t
-ngx_http_llm_pick(ngx_http_llm_shctx_t *sh, uint64_t mask)
+ngx_http_llm_pick(ngx_http_llm_shctx_t *sh, uint64_t mask,
+    ngx_http_llm_ticket_t *t)
 {
     ngx_int_t                  best;
     ngx_uint_t                 i;
@@ -174,7 +180,8 @@ ngx_http_llm_pick(ngx_http_llm_shctx_t *sh, uint64_t mask)
 
         if (!(mask & ((uint64_t) 1 << i))
             || !ngx_http_llm_admissible(es)
-            || es->running >= es->max_num_seqs)
+            || es->running + ngx_min(t->weight, es->max_num_seqs)
+               > es->max_num_seqs)
         {
             continue;
         }
@@ -195,7 +202,8 @@ ngx_http_llm_run_locked(ngx_http_llm_main_conf_t *lmcf,
     ngx_http_llm_engine_sh_t  *es;
 
     es = &lmcf->sh->engines[engine];
-    es->running++;
+    t->weight = ngx_min(t->weight, es->max_num_seqs);
+    es->running += t->weight;
 
     t->engine = engine;
     ngx_queue_insert_tail(&es->running_q, &t->link);
@@ -223,7 +231,7 @@ ngx_http_llm_grant_locked(ngx_http_llm_main_conf_t *lmcf, ngx_pid_t *pids,
         next = ngx_queue_next(q);
         t = ngx_queue_data(q, ngx_http_llm_ticket_t, link);
 
-        e = ngx_http_llm_pick(sh, ngx_http_llm_ticket_pool(sh, t));
+        e = ngx_http_llm_pick(sh, ngx_http_llm_ticket_pool(sh, t), t);
         if (e == -1) {
             continue;
         }
@@ -248,7 +256,8 @@ ngx_http_llm_grant_locked(ngx_http_llm_main_conf_t *lmcf, ngx_pid_t *pids,
 
 ngx_int_t
 ngx_http_llm_admit(ngx_http_llm_main_conf_t *lmcf, ngx_int_t route,
-    uint64_t pool, ngx_http_llm_ticket_t **tp, const char **why)
+    uint64_t pool, ngx_uint_t weight, ngx_http_llm_ticket_t **tp,
+    const char **why)
 {
     ngx_int_t                  rc;
     ngx_uint_t                 i, n, draining, blocked;
@@ -302,6 +311,7 @@ ngx_http_llm_admit(ngx_http_llm_main_conf_t *lmcf, ngx_int_t route,
     t->route = route;
     t->pool = pool;
     t->engine = -1;
+    t->weight = ngx_max(weight, 1);
     t->enqueued = llm_ipc_now_ns();
 
     /*
@@ -369,7 +379,7 @@ ngx_http_llm_release_locked(ngx_http_llm_main_conf_t *lmcf,
     ngx_queue_remove(&t->link);
 
     if (t->engine >= 0) {
-        lmcf->sh->engines[t->engine].running--;
+        lmcf->sh->engines[t->engine].running -= t->weight;
 
     } else {
         lmcf->sh->waiting--;

@@ -219,9 +219,11 @@ ngx_http_llm_send_error_str(ngx_http_request_t *r, ngx_uint_t status,
 {
     ngx_str_t                  value;
     ngx_http_llm_wbuf_t        body;
+    ngx_http_llm_loc_conf_t   *llcf;
     ngx_http_llm_main_conf_t  *lmcf;
 
     lmcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
 
     if (status == NGX_HTTP_TOO_MANY_REQUESTS
         || status == NGX_HTTP_SERVICE_UNAVAILABLE)
@@ -240,10 +242,6 @@ ngx_http_llm_send_error_str(ngx_http_request_t *r, ngx_uint_t status,
     }
 
     if (status == NGX_HTTP_NOT_ALLOWED) {
-        ngx_http_llm_loc_conf_t  *llcf;
-
-        llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
-
         if (ngx_http_llm_api_generates(llcf->api)) {
             ngx_str_set(&value, "POST");
 
@@ -260,7 +258,13 @@ ngx_http_llm_send_error_str(ngx_http_request_t *r, ngx_uint_t status,
     }
 
     ngx_http_llm_wbuf_init(&body, r->pool);
-    ngx_http_llm_error_body(&body, status, msg, param, code);
+
+    if (ngx_http_llm_api_anthropic(llcf->api)) {
+        ngx_http_llm_anthropic_error_body(&body, status, msg);
+
+    } else {
+        ngx_http_llm_error_body(&body, status, msg, param, code);
+    }
 
     return ngx_http_llm_send_json(r, status, &body);
 }
@@ -342,6 +346,11 @@ ngx_http_llm_handler(ngx_http_request_t *r)
 
     if (ngx_http_llm_request_id(r, ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_llm_auth(r);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
     if (llcf->api == NGX_HTTP_LLM_API_METRICS) {
@@ -645,7 +654,11 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
 
     ctx->req.test_script = llcf->test_script;
 
-    rc = ngx_http_llm_request_parse(r->pool, &ctx->req, body.data, body.len);
+    rc = ngx_http_llm_api_anthropic(llcf->api)
+         ? ngx_http_llm_anthropic_parse(r->pool, &ctx->req, body.data,
+                                        body.len)
+         : ngx_http_llm_request_parse(r->pool, &ctx->req, body.data,
+                                      body.len);
 
     if (rc == NGX_ERROR || (rc == NGX_DECLINED && ctx->req.status == 0)) {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
@@ -670,7 +683,8 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
                    "llm request %V: %V", &ctx->request_id,
                    &ctx->req.canonical);
 
-    rc = ngx_http_llm_admit(lmcf, ctx->route, ctx->pool, &ctx->ticket, &why);
+    rc = ngx_http_llm_admit(lmcf, ctx->route, ctx->pool, ctx->req.n,
+                            &ctx->ticket, &why);
 
     switch (rc) {
 
@@ -1089,6 +1103,12 @@ ngx_http_llm_start(ngx_http_llm_ctx_t *ctx)
     ctx->fmt.max_model_len = h->max_model_len;
     ngx_http_llm_wbuf_init(&ctx->out, r->pool);
 
+    if (ngx_http_llm_fmt_choices(&ctx->fmt, ctx->req.n) != NGX_OK) {
+        ngx_http_llm_cleanup(ctx);
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
     ctx->timer.handler = ngx_http_llm_engine_timeout;
     ctx->timer.data = ctx;
     ctx->timer.log = r->connection->log;
@@ -1109,12 +1129,17 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
     uint32_t                   ids[LLM_IPC_TOKENS_MAX], i;
     const char                *bytes;
     ngx_pool_t                *pool;
+    ngx_http_llm_fmt_t        *f;
     ngx_http_llm_top_t         top[LLM_IPC_TOP_MAX];
     ngx_http_llm_event_t       ev;
     ngx_http_llm_main_conf_t  *lmcf;
 
     lmcf = ngx_http_get_module_main_conf(ctx->request, ngx_http_llm_module);
     pool = ctx->request->pool;
+
+    /* n > 1: each choice's events go to its own formatter */
+    f = (raw->choice && raw->choice <= ctx->fmt.n_more)
+        ? &ctx->fmt.more[raw->choice - 1] : &ctx->fmt;
 
     ngx_memzero(&ev, sizeof(ngx_http_llm_event_t));
 
@@ -1217,6 +1242,15 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
         return NGX_OK;
 
     case LLM_EV_FINISH:
+        if (raw->choice_end) {
+            /* one choice of n ended; the request goes on */
+            ev.type = NGX_HTTP_LLM_EV_FINISH;
+            ev.index = raw->stop;
+            ev.name.data = (u_char *) llm_ipc_finish_name(raw->reason);
+            ev.name.len = ngx_strlen(ev.name.data);
+            break;
+        }
+
         ctx->finished = 1;
 
         if (raw->reason == LLM_FINISH_ERROR
@@ -1239,12 +1273,23 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
             return NGX_OK;
         }
 
+        if (ctx->fmt.n_more) {
+            return NGX_OK;      /* every choice had its finish */
+        }
+
         ev.type = NGX_HTTP_LLM_EV_FINISH;
+        ev.index = raw->stop;
         ev.name.data = (u_char *) llm_ipc_finish_name(raw->reason);
         ev.name.len = ngx_strlen(ev.name.data);
         break;
 
-    default: /* prompt_info */
+    case LLM_EV_PROMPT_INFO:
+        ev.type = NGX_HTTP_LLM_EV_PROMPT;
+        ev.prompt = raw->prompt_tokens;
+        ev.cached = raw->cached_tokens;
+        break;
+
+    default:
         return NGX_OK;
     }
 
@@ -1252,9 +1297,9 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
         return NGX_OK;
     }
 
-    ngx_http_llm_fmt_event(&ctx->fmt, &ev, &ctx->out);
+    ngx_http_llm_fmt_event(f, &ev, &ctx->out);
 
-    return ctx->fmt.failed ? NGX_ERROR : NGX_OK;
+    return f->failed ? NGX_ERROR : NGX_OK;
 }
 
 

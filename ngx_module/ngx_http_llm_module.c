@@ -101,6 +101,27 @@ static ngx_command_t  ngx_http_llm_commands[] = {
       offsetof(ngx_http_llm_loc_conf_t, test_script),
       NULL },
 
+    { ngx_string("llm_api_key"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_llm_api_key,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("llm_api_key_file"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_llm_api_key_file,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("llm_api_key_required"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_llm_loc_conf_t, api_key_required),
+      NULL },
+
     { ngx_string("llm_api"),
       NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_llm_api,
@@ -154,6 +175,8 @@ ngx_str_t  ngx_http_llm_api_names[] = {
     ngx_string("metrics"),
     ngx_string("admin"),
     ngx_string("not_found"),
+    ngx_string("messages"),
+    ngx_string("count_tokens"),
     ngx_null_string
 };
 
@@ -724,6 +747,8 @@ ngx_http_llm_create_loc_conf(ngx_conf_t *cf)
     llcf->max_body_size = NGX_CONF_UNSET_SIZE;
     llcf->read_timeout = NGX_CONF_UNSET_MSEC;
     llcf->test_script = NGX_CONF_UNSET;
+    llcf->api_keys = NGX_CONF_UNSET_PTR;
+    llcf->api_key_required = NGX_CONF_UNSET;
 
     return llcf;
 }
@@ -744,6 +769,12 @@ ngx_http_llm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               600000);
     ngx_conf_merge_str_value(conf->admin_token, prev->admin_token, "");
     ngx_conf_merge_value(conf->test_script, prev->test_script, 0);
+    ngx_conf_merge_ptr_value(conf->api_keys, prev->api_keys, NULL);
+
+    /* unset stays unset: each endpoint has its own default (auth.c) */
+    if (conf->api_key_required == NGX_CONF_UNSET) {
+        conf->api_key_required = prev->api_key_required;
+    }
 
     if (conf->api == NGX_CONF_UNSET_UINT) {
         return NGX_CONF_OK;

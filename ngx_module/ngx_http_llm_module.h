@@ -11,6 +11,8 @@
  *   ngx_http_llm_engine.c     per-worker doorbell connections to engines
  *   ngx_http_llm_metrics.c    Prometheus /metrics
  *   ngx_http_llm_admin.c      /admin/{status,drain,resume,promote}, models
+ *   ngx_http_llm_auth.c       API keys
+ *   ngx_http_llm_anthropic.c  Anthropic's Messages API
  */
 
 #ifndef _NGX_HTTP_LLM_MODULE_H_INCLUDED_
@@ -44,10 +46,13 @@ typedef enum {
     NGX_HTTP_LLM_API_METRICS,
     NGX_HTTP_LLM_API_ADMIN,
     NGX_HTTP_LLM_API_NOT_FOUND,
+    NGX_HTTP_LLM_API_MESSAGES,         /* Anthropic: converted to chat */
+    NGX_HTTP_LLM_API_COUNT_TOKENS,     /* Anthropic: converted to tokenize */
     NGX_HTTP_LLM_API_COUNT
 } ngx_http_llm_api_e;
 
-#define ngx_http_llm_api_generates(api)  ((api) <= NGX_HTTP_LLM_API_DETOKENIZE)
+#define ngx_http_llm_api_generates(api)                                      \
+    ((api) <= NGX_HTTP_LLM_API_DETOKENIZE || (api) >= NGX_HTTP_LLM_API_MESSAGES)
 
 extern ngx_str_t  ngx_http_llm_api_names[];
 
@@ -95,6 +100,8 @@ typedef struct {
     ngx_msec_t                 read_timeout;
     ngx_str_t                  admin_token;
     ngx_flag_t                 test_script;
+    ngx_array_t               *api_keys;     /* ngx_str_t */
+    ngx_flag_t                 api_key_required;
 } ngx_http_llm_loc_conf_t;
 
 extern ngx_module_t  ngx_http_llm_module;
@@ -155,6 +162,7 @@ typedef struct {
     ngx_int_t                  route;        /* sh route, -1: by served name */
     uint64_t                   pool;         /* engines when route is -1 */
     ngx_int_t                  engine;       /* granted engine, -1 waiting */
+    ngx_uint_t                 weight;       /* sequences it runs (n) */
     uint64_t                   enqueued;     /* ns, monotonic */
 } ngx_http_llm_ticket_t;
 
@@ -295,6 +303,9 @@ typedef struct {
     unsigned             include_usage:1;
     unsigned             test_script:1;  /* forward "test_script" */
     unsigned             logprobs:1;     /* return log probabilities */
+    unsigned             anthropic:1;    /* answer in Anthropic's shapes */
+    ngx_uint_t           n;              /* choices (chat, completions) */
+    ngx_array_t         *stops;          /* Anthropic: stop_sequences */
 
     ngx_uint_t           status;         /* error: HTTP status */
     ngx_str_t            err_message;
@@ -318,7 +329,8 @@ typedef enum {
     NGX_HTTP_LLM_EV_USAGE,
     NGX_HTTP_LLM_EV_ERROR,
     NGX_HTTP_LLM_EV_TOKENS,
-    NGX_HTTP_LLM_EV_LOGPROB
+    NGX_HTTP_LLM_EV_LOGPROB,
+    NGX_HTTP_LLM_EV_PROMPT              /* prompt and cached tokens, early */
 } ngx_http_llm_event_type_e;
 
 /* an alternative token of a logprob event */
@@ -330,7 +342,8 @@ typedef struct {
 /* One engine event, decoded from the slot's ring. */
 typedef struct {
     ngx_http_llm_event_type_e   type;
-    ngx_uint_t                  index;     /* tool call index */
+    ngx_uint_t                  index;     /* tool call index; finish: 1 +
+                                              the stop string that ended it */
     ngx_str_t                   text;      /* delta / error message */
     ngx_str_t                   id;        /* tool call id / error code */
     ngx_str_t                   name;      /* tool name / finish reason */
@@ -364,9 +377,11 @@ typedef struct {
 /*
  * Formatter state.  The formatter is pure: it turns a sequence of engine
  * events into bytes (SSE events, or one JSON body at the end) and does no
- * I/O, so the same event sequence always gives the same output.
+ * I/O, so the same event sequence always gives the same output.  With n
+ * choices there is one per choice; choice 0's writes the body and the
+ * stream's end.
  */
-typedef struct {
+typedef struct ngx_http_llm_fmt_s {
     ngx_pool_t            *pool;
     ngx_http_llm_req_t    *req;
     ngx_str_t              fingerprint;
@@ -388,6 +403,10 @@ typedef struct {
     ngx_http_llm_wbuf_t    lp_tops;        /* completions: top_logprobs */
     ngx_http_llm_wbuf_t    lp_offsets;     /* completions: text_offset */
     uint64_t               text_offset;    /* completions: characters */
+    void                  *anthropic;      /* Anthropic formatter state */
+    ngx_uint_t             choice;         /* the choice this one formats */
+    struct ngx_http_llm_fmt_s *more;       /* on choice 0: choices 1..n-1 */
+    ngx_uint_t             n_more;
 
     unsigned               started:1;
     unsigned               usage:1;
@@ -397,6 +416,8 @@ typedef struct {
 
 ngx_int_t ngx_http_llm_fmt_init(ngx_http_llm_fmt_t *f, ngx_pool_t *pool,
     ngx_http_llm_req_t *req, ngx_str_t *fingerprint, time_t created);
+/* n > 1: a formatter per further choice (f->more) */
+ngx_int_t ngx_http_llm_fmt_choices(ngx_http_llm_fmt_t *f, ngx_uint_t n);
 /* stream prologue: role chunk, response.created/in_progress */
 void ngx_http_llm_fmt_begin(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out);
 void ngx_http_llm_fmt_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
@@ -488,8 +509,8 @@ void ngx_http_llm_seq_release(ngx_http_llm_seq_t *seq);
  * NGX_ERROR (zone memory exhausted).
  */
 ngx_int_t ngx_http_llm_admit(ngx_http_llm_main_conf_t *lmcf,
-    ngx_int_t route, uint64_t pool, ngx_http_llm_ticket_t **t,
-    const char **why);
+    ngx_int_t route, uint64_t pool, ngx_uint_t weight,
+    ngx_http_llm_ticket_t **t, const char **why);
 /* the queued ticket's engine now, or -1; removes it when still waiting
    and giving up */
 ngx_int_t ngx_http_llm_admit_check(ngx_http_llm_main_conf_t *lmcf,
@@ -560,6 +581,34 @@ struct ngx_http_llm_probe_s {
 
 ngx_int_t ngx_http_llm_probe_start(ngx_http_llm_probe_t *probe);
 void ngx_http_llm_probe_abort(ngx_http_llm_probe_t *probe);
+
+
+/* ---- API keys (ngx_http_llm_auth.c) ---------------------------------- */
+
+char *ngx_http_llm_api_key(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+char *ngx_http_llm_api_key_file(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+/* NGX_DECLINED: allowed; else the 401 was sent and this is its rc */
+ngx_int_t ngx_http_llm_auth(ngx_http_request_t *r);
+ngx_uint_t ngx_http_llm_api_anthropic(ngx_uint_t api);
+
+
+/* ---- Anthropic Messages API (ngx_http_llm_anthropic.c) ----------------- */
+
+/* /v1/messages, /v1/messages/count_tokens: validate and convert the body
+   to a chat (tokenize) request, then ngx_http_llm_request_parse() it */
+ngx_int_t ngx_http_llm_anthropic_parse(ngx_pool_t *pool,
+    ngx_http_llm_req_t *req, u_char *body, size_t len);
+void ngx_http_llm_anthropic_error_body(ngx_http_llm_wbuf_t *w,
+    ngx_uint_t status, ngx_str_t *message);
+void ngx_http_llm_anthropic_begin(ngx_http_llm_fmt_t *f,
+    ngx_http_llm_wbuf_t *out);
+void ngx_http_llm_anthropic_event(ngx_http_llm_fmt_t *f,
+    ngx_http_llm_event_t *ev, ngx_http_llm_wbuf_t *out);
+void ngx_http_llm_anthropic_end(ngx_http_llm_fmt_t *f,
+    ngx_http_llm_wbuf_t *out);
+void ngx_http_llm_anthropic_fail(ngx_http_llm_fmt_t *f, ngx_str_t *code,
+    ngx_str_t *message, ngx_http_llm_wbuf_t *out);
 
 
 /* ---- metrics (ngx_http_llm_metrics.c) ---------------------------------- */

@@ -99,6 +99,39 @@ ngx_http_llm_fmt_init(ngx_http_llm_fmt_t *f, ngx_pool_t *pool,
 }
 
 
+/* n > 1: formatters for choices 1..n-1 beside f (choice 0) */
+ngx_int_t
+ngx_http_llm_fmt_choices(ngx_http_llm_fmt_t *f, ngx_uint_t n)
+{
+    ngx_uint_t  i;
+
+    if (n <= 1) {
+        return NGX_OK;
+    }
+
+    f->more = ngx_palloc(f->pool, (n - 1) * sizeof(ngx_http_llm_fmt_t));
+    if (f->more == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < n - 1; i++) {
+        if (ngx_http_llm_fmt_init(&f->more[i], f->pool, f->req,
+                                  &f->fingerprint, f->created)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        f->more[i].choice = i + 1;
+        f->more[i].max_model_len = f->max_model_len;
+    }
+
+    f->n_more = n - 1;
+
+    return NGX_OK;
+}
+
+
 /* ---- output items ------------------------------------------------------ */
 
 /*
@@ -656,9 +689,11 @@ ngx_http_llm_fmt_logprob(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
     ngx_http_llm_chunk_open(f, out);
 
     if (f->req->api == NGX_HTTP_LLM_API_CHAT) {
-        ngx_http_llm_puts(out, "{\"index\":0,\"delta\":{},\"logprobs\":");
+        ngx_http_llm_printf(out, "{\"index\":%ui,\"delta\":{},"
+                            "\"logprobs\":", f->choice);
     } else {
-        ngx_http_llm_puts(out, "{\"index\":0,\"text\":\"\",\"logprobs\":");
+        ngx_http_llm_printf(out, "{\"index\":%ui,\"text\":\"\","
+                            "\"logprobs\":", f->choice);
     }
 
     ngx_http_llm_fmt_logprobs(f, out);
@@ -728,7 +763,7 @@ ngx_http_llm_chunk(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out,
     ngx_http_llm_chunk_open(f, out);
 
     if (f->req->api == NGX_HTTP_LLM_API_CHAT) {
-        ngx_http_llm_puts(out, "{\"index\":0,\"delta\":{");
+        ngx_http_llm_printf(out, "{\"index\":%ui,\"delta\":{", f->choice);
         ngx_http_llm_put_str(out, delta);
 
         if (text) {
@@ -738,7 +773,7 @@ ngx_http_llm_chunk(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out,
         ngx_http_llm_puts(out, "},\"logprobs\":null,\"finish_reason\":");
 
     } else {
-        ngx_http_llm_puts(out, "{\"index\":0,\"text\":");
+        ngx_http_llm_printf(out, "{\"index\":%ui,\"text\":", f->choice);
         ngx_http_llm_put_string(out, text ? text->data : NULL,
                                 text ? text->len : 0);
         ngx_http_llm_puts(out, ",\"logprobs\":null,\"finish_reason\":");
@@ -772,8 +807,8 @@ ngx_http_llm_chunk_tool(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
 {
     ngx_http_llm_chunk_open(f, out);
 
-    ngx_http_llm_printf(out, "{\"index\":0,\"delta\":{\"tool_calls\":"
-                        "[{\"index\":%ui,", ev->index);
+    ngx_http_llm_printf(out, "{\"index\":%ui,\"delta\":{\"tool_calls\":"
+                        "[{\"index\":%ui,", f->choice, ev->index);
 
     if (ev->type == NGX_HTTP_LLM_EV_TOOL_BEGIN) {
         ngx_http_llm_put_call(out, &ev->id, &ev->name, NULL, 0);
@@ -796,6 +831,11 @@ void
 ngx_http_llm_fmt_begin(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
 {
     ngx_str_t  role = ngx_string("\"role\":\"assistant\",\"content\":\"\"");
+
+    if (f->req->anthropic) {
+        ngx_http_llm_anthropic_begin(f, out);
+        return;
+    }
 
     if (f->started) {
         return;
@@ -984,6 +1024,18 @@ ngx_http_llm_fmt_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
         return;
     }
 
+    /* no output yet: the headers go out with the first token */
+    if (ev->type == NGX_HTTP_LLM_EV_PROMPT) {
+        f->prompt = ev->prompt;
+        f->cached = ev->cached;
+        return;
+    }
+
+    if (f->req->anthropic) {
+        ngx_http_llm_anthropic_event(f, ev, out);
+        return;
+    }
+
     ngx_http_llm_fmt_begin(f, out);
 
     switch (ev->type) {
@@ -1122,25 +1174,23 @@ ngx_http_llm_fmt_text(ngx_http_llm_fmt_t *f, ngx_http_llm_item_kind_e kind,
 }
 
 
+/* one choice of a chat or text completion body */
 static void
-ngx_http_llm_chat_body(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
+ngx_http_llm_choice_json(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
 {
     ngx_uint_t            i, n;
     ngx_http_llm_item_t  *it;
-    ngx_http_llm_req_t   *req = f->req;
 
-    ngx_http_llm_completion_head(f, out, "chat.completion");
-
-    if (req->api == NGX_HTTP_LLM_API_COMPLETIONS) {
-        ngx_http_llm_puts(out, ",\"choices\":[{\"index\":0,\"text\":");
+    if (f->req->api == NGX_HTTP_LLM_API_COMPLETIONS) {
+        ngx_http_llm_printf(out, "{\"index\":%ui,\"text\":", f->choice);
         ngx_http_llm_fmt_text(f, NGX_HTTP_LLM_ITEM_MESSAGE, "\"\"", out);
         ngx_http_llm_puts(out, ",\"logprobs\":");
         ngx_http_llm_fmt_logprobs(f, out);
         ngx_http_llm_puts(out, ",\"finish_reason\":");
 
     } else {
-        ngx_http_llm_puts(out, ",\"choices\":[{\"index\":0,\"message\":"
-                               "{\"role\":\"assistant\",\"content\":");
+        ngx_http_llm_printf(out, "{\"index\":%ui,\"message\":"
+                            "{\"role\":\"assistant\",\"content\":", f->choice);
         ngx_http_llm_fmt_text(f, NGX_HTTP_LLM_ITEM_MESSAGE, "null", out);
         ngx_http_llm_puts(out, ",\"reasoning_content\":");
         ngx_http_llm_fmt_text(f, NGX_HTTP_LLM_ITEM_REASONING, "null", out);
@@ -1167,7 +1217,25 @@ ngx_http_llm_chat_body(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
     }
 
     ngx_http_llm_put_or_null(out, &f->finish);
-    ngx_http_llm_puts(out, "}],\"usage\":");
+    ngx_http_llm_puts(out, "}");
+}
+
+
+static void
+ngx_http_llm_chat_body(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
+{
+    ngx_uint_t  i;
+
+    ngx_http_llm_completion_head(f, out, "chat.completion");
+    ngx_http_llm_puts(out, ",\"choices\":[");
+    ngx_http_llm_choice_json(f, out);
+
+    for (i = 0; i < f->n_more; i++) {
+        ngx_http_llm_puts(out, ",");
+        ngx_http_llm_choice_json(&f->more[i], out);
+    }
+
+    ngx_http_llm_puts(out, "],\"usage\":");
     ngx_http_llm_fmt_usage(f, out);
     ngx_http_llm_puts(out, "}");
 }
@@ -1257,6 +1325,11 @@ ngx_http_llm_fmt_end(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
     const char          *status;
     ngx_http_llm_req_t  *req = f->req;
 
+    if (req->anthropic) {
+        ngx_http_llm_anthropic_end(f, out);
+        return;
+    }
+
     ngx_http_llm_fmt_begin(f, out);
     ngx_http_llm_item_close(f, out);
 
@@ -1327,6 +1400,11 @@ ngx_http_llm_fmt_fail(ngx_http_llm_fmt_t *f, ngx_str_t *code,
     ngx_http_llm_req_t  *req = f->req;
 
     f->finished = 1;
+
+    if (req->anthropic) {
+        ngx_http_llm_anthropic_fail(f, code, message, out);
+        return;
+    }
 
     if (req->api == NGX_HTTP_LLM_API_RESPONSES) {
         ngx_http_llm_resp_event(f, out, "error");

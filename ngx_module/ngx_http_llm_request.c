@@ -564,7 +564,34 @@ ngx_http_llm_stream(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
 }
 
 
-/* n and best_of: one choice per request */
+/*
+ * n: choices, each a sequence of its own in the engine (which counts
+ * them against max_num_seqs and refuses more than it runs at once)
+ */
+static ngx_int_t
+ngx_http_llm_choices(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
+{
+    int64_t     n;
+    ngx_uint_t  set;
+
+    if (ngx_http_llm_get_int(ctx, body, NULL, "n", 1, LLM_IPC_MAX_CHOICES,
+                             &n, &set)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    ctx->req->n = set ? (ngx_uint_t) n : 1;
+
+    if (ctx->req->n > 1) {
+        ngx_http_llm_printf(&ctx->out, ",\"n\":%L", n);
+    }
+
+    return NGX_OK;
+}
+
+
+/* best_of: one candidate per choice */
 static ngx_int_t
 ngx_http_llm_one_choice(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body,
     const char *name)
@@ -580,8 +607,9 @@ ngx_http_llm_one_choice(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body,
 
     if (set && n != 1) {
         return ngx_http_llm_unsupported(ctx, name,
-                                        "must be 1: this server returns one "
-                                        "choice per request");
+                                        "must be 1: this server samples "
+                                        "each choice once (use n for more "
+                                        "choices)");
     }
 
     return NGX_OK;
@@ -1371,7 +1399,7 @@ ngx_http_llm_chat(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
     if (ngx_http_llm_messages(ctx, body) != NGX_OK
         || ngx_http_llm_chat_fields(ctx, body) != NGX_OK
         || ngx_http_llm_stream(ctx, body) != NGX_OK
-        || ngx_http_llm_one_choice(ctx, body, "n") != NGX_OK
+        || ngx_http_llm_choices(ctx, body) != NGX_OK
         || ngx_http_llm_sampling_params(ctx, body) != NGX_OK
         || ngx_http_llm_stop(ctx, body) != NGX_OK
         || ngx_http_llm_get_bool(ctx, body, NULL, "logprobs", &logprobs)
@@ -1510,7 +1538,7 @@ ngx_http_llm_completions(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
 
     if (ngx_http_llm_prompt(ctx, body) != NGX_OK
         || ngx_http_llm_stream(ctx, body) != NGX_OK
-        || ngx_http_llm_one_choice(ctx, body, "n") != NGX_OK
+        || ngx_http_llm_choices(ctx, body) != NGX_OK
         || ngx_http_llm_one_choice(ctx, body, "best_of") != NGX_OK
         || ngx_http_llm_max_tokens(ctx, body, "max_tokens", 16) != NGX_OK
         || ngx_http_llm_vllm_params(ctx, body) != NGX_OK
@@ -2053,6 +2081,7 @@ ngx_http_llm_request_parse(ngx_pool_t *pool, ngx_http_llm_req_t *req,
     ctx.pool = pool;
     ctx.req = req;
     ctx.thinking = -1;
+    req->n = 1;
 
     ngx_http_llm_wbuf_init(&ctx.out, pool);
     ngx_http_llm_wbuf_init(&ctx.echo, pool);

@@ -159,7 +159,7 @@ my @chat_bad = (
     [{ %chat, ignore_eos => 1 }, 'ignore_eos', qr/boolean/],
     [{ %chat, skip_special_tokens => 'no' }, 'skip_special_tokens', qr/boolean/],
     [{ %chat, stop => ['a', ''] }, 'stop[1]', qr/non-empty string/],
-    [{ %chat, n => 2 }, 'n', qr/one choice per request/],
+    [{ %chat, n => 17 }, 'n', qr/between 1 and 16/],
     [{ %chat, stream => 'yes' }, 'stream', qr/must be a boolean/],
     [{ %chat, stream_options => { include_usage => JSON::PP::true } },
      'stream_options', qr/only allowed when stream is true/],
@@ -218,7 +218,7 @@ my @cmpl_bad = (
     [{ %cmpl, prompt => {} }, 'prompt', qr/string or an array of token ids/],
     [{ %cmpl, echo => JSON::PP::true }, 'echo', qr/not supported/],
     [{ %cmpl, suffix => 'end' }, 'suffix', qr/not supported/],
-    [{ %cmpl, best_of => 3 }, 'best_of', qr/one choice/],
+    [{ %cmpl, best_of => 3 }, 'best_of', qr/must be 1/],
     [{ %cmpl, logprobs => 9 }, 'logprobs', qr/between 0 and 5/],
     [{ %cmpl, max_tokens => -1 }, 'max_tokens', qr/between 1/],
 );

@@ -330,6 +330,10 @@ is($r->{status}, 503, 'engine 503 before headers: HTTP 503 even when streaming')
 is($r->{json}{error}{code}, 'busy', 'engine error code passed on');
 ok($r->{headers}{'retry-after'}, '503 carries Retry-After');
 
+$r = post('/v1/chat/completions', { model => 'demo', messages => $user, n => 2 });
+is($r->{status}, 400, 'the scripted runner refuses n > 1 (t/82 has the model runner)');
+is($r->{json}{error}{param}, 'n', 'and names n');
+
 $r = http('GET', "$base/health");
 is($r->{status}, 200, 'engine errors did not make the engine unhealthy');
 

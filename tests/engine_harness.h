@@ -245,7 +245,7 @@ static inline int h_collect(llm_ipc_client *c, const llm_ipc_handle *h, long tim
                     sb_putc(out, '\n');
                 }
                 if (content && ev.type == LLM_EV_CONTENT_DELTA) sb_append(content, ev.text, ev.text_len);
-                if (ev.type == LLM_EV_FINISH) return (int)ev.reason;
+                if (ev.type == LLM_EV_FINISH && !ev.choice_end) return (int)ev.reason;
             }
             if (r < 0) return LLM_IPC_EPROTO;
         }

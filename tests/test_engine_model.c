@@ -181,6 +181,61 @@ int main(void)
     run(body, LLM_KIND_CHAT, &lines, &content);
     ok(content.data && !strcmp(first, content.data), "same seed, same sampled text");
 
+    /* n = 2: one request, two choices, each its own seed stream (seed + i),
+     * so choice i is what n = 1 with seed 99 + i gives */
+    {
+        char want[2][4096];
+        for (int i = 0; i < 2; i++) {
+            snprintf(body, sizeof body, "{%s,\"max_tokens\":12,\"temperature\":1.0,"
+                     "\"ignore_eos\":true,\"seed\":%d}", msgs, 99 + i);
+            run(body, LLM_KIND_CHAT, &lines, &content);
+            snprintf(want[i], sizeof want[i], "%s", content.data ? content.data : "");
+        }
+        snprintf(body, sizeof body, "{%s,\"max_tokens\":12,\"temperature\":1.0,"
+                 "\"ignore_eos\":true,\"seed\":99,\"n\":2}", msgs);
+        int fin = run(body, LLM_KIND_CHAT, &lines, NULL);
+        strbuf got[2];
+        sb_init(&got[0]);
+        sb_init(&got[1]);
+        int ends = 0, lengths = 0, bad = 0;
+        long long completion = -1;
+        for (const char *p = lines.data; p && *p;) {
+            const char *nl = strchr(p, '\n');
+            size_t len = nl ? (size_t)(nl - p) : strlen(p);
+            char e[64];
+            yajl_val v = json_parse(p, len, e, sizeof e);
+            const char *type = json_string(json_get(v, "type"));
+            long long ch = 0;
+            json_int(json_get(v, "choice"), &ch);
+            if (type && !strcmp(type, "content_delta")) {
+                if (ch < 0 || ch > 1) bad++;
+                else sb_puts(&got[ch], json_string(json_get(v, "text")));
+            } else if (type && !strcmp(type, "finish") && json_get(v, "choice_end")) {
+                ends++;
+                lengths += !strcmp(json_string(json_get(v, "reason")), "length");
+            } else if (type && !strcmp(type, "usage")) {
+                json_int(json_get(v, "completion_tokens"), &completion);
+            }
+            yajl_tree_free(v);
+            p = nl ? nl + 1 : p + len;
+        }
+        ok(fin == LLM_FINISH_STOP && ends == 2 && lengths == 2 && !bad,
+           "n = 2: two choices end (length), then the request");
+        ok(completion == 24, "n = 2: usage counts both choices' tokens (%lld)", completion);
+        ok(got[0].data && got[1].data && !strcmp(got[0].data, want[0])
+           && !strcmp(got[1].data, want[1]),
+           "n = 2: choice i is the text of seed 99 + i");
+        ok(strcmp(want[0], want[1]) != 0, "n = 2: the choices differ");
+        sb_free(&got[0]);
+        sb_free(&got[1]);
+
+        snprintf(body, sizeof body, "{%s,\"max_tokens\":4,\"n\":3}", msgs);
+        fin = run(body, LLM_KIND_CHAT, &lines, NULL);
+        ok(fin == LLM_FINISH_ERROR && strstr(lines.data, "\"param\":\"n\"")
+           && strstr(lines.data, "at most 2 sequences"),
+           "n over max_num_seqs: 400 naming n");
+    }
+
     /* stop string: a piece from the middle of the greedy text */
     {
         size_t L = strlen(greedy_text), k = L / 2;
@@ -194,14 +249,16 @@ int main(void)
         sb_init(&sb);
         json_put_cstr(&sb, stop);
         snprintf(body, sizeof body,
-                 "{%s,\"max_tokens\":10,\"temperature\":0,\"ignore_eos\":true,\"stop\":[%s]}", msgs,
-                 sb.data);
+                 "{%s,\"max_tokens\":10,\"temperature\":0,\"ignore_eos\":true,"
+                 "\"stop\":[\"\\u0001never\",%s]}", msgs, sb.data);
         sb_free(&sb);
         int fin = run(body, LLM_KIND_CHAT, &lines, &content);
         ok(L > 4 && fin == LLM_FINISH_STOP && first_at
            && content.len == (size_t)(first_at - greedy_text)
            && !memcmp(content.data ? content.data : "", greedy_text, content.len),
            "stop string ends the text right before its first occurrence");
+        ok(lines.data && strstr(lines.data, "\"reason\":\"stop\",\"stop\":1}"),
+           "the finish event names the stop string that matched (index 1)");
     }
 
     /* context limit */

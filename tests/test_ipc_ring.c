@@ -42,7 +42,7 @@ static void test_events(void)
     n = (n + 7) & ~7u;
     n += llm_ipc_enc_logprob(buf + n, sizeof buf - n, 77, -0.25f, "xy", 2, 2, top_lp, top_b, top_len);
     n = (n + 7) & ~7u;
-    n += llm_ipc_enc_finish(buf + n, sizeof buf - n, LLM_FINISH_TOOL_CALLS);
+    n += llm_ipc_enc_finish(buf + n, sizeof buf - n, LLM_FINISH_TOOL_CALLS, 2);
     n = (n + 7) & ~7u;               /* records are read back padded to 8 */
 
     size_t off = 0;
@@ -83,7 +83,7 @@ static void test_events(void)
     lp_ok = lp_ok && !llm_ipc_event_top(&ev, &pos, &lp, &b, &len);
     ok(lp_ok, "logprob round trip with two alternatives");
     ok(llm_ipc_event_next(buf, n, &off, &ev) == 1 && ev.type == LLM_EV_FINISH
-       && ev.reason == LLM_FINISH_TOOL_CALLS, "finish round trip");
+       && ev.reason == LLM_FINISH_TOOL_CALLS && ev.stop == 2, "finish round trip");
     is_int(llm_ipc_event_next(buf, n, &off, &ev), 0, "end of buffer");
 
     /* limits and malformed records */
@@ -92,8 +92,8 @@ static void test_events(void)
            "text over LLM_IPC_TEXT_MAX is refused");
     is_int(llm_ipc_enc_tool_begin(buf, sizeof buf, 0, big, LLM_IPC_ID_MAX + 1, "f", 1), 0,
            "tool id over LLM_IPC_ID_MAX is refused");
-    is_int(llm_ipc_enc_finish(buf, 8, LLM_FINISH_STOP), 0, "encoder respects cap");
-    size_t m = llm_ipc_enc_finish(buf, sizeof buf, LLM_FINISH_STOP);
+    is_int(llm_ipc_enc_finish(buf, 8, LLM_FINISH_STOP, 0), 0, "encoder respects cap");
+    size_t m = llm_ipc_enc_finish(buf, sizeof buf, LLM_FINISH_STOP, 0);
     llm_ev_hdr h;
     memcpy(&h, buf, sizeof h);
     h.len = 3;                       /* finish must carry 4 bytes */

@@ -1,5 +1,6 @@
 // The official OpenAI SDK (Node) against a running stack (make run):
-// models, chat, streaming with usage, completions, the Responses API
+// models (list and retrieve), chat (n = 1 and 3), streaming with usage,
+// completions, the Responses API
 // (plain and streamed) and two error shapes.  Exits non-zero on any
 // mismatch.  Run by tools/openai_sdk_check.sh.
 import OpenAI from 'openai';
@@ -7,11 +8,14 @@ import assert from 'node:assert/strict';
 
 const base = process.env.LLM_BASE_URL ?? 'http://127.0.0.1:8080/v1';
 const model = process.env.LLM_MODEL ?? 'tiny-demo';
-const client = new OpenAI({ baseURL: base, apiKey: 'unused' });
+const client = new OpenAI({ baseURL: base, apiKey: process.env.LLM_API_KEY ?? 'unused' });
 
 const models = await client.models.list();
 assert.ok(models.data.some(m => m.id === model), `model ${model} is listed`);
-console.log('ok models:', models.data.map(m => m.id).join(', '));
+const one = await client.models.retrieve(model);
+assert.equal(one.id, model);
+assert.equal(one.object, 'model');
+console.log('ok models:', models.data.map(m => m.id).join(', '), '(and retrieve)');
 
 const chat = await client.chat.completions.create({
   model, messages: [{ role: 'user', content: 'Hello!' }], max_tokens: 8 });
@@ -19,6 +23,11 @@ assert.equal(chat.object, 'chat.completion');
 assert.ok(['stop', 'length'].includes(chat.choices[0].finish_reason));
 assert.equal(chat.usage.total_tokens, chat.usage.prompt_tokens + chat.usage.completion_tokens);
 console.log('ok chat:', chat.choices[0].finish_reason, chat.usage.completion_tokens, 'tokens');
+
+const several = await client.chat.completions.create({
+  model, messages: [{ role: 'user', content: 'Hello!' }], max_tokens: 4, n: 3 });
+assert.deepEqual(several.choices.map(c => c.index), [0, 1, 2]);
+console.log('ok chat n=3:', several.usage.completion_tokens, 'tokens in all');
 
 const stream = await client.chat.completions.create({
   model, messages: [{ role: 'user', content: 'Stream, please.' }], max_tokens: 8,

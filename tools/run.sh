@@ -10,8 +10,9 @@
 # Ctrl-C or SIGTERM stops nginx and the engine.
 #
 # Environment: LLM_PORT (8080), LLM_RECIPE (conf/recipes/tiny-demo.yaml),
-# LLM_ADMIN_TOKEN (a random one is generated and printed), NGINX
-# (/usr/sbin/nginx).
+# LLM_ADMIN_TOKEN (a random one is generated and printed), LLM_API_KEY
+# (when set, the inference endpoints require it: Authorization: Bearer, or
+# x-api-key on /v1/messages), NGINX (/usr/sbin/nginx).
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -21,11 +22,15 @@ nginx=${NGINX:-/usr/sbin/nginx}
 run=build/run
 engine_bin=build/bin/llm-engine
 token=${LLM_ADMIN_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+api_key=${LLM_API_KEY:-}
 
 die() { echo "make run: $*" >&2; exit 1; }
 [ -x "$engine_bin" ] || die "$engine_bin is missing (make)"
 [ -f build/nginx/ngx_http_llm_module.so ] || die "the module is missing (make module)"
 [ -x "$nginx" ] || die "$nginx is missing (make deps)"
+case "$api_key" in
+    *[!A-Za-z0-9._~+/=-]*) die "LLM_API_KEY may hold only A-Z a-z 0-9 . _ ~ + / = -" ;;
+esac
 "$engine_bin" check --recipe "$recipe" >/dev/null || die "recipe $recipe is invalid"
 
 # the engine's name and served model come from the recipe
@@ -73,10 +78,14 @@ http {
         location = /v1/completions      { llm_api completions; }
         location = /v1/responses        { llm_api responses; }
         location = /v1/models           { llm_api models; }
+        location /v1/models/            { llm_api models; }
+        location = /v1/messages         { llm_api messages; }
+        location = /v1/messages/count_tokens { llm_api count_tokens; }
         location = /tokenize            { llm_api tokenize; }
         location = /detokenize          { llm_api detokenize; }
         location = /health              { llm_api health; }
         location = /metrics             { llm_api metrics; }
+        ${api_key:+llm_api_key $api_key;}
         location /admin/ {
             llm_api admin;
             llm_admin_token $token;
@@ -132,7 +141,8 @@ done
 cat <<EOF
 make run: serving $recipe as model "$(sed -n 's/^ *served_model_name: *//p' "$recipe" | head -1)" on http://127.0.0.1:$port
   engine: $engine_bin (pid $engine_pid, log $run/engine.log)   nginx: pid $nginx_pid (logs $run/nginx-*.log)
-  admin token: $token
+  admin token: $token${api_key:+
+  API key required (LLM_API_KEY): add -H 'Authorization: Bearer \$LLM_API_KEY'}
   try:    curl -s http://127.0.0.1:$port/v1/chat/completions -H 'Content-Type: application/json' \\
             -d '{"model":"tiny-demo","messages":[{"role":"user","content":"Hello!"}],"max_tokens":32}'
   health: curl -s http://127.0.0.1:$port/health

@@ -44,7 +44,7 @@ static int read_events(llm_ipc_client *c, const llm_ipc_handle *h, strbuf *line,
                 event_to_json(line, &ev);
                 puts(line->data);
             }
-            if (ev.type == LLM_EV_FINISH) finish = (int)ev.reason;
+            if (ev.type == LLM_EV_FINISH && !ev.choice_end) finish = (int)ev.reason;
         }
         if (r < 0) return -1;
     }

@@ -204,7 +204,7 @@ enum llm_ev_type {
     LLM_EV_TOOL_CALL_BEGIN = 3,   /* u32 index, u16 id_len, u16 name_len, id, name */
     LLM_EV_TOOL_CALL_ARGS  = 4,   /* u32 index, text */
     LLM_EV_TOOL_CALL_END   = 5,   /* u32 index */
-    LLM_EV_FINISH          = 6,   /* u32 reason; always the last event */
+    LLM_EV_FINISH          = 6,   /* u32 reason, u32 stop; always the last event */
     LLM_EV_USAGE           = 7,   /* u32 prompt, completion, reasoning, cached */
     LLM_EV_ERROR           = 8,   /* u32 status, u16 code_len, u16 param_len, code, param, message */
     LLM_EV_LOGPROB         = 9,   /* u32 token_id, f32 logprob, u16 bytes_len, u16 n_top,
@@ -224,9 +224,17 @@ enum llm_finish_reason {
 
 typedef struct {
     uint16_t type;
-    uint16_t flags;      /* 0 */
+    uint16_t flags;      /* choice index (n > 1), | LLM_EV_CHOICE_END */
     uint32_t len;        /* payload bytes (record is 8 + len rounded up to 8) */
 } llm_ev_hdr;
+
+/* A request with n > 1 choices: each record's flags carry the choice it
+ * belongs to (0 .. n-1); a choice ends with a finish record flagged
+ * LLM_EV_CHOICE_END | index, and the stream with the usual unflagged
+ * usage (totals) and finish.  With n = 1 flags are 0. */
+#define LLM_EV_CHOICE_END    0x8000u
+#define LLM_EV_CHOICE_MASK   0x7fffu
+#define LLM_IPC_MAX_CHOICES  16     /* most choices (n) one request may ask */
 
 typedef struct {
     uint32_t prompt_tokens;
@@ -239,12 +247,16 @@ typedef struct {
  * from and are not NUL-terminated. */
 typedef struct {
     uint16_t type;                     /* enum llm_ev_type */
+    uint16_t choice;                   /* choice index (flags & LLM_EV_CHOICE_MASK) */
+    uint8_t  choice_end;               /* finish: the end of one choice of n */
     const char *text;                  /* deltas, tool args, error message, logprob token bytes */
     size_t text_len;
     uint32_t index;                    /* tool call index */
     const char *id, *name;             /* tool_call_begin */
     size_t id_len, name_len;
     uint32_t reason;                   /* finish: enum llm_finish_reason */
+    uint32_t stop;                     /* finish: 1 + the index of the stop string
+                                        * that ended it (the request's "stop"), or 0 */
     llm_ipc_usage usage;               /* usage */
     uint32_t status;                   /* error: HTTP status hint (400, 503, 500) */
     const char *code, *param;          /* error: OpenAI code and param ("" if none) */
@@ -271,7 +283,9 @@ size_t llm_ipc_enc_tool_begin(void *buf, size_t cap, uint32_t index,
 size_t llm_ipc_enc_tool_args(void *buf, size_t cap, uint32_t index,
                              const char *text, size_t len);
 size_t llm_ipc_enc_tool_end(void *buf, size_t cap, uint32_t index);
-size_t llm_ipc_enc_finish(void *buf, size_t cap, enum llm_finish_reason reason);
+/* stop: 1 + the index of the request's stop string that ended it, or 0 */
+size_t llm_ipc_enc_finish(void *buf, size_t cap, enum llm_finish_reason reason,
+                          uint32_t stop);
 size_t llm_ipc_enc_usage(void *buf, size_t cap, const llm_ipc_usage *u);
 size_t llm_ipc_enc_error(void *buf, size_t cap, uint32_t status, const char *code,
                          const char *param, const char *msg, size_t msg_len);

@@ -74,9 +74,13 @@ size_t llm_ipc_enc_tool_end(void *buf, size_t cap, uint32_t index)
     return enc_u32(buf, cap, LLM_EV_TOOL_CALL_END, index);
 }
 
-size_t llm_ipc_enc_finish(void *buf, size_t cap, enum llm_finish_reason reason)
+size_t llm_ipc_enc_finish(void *buf, size_t cap, enum llm_finish_reason reason,
+                          uint32_t stop)
 {
-    return enc_u32(buf, cap, LLM_EV_FINISH, (uint32_t)reason);
+    unsigned char *p = rec_begin(buf, cap, LLM_EV_FINISH, 8);
+    if (!p) return 0;
+    put32(put32(p, (uint32_t)reason), stop);
+    return HDR + 8;
 }
 
 size_t llm_ipc_enc_usage(void *buf, size_t cap, const llm_ipc_usage *u)
@@ -172,6 +176,8 @@ int llm_ipc_event_next(const void *buf, size_t len, size_t *off, llm_ipc_event *
     size_t n = h.len;
     memset(ev, 0, sizeof *ev);
     ev->type = h.type;
+    ev->choice = h.flags & LLM_EV_CHOICE_MASK;
+    ev->choice_end = (h.flags & LLM_EV_CHOICE_END) != 0;
     ev->text = ev->id = ev->name = ev->code = ev->param = "";
     switch (h.type) {
     case LLM_EV_REASONING_DELTA:
@@ -199,8 +205,9 @@ int llm_ipc_event_next(const void *buf, size_t len, size_t *off, llm_ipc_event *
         ev->index = get32(p);
         break;
     case LLM_EV_FINISH:
-        if (n != 4) return -1;
+        if (n != 8) return -1;
         ev->reason = get32(p);
+        ev->stop = get32(p + 4);
         break;
     case LLM_EV_USAGE:
         if (n != 16) return -1;

@@ -369,6 +369,41 @@ void v4_seq_free(v4_model *m, v4_seq *s)
 
 int64_t v4_seq_len(const v4_seq *s) { return s->c.len; }
 
+/* n bytes (a multiple of 4: pieces are 16-byte aligned) as one row */
+static void copy_bytes(backend *be, char *dst, const char *src, size_t n)
+{
+    be->copy_rows(be, (float *)dst, (int)(n / 4), (const float *)src, (int)(n / 4), 1,
+                  (int)(n / 4));
+}
+
+int v4_seq_fork(v4_model *m, v4_seq *dst, const v4_seq *src, strbuf *err)
+{
+    const cache_layout *L = &m->layout;
+    int64_t nb = cache_blocks_for(L, src->c.len);
+    if (dst->c.len != 0 || dst->c.nblocks < nb || L->state_bytes / 4 > INT32_MAX
+        || L->block_bytes / 4 > INT32_MAX) {
+        sb_printf(err, "fork: the target has %lld positions and %lld of the %lld blocks "
+                  "needed\n", (long long)dst->c.len, (long long)dst->c.nblocks, (long long)nb);
+        return -1;
+    }
+    for (int r = 0; r < m->tp; r++) {
+        v4_rank *R = &m->ranks[r];
+        copy_bytes(R->be, R->state_mem + (size_t)dst->c.slot * L->state_bytes,
+                   R->state_mem + (size_t)src->c.slot * L->state_bytes, L->state_bytes);
+        for (int64_t b = 0; b < nb && L->block_bytes; b++)
+            copy_bytes(R->be, R->block_mem + (size_t)dst->c.blocks[b] * L->block_bytes,
+                       R->block_mem + (size_t)src->c.blocks[b] * L->block_bytes,
+                       L->block_bytes);
+        const char *e = R->be->error(R->be);
+        if (e) {
+            sb_printf(err, "fork on rank %d: %s\n", r, e);
+            return -1;
+        }
+    }
+    dst->c.len = src->c.len;
+    return 0;
+}
+
 static int check_items(v4_model *m, v4_step_item *items, int n, strbuf *err)
 {
     if (n <= 0) { sb_printf(err, "step: no sequences\n"); return -1; }

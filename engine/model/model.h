@@ -88,6 +88,11 @@ v4_seq *v4_seq_new(v4_model *m, strbuf *err);
 int v4_seq_reserve(v4_model *m, v4_seq *s, int64_t n, strbuf *err);
 void v4_seq_free(v4_model *m, v4_seq *s);
 int64_t v4_seq_len(const v4_seq *s);
+/* Make the fresh dst (nothing fed, room reserved for src's positions) hold
+ * what src holds: its state slot and token blocks are copied on every rank
+ * (backend memory to backend memory, ordered before the next step), so dst
+ * continues from src's prefill without computing it.  -1 with a message. */
+int v4_seq_fork(v4_model *m, v4_seq *dst, const v4_seq *src, strbuf *err);
 
 typedef struct {
     v4_seq *seq;

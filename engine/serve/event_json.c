@@ -11,6 +11,8 @@ void event_to_json(strbuf *sb, const llm_ipc_event *ev)
 {
     sb_puts(sb, "{\"type\":");
     json_put_cstr(sb, llm_ipc_event_name(ev->type));
+    if (ev->choice || ev->choice_end) sb_printf(sb, ",\"choice\":%u", ev->choice);
+    if (ev->choice_end) sb_puts(sb, ",\"choice_end\":true");
     switch (ev->type) {
     case LLM_EV_REASONING_DELTA:
     case LLM_EV_CONTENT_DELTA:
@@ -35,6 +37,7 @@ void event_to_json(strbuf *sb, const llm_ipc_event *ev)
     case LLM_EV_FINISH:
         key(sb, "reason");
         json_put_cstr(sb, llm_ipc_finish_name(ev->reason));
+        if (ev->stop) sb_printf(sb, ",\"stop\":%u", ev->stop - 1);
         break;
     case LLM_EV_USAGE:
         sb_printf(sb, ",\"prompt_tokens\":%u,\"completion_tokens\":%u,\"reasoning_tokens\":%u,"

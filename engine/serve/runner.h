@@ -45,6 +45,10 @@ typedef struct llm_seq {
     int         prompt_tokens;  /* set by prepare */
     void       *state;          /* the runner's per-sequence state */
     bool        done;           /* set by seq_emit_finish */
+    uint16_t    choice;         /* n > 1: the choice the next events belong to */
+    uint32_t    stop;           /* for the next finish: 1 + the stop string that
+                                 * ended the choice, 0 none */
+    int         width;          /* batch rows it takes (its n); 0 counts as 1 */
     struct seq_out *out;        /* the scheduler's output path (seq_emit_*) */
 } llm_seq;
 
@@ -116,5 +120,7 @@ void seq_emit_error(llm_seq *s, uint32_t status, const char *code, const char *p
                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* The last event of a sequence; sets s->done. */
 void seq_emit_finish(llm_seq *s, enum llm_finish_reason reason);
+/* n > 1: the end of choice s->choice (the sequence goes on). */
+void seq_emit_choice_finish(llm_seq *s, enum llm_finish_reason reason);
 
 #endif

@@ -46,6 +46,8 @@ struct model_runner {
     chat_options  chat_defaults;
     int64_t       blocks_total;
     float        *logits;         /* [max_num_seqs][vocab] */
+    float        *forked;         /* [2][vocab]: a prefill's logits, and a
+                                   * copy a forked choice samples from */
     v4_step_item *items;
     uint64_t      rng;            /* tool call ids */
     /* background preparation */
@@ -74,6 +76,24 @@ struct mseq {
     bool          ready;          /* prep_finish succeeded */
     /* generation */
     tok_ids       prompt;
+    bool          thinking;
+    int           budget, min_tokens;
+    bool          ignore_eos;
+    int           top_logprobs;   /* -1: none */
+    int           n;              /* choices */
+    int           left;           /* choices still generating */
+    struct mchoice *ch;           /* [n] */
+};
+
+/* One of a request's n choices: its own cache, seed stream, stop matcher,
+ * detokenizer and parser.  Choice 0 prefills the prompt; the others wait
+ * and then copy its cache (v4_seq_fork) and sample their first token from
+ * the same logits, so the prompt is computed once. */
+struct mchoice {
+    llm_seq      *seq;
+    struct mseq  *q;
+    uint16_t      index;
+    bool          done;
     int           fed;            /* prompt tokens already in the cache */
     int32_t       next;           /* sampled, not yet fed */
     bool          has_next;
@@ -82,15 +102,15 @@ struct mseq {
     stop_matcher  stop;
     tok_stream    detok;
     output_parser *parser;        /* NULL for completions: raw text */
-    bool          thinking, in_reasoning;
-    int           budget, min_tokens;
-    bool          ignore_eos;
-    int           top_logprobs;   /* -1: none */
+    bool          in_reasoning;
     int           generated, reasoning_tokens;
     enum llm_finish_reason parsed_finish;
     strbuf        text;           /* scratch: decoded text of one token */
     strbuf        kept;           /* scratch: text past the stop matcher */
 };
+
+/* Most choices one request may ask for (n); also at most max_num_seqs. */
+#define MR_MAX_N LLM_IPC_MAX_CHOICES
 
 /* ---- small helpers ----------------------------------------------------- */
 
@@ -125,11 +145,15 @@ static void free_mseq(struct mseq *q)
     if (!q) return;
     yajl_tree_free(q->req);
     tok_ids_free(&q->prompt);
-    sampler_free(q->smp);
-    stop_free(&q->stop);
-    if (q->parser) output_parser_free(q->parser);
-    sb_free(&q->text);
-    sb_free(&q->kept);
+    for (int i = 0; q->ch && i < q->n; i++) {
+        struct mchoice *c = &q->ch[i];
+        sampler_free(c->smp);
+        stop_free(&c->stop);
+        if (c->parser) output_parser_free(c->parser);
+        sb_free(&c->text);
+        sb_free(&c->kept);
+    }
+    free(q->ch);
     free(q);
 }
 
@@ -221,7 +245,12 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     chat_options_from_recipe(&R->chat_defaults, rc);
     R->logits = malloc((size_t)rc->max_num_seqs * (size_t)R->vocab * sizeof *R->logits);
     R->items = calloc((size_t)rc->max_num_seqs, sizeof *R->items);
-    if (!R->logits || !R->items) { sb_puts(err, "out of memory"); mr_unload(R); return -1; }
+    R->forked = malloc(2 * (size_t)R->vocab * sizeof *R->forked);
+    if (!R->logits || !R->items || !R->forked) {
+        sb_puts(err, "out of memory");
+        mr_unload(R);
+        return -1;
+    }
     if (getrandom(&R->rng, sizeof R->rng, 0) != sizeof R->rng || !R->rng) R->rng = 0x9e3779b97f4a7c15ULL;
 
     v4_cache_info ci;
@@ -261,6 +290,7 @@ static void mr_unload(void *self)
     if (R->tok) tok_free(R->tok);
     free(R->logits);
     free(R->items);
+    free(R->forked);
     free(R);
 }
 
@@ -500,8 +530,14 @@ static int prep_finish(struct model_runner *R, llm_seq *s)
         && !get_int(req, "max_tokens", &max_tokens))
         get_int(req, "max_output_tokens", &max_tokens);
     if (s->kind == LLM_KIND_PROBE) max_tokens = 1;
-    if (get_int(req, "n", &v) && v != 1) {
-        fail(s, 400, "invalid_request_error", "n", "n: only n = 1 is supported");
+    long long n = 1;
+    get_int(req, "n", &n);
+    if (n < 1 || n > MR_MAX_N || n > rc->max_num_seqs) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "n: must be 1 to %d (this engine runs at most %d "
+                 "sequences at once)", MR_MAX_N < rc->max_num_seqs ? MR_MAX_N : rc->max_num_seqs,
+                 rc->max_num_seqs);
+        fail(s, 400, "invalid_request_error", "n", msg);
         return -1;
     }
     const char *what = s->kind == LLM_KIND_COMPLETIONS ? "prompt" : "messages";
@@ -517,13 +553,14 @@ static int prep_finish(struct model_runner *R, llm_seq *s)
     }
     int room = rc->max_model_len - prompt;
     q->budget = max_tokens > 0 ? (int)max_tokens : (rc->max_tokens < room ? rc->max_tokens : room);
-    if (v4_blocks_for_tokens(R->model, prompt + q->budget) > R->blocks_total) {
+    if (n * v4_blocks_for_tokens(R->model, prompt + q->budget) > R->blocks_total) {
         seq_emit_error(s, 400, "context_length_exceeded", param,
                        "The KV cache holds %lld blocks; this request needs %lld "
-                       "(%d prompt + %d completion tokens).  Reduce the prompt or max_tokens.",
+                       "(%lld x (%d prompt + %d completion tokens)).  Reduce the prompt, "
+                       "max_tokens or n.",
                        (long long)R->blocks_total,
-                       (long long)v4_blocks_for_tokens(R->model, prompt + q->budget), prompt,
-                       q->budget);
+                       (long long)(n * v4_blocks_for_tokens(R->model, prompt + q->budget)),
+                       n, prompt, q->budget);
         seq_emit_finish(s, LLM_FINISH_ERROR);
         return -1;
     }
@@ -534,7 +571,13 @@ static int prep_finish(struct model_runner *R, llm_seq *s)
     q->top_logprobs = sp.top_logprobs;
     if (get_int(req, "min_tokens", &v) && v > 0) q->min_tokens = (int)v;
     json_bool(json_get(req, "ignore_eos"), &q->ignore_eos);
-    q->smp = sampler_new(&sp, R->vocab, q->prompt.data, prompt);
+    q->ch = calloc((size_t)n, sizeof *q->ch);
+    if (!q->ch) {
+        fail(s, 503, "engine_out_of_memory", NULL, "engine out of memory");
+        return -1;
+    }
+    q->n = q->left = (int)n;
+    s->width = (int)n;
 
     /* stop strings */
     const char *stops[STOP_MAX];
@@ -545,24 +588,37 @@ static int prep_finish(struct model_runner *R, llm_seq *s)
         const char *x = json_string(st->u.array.values[i]);
         if (x && *x) stops[n_stops++] = x;
     }
-    stop_init(&q->stop, stops, n_stops);
 
     /* vLLM's default: special tokens (BOS, EOS, ...) are not output text.
      * DeepSeek's </think> and DSML markers are added but not special, so
      * the output parser still sees them. */
     bool skip_special = true;
     json_bool(json_get(req, "skip_special_tokens"), &skip_special);
-    tok_stream_init(&q->detok, R->tok, skip_special);
+
+    /* each choice its own seed stream: seed + i with a seed, else random */
+    for (int i = 0; i < q->n; i++) {
+        struct mchoice *c = &q->ch[i];
+        c->seq = s;
+        c->q = q;
+        c->index = (uint16_t)i;
+        sb_init(&c->text);
+        sb_init(&c->kept);
+        sampling_params cp = sp;
+        cp.seed = sp.seed + (uint64_t)i;
+        c->smp = sampler_new(&cp, R->vocab, q->prompt.data, prompt);
+        stop_init(&c->stop, stops, n_stops);
+        tok_stream_init(&c->detok, R->tok, skip_special);
+        if (s->kind != LLM_KIND_COMPLETIONS) {
+            c->parser = output_parser_new(q->thinking, parser_event, c, next_rand, &R->rng);
+            c->in_reasoning = q->thinking;
+        }
+        if (!c->smp || (s->kind != LLM_KIND_COMPLETIONS && !c->parser)) {
+            fail(s, 503, "engine_out_of_memory", NULL, "engine out of memory");
+            return -1;
+        }
+    }
     yajl_tree_free(q->req);
     q->req = NULL;
-    if (s->kind != LLM_KIND_COMPLETIONS) {
-        q->parser = output_parser_new(q->thinking, parser_event, s, next_rand, &R->rng);
-        q->in_reasoning = q->thinking;
-    }
-    if (!q->smp || (s->kind != LLM_KIND_COMPLETIONS && !q->parser)) {
-        fail(s, 503, "engine_out_of_memory", NULL, "engine out of memory");
-        return -1;
-    }
     seq_emit_prompt_info(s, (uint32_t)prompt, 0, fingerprint64(&q->prompt));
     q->ready = true;
     return 0;
@@ -596,8 +652,6 @@ static int mr_prepare(void *self, llm_seq *s)
         fail(s, 503, "engine_out_of_memory", NULL, "engine out of memory");
         return -1;
     }
-    sb_init(&q->text);
-    sb_init(&q->kept);
     q->request = s->request;
     q->request_len = s->request_len;
     q->kind = s->kind;
@@ -645,26 +699,36 @@ static int mr_admit(void *self, llm_seq *s)
     struct model_runner *R = self;
     struct mseq *q = s->state;
     if (!q || !q->ready) return 0;       /* still being tokenized */
-    if (q->vs) return 1;
+    if (q->ch[0].vs) return 1;
     strbuf err;
     sb_init(&err);
-    v4_seq *vs = v4_seq_new(R->model, &err);
-    if (vs && v4_seq_reserve(R->model, vs, s->prompt_tokens + q->budget, &err)) {
-        v4_seq_free(R->model, vs);
-        vs = NULL;
+    int i;
+    for (i = 0; i < q->n; i++) {
+        v4_seq *vs = v4_seq_new(R->model, &err);
+        if (vs && v4_seq_reserve(R->model, vs, s->prompt_tokens + q->budget, &err)) {
+            v4_seq_free(R->model, vs);
+            vs = NULL;
+        }
+        if (!vs) break;
+        q->ch[i].vs = vs;
     }
     sb_free(&err);
-    if (!vs) return 0;   /* wait until a running sequence gives blocks back */
-    q->vs = vs;
-    return 1;
+    if (i == q->n) return 1;
+    /* wait until a running sequence gives blocks back: all or none */
+    while (i-- > 0) {
+        v4_seq_free(R->model, q->ch[i].vs);
+        q->ch[i].vs = NULL;
+    }
+    return 0;
 }
 
 /* ---- output ------------------------------------------------------------ */
 
 static void parser_event(void *ctx, const parse_event *ev)
 {
-    llm_seq *s = ctx;
-    struct mseq *q = s->state;
+    struct mchoice *q = ctx;
+    llm_seq *s = q->seq;
+    s->choice = q->index;
     switch (ev->kind) {
     case PARSE_REASONING:
         seq_emit_text(s, LLM_EV_REASONING_DELTA, ev->text, ev->len);
@@ -691,30 +755,38 @@ static void parser_event(void *ctx, const parse_event *ev)
     }
 }
 
-static void emit_text(llm_seq *s, const char *text, size_t len)
+static void emit_text(struct mchoice *q, const char *text, size_t len)
 {
-    struct mseq *q = s->state;
     if (!len) return;
+    q->seq->choice = q->index;
     if (q->parser) output_parser_feed(q->parser, text, len);
-    else seq_emit_text(s, LLM_EV_CONTENT_DELTA, text, len);
+    else seq_emit_text(q->seq, LLM_EV_CONTENT_DELTA, text, len);
 }
 
+/* Usage of the whole request: the prompt once, every choice's tokens. */
 static void emit_usage(llm_seq *s)
 {
     struct mseq *q = s->state;
     llm_ipc_usage u = {
         .prompt_tokens = (uint32_t)s->prompt_tokens,
-        .completion_tokens = q ? (uint32_t)q->generated : 0,
-        .reasoning_tokens = q ? (uint32_t)q->reasoning_tokens : 0,
+        .completion_tokens = 0,
+        .reasoning_tokens = 0,
         .cached_tokens = 0,
     };
+    for (int i = 0; q && q->ch && i < q->n; i++) {
+        u.completion_tokens += (uint32_t)q->ch[i].generated;
+        u.reasoning_tokens += (uint32_t)q->ch[i].reasoning_tokens;
+    }
+    s->choice = 0;
     seq_emit_usage(s, &u);
 }
 
-/* The end of a sequence: release held text, close the parser, usage, finish. */
-static void finish(llm_seq *s, enum gen_stop why)
+/* The end of a choice: release held text, close the parser; with n = 1
+ * usage and finish, else the choice's own finish, and usage and the final
+ * finish after the last one. */
+static void finish(struct model_runner *R, struct mchoice *q, enum gen_stop why)
 {
-    struct mseq *q = s->state;
+    llm_seq *s = q->seq;
     sb_reset(&q->kept);
     if (!q->stop.matched) {
         sb_reset(&q->text);
@@ -722,18 +794,33 @@ static void finish(llm_seq *s, enum gen_stop why)
         stop_feed(&q->stop, q->text.data ? q->text.data : "", q->text.len, &q->kept);
         stop_flush(&q->stop, &q->kept);
     }
-    emit_text(s, q->kept.data, q->kept.len);
+    emit_text(q, q->kept.data, q->kept.len);
     enum llm_finish_reason r = why == GEN_LENGTH ? LLM_FINISH_LENGTH : LLM_FINISH_STOP;
     if (q->parser) {
+        s->choice = q->index;
         output_parser_finish(q->parser, why);
         r = q->parsed_finish;
     }
+    q->done = true;
+    struct mseq *m = q->q;
+    s->stop = q->stop.matched ? (uint32_t)q->stop.which + 1 : 0;
+    if (m->n > 1) {
+        s->choice = q->index;
+        seq_emit_choice_finish(s, r);
+        v4_seq_free(R->model, q->vs);     /* its blocks serve others now */
+        q->vs = NULL;
+        r = LLM_FINISH_STOP;
+        s->stop = 0;
+    }
+    if (--m->left > 0) return;
     emit_usage(s);
     seq_emit_finish(s, r);
 }
 
-static void emit_logprob(struct model_runner *R, llm_seq *s, const sample_result *sr)
+static void emit_logprob(struct model_runner *R, struct mchoice *q, const sample_result *sr)
 {
+    llm_seq *s = q->seq;
+    s->choice = q->index;
     size_t blen;
     const char *b = tok_id_bytes(R->tok, sr->token, &blen);
     const char *tb[SAMPLER_MAX_TOP_LOGPROBS];
@@ -748,26 +835,26 @@ static void emit_logprob(struct model_runner *R, llm_seq *s, const sample_result
 
 /* Sample the next token from logits and push it through detokenizer, stop
  * matcher and parser; ends the sequence when it should. */
-static void take_token(struct model_runner *R, llm_seq *s, float *logits)
+static void take_token(struct model_runner *R, struct mchoice *q, float *logits)
 {
-    struct mseq *q = s->state;
-    if (R->eos >= 0 && (q->ignore_eos || q->generated < q->min_tokens))
+    struct mseq *m = q->q;
+    if (R->eos >= 0 && (m->ignore_eos || q->generated < m->min_tokens))
         sampler_ban(logits, R->eos);
     sample_result sr;
     sampler_sample(q->smp, logits, &sr);
     q->generated++;
     if (q->in_reasoning) q->reasoning_tokens++;
-    if (q->top_logprobs >= 0) emit_logprob(R, s, &sr);
-    if (sr.token == R->eos) { finish(s, GEN_STOP); return; }
+    if (m->top_logprobs >= 0) emit_logprob(R, q, &sr);
+    if (sr.token == R->eos) { finish(R, q, GEN_STOP); return; }
 
     sb_reset(&q->text);
     sb_reset(&q->kept);
     tok_stream_push(&q->detok, sr.token, &q->text);
     bool stopped = stop_feed(&q->stop, q->text.data ? q->text.data : "", q->text.len, &q->kept);
-    emit_text(s, q->kept.data, q->kept.len);
+    emit_text(q, q->kept.data, q->kept.len);
     sb_reset(&q->kept);
-    if (stopped) { finish(s, GEN_STOP); return; }
-    if (q->generated >= q->budget) { finish(s, GEN_LENGTH); return; }
+    if (stopped) { finish(R, q, GEN_STOP); return; }
+    if (q->generated >= m->budget) { finish(R, q, GEN_LENGTH); return; }
     q->next = sr.token;
     q->has_next = true;
 }
@@ -776,28 +863,34 @@ static int mr_step(void *self, llm_seq **batch, int n, strbuf *err)
 {
     struct model_runner *R = self;
     int budget = R->rc->max_num_batched_tokens, n_items = 0;
-    llm_seq *owner[n > 0 ? n : 1];
+    struct mchoice *owner[R->rc->max_num_seqs > 0 ? R->rc->max_num_seqs : 1];
 
-    /* decoding sequences first (one token each), then prefill chunks */
+    /* decoding choices first (one token each), then prefill chunks (choice
+     * 0's: the others fork from it); the scheduler admits at most
+     * max_num_seqs choices in all */
     for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < n && n_items < R->rc->max_num_seqs; i++) {
-            struct mseq *q = batch[i]->state;
-            bool decoding = q->fed == (int)q->prompt.len;
-            if (decoding != (pass == 0) || budget <= 0) continue;
-            v4_step_item *it = &R->items[n_items];
-            if (decoding) {
-                it->tokens = &q->next;
-                it->n_tokens = 1;
-            } else {
-                int left = (int)q->prompt.len - q->fed;
-                it->tokens = q->prompt.data + q->fed;
-                it->n_tokens = left < budget ? left : budget;
+        for (int i = 0; i < n; i++) {
+            struct mseq *m = batch[i]->state;
+            for (int j = 0; j < m->n && n_items < R->rc->max_num_seqs; j++) {
+                struct mchoice *q = &m->ch[j];
+                bool decoding = q->fed == (int)m->prompt.len;
+                if (q->done || decoding != (pass == 0) || budget <= 0 || (j && !decoding))
+                    continue;
+                v4_step_item *it = &R->items[n_items];
+                if (decoding) {
+                    it->tokens = &q->next;
+                    it->n_tokens = 1;
+                } else {
+                    int left = (int)m->prompt.len - q->fed;
+                    it->tokens = m->prompt.data + q->fed;
+                    it->n_tokens = left < budget ? left : budget;
+                }
+                budget -= it->n_tokens;
+                it->seq = q->vs;
+                it->logits = R->logits + (size_t)n_items * (size_t)R->vocab;
+                it->all_logits = false;
+                owner[n_items++] = q;
             }
-            budget -= it->n_tokens;
-            it->seq = q->vs;
-            it->logits = R->logits + (size_t)n_items * (size_t)R->vocab;
-            it->all_logits = false;
-            owner[n_items++] = batch[i];
         }
     }
     if (!n_items) return 0;
@@ -805,15 +898,32 @@ static int mr_step(void *self, llm_seq **batch, int n, strbuf *err)
 
     int made = 0;
     for (int i = 0; i < n_items; i++) {
-        llm_seq *s = owner[i];
-        struct mseq *q = s->state;
-        if (q->fed < (int)q->prompt.len) {
+        struct mchoice *q = owner[i];
+        struct mseq *m = q->q;
+        int len = (int)m->prompt.len;
+        bool prefilled = false;
+        if (q->fed < len) {
             q->fed += R->items[i].n_tokens;
-            if (q->fed < (int)q->prompt.len) continue;   /* more prompt to go */
+            if (q->fed < len) continue;   /* more prompt to go */
+            prefilled = m->n > 1;
         }
+        /* the prompt is in choice 0's cache: the others copy it before
+         * choice 0 moves on (or ends and frees it) */
+        for (int j = 1; prefilled && j < m->n; j++) {
+            if (v4_seq_fork(R->model, m->ch[j].vs, q->vs, err)) return -1;
+            m->ch[j].fed = len;
+        }
+        if (prefilled)
+            memcpy(R->forked, R->items[i].logits, (size_t)R->vocab * sizeof *R->forked);
         q->has_next = false;
-        take_token(R, s, R->items[i].logits);
+        take_token(R, q, R->items[i].logits);
         made++;
+        for (int j = 1; prefilled && j < m->n; j++) {
+            float *copy = R->forked + R->vocab;
+            memcpy(copy, R->forked, (size_t)R->vocab * sizeof *copy);
+            take_token(R, &m->ch[j], copy);
+            made++;
+        }
     }
     return made;
 }
@@ -841,7 +951,8 @@ static void mr_release(void *self, llm_seq *s)
             if (*pp == q) { *pp = q->pending_next; break; }
         pthread_mutex_unlock(&R->prep_mu);
     }
-    if (q && q->vs) v4_seq_free(R->model, q->vs);
+    for (int i = 0; q && q->ch && i < q->n; i++)
+        if (q->ch[i].vs) v4_seq_free(R->model, q->ch[i].vs);
     free_mseq(q);
     s->state = NULL;
 }

@@ -226,6 +226,14 @@ static int sc_prepare(void *self, llm_seq *s)
     }
     yajl_val ts = json_get(root, "test_script");
     yajl_val e = json_get(ts, "error");
+    long long n = 1;
+    if (get_int(root, "n", &n) && n != 1) {
+        seq_emit_error(s, 400, "invalid_request_error", "n", "n: the scripted test runner "
+                       "plays one choice (the model runner serves n > 1)");
+        seq_emit_finish(s, LLM_FINISH_ERROR);
+        yajl_tree_free(root);
+        return -1;
+    }
     if (e) {
         long long status = 400;
         get_int(e, "status", &status);

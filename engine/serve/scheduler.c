@@ -41,6 +41,7 @@ struct sched {
     int               wait_head, wait_tail, n_waiting;
     int              *running;
     int               n_running;
+    int               n_rows;     /* batch rows of the running: their widths */
     llm_seq         **batch;
     bool              draining;
     char              drain_msg[LLM_IPC_STATE_MSG];
@@ -87,10 +88,13 @@ static void wait_del(sched *S, int k)
     S->n_waiting--;
 }
 
+static int width(const llm_seq *s) { return s->width > 0 ? s->width : 1; }
+
 static void running_del(sched *S, int k)
 {
     for (int i = 0; i < S->n_running; i++)
         if (S->running[i] == k) {
+            S->n_rows -= width(&S->seqs[k].pub);
             memmove(&S->running[i], &S->running[i + 1],
                     (size_t)(S->n_running - i - 1) * sizeof *S->running);
             S->n_running--;
@@ -408,6 +412,8 @@ static void admit(sched *S)
         struct sched_seq *q = &S->seqs[k];
         next = q->wait_next;
         if (q->pub.done) continue;           /* ending in the queue (error, cancel) */
+        /* n choices take n rows (a runner refuses n > max_num_seqs) */
+        if (S->n_rows + width(&q->pub) > S->cfg.max_num_seqs) break;
         if (S->cfg.ops->admit && !S->cfg.ops->admit(S->cfg.runner, &q->pub)) break;
         llm_ipc_slot *s = slot_of(S, (uint32_t)k);
         uint64_t w = LLM_SLOT_WORD(q->gen, q->pid, LLM_SLOT_SUBMITTED);
@@ -420,6 +426,7 @@ static void admit(sched *S)
         wait_del(S, k);
         q->phase = PH_RUNNING;
         S->running[S->n_running++] = k;
+        S->n_rows += width(&q->pub);
         ctr_add(S, LLM_CTR_TOKENS_IN, (uint64_t)q->pub.prompt_tokens);
     }
 }

@@ -42,12 +42,22 @@ void seq_out_flush(struct seq_out *o)
     o->overflow_off = 0;
 }
 
+/* The record's flags: its choice (n > 1), and whether it ends one. */
+static void set_flags(void *rec, uint16_t flags)
+{
+    llm_ev_hdr h;
+    memcpy(&h, rec, sizeof h);
+    h.flags = flags;
+    memcpy(rec, &h, sizeof h);
+}
+
 /* One encoded record: into the ring if nothing is queued before it and it
  * fits, else behind the queued ones. */
-static void put(llm_seq *s, const void *rec, size_t len)
+static void put_flagged(llm_seq *s, void *rec, size_t len, uint16_t flags)
 {
     struct seq_out *o = s->out;
     if (!len) return;   /* an encoder refused its arguments; callers bound them */
+    set_flags(rec, flags);
     if (s->done) {
         llm_ev_hdr h;
         memcpy(&h, rec, sizeof h);
@@ -60,6 +70,11 @@ static void put(llm_seq *s, const void *rec, size_t len)
         return;
     }
     sb_append(&o->overflow, rec, len);
+}
+
+static void put(llm_seq *s, void *rec, size_t len)
+{
+    put_flagged(s, rec, len, s->choice);
 }
 
 /* Longest prefix of at most max bytes that ends on a code point boundary. */
@@ -160,7 +175,15 @@ void seq_emit_error(llm_seq *s, uint32_t status, const char *code, const char *p
 void seq_emit_finish(llm_seq *s, enum llm_finish_reason reason)
 {
     unsigned char rec[16];
-    put(s, rec, llm_ipc_enc_finish(rec, sizeof rec, reason));
+    s->choice = 0;
+    put(s, rec, llm_ipc_enc_finish(rec, sizeof rec, reason, s->stop));
     if (!s->done) s->out->finish = (uint32_t)reason;
     s->done = true;
+}
+
+void seq_emit_choice_finish(llm_seq *s, enum llm_finish_reason reason)
+{
+    unsigned char rec[16];
+    put_flagged(s, rec, llm_ipc_enc_finish(rec, sizeof rec, reason, s->stop),
+                (uint16_t)(LLM_EV_CHOICE_END | s->choice));
 }

@@ -77,6 +77,8 @@ my %api_location = (
     health           => '= /health',
     metrics          => '= /metrics',
     admin            => '/admin/',
+    messages         => '= /v1/messages',
+    count_tokens     => '= /v1/messages/count_tokens',
 );
 
 # api_server($port, \@apis, %opt) -> a server block for write_conf that
