@@ -513,6 +513,7 @@ backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
     b->graph_begin = cu_graph_begin;
     b->graph_end = cu_graph_end;
     b->graph_counts = cu_graph_counts;
+    b->graph_kernels = cu_graph_kernels;
     b->destroy = cu_destroy;
     return b;
 }

@@ -119,6 +119,7 @@ struct cu_impl {
     unsigned long long gen, gtick;
     graph_ent graph[NGRAPH], *gcur;
     long long ncaptures, nreplays;
+    long long gkernels;         // kernel nodes of the graph captured last
     char *arena_h, *arena_d;    // pinned host / device, same layout
     size_t arena_cap, arena_len;
     arena_put_ent put[NPUT];
@@ -218,6 +219,7 @@ void graph_drop(graph_ent *e);
 void cu_graph_begin(backend *b, uint64_t key);
 bool cu_graph_end(backend *b);
 void cu_graph_counts(backend *b, long long *captures, long long *replays);
+long long cu_graph_kernels(backend *b);
 
 // cuda_comm.cu: the all-reduce op; the group's NCCL and peer setup.
 void cu_allreduce(backend *b, float *buf, size_t n);

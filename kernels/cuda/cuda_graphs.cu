@@ -48,6 +48,23 @@ void cu_graph_begin(backend *b, uint64_t key)
     }
 }
 
+// The launch counter: kernel nodes of a captured step.
+static long long kernel_nodes(cu_impl *c, cudaGraph_t g)
+{
+    size_t n = 0;
+    CK(c, cudaGraphGetNodes(g, NULL, &n));
+    cudaGraphNode_t *nodes = (cudaGraphNode_t *)calloc(n ? n : 1, sizeof *nodes);
+    long long k = 0;
+    if (n) CK(c, cudaGraphGetNodes(g, nodes, &n));
+    for (size_t i = 0; i < n && !c->failed; i++) {
+        cudaGraphNodeType t;
+        CK(c, cudaGraphNodeGetType(nodes[i], &t));
+        k += t == cudaGraphNodeTypeKernel;
+    }
+    free(nodes);
+    return k;
+}
+
 static void graph_launch(cu_impl *c, graph_ent *e)
 {
     CK(c, cudaMemcpyAsync(c->arena_d, c->arena_h, c->arena_len, cudaMemcpyHostToDevice, c->st));
@@ -74,6 +91,7 @@ bool cu_graph_end(backend *b)
             e->gen = c->gen;
             e->arena_len = c->arena_len;
             if (!c->failed) c->ncaptures++;
+            if (!c->failed) c->gkernels = kernel_nodes(c, g);
         }
         if (g) cudaGraphDestroy(g);
         if (c->failed) return false;
@@ -94,6 +112,8 @@ bool cu_graph_end(backend *b)
     c->gmode = G_WARM;
     return true;
 }
+
+long long cu_graph_kernels(backend *b) { return impl(b)->gkernels; }
 
 void cu_graph_counts(backend *b, long long *captures, long long *replays)
 {
