@@ -160,13 +160,15 @@ __global__ void indexer_scores_kernel(dindexer a, int t0, float smul, float *sco
     int qst = V4 ? d + 4 : d + 1;
     float *qs = sm, *kw = sm + nh * qst + warp * d;
     const float *q = a.q + (long long)i * nh * d;
-    for (int x = threadIdx.x; x < nh * d; x += blockDim.x) qs[(x / d) * qst + x % d] = q[x];
+    batched<8>(threadIdx.x, nh * d, blockDim.x, [&](int x) { return q[x]; },
+               [&](int x, float v) { qs[(x / d) * qst + x % d] = v; });
     __syncthreads();
     const float *wt = a.w + (long long)i * nh;
     int s1 = min(s0 + IDX_ENTRIES, nvis);
     for (int s = s0 + warp; s < s1; s += blockDim.x >> 5) {
         kref k = dpaged_ref(a.keys, s);
-        for (int c = lane; c < d; c += 32) kw[c] = kref_at(k, c);
+        batched<4>(lane, d, 32, [&](int c) { return kref_at(k, c); },
+                   [&](int c, float v) { kw[c] = v; });
         __syncwarp();
         float acc = 0;
         for (int h = lane; h < nh; h += 32) {
@@ -318,7 +320,8 @@ __global__ void __launch_bounds__(256) attention_kernel(dattn a, int chunk, floa
     float *qs = (float *)(kr + ATT_TILE), *kt = qs + HPB * hd, *lg = kt + ATT_TILE * hd;
     float *mrun = lg + HPB * ATT_TILE, *lrun = mrun + HPB, *resc = lrun + HPB;
     const float *q = a.q + ((long long)i * a.nheads + h0) * hd;
-    for (int x = threadIdx.x; x < HPB * hd; x += blockDim.x) qs[x] = x / hd < nh ? q[x] : 0;
+    batched<8>(threadIdx.x, HPB * hd, blockDim.x, [&](int x) { return x / hd < nh ? q[x] : 0.0f; },
+               [&](int x, float v) { qs[x] = v; });
     if (threadIdx.x < HPB) mrun[threadIdx.x] = -INFINITY, lrun[threadIdx.x] = 0;
     float acc[HPB][ATT_MAXC];
 #pragma unroll
@@ -330,8 +333,9 @@ __global__ void __launch_bounds__(256) attention_kernel(dattn a, int chunk, floa
         int tn = min(ATT_TILE, j1 - t0);
         if (threadIdx.x < tn) kr[threadIdx.x] = K.key(t0 + threadIdx.x);
         __syncthreads();
-        for (int x = threadIdx.x; x < tn * hd; x += blockDim.x)
-            kt[x] = kref_at(kr[x / hd], x % hd);
+        batched<8>(threadIdx.x, tn * hd, blockDim.x,
+                   [&](int x) { return kref_at(kr[x / hd], x % hd); },
+                   [&](int x, float v) { kt[x] = v; });
         __syncthreads();
         for (int j = warp; j < tn; j += nw) {
             const float *k = kt + j * hd;

@@ -224,6 +224,31 @@ struct kref {
 };
 
 // Row `row` of a region of nrows rows of n values stored as t.
+// store(x, load(x)) for x = first, first + step, ... below n, U at a
+// time: the batch's loads are all issued before its stores (element by
+// element, a store to shared memory that the compiler cannot tell from
+// the next element's sources may wait for each load).  Measured on the
+// decode kernels that stage keys and queries this way (ncu, runs D5-D6
+// of docs/GPU_NOTES.md): within noise for attention and the router,
+// 43.5 -> 40 us for the indexer's scores.
+template <int U, typename L, typename S>
+__device__ __forceinline__ void batched(int first, int n, int step, L load, S store)
+{
+    for (int x0 = first; x0 < n; x0 += U * step) {
+        float v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int x = x0 + u * step;
+            v[u] = x < n ? load(x) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int x = x0 + u * step;
+            if (x < n) store(x, v[u]);
+        }
+    }
+}
+
 __device__ __forceinline__ kref kv_ref(int t, const char *region, int nrows, int n, int row)
 {
     if (t == KV_F32) return kref{ region + (long long)row * n * 4, NULL, t };

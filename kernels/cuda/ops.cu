@@ -150,76 +150,70 @@ void cu_hc_rms(cudaStream_t st, const float *h, int T, int n, float norm_eps, fl
 }
 
 // Blocks (token, slice of H): the mix (cpu_hc_mix's operations in its
-// order) by warp 0, a lane per row of comb held in registers, the column
-// sums gathered by shuffles; every block of a token computes the same mix
-// and block 0 writes post and comb.  Then the collapse of the block's
-// columns, sum_k pre[k] h[k].  r: NULL, or m holds unnormalized dot
-// products to be multiplied by r[t].
+// order), every block of a token computing the same and block 0 writing
+// post and comb, then the collapse of the block's columns, sum_k pre[k]
+// h[k].  The Sinkhorn matrix has an element per thread (hc * hc <=
+// blockDim), shared between the steps, so each step's hc * hc divisions
+// run at once and each element's sums are taken in the CPU's order.  (In
+// one thread, or a row per lane, the 20 rounds' dependent IEEE divisions
+// made this a 28-30 us kernel; 12.6 us now: ncu, runs D5-D6 of
+// docs/GPU_NOTES.md.)  r: NULL, or m holds unnormalized dot products to
+// be multiplied by r[t].
 __global__ void hc_collapse_kernel(const float *h, int hc, int H, const float *m, const float *r,
                                    const float *base, const float *scale, int iters,
                                    float hc_eps, float *post, float *comb, float *out, int head)
 {
     pdl_wait();
-    __shared__ float pre[HC_MAX];
-    int t = blockIdx.x, lane = threadIdx.x, nmix = head ? hc : (2 + hc) * hc;
-    bool first = blockIdx.y == 0;
+    __shared__ float pre[HC_MAX], cm[HC_MAX * HC_MAX];
+    int t = blockIdx.x, e = threadIdx.x, nmix = head ? hc : (2 + hc) * hc;
+    bool first = blockIdx.y == 0 && !head, own = !head && e < hc * hc;
+    int i = own ? e / hc : 0, j = own ? e % hc : 0;
     const float *mt = m + (long long)t * nmix, *ht = h + (long long)t * hc * H;
     float rt = r ? r[t] : 1.0f;
-    if (threadIdx.x < 32) {
-        float row[HC_MAX];
-#pragma unroll
-        for (int j = 0; j < HC_MAX; j++) row[j] = 0;
-        if (lane < hc) {
-            float m0 = r ? mt[lane] * rt : mt[lane];
-            pre[lane] = sigmoidf_(m0 * scale[0] + base[lane]) + hc_eps;
-            if (!head) {
-                float m1 = r ? mt[hc + lane] * rt : mt[hc + lane];
-                if (first)
-                    post[(long long)t * hc + lane] = 2.0f * sigmoidf_(m1 * scale[1] + base[hc + lane]);
-                const float *mc = mt + 2 * hc, *bc = base + 2 * hc;
-                float mx = -INFINITY, sum = 0;
-#pragma unroll
-                for (int j = 0; j < HC_MAX; j++) {
-                    if (j >= hc) break;
-                    float mv = r ? mc[lane * hc + j] * rt : mc[lane * hc + j];
-                    row[j] = mv * scale[2] + bc[lane * hc + j];
-                    if (row[j] > mx) mx = row[j];
+    if (e < hc) {
+        float m0 = r ? mt[e] * rt : mt[e];
+        pre[e] = sigmoidf_(m0 * scale[0] + base[e]) + hc_eps;
+        if (first) {
+            float m1 = r ? mt[hc + e] * rt : mt[hc + e];
+            post[(long long)t * hc + e] = 2.0f * sigmoidf_(m1 * scale[1] + base[hc + e]);
+        }
+    }
+    if (!head) {
+        // Row i's softmax, then rounds of row and column normalization.
+        float v = 0;
+        if (own) {
+            float mv = r ? mt[2 * hc + e] * rt : mt[2 * hc + e];
+            v = mv * scale[2] + base[2 * hc + e];
+            cm[e] = v;
+        }
+        __syncthreads();
+        if (own) {
+            float mx = -INFINITY;
+            for (int k = 0; k < hc; k++)
+                if (cm[i * hc + k] > mx) mx = cm[i * hc + k];
+            v = expf(v - mx);
+        }
+        __syncthreads();
+        if (own) cm[e] = v;
+        __syncthreads();
+        if (own) {
+            float sum = 0;
+            for (int k = 0; k < hc; k++) sum += cm[i * hc + k];
+            v = v / sum + hc_eps;
+        }
+        for (int it = 0; it < iters; it++) {
+            for (int col = it > 0 ? 0 : 1; col < 2; col++) {
+                __syncthreads();
+                if (own) cm[e] = v;
+                __syncthreads();
+                if (own) {
+                    float sum = 0;
+                    for (int k = 0; k < hc; k++) sum += col ? cm[k * hc + j] : cm[i * hc + k];
+                    v /= sum + hc_eps;
                 }
-#pragma unroll
-                for (int j = 0; j < HC_MAX; j++) {
-                    if (j >= hc) break;
-                    row[j] = expf(row[j] - mx);
-                    sum += row[j];
-                }
-#pragma unroll
-                for (int j = 0; j < HC_MAX; j++)
-                    if (j < hc) row[j] = row[j] / sum + hc_eps;
             }
         }
-        for (int it = 0; !head && it < iters; it++) {
-            if (it > 0 && lane < hc) {
-                float sum = 0;
-#pragma unroll
-                for (int j = 0; j < HC_MAX; j++)
-                    if (j < hc) sum += row[j];
-#pragma unroll
-                for (int j = 0; j < HC_MAX; j++)
-                    if (j < hc) row[j] /= sum + hc_eps;
-            }
-            // Column j's sum over the rows in order, then the division.
-#pragma unroll
-            for (int j = 0; j < HC_MAX; j++) {
-                if (j >= hc) break;
-                float sum = 0;
-                for (int i = 0; i < hc; i++) sum += __shfl_sync(0xffffffffu, row[j], i);
-                if (lane < hc) row[j] /= sum + hc_eps;
-            }
-        }
-        if (!head && first && lane < hc) {
-#pragma unroll
-            for (int j = 0; j < HC_MAX; j++)
-                if (j < hc) comb[(long long)t * hc * hc + lane * hc + j] = row[j];
-        }
+        if (first && own) comb[(long long)t * hc * hc + e] = v;
     }
     __syncthreads();
     for (int d = blockIdx.y * blockDim.x + threadIdx.x; d < H; d += gridDim.y * blockDim.x) {
@@ -345,10 +339,8 @@ __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmo
         float *val = rsh + (long long)warp * E;
         unsigned char *taken = (unsigned char *)(rsh + (long long)(blockDim.x >> 5) * E) +
                                (long long)warp * E;
-        for (int e = lane; e < E; e += 32) {
-            val[e] = route_act(sc[e], sigmoid) + bias[e];
-            taken[e] = 0;
-        }
+        batched<8>(lane, E, 32, [&](int e) { return route_act(sc[e], sigmoid) + bias[e]; },
+                   [&](int e, float v) { val[e] = v, taken[e] = 0; });
         __syncwarp();
         for (int k = 0; k < K; k++) {
             float bv = 0;
