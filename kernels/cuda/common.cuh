@@ -223,7 +223,6 @@ struct kref {
     int t;
 };
 
-// Row `row` of a region of nrows rows of n values stored as t.
 // store(x, load(x)) for x = first, first + step, ... below n, U at a
 // time: the batch's loads are all issued before its stores (element by
 // element, a store to shared memory that the compiler cannot tell from
@@ -249,6 +248,7 @@ __device__ __forceinline__ void batched(int first, int n, int step, L load, S st
     }
 }
 
+// Row `row` of a region of nrows rows of n values stored as t.
 __device__ __forceinline__ kref kv_ref(int t, const char *region, int nrows, int n, int row)
 {
     if (t == KV_F32) return kref{ region + (long long)row * n * 4, NULL, t };
