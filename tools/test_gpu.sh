@@ -11,7 +11,7 @@
 #                                      LLM_CUDA_GEMM=bf16 and f32
 # Verbose TAP, so the measured errors are in the log.
 set -e
-export NCCL_NVLS_ENABLE=0     # never NVLink multicast (see backend_cuda.cu)
+export NCCL_NVLS_ENABLE=0     # never NVLink multicast (see cuda_comm.cu)
 bin=build/bin/llm-engine
 $bin version
 n=$($bin version | sed -n 's/^cuda devices: //p')

@@ -237,6 +237,11 @@ int cmd_bench(int argc, char **argv)
                    100 * floor_s / (td / nd), peak_gbs);
             printf("decode warm-up   first %d tokens %.1f ms; graphs: %lld captured, %lld "
                    "replays (over the ranks)\n", warm, t_warm * 1e3, ncap, nrep);
+            long long nk = v4_model_graph_kernels(m);
+            if (nk)
+                printf("decode launches  %lld kernels per token on rank 0 = %.1f per layer over "
+                       "%d layers (embedding and head included)\n", nk,
+                       (double)nk / c->n_layers, c->n_layers);
             fflush(stdout);
         }
         v4_seq_free(m, seq);

@@ -214,10 +214,12 @@ struct backend {
      * graph_end returns true when the ops did not run and must be called
      * again (then as usual).  Under a key, sizes that depend on positions
      * are taken for graph_pos_cap(pos0 + n).  graph_counts: captures and
-     * replays so far. */
+     * replays so far.  graph_kernels (NULL: not counted): the kernel
+     * launches in the graph captured last. */
     void (*graph_begin)(backend *b, uint64_t key);
     bool (*graph_end)(backend *b);
     void (*graph_counts)(backend *b, long long *captures, long long *replays);
+    long long (*graph_kernels)(backend *b);
 
     void (*destroy)(backend *b);
 };

@@ -291,6 +291,12 @@ void v4_model_graph_counts(v4_model *m, long long *captures, long long *replays)
     }
 }
 
+long long v4_model_graph_kernels(v4_model *m)
+{
+    backend *be = m->ranks[0].be;
+    return be->graph_kernels ? be->graph_kernels(be) : 0;
+}
+
 void v4_cache_info_get(v4_model *m, v4_cache_info *ci)
 {
     pthread_mutex_lock(&m->mu);

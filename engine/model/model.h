@@ -58,6 +58,9 @@ void v4_model_mem(v4_model *m, size_t *free_bytes, size_t *total_bytes);
 /* Decode steps captured as graphs and replayed, over all ranks (0 and 0
  * on backends without graphs). */
 void v4_model_graph_counts(v4_model *m, long long *captures, long long *replays);
+/* Kernel launches in rank 0's graph captured last (a decode step when
+ * decode ran last); 0 on backends that do not count. */
+long long v4_model_graph_kernels(v4_model *m);
 void v4_model_free(v4_model *m);
 const v4_config *v4_model_config(const v4_model *m);
 int v4_model_tp(const v4_model *m);

@@ -58,6 +58,7 @@ struct comp_src {
 // Block i: window wfirst + i, if the chunk completes it.
 __global__ void compress_entry_kernel(comp_src S, drope rt)
 {
+    pdl_wait();
     extern __shared__ float entry[];
     __shared__ double shd[32];
     S.resolve();
@@ -95,6 +96,7 @@ __global__ void compress_entry_kernel(comp_src S, drope rt)
 // ovl = [Ca | Ga] rows of the last window the chunk completes, if any.
 __global__ void compress_ovl_kernel(comp_src S)
 {
+    pdl_wait();
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     S.resolve();
     if (idx >= (long long)S.m * S.d || S.wlast < S.wfirst) return;
@@ -109,6 +111,7 @@ __global__ void compress_ovl_kernel(comp_src S)
 // win rows of the chunk's last `count` positions.
 __global__ void compress_win_kernel(comp_src S, int count)
 {
+    pdl_wait();
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long long)count * S.wd) return;
     S.resolve();
@@ -129,11 +132,12 @@ void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt)
     S.d = a.d;
     S.wd = (a.overlap ? 2 : 1) * a.d;
     // A chunk of n completes at most ceil(n / ratio) windows.
-    compress_entry_kernel<<<(a.n + a.ratio - 1) / a.ratio, 128, a.d * sizeof(float), st>>>(S, rt);
+    cu_launch(compress_entry_kernel, (a.n + a.ratio - 1) / a.ratio, 128, a.d * sizeof(float), st, S,
+              rt);
     if (a.overlap)
-        compress_ovl_kernel<<<blocks_for((long long)S.m * S.d, 256), 256, 0, st>>>(S);
+        cu_launch(compress_ovl_kernel, blocks_for((long long)S.m * S.d, 256), 256, 0, st, S);
     int count = a.n < a.ratio ? a.n : a.ratio;
-    compress_win_kernel<<<blocks_for((long long)count * S.wd, 256), 256, 0, st>>>(S, count);
+    cu_launch(compress_win_kernel, blocks_for((long long)count * S.wd, 256), 256, 0, st, S, count);
 }
 
 // ---- lightning indexer ----
@@ -147,6 +151,7 @@ void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt)
 template <bool V4>
 __global__ void indexer_scores_kernel(dindexer a, int t0, float smul, float *scores, long long ldsc)
 {
+    pdl_wait();
     extern __shared__ __align__(16) float sm[];
     int i = t0 + blockIdx.y, p = (a.dyn ? a.dyn->pos0 : a.pos0) + i, nvis = (p + 1) / a.ratio;
     int s0 = blockIdx.x * IDX_ENTRIES;
@@ -155,13 +160,15 @@ __global__ void indexer_scores_kernel(dindexer a, int t0, float smul, float *sco
     int qst = V4 ? d + 4 : d + 1;
     float *qs = sm, *kw = sm + nh * qst + warp * d;
     const float *q = a.q + (long long)i * nh * d;
-    for (int x = threadIdx.x; x < nh * d; x += blockDim.x) qs[(x / d) * qst + x % d] = q[x];
+    batched<8>(threadIdx.x, nh * d, blockDim.x, [&](int x) { return q[x]; },
+               [&](int x, float v) { qs[(x / d) * qst + x % d] = v; });
     __syncthreads();
     const float *wt = a.w + (long long)i * nh;
     int s1 = min(s0 + IDX_ENTRIES, nvis);
     for (int s = s0 + warp; s < s1; s += blockDim.x >> 5) {
         kref k = dpaged_ref(a.keys, s);
-        for (int c = lane; c < d; c += 32) kw[c] = kref_at(k, c);
+        batched<4>(lane, d, 32, [&](int c) { return kref_at(k, c); },
+                   [&](int c, float v) { kw[c] = v; });
         __syncwarp();
         float acc = 0;
         for (int h = lane; h < nh; h += 32) {
@@ -196,6 +203,7 @@ __device__ __forceinline__ unsigned fkey(float f)
 // ascending index order.
 __global__ void indexer_topk_kernel(dindexer a, int t0, const float *scores, long long ldsc)
 {
+    pdl_wait();
     __shared__ int hist[256], scan_sh[32];
     __shared__ unsigned s_prefix;
     __shared__ int s_krem;
@@ -273,10 +281,12 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
             cu_indexer_mma(st, a, t0, nt, scores, ldsc, keys, CU_INDEXER_KTILE);
         } else if (maxvis > a.topk) {
             dim3 grid(blocks_for(maxvis, IDX_ENTRIES), nt);
-            if (v4) indexer_scores_kernel<true><<<grid, 256, smem, st>>>(a, t0, smul, scores, ldsc);
-            else indexer_scores_kernel<false><<<grid, 256, smem, st>>>(a, t0, smul, scores, ldsc);
+            if (v4) cu_launch(indexer_scores_kernel<true>, grid, 256, smem, st, a, t0, smul, scores,
+                              ldsc);
+            else cu_launch(indexer_scores_kernel<false>, grid, 256, smem, st, a, t0, smul, scores,
+                           ldsc);
         }
-        indexer_topk_kernel<<<nt, 512, 0, st>>>(a, t0, scores, ldsc);
+        cu_launch(indexer_topk_kernel, nt, 512, 0, st, a, t0, scores, ldsc);
     }
 }
 
@@ -298,6 +308,7 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
 template <int HPB>
 __global__ void __launch_bounds__(256) attention_kernel(dattn a, int chunk, float *part)
 {
+    pdl_wait();
     extern __shared__ __align__(16) unsigned char smem[];
     if (a.dyn) a.pos0 = a.dyn->pos0, a.ring = (const char *)a.dyn->ptr;
     int i = blockIdx.x, h0 = blockIdx.y * HPB, hd = a.hd;
@@ -309,7 +320,8 @@ __global__ void __launch_bounds__(256) attention_kernel(dattn a, int chunk, floa
     float *qs = (float *)(kr + ATT_TILE), *kt = qs + HPB * hd, *lg = kt + ATT_TILE * hd;
     float *mrun = lg + HPB * ATT_TILE, *lrun = mrun + HPB, *resc = lrun + HPB;
     const float *q = a.q + ((long long)i * a.nheads + h0) * hd;
-    for (int x = threadIdx.x; x < HPB * hd; x += blockDim.x) qs[x] = x / hd < nh ? q[x] : 0;
+    batched<8>(threadIdx.x, HPB * hd, blockDim.x, [&](int x) { return x / hd < nh ? q[x] : 0.0f; },
+               [&](int x, float v) { qs[x] = v; });
     if (threadIdx.x < HPB) mrun[threadIdx.x] = -INFINITY, lrun[threadIdx.x] = 0;
     float acc[HPB][ATT_MAXC];
 #pragma unroll
@@ -321,8 +333,9 @@ __global__ void __launch_bounds__(256) attention_kernel(dattn a, int chunk, floa
         int tn = min(ATT_TILE, j1 - t0);
         if (threadIdx.x < tn) kr[threadIdx.x] = K.key(t0 + threadIdx.x);
         __syncthreads();
-        for (int x = threadIdx.x; x < tn * hd; x += blockDim.x)
-            kt[x] = kref_at(kr[x / hd], x % hd);
+        batched<8>(threadIdx.x, tn * hd, blockDim.x,
+                   [&](int x) { return kref_at(kr[x / hd], x % hd); },
+                   [&](int x, float v) { kt[x] = v; });
         __syncthreads();
         for (int j = warp; j < tn; j += nw) {
             const float *k = kt + j * hd;
@@ -412,6 +425,7 @@ static size_t attention_smem(int hd)
 // Block (token, head): the splits' partials merged with the sink.
 __global__ void attention_combine_kernel(dattn a, int splits, const float *part)
 {
+    pdl_wait();
     int i = blockIdx.x, h = blockIdx.y, hd = a.hd;
     long long ps = hd + 2;
     const float *pp = part + ((long long)i * a.nheads + h) * splits * ps;
@@ -434,8 +448,9 @@ static bool attention_launch(cudaStream_t st, const dattn &a, int splits, int ch
     if (smem > 200 * 1024 || a.hd > ATT_MAXC * 256) return false;
     smem_attr<HPB>(attention_kernel<HPB>, smem);
     dim3 grid(a.n, (a.nheads + HPB - 1) / HPB, splits);
-    attention_kernel<HPB><<<grid, 256, smem, st>>>(a, chunk, part);
-    if (splits > 1) attention_combine_kernel<<<dim3(a.n, a.nheads), 128, 0, st>>>(a, splits, part);
+    cu_launch(attention_kernel<HPB>, grid, 256, smem, st, a, chunk, part);
+    if (splits > 1) cu_launch(attention_combine_kernel, dim3(a.n, a.nheads), 128, 0, st, a, splits,
+                              part);
     return true;
 }
 

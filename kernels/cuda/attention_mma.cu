@@ -102,6 +102,7 @@ __device__ __forceinline__ void am_tile_rows(const attn_span_keys<TQ> &K, int kt
 template <int HD, int NP, int TQ>
 __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a)
 {
+    pdl_wait();
     constexpr int M = TQ * AM_HEADS, MT = M / 16, LD = HD + AM_PAD, LDP = AM_KEYS + AM_PAD;
     constexpr int NT = HD / 64, NB = NT > 1 ? 2 : 1, WPM = 8 / MT, WN = AM_KEYS / 8 / WPM;
     constexpr int TPR = 256 / M, KPT = AM_KEYS / TPR;   // softmax: threads per row, keys each
@@ -292,7 +293,7 @@ static void attention_mma_launch(cudaStream_t st, const dattn &a)
     size_t smem = attention_mma_smem<HD, NP, TQ>();
     smem_attr<HD * 4 + NP * 2 + TQ>(attention_mma_kernel<HD, NP, TQ>, smem);
     dim3 grid((a.n + TQ - 1) / TQ, (a.nheads + AM_HEADS - 1) / AM_HEADS);
-    attention_mma_kernel<HD, NP, TQ><<<grid, 256, smem, st>>>(a);
+    cu_launch(attention_mma_kernel<HD, NP, TQ>, grid, 256, smem, st, a);
 }
 
 template <int NP, int TQ>

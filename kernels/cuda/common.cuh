@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cpu/kv_quant.h"
 #include "cpu/qweight.h"
@@ -20,6 +22,45 @@ struct dqw {
     int r0, c0;                 // view origin inside the copy
     long long estride, sestride; // bytes between packed experts
 };
+
+// Programmatic dependent launch.  Every kernel is launched by cu_launch,
+// which lets it start while the kernel before it on the stream is still
+// running (in graphs too: a programmatic edge); pdl_wait, at the top of
+// every kernel (after the loads that depend on nothing earlier, such as
+// the GEMVs' first weights), waits until that kernel has finished and its
+// writes are visible, then lets the next kernel start the same way.  A
+// kernel that does not wait must not run under cu_launch.  Outside such a
+// launch pdl_wait returns at once.  LLM_CUDA_PDL=0: launches serialized.
+__device__ __forceinline__ void pdl_wait()
+{
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+inline bool cu_pdl()
+{
+    static const bool on = !(getenv("LLM_CUDA_PDL") && !strcmp(getenv("LLM_CUDA_PDL"), "0"));
+    return on;
+}
+
+// The arguments convert to the kernel's parameter types (as with <<<>>>).
+template <typename T> struct same_type { using type = T; };
+template <typename... P>
+void cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+               typename same_type<P>::type... args)
+{
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = at;
+    cfg.numAttrs = cu_pdl() ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, kernel, args...);
+}
 
 __device__ __forceinline__ float bf16f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
@@ -181,6 +222,31 @@ struct kref {
     const uint8_t *s;
     int t;
 };
+
+// store(x, load(x)) for x = first, first + step, ... below n, U at a
+// time: the batch's loads are all issued before its stores (element by
+// element, a store to shared memory that the compiler cannot tell from
+// the next element's sources may wait for each load).  Measured on the
+// decode kernels that stage keys and queries this way (ncu, runs D5-D6
+// of docs/GPU_NOTES.md): within noise for attention and the router,
+// 43.5 -> 40 us for the indexer's scores.
+template <int U, typename L, typename S>
+__device__ __forceinline__ void batched(int first, int n, int step, L load, S store)
+{
+    for (int x0 = first; x0 < n; x0 += U * step) {
+        float v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int x = x0 + u * step;
+            v[u] = x < n ? load(x) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int x = x0 + u * step;
+            if (x < n) store(x, v[u]);
+        }
+    }
+}
 
 // Row `row` of a region of nrows rows of n values stored as t.
 __device__ __forceinline__ kref kv_ref(int t, const char *region, int nrows, int n, int row)

@@ -26,6 +26,7 @@ static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + th
 // multiple of 4).  BF16 and FP8 entries convert exactly.
 __global__ void indexer_gather_kernel(dpaged keys, int k0, int k1, int d, uint2 *out)
 {
+    pdl_wait();
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     int per = d / 4;
     if (idx >= (long long)(k1 - k0) * per) return;
@@ -49,6 +50,7 @@ __global__ void __launch_bounds__(32 * MMA_WARPS, 2)
 indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *kt, float smul,
                    float *scores, long long ldsc)
 {
+    pdl_wait();
     __shared__ __align__(16) uint16_t qs[MMA_QB * 64 * MMA_QST];
     __shared__ float ws[MMA_QB * 64];
     int nh = a.nheads, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -133,11 +135,11 @@ void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *s
     float smul = (float)pow(a.d, -0.5);
     for (int k0 = 0; k0 < maxvis; k0 += ktile) {
         int k1 = maxvis - k0 < ktile ? maxvis : k0 + ktile;
-        indexer_gather_kernel<<<blocks_for((long long)(k1 - k0) * a.d / 4, 256), 256, 0, st>>>(
-            a.keys, k0, k1, a.d, (uint2 *)kt);
+        cu_launch(indexer_gather_kernel, blocks_for((long long)(k1 - k0) * a.d / 4, 256), 256, 0,
+                  st, a.keys, k0, k1, a.d, (uint2 *)kt);
         dim3 grid(blocks_for(k1 - k0, MMA_KEYS), blocks_for(nt, MMA_QG));
-        indexer_mma_kernel<<<grid, 32 * MMA_WARPS, 0, st>>>(a, t0, nt, k0, k1, kt, smul, scores,
-                                                           ldsc);
+        cu_launch(indexer_mma_kernel, grid, 32 * MMA_WARPS, 0, st, a, t0, nt, k0, k1, kt, smul,
+                  scores, ldsc);
     }
 }
 

@@ -1,6 +1,7 @@
-// Launchers of the CUDA kernels (host functions, C++), used by
-// backend_cuda.cu.  Every pointer is device memory unless it says host;
-// every launch goes to stream `st` and skips empty grids.  Each kernel
+// Launchers of the CUDA kernels (host functions, C++), used by the
+// backend's files (backend_cuda.cu, cuda_gemm.cu).  Every pointer is
+// device memory unless it says host; every launch goes to stream `st`
+// (through cu_launch, common.cuh) and skips empty grids.  Each kernel
 // computes what the CPU backend op of the same name computes
 // (kernels/cpu/backend_cpu.c), in float32.
 #pragma once

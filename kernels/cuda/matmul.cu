@@ -183,6 +183,10 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
 
     const uint8_t *bd[R], *bs[R];   // row r's matrix (expert applied), its row, scale row
     long long row[R];
+    // Experts come from the kernel before: wait for it first.  Else the
+    // first weights load while it finishes (pdl_wait below).
+    bool dense = MODE != GV_COMBINE && !a.experts;
+    if (!dense) pdl_wait();
     {
         const uint8_t *d = w.data, *s = w.scale, *d3 = a.w3.data, *s3 = a.w3.scale;
         if (MODE != GV_COMBINE && a.experts) {
@@ -242,6 +246,7 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
         int c = lane + 32 * sub;
         // The first weights are on their way while x is staged.
         if (c < nch) load(k0, c, nch);
+        if (dense && k0 == 0) pdl_wait();
         __syncthreads();
         if (a.x4) {
             // float4s, all of a thread's loads before its stores (at most
@@ -325,6 +330,7 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
             }
         }
     }
+    if (dense) pdl_wait();      // no columns: the loop never waited
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -360,6 +366,7 @@ __global__ void __launch_bounds__(256)
 tiled_kernel(dqw w, const float *x, int ldx, int xdiv, int T, float *y, int ldy,
              const int4 *tiles, const int *ntiles, const int *perm)
 {
+    pdl_wait();
     __shared__ __align__(16) float xs[TK][TM + 4];
     __shared__ __align__(16) float ws[TK][TN + 4];
     int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
@@ -453,10 +460,10 @@ static void launch_nt(cudaStream_t st, dim3 grid, const gv_args &a, bool one_row
     constexpr int R = NT == 8 ? 2 : 4;      // 8 tokens: fewer rows, or registers spill
     if constexpr (MODE == GV_PLAIN)
         if (one_row) {
-            gemv_kernel<QT, NT, 1, MODE><<<grid, 256, 0, st>>>(a);
+            cu_launch(gemv_kernel<QT, NT, 1, MODE>, grid, 256, 0, st, a);
             return;
         }
-    gemv_kernel<QT, NT, R, MODE><<<grid, 256, 0, st>>>(a);
+    cu_launch(gemv_kernel<QT, NT, R, MODE>, grid, 256, 0, st, a);
 }
 
 template <int QT, int MODE>
@@ -521,8 +528,8 @@ void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, fl
         gemv_launch<GV_PLAIN>(st, gv_make(w, x, ldx, T, y, ldy));
     } else {
         dim3 grid((T + TM - 1) / TM, (w.rows + TN - 1) / TN);
-        QT_DISPATCH(w.type, tiled_kernel<QT><<<grid, 256, 0, st>>>(w, x, ldx, 1, T, y, ldy, NULL,
-                                                                   NULL, NULL));
+        QT_DISPATCH(w.type, cu_launch(tiled_kernel<QT>, grid, 256, 0, st, w, x, ldx, 1, T, y, ldy,
+                                      NULL, NULL, NULL));
     }
 }
 
@@ -557,8 +564,8 @@ void cu_matmul_tiles(cudaStream_t st, const dqw &w, const int4 *tiles, const int
 {
     if (w.rows <= 0 || max_tiles <= 0) return;
     dim3 grid(max_tiles, (w.rows + TN - 1) / TN);
-    QT_DISPATCH(w.type, tiled_kernel<QT><<<grid, 256, 0, st>>>(w, x, ldx, xdiv, 0, y, ldy, tiles,
-                                                               ntiles, perm));
+    QT_DISPATCH(w.type, cu_launch(tiled_kernel<QT>, grid, 256, 0, st, w, x, ldx, xdiv, 0, y, ldy,
+                                  tiles, ntiles, perm));
 }
 
 // Operands of the prefill GEMMs (cuBLASLt, backend_cuda.cu): weights
@@ -579,6 +586,7 @@ template <> __device__ __forceinline__ uint16_t out_of<uint16_t>(float v) { retu
 template <int QT, typename O>
 __global__ void dequant_kernel(dqw w, O *out, long long ldo)
 {
+    pdl_wait();
     long long per = (long long)w.rows * ldo;
     long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (i >= per) return;
@@ -627,16 +635,18 @@ void cu_dequant(cudaStream_t st, const dqw &w, int nexp, bool bf16, void *out, l
     if (n <= 0 || nexp <= 0) return;
     dim3 grid((unsigned)((n + 255) / 256), nexp);
     if (bf16) {
-        QT_DISPATCH(w.type, dequant_kernel<QT, uint16_t><<<grid, 256, 0, st>>>(w, (uint16_t *)out,
-                                                                                ldo));
+        QT_DISPATCH(w.type, cu_launch(dequant_kernel<QT, uint16_t>, grid, 256, 0, st, w,
+                                      (uint16_t *)out, ldo));
     } else {
-        QT_DISPATCH(w.type, dequant_kernel<QT, float><<<grid, 256, 0, st>>>(w, (float *)out, ldo));
+        QT_DISPATCH(w.type, cu_launch(dequant_kernel<QT, float>, grid, 256, 0, st, w, (float *)out,
+                                      ldo));
     }
 }
 
 __global__ void round_bf16_kernel(const float *x, int ldx, const int *rows, int div, long long T,
                                   int K, uint16_t *out, int ldo, int lo)
 {
+    pdl_wait();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= T * K) return;
     long long t = i / K, k = i % K, src = rows ? rows[t] / div : t;
@@ -651,6 +661,6 @@ void cu_round_bf16(cudaStream_t st, const float *x, int ldx, const int *rows, in
 {
     long long n = (long long)T * K;
     if (n <= 0) return;
-    round_bf16_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(x, ldx, rows, div, T, K, out,
-                                                                    ldo, lo);
+    cu_launch(round_bf16_kernel, (unsigned)((n + 255) / 256), 256, 0, st, x, ldx, rows, div, T, K,
+              out, ldo, lo);
 }

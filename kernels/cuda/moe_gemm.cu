@@ -44,6 +44,7 @@ struct mg_regs {
 template <bool SPLIT, bool SWIGLU>
 __global__ void __launch_bounds__(MG_THREADS, 2) moe_gemm_kernel(dmoe_gemm a)
 {
+    pdl_wait();
     // All of it dynamic (two stages, then the slots' x rows and the E2M1
     // values), so the launcher's size is the whole: at 48 KB and above it
     // must be allowed explicitly.
@@ -229,7 +230,7 @@ bool cu_moe_gemm(cudaStream_t st, const dmoe_gemm &a, int max_tiles, bool split)
 #define MG_LAUNCH(S, W)                                                                          \
     do {                                                                                         \
         smem_attr<S * 2 + W>(moe_gemm_kernel<S, W>, smem);                                       \
-        moe_gemm_kernel<S, W><<<grid, MG_THREADS, smem, st>>>(b);                                \
+        cu_launch(moe_gemm_kernel<S, W>, grid, MG_THREADS, smem, st, b);                     \
     } while (0)
     if (split && swiglu) MG_LAUNCH(true, true);
     else if (split) MG_LAUNCH(true, false);

@@ -11,6 +11,7 @@ static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + th
 template <int QT>
 __global__ void embed_kernel(dqw w, const int *ids, float *out)
 {
+    pdl_wait();
     int t = blockIdx.x;
     long long r = w.r0 + ids[t];
     float *o = out + (long long)t * w.cols;
@@ -22,16 +23,17 @@ void cu_embed(cudaStream_t st, const dqw &w, const int *ids, int T, float *out)
 {
     if (T <= 0) return;
     switch (w.type) {
-    case QT_F32: embed_kernel<QT_F32><<<T, 256, 0, st>>>(w, ids, out); break;
-    case QT_BF16: embed_kernel<QT_BF16><<<T, 256, 0, st>>>(w, ids, out); break;
-    case QT_FP8: embed_kernel<QT_FP8><<<T, 256, 0, st>>>(w, ids, out); break;
-    default: embed_kernel<QT_MXFP4><<<T, 256, 0, st>>>(w, ids, out); break;
+    case QT_F32: cu_launch(embed_kernel<QT_F32>, T, 256, 0, st, w, ids, out); break;
+    case QT_BF16: cu_launch(embed_kernel<QT_BF16>, T, 256, 0, st, w, ids, out); break;
+    case QT_FP8: cu_launch(embed_kernel<QT_FP8>, T, 256, 0, st, w, ids, out); break;
+    default: cu_launch(embed_kernel<QT_MXFP4>, T, 256, 0, st, w, ids, out); break;
     }
 }
 
 __global__ void rmsnorm_kernel(const float *x, int ldx, int n, const float *w, float eps,
                                float *out, int ldo)
 {
+    pdl_wait();
     __shared__ double sh[32];
     const float *xr = x + (long long)blockIdx.x * ldx;
     float *o = out + (long long)blockIdx.x * ldo;
@@ -49,12 +51,13 @@ void cu_rmsnorm(cudaStream_t st, const float *x, int ldx, int T, int n, const fl
                 float eps, float *out, int ldo)
 {
     if (T <= 0 || n <= 0) return;
-    rmsnorm_kernel<<<T, n >= 1024 ? 512 : 128, 0, st>>>(x, ldx, n, weight, eps, out, ldo);
+    cu_launch(rmsnorm_kernel, T, n >= 1024 ? 512 : 128, 0, st, x, ldx, n, weight, eps, out, ldo);
 }
 
 __global__ void rope_kernel(float *x, int ld, int T, int nheads, int hd, drope rt, const int *pos,
                             int inverse)
 {
+    pdl_wait();
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long long)T * nheads * rt.npairs) return;
     int i = idx % rt.npairs, h = (idx / rt.npairs) % nheads, t = idx / ((long long)rt.npairs * nheads);
@@ -67,11 +70,13 @@ void cu_rope(cudaStream_t st, float *x, int ld, int T, int nheads, int head_dim,
 {
     long long n = (long long)T * nheads * rt.npairs;
     if (n <= 0) return;
-    rope_kernel<<<blocks_for(n, 256), 256, 0, st>>>(x, ld, T, nheads, head_dim, rt, pos, inverse);
+    cu_launch(rope_kernel, blocks_for(n, 256), 256, 0, st, x, ld, T, nheads, head_dim, rt, pos,
+              inverse);
 }
 
 __global__ void scale_kernel(float *x, int ld, int T, int n, float s)
 {
+    pdl_wait();
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long long)T * n) return;
     x[(idx / n) * ld + idx % n] *= s;
@@ -81,7 +86,7 @@ void cu_scale(cudaStream_t st, float *x, int ld, int T, int n, float s)
 {
     long long m = (long long)T * n;
     if (m <= 0) return;
-    scale_kernel<<<blocks_for(m, 256), 256, 0, st>>>(x, ld, T, n, s);
+    cu_launch(scale_kernel, blocks_for(m, 256), 256, 0, st, x, ld, T, n, s);
 }
 
 // ---- hyper-connections ----
@@ -96,6 +101,7 @@ __device__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 __global__ void __launch_bounds__(512) hc_logits_kernel(const float *h, int n, const float *fn,
                                                         float norm_eps, float *m)
 {
+    pdl_wait();
     __shared__ double shd[32];
     __shared__ float shf[32];
     int j = blockIdx.x, t = blockIdx.y, nmix = gridDim.x;
@@ -123,12 +129,13 @@ __global__ void __launch_bounds__(512) hc_logits_kernel(const float *h, int n, c
 void cu_hc_logits(cudaStream_t st, const float *h, int T, int n, const float *fn, int nmix,
                   float norm_eps, float *m)
 {
-    if (T > 0) hc_logits_kernel<<<dim3(nmix, T), 512, 0, st>>>(h, n, fn, norm_eps, m);
+    if (T > 0) cu_launch(hc_logits_kernel, dim3(nmix, T), 512, 0, st, h, n, fn, norm_eps, m);
 }
 
 // r[t] = rsqrt(mean(h[t]^2) + eps), one block per token.
 __global__ void hc_rms_kernel(const float *h, int n, float norm_eps, float *r)
 {
+    pdl_wait();
     __shared__ double shd[32];
     const float *ht = h + (long long)blockIdx.x * n;
     double ss = 0;
@@ -139,79 +146,74 @@ __global__ void hc_rms_kernel(const float *h, int n, float norm_eps, float *r)
 
 void cu_hc_rms(cudaStream_t st, const float *h, int T, int n, float norm_eps, float *r)
 {
-    if (T > 0) hc_rms_kernel<<<T, 256, 0, st>>>(h, n, norm_eps, r);
+    if (T > 0) cu_launch(hc_rms_kernel, T, 256, 0, st, h, n, norm_eps, r);
 }
 
 // Blocks (token, slice of H): the mix (cpu_hc_mix's operations in its
-// order) by warp 0, a lane per row of comb held in registers, the column
-// sums gathered by shuffles; every block of a token computes the same mix
-// and block 0 writes post and comb.  Then the collapse of the block's
-// columns, sum_k pre[k] h[k].  r: NULL, or m holds unnormalized dot
-// products to be multiplied by r[t].
+// order), every block of a token computing the same and block 0 writing
+// post and comb, then the collapse of the block's columns, sum_k pre[k]
+// h[k].  The Sinkhorn matrix has an element per thread (hc * hc <=
+// blockDim), shared between the steps, so each step's hc * hc divisions
+// run at once and each element's sums are taken in the CPU's order.  (In
+// one thread, or a row per lane, the 20 rounds' dependent IEEE divisions
+// made this a 28-30 us kernel; 12.6 us now: ncu, runs D5-D6 of
+// docs/GPU_NOTES.md.)  r: NULL, or m holds unnormalized dot products to
+// be multiplied by r[t].
 __global__ void hc_collapse_kernel(const float *h, int hc, int H, const float *m, const float *r,
                                    const float *base, const float *scale, int iters,
                                    float hc_eps, float *post, float *comb, float *out, int head)
 {
-    __shared__ float pre[HC_MAX];
-    int t = blockIdx.x, lane = threadIdx.x, nmix = head ? hc : (2 + hc) * hc;
-    bool first = blockIdx.y == 0;
+    pdl_wait();
+    __shared__ float pre[HC_MAX], cm[HC_MAX * HC_MAX];
+    int t = blockIdx.x, e = threadIdx.x, nmix = head ? hc : (2 + hc) * hc;
+    bool first = blockIdx.y == 0 && !head, own = !head && e < hc * hc;
+    int i = own ? e / hc : 0, j = own ? e % hc : 0;
     const float *mt = m + (long long)t * nmix, *ht = h + (long long)t * hc * H;
     float rt = r ? r[t] : 1.0f;
-    if (threadIdx.x < 32) {
-        float row[HC_MAX];
-#pragma unroll
-        for (int j = 0; j < HC_MAX; j++) row[j] = 0;
-        if (lane < hc) {
-            float m0 = r ? mt[lane] * rt : mt[lane];
-            pre[lane] = sigmoidf_(m0 * scale[0] + base[lane]) + hc_eps;
-            if (!head) {
-                float m1 = r ? mt[hc + lane] * rt : mt[hc + lane];
-                if (first)
-                    post[(long long)t * hc + lane] = 2.0f * sigmoidf_(m1 * scale[1] + base[hc + lane]);
-                const float *mc = mt + 2 * hc, *bc = base + 2 * hc;
-                float mx = -INFINITY, sum = 0;
-#pragma unroll
-                for (int j = 0; j < HC_MAX; j++) {
-                    if (j >= hc) break;
-                    float mv = r ? mc[lane * hc + j] * rt : mc[lane * hc + j];
-                    row[j] = mv * scale[2] + bc[lane * hc + j];
-                    if (row[j] > mx) mx = row[j];
+    if (e < hc) {
+        float m0 = r ? mt[e] * rt : mt[e];
+        pre[e] = sigmoidf_(m0 * scale[0] + base[e]) + hc_eps;
+        if (first) {
+            float m1 = r ? mt[hc + e] * rt : mt[hc + e];
+            post[(long long)t * hc + e] = 2.0f * sigmoidf_(m1 * scale[1] + base[hc + e]);
+        }
+    }
+    if (!head) {
+        // Row i's softmax, then rounds of row and column normalization.
+        float v = 0;
+        if (own) {
+            float mv = r ? mt[2 * hc + e] * rt : mt[2 * hc + e];
+            v = mv * scale[2] + base[2 * hc + e];
+            cm[e] = v;
+        }
+        __syncthreads();
+        if (own) {
+            float mx = -INFINITY;
+            for (int k = 0; k < hc; k++)
+                if (cm[i * hc + k] > mx) mx = cm[i * hc + k];
+            v = expf(v - mx);
+        }
+        __syncthreads();
+        if (own) cm[e] = v;
+        __syncthreads();
+        if (own) {
+            float sum = 0;
+            for (int k = 0; k < hc; k++) sum += cm[i * hc + k];
+            v = v / sum + hc_eps;
+        }
+        for (int it = 0; it < iters; it++) {
+            for (int col = it > 0 ? 0 : 1; col < 2; col++) {
+                __syncthreads();
+                if (own) cm[e] = v;
+                __syncthreads();
+                if (own) {
+                    float sum = 0;
+                    for (int k = 0; k < hc; k++) sum += col ? cm[k * hc + j] : cm[i * hc + k];
+                    v /= sum + hc_eps;
                 }
-#pragma unroll
-                for (int j = 0; j < HC_MAX; j++) {
-                    if (j >= hc) break;
-                    row[j] = expf(row[j] - mx);
-                    sum += row[j];
-                }
-#pragma unroll
-                for (int j = 0; j < HC_MAX; j++)
-                    if (j < hc) row[j] = row[j] / sum + hc_eps;
             }
         }
-        for (int it = 0; !head && it < iters; it++) {
-            if (it > 0 && lane < hc) {
-                float sum = 0;
-#pragma unroll
-                for (int j = 0; j < HC_MAX; j++)
-                    if (j < hc) sum += row[j];
-#pragma unroll
-                for (int j = 0; j < HC_MAX; j++)
-                    if (j < hc) row[j] /= sum + hc_eps;
-            }
-            // Column j's sum over the rows in order, then the division.
-#pragma unroll
-            for (int j = 0; j < HC_MAX; j++) {
-                if (j >= hc) break;
-                float sum = 0;
-                for (int i = 0; i < hc; i++) sum += __shfl_sync(0xffffffffu, row[j], i);
-                if (lane < hc) row[j] /= sum + hc_eps;
-            }
-        }
-        if (!head && first && lane < hc) {
-#pragma unroll
-            for (int j = 0; j < HC_MAX; j++)
-                if (j < hc) comb[(long long)t * hc * hc + lane * hc + j] = row[j];
-        }
+        if (first && own) comb[(long long)t * hc * hc + e] = v;
     }
     __syncthreads();
     for (int d = blockIdx.y * blockDim.x + threadIdx.x; d < H; d += gridDim.y * blockDim.x) {
@@ -229,13 +231,14 @@ void cu_hc_collapse(cudaStream_t st, const float *h, int T, int hc, int H, const
     // collapse's memory latency); many: a block per token.
     dim3 grid(T, T < 64 ? blocks_for(H, 256) : 1);
     if (T > 0)
-        hc_collapse_kernel<<<grid, 256, 0, st>>>(h, hc, H, m, r, base, scale, iters, hc_eps, post,
-                                                 comb, collapsed, head);
+        cu_launch(hc_collapse_kernel, grid, 256, 0, st, h, hc, H, m, r, base, scale, iters, hc_eps,
+                  post, comb, collapsed, head);
 }
 
 __global__ void hc_post_kernel(float *h, const float *y, const float *post, const float *comb,
                                int T, int hc, int H)
 {
+    pdl_wait();
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long long)T * H) return;
     int t = idx / H, d = idx % H;
@@ -255,7 +258,7 @@ void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, co
 {
     long long n = (long long)T * H;
     if (n <= 0) return;
-    hc_post_kernel<<<blocks_for(n, 256), 256, 0, st>>>(h, y, post, comb, T, hc, H);
+    cu_launch(hc_post_kernel, blocks_for(n, 256), 256, 0, st, h, y, post, comb, T, hc, H);
 }
 
 // The chunk's last `count` keys (positions pos0 + n - count ...).
@@ -263,6 +266,7 @@ void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, co
 __global__ void ring_store_kernel(char *ring, int t, int window, int hd, const float *kv, int n,
                                   int pos0, int count, const dstep *dyn)
 {
+    pdl_wait();
     if (dyn) pos0 = dyn->pos0, ring = (char *)dyn->ptr;
     int j = pos0 + n - count + blockIdx.x;
     kv_put_row(t, kv + (long long)(j - pos0) * hd, hd, ring, window, j % window, NULL);
@@ -273,11 +277,13 @@ void cu_ring_store(cudaStream_t st, char *ring, int t, int window, int head_dim,
 {
     int count = n < window ? n : window;
     if (count <= 0) return;
-    ring_store_kernel<<<count, 256, 0, st>>>(ring, t, window, head_dim, kv, n, pos0, count, dyn);
+    cu_launch(ring_store_kernel, count, 256, 0, st, ring, t, window, head_dim, kv, n, pos0, count,
+              dyn);
 }
 
 __global__ void kv_round_kernel(float *x, int ld, int n, int t)
 {
+    pdl_wait();
     float *row = x + (long long)blockIdx.x * ld;
     kv_put_row(t, row, n, NULL, 0, 0, row);
 }
@@ -285,13 +291,14 @@ __global__ void kv_round_kernel(float *x, int ld, int n, int t)
 void cu_kv_round(cudaStream_t st, float *x, int ld, int T, int n, int t)
 {
     if (T <= 0 || t == KV_F32) return;
-    kv_round_kernel<<<T, 256, 0, st>>>(x, ld, n, t);
+    cu_launch(kv_round_kernel, T, 256, 0, st, x, ld, n, t);
 }
 
 // ---- mixture of experts ----
 
 __global__ void swiglu_kernel(float *g, const float *u, long long n, float limit)
 {
+    pdl_wait();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     g[i] = swiglu1(g[i], u[i], limit);
@@ -300,7 +307,7 @@ __global__ void swiglu_kernel(float *g, const float *u, long long n, float limit
 void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float limit)
 {
     if (n <= 0) return;
-    swiglu_kernel<<<blocks_for(n, 256), 256, 0, st>>>(g, u, n, limit);
+    cu_launch(swiglu_kernel, blocks_for(n, 256), 256, 0, st, g, u, n, limit);
 }
 
 #define TOPK_MAX 16
@@ -317,6 +324,7 @@ __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmo
                              const float *bias, const void *tid2eid, int tid_i64, const int *ids,
                              float rscale, int *idx, float *wt, int *order)
 {
+    pdl_wait();
     extern __shared__ float rsh[];      // [warps][E] scores, then [warps][E] taken flags
     int warp = threadIdx.x >> 5, t = blockIdx.x * (blockDim.x >> 5) + warp,
         lane = threadIdx.x & 31;
@@ -331,10 +339,8 @@ __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmo
         float *val = rsh + (long long)warp * E;
         unsigned char *taken = (unsigned char *)(rsh + (long long)(blockDim.x >> 5) * E) +
                                (long long)warp * E;
-        for (int e = lane; e < E; e += 32) {
-            val[e] = route_act(sc[e], sigmoid) + bias[e];
-            taken[e] = 0;
-        }
+        batched<8>(lane, E, 32, [&](int e) { return route_act(sc[e], sigmoid) + bias[e]; },
+                   [&](int e, float v) { val[e] = v, taken[e] = 0; });
         __syncwarp();
         for (int k = 0; k < K; k++) {
             float bv = 0;
@@ -382,8 +388,8 @@ void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, boo
     size_t smem = tid2eid ? 0 : 8 * (size_t)E * (sizeof(float) + 1);
     if (smem > 48 * 1024)
         cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    route_kernel<<<blocks_for(T, 8), 256, smem, st>>>(scores, T, E, K, sigmoid, bias, tid2eid,
-                                                      tid_i64, ids, routed_scale, idx, wt, order);
+    cu_launch(route_kernel, blocks_for(T, 8), 256, smem, st, scores, T, E, K, sigmoid, bias,
+              tid2eid, tid_i64, ids, routed_scale, idx, wt, order);
 }
 
 // One block: count slots per expert, lay out the tiles, scatter the slots;
@@ -391,6 +397,7 @@ void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, boo
 __global__ void moe_sort_kernel(const int *idx, int nslots, int E, int *perm, int4 *tiles,
                                 int *ntiles, int *offs)
 {
+    pdl_wait();
     extern __shared__ int sh[];
     int *cnt = sh, *off = sh + E;
     for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
@@ -421,13 +428,14 @@ __global__ void moe_sort_kernel(const int *idx, int nslots, int E, int *perm, in
 void cu_moe_sort(cudaStream_t st, const int *idx, int nslots, int E, int *perm, int4 *tiles,
                  int *ntiles, int *offs)
 {
-    moe_sort_kernel<<<1, 1024, 2 * E * sizeof(int), st>>>(idx, nslots, E, perm, tiles, ntiles,
-                                                          offs);
+    cu_launch(moe_sort_kernel, 1, 1024, 2 * E * sizeof(int), st, idx, nslots, E, perm, tiles,
+              ntiles, offs);
 }
 
 __global__ void rows_kernel(const float *src, float *dst, int n, int H, const int *map, int div,
                             int scatter)
 {
+    pdl_wait();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)n * H) return;
     int r = i / H, d = i % H;
@@ -439,18 +447,21 @@ void cu_rows_gather(cudaStream_t st, const float *src, int H, const int *map, in
                     float *dst)
 {
     if (n <= 0) return;
-    rows_kernel<<<blocks_for((long long)n * H, 256), 256, 0, st>>>(src, dst, n, H, map, div, 0);
+    cu_launch(rows_kernel, blocks_for((long long)n * H, 256), 256, 0, st, src, dst, n, H, map, div,
+              0);
 }
 
 void cu_rows_scatter(cudaStream_t st, const float *src, int H, const int *map, int n, float *dst)
 {
     if (n <= 0) return;
-    rows_kernel<<<blocks_for((long long)n * H, 256), 256, 0, st>>>(src, dst, n, H, map, 1, 1);
+    cu_launch(rows_kernel, blocks_for((long long)n * H, 256), 256, 0, st, src, dst, n, H, map, 1,
+              1);
 }
 
 __global__ void moe_combine_kernel(const float *ys, const float *wt, const int *order, int T,
                                    int K, int H, const float *shared, float *out)
 {
+    pdl_wait();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)T * H) return;
     int t = i / H, d = i % H;
@@ -467,7 +478,8 @@ void cu_moe_combine(cudaStream_t st, const float *ys, const float *wt, const int
 {
     long long n = (long long)T * H;
     if (n <= 0) return;
-    moe_combine_kernel<<<blocks_for(n, 256), 256, 0, st>>>(ys, wt, order, T, K, H, shared, out);
+    cu_launch(moe_combine_kernel, blocks_for(n, 256), 256, 0, st, ys, wt, order, T, K, H, shared,
+              out);
 }
 
 // ---- synthetic weights (benchmarks) ----
@@ -485,6 +497,7 @@ __device__ __forceinline__ unsigned long long mix64(unsigned long long x)
 __global__ void fill_kernel(uint32_t *p, long long nwords, int kind, float amp, uint32_t byte,
                             unsigned long long seed)
 {
+    pdl_wait();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nwords) return;
     unsigned long long r = mix64(seed ^ (unsigned long long)i * 0xD6E8FEB86659FD93ull);
@@ -514,5 +527,6 @@ void cu_fill(cudaStream_t st, void *p, size_t bytes, int kind, float amp, uint32
 {
     long long nw = (long long)(bytes / 4);
     if (nw <= 0) return;
-    fill_kernel<<<blocks_for(nw, 256), 256, 0, st>>>((uint32_t *)p, nw, kind, amp, byte, seed);
+    cu_launch(fill_kernel, blocks_for(nw, 256), 256, 0, st, (uint32_t *)p, nw, kind, amp, byte,
+              seed);
 }
