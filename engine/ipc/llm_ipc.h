@@ -116,6 +116,11 @@ typedef struct {
     char state_msg[LLM_IPC_STATE_MSG];
 
     _Atomic uint64_t counters[LLM_IPC_COUNTERS_MAX];
+    /* CLOCK_MONOTONIC when the scheduler loop last came round (every step,
+     * and at least every 50 ms when idle).  The heartbeat only says the
+     * process lives; this says it works: a reader calls the engine stalled
+     * when it is older than the longest step it allows. */
+    _Atomic uint64_t progress_ns;
 } llm_ipc_header;
 
 _Static_assert(LLM_CTR_N <= LLM_IPC_COUNTERS_MAX, "counter array too small");

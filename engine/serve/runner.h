@@ -37,6 +37,12 @@
 
 struct seq_out;
 
+/* Health probes (LLM_KIND_PROBE) run in seats of their own beyond
+ * max_num_seqs, ahead of the queue, so readmitting an engine never waits
+ * for user work: a runner sizes its batch for max_num_seqs +
+ * RUNNER_PROBE_SEATS sequences and keeps cache room for a probe. */
+#define RUNNER_PROBE_SEATS 1
+
 typedef struct llm_seq {
     uint32_t    slot;           /* slot index: a stable id while s lives */
     enum llm_ipc_kind kind;     /* endpoint */

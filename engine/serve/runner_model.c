@@ -37,6 +37,10 @@
 #include "tokenizer.h"
 #include "version.h"
 
+/* Cache room kept for probes (RUNNER_PROBE_SEATS): a probe is a short
+ * chat prompt and one token; user sequences never take the last of it. */
+#define PROBE_RESERVE_TOKENS 256
+
 struct model_runner {
     const recipe *rc;
     v4_model     *model;
@@ -45,7 +49,9 @@ struct model_runner {
     int32_t       bos, eos;
     chat_options  chat_defaults;
     int64_t       blocks_total;
-    float        *logits;         /* [max_num_seqs][vocab] */
+    int64_t       probe_blocks;   /* user sequences leave these free */
+    int           max_batch;      /* max_num_seqs + RUNNER_PROBE_SEATS */
+    float        *logits;         /* [max_batch][vocab] */
     v4_step_item *items;
     uint64_t      rng;            /* tool call ids */
     /* background preparation */
@@ -170,6 +176,7 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     struct model_runner *R = calloc(1, sizeof *R);
     if (!R) { sb_puts(err, "out of memory"); return -1; }
     R->rc = rc;
+    R->max_batch = rc->max_num_seqs + RUNNER_PROBE_SEATS;
     pthread_mutex_init(&R->prep_mu, NULL);
     pthread_cond_init(&R->prep_cv, NULL);
     R->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -188,12 +195,13 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     v4_options opt = {
         .tp = rc->tensor_parallel_size,
         .threads_per_rank = rc->cpu_threads,
-        .max_seqs = rc->max_num_seqs,
+        .max_seqs = R->max_batch,
         .cache_bytes = (size_t)rc->kv_cache_memory_bytes,
         .gpu_memory_utilization = rc->gpu_memory_utilization,
         .max_step_tokens = rc->max_num_batched_tokens,
         .cache_tokens = rc->kv_cache_memory_bytes ? 0
-                        : (int64_t)rc->max_num_seqs * rc->max_model_len,
+                        : (int64_t)rc->max_num_seqs * rc->max_model_len
+                          + RUNNER_PROBE_SEATS * PROBE_RESERVE_TOKENS,
         .backend = backend_name(rc->backend),
         .kv_dtype = rc->kv_cache_dtype == KV_DTYPE_FP8 ? KV_FP8
                     : rc->kv_cache_dtype == KV_DTYPE_BF16 ? KV_BF16 : KV_F32,
@@ -219,14 +227,15 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     R->bos = tok_bos_id(R->tok) >= 0 ? tok_bos_id(R->tok) : cfg->bos_id;
     R->eos = tok_eos_id(R->tok) >= 0 ? tok_eos_id(R->tok) : cfg->eos_id;
     chat_options_from_recipe(&R->chat_defaults, rc);
-    R->logits = malloc((size_t)rc->max_num_seqs * (size_t)R->vocab * sizeof *R->logits);
-    R->items = calloc((size_t)rc->max_num_seqs, sizeof *R->items);
+    R->logits = malloc((size_t)R->max_batch * (size_t)R->vocab * sizeof *R->logits);
+    R->items = calloc((size_t)R->max_batch, sizeof *R->items);
     if (!R->logits || !R->items) { sb_puts(err, "out of memory"); mr_unload(R); return -1; }
     if (getrandom(&R->rng, sizeof R->rng, 0) != sizeof R->rng || !R->rng) R->rng = 0x9e3779b97f4a7c15ULL;
 
     v4_cache_info ci;
     v4_cache_info_get(R->model, &ci);
     R->blocks_total = ci.blocks_total;
+    R->probe_blocks = RUNNER_PROBE_SEATS * v4_blocks_for_tokens(R->model, PROBE_RESERVE_TOKENS);
     int tp = v4_model_tp(R->model);
     cap->kv_blocks_total = ci.blocks_total;
     cap->kv_capacity_tokens = ci.blocks_total * ci.block_tokens;
@@ -517,11 +526,12 @@ static int prep_finish(struct model_runner *R, llm_seq *s)
     }
     int room = rc->max_model_len - prompt;
     q->budget = max_tokens > 0 ? (int)max_tokens : (rc->max_tokens < room ? rc->max_tokens : room);
-    if (v4_blocks_for_tokens(R->model, prompt + q->budget) > R->blocks_total) {
+    int64_t usable = R->blocks_total - (s->kind == LLM_KIND_PROBE ? 0 : R->probe_blocks);
+    if (v4_blocks_for_tokens(R->model, prompt + q->budget) > usable) {
         seq_emit_error(s, 400, "context_length_exceeded", param,
-                       "The KV cache holds %lld blocks; this request needs %lld "
+                       "The KV cache holds %lld blocks for requests; this request needs %lld "
                        "(%d prompt + %d completion tokens).  Reduce the prompt or max_tokens.",
-                       (long long)R->blocks_total,
+                       (long long)usable,
                        (long long)v4_blocks_for_tokens(R->model, prompt + q->budget), prompt,
                        q->budget);
         seq_emit_finish(s, LLM_FINISH_ERROR);
@@ -646,6 +656,12 @@ static int mr_admit(void *self, llm_seq *s)
     struct mseq *q = s->state;
     if (!q || !q->ready) return 0;       /* still being tokenized */
     if (q->vs) return 1;
+    int64_t need = v4_blocks_for_tokens(R->model, s->prompt_tokens + q->budget);
+    if (s->kind != LLM_KIND_PROBE) {
+        v4_cache_info ci;
+        v4_cache_info_get(R->model, &ci);
+        if (ci.blocks_total - ci.blocks_used - need < R->probe_blocks) return 0;
+    }
     strbuf err;
     sb_init(&err);
     v4_seq *vs = v4_seq_new(R->model, &err);
@@ -780,7 +796,7 @@ static int mr_step(void *self, llm_seq **batch, int n, strbuf *err)
 
     /* decoding sequences first (one token each), then prefill chunks */
     for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < n && n_items < R->rc->max_num_seqs; i++) {
+        for (int i = 0; i < n && n_items < R->max_batch; i++) {
             struct mseq *q = batch[i]->state;
             bool decoding = q->fed == (int)q->prompt.len;
             if (decoding != (pass == 0) || budget <= 0) continue;

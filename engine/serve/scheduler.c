@@ -41,6 +41,7 @@ struct sched {
     int               wait_head, wait_tail, n_waiting;
     int              *running;
     int               n_running;
+    int               n_probes;   /* of n_running: probes, in their own seats */
     llm_seq         **batch;
     bool              draining;
     char              drain_msg[LLM_IPC_STATE_MSG];
@@ -87,10 +88,16 @@ static void wait_del(sched *S, int k)
     S->n_waiting--;
 }
 
+static bool is_probe(const struct sched_seq *q)
+{
+    return q->pub.kind == LLM_KIND_PROBE;
+}
+
 static void running_del(sched *S, int k)
 {
     for (int i = 0; i < S->n_running; i++)
         if (S->running[i] == k) {
+            if (is_probe(&S->seqs[k])) S->n_probes--;
             memmove(&S->running[i], &S->running[i + 1],
                     (size_t)(S->n_running - i - 1) * sizeof *S->running);
             S->n_running--;
@@ -402,13 +409,22 @@ static void deliver_all(sched *S)
     }
 }
 
-static void admit(sched *S)
+/* Admit from the FIFO: user sequences in order while max_num_seqs has
+ * room; probes first, into their own seats (RUNNER_PROBE_SEATS), wherever
+ * they are in the queue. */
+static void admit(sched *S, bool probes)
 {
-    for (int k = S->wait_head, next; k >= 0 && S->n_running < S->cfg.max_num_seqs; k = next) {
+    for (int k = S->wait_head, next; k >= 0; k = next) {
         struct sched_seq *q = &S->seqs[k];
         next = q->wait_next;
-        if (q->pub.done) continue;           /* ending in the queue (error, cancel) */
-        if (S->cfg.ops->admit && !S->cfg.ops->admit(S->cfg.runner, &q->pub)) break;
+        if (q->pub.done || is_probe(q) != probes) continue;   /* ending (error, cancel) */
+        if (probes ? S->n_probes >= RUNNER_PROBE_SEATS
+                   : S->n_running - S->n_probes >= S->cfg.max_num_seqs)
+            break;
+        if (S->cfg.ops->admit && !S->cfg.ops->admit(S->cfg.runner, &q->pub)) {
+            if (probes) continue;            /* a probe never holds up another */
+            break;
+        }
         llm_ipc_slot *s = slot_of(S, (uint32_t)k);
         uint64_t w = LLM_SLOT_WORD(q->gen, q->pid, LLM_SLOT_SUBMITTED);
         if (!atomic_compare_exchange_strong_explicit(
@@ -420,6 +436,7 @@ static void admit(sched *S)
         wait_del(S, k);
         q->phase = PH_RUNNING;
         S->running[S->n_running++] = k;
+        if (probes) S->n_probes++;
         ctr_add(S, LLM_CTR_TOKENS_IN, (uint64_t)q->pub.prompt_tokens);
     }
 }
@@ -429,7 +446,8 @@ int sched_step(sched *S, strbuf *err)
     uint64_t t0 = llm_ipc_now_ns(), runner_ns = 0;
     deliver_all(S);
     if (S->cfg.ops->poll) S->cfg.ops->poll(S->cfg.runner);
-    admit(S);
+    admit(S, true);
+    admit(S, false);
     int n = 0;
     for (int i = 0; i < S->n_running; i++) {
         struct sched_seq *q = &S->seqs[S->running[i]];
@@ -482,8 +500,9 @@ sched *sched_create(const sched_config *cfg)
     S->cfg = *cfg;
     S->n = cfg->hdr->n_slots;
     S->seqs = calloc(S->n, sizeof *S->seqs);
-    S->running = calloc((size_t)cfg->max_num_seqs, sizeof *S->running);
-    S->batch = calloc((size_t)cfg->max_num_seqs, sizeof *S->batch);
+    size_t seats = (size_t)cfg->max_num_seqs + RUNNER_PROBE_SEATS;
+    S->running = calloc(seats, sizeof *S->running);
+    S->batch = calloc(seats, sizeof *S->batch);
     S->fresh = calloc(S->n, sizeof *S->fresh);
     if (!S->seqs || !S->running || !S->batch || !S->fresh) {
         sched_destroy(S);
