@@ -16,6 +16,12 @@
 #include "cpu/kv_quant.h"
 #include "cpu/qweight.h"
 
+/* The most mHC streams (config hc_mult) any backend takes: the CUDA
+ * kernels keep a token's streams in registers and shared memory sized by
+ * it, the CPU backend on its stack.  model_config refuses more at load,
+ * so a config that loads runs on every backend. */
+#define BACKEND_HC_MAX 16
+
 /* RoPE frequencies (one table: "main" or "compress"): rotation of channel
  * pair i at position p is p * inv_freq[i]; cos and sin are multiplied by
  * attn_factor.  Applied to the last 2*npairs channels of each head. */

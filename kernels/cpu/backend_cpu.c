@@ -142,7 +142,7 @@ static void cpu_hc_post(backend *b, float *h, const float *y, const float *post,
                         const float *comb, int T, int hc, int H)
 {
     (void)b;
-    float old[64];
+    float old[BACKEND_HC_MAX];
     for (int t = 0; t < T; t++) {
         float *ht = h + (size_t)t * hc * H;
         const float *pt = post + (size_t)t * hc, *ct = comb + (size_t)t * hc * hc;

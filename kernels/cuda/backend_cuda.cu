@@ -823,8 +823,8 @@ static void cu_scale_op(backend *b, float *x, int ld, int T, int n, float s)
 
 static bool hc_ok(cu_impl *c, int hc)
 {
-    if (hc > 16) fail(c, "hc_mult %d (at most 16)", hc);
-    return hc <= 16;
+    if (hc > BACKEND_HC_MAX) fail(c, "hc_mult %d (at most %d)", hc, BACKEND_HC_MAX);
+    return hc <= BACKEND_HC_MAX;
 }
 
 // Few tokens: a block per (logit, token).  Many: the logits as a GEMM
