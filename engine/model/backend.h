@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend_modes.h"
 #include "cpu/kv_quant.h"
 #include "cpu/qweight.h"
 
@@ -233,7 +234,9 @@ struct tp_group;
 backend *backend_cpu_new(int threads, struct tp_group *g, int rank);
 
 /* CUDA backends for ranks 0..tp-1, rank r on device r, joined by an NCCL
- * communicator (builds with LLM_HAVE_CUDA only).  0, or -1 with a message. */
-int backend_cuda_new_group(int tp, backend **out, char *err, size_t errlen);
+ * communicator, computing in `modes` (builds with LLM_HAVE_CUDA only).  0,
+ * or -1 with a message. */
+int backend_cuda_new_group(int tp, const backend_modes *modes, backend **out, char *err,
+                           size_t errlen);
 
 #endif

@@ -151,6 +151,13 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
         return -1;
     }
 #endif
+    backend_modes modes = o.modes;
+    if (!modes.attn_tokens) modes.attn_tokens = 1;
+    char merr[256];
+    if (cuda && backend_modes_env(&modes, merr, sizeof merr)) {
+        sb_printf(err, "backend cuda: %s\n", merr);
+        return -1;
+    }
     int tp = o.tp > 0 ? o.tp : 1;
     int threads = o.threads_per_rank > 0 ? o.threads_per_rank : default_threads(tp);
     int max_seqs = o.max_seqs > 0 ? o.max_seqs : 1;
@@ -168,6 +175,11 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
         return -1;
     }
     v4_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        sb_printf(err, "out of memory\n");
+        return -1;
+    }
+    m->modes = modes;
     strbuf p;
     sb_init(&p);
     if (o.synthetic) sb_puts(&p, dir);
@@ -213,7 +225,7 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
     backend *bes[64] = { 0 };
 #ifdef LLM_HAVE_CUDA
     char berr[256];
-    if (cuda && backend_cuda_new_group(tp, bes, berr, sizeof berr)) {
+    if (cuda && backend_cuda_new_group(tp, &m->modes, bes, berr, sizeof berr)) {
         sb_printf(err, "backend cuda: %s\n", berr);
         v4_model_free(m);
         return -1;
@@ -290,6 +302,8 @@ void v4_model_graph_counts(v4_model *m, long long *captures, long long *replays)
         *replays += n;
     }
 }
+
+backend_modes v4_model_modes(const v4_model *m) { return m->modes; }
 
 void v4_cache_info_get(v4_model *m, v4_cache_info *ci)
 {

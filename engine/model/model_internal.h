@@ -43,6 +43,7 @@ struct v4_model {
     v4_rank *ranks;
     tp_group *group;
     cache_layout layout;
+    backend_modes modes;    /* in effect (cuda) */
     block_pool pool;
     float *inv_main, *inv_comp;
     rope_table rope_main, rope_comp;

@@ -32,10 +32,8 @@
 #include "output_parser.h"
 #include "runner.h"
 #include "sampler.h"
-#include "sha256.h"
 #include "stop_match.h"
 #include "tokenizer.h"
-#include "version.h"
 
 /* Cache room kept for probes (RUNNER_PROBE_SEATS): a probe is a short
  * chat prompt and one token; user sequences never take the last of it. */
@@ -141,33 +139,6 @@ static void free_mseq(struct mseq *q)
 
 /* ---- load -------------------------------------------------------------- */
 
-/* system_fingerprint: model config, tokenizer, chat format and the recipe
- * settings that change outputs. */
-static void make_fingerprint(const recipe *rc, char out[LLM_IPC_FINGERPRINT])
-{
-    sha256_ctx h;
-    sha256_init(&h);
-    const char *files[2] = { NULL, rc->tokenizer_path };
-    strbuf path, data;
-    sb_init(&path);
-    sb_init(&data);
-    sb_printf(&path, "%s/config.json", rc->model_path);
-    files[0] = path.data;
-    for (int i = 0; i < 2; i++) {
-        sb_reset(&data);
-        if (sb_read_file(&data, files[i]) == 0) sha256_update(&h, data.data, data.len);
-    }
-    sb_reset(&data);
-    sb_printf(&data, "dsv4-0731|%s|%d|%s|%s", LLM_ENGINE_VERSION, rc->max_model_len,
-              kv_cache_dtype_name(rc->kv_cache_dtype), backend_name(rc->backend));
-    sha256_update(&h, data.data, data.len);
-    uint8_t d[32];
-    sha256_final(&h, d);
-    snprintf(out, LLM_IPC_FINGERPRINT, "fp_%02x%02x%02x%02x%02x", d[0], d[1], d[2], d[3], d[4]);
-    sb_free(&path);
-    sb_free(&data);
-}
-
 static void mr_unload(void *self);
 static void *prep_thread(void *arg);
 
@@ -205,6 +176,7 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
         .backend = backend_name(rc->backend),
         .kv_dtype = rc->kv_cache_dtype == KV_DTYPE_FP8 ? KV_FP8
                     : rc->kv_cache_dtype == KV_DTYPE_BF16 ? KV_BF16 : KV_F32,
+        .modes = rc->modes,
     };
     strbuf merr;
     sb_init(&merr);
@@ -241,7 +213,8 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     cap->kv_capacity_tokens = ci.blocks_total * ci.block_tokens;
     cap->kv_capacity_bytes = (int64_t)tp * (ci.blocks_total * (int64_t)ci.block_bytes
                                             + (int64_t)ci.seqs_total * (int64_t)ci.state_bytes);
-    make_fingerprint(rc, cap->fingerprint);
+    backend_modes modes = v4_model_modes(R->model);
+    recipe_fingerprint(rc, &modes, cap->fingerprint, sizeof cap->fingerprint);
     if (pthread_create(&R->prep_tid, NULL, prep_thread, R)) {
         sb_puts(err, "cannot start the tokenizer thread");
         mr_unload(R);

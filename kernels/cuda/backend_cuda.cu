@@ -118,12 +118,12 @@ struct cu_impl {
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t lt_op;
     void *lt_ws;
-    int gemm;                   // LLM_CUDA_GEMM: GEMM_BF16X2 (default), GEMM_BF16, GEMM_F32
-    int attn_tokens;            // LLM_CUDA_ATTN_TOKENS: query tokens per tensor-core attention block
+    int gemm;                   // gemm_mode: enum backend_gemm (backend_modes.h)
+    int attn_tokens;            // attn_tokens: query tokens per tensor-core attention block
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
     double expert_host_ms;      // profiling: host time queuing the expert GEMMs
-    bool moe_lt;                // LLM_CUDA_MOE=cublaslt: experts through cuBLASLt in every mode
+    bool moe_lt;                // moe_kernel cublaslt: experts through cuBLASLt in every mode
     // graph replay
     bool graphs;                // LLM_CUDA_GRAPHS is not 0 and not profiling
     int gmode;
@@ -145,9 +145,8 @@ struct cu_impl {
 // values times powers of two); activations are not: bf16x2 splits each
 // into hi = bf16(x) and lo = bf16(x - hi) (x - hi - lo within 2^-16 |x|)
 // and accumulates W hi + W lo, bf16 rounds x once (2^-8), f32 keeps
-// float32 operands (no tensor cores).
-enum { GEMM_BF16X2, GEMM_BF16, GEMM_F32 };
-static const char *const gemm_names[] = { "bf16x2", "bf16", "f32" };
+// float32 operands (no tensor cores).  The modes and their names are
+// backend_modes.h's (recipe key gemm_mode).
 #define IDX_MMA_MIN_T 64    // indexer steps of at least this many tokens score on tensor cores
 #define ATT_MMA_MIN_T 64    // attention of steps of at least this many tokens on tensor cores
 
@@ -159,7 +158,7 @@ static cu_impl *impl(backend *b) { return (cu_impl *)b->impl; }
 // mode stays within its 2^-16 of the float32 reference.
 static bool tensor_core_keys(cu_impl *c, enum kv_dtype t)
 {
-    return c->gemm == GEMM_BF16 || (c->gemm == GEMM_BF16X2 && t != KV_F32);
+    return c->gemm == BACKEND_GEMM_BF16 || (c->gemm == BACKEND_GEMM_BF16X2 && t != KV_F32);
 }
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
@@ -230,7 +229,7 @@ static void print_profile(cu_impl *c)
     double total = 0;
     for (int i = 0; i < NPROF && c->prof[i].op; i++) total += c->prof[i].ms;
     fprintf(stderr, "cuda profile, device %d (%s prefill GEMMs): %.1f ms in ops\n", c->dev,
-            gemm_names[c->gemm], total);
+            backend_gemm_names[c->gemm], total);
     for (int i = 0; i < NPROF && c->prof[i].op; i++)
         fprintf(stderr, "  %-18s %8lld calls %10.1f ms %5.1f%%\n", c->prof[i].op,
                 c->prof[i].calls, c->prof[i].ms, 100 * c->prof[i].ms / (total > 0 ? total : 1));
@@ -590,7 +589,7 @@ static const void *byte_off(const void *p, long long bytes) { return (const char
 
 // The prefill GEMMs of weight q run in bf16 unless LLM_CUDA_GEMM=f32 or
 // the weight is float32 (not exact in bf16).
-static bool use_bf16(cu_impl *c, const dqw &q) { return c->gemm != GEMM_F32 && q.type != QT_F32; }
+static bool use_bf16(cu_impl *c, const dqw &q) { return c->gemm != BACKEND_GEMM_F32 && q.type != QT_F32; }
 
 static bool lt_heuristic(cu_impl *c, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
                          cublasLtMatrixLayout_t C, const uint32_t *align,
@@ -701,7 +700,7 @@ static gemm_op gemm_input(cu_impl *c, bool bf16, const float *x, int ldx, const 
                           int div, int T, int K)
 {
     if (bf16) {
-        int ld = round_up(K, 8), lo = c->gemm == GEMM_BF16X2 ? ld : 0;
+        int ld = round_up(K, 8), lo = c->gemm == BACKEND_GEMM_BF16X2 ? ld : 0;
         uint16_t *p = (uint16_t *)grow(c, &c->xbf, (size_t)T * (ld + lo) * 2);
         if (!c->failed) cu_round_bf16(c->st, x, ldx, rows, div, T, K, p, ld + lo, lo);
         return gemm_op{ p, ld + lo, true, 0, lo };
@@ -931,7 +930,7 @@ static void cu_attention_op(backend *b, const attention_args *a)
         return;
     if (recording(c)) return;
     if (!in_graph(c) && a->n >= ATT_MMA_MIN_T && tensor_core_keys(c, a->dtype) &&
-        cu_attention_mma(c->st, d, c->gemm == GEMM_BF16X2, c->attn_tokens)) {
+        cu_attention_mma(c->st, d, c->gemm == BACKEND_GEMM_BF16X2, c->attn_tokens)) {
         launched(c, "attention");
         return;
     }
@@ -1031,13 +1030,13 @@ static void cu_moe_op(backend *b, const moe_args *a)
                           false, false, false };
         dmoe_gemm m2 = { w2, {}, false, 0, tiles, ntiles, perm, g, I, 0, ys, H, true, false,
                          false };
-        bool split = c->gemm == GEMM_BF16X2;
+        bool split = c->gemm == BACKEND_GEMM_BF16X2;
         if (ns < 32 * E) {  // few rows per expert: tiles read each expert once
             cu_matmul_tiles(c->st, w1, tiles, ntiles, max_tiles, perm, a->x, H, K, g, I);
             cu_matmul_tiles(c->st, w3, tiles, ntiles, max_tiles, perm, a->x, H, K, u, I);
             cu_swiglu(c->st, g, u, (long long)ns * I, a->limit);
             cu_matmul_tiles(c->st, w2, tiles, ntiles, max_tiles, perm, g, I, 1, ys, H);
-        } else if (c->gemm != GEMM_F32 && !c->moe_lt && w2.type == QT_MXFP4 &&
+        } else if (c->gemm != BACKEND_GEMM_F32 && !c->moe_lt && w2.type == QT_MXFP4 &&
                    cu_moe_gemm(c->st, m13, max_tiles, split)) {
             phase(c, "moe w1 w3");
             cu_moe_gemm(c->st, m2, max_tiles, split);
@@ -1270,7 +1269,8 @@ static bool lt_op_new(cu_impl *c)
     return ok;
 }
 
-static backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
+static backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char *err,
+                       size_t errlen)
 {
     if (cudaSetDevice(dev) != cudaSuccess) {
         snprintf(err, errlen, "cannot use CUDA device %d: %s", dev,
@@ -1287,22 +1287,15 @@ static backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
     if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) fail(c, "cuBLASLt: cannot create a handle");
     CK(c, cudaMalloc(&c->lt_ws, LT_WS_BYTES));
     lt_op_new(c);
-    const char *gm = getenv("LLM_CUDA_GEMM");
-    c->gemm = GEMM_BF16X2;
-    for (int i = 0; gm && *gm && i < 3; i++)
-        if (!strcmp(gm, gemm_names[i])) c->gemm = i;
-    if (gm && *gm && strcmp(gm, gemm_names[c->gemm]))
-        fail(c, "LLM_CUDA_GEMM=%s: expected bf16x2 (the default), bf16 or f32", gm);
-    const char *me = getenv("LLM_CUDA_MOE");
-    c->moe_lt = me && !strcmp(me, "cublaslt");
-    if (me && *me && !c->moe_lt) fail(c, "LLM_CUDA_MOE=%s: expected cublaslt (or unset)", me);
-    // Tensor-core attention: one query token per block (the default:
-    // measured faster on 2 x H200, run L6 of docs/GPU_NOTES.md), or 2
-    // sharing the window and HCA keys of each tile.
-    const char *at = getenv("LLM_CUDA_ATTN_TOKENS");
-    c->attn_tokens = at && *at ? atoi(at) : 1;
-    if (c->attn_tokens != 1 && c->attn_tokens != 2)
-        fail(c, "LLM_CUDA_ATTN_TOKENS=%s: expected 1 (the default) or 2", at);
+    // Output-changing modes come from the recipe (and its LLM_CUDA_*
+    // overrides, applied by the model loader): they are in the fingerprint.
+    c->gemm = modes->gemm;
+    c->moe_lt = modes->moe == BACKEND_MOE_CUBLASLT;
+    c->attn_tokens = modes->attn_tokens;
+    if (c->gemm < 0 || c->gemm >= BACKEND_GEMM_N)
+        fail(c, "gemm_mode %d: unknown", c->gemm);
+    if (c->attn_tokens < 1 || c->attn_tokens > BACKEND_ATTN_TOKENS_MAX)
+        fail(c, "attn_tokens %d: expected 1 to %d", c->attn_tokens, BACKEND_ATTN_TOKENS_MAX);
     const char *pe = getenv("LLM_CUDA_PROFILE"), *ge = getenv("LLM_CUDA_GRAPHS");
     c->profile = pe && *pe && strcmp(pe, "0");
     if (c->profile) {
@@ -1396,7 +1389,8 @@ nopeer:
             "through NCCL only\n");
 }
 
-extern "C" int backend_cuda_new_group(int tp, backend **out, char *err, size_t errlen)
+extern "C" int backend_cuda_new_group(int tp, const backend_modes *modes, backend **out, char *err,
+                                      size_t errlen)
 {
     // Never NVLink multicast (NVLS): it can take a shared host's GPUs down.
     setenv("NCCL_NVLS_ENABLE", "0", 1);
@@ -1414,7 +1408,7 @@ extern "C" int backend_cuda_new_group(int tp, backend **out, char *err, size_t e
         return -1;
     }
     for (int r = 0; r < tp; r++) {
-        out[r] = cu_new(r, r, tp, err, errlen);
+        out[r] = cu_new(r, r, tp, modes, err, errlen);
         if (!out[r]) {
             for (int j = 0; j < r; j++) out[j]->destroy(out[j]);
             return -1;
