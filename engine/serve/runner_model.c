@@ -14,7 +14,8 @@
  * Kinds: chat and responses (nginx converts Responses input to chat
  * messages) go through the chat format and output parser; completions take
  * a prompt string or ids and emit raw text; tokenize and detokenize answer
- * at once; a probe is a one-token greedy chat generation. */
+ * as soon as the prep thread has their result (nothing is generated); a
+ * probe is a one-token greedy chat generation. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,7 @@ struct mseq {
     struct mseq  *prep_next;      /* job queue */
     struct mseq  *pending_next;   /* prepared or not, not yet finished */
     yajl_val      req;
+    uint32_t      err_status;     /* 0: 400 */
     char          err_param[128], err_msg[600];
     bool          ready;          /* prep_finish succeeded */
     /* generation */
@@ -310,64 +312,64 @@ static uint64_t fingerprint64(const tok_ids *ids)
     return strtoull(head, NULL, 16);
 }
 
-/* tokenize / detokenize answer at prepare. */
-static int answer_now(struct model_runner *R, llm_seq *s, yajl_val req)
+/* tokenize / detokenize, on the prep thread: the answer (ids in
+ * q->prompt, or text in q->text) or the error in q->err_*. */
+static void answer_job(struct model_runner *R, struct mseq *q)
 {
-    if (s->kind == LLM_KIND_DETOKENIZE) {
+    yajl_val req = q->req;
+    if (q->kind == LLM_KIND_DETOKENIZE) {
+        snprintf(q->err_param, sizeof q->err_param, "tokens");
         yajl_val t = json_get(req, "tokens");
         if (!t || !YAJL_IS_ARRAY(t)) {
-            fail(s, 400, "invalid_request_error", "tokens", "tokens: expected an array of ids");
-            return -1;
+            snprintf(q->err_msg, sizeof q->err_msg, "tokens: expected an array of ids");
+            return;
         }
         int32_t *ids = malloc((t->u.array.len + 1) * sizeof *ids);
+        if (!ids) {
+            q->err_status = 503;
+            snprintf(q->err_msg, sizeof q->err_msg, "engine out of memory");
+            return;
+        }
         for (size_t i = 0; i < t->u.array.len; i++) {
             long long v;
             if (!json_int(t->u.array.values[i], &v) || v < 0 || v > INT32_MAX) v = -1;
             ids[i] = (int32_t)v;
         }
-        strbuf text;
-        sb_init(&text);
         size_t bad = 0;
-        if (tok_decode(R->tok, ids, t->u.array.len, false, &text, &bad)) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "tokens[%zu]: not a token id of this model", bad);
-            fail(s, 400, "invalid_request_error", "tokens", msg);
-            free(ids);
-            sb_free(&text);
-            return -1;
-        }
-        seq_emit_text(s, LLM_EV_CONTENT_DELTA, text.data ? text.data : "", text.len);
-        seq_emit_finish(s, LLM_FINISH_STOP);
+        if (tok_decode(R->tok, ids, t->u.array.len, false, &q->text, &bad))
+            snprintf(q->err_msg, sizeof q->err_msg, "tokens[%zu]: not a token id of this model",
+                     bad);
         free(ids);
-        sb_free(&text);
-        return 0;
+        return;
     }
-    tok_ids ids = { 0 };
     if (json_get(req, "messages")) {
         chat_error cerr;
         bool thinking;
-        if (chat_tokens(R, req, &ids, &thinking, &cerr)) {
-            fail(s, 400, "invalid_request_error", cerr.param, cerr.message);
-            tok_ids_free(&ids);
-            return -1;
+        if (chat_tokens(R, req, &q->prompt, &thinking, &cerr)) {
+            snprintf(q->err_param, sizeof q->err_param, "%s", cerr.param);
+            snprintf(q->err_msg, sizeof q->err_msg, "%s", cerr.message);
         }
-    } else {
-        const char *param, *e = encode_prompt(R, req, &ids, &param);
-        if (e) {
-            fail(s, 400, "invalid_request_error", param, e);
-            tok_ids_free(&ids);
-            return -1;
-        }
+        return;
     }
-    s->prompt_tokens = (int)ids.len;
-    seq_emit_prompt_info(s, (uint32_t)ids.len, 0, fingerprint64(&ids));
-    uint32_t *u = malloc((ids.len + 1) * sizeof *u);
-    for (size_t i = 0; i < ids.len; i++) u[i] = (uint32_t)ids.data[i];
-    seq_emit_tokens(s, u, ids.len);
+    const char *param, *e = encode_prompt(R, req, &q->prompt, &param);
+    snprintf(q->err_param, sizeof q->err_param, "%s", param);
+    if (e) snprintf(q->err_msg, sizeof q->err_msg, "%s", e);
+}
+
+/* tokenize / detokenize, on the main thread: emit what answer_job made. */
+static void answer_emit(llm_seq *s)
+{
+    struct mseq *q = s->state;
+    if (s->kind == LLM_KIND_DETOKENIZE) {
+        seq_emit_text(s, LLM_EV_CONTENT_DELTA, q->text.data ? q->text.data : "", q->text.len);
+        seq_emit_finish(s, LLM_FINISH_STOP);
+        return;
+    }
+    s->prompt_tokens = (int)q->prompt.len;
+    seq_emit_prompt_info(s, (uint32_t)q->prompt.len, 0, fingerprint64(&q->prompt));
+    /* token ids are non-negative int32: the same bits as uint32 */
+    seq_emit_tokens(s, (const uint32_t *)q->prompt.data, q->prompt.len);
     seq_emit_finish(s, LLM_FINISH_STOP);
-    free(u);
-    tok_ids_free(&ids);
-    return 0;
 }
 
 /* Sampling fields: recipe defaults (override_generation_config), then the
@@ -411,6 +413,10 @@ static void prep_job(struct model_runner *R, struct mseq *q)
         snprintf(q->err_msg, sizeof q->err_msg, "request body is not a JSON object: %s",
                  q->req ? "another JSON value" : perr);
         q->err_param[0] = 0;
+        return;
+    }
+    if (q->kind == LLM_KIND_TOKENIZE || q->kind == LLM_KIND_DETOKENIZE) {
+        answer_job(R, q);
         return;
     }
     snprintf(q->err_param, sizeof q->err_param, "messages");
@@ -466,8 +472,13 @@ static int prep_finish(struct model_runner *R, llm_seq *s)
     yajl_val req = q->req;
     const char *param = q->err_param[0] ? q->err_param : NULL;
     if (q->err_msg[0]) {
-        fail(s, 400, "invalid_request_error", param, q->err_msg);
+        if (q->err_status) fail(s, q->err_status, "engine_out_of_memory", NULL, q->err_msg);
+        else fail(s, 400, "invalid_request_error", param, q->err_msg);
         return -1;
+    }
+    if (s->kind == LLM_KIND_TOKENIZE || s->kind == LLM_KIND_DETOKENIZE) {
+        answer_emit(s);
+        return 0;
     }
     if (q->prompt.len == 0) {
         fail(s, 400, "invalid_request_error", param, "the prompt is empty");
@@ -551,29 +562,12 @@ static int prep_finish(struct model_runner *R, llm_seq *s)
     return 0;
 }
 
-/* Generating requests are parsed, rendered and tokenized on the prep
- * thread, so a long prompt never stalls the decode steps of running
- * sequences; poll() finishes them on the main thread.  tokenize and
- * detokenize answer at once. */
+/* Every request is parsed, rendered and tokenized on the prep thread, so
+ * a long prompt never stalls the decode steps of running sequences; poll()
+ * finishes it on the main thread (tokenize and detokenize answer there). */
 static int mr_prepare(void *self, llm_seq *s)
 {
     struct model_runner *R = self;
-    if (s->kind == LLM_KIND_TOKENIZE || s->kind == LLM_KIND_DETOKENIZE) {
-        char perr[256];
-        yajl_val req = json_parse(s->request, s->request_len, perr, sizeof perr);
-        int r;
-        if (!req || !YAJL_IS_OBJECT(req)) {
-            char msg[400];
-            snprintf(msg, sizeof msg, "request body is not a JSON object: %s",
-                     req ? "another JSON value" : perr);
-            fail(s, 400, "invalid_request_error", NULL, msg);
-            r = -1;
-        } else {
-            r = answer_now(R, s, req);
-        }
-        yajl_tree_free(req);
-        return r;
-    }
     struct mseq *q = calloc(1, sizeof *q);
     if (!q) {
         fail(s, 503, "engine_out_of_memory", NULL, "engine out of memory");
