@@ -161,6 +161,10 @@ struct backend {
     /* The first failure since creation, or NULL.  After one, outputs are
      * undefined: the step that saw it must be discarded. */
     const char *(*error)(backend *b);
+    /* After a step that saw an error: true when it was a shortage of
+     * scratch memory the backend has forgotten (the step is discarded,
+     * the backend goes on); false, or NULL, when the backend is unusable. */
+    bool (*recover)(backend *b);
     /* Free and total bytes of the backend's memory (NULL: not told). */
     void (*mem_info)(backend *b, size_t *free_bytes, size_t *total_bytes);
 

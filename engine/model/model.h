@@ -104,8 +104,13 @@ typedef struct {
     bool all_logits;
 } v4_step_item;
 
-/* Returns 0, or -1 with a message (bad token, pool exhausted, ...); on
- * error no sequence changes. */
+/* Returns 0; or -1 with a message (bad token, pool exhausted, a device
+ * fault, ...), after which no sequence changed (a device fault leaves the
+ * model unusable); or V4_STEP_NOMEM with a message when memory for this
+ * step ran short: the model goes on, but the items' sequences may hold
+ * partial state, so the caller ends them (their requests fail, others
+ * do not). */
+#define V4_STEP_NOMEM (-2)
 int v4_step(v4_model *m, v4_step_item *items, int n_items, strbuf *err);
 
 #endif

@@ -33,6 +33,7 @@ typedef struct {
     v4_scratch s;
     char **blockptr;        /* per step: block addresses of every segment */
     int64_t cap_blockptr;
+    bool short_of_memory;   /* this step: scratch or blockptr not had */
 } v4_rank;
 
 struct v4_model {

@@ -784,7 +784,24 @@ static int mr_step(void *self, llm_seq **batch, int n, strbuf *err)
         }
     }
     if (!n_items) return 0;
-    if (v4_step(R->model, R->items, n_items, err)) return -1;
+    strbuf serr;
+    sb_init(&serr);
+    int rc = v4_step(R->model, R->items, n_items, &serr);
+    if (rc) {
+        while (serr.len && serr.data[serr.len - 1] == '\n') serr.data[--serr.len] = 0;
+        if (rc != V4_STEP_NOMEM) {
+            sb_puts(err, serr.data ? serr.data : "step failed");
+            sb_free(&serr);
+            return -1;
+        }
+        /* Out of memory for this step: its requests fail (their cache
+         * state is undefined now), the engine and other requests go on. */
+        for (int i = 0; i < n_items; i++)
+            fail(owner[i], 503, "engine_out_of_memory", NULL, serr.data);
+        sb_free(&serr);
+        return 0;
+    }
+    sb_free(&serr);
 
     int made = 0;
     for (int i = 0; i < n_items; i++) {
