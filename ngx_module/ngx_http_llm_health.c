@@ -486,6 +486,11 @@ ngx_http_llm_health_tick(ngx_event_t *ev)
         }
     }
 
+    /* capacity another client of an engine freed: grant waiting places */
+    if (lmcf->sh->waiting) {
+        ngx_http_llm_admit_kick(lmcf);
+    }
+
     if (ngx_http_llm_lead(lmcf, 0)) {
         ngx_http_llm_admit_reap(lmcf);
 

@@ -77,6 +77,13 @@ enum llm_ipc_counter {
     LLM_CTR_STEPS,              /* scheduler steps that ran a batch */
     LLM_CTR_STEP_OVERHEAD_NS,   /* last step: scheduler time outside the runner */
     LLM_CTR_CONNECTIONS,        /* doorbell connections open */
+    /* Admission (the engine is its authority; the module's queue admits
+     * against these): seats max_num_seqs has left after running and
+     * waiting user requests, and cache blocks a user request may still
+     * reserve.  Published before a finished request's events are
+     * visible, so a client that saw one end sees its seat free. */
+    LLM_CTR_SEQS_FREE,
+    LLM_CTR_KV_BLOCKS_FREE,
     LLM_CTR_N
 };
 #define LLM_IPC_COUNTERS_MAX 32  /* room to add counters without a new version */

@@ -63,6 +63,7 @@ typedef struct {
 
 typedef struct {
     int64_t kv_blocks_used;
+    int64_t kv_blocks_free;       /* a user request may still reserve (probes' room excluded) */
     int64_t prefix_cache_hits;    /* cumulative prompt tokens served from cache */
 } runner_stats;
 

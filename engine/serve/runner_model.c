@@ -852,6 +852,8 @@ static void mr_stats(void *self, runner_stats *st)
     v4_cache_info ci;
     v4_cache_info_get(R->model, &ci);
     st->kv_blocks_used = ci.blocks_used;
+    int64_t left = ci.blocks_total - ci.blocks_used - R->probe_blocks;
+    st->kv_blocks_free = left > 0 ? left : 0;
     st->prefix_cache_hits = 0;
 }
 

@@ -452,6 +452,7 @@ static void sc_stats(void *self, runner_stats *st)
 {
     struct scripted *R = self;
     st->kv_blocks_used = R->blocks_used;
+    st->kv_blocks_free = R->blocks_total > R->blocks_used ? R->blocks_total - R->blocks_used : 0;
     st->prefix_cache_hits = 0;
 }
 

@@ -441,9 +441,31 @@ static void admit(sched *S, bool probes)
     }
 }
 
+/* The admission numbers (LLM_CTR_SEQS_FREE, _KV_BLOCKS_FREE), counting a
+ * sequence that has emitted its finish as gone: called before output is
+ * delivered, so an owner that reads a finish finds the seat free. */
+static void publish_capacity(sched *S)
+{
+    int busy = 0;
+    for (int k = S->act_head; k >= 0; k = S->seqs[k].act_next) {
+        const struct sched_seq *q = &S->seqs[k];
+        if (!q->pub.done && !is_probe(q)) busy++;
+    }
+    ctr_set(S, LLM_CTR_SEQS_FREE,
+            busy < S->cfg.max_num_seqs ? (uint64_t)(S->cfg.max_num_seqs - busy) : 0);
+    if (S->cfg.ops->stats) {
+        runner_stats st = { 0, 0, 0 };
+        S->cfg.ops->stats(S->cfg.runner, &st);
+        ctr_set(S, LLM_CTR_KV_BLOCKS_USED, (uint64_t)st.kv_blocks_used);
+        ctr_set(S, LLM_CTR_KV_BLOCKS_FREE, (uint64_t)st.kv_blocks_free);
+        ctr_set(S, LLM_CTR_PREFIX_CACHE_HITS, (uint64_t)st.prefix_cache_hits);
+    }
+}
+
 int sched_step(sched *S, strbuf *err)
 {
     uint64_t t0 = llm_ipc_now_ns(), runner_ns = 0;
+    publish_capacity(S);
     deliver_all(S);
     if (S->cfg.ops->poll) S->cfg.ops->poll(S->cfg.runner);
     admit(S, true);
@@ -459,6 +481,7 @@ int sched_step(sched *S, strbuf *err)
         runner_ns = llm_ipc_now_ns() - t1;
         if (tokens < 0) return -1;
         ctr_add(S, LLM_CTR_TOKENS_OUT, (uint64_t)tokens);
+        publish_capacity(S);
         deliver_all(S);
     }
 
@@ -472,12 +495,7 @@ int sched_step(sched *S, strbuf *err)
     ctr_set(S, LLM_CTR_RUNNING, (uint64_t)S->n_running);
     ctr_set(S, LLM_CTR_WAITING, (uint64_t)S->n_waiting);
     ctr_set(S, LLM_CTR_PAUSED, (uint64_t)paused);
-    if (S->cfg.ops->stats) {
-        runner_stats st = { 0, 0 };
-        S->cfg.ops->stats(S->cfg.runner, &st);
-        ctr_set(S, LLM_CTR_KV_BLOCKS_USED, (uint64_t)st.kv_blocks_used);
-        ctr_set(S, LLM_CTR_PREFIX_CACHE_HITS, (uint64_t)st.prefix_cache_hits);
-    }
+    publish_capacity(S);
     if (n) {
         ctr_add(S, LLM_CTR_STEPS, 1);
         ctr_set(S, LLM_CTR_STEP_OVERHEAD_NS, llm_ipc_now_ns() - t0 - runner_ns);
@@ -509,6 +527,7 @@ sched *sched_create(const sched_config *cfg)
         return NULL;
     }
     S->act_head = S->wait_head = S->wait_tail = -1;
+    publish_capacity(S);
     return S;
 }
 
