@@ -11,14 +11,14 @@
 
 #include "recipe.h"
 #include "runner.h"
-#include "seq_output.h"
+#include "req_output.h"
 #include "tap.h"
 
 static llm_ipc_slot slot;
 static _Alignas(64) unsigned char ring[1 << 16];
 
 /* poll() until s is answered (done) or ready to run (prompt_tokens set). */
-static void wait_prepared(const runner_ops *ops, void *R, llm_seq *s)
+static void wait_prepared(const runner_ops *ops, void *R, llm_request *s)
 {
     int fd = ops->wake_fd(R);
     for (int i = 0; i < 1000 && !s->done && !s->prompt_tokens; i++) {
@@ -73,9 +73,9 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         memset(&slot, 0, sizeof slot);
-        struct seq_out out;
-        seq_out_init(&out, &slot, ring, sizeof ring, 1 << 20);
-        llm_seq s = { .kind = cases[i].kind, .request = cases[i].body,
+        struct req_out out;
+        req_out_init(&out, &slot, ring, sizeof ring, 1 << 20);
+        llm_request s = { .kind = cases[i].kind, .request = cases[i].body,
                       .request_len = strlen(cases[i].body), .out = &out };
         int rc = ops->prepare(R, &s);
         ok(rc == 0 && !s.done && !s.prompt_tokens && atomic_load(&slot.head) == 0,
@@ -89,7 +89,7 @@ int main(void)
             ok(!s.done && s.prompt_tokens > 0, "%s: ready to run from poll (%d prompt tokens)",
                cases[i].what, s.prompt_tokens);
         ops->release(R, &s);
-        seq_out_free(&out);
+        req_out_free(&out);
     }
     ops->unload(R);
     recipe_free(&r);

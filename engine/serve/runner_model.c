@@ -58,22 +58,22 @@ struct model_runner {
     bool            prep_started, prep_stop;
     pthread_mutex_t prep_mu;
     pthread_cond_t  prep_cv;
-    struct mseq    *prep_head;    /* jobs not yet taken */
-    struct mseq    *pending;      /* sequences prepare() took, not yet finished */
+    struct model_req    *prep_head;    /* jobs not yet taken */
+    struct model_req    *pending;      /* sequences prepare() took, not yet finished */
     int             wake;         /* eventfd: a job is done */
 };
 
 enum prep_state { PREP_QUEUED, PREP_RUNNING, PREP_DONE };
 
-struct mseq {
+struct model_req {
     /* preparation (prep thread until prep == PREP_DONE) */
-    llm_seq      *seq;
+    llm_request      *seq;
     const char   *request;
     size_t        request_len;
     enum llm_ipc_kind kind;
     enum prep_state prep;
-    struct mseq  *prep_next;      /* job queue */
-    struct mseq  *pending_next;   /* prepared or not, not yet finished */
+    struct model_req  *prep_next;      /* job queue */
+    struct model_req  *pending_next;   /* prepared or not, not yet finished */
     yajl_val      req;
     uint32_t      err_status;     /* 0: 400 */
     char          err_param[128], err_msg[600];
@@ -109,11 +109,11 @@ static uint64_t next_rand(void *ctx)
     return *x * 0x2545F4914F6CDD1DULL;
 }
 
-static void fail(llm_seq *s, uint32_t status, const char *code, const char *param,
+static void fail(llm_request *s, uint32_t status, const char *code, const char *param,
                  const char *msg)
 {
-    seq_emit_error(s, status, code, param, "%s", msg);
-    seq_emit_finish(s, LLM_FINISH_ERROR);
+    req_emit_error(s, status, code, param, "%s", msg);
+    req_emit_finish(s, LLM_FINISH_ERROR);
 }
 
 static bool get_number(yajl_val req, const char *key, double *out)
@@ -126,7 +126,7 @@ static bool get_int(yajl_val req, const char *key, long long *out)
     return json_int(json_get(req, key), out);
 }
 
-static void free_mseq(struct mseq *q)
+static void free_model_req(struct model_req *q)
 {
     if (!q) return;
     yajl_tree_free(q->req);
@@ -314,7 +314,7 @@ static uint64_t fingerprint64(const tok_ids *ids)
 
 /* tokenize / detokenize, on the prep thread: the answer (ids in
  * q->prompt, or text in q->text) or the error in q->err_*. */
-static void answer_job(struct model_runner *R, struct mseq *q)
+static void answer_job(struct model_runner *R, struct model_req *q)
 {
     yajl_val req = q->req;
     if (q->kind == LLM_KIND_DETOKENIZE) {
@@ -357,19 +357,19 @@ static void answer_job(struct model_runner *R, struct mseq *q)
 }
 
 /* tokenize / detokenize, on the main thread: emit what answer_job made. */
-static void answer_emit(llm_seq *s)
+static void answer_emit(llm_request *s)
 {
-    struct mseq *q = s->state;
+    struct model_req *q = s->state;
     if (s->kind == LLM_KIND_DETOKENIZE) {
-        seq_emit_text(s, LLM_EV_CONTENT_DELTA, q->text.data ? q->text.data : "", q->text.len);
-        seq_emit_finish(s, LLM_FINISH_STOP);
+        req_emit_text(s, LLM_EV_CONTENT_DELTA, q->text.data ? q->text.data : "", q->text.len);
+        req_emit_finish(s, LLM_FINISH_STOP);
         return;
     }
     s->prompt_tokens = (int)q->prompt.len;
-    seq_emit_prompt_info(s, (uint32_t)q->prompt.len, 0, fingerprint64(&q->prompt));
+    req_emit_prompt_info(s, (uint32_t)q->prompt.len, 0, fingerprint64(&q->prompt));
     /* token ids are non-negative int32: the same bits as uint32 */
-    seq_emit_tokens(s, (const uint32_t *)q->prompt.data, q->prompt.len);
-    seq_emit_finish(s, LLM_FINISH_STOP);
+    req_emit_tokens(s, (const uint32_t *)q->prompt.data, q->prompt.len);
+    req_emit_finish(s, LLM_FINISH_STOP);
 }
 
 /* Sampling fields: recipe defaults (override_generation_config), then the
@@ -405,7 +405,7 @@ static void parser_event(void *ctx, const parse_event *ev);
 
 /* Background half of preparation (the prep thread): parse, render and
  * tokenize.  Touches only the request, the tokenizer (read-only) and q. */
-static void prep_job(struct model_runner *R, struct mseq *q)
+static void prep_job(struct model_runner *R, struct model_req *q)
 {
     char perr[256];
     q->req = json_parse(q->request, q->request_len, perr, sizeof perr);
@@ -448,7 +448,7 @@ static void *prep_thread(void *arg)
     for (;;) {
         while (!R->prep_head && !R->prep_stop) pthread_cond_wait(&R->prep_cv, &R->prep_mu);
         if (R->prep_stop) break;
-        struct mseq *q = R->prep_head;
+        struct model_req *q = R->prep_head;
         R->prep_head = q->prep_next;
         q->prep = PREP_RUNNING;
         pthread_mutex_unlock(&R->prep_mu);
@@ -465,10 +465,10 @@ static void *prep_thread(void *arg)
 
 /* Main-thread half, once the job is done: limits, sampling, output path.
  * Emits error + finish and returns -1 when the request cannot run. */
-static int prep_finish(struct model_runner *R, llm_seq *s)
+static int prep_finish(struct model_runner *R, llm_request *s)
 {
     const recipe *rc = R->rc;
-    struct mseq *q = s->state;
+    struct model_req *q = s->state;
     yajl_val req = q->req;
     const char *param = q->err_param[0] ? q->err_param : NULL;
     if (q->err_msg[0]) {
@@ -500,25 +500,25 @@ static int prep_finish(struct model_runner *R, llm_seq *s)
     const char *what = s->kind == LLM_KIND_COMPLETIONS ? "prompt" : "messages";
     if (prompt >= rc->max_model_len || (max_tokens > 0 && prompt + max_tokens > rc->max_model_len)) {
         long long want = max_tokens > 0 ? max_tokens : 0;
-        seq_emit_error(s, 400, "context_length_exceeded", param,
+        req_emit_error(s, 400, "context_length_exceeded", param,
                        "This model's maximum context length is %d tokens. However, you "
                        "requested %lld tokens (%d in the %s, %lld in the completion). "
                        "Please reduce the length of the %s or completion.",
                        rc->max_model_len, prompt + want, prompt, what, want, what);
-        seq_emit_finish(s, LLM_FINISH_ERROR);
+        req_emit_finish(s, LLM_FINISH_ERROR);
         return -1;
     }
     int room = rc->max_model_len - prompt;
     q->budget = max_tokens > 0 ? (int)max_tokens : (rc->max_tokens < room ? rc->max_tokens : room);
     int64_t usable = R->blocks_total - (s->kind == LLM_KIND_PROBE ? 0 : R->probe_blocks);
     if (v4_blocks_for_tokens(R->model, prompt + q->budget) > usable) {
-        seq_emit_error(s, 400, "context_length_exceeded", param,
+        req_emit_error(s, 400, "context_length_exceeded", param,
                        "The KV cache holds %lld blocks for requests; this request needs %lld "
                        "(%d prompt + %d completion tokens).  Reduce the prompt or max_tokens.",
                        (long long)usable,
                        (long long)v4_blocks_for_tokens(R->model, prompt + q->budget), prompt,
                        q->budget);
-        seq_emit_finish(s, LLM_FINISH_ERROR);
+        req_emit_finish(s, LLM_FINISH_ERROR);
         return -1;
     }
 
@@ -557,7 +557,7 @@ static int prep_finish(struct model_runner *R, llm_seq *s)
         fail(s, 503, "engine_out_of_memory", NULL, "engine out of memory");
         return -1;
     }
-    seq_emit_prompt_info(s, (uint32_t)prompt, 0, fingerprint64(&q->prompt));
+    req_emit_prompt_info(s, (uint32_t)prompt, 0, fingerprint64(&q->prompt));
     q->ready = true;
     return 0;
 }
@@ -565,10 +565,10 @@ static int prep_finish(struct model_runner *R, llm_seq *s)
 /* Every request is parsed, rendered and tokenized on the prep thread, so
  * a long prompt never stalls the decode steps of running sequences; poll()
  * finishes it on the main thread (tokenize and detokenize answer there). */
-static int mr_prepare(void *self, llm_seq *s)
+static int mr_prepare(void *self, llm_request *s)
 {
     struct model_runner *R = self;
-    struct mseq *q = calloc(1, sizeof *q);
+    struct model_req *q = calloc(1, sizeof *q);
     if (!q) {
         fail(s, 503, "engine_out_of_memory", NULL, "engine out of memory");
         return -1;
@@ -581,7 +581,7 @@ static int mr_prepare(void *self, llm_seq *s)
     q->seq = s;
     s->state = q;
     pthread_mutex_lock(&R->prep_mu);
-    struct mseq **tail = &R->prep_head;
+    struct model_req **tail = &R->prep_head;
     while (*tail) tail = &(*tail)->prep_next;
     *tail = q;
     q->pending_next = R->pending;
@@ -598,9 +598,9 @@ static void mr_poll(void *self)
 {
     struct model_runner *R = self;
     pthread_mutex_lock(&R->prep_mu);
-    struct mseq *done = NULL;
-    for (struct mseq **pp = &R->pending; *pp;) {
-        struct mseq *q = *pp;
+    struct model_req *done = NULL;
+    for (struct model_req **pp = &R->pending; *pp;) {
+        struct model_req *q = *pp;
         if (q->prep == PREP_DONE) {
             *pp = q->pending_next;
             q->pending_next = done;
@@ -610,17 +610,17 @@ static void mr_poll(void *self)
         }
     }
     pthread_mutex_unlock(&R->prep_mu);
-    for (struct mseq *q = done, *next; q; q = next) {
+    for (struct model_req *q = done, *next; q; q = next) {
         next = q->pending_next;
         q->pending_next = NULL;
         if (!q->seq->done) prep_finish(R, q->seq);
     }
 }
 
-static int mr_admit(void *self, llm_seq *s)
+static int mr_admit(void *self, llm_request *s)
 {
     struct model_runner *R = self;
-    struct mseq *q = s->state;
+    struct model_req *q = s->state;
     if (!q || !q->ready) return 0;       /* still being tokenized */
     if (q->vs) return 1;
     int64_t need = v4_blocks_for_tokens(R->model, s->prompt_tokens + q->budget);
@@ -646,25 +646,25 @@ static int mr_admit(void *self, llm_seq *s)
 
 static void parser_event(void *ctx, const parse_event *ev)
 {
-    llm_seq *s = ctx;
-    struct mseq *q = s->state;
+    llm_request *s = ctx;
+    struct model_req *q = s->state;
     switch (ev->kind) {
     case PARSE_REASONING:
-        seq_emit_text(s, LLM_EV_REASONING_DELTA, ev->text, ev->len);
+        req_emit_text(s, LLM_EV_REASONING_DELTA, ev->text, ev->len);
         break;
     case PARSE_CONTENT:
         q->in_reasoning = false;
-        seq_emit_text(s, LLM_EV_CONTENT_DELTA, ev->text, ev->len);
+        req_emit_text(s, LLM_EV_CONTENT_DELTA, ev->text, ev->len);
         break;
     case PARSE_TOOL_BEGIN:
         q->in_reasoning = false;
-        seq_emit_tool_begin(s, (uint32_t)ev->index, ev->id, ev->name);
+        req_emit_tool_begin(s, (uint32_t)ev->index, ev->id, ev->name);
         break;
     case PARSE_TOOL_ARGS:
-        seq_emit_tool_args(s, (uint32_t)ev->index, ev->text, ev->len);
+        req_emit_tool_args(s, (uint32_t)ev->index, ev->text, ev->len);
         break;
     case PARSE_TOOL_END:
-        seq_emit_tool_end(s, (uint32_t)ev->index);
+        req_emit_tool_end(s, (uint32_t)ev->index);
         break;
     case PARSE_FINISH:
         q->parsed_finish = ev->finish == FINISH_LENGTH ? LLM_FINISH_LENGTH
@@ -674,30 +674,30 @@ static void parser_event(void *ctx, const parse_event *ev)
     }
 }
 
-static void emit_text(llm_seq *s, const char *text, size_t len)
+static void emit_text(llm_request *s, const char *text, size_t len)
 {
-    struct mseq *q = s->state;
+    struct model_req *q = s->state;
     if (!len) return;
     if (q->parser) output_parser_feed(q->parser, text, len);
-    else seq_emit_text(s, LLM_EV_CONTENT_DELTA, text, len);
+    else req_emit_text(s, LLM_EV_CONTENT_DELTA, text, len);
 }
 
-static void emit_usage(llm_seq *s)
+static void emit_usage(llm_request *s)
 {
-    struct mseq *q = s->state;
+    struct model_req *q = s->state;
     llm_ipc_usage u = {
         .prompt_tokens = (uint32_t)s->prompt_tokens,
         .completion_tokens = q ? (uint32_t)q->generated : 0,
         .reasoning_tokens = q ? (uint32_t)q->reasoning_tokens : 0,
         .cached_tokens = 0,
     };
-    seq_emit_usage(s, &u);
+    req_emit_usage(s, &u);
 }
 
 /* The end of a sequence: release held text, close the parser, usage, finish. */
-static void finish(llm_seq *s, enum gen_stop why)
+static void finish(llm_request *s, enum gen_stop why)
 {
-    struct mseq *q = s->state;
+    struct model_req *q = s->state;
     sb_reset(&q->kept);
     if (!q->stop.matched) {
         sb_reset(&q->text);
@@ -712,10 +712,10 @@ static void finish(llm_seq *s, enum gen_stop why)
         r = q->parsed_finish;
     }
     emit_usage(s);
-    seq_emit_finish(s, r);
+    req_emit_finish(s, r);
 }
 
-static void emit_logprob(struct model_runner *R, llm_seq *s, const sample_result *sr)
+static void emit_logprob(struct model_runner *R, llm_request *s, const sample_result *sr)
 {
     size_t blen;
     const char *b = tok_id_bytes(R->tok, sr->token, &blen);
@@ -725,15 +725,15 @@ static void emit_logprob(struct model_runner *R, llm_seq *s, const sample_result
         tb[i] = tok_id_bytes(R->tok, sr->top_token[i], &tl[i]);
         if (!tb[i]) { tb[i] = ""; tl[i] = 0; }
     }
-    seq_emit_logprob(s, (uint32_t)sr->token, sr->logprob, b ? b : "", b ? blen : 0,
+    req_emit_logprob(s, (uint32_t)sr->token, sr->logprob, b ? b : "", b ? blen : 0,
                      (uint32_t)sr->n_top, sr->top_logprob, tb, tl);
 }
 
 /* Sample the next token from logits and push it through detokenizer, stop
  * matcher and parser; ends the sequence when it should. */
-static void take_token(struct model_runner *R, llm_seq *s, float *logits)
+static void take_token(struct model_runner *R, llm_request *s, float *logits)
 {
-    struct mseq *q = s->state;
+    struct model_req *q = s->state;
     if (R->eos >= 0 && (q->ignore_eos || q->generated < q->min_tokens))
         sampler_ban(logits, R->eos);
     sample_result sr;
@@ -755,16 +755,16 @@ static void take_token(struct model_runner *R, llm_seq *s, float *logits)
     q->has_next = true;
 }
 
-static int mr_step(void *self, llm_seq **batch, int n, strbuf *err)
+static int mr_step(void *self, llm_request **batch, int n, strbuf *err)
 {
     struct model_runner *R = self;
     int budget = R->rc->max_num_batched_tokens, n_items = 0;
-    llm_seq *owner[n > 0 ? n : 1];
+    llm_request *owner[n > 0 ? n : 1];
 
     /* decoding sequences first (one token each), then prefill chunks */
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < n && n_items < R->max_batch; i++) {
-            struct mseq *q = batch[i]->state;
+            struct model_req *q = batch[i]->state;
             bool decoding = q->fed == (int)q->prompt.len;
             if (decoding != (pass == 0) || budget <= 0) continue;
             v4_step_item *it = &R->items[n_items];
@@ -805,8 +805,8 @@ static int mr_step(void *self, llm_seq **batch, int n, strbuf *err)
 
     int made = 0;
     for (int i = 0; i < n_items; i++) {
-        llm_seq *s = owner[i];
-        struct mseq *q = s->state;
+        llm_request *s = owner[i];
+        struct model_req *q = s->state;
         if (q->fed < (int)q->prompt.len) {
             q->fed += R->items[i].n_tokens;
             if (q->fed < (int)q->prompt.len) continue;   /* more prompt to go */
@@ -818,31 +818,31 @@ static int mr_step(void *self, llm_seq **batch, int n, strbuf *err)
     return made;
 }
 
-static void mr_cancel(void *self, llm_seq *s)
+static void mr_cancel(void *self, llm_request *s)
 {
     (void)self;
     if (s->done) return;
     emit_usage(s);
-    seq_emit_finish(s, LLM_FINISH_CANCELLED);
+    req_emit_finish(s, LLM_FINISH_CANCELLED);
 }
 
-static void mr_release(void *self, llm_seq *s)
+static void mr_release(void *self, llm_request *s)
 {
     struct model_runner *R = self;
-    struct mseq *q = s->state;
+    struct model_req *q = s->state;
     if (q) {
         /* take it off the job queue and the pending list; a job in
          * progress is waited for (it reads the request) */
         pthread_mutex_lock(&R->prep_mu);
-        for (struct mseq **pp = &R->prep_head; *pp; pp = &(*pp)->prep_next)
+        for (struct model_req **pp = &R->prep_head; *pp; pp = &(*pp)->prep_next)
             if (*pp == q) { *pp = q->prep_next; q->prep = PREP_DONE; break; }
         while (q->prep == PREP_RUNNING) pthread_cond_wait(&R->prep_cv, &R->prep_mu);
-        for (struct mseq **pp = &R->pending; *pp; pp = &(*pp)->pending_next)
+        for (struct model_req **pp = &R->pending; *pp; pp = &(*pp)->pending_next)
             if (*pp == q) { *pp = q->pending_next; break; }
         pthread_mutex_unlock(&R->prep_mu);
     }
     if (q && q->vs) v4_seq_free(R->model, q->vs);
-    free_mseq(q);
+    free_model_req(q);
     s->state = NULL;
 }
 

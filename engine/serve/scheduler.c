@@ -1,6 +1,6 @@
 /* Scheduler: see scheduler.h.
  *
- * Engine-side view of a slot: a sched_seq is "active" from the moment its
+ * Engine-side view of a slot: a sched_req is "active" from the moment its
  * submission is taken until the slot is finished or freed.  Active
  * sequences are on one list (for delivery); waiting ones are also on the
  * FIFO, running ones in running[].  The slot's state word is the truth
@@ -15,13 +15,13 @@
 #include <string.h>
 
 #include "procfs.h"
-#include "seq_output.h"
+#include "req_output.h"
 
 enum phase { PH_NONE, PH_WAITING, PH_RUNNING };
 
-struct sched_seq {
-    llm_seq        pub;
-    struct seq_out out;
+struct sched_req {
+    llm_request        pub;
+    struct req_out out;
     enum phase     phase;
     bool           prepared;      /* runner->prepare was called: release later */
     bool           cancelled;     /* runner->cancel already called */
@@ -36,13 +36,13 @@ struct sched_seq {
 struct sched {
     sched_config      cfg;
     uint32_t          n;
-    struct sched_seq *seqs;
+    struct sched_req *seqs;
     int               act_head;
     int               wait_head, wait_tail, n_waiting;
     int              *running;
     int               n_running;
     int               n_probes;   /* of n_running: probes, in their own seats */
-    llm_seq         **batch;
+    llm_request         **batch;
     bool              draining;
     char              drain_msg[LLM_IPC_STATE_MSG];
     uint32_t         *fresh;      /* scratch for sched_scan */
@@ -52,7 +52,7 @@ struct sched {
 
 static void act_add(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     q->act_prev = -1;
     q->act_next = S->act_head;
     if (S->act_head >= 0) S->seqs[S->act_head].act_prev = k;
@@ -61,7 +61,7 @@ static void act_add(sched *S, int k)
 
 static void act_del(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     if (q->act_prev >= 0) S->seqs[q->act_prev].act_next = q->act_next;
     else S->act_head = q->act_next;
     if (q->act_next >= 0) S->seqs[q->act_next].act_prev = q->act_prev;
@@ -69,7 +69,7 @@ static void act_del(sched *S, int k)
 
 static void wait_push(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     q->wait_next = -1;
     q->wait_prev = S->wait_tail;
     if (S->wait_tail >= 0) S->seqs[S->wait_tail].wait_next = k;
@@ -80,7 +80,7 @@ static void wait_push(sched *S, int k)
 
 static void wait_del(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     if (q->wait_prev >= 0) S->seqs[q->wait_prev].wait_next = q->wait_next;
     else S->wait_head = q->wait_next;
     if (q->wait_next >= 0) S->seqs[q->wait_next].wait_prev = q->wait_prev;
@@ -88,7 +88,7 @@ static void wait_del(sched *S, int k)
     S->n_waiting--;
 }
 
-static bool is_probe(const struct sched_seq *q)
+static bool is_probe(const struct sched_req *q)
 {
     return q->pub.kind == LLM_KIND_PROBE;
 }
@@ -136,19 +136,19 @@ static bool free_slot(sched *S, uint32_t k, uint64_t w)
 
 static void forget(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     if (q->prepared) S->cfg.ops->release(S->cfg.runner, &q->pub);
     if (q->phase == PH_WAITING) wait_del(S, k);
     if (q->phase == PH_RUNNING) running_del(S, k);
     act_del(S, k);
-    seq_out_free(&q->out);
+    req_out_free(&q->out);
     free(q->req);
     q->req = NULL;
     q->phase = PH_NONE;
     q->prepared = q->cancelled = false;
 }
 
-static void count_end(sched *S, struct sched_seq *q)
+static void count_end(sched *S, struct sched_req *q)
 {
     switch (q->out.finish) {
     case LLM_FINISH_STOP:
@@ -162,7 +162,7 @@ static void count_end(sched *S, struct sched_seq *q)
 /* Ring the owner if it is waiting for a doorbell. */
 static void wake(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     q->out.wrote = false;
     if (llm_ipc_ring_wake(q->out.slot))
         S->cfg.notify(S->cfg.notify_ctx, (uint32_t)k, q->gen, q->pid);
@@ -172,7 +172,7 @@ static void wake(sched *S, int k)
  * owner (FINISHED), or free it if the owner abandoned it meanwhile. */
 static void finalize(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     llm_ipc_slot *s = slot_of(S, k);
     uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
     for (;;) {
@@ -200,7 +200,7 @@ static void finalize(sched *S, int k)
 /* The owner is gone or gave up: stop the sequence, free the slot. */
 static void abandon(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     if (!q->out.finish) q->out.finish = LLM_FINISH_CANCELLED;
     count_end(S, q);
     forget(S, k);
@@ -209,19 +209,19 @@ static void abandon(sched *S, int k)
 /* Push output into the ring; finish the sequence once all of it is there. */
 static void deliver(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
-    seq_out_flush(&q->out);
-    if (q->pub.done && !seq_out_pending(&q->out)) finalize(S, k);
+    struct sched_req *q = &S->seqs[k];
+    req_out_flush(&q->out);
+    if (q->pub.done && !req_out_pending(&q->out)) finalize(S, k);
     else if (q->out.wrote) wake(S, k);
 }
 
 static void end_with_error(sched *S, int k, uint32_t status, const char *code,
                            const char *msg)
 {
-    llm_seq *s = &S->seqs[k].pub;
+    llm_request *s = &S->seqs[k].pub;
     if (s->done) return;
-    seq_emit_error(s, status, code, NULL, "%s", msg);
-    seq_emit_finish(s, LLM_FINISH_ERROR);
+    req_emit_error(s, status, code, NULL, "%s", msg);
+    req_emit_finish(s, LLM_FINISH_ERROR);
 }
 
 /* ---- taking submissions ------------------------------------------------ */
@@ -230,12 +230,12 @@ static void take(sched *S, uint32_t k, uint64_t w)
 {
     llm_ipc_header *h = S->cfg.hdr;
     llm_ipc_slot *s = slot_of(S, k);
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     memset(&q->pub, 0, sizeof q->pub);
     q->gen = LLM_SLOT_GEN(w);
     q->pid = LLM_SLOT_PID(w);
     q->submit_ns = s->submit_ns;
-    seq_out_init(&q->out, s, llm_ipc_ring_at(h, k), h->ring_bytes, 2 * (size_t)h->ring_bytes);
+    req_out_init(&q->out, s, llm_ipc_ring_at(h, k), h->ring_bytes, 2 * (size_t)h->ring_bytes);
     q->pub.slot = k;
     q->pub.kind = (enum llm_ipc_kind)s->kind;
     q->pub.out = &q->out;
@@ -287,11 +287,11 @@ static void take(sched *S, uint32_t k, uint64_t w)
 
 static void cancel(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     if (q->cancelled || q->pub.done) return;
     q->cancelled = true;
     if (q->prepared) S->cfg.ops->cancel(S->cfg.runner, &q->pub);
-    if (!q->pub.done) seq_emit_finish(&q->pub, LLM_FINISH_CANCELLED);
+    if (!q->pub.done) req_emit_finish(&q->pub, LLM_FINISH_CANCELLED);
 }
 
 void sched_poke(sched *S, uint32_t k)
@@ -299,7 +299,7 @@ void sched_poke(sched *S, uint32_t k)
     if (k >= S->n) return;
     llm_ipc_slot *s = slot_of(S, k);
     uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     bool tracked = q->phase != PH_NONE;
     if (tracked && LLM_SLOT_GEN(w) != q->gen) {     /* cannot happen: we free slots */
         fprintf(stderr, "llm-engine: slot %u changed generation under a running sequence\n", k);
@@ -415,7 +415,7 @@ static void deliver_all(sched *S)
 static void admit(sched *S, bool probes)
 {
     for (int k = S->wait_head, next; k >= 0; k = next) {
-        struct sched_seq *q = &S->seqs[k];
+        struct sched_req *q = &S->seqs[k];
         next = q->wait_next;
         if (q->pub.done || is_probe(q) != probes) continue;   /* ending (error, cancel) */
         if (probes ? S->n_probes >= RUNNER_PROBE_SEATS
@@ -448,7 +448,7 @@ static void publish_capacity(sched *S)
 {
     int busy = 0;
     for (int k = S->act_head; k >= 0; k = S->seqs[k].act_next) {
-        const struct sched_seq *q = &S->seqs[k];
+        const struct sched_req *q = &S->seqs[k];
         if (!q->pub.done && !is_probe(q)) busy++;
     }
     ctr_set(S, LLM_CTR_SEQS_FREE,
@@ -472,8 +472,8 @@ int sched_step(sched *S, strbuf *err)
     admit(S, false);
     int n = 0;
     for (int i = 0; i < S->n_running; i++) {
-        struct sched_seq *q = &S->seqs[S->running[i]];
-        if (!q->pub.done && !seq_out_paused(&q->out)) S->batch[n++] = &q->pub;
+        struct sched_req *q = &S->seqs[S->running[i]];
+        if (!q->pub.done && !req_out_paused(&q->out)) S->batch[n++] = &q->pub;
     }
     if (n) {
         uint64_t t1 = llm_ipc_now_ns();
@@ -487,9 +487,9 @@ int sched_step(sched *S, strbuf *err)
 
     int runnable = 0, paused = 0;
     for (int i = 0; i < S->n_running; i++) {
-        struct sched_seq *q = &S->seqs[S->running[i]];
+        struct sched_req *q = &S->seqs[S->running[i]];
         if (q->pub.done) continue;
-        if (seq_out_paused(&q->out)) paused++;
+        if (req_out_paused(&q->out)) paused++;
         else runnable++;
     }
     ctr_set(S, LLM_CTR_RUNNING, (uint64_t)S->n_running);
