@@ -1,7 +1,8 @@
 /* Out of memory in a step (the allocation policy): a step whose buffers or
  * CPU-backend scratch cannot be allocated returns V4_STEP_NOMEM with a
  * message, never crashes, and the model goes on: the next step computes
- * exactly what it computed before.  Large allocations are made to fail by
+ * exactly what it computed before.  Through the model runner, the requests
+ * of such a step end with 503 engine_out_of_memory and the engine goes on.  Large allocations are made to fail by
  * interposing malloc in this program (glibc's __libc_* do the work), which
  * AddressSanitizer's own malloc excludes: under it the test skips. */
 #include <stdatomic.h>
@@ -10,8 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ipc/llm_ipc.h"
 #include "model.h"
+#include "recipe.h"
+#include "req_output.h"
+#include "runner.h"
 #include "tap.h"
+#include <unistd.h>
 
 #define DEMO "tests/fixtures/demo"
 
@@ -55,7 +61,102 @@ static int step(v4_model *m, int T, float *logits, strbuf *err)
     int rc = s ? v4_step(m, &it, 1, err) : -100;
     v4_seq_free(m, s);
     __libc_free(ids);
+    while (err->len && err->data[err->len - 1] == '\n') err->data[--err->len] = 0;
     return rc;
+}
+
+static llm_ipc_slot slot;
+static _Alignas(64) unsigned char ring[1 << 16];
+
+/* The event types of the ring, in order, as a string ("8,6" ...). */
+static void ring_types(strbuf *out)
+{
+    static unsigned char buf[1 << 16];
+    sb_reset(out);
+    long n = llm_ipc_ring_get(&slot, ring, sizeof ring, buf, sizeof buf);
+    size_t off = 0;
+    llm_ipc_event ev;
+    while (n > 0 && llm_ipc_event_next(buf, (size_t)n, &off, &ev) == 1) {
+        sb_printf(out, "%s%s", out->len ? "," : "", llm_ipc_event_name(ev.type));
+        if (ev.type == LLM_EV_ERROR) sb_printf(out, "(%u %.*s)", ev.status, (int)ev.code_len, ev.code);
+    }
+}
+
+/* One chat request through the model runner's ops: prepare, admit, one
+ * step.  Returns the step's result; the ring's events in *events. */
+static int runner_request(const runner_ops *ops, void *R, const char *body, strbuf *events)
+{
+    memset(&slot, 0, sizeof slot);
+    struct req_out out;
+    req_out_init(&out, &slot, ring, sizeof ring, 1 << 20);
+    llm_request s = { .kind = LLM_KIND_CHAT, .request = body, .request_len = strlen(body),
+                      .out = &out };
+    int rc = -100;
+    strbuf err;
+    sb_init(&err);
+    if (ops->prepare(R, &s) == 0) {
+        for (int i = 0; i < 2000 && !s.done && !s.prompt_tokens; i++) {
+            usleep(1000);
+            ops->poll(R);
+        }
+        llm_request *batch[1] = { &s };
+        if (!s.done && ops->admit(R, &s)) rc = ops->step(R, batch, 1, &err);
+    }
+    req_out_flush(&out);
+    ring_types(events);
+    ops->release(R, &s);
+    req_out_free(&out);
+    sb_free(&err);
+    return rc;
+}
+
+static void through_the_runner(void)
+{
+    char dir[] = "/tmp/llm-test-oom-XXXXXX", path[300], cwd[4096];
+    if (!mkdtemp(dir) || !getcwd(cwd, sizeof cwd)) return;
+    snprintf(path, sizeof path, "%s/r.yaml", dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "name: oom\nrun_dir: %s\nbackend: cpu\nmodel:\n  path: %s/" DEMO "\n"
+            "max_model_len: 4096\nmax_num_seqs: 2\ncpu_threads: 2\n", dir, cwd);
+    fclose(f);
+    recipe r;
+    strbuf err, ev;
+    sb_init(&err);
+    sb_init(&ev);
+    const runner_ops *ops = runner_lookup("model");
+    void *R = NULL;
+    runner_capacity cap;
+    if (recipe_load(&r, path, &err) || ops->load(&R, &r, &cap, &err)) {
+        ok(0, "runner: %s", err.data);
+        recipe_free(&r);
+        return;
+    }
+    /* a prompt of some 1500 tokens: its step needs megabytes of scratch */
+    strbuf body;
+    sb_init(&body);
+    sb_puts(&body, "{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"");
+    for (int i = 0; i < 1500; i++) sb_printf(&body, "w%d ", i % 97);
+    sb_puts(&body, "\"}]}");
+
+    atomic_store(&fail_above, (size_t)3 << 20);
+    int rc = runner_request(ops, R, body.data, &ev);
+    atomic_store(&fail_above, SIZE_MAX);
+    is_int(rc, 0, "runner: a step out of memory is not fatal to the engine");
+    ok(ev.data && strstr(ev.data, "error(503 engine_out_of_memory),finish"),
+       "runner: the step's request ends with 503 engine_out_of_memory: %s",
+       ev.data ? ev.data : "");
+    rc = runner_request(ops, R, body.data, &ev);
+    is_int(rc, 1, "runner: the same request runs once memory is there");
+    ok(ev.data && strstr(ev.data, "usage,finish"), "runner: and finishes: %s",
+       ev.data ? ev.data : "");
+    sb_free(&body);
+    sb_free(&ev);
+    sb_free(&err);
+    ops->unload(R);
+    recipe_free(&r);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd)) diag("could not remove %s", dir);
 }
 
 int main(void)
@@ -100,6 +201,7 @@ int main(void)
     __libc_free(got);
     v4_model_free(m);
     sb_free(&err);
+    through_the_runner();
     return exit_status();
 }
 #endif
