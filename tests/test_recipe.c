@@ -145,6 +145,9 @@ int main(void)
     expect_error(BASE "default_chat_template_kwargs:\n  reasoning_effort: extreme\n",
                  "default_chat_template_kwargs.reasoning_effort: expected one of low, high, max",
                  "bad reasoning effort");
+    expect_error(BASE "max_num_seqs: 4\nslots: 4\n",
+                 "slots: must be at least max_num_seqs + 1 (5: a slot for health probes), got 4",
+                 "a slot beyond max_num_seqs for probes");
     expect_error(BASE "max_num_seqs: 8\nslots: 4\n", "slots: must be at least max_num_seqs",
                  "relation between keys");
     expect_error(BASE "name: a/b\n", "name: 'a/b' may hold only", "engine name is a safe file name");

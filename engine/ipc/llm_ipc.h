@@ -161,6 +161,11 @@ enum llm_ipc_kind {
     LLM_KIND_PROBE       = 6,  /* health probe: one-token generation */
 };
 
+/* Probes run in seats of their own beyond max_num_seqs, ahead of the
+ * queue, so readmitting an engine never waits for user work; a recipe
+ * has at least max_num_seqs + LLM_IPC_PROBE_SEATS slots. */
+#define LLM_IPC_PROBE_SEATS 1
+
 typedef struct {
     /* line 0: ownership, written by the owner while CLAIMED */
     _Atomic uint64_t word;

@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <yaml.h>
 
+#include "ipc/llm_ipc.h"
 #include "sha256.h"
 #include "version.h"
 
@@ -448,6 +449,10 @@ static void check_relations(struct loader *L)
     if (r->slots && r->slots < r->max_num_seqs)
         problem(L, NULL, "slots", "must be at least max_num_seqs (%d), got %d",
                 r->max_num_seqs, r->slots);
+    else if (r->slots && r->slots < r->max_num_seqs + LLM_IPC_PROBE_SEATS)
+        problem(L, NULL, "slots",
+                "must be at least max_num_seqs + %d (%d: a slot for health probes), got %d",
+                LLM_IPC_PROBE_SEATS, r->max_num_seqs + LLM_IPC_PROBE_SEATS, r->slots);
     if (r->max_request_bytes && r->max_request_bytes < 4096)
         problem(L, NULL, "max_request_bytes", "must be at least 4096 bytes");
 }

@@ -37,11 +37,9 @@
 
 struct req_out;
 
-/* Health probes (LLM_KIND_PROBE) run in seats of their own beyond
- * max_num_seqs, ahead of the queue, so readmitting an engine never waits
- * for user work: a runner sizes its batch for max_num_seqs +
- * RUNNER_PROBE_SEATS sequences and keeps cache room for a probe. */
-#define RUNNER_PROBE_SEATS 1
+/* Health probes run in LLM_IPC_PROBE_SEATS seats of their own: a runner
+ * sizes its batch for max_num_seqs + LLM_IPC_PROBE_SEATS sequences and
+ * keeps cache room for a probe. */
 
 /* Names by layer: llm_request is a request as the runner seam sees it
  * (serve); the scheduler keeps a sched_req per slot around it, the model

@@ -36,7 +36,7 @@
 #include "stop_match.h"
 #include "tokenizer.h"
 
-/* Cache room kept for probes (RUNNER_PROBE_SEATS): a probe is a short
+/* Cache room kept for probes (LLM_IPC_PROBE_SEATS): a probe is a short
  * chat prompt and one token; user sequences never take the last of it. */
 #define PROBE_RESERVE_TOKENS 256
 
@@ -49,7 +49,7 @@ struct model_runner {
     chat_options  chat_defaults;
     int64_t       blocks_total;
     int64_t       probe_blocks;   /* user sequences leave these free */
-    int           max_batch;      /* max_num_seqs + RUNNER_PROBE_SEATS */
+    int           max_batch;      /* max_num_seqs + LLM_IPC_PROBE_SEATS */
     float        *logits;         /* [max_batch][vocab] */
     v4_step_item *items;
     uint64_t      rng;            /* tool call ids */
@@ -149,7 +149,7 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     struct model_runner *R = calloc(1, sizeof *R);
     if (!R) { sb_puts(err, "out of memory"); return -1; }
     R->rc = rc;
-    R->max_batch = rc->max_num_seqs + RUNNER_PROBE_SEATS;
+    R->max_batch = rc->max_num_seqs + LLM_IPC_PROBE_SEATS;
     pthread_mutex_init(&R->prep_mu, NULL);
     pthread_cond_init(&R->prep_cv, NULL);
     R->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -174,7 +174,7 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
         .max_step_tokens = rc->max_num_batched_tokens,
         .cache_tokens = rc->kv_cache_memory_bytes ? 0
                         : (int64_t)rc->max_num_seqs * rc->max_model_len
-                          + RUNNER_PROBE_SEATS * PROBE_RESERVE_TOKENS,
+                          + LLM_IPC_PROBE_SEATS * PROBE_RESERVE_TOKENS,
         .backend = backend_name(rc->backend),
         .kv_dtype = rc->kv_cache_dtype == KV_DTYPE_FP8 ? KV_FP8
                     : rc->kv_cache_dtype == KV_DTYPE_BF16 ? KV_BF16 : KV_F32,
@@ -209,7 +209,7 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     v4_cache_info ci;
     v4_cache_info_get(R->model, &ci);
     R->blocks_total = ci.blocks_total;
-    R->probe_blocks = RUNNER_PROBE_SEATS * v4_blocks_for_tokens(R->model, PROBE_RESERVE_TOKENS);
+    R->probe_blocks = LLM_IPC_PROBE_SEATS * v4_blocks_for_tokens(R->model, PROBE_RESERVE_TOKENS);
     int tp = v4_model_tp(R->model);
     cap->kv_blocks_total = ci.blocks_total;
     cap->kv_capacity_tokens = ci.blocks_total * ci.block_tokens;

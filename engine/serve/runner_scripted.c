@@ -309,7 +309,7 @@ static int sc_admit(void *self, llm_request *s)
     struct scripted *R = self;
     struct script *sc = s->state;
     int64_t need = (s->prompt_tokens + sc->budget + BLOCK_TOKENS - 1) / BLOCK_TOKENS;
-    /* probes have room of their own (RUNNER_PROBE_SEATS) */
+    /* probes have room of their own (LLM_IPC_PROBE_SEATS) */
     if (R->blocks_used + need > R->blocks_total && R->blocks_used > 0
         && s->kind != LLM_KIND_PROBE)
         return 0;

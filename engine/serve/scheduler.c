@@ -410,7 +410,7 @@ static void deliver_all(sched *S)
 }
 
 /* Admit from the FIFO: user sequences in order while max_num_seqs has
- * room; probes first, into their own seats (RUNNER_PROBE_SEATS), wherever
+ * room; probes first, into their own seats (LLM_IPC_PROBE_SEATS), wherever
  * they are in the queue. */
 static void admit(sched *S, bool probes)
 {
@@ -418,7 +418,7 @@ static void admit(sched *S, bool probes)
         struct sched_req *q = &S->seqs[k];
         next = q->wait_next;
         if (q->pub.done || is_probe(q) != probes) continue;   /* ending (error, cancel) */
-        if (probes ? S->n_probes >= RUNNER_PROBE_SEATS
+        if (probes ? S->n_probes >= LLM_IPC_PROBE_SEATS
                    : S->n_running - S->n_probes >= S->cfg.max_num_seqs)
             break;
         if (S->cfg.ops->admit && !S->cfg.ops->admit(S->cfg.runner, &q->pub)) {
@@ -518,7 +518,7 @@ sched *sched_create(const sched_config *cfg)
     S->cfg = *cfg;
     S->n = cfg->hdr->n_slots;
     S->seqs = calloc(S->n, sizeof *S->seqs);
-    size_t seats = (size_t)cfg->max_num_seqs + RUNNER_PROBE_SEATS;
+    size_t seats = (size_t)cfg->max_num_seqs + LLM_IPC_PROBE_SEATS;
     S->running = calloc(seats, sizeof *S->running);
     S->batch = calloc(seats, sizeof *S->batch);
     S->fresh = calloc(S->n, sizeof *S->fresh);
