@@ -3,6 +3,15 @@
  * max_num_seqs sequences run per engine (the engine header says how many),
  * up to llm_queue more wait in one FIFO for at most its timeout.
  *
+ * The engine is the authority on its capacity: its header publishes the
+ * seats max_num_seqs has left and the KV blocks still free, counting work
+ * from every client.  An engine takes a place only when neither its own
+ * count nor the places this nginx granted it (some not yet submitted)
+ * fill max_num_seqs, and it has KV blocks free; whether a request's
+ * blocks fit is the engine's FIFO's decision.  Capacity that frees
+ * without a request of ours ending (another client's) is noticed at the
+ * next health tick.
+ *
  * A place is a ticket in the zone.  When capacity frees (a request ends,
  * an engine becomes healthy, a drain is undone, a route is promoted) the
  * worker that freed it grants waiting tickets in FIFO order, under the
@@ -160,6 +169,33 @@ ngx_http_llm_ticket_pool(ngx_http_llm_shctx_t *sh, ngx_http_llm_ticket_t *t)
 
 
 /*
+ * Whether engine i has room for `need` more sequences, by what its header
+ * publishes and by the places granted to it here.
+ */
+static ngx_uint_t
+ngx_http_llm_has_room(ngx_http_llm_engine_sh_t *es, ngx_uint_t i,
+    ngx_uint_t need)
+{
+    uint64_t              ctr[LLM_CTR_N];
+    ngx_http_llm_link_t  *link;
+
+    if (es->running + need > es->max_num_seqs) {
+        return 0;
+    }
+
+    link = ngx_http_llm_link(i);
+
+    if (link == NULL || !link->attached) {
+        return 1;
+    }
+
+    llm_ipc_counters(&link->client, ctr);
+
+    return ctr[LLM_CTR_SEQS_FREE] >= need && ctr[LLM_CTR_KV_BLOCKS_FREE] > 0;
+}
+
+
+/*
  * The admissible engine of mask with the fewest sequences and room for
  * the ticket's (a request for n choices is n sequences; more than an
  * engine runs at all is admitted alone there, and the engine refuses it
@@ -180,8 +216,8 @@ ngx_http_llm_pick(ngx_http_llm_shctx_t *sh, uint64_t mask,
 
         if (!(mask & ((uint64_t) 1 << i))
             || !ngx_http_llm_admissible(es)
-            || es->running + ngx_min(t->weight, es->max_num_seqs)
-               > es->max_num_seqs)
+            || !ngx_http_llm_has_room(es, i,
+                                      ngx_min(t->weight, es->max_num_seqs)))
         {
             continue;
         }

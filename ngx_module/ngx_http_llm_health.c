@@ -7,7 +7,9 @@
  *   healthy <-> draining (admin drain / resume, or the engine's own drain)
  *
  * Any worker marks an engine unhealthy at once when it sees the doorbell
- * socket close, a FAILED or STOPPED state, or a stale heartbeat; failed
+ * socket close, a FAILED or STOPPED state, a stale heartbeat (the process
+ * is gone or stopped) or a stalled scheduler (the process lives but its
+ * scheduler loop has not come round for llm_health stall=); failed
  * requests count too (llm_health fails=), client errors never do.
  * Promotion back to healthy is driven by one worker, the leader: every
  * worker runs a timer each llm_health interval, and the first to find the
@@ -293,7 +295,7 @@ ngx_http_llm_engine_outcome(ngx_http_llm_main_conf_t *lmcf,
 static void
 ngx_http_llm_health_engine(ngx_http_llm_main_conf_t *lmcf, ngx_uint_t i)
 {
-    int64_t                    age;
+    int64_t                    age, stalled;
     uint32_t                   st;
     ngx_uint_t                 probe;
     ngx_http_llm_link_t       *link;
@@ -337,6 +339,7 @@ ngx_http_llm_health_engine(ngx_http_llm_main_conf_t *lmcf, ngx_uint_t i)
 
     st = llm_ipc_engine_state(&link->client);
     age = llm_ipc_heartbeat_age_ms(&link->client);
+    stalled = llm_ipc_progress_age_ms(&link->client);
 
     switch (st) {
 
@@ -352,7 +355,9 @@ ngx_http_llm_health_engine(ngx_http_llm_main_conf_t *lmcf, ngx_uint_t i)
         break;
 
     case LLM_STATE_READY:
-        if (age > (int64_t) lmcf->heartbeat) {
+        if (age > (int64_t) lmcf->heartbeat
+            || stalled > (int64_t) lmcf->stall)
+        {
             break;
         }
 
@@ -452,7 +457,8 @@ ngx_http_llm_health_tick(ngx_event_t *ev)
         return;
     }
 
-    /* every worker watches the heartbeats of the engines it has mapped */
+    /* every worker watches the heartbeats and the scheduler progress of
+       the engines it has mapped */
     for (i = 0; i < lmcf->engines.nelts; i++) {
         link = ngx_http_llm_link(i);
 
@@ -468,7 +474,21 @@ ngx_http_llm_health_tick(ngx_event_t *ev)
         if (age > (int64_t) lmcf->heartbeat) {
             ngx_http_llm_engine_down(lmcf, i, "heartbeat stale: no sign of "
                                      "life for %L ms", age);
+            continue;
         }
+
+        age = llm_ipc_progress_age_ms(&link->client);
+
+        if (age > (int64_t) lmcf->stall) {
+            ngx_http_llm_engine_down(lmcf, i, "the scheduler made no progress "
+                                     "for %L ms (the process lives; a step "
+                                     "is stuck)", age);
+        }
+    }
+
+    /* capacity another client of an engine freed: grant waiting places */
+    if (lmcf->sh->waiting) {
+        ngx_http_llm_admit_kick(lmcf);
     }
 
     if (ngx_http_llm_lead(lmcf, 0)) {

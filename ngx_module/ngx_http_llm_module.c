@@ -407,7 +407,7 @@ ngx_http_llm_queue(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-/* llm_health interval=T fails=N passes=N heartbeat=T probe_timeout=T; */
+/* llm_health interval=T fails=N passes=N heartbeat=T stall=T probe_timeout=T; */
 static char *
 ngx_http_llm_health(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
@@ -427,6 +427,8 @@ ngx_http_llm_health(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
           offsetof(ngx_http_llm_main_conf_t, interval) },
         { ngx_string("heartbeat="), 1,
           offsetof(ngx_http_llm_main_conf_t, heartbeat) },
+        { ngx_string("stall="), 1,
+          offsetof(ngx_http_llm_main_conf_t, stall) },
         { ngx_string("probe_timeout="), 1,
           offsetof(ngx_http_llm_main_conf_t, probe_timeout) },
         { ngx_string("fails="), 0,
@@ -452,8 +454,8 @@ ngx_http_llm_health(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         if (params[j].key.len == 0) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "invalid parameter \"%V\", expected "
-                               "interval=, fails=, passes=, heartbeat= or "
-                               "probe_timeout=", &value[i]);
+                               "interval=, fails=, passes=, heartbeat=, "
+                               "stall= or probe_timeout=", &value[i]);
             return NGX_CONF_ERROR;
         }
 
@@ -552,6 +554,7 @@ ngx_http_llm_create_main_conf(ngx_conf_t *cf)
     lmcf->queue_timeout = NGX_CONF_UNSET_MSEC;
     lmcf->interval = NGX_CONF_UNSET_MSEC;
     lmcf->heartbeat = NGX_CONF_UNSET_MSEC;
+    lmcf->stall = NGX_CONF_UNSET_MSEC;
     lmcf->probe_timeout = NGX_CONF_UNSET_MSEC;
     lmcf->fails = NGX_CONF_UNSET_UINT;
     lmcf->passes = NGX_CONF_UNSET_UINT;
@@ -585,6 +588,7 @@ ngx_http_llm_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(lmcf->queue_timeout, 60000);
     ngx_conf_init_msec_value(lmcf->interval, 1000);
     ngx_conf_init_msec_value(lmcf->heartbeat, 3000);
+    ngx_conf_init_msec_value(lmcf->stall, 10000);
     ngx_conf_init_msec_value(lmcf->probe_timeout, 30000);
     ngx_conf_init_uint_value(lmcf->fails, 3);
     ngx_conf_init_uint_value(lmcf->passes, 2);

@@ -88,6 +88,7 @@ typedef struct {
     ngx_msec_t                 queue_timeout;
     ngx_msec_t                 interval;
     ngx_msec_t                 heartbeat;
+    ngx_msec_t                 stall;        /* longest step allowed */
     ngx_msec_t                 probe_timeout;
     ngx_uint_t                 fails;
     ngx_uint_t                 passes;

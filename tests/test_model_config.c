@@ -123,6 +123,10 @@ int main(void)
                  "num_key_value_heads: must be 1", "more than one KV head");
     ok(strstr(parse("[1, 2]", &c), "cfg.json: expected a JSON object") != NULL, "not an object");
     expect_error("\"vocab_size\": 97,", "\"vocab_size\": 97,,", "cfg.json: invalid JSON", "syntax error");
+    /* one limit for every backend: a config that loads runs on the GPU too */
+    expect_error("\"hc_mult\": 3,", "\"hc_mult\": 17,",
+                 "hc_mult: 17 exceeds 16, the most mHC streams a backend supports",
+                 "hc_mult over the backends' limit");
 
     strbuf err;
     sb_init(&err);

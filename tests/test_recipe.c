@@ -5,6 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend_modes.h"
+#include "ipc/llm_ipc.h"
 #include "recipe.h"
 #include "tap.h"
 
@@ -118,6 +120,12 @@ int main(void)
                  "duplicate key");
     expect_error(BASE "kv_cache_dtype: fp4\n", "kv_cache_dtype: expected one of auto, bf16, fp8",
                  "bad enum value");
+    expect_error(BASE "gemm_mode: fp16\n", "gemm_mode: expected one of bf16x2, bf16, f32, got 'fp16'",
+                 "bad gemm_mode");
+    expect_error(BASE "moe_kernel: fast\n", "moe_kernel: expected one of grouped, cublaslt",
+                 "bad moe_kernel");
+    expect_error(BASE "attn_tokens: 3\n", "attn_tokens: must be between 1 and 2, got 3",
+                 "bad attn_tokens");
     expect_error(BASE "backend: tpu\n", "backend: expected one of cpu, cuda", "bad backend");
     expect_error(BASE "model: x\n", "model: duplicate key", "duplicate mapping key");
     expect_error("max_model_len: 8\n", "model.path: missing", "missing model.path");
@@ -137,12 +145,69 @@ int main(void)
     expect_error(BASE "default_chat_template_kwargs:\n  reasoning_effort: extreme\n",
                  "default_chat_template_kwargs.reasoning_effort: expected one of low, high, max",
                  "bad reasoning effort");
+    expect_error(BASE "max_num_seqs: 4\nslots: 4\n",
+                 "slots: must be at least max_num_seqs + 1 (5: a slot for health probes), got 4",
+                 "a slot beyond max_num_seqs for probes");
     expect_error(BASE "max_num_seqs: 8\nslots: 4\n", "slots: must be at least max_num_seqs",
                  "relation between keys");
     expect_error(BASE "name: a/b\n", "name: 'a/b' may hold only", "engine name is a safe file name");
     expect_error(BASE "model:\n  - 1\n", "model: duplicate key", "duplicates reported once");
     expect_error("model:\n  - 1\nmax_model_len: 3\n", "r.yaml:2: model: expected a mapping",
                  "mapping expected");
+    /* Output-changing backend modes are recipe keys, and system_fingerprint
+     * follows them and their environment overrides. */
+    {
+        recipe r;
+        strbuf e;
+        sb_init(&e);
+        ok(load_text(BASE "gemm_mode: f32\nmoe_kernel: cublaslt\nattn_tokens: 2\n", &r, &e) == 0
+           && r.modes.gemm == BACKEND_GEMM_F32 && r.modes.moe == BACKEND_MOE_CUBLASLT
+           && r.modes.attn_tokens == 2, "gemm_mode, moe_kernel, attn_tokens");
+        recipe_free(&r);
+        ok(load_text(BASE "backend: cuda\n", &r, &e) == 0 && r.modes.gemm == BACKEND_GEMM_BF16X2
+           && r.modes.moe == BACKEND_MOE_GROUPED && r.modes.attn_tokens == 1,
+           "defaults: bf16x2, grouped, 1");
+        char fa[LLM_IPC_FINGERPRINT], fb[LLM_IPC_FINGERPRINT];
+        backend_modes m = r.modes;
+        recipe_fingerprint(&r, &m, fa, sizeof fa);
+        m.gemm = BACKEND_GEMM_F32;
+        recipe_fingerprint(&r, &m, fb, sizeof fb);
+        ok(strcmp(fa, fb) != 0, "cuda: system_fingerprint changes with gemm_mode (%s, %s)", fa, fb);
+        m = r.modes;
+        m.moe = BACKEND_MOE_CUBLASLT;
+        recipe_fingerprint(&r, &m, fb, sizeof fb);
+        ok(strcmp(fa, fb) != 0, "cuda: ... with moe_kernel");
+        m = r.modes;
+        m.attn_tokens = 2;
+        recipe_fingerprint(&r, &m, fb, sizeof fb);
+        ok(strcmp(fa, fb) != 0, "cuda: ... with attn_tokens");
+        r.backend = BACKEND_CPU;          /* the float32 reference ignores them */
+        recipe_fingerprint(&r, &r.modes, fa, sizeof fa);
+        recipe_fingerprint(&r, &m, fb, sizeof fb);
+        is_str(fa, fb, "cpu: the modes do not change the fingerprint");
+
+        char err[256];
+        m = r.modes;
+        setenv("LLM_CUDA_GEMM", "bf16", 1);
+        setenv("LLM_CUDA_MOE", "cublaslt", 1);
+        setenv("LLM_CUDA_ATTN_TOKENS", "2", 1);
+        ok(backend_modes_env(&m, err, sizeof err) == 0 && m.gemm == BACKEND_GEMM_BF16
+           && m.moe == BACKEND_MOE_CUBLASLT && m.attn_tokens == 2,
+           "LLM_CUDA_GEMM, _MOE, _ATTN_TOKENS override the recipe");
+        setenv("LLM_CUDA_GEMM", "fp16", 1);
+        ok(backend_modes_env(&m, err, sizeof err) < 0
+           && strstr(err, "LLM_CUDA_GEMM=fp16: expected one of bf16x2, bf16, f32"),
+           "a bad override is refused, named: %s", err);
+        setenv("LLM_CUDA_GEMM", "", 1);
+        setenv("LLM_CUDA_ATTN_TOKENS", "3", 1);
+        ok(backend_modes_env(&m, err, sizeof err) < 0 && strstr(err, "LLM_CUDA_ATTN_TOKENS=3"),
+           "attention tokens override checked: %s", err);
+        unsetenv("LLM_CUDA_GEMM");
+        unsetenv("LLM_CUDA_MOE");
+        unsetenv("LLM_CUDA_ATTN_TOKENS");
+        recipe_free(&r);
+        sb_free(&e);
+    }
     {
         recipe r;
         strbuf e;

@@ -48,6 +48,7 @@ int cmd_status(int argc, char **argv)
     sb_printf(&sb, ",\"epoch\":\"%016llx\",\"pid\":%d,\"pid_alive\":%s,\"heartbeat_age_ms\":%lld",
               (unsigned long long)h->epoch, h->pid, pid_alive(h->pid) ? "true" : "false",
               (long long)llm_ipc_heartbeat_age_ms(&c));
+    sb_printf(&sb, ",\"progress_age_ms\":%lld", (long long)llm_ipc_progress_age_ms(&c));
     sb_printf(&sb, ",\"started_unix_ms\":%llu", (unsigned long long)(h->start_unix_ns / 1000000));
     sb_puts(&sb, ",\"models\":[");
     for (uint32_t i = 0; i < h->n_models && i < LLM_IPC_MODELS_MAX; i++) {

@@ -77,6 +77,13 @@ enum llm_ipc_counter {
     LLM_CTR_STEPS,              /* scheduler steps that ran a batch */
     LLM_CTR_STEP_OVERHEAD_NS,   /* last step: scheduler time outside the runner */
     LLM_CTR_CONNECTIONS,        /* doorbell connections open */
+    /* Admission (the engine is its authority; the module's queue admits
+     * against these): seats max_num_seqs has left after running and
+     * waiting user requests, and cache blocks a user request may still
+     * reserve.  Published before a finished request's events are
+     * visible, so a client that saw one end sees its seat free. */
+    LLM_CTR_SEQS_FREE,
+    LLM_CTR_KV_BLOCKS_FREE,
     LLM_CTR_N
 };
 #define LLM_IPC_COUNTERS_MAX 32  /* room to add counters without a new version */
@@ -116,6 +123,11 @@ typedef struct {
     char state_msg[LLM_IPC_STATE_MSG];
 
     _Atomic uint64_t counters[LLM_IPC_COUNTERS_MAX];
+    /* CLOCK_MONOTONIC when the scheduler loop last came round (every step,
+     * and at least every 50 ms when idle).  The heartbeat only says the
+     * process lives; this says it works: a reader calls the engine stalled
+     * when it is older than the longest step it allows. */
+    _Atomic uint64_t progress_ns;
 } llm_ipc_header;
 
 _Static_assert(LLM_CTR_N <= LLM_IPC_COUNTERS_MAX, "counter array too small");
@@ -148,6 +160,11 @@ enum llm_ipc_kind {
     LLM_KIND_DETOKENIZE  = 5,  /* /detokenize: answers with content_delta */
     LLM_KIND_PROBE       = 6,  /* health probe: one-token generation */
 };
+
+/* Probes run in seats of their own beyond max_num_seqs, ahead of the
+ * queue, so readmitting an engine never waits for user work; a recipe
+ * has at least max_num_seqs + LLM_IPC_PROBE_SEATS slots. */
+#define LLM_IPC_PROBE_SEATS 1
 
 typedef struct {
     /* line 0: ownership, written by the owner while CLAIMED */

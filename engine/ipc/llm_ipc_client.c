@@ -202,11 +202,21 @@ uint32_t llm_ipc_engine_state(const llm_ipc_client *c)
     return atomic_load_explicit(&c->hdr->state, memory_order_acquire);
 }
 
+static int64_t age_ms(const _Atomic uint64_t *stamp)
+{
+    uint64_t t = atomic_load_explicit(stamp, memory_order_relaxed);
+    uint64_t now = llm_ipc_now_ns();
+    return now > t ? (int64_t)((now - t) / 1000000) : 0;
+}
+
 int64_t llm_ipc_heartbeat_age_ms(const llm_ipc_client *c)
 {
-    uint64_t hb = atomic_load_explicit(&c->hdr->heartbeat_ns, memory_order_relaxed);
-    uint64_t now = llm_ipc_now_ns();
-    return now > hb ? (int64_t)((now - hb) / 1000000) : 0;
+    return age_ms(&c->hdr->heartbeat_ns);
+}
+
+int64_t llm_ipc_progress_age_ms(const llm_ipc_client *c)
+{
+    return age_ms(&c->hdr->progress_ns);
 }
 
 void llm_ipc_counters(const llm_ipc_client *c, uint64_t *out)

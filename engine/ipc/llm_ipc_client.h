@@ -88,6 +88,8 @@ int  llm_ipc_recv(llm_ipc_client *c, llm_ipc_msg *msgs, int max);
 /* Engine state (enum llm_ipc_state) and heartbeat age in ms. */
 uint32_t llm_ipc_engine_state(const llm_ipc_client *c);
 int64_t  llm_ipc_heartbeat_age_ms(const llm_ipc_client *c);
+/* Age in ms of the scheduler loop's last turn (header.progress_ns). */
+int64_t  llm_ipc_progress_age_ms(const llm_ipc_client *c);
 /* Snapshot of the live counters: out[LLM_CTR_N]. */
 void llm_ipc_counters(const llm_ipc_client *c, uint64_t *out);
 

@@ -13,8 +13,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend_modes.h"
 #include "cpu/kv_quant.h"
 #include "cpu/qweight.h"
+
+/* The most mHC streams (config hc_mult) any backend takes: the CUDA
+ * kernels keep a token's streams in registers and shared memory sized by
+ * it, the CPU backend on its stack.  model_config refuses more at load,
+ * so a config that loads runs on every backend. */
+#define BACKEND_HC_MAX 16
 
 /* RoPE frequencies (one table: "main" or "compress"): rotation of channel
  * pair i at position p is p * inv_freq[i]; cos and sin are multiplied by
@@ -154,6 +161,10 @@ struct backend {
     /* The first failure since creation, or NULL.  After one, outputs are
      * undefined: the step that saw it must be discarded. */
     const char *(*error)(backend *b);
+    /* After a step that saw an error: true when it was a shortage of
+     * scratch memory the backend has forgotten (the step is discarded,
+     * the backend goes on); false, or NULL, when the backend is unusable. */
+    bool (*recover)(backend *b);
     /* Free and total bytes of the backend's memory (NULL: not told). */
     void (*mem_info)(backend *b, size_t *free_bytes, size_t *total_bytes);
 
@@ -229,7 +240,9 @@ struct tp_group;
 backend *backend_cpu_new(int threads, struct tp_group *g, int rank);
 
 /* CUDA backends for ranks 0..tp-1, rank r on device r, joined by an NCCL
- * communicator (builds with LLM_HAVE_CUDA only).  0, or -1 with a message. */
-int backend_cuda_new_group(int tp, backend **out, char *err, size_t errlen);
+ * communicator, computing in `modes` (builds with LLM_HAVE_CUDA only).  0,
+ * or -1 with a message. */
+int backend_cuda_new_group(int tp, const backend_modes *modes, backend **out, char *err,
+                           size_t errlen);
 
 #endif

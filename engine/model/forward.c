@@ -9,7 +9,10 @@
 #include "model_internal.h"
 
 /* Grow the rank's activation buffers to hold T tokens and nout logits rows. */
-static void ensure_scratch(v4_model *M, v4_rank *R, int T, int nout)
+/* The rank's buffers for a step of T tokens (nout logits rows) and its
+ * block addresses; false when memory ran short (everything this step
+ * would have used is released and the next step tries again). */
+static bool ensure_scratch(v4_model *M, v4_rank *R, int T, int nout, int64_t nb)
 {
     const v4_config *c = &M->cfg;
     v4_scratch *s = &R->s;
@@ -23,23 +26,34 @@ static void ensure_scratch(v4_model *M, v4_rank *R, int T, int nout)
         size_t widths[] = { (size_t)hc * H, H, H, H, hc, (size_t)hc * hc, c->q_lora_rank, qd,
                             hd, qd, (size_t)R->shard.ng * c->o_lora_rank, 2 * hd, 2 * hd,
                             2 * ihd, 2 * ihd, (size_t)inh * ihd, inh };
+        bool ok = true;
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
             be->release(be, *bufs[i]);
             *bufs[i] = be->alloc(be, (size_t)T * widths[i] * sizeof(float));
+            ok = ok && *bufs[i];
         }
         be->release(be, s->sel);
         be->release(be, s->nsel);
         s->sel = be->alloc(be, (size_t)T * c->index_topk * sizeof *s->sel);
         s->nsel = be->alloc(be, (size_t)T * sizeof *s->nsel);
-        s->cap_T = T;
+        s->cap_T = ok && s->sel && s->nsel ? T : 0;
+        if (!s->cap_T) return false;
     }
     if (nout > s->cap_out) {
         be->release(be, s->head_in);
         be->release(be, s->logits);
         s->head_in = be->alloc(be, (size_t)nout * H * sizeof(float));
         s->logits = be->alloc(be, (size_t)nout * R->shard.nv * sizeof(float));
-        s->cap_out = nout;
+        s->cap_out = s->head_in && s->logits ? nout : 0;
+        if (!s->cap_out) return false;
     }
+    if (nb > R->cap_blockptr) {
+        char **p = realloc(R->blockptr, (size_t)nb * sizeof *p);
+        if (!p) return false;
+        R->blockptr = p;
+        R->cap_blockptr = nb;
+    }
+    return true;
 }
 
 static char *seq_state(v4_model *M, v4_rank *R, const v4_segment *g)
@@ -257,15 +271,15 @@ void v4_forward_rank(void *batch, int rank)
     v4_rank *R = &M->ranks[rank];
     const v4_config *c = &M->cfg;
     backend *be = R->be;
-    ensure_scratch(M, R, B->T, B->nout);
-
-    /* Block addresses of every segment in this rank's memory. */
     int64_t nb = 0;
     for (int i = 0; i < B->nseg; i++) nb += B->segs[i].seq->c.nblocks;
-    if (nb > R->cap_blockptr) {
-        R->blockptr = realloc(R->blockptr, nb * sizeof *R->blockptr);
-        R->cap_blockptr = nb;
-    }
+    R->short_of_memory = !ensure_scratch(M, R, B->T, B->nout, nb);
+    /* All ranks run the step or none: they meet in all-reduces. */
+    tp_barrier(M->group);
+    for (int r = 0; r < M->tp; r++)
+        if (M->ranks[r].short_of_memory) return;
+
+    /* Block addresses of every segment in this rank's memory. */
     for (int i = 0; i < B->nseg; i++) {
         const seq_cache *sc = &B->segs[i].seq->c;
         for (int64_t b = 0; b < sc->nblocks; b++)

@@ -33,6 +33,10 @@ static void upload_rank(void *ctx, int r)
 static int upload_all(v4_model *m, strbuf *err)
 {
     upload_job *J = calloc(1, sizeof *J);
+    if (!J) {
+        sb_printf(err, "out of memory\n");
+        return -1;
+    }
     J->m = m;
     for (int r = 0; r < m->tp; r++) sb_init(&J->err[r]);
     tp_run(m->group, upload_rank, J);
@@ -83,6 +87,12 @@ static int pool_from_memory(v4_model *m, const v4_options *o, int max_seqs, strb
     if (alloc_pool(m, 1, cache_blocks_for(&m->layout, T), err)) return -1;
     int32_t *ids = malloc((size_t)T * sizeof *ids);
     float *logits = malloc((size_t)V * sizeof *logits);
+    if (!ids || !logits) {
+        free(ids);
+        free(logits);
+        sb_printf(err, "out of memory for the profile step of %d tokens\n", T);
+        return -1;
+    }
     for (int i = 0; i < T; i++) ids[i] = i % V;
     v4_seq *s = v4_seq_new(m, err);
     v4_step_item it = { s, ids, T, logits, false };
@@ -151,6 +161,13 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
         return -1;
     }
 #endif
+    backend_modes modes = o.modes;
+    if (!modes.attn_tokens) modes.attn_tokens = 1;
+    char merr[256];
+    if (cuda && backend_modes_env(&modes, merr, sizeof merr)) {
+        sb_printf(err, "backend cuda: %s\n", merr);
+        return -1;
+    }
     int tp = o.tp > 0 ? o.tp : 1;
     int threads = o.threads_per_rank > 0 ? o.threads_per_rank : default_threads(tp);
     int max_seqs = o.max_seqs > 0 ? o.max_seqs : 1;
@@ -168,6 +185,11 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
         return -1;
     }
     v4_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        sb_printf(err, "out of memory\n");
+        return -1;
+    }
+    m->modes = modes;
     strbuf p;
     sb_init(&p);
     if (o.synthetic) sb_puts(&p, dir);
@@ -199,21 +221,26 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
     int np = c->rope_dim / 2;
     m->inv_main = malloc(np * sizeof(float));
     m->inv_comp = malloc(np * sizeof(float));
+    m->tp = tp;
+    m->group = tp_group_new(tp);
+    m->ranks = calloc(tp, sizeof *m->ranks);
+    pthread_mutex_init(&m->mu, NULL);
+    if (!m->inv_main || !m->inv_comp || !m->group || !m->ranks) {
+        sb_printf(err, "out of memory (or no threads) for %d ranks\n", tp);
+        v4_model_free(m);
+        return -1;
+    }
     v4_rope_inv_freq(&c->rope_main, c->rope_dim, m->inv_main);
     v4_rope_inv_freq(&c->rope_compress, c->rope_dim, m->inv_comp);
     m->rope_main = (rope_table){ np, m->inv_main, (float)c->rope_main.attention_factor };
     m->rope_comp = (rope_table){ np, m->inv_comp, (float)c->rope_compress.attention_factor };
 
     cache_layout_init(&m->layout, c, o.kv_dtype);
-    m->tp = tp;
     m->threads = threads;
-    m->group = tp_group_new(tp);
-    m->ranks = calloc(tp, sizeof *m->ranks);
-    pthread_mutex_init(&m->mu, NULL);
     backend *bes[64] = { 0 };
 #ifdef LLM_HAVE_CUDA
     char berr[256];
-    if (cuda && backend_cuda_new_group(tp, bes, berr, sizeof berr)) {
+    if (cuda && backend_cuda_new_group(tp, &m->modes, bes, berr, sizeof berr)) {
         sb_printf(err, "backend cuda: %s\n", berr);
         v4_model_free(m);
         return -1;
@@ -225,6 +252,11 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
         R->shard = sh[r];
         v4_weights_shard(&m->w, c, &sh[r], &R->w);
         R->be = cuda ? bes[r] : backend_cpu_new(threads, m->group, r);
+        if (!R->be) {
+            sb_printf(err, "backend cpu: out of memory (or no threads) for rank %d\n", r);
+            v4_model_free(m);
+            return -1;
+        }
     }
     if (m->ranks[0].be->upload_weights && upload_all(m, err)) {
         v4_model_free(m);
@@ -255,7 +287,7 @@ void v4_model_free(v4_model *m)
         free(R->blockptr);
         v4_weights_free(&R->w);
     }
-    if (m->ranks) pthread_mutex_destroy(&m->mu);
+    if (m->tp) pthread_mutex_destroy(&m->mu);
     free(m->ranks);
     tp_group_free(m->group);
     block_pool_free(&m->pool);
@@ -296,6 +328,8 @@ long long v4_model_graph_kernels(v4_model *m)
     backend *be = m->ranks[0].be;
     return be->graph_kernels ? be->graph_kernels(be) : 0;
 }
+
+backend_modes v4_model_modes(const v4_model *m) { return m->modes; }
 
 void v4_cache_info_get(v4_model *m, v4_cache_info *ci)
 {
@@ -443,6 +477,10 @@ static int step_locked(v4_model *m, v4_step_item *items, int n, strbuf *err)
     if (check_items(m, items, n, err)) return -1;
     /* Take every sequence's blocks first: all or nothing. */
     int64_t *had = malloc(n * sizeof *had);
+    if (!had) {
+        sb_printf(err, "step: out of memory for %d sequences\n", n);
+        return V4_STEP_NOMEM;
+    }
     for (int i = 0; i < n; i++) had[i] = items[i].seq->c.nblocks;
     for (int i = 0; i < n; i++) {
         seq_cache *sc = &items[i].seq->c;
@@ -464,7 +502,13 @@ static int step_locked(v4_model *m, v4_step_item *items, int n, strbuf *err)
     int32_t *ids = malloc(T * sizeof *ids), *pos = malloc(T * sizeof *pos);
     int32_t *out_tok = malloc(nout * sizeof *out_tok);
     float *logits = malloc((size_t)nout * m->cfg.vocab_size * sizeof *logits);
-    int t = 0, o = 0;
+    int rc = 0, t = 0, o = 0;
+    if (!segs || !ids || !pos || !out_tok || !logits) {
+        sb_printf(err, "step: out of memory for a step of %d tokens (%d logits rows)\n", T,
+                  nout);
+        rc = V4_STEP_NOMEM;
+        goto out;
+    }
     int64_t blk = 0;
     for (int i = 0; i < n; i++) {
         v4_step_item *it = &items[i];
@@ -477,19 +521,33 @@ static int step_locked(v4_model *m, v4_step_item *items, int n, strbuf *err)
         }
     }
     v4_batch B = { m, n, T, segs, ids, pos, nout, out_tok, logits };
-    tp_reserve(m->group, (size_t)T * m->cfg.hidden_size);
+    if (tp_reserve(m->group, (size_t)T * m->cfg.hidden_size)) {
+        sb_printf(err, "step: out of memory for the all-reduce of %d tokens\n", T);
+        rc = V4_STEP_NOMEM;
+        goto out;
+    }
     tp_run(m->group, v4_forward_rank, &B);
-    for (int r = 0; r < m->tp; r++) {
-        const char *e = m->ranks[r].be->error(m->ranks[r].be);
-        if (e) {
-            sb_printf(err, "step: rank %d (%s backend): %s\n", r, m->ranks[r].be->name, e);
-            free(segs);
-            free(ids);
-            free(pos);
-            free(out_tok);
-            free(logits);
-            return -1;
+    for (int r = 0; r < m->tp && !rc; r++) {
+        v4_rank *R = &m->ranks[r];
+        const char *e = R->be->error(R->be);
+        if (R->short_of_memory) {
+            sb_printf(err, "step: rank %d: out of memory for the buffers of a step of %d "
+                      "tokens\n", r, T);
+            rc = V4_STEP_NOMEM;
+        } else if (e) {
+            sb_printf(err, "step: rank %d (%s backend): %s\n", r, R->be->name, e);
+            rc = -1;
         }
+    }
+    if (rc == V4_STEP_NOMEM || rc == -1) {
+        /* every rank forgets a shortage, or the model is unusable */
+        bool recovered = true;
+        for (int r = 0; r < m->tp; r++) {
+            backend *be = m->ranks[r].be;
+            if (be->error(be) && !(be->recover && be->recover(be))) recovered = false;
+        }
+        rc = recovered ? V4_STEP_NOMEM : -1;
+        goto out;
     }
 
     o = 0;
@@ -500,12 +558,13 @@ static int step_locked(v4_model *m, v4_step_item *items, int n, strbuf *err)
         o += rows;
         items[i].seq->c.len += items[i].n_tokens;
     }
+out:
     free(segs);
     free(ids);
     free(pos);
     free(out_tok);
     free(logits);
-    return 0;
+    return rc;
 }
 
 int v4_step(v4_model *m, v4_step_item *items, int n_items, strbuf *err)

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend_modes.h"
 #include "cpu/kv_quant.h"
 #include "model_config.h"
 #include "strbuf.h"
@@ -42,12 +43,18 @@ typedef struct {
     enum kv_dtype kv_dtype; /* storage of the ring, compressed entries and
                                indexer keys (cpu/kv_quant.h); KV_F32 (the
                                zero value) is the exact reference */
+    backend_modes modes;    /* cuda: gemm_mode, moe_kernel, attn_tokens (the zero
+                               value: bf16x2, grouped, 1); the LLM_CUDA_*
+                               environment overrides them (backend_modes_env) */
     bool synthetic;         /* benchmarks: the load path is a config.json and
                                the weights are random, of its exact shapes and
                                dtypes, made on the device (cuda only) */
 } v4_options;
 
 int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf *err);
+/* The backend modes in effect (options plus environment overrides): what
+ * system_fingerprint must name. */
+backend_modes v4_model_modes(const v4_model *m);
 /* kv_cache_dtype names: "auto" (float32), "bf16", "fp8"; -1 for another. */
 int v4_kv_dtype_parse(const char *name);
 /* "float32", "bf16" or "fp8". */
@@ -105,8 +112,13 @@ typedef struct {
     bool all_logits;
 } v4_step_item;
 
-/* Returns 0, or -1 with a message (bad token, pool exhausted, ...); on
- * error no sequence changes. */
+/* Returns 0; or -1 with a message (bad token, pool exhausted, a device
+ * fault, ...), after which no sequence changed (a device fault leaves the
+ * model unusable); or V4_STEP_NOMEM with a message when memory for this
+ * step ran short: the model goes on, but the items' sequences may hold
+ * partial state, so the caller ends them (their requests fail, others
+ * do not). */
+#define V4_STEP_NOMEM (-2)
 int v4_step(v4_model *m, v4_step_item *items, int n_items, strbuf *err);
 
 #endif

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "json.h"
 
 /* Reader state: every problem is reported, not just the first. */
@@ -364,8 +365,9 @@ int v4_config_parse(v4_config *c, const char *text, size_t len, const char *name
             fail(&R, "qk_rope_head_dim", "rope width %d must be even, positive and at most "
                  "head_dim (%d) and index_head_dim (%d)", c->rope_dim, c->head_dim,
                  c->index_head_dim);
-        if (c->hc_mult > 64)
-            fail(&R, "hc_mult", "%d exceeds the supported 64 streams", c->hc_mult);
+        if (c->hc_mult > BACKEND_HC_MAX)
+            fail(&R, "hc_mult", "%d exceeds %d, the most mHC streams a backend supports",
+                 c->hc_mult, BACKEND_HC_MAX);
     if (c->n_heads % c->o_groups)
             fail(&R, "o_groups", "%d does not divide num_attention_heads %d",
                  c->o_groups, c->n_heads);

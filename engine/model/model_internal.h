@@ -33,6 +33,7 @@ typedef struct {
     v4_scratch s;
     char **blockptr;        /* per step: block addresses of every segment */
     int64_t cap_blockptr;
+    bool short_of_memory;   /* this step: scratch or blockptr not had */
 } v4_rank;
 
 struct v4_model {
@@ -43,6 +44,7 @@ struct v4_model {
     v4_rank *ranks;
     tp_group *group;
     cache_layout layout;
+    backend_modes modes;    /* in effect (cuda) */
     block_pool pool;
     float *inv_main, *inv_comp;
     rope_table rope_main, rope_comp;

@@ -45,17 +45,31 @@ static void *rank_main(void *arg)
 tp_group *tp_group_new(int nranks)
 {
     tp_group *g = calloc(1, sizeof *g);
-    g->n = nranks < 1 ? 1 : nranks;
-    pthread_barrier_init(&g->bar, NULL, g->n);
+    if (!g) return NULL;
+    int n = nranks < 1 ? 1 : nranks;
+    g->n = 1;              /* rank threads running; tp_group_free joins them */
+    pthread_barrier_init(&g->bar, NULL, (unsigned)n);
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->start, NULL);
     pthread_cond_init(&g->done, NULL);
-    g->parts = calloc(g->n, sizeof *g->parts);
-    g->th = calloc(g->n, sizeof *g->th);
-    for (int r = 1; r < g->n; r++) {
+    g->parts = calloc((size_t)n, sizeof *g->parts);
+    g->th = calloc((size_t)n, sizeof *g->th);
+    if (!g->parts || !g->th) {
+        tp_group_free(g);
+        return NULL;
+    }
+    for (; g->n < n; g->n++) {
         rank_arg *ra = malloc(sizeof *ra);
-        *ra = (rank_arg){ g, r };
-        pthread_create(&g->th[r], NULL, rank_main, ra);
+        if (!ra) break;
+        *ra = (rank_arg){ g, g->n };
+        if (pthread_create(&g->th[g->n], NULL, rank_main, ra)) {
+            free(ra);
+            break;
+        }
+    }
+    if (g->n < n) {        /* every rank needs its thread */
+        tp_group_free(g);
+        return NULL;
     }
     return g;
 }
@@ -96,12 +110,15 @@ void tp_run(tp_group *g, tp_fn fn, void *ctx)
     pthread_mutex_unlock(&g->mu);
 }
 
-void tp_reserve(tp_group *g, size_t n)
+int tp_reserve(tp_group *g, size_t n)
 {
-    if (n <= g->cap) return;
+    if (n <= g->cap) return 0;
+    float *sum = malloc(n * sizeof *sum);
+    if (!sum) return -1;
     free(g->sum);
+    g->sum = sum;
     g->cap = n;
-    g->sum = malloc(n * sizeof *g->sum);
+    return 0;
 }
 
 void tp_barrier(tp_group *g)

@@ -16,8 +16,9 @@ void tp_group_free(tp_group *g);
 int tp_size(const tp_group *g);
 /* Run fn(ctx, rank) on every rank; returns when all have finished. */
 void tp_run(tp_group *g, tp_fn fn, void *ctx);
-/* Make room for all-reduces of up to n floats (call outside tp_run). */
-void tp_reserve(tp_group *g, size_t n);
+/* Make room for all-reduces of up to n floats (call outside tp_run).
+ * 0, or -1 when out of memory (the old room stays). */
+int tp_reserve(tp_group *g, size_t n);
 
 /* Inside tp_run, called by every rank with the same n. */
 void tp_barrier(tp_group *g);

@@ -11,6 +11,10 @@
 #include <strings.h>
 #include <yaml.h>
 
+#include "ipc/llm_ipc.h"
+#include "sha256.h"
+#include "version.h"
+
 /* ---- schema ---------------------------------------------------------- */
 
 enum ftype {
@@ -92,6 +96,9 @@ static const struct field top_fields[] = {
     { "kv_offloading_size", F_FLOAT, OFF(kv_offloading_size), 0, 1 << 20, false, NULL, NULL },
     { "kv_offloading_filesystem", F_BOOL, OFF(kv_offloading_filesystem), 0, 0, false, NULL, NULL },
     { "cpu_threads", F_INT, OFF(cpu_threads), 0, 1024, false, NULL, NULL },
+    { "gemm_mode", F_ENUM, OFF(modes.gemm), 0, 0, false, backend_gemm_names, NULL },
+    { "moe_kernel", F_ENUM, OFF(modes.moe), 0, 0, false, backend_moe_names, NULL },
+    { "attn_tokens", F_INT, OFF(modes.attn_tokens), 1, BACKEND_ATTN_TOKENS_MAX, false, NULL, NULL },
     { "speculative_config", F_SPEC, 0, 0, 0, false, NULL, spec_fields },
     { "override_generation_config", F_MAP, 0, 0, 0, false, NULL, gen_fields },
     { "default_chat_template_kwargs", F_MAP, 0, 0, 0, false, NULL, chat_fields },
@@ -413,6 +420,7 @@ static void set_defaults(recipe *r)
     r->max_num_batched_tokens = 8192;
     r->gpu_memory_utilization = 0.9;
     r->kv_cache_dtype = KV_DTYPE_AUTO;
+    r->modes = (backend_modes)BACKEND_MODES_DEFAULT;
     r->temperature = 1.0;
     r->top_p = 1.0;
     r->top_k = -1;
@@ -441,6 +449,10 @@ static void check_relations(struct loader *L)
     if (r->slots && r->slots < r->max_num_seqs)
         problem(L, NULL, "slots", "must be at least max_num_seqs (%d), got %d",
                 r->max_num_seqs, r->slots);
+    else if (r->slots && r->slots < r->max_num_seqs + LLM_IPC_PROBE_SEATS)
+        problem(L, NULL, "slots",
+                "must be at least max_num_seqs + %d (%d: a slot for health probes), got %d",
+                LLM_IPC_PROBE_SEATS, r->max_num_seqs + LLM_IPC_PROBE_SEATS, r->slots);
     if (r->max_request_bytes && r->max_request_bytes < 4096)
         problem(L, NULL, "max_request_bytes", "must be at least 4096 bytes");
 }
@@ -535,6 +547,36 @@ void recipe_free(recipe *r)
     free(r->speculative_method);
     free(r->reasoning_effort);
     memset(r, 0, sizeof *r);
+}
+
+void recipe_fingerprint(const recipe *r, const backend_modes *modes, char *out, size_t len)
+{
+    sha256_ctx h;
+    sha256_init(&h);
+    const char *files[2] = { NULL, r->tokenizer_path };
+    strbuf path, data;
+    sb_init(&path);
+    sb_init(&data);
+    sb_printf(&path, "%s/config.json", r->model_path);
+    files[0] = path.data;
+    for (int i = 0; i < 2; i++) {
+        sb_reset(&data);
+        if (files[i] && sb_read_file(&data, files[i]) == 0) sha256_update(&h, data.data, data.len);
+    }
+    sb_reset(&data);
+    sb_printf(&data, "dsv4-0731|%s|%d|%s|%s", LLM_ENGINE_VERSION, r->max_model_len,
+              kv_cache_dtype_name(r->kv_cache_dtype), backend_name(r->backend));
+    if (r->backend == BACKEND_CUDA) {
+        char m[128];
+        backend_modes_describe(modes, m, sizeof m);
+        sb_printf(&data, "|%s", m);
+    }
+    sha256_update(&h, data.data, data.len);
+    uint8_t d[32];
+    sha256_final(&h, d);
+    snprintf(out, len, "fp_%02x%02x%02x%02x%02x", d[0], d[1], d[2], d[3], d[4]);
+    sb_free(&path);
+    sb_free(&data);
 }
 
 const char *backend_name(enum backend_kind b) { return backends[b]; }

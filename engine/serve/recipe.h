@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend_modes.h"
 #include "strbuf.h"
 
 #define RECIPE_MAX_SERVED 8
@@ -38,6 +39,7 @@ typedef struct {
     double  kv_offloading_size;      /* GiB of host KV tier, 0 = off */
     bool    kv_offloading_filesystem;
     int     cpu_threads;             /* CPU backend threads per rank, 0 = auto */
+    backend_modes modes;             /* gemm_mode, moe_kernel, attn_tokens (cuda) */
 
     /* speculative decoding (null in every shipped recipe) */
     char   *speculative_method;      /* NULL = off */
@@ -65,6 +67,11 @@ typedef struct {
  * filled with defaults for every key not given; free with recipe_free(). */
 int recipe_load(recipe *r, const char *path, strbuf *errors);
 void recipe_free(recipe *r);
+
+/* system_fingerprint ("fp_" + 10 hex digits): the model's config.json,
+ * the tokenizer, the engine version and the recipe settings that change
+ * outputs, with the backend modes in effect (recipe plus overrides). */
+void recipe_fingerprint(const recipe *r, const backend_modes *modes, char *out, size_t len);
 
 const char *backend_name(enum backend_kind b);
 const char *kv_cache_dtype_name(enum kv_cache_dtype d);

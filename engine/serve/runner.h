@@ -7,7 +7,7 @@
  * Threading: every call comes from the engine's main thread, one at a
  * time.  A runner may use its own threads inside step().
  *
- * A sequence's life, as the scheduler drives it:
+ * A request's life, as the scheduler drives it:
  *
  *   prepare(s)        once, when the submission is taken (the request may
  *                     wait in the FIFO queue afterwards; the runner may
@@ -16,7 +16,7 @@
  *                     has room; until it says yes s keeps waiting
  *   step(batch)       repeatedly while s runs: advance every sequence in
  *                     the batch by one step, emitting its events; a
- *                     sequence is over once seq_emit_finish() was called
+ *                     sequence is over once req_emit_finish() was called
  *                     for it.  A sequence held back by a slow reader is
  *                     left out of some steps.
  *   cancel(s)         the owner asked to stop: emit usage and
@@ -35,22 +35,30 @@
 #include "recipe.h"
 #include "strbuf.h"
 
-struct seq_out;
+struct req_out;
 
-typedef struct llm_seq {
+/* Health probes run in LLM_IPC_PROBE_SEATS seats of their own: a runner
+ * sizes its batch for max_num_seqs + LLM_IPC_PROBE_SEATS sequences and
+ * keeps cache room for a probe. */
+
+/* Names by layer: llm_request is a request as the runner seam sees it
+ * (serve); the scheduler keeps a sched_req per slot around it, the model
+ * runner a model_req (its state); v4_seq and seq_cache are the model's
+ * sequence (cache state) a running request holds. */
+typedef struct llm_request {
     uint32_t    slot;           /* slot index: a stable id while s lives */
     enum llm_ipc_kind kind;     /* endpoint */
     const char *request;        /* canonical request JSON, NUL-terminated engine copy */
     size_t      request_len;
     int         prompt_tokens;  /* set by prepare */
     void       *state;          /* the runner's per-sequence state */
-    bool        done;           /* set by seq_emit_finish */
+    bool        done;           /* set by req_emit_finish */
     uint16_t    choice;         /* n > 1: the choice the next events belong to */
     uint32_t    stop;           /* for the next finish: 1 + the stop string that
                                  * ended the choice, 0 none */
     int         width;          /* batch rows it takes (its n); 0 counts as 1 */
-    struct seq_out *out;        /* the scheduler's output path (seq_emit_*) */
-} llm_seq;
+    struct req_out *out;        /* the scheduler's output path (req_emit_*) */
+} llm_request;
 
 typedef struct {
     int64_t kv_capacity_tokens;   /* tokens the KV cache holds */
@@ -61,6 +69,7 @@ typedef struct {
 
 typedef struct {
     int64_t kv_blocks_used;
+    int64_t kv_blocks_free;       /* a user request may still reserve (probes' room excluded) */
     int64_t prefix_cache_hits;    /* cumulative prompt tokens served from cache */
 } runner_stats;
 
@@ -72,7 +81,7 @@ typedef struct runner_ops {
     /* Parse the request, render and tokenize it.  0: s->prompt_tokens is
      * set and s may run.  -1: refused; the runner has emitted error and
      * finish (e.g. 400 context_length_exceeded with the numbers). */
-    int  (*prepare)(void *self, llm_seq *s);
+    int  (*prepare)(void *self, llm_request *s);
     /* Called at the start of every scheduler step: a runner that prepares
      * in the background finishes such sequences here (and may end them
      * with error + finish).  May be NULL. */
@@ -83,13 +92,13 @@ typedef struct runner_ops {
     int  (*wake_fd)(void *self);
     /* 1 if s can start now (KV blocks reserved), 0 to keep waiting.
      * May be NULL: always 1. */
-    int  (*admit)(void *self, llm_seq *s);
+    int  (*admit)(void *self, llm_request *s);
     /* One step over the batch.  Returns the tokens generated, or -1 on a
      * fatal error with the reason in err (the engine fails every sequence
      * and exits). */
-    int  (*step)(void *self, llm_seq **batch, int n, strbuf *err);
-    void (*cancel)(void *self, llm_seq *s);
-    void (*release)(void *self, llm_seq *s);
+    int  (*step)(void *self, llm_request **batch, int n, strbuf *err);
+    void (*cancel)(void *self, llm_request *s);
+    void (*release)(void *self, llm_request *s);
     /* Live KV and prefix-cache numbers, read after every step.  May be NULL. */
     void (*stats)(void *self, runner_stats *st);
     void (*unload)(void *self);
@@ -99,28 +108,28 @@ typedef struct runner_ops {
  * absent.  The serving runner is "model". */
 const runner_ops *runner_lookup(const char *name);
 
-/* ---- events: what runners emit (seq_output.c) ------------------------- */
+/* ---- events: what runners emit (req_output.c) ------------------------- */
 
 /* Text must be whole UTF-8 code points; long text is split into several
  * records at code point boundaries. */
-void seq_emit_text(llm_seq *s, enum llm_ev_type type, const char *text, size_t len);
-void seq_emit_tool_begin(llm_seq *s, uint32_t index, const char *id, const char *name);
-void seq_emit_tool_args(llm_seq *s, uint32_t index, const char *text, size_t len);
-void seq_emit_tool_end(llm_seq *s, uint32_t index);
-void seq_emit_tokens(llm_seq *s, const uint32_t *ids, size_t n);
-void seq_emit_prompt_info(llm_seq *s, uint32_t prompt_tokens, uint32_t cached_tokens,
+void req_emit_text(llm_request *s, enum llm_ev_type type, const char *text, size_t len);
+void req_emit_tool_begin(llm_request *s, uint32_t index, const char *id, const char *name);
+void req_emit_tool_args(llm_request *s, uint32_t index, const char *text, size_t len);
+void req_emit_tool_end(llm_request *s, uint32_t index);
+void req_emit_tokens(llm_request *s, const uint32_t *ids, size_t n);
+void req_emit_prompt_info(llm_request *s, uint32_t prompt_tokens, uint32_t cached_tokens,
                           uint64_t fingerprint);
-void seq_emit_logprob(llm_seq *s, uint32_t token_id, float logprob, const char *bytes,
+void req_emit_logprob(llm_request *s, uint32_t token_id, float logprob, const char *bytes,
                       size_t bytes_len, uint32_t n_top, const float *top_lp,
                       const char *const *top_bytes, const size_t *top_len);
-void seq_emit_usage(llm_seq *s, const llm_ipc_usage *u);
+void req_emit_usage(llm_request *s, const llm_ipc_usage *u);
 /* status: the HTTP status the module should answer with (400, 503, 500);
  * code/param: OpenAI error code and parameter (may be NULL). */
-void seq_emit_error(llm_seq *s, uint32_t status, const char *code, const char *param,
+void req_emit_error(llm_request *s, uint32_t status, const char *code, const char *param,
                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-/* The last event of a sequence; sets s->done. */
-void seq_emit_finish(llm_seq *s, enum llm_finish_reason reason);
-/* n > 1: the end of choice s->choice (the sequence goes on). */
-void seq_emit_choice_finish(llm_seq *s, enum llm_finish_reason reason);
+/* The last event of a request; sets s->done. */
+void req_emit_finish(llm_request *s, enum llm_finish_reason reason);
+/* n > 1: the end of choice s->choice (the request goes on). */
+void req_emit_choice_finish(llm_request *s, enum llm_finish_reason reason);
 
 #endif

@@ -14,7 +14,8 @@
  * Kinds: chat and responses (nginx converts Responses input to chat
  * messages) go through the chat format and output parser; completions take
  * a prompt string or ids and emit raw text; tokenize and detokenize answer
- * at once; a probe is a one-token greedy chat generation. */
+ * as soon as the prep thread has their result (nothing is generated); a
+ * probe is a one-token greedy chat generation. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,10 +33,12 @@
 #include "output_parser.h"
 #include "runner.h"
 #include "sampler.h"
-#include "sha256.h"
 #include "stop_match.h"
 #include "tokenizer.h"
-#include "version.h"
+
+/* Cache room kept for probes (LLM_IPC_PROBE_SEATS): a probe is a short
+ * chat prompt and one token; user sequences never take the last of it. */
+#define PROBE_RESERVE_TOKENS 256
 
 struct model_runner {
     const recipe *rc;
@@ -45,7 +48,9 @@ struct model_runner {
     int32_t       bos, eos;
     chat_options  chat_defaults;
     int64_t       blocks_total;
-    float        *logits;         /* [max_num_seqs][vocab] */
+    int64_t       probe_blocks;   /* user sequences leave these free */
+    int           max_batch;      /* max_num_seqs + LLM_IPC_PROBE_SEATS */
+    float        *logits;         /* [max_batch][vocab] */
     float        *forked;         /* [2][vocab]: a prefill's logits, and a
                                    * copy a forked choice samples from */
     v4_step_item *items;
@@ -55,25 +60,27 @@ struct model_runner {
     bool            prep_started, prep_stop;
     pthread_mutex_t prep_mu;
     pthread_cond_t  prep_cv;
-    struct mseq    *prep_head;    /* jobs not yet taken */
-    struct mseq    *pending;      /* sequences prepare() took, not yet finished */
+    struct model_req    *prep_head;    /* jobs not yet taken */
+    struct model_req    *pending;      /* sequences prepare() took, not yet finished */
     int             wake;         /* eventfd: a job is done */
 };
 
 enum prep_state { PREP_QUEUED, PREP_RUNNING, PREP_DONE };
 
-struct mseq {
+struct model_req {
     /* preparation (prep thread until prep == PREP_DONE) */
-    llm_seq      *seq;
+    llm_request      *seq;
     const char   *request;
     size_t        request_len;
     enum llm_ipc_kind kind;
     enum prep_state prep;
-    struct mseq  *prep_next;      /* job queue */
-    struct mseq  *pending_next;   /* prepared or not, not yet finished */
+    struct model_req  *prep_next;      /* job queue */
+    struct model_req  *pending_next;   /* prepared or not, not yet finished */
     yajl_val      req;
+    uint32_t      err_status;     /* 0: 400 */
     char          err_param[128], err_msg[600];
     bool          ready;          /* prep_finish succeeded */
+    strbuf        text;           /* detokenize: the answer */
     /* generation */
     tok_ids       prompt;
     bool          thinking;
@@ -90,8 +97,8 @@ struct mseq {
  * and then copy its cache (v4_seq_fork) and sample their first token from
  * the same logits, so the prompt is computed once. */
 struct mchoice {
-    llm_seq      *seq;
-    struct mseq  *q;
+    llm_request      *seq;
+    struct model_req  *q;
     uint16_t      index;
     bool          done;
     int           fed;            /* prompt tokens already in the cache */
@@ -123,11 +130,11 @@ static uint64_t next_rand(void *ctx)
     return *x * 0x2545F4914F6CDD1DULL;
 }
 
-static void fail(llm_seq *s, uint32_t status, const char *code, const char *param,
+static void fail(llm_request *s, uint32_t status, const char *code, const char *param,
                  const char *msg)
 {
-    seq_emit_error(s, status, code, param, "%s", msg);
-    seq_emit_finish(s, LLM_FINISH_ERROR);
+    req_emit_error(s, status, code, param, "%s", msg);
+    req_emit_finish(s, LLM_FINISH_ERROR);
 }
 
 static bool get_number(yajl_val req, const char *key, double *out)
@@ -140,11 +147,12 @@ static bool get_int(yajl_val req, const char *key, long long *out)
     return json_int(json_get(req, key), out);
 }
 
-static void free_mseq(struct mseq *q)
+static void free_model_req(struct model_req *q)
 {
     if (!q) return;
     yajl_tree_free(q->req);
     tok_ids_free(&q->prompt);
+    sb_free(&q->text);
     for (int i = 0; q->ch && i < q->n; i++) {
         struct mchoice *c = &q->ch[i];
         sampler_free(c->smp);
@@ -159,33 +167,6 @@ static void free_mseq(struct mseq *q)
 
 /* ---- load -------------------------------------------------------------- */
 
-/* system_fingerprint: model config, tokenizer, chat format and the recipe
- * settings that change outputs. */
-static void make_fingerprint(const recipe *rc, char out[LLM_IPC_FINGERPRINT])
-{
-    sha256_ctx h;
-    sha256_init(&h);
-    const char *files[2] = { NULL, rc->tokenizer_path };
-    strbuf path, data;
-    sb_init(&path);
-    sb_init(&data);
-    sb_printf(&path, "%s/config.json", rc->model_path);
-    files[0] = path.data;
-    for (int i = 0; i < 2; i++) {
-        sb_reset(&data);
-        if (sb_read_file(&data, files[i]) == 0) sha256_update(&h, data.data, data.len);
-    }
-    sb_reset(&data);
-    sb_printf(&data, "dsv4-0731|%s|%d|%s|%s", LLM_ENGINE_VERSION, rc->max_model_len,
-              kv_cache_dtype_name(rc->kv_cache_dtype), backend_name(rc->backend));
-    sha256_update(&h, data.data, data.len);
-    uint8_t d[32];
-    sha256_final(&h, d);
-    snprintf(out, LLM_IPC_FINGERPRINT, "fp_%02x%02x%02x%02x%02x", d[0], d[1], d[2], d[3], d[4]);
-    sb_free(&path);
-    sb_free(&data);
-}
-
 static void mr_unload(void *self);
 static void *prep_thread(void *arg);
 
@@ -194,6 +175,7 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     struct model_runner *R = calloc(1, sizeof *R);
     if (!R) { sb_puts(err, "out of memory"); return -1; }
     R->rc = rc;
+    R->max_batch = rc->max_num_seqs + LLM_IPC_PROBE_SEATS;
     pthread_mutex_init(&R->prep_mu, NULL);
     pthread_cond_init(&R->prep_cv, NULL);
     R->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -212,15 +194,17 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     v4_options opt = {
         .tp = rc->tensor_parallel_size,
         .threads_per_rank = rc->cpu_threads,
-        .max_seqs = rc->max_num_seqs,
+        .max_seqs = R->max_batch,
         .cache_bytes = (size_t)rc->kv_cache_memory_bytes,
         .gpu_memory_utilization = rc->gpu_memory_utilization,
         .max_step_tokens = rc->max_num_batched_tokens,
         .cache_tokens = rc->kv_cache_memory_bytes ? 0
-                        : (int64_t)rc->max_num_seqs * rc->max_model_len,
+                        : (int64_t)rc->max_num_seqs * rc->max_model_len
+                          + LLM_IPC_PROBE_SEATS * PROBE_RESERVE_TOKENS,
         .backend = backend_name(rc->backend),
         .kv_dtype = rc->kv_cache_dtype == KV_DTYPE_FP8 ? KV_FP8
                     : rc->kv_cache_dtype == KV_DTYPE_BF16 ? KV_BF16 : KV_F32,
+        .modes = rc->modes,
     };
     strbuf merr;
     sb_init(&merr);
@@ -243,8 +227,8 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     R->bos = tok_bos_id(R->tok) >= 0 ? tok_bos_id(R->tok) : cfg->bos_id;
     R->eos = tok_eos_id(R->tok) >= 0 ? tok_eos_id(R->tok) : cfg->eos_id;
     chat_options_from_recipe(&R->chat_defaults, rc);
-    R->logits = malloc((size_t)rc->max_num_seqs * (size_t)R->vocab * sizeof *R->logits);
-    R->items = calloc((size_t)rc->max_num_seqs, sizeof *R->items);
+    R->logits = malloc((size_t)R->max_batch * (size_t)R->vocab * sizeof *R->logits);
+    R->items = calloc((size_t)R->max_batch, sizeof *R->items);
     R->forked = malloc(2 * (size_t)R->vocab * sizeof *R->forked);
     if (!R->logits || !R->items || !R->forked) {
         sb_puts(err, "out of memory");
@@ -256,12 +240,14 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     v4_cache_info ci;
     v4_cache_info_get(R->model, &ci);
     R->blocks_total = ci.blocks_total;
+    R->probe_blocks = LLM_IPC_PROBE_SEATS * v4_blocks_for_tokens(R->model, PROBE_RESERVE_TOKENS);
     int tp = v4_model_tp(R->model);
     cap->kv_blocks_total = ci.blocks_total;
     cap->kv_capacity_tokens = ci.blocks_total * ci.block_tokens;
     cap->kv_capacity_bytes = (int64_t)tp * (ci.blocks_total * (int64_t)ci.block_bytes
                                             + (int64_t)ci.seqs_total * (int64_t)ci.state_bytes);
-    make_fingerprint(rc, cap->fingerprint);
+    backend_modes modes = v4_model_modes(R->model);
+    recipe_fingerprint(rc, &modes, cap->fingerprint, sizeof cap->fingerprint);
     if (pthread_create(&R->prep_tid, NULL, prep_thread, R)) {
         sb_puts(err, "cannot start the tokenizer thread");
         mr_unload(R);
@@ -358,64 +344,64 @@ static uint64_t fingerprint64(const tok_ids *ids)
     return strtoull(head, NULL, 16);
 }
 
-/* tokenize / detokenize answer at prepare. */
-static int answer_now(struct model_runner *R, llm_seq *s, yajl_val req)
+/* tokenize / detokenize, on the prep thread: the answer (ids in
+ * q->prompt, or text in q->text) or the error in q->err_*. */
+static void answer_job(struct model_runner *R, struct model_req *q)
 {
-    if (s->kind == LLM_KIND_DETOKENIZE) {
+    yajl_val req = q->req;
+    if (q->kind == LLM_KIND_DETOKENIZE) {
+        snprintf(q->err_param, sizeof q->err_param, "tokens");
         yajl_val t = json_get(req, "tokens");
         if (!t || !YAJL_IS_ARRAY(t)) {
-            fail(s, 400, "invalid_request_error", "tokens", "tokens: expected an array of ids");
-            return -1;
+            snprintf(q->err_msg, sizeof q->err_msg, "tokens: expected an array of ids");
+            return;
         }
         int32_t *ids = malloc((t->u.array.len + 1) * sizeof *ids);
+        if (!ids) {
+            q->err_status = 503;
+            snprintf(q->err_msg, sizeof q->err_msg, "engine out of memory");
+            return;
+        }
         for (size_t i = 0; i < t->u.array.len; i++) {
             long long v;
             if (!json_int(t->u.array.values[i], &v) || v < 0 || v > INT32_MAX) v = -1;
             ids[i] = (int32_t)v;
         }
-        strbuf text;
-        sb_init(&text);
         size_t bad = 0;
-        if (tok_decode(R->tok, ids, t->u.array.len, false, &text, &bad)) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "tokens[%zu]: not a token id of this model", bad);
-            fail(s, 400, "invalid_request_error", "tokens", msg);
-            free(ids);
-            sb_free(&text);
-            return -1;
-        }
-        seq_emit_text(s, LLM_EV_CONTENT_DELTA, text.data ? text.data : "", text.len);
-        seq_emit_finish(s, LLM_FINISH_STOP);
+        if (tok_decode(R->tok, ids, t->u.array.len, false, &q->text, &bad))
+            snprintf(q->err_msg, sizeof q->err_msg, "tokens[%zu]: not a token id of this model",
+                     bad);
         free(ids);
-        sb_free(&text);
-        return 0;
+        return;
     }
-    tok_ids ids = { 0 };
     if (json_get(req, "messages")) {
         chat_error cerr;
         bool thinking;
-        if (chat_tokens(R, req, &ids, &thinking, &cerr)) {
-            fail(s, 400, "invalid_request_error", cerr.param, cerr.message);
-            tok_ids_free(&ids);
-            return -1;
+        if (chat_tokens(R, req, &q->prompt, &thinking, &cerr)) {
+            snprintf(q->err_param, sizeof q->err_param, "%s", cerr.param);
+            snprintf(q->err_msg, sizeof q->err_msg, "%s", cerr.message);
         }
-    } else {
-        const char *param, *e = encode_prompt(R, req, &ids, &param);
-        if (e) {
-            fail(s, 400, "invalid_request_error", param, e);
-            tok_ids_free(&ids);
-            return -1;
-        }
+        return;
     }
-    s->prompt_tokens = (int)ids.len;
-    seq_emit_prompt_info(s, (uint32_t)ids.len, 0, fingerprint64(&ids));
-    uint32_t *u = malloc((ids.len + 1) * sizeof *u);
-    for (size_t i = 0; i < ids.len; i++) u[i] = (uint32_t)ids.data[i];
-    seq_emit_tokens(s, u, ids.len);
-    seq_emit_finish(s, LLM_FINISH_STOP);
-    free(u);
-    tok_ids_free(&ids);
-    return 0;
+    const char *param, *e = encode_prompt(R, req, &q->prompt, &param);
+    snprintf(q->err_param, sizeof q->err_param, "%s", param);
+    if (e) snprintf(q->err_msg, sizeof q->err_msg, "%s", e);
+}
+
+/* tokenize / detokenize, on the main thread: emit what answer_job made. */
+static void answer_emit(llm_request *s)
+{
+    struct model_req *q = s->state;
+    if (s->kind == LLM_KIND_DETOKENIZE) {
+        req_emit_text(s, LLM_EV_CONTENT_DELTA, q->text.data ? q->text.data : "", q->text.len);
+        req_emit_finish(s, LLM_FINISH_STOP);
+        return;
+    }
+    s->prompt_tokens = (int)q->prompt.len;
+    req_emit_prompt_info(s, (uint32_t)q->prompt.len, 0, fingerprint64(&q->prompt));
+    /* token ids are non-negative int32: the same bits as uint32 */
+    req_emit_tokens(s, (const uint32_t *)q->prompt.data, q->prompt.len);
+    req_emit_finish(s, LLM_FINISH_STOP);
 }
 
 /* Sampling fields: recipe defaults (override_generation_config), then the
@@ -451,7 +437,7 @@ static void parser_event(void *ctx, const parse_event *ev);
 
 /* Background half of preparation (the prep thread): parse, render and
  * tokenize.  Touches only the request, the tokenizer (read-only) and q. */
-static void prep_job(struct model_runner *R, struct mseq *q)
+static void prep_job(struct model_runner *R, struct model_req *q)
 {
     char perr[256];
     q->req = json_parse(q->request, q->request_len, perr, sizeof perr);
@@ -459,6 +445,10 @@ static void prep_job(struct model_runner *R, struct mseq *q)
         snprintf(q->err_msg, sizeof q->err_msg, "request body is not a JSON object: %s",
                  q->req ? "another JSON value" : perr);
         q->err_param[0] = 0;
+        return;
+    }
+    if (q->kind == LLM_KIND_TOKENIZE || q->kind == LLM_KIND_DETOKENIZE) {
+        answer_job(R, q);
         return;
     }
     snprintf(q->err_param, sizeof q->err_param, "messages");
@@ -490,7 +480,7 @@ static void *prep_thread(void *arg)
     for (;;) {
         while (!R->prep_head && !R->prep_stop) pthread_cond_wait(&R->prep_cv, &R->prep_mu);
         if (R->prep_stop) break;
-        struct mseq *q = R->prep_head;
+        struct model_req *q = R->prep_head;
         R->prep_head = q->prep_next;
         q->prep = PREP_RUNNING;
         pthread_mutex_unlock(&R->prep_mu);
@@ -507,15 +497,20 @@ static void *prep_thread(void *arg)
 
 /* Main-thread half, once the job is done: limits, sampling, output path.
  * Emits error + finish and returns -1 when the request cannot run. */
-static int prep_finish(struct model_runner *R, llm_seq *s)
+static int prep_finish(struct model_runner *R, llm_request *s)
 {
     const recipe *rc = R->rc;
-    struct mseq *q = s->state;
+    struct model_req *q = s->state;
     yajl_val req = q->req;
     const char *param = q->err_param[0] ? q->err_param : NULL;
     if (q->err_msg[0]) {
-        fail(s, 400, "invalid_request_error", param, q->err_msg);
+        if (q->err_status) fail(s, q->err_status, "engine_out_of_memory", NULL, q->err_msg);
+        else fail(s, 400, "invalid_request_error", param, q->err_msg);
         return -1;
+    }
+    if (s->kind == LLM_KIND_TOKENIZE || s->kind == LLM_KIND_DETOKENIZE) {
+        answer_emit(s);
+        return 0;
     }
     if (q->prompt.len == 0) {
         fail(s, 400, "invalid_request_error", param, "the prompt is empty");
@@ -543,25 +538,26 @@ static int prep_finish(struct model_runner *R, llm_seq *s)
     const char *what = s->kind == LLM_KIND_COMPLETIONS ? "prompt" : "messages";
     if (prompt >= rc->max_model_len || (max_tokens > 0 && prompt + max_tokens > rc->max_model_len)) {
         long long want = max_tokens > 0 ? max_tokens : 0;
-        seq_emit_error(s, 400, "context_length_exceeded", param,
+        req_emit_error(s, 400, "context_length_exceeded", param,
                        "This model's maximum context length is %d tokens. However, you "
                        "requested %lld tokens (%d in the %s, %lld in the completion). "
                        "Please reduce the length of the %s or completion.",
                        rc->max_model_len, prompt + want, prompt, what, want, what);
-        seq_emit_finish(s, LLM_FINISH_ERROR);
+        req_emit_finish(s, LLM_FINISH_ERROR);
         return -1;
     }
     int room = rc->max_model_len - prompt;
     q->budget = max_tokens > 0 ? (int)max_tokens : (rc->max_tokens < room ? rc->max_tokens : room);
-    if (n * v4_blocks_for_tokens(R->model, prompt + q->budget) > R->blocks_total) {
-        seq_emit_error(s, 400, "context_length_exceeded", param,
-                       "The KV cache holds %lld blocks; this request needs %lld "
+    int64_t usable = R->blocks_total - (s->kind == LLM_KIND_PROBE ? 0 : R->probe_blocks);
+    if (n * v4_blocks_for_tokens(R->model, prompt + q->budget) > usable) {
+        req_emit_error(s, 400, "context_length_exceeded", param,
+                       "The KV cache holds %lld blocks for requests; this request needs %lld "
                        "(%lld x (%d prompt + %d completion tokens)).  Reduce the prompt, "
                        "max_tokens or n.",
-                       (long long)R->blocks_total,
+                       (long long)usable,
                        (long long)(n * v4_blocks_for_tokens(R->model, prompt + q->budget)),
                        n, prompt, q->budget);
-        seq_emit_finish(s, LLM_FINISH_ERROR);
+        req_emit_finish(s, LLM_FINISH_ERROR);
         return -1;
     }
 
@@ -619,35 +615,18 @@ static int prep_finish(struct model_runner *R, llm_seq *s)
     }
     yajl_tree_free(q->req);
     q->req = NULL;
-    seq_emit_prompt_info(s, (uint32_t)prompt, 0, fingerprint64(&q->prompt));
+    req_emit_prompt_info(s, (uint32_t)prompt, 0, fingerprint64(&q->prompt));
     q->ready = true;
     return 0;
 }
 
-/* Generating requests are parsed, rendered and tokenized on the prep
- * thread, so a long prompt never stalls the decode steps of running
- * sequences; poll() finishes them on the main thread.  tokenize and
- * detokenize answer at once. */
-static int mr_prepare(void *self, llm_seq *s)
+/* Every request is parsed, rendered and tokenized on the prep thread, so
+ * a long prompt never stalls the decode steps of running sequences; poll()
+ * finishes it on the main thread (tokenize and detokenize answer there). */
+static int mr_prepare(void *self, llm_request *s)
 {
     struct model_runner *R = self;
-    if (s->kind == LLM_KIND_TOKENIZE || s->kind == LLM_KIND_DETOKENIZE) {
-        char perr[256];
-        yajl_val req = json_parse(s->request, s->request_len, perr, sizeof perr);
-        int r;
-        if (!req || !YAJL_IS_OBJECT(req)) {
-            char msg[400];
-            snprintf(msg, sizeof msg, "request body is not a JSON object: %s",
-                     req ? "another JSON value" : perr);
-            fail(s, 400, "invalid_request_error", NULL, msg);
-            r = -1;
-        } else {
-            r = answer_now(R, s, req);
-        }
-        yajl_tree_free(req);
-        return r;
-    }
-    struct mseq *q = calloc(1, sizeof *q);
+    struct model_req *q = calloc(1, sizeof *q);
     if (!q) {
         fail(s, 503, "engine_out_of_memory", NULL, "engine out of memory");
         return -1;
@@ -658,7 +637,7 @@ static int mr_prepare(void *self, llm_seq *s)
     q->seq = s;
     s->state = q;
     pthread_mutex_lock(&R->prep_mu);
-    struct mseq **tail = &R->prep_head;
+    struct model_req **tail = &R->prep_head;
     while (*tail) tail = &(*tail)->prep_next;
     *tail = q;
     q->pending_next = R->pending;
@@ -675,9 +654,9 @@ static void mr_poll(void *self)
 {
     struct model_runner *R = self;
     pthread_mutex_lock(&R->prep_mu);
-    struct mseq *done = NULL;
-    for (struct mseq **pp = &R->pending; *pp;) {
-        struct mseq *q = *pp;
+    struct model_req *done = NULL;
+    for (struct model_req **pp = &R->pending; *pp;) {
+        struct model_req *q = *pp;
         if (q->prep == PREP_DONE) {
             *pp = q->pending_next;
             q->pending_next = done;
@@ -687,19 +666,25 @@ static void mr_poll(void *self)
         }
     }
     pthread_mutex_unlock(&R->prep_mu);
-    for (struct mseq *q = done, *next; q; q = next) {
+    for (struct model_req *q = done, *next; q; q = next) {
         next = q->pending_next;
         q->pending_next = NULL;
         if (!q->seq->done) prep_finish(R, q->seq);
     }
 }
 
-static int mr_admit(void *self, llm_seq *s)
+static int mr_admit(void *self, llm_request *s)
 {
     struct model_runner *R = self;
-    struct mseq *q = s->state;
+    struct model_req *q = s->state;
     if (!q || !q->ready) return 0;       /* still being tokenized */
     if (q->ch[0].vs) return 1;
+    int64_t need = q->n * v4_blocks_for_tokens(R->model, s->prompt_tokens + q->budget);
+    if (s->kind != LLM_KIND_PROBE) {
+        v4_cache_info ci;
+        v4_cache_info_get(R->model, &ci);
+        if (ci.blocks_total - ci.blocks_used - need < R->probe_blocks) return 0;
+    }
     strbuf err;
     sb_init(&err);
     int i;
@@ -727,25 +712,25 @@ static int mr_admit(void *self, llm_seq *s)
 static void parser_event(void *ctx, const parse_event *ev)
 {
     struct mchoice *q = ctx;
-    llm_seq *s = q->seq;
+    llm_request *s = q->seq;
     s->choice = q->index;
     switch (ev->kind) {
     case PARSE_REASONING:
-        seq_emit_text(s, LLM_EV_REASONING_DELTA, ev->text, ev->len);
+        req_emit_text(s, LLM_EV_REASONING_DELTA, ev->text, ev->len);
         break;
     case PARSE_CONTENT:
         q->in_reasoning = false;
-        seq_emit_text(s, LLM_EV_CONTENT_DELTA, ev->text, ev->len);
+        req_emit_text(s, LLM_EV_CONTENT_DELTA, ev->text, ev->len);
         break;
     case PARSE_TOOL_BEGIN:
         q->in_reasoning = false;
-        seq_emit_tool_begin(s, (uint32_t)ev->index, ev->id, ev->name);
+        req_emit_tool_begin(s, (uint32_t)ev->index, ev->id, ev->name);
         break;
     case PARSE_TOOL_ARGS:
-        seq_emit_tool_args(s, (uint32_t)ev->index, ev->text, ev->len);
+        req_emit_tool_args(s, (uint32_t)ev->index, ev->text, ev->len);
         break;
     case PARSE_TOOL_END:
-        seq_emit_tool_end(s, (uint32_t)ev->index);
+        req_emit_tool_end(s, (uint32_t)ev->index);
         break;
     case PARSE_FINISH:
         q->parsed_finish = ev->finish == FINISH_LENGTH ? LLM_FINISH_LENGTH
@@ -760,13 +745,13 @@ static void emit_text(struct mchoice *q, const char *text, size_t len)
     if (!len) return;
     q->seq->choice = q->index;
     if (q->parser) output_parser_feed(q->parser, text, len);
-    else seq_emit_text(q->seq, LLM_EV_CONTENT_DELTA, text, len);
+    else req_emit_text(q->seq, LLM_EV_CONTENT_DELTA, text, len);
 }
 
 /* Usage of the whole request: the prompt once, every choice's tokens. */
-static void emit_usage(llm_seq *s)
+static void emit_usage(llm_request *s)
 {
-    struct mseq *q = s->state;
+    struct model_req *q = s->state;
     llm_ipc_usage u = {
         .prompt_tokens = (uint32_t)s->prompt_tokens,
         .completion_tokens = 0,
@@ -778,7 +763,7 @@ static void emit_usage(llm_seq *s)
         u.reasoning_tokens += (uint32_t)q->ch[i].reasoning_tokens;
     }
     s->choice = 0;
-    seq_emit_usage(s, &u);
+    req_emit_usage(s, &u);
 }
 
 /* The end of a choice: release held text, close the parser; with n = 1
@@ -786,7 +771,7 @@ static void emit_usage(llm_seq *s)
  * finish after the last one. */
 static void finish(struct model_runner *R, struct mchoice *q, enum gen_stop why)
 {
-    llm_seq *s = q->seq;
+    llm_request *s = q->seq;
     sb_reset(&q->kept);
     if (!q->stop.matched) {
         sb_reset(&q->text);
@@ -802,11 +787,11 @@ static void finish(struct model_runner *R, struct mchoice *q, enum gen_stop why)
         r = q->parsed_finish;
     }
     q->done = true;
-    struct mseq *m = q->q;
+    struct model_req *m = q->q;
     s->stop = q->stop.matched ? (uint32_t)q->stop.which + 1 : 0;
     if (m->n > 1) {
         s->choice = q->index;
-        seq_emit_choice_finish(s, r);
+        req_emit_choice_finish(s, r);
         v4_seq_free(R->model, q->vs);     /* its blocks serve others now */
         q->vs = NULL;
         r = LLM_FINISH_STOP;
@@ -814,12 +799,12 @@ static void finish(struct model_runner *R, struct mchoice *q, enum gen_stop why)
     }
     if (--m->left > 0) return;
     emit_usage(s);
-    seq_emit_finish(s, r);
+    req_emit_finish(s, r);
 }
 
 static void emit_logprob(struct model_runner *R, struct mchoice *q, const sample_result *sr)
 {
-    llm_seq *s = q->seq;
+    llm_request *s = q->seq;
     s->choice = q->index;
     size_t blen;
     const char *b = tok_id_bytes(R->tok, sr->token, &blen);
@@ -829,7 +814,7 @@ static void emit_logprob(struct model_runner *R, struct mchoice *q, const sample
         tb[i] = tok_id_bytes(R->tok, sr->top_token[i], &tl[i]);
         if (!tb[i]) { tb[i] = ""; tl[i] = 0; }
     }
-    seq_emit_logprob(s, (uint32_t)sr->token, sr->logprob, b ? b : "", b ? blen : 0,
+    req_emit_logprob(s, (uint32_t)sr->token, sr->logprob, b ? b : "", b ? blen : 0,
                      (uint32_t)sr->n_top, sr->top_logprob, tb, tl);
 }
 
@@ -837,7 +822,7 @@ static void emit_logprob(struct model_runner *R, struct mchoice *q, const sample
  * matcher and parser; ends the sequence when it should. */
 static void take_token(struct model_runner *R, struct mchoice *q, float *logits)
 {
-    struct mseq *m = q->q;
+    struct model_req *m = q->q;
     if (R->eos >= 0 && (m->ignore_eos || q->generated < m->min_tokens))
         sampler_ban(logits, R->eos);
     sample_result sr;
@@ -859,19 +844,19 @@ static void take_token(struct model_runner *R, struct mchoice *q, float *logits)
     q->has_next = true;
 }
 
-static int mr_step(void *self, llm_seq **batch, int n, strbuf *err)
+static int mr_step(void *self, llm_request **batch, int n, strbuf *err)
 {
     struct model_runner *R = self;
     int budget = R->rc->max_num_batched_tokens, n_items = 0;
-    struct mchoice *owner[R->rc->max_num_seqs > 0 ? R->rc->max_num_seqs : 1];
+    struct mchoice *owner[R->max_batch];
 
     /* decoding choices first (one token each), then prefill chunks (choice
      * 0's: the others fork from it); the scheduler admits at most
      * max_num_seqs choices in all */
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < n; i++) {
-            struct mseq *m = batch[i]->state;
-            for (int j = 0; j < m->n && n_items < R->rc->max_num_seqs; j++) {
+            struct model_req *m = batch[i]->state;
+            for (int j = 0; j < m->n && n_items < R->max_batch; j++) {
                 struct mchoice *q = &m->ch[j];
                 bool decoding = q->fed == (int)m->prompt.len;
                 if (q->done || decoding != (pass == 0) || budget <= 0 || (j && !decoding))
@@ -894,12 +879,30 @@ static int mr_step(void *self, llm_seq **batch, int n, strbuf *err)
         }
     }
     if (!n_items) return 0;
-    if (v4_step(R->model, R->items, n_items, err)) return -1;
+    strbuf serr;
+    sb_init(&serr);
+    int rc = v4_step(R->model, R->items, n_items, &serr);
+    if (rc) {
+        while (serr.len && serr.data[serr.len - 1] == '\n') serr.data[--serr.len] = 0;
+        if (rc != V4_STEP_NOMEM) {
+            sb_puts(err, serr.data ? serr.data : "step failed");
+            sb_free(&serr);
+            return -1;
+        }
+        /* Out of memory for this step: its requests fail (their cache
+         * state is undefined now), the engine and other requests go on. */
+        for (int i = 0; i < n_items; i++)
+            if (!owner[i]->seq->done)
+                fail(owner[i]->seq, 503, "engine_out_of_memory", NULL, serr.data);
+        sb_free(&serr);
+        return 0;
+    }
+    sb_free(&serr);
 
     int made = 0;
     for (int i = 0; i < n_items; i++) {
         struct mchoice *q = owner[i];
-        struct mseq *m = q->q;
+        struct model_req *m = q->q;
         int len = (int)m->prompt.len;
         bool prefilled = false;
         if (q->fed < len) {
@@ -928,32 +931,32 @@ static int mr_step(void *self, llm_seq **batch, int n, strbuf *err)
     return made;
 }
 
-static void mr_cancel(void *self, llm_seq *s)
+static void mr_cancel(void *self, llm_request *s)
 {
     (void)self;
     if (s->done) return;
     emit_usage(s);
-    seq_emit_finish(s, LLM_FINISH_CANCELLED);
+    req_emit_finish(s, LLM_FINISH_CANCELLED);
 }
 
-static void mr_release(void *self, llm_seq *s)
+static void mr_release(void *self, llm_request *s)
 {
     struct model_runner *R = self;
-    struct mseq *q = s->state;
+    struct model_req *q = s->state;
     if (q) {
         /* take it off the job queue and the pending list; a job in
          * progress is waited for (it reads the request) */
         pthread_mutex_lock(&R->prep_mu);
-        for (struct mseq **pp = &R->prep_head; *pp; pp = &(*pp)->prep_next)
+        for (struct model_req **pp = &R->prep_head; *pp; pp = &(*pp)->prep_next)
             if (*pp == q) { *pp = q->prep_next; q->prep = PREP_DONE; break; }
         while (q->prep == PREP_RUNNING) pthread_cond_wait(&R->prep_cv, &R->prep_mu);
-        for (struct mseq **pp = &R->pending; *pp; pp = &(*pp)->pending_next)
+        for (struct model_req **pp = &R->pending; *pp; pp = &(*pp)->pending_next)
             if (*pp == q) { *pp = q->pending_next; break; }
         pthread_mutex_unlock(&R->prep_mu);
     }
     for (int i = 0; q && q->ch && i < q->n; i++)
         if (q->ch[i].vs) v4_seq_free(R->model, q->ch[i].vs);
-    free_mseq(q);
+    free_model_req(q);
     s->state = NULL;
 }
 
@@ -963,6 +966,8 @@ static void mr_stats(void *self, runner_stats *st)
     v4_cache_info ci;
     v4_cache_info_get(R->model, &ci);
     st->kv_blocks_used = ci.blocks_used;
+    int64_t left = ci.blocks_total - ci.blocks_used - R->probe_blocks;
+    st->kv_blocks_free = left > 0 ? left : 0;
     st->prefix_cache_hits = 0;
 }
 

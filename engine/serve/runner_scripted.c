@@ -179,7 +179,7 @@ static bool get_int(yajl_val obj, const char *key, long long *out)
 }
 
 /* tokenize / detokenize answer at once. */
-static void answer_tokens(llm_seq *s, yajl_val root)
+static void answer_tokens(llm_request *s, yajl_val root)
 {
     strbuf t;
     sb_init(&t);
@@ -192,8 +192,8 @@ static void answer_tokens(llm_seq *s, yajl_val root)
             ids[n++] = cp_value(t.data + i, k);
             i += k;
         }
-        seq_emit_prompt_info(s, (uint32_t)n, 0, fnv1a(t.data ? t.data : "", t.len));
-        seq_emit_tokens(s, ids, n);
+        req_emit_prompt_info(s, (uint32_t)n, 0, fnv1a(t.data ? t.data : "", t.len));
+        req_emit_tokens(s, ids, n);
         free(ids);
     } else {
         yajl_val toks = json_get(root, "tokens");
@@ -201,21 +201,21 @@ static void answer_tokens(llm_seq *s, yajl_val root)
             long long c;
             if (json_int(toks->u.array.values[i], &c) && c >= 0 && c < 0x110000) put_cp(&t, (uint32_t)c);
         }
-        seq_emit_text(s, LLM_EV_CONTENT_DELTA, t.data ? t.data : "", t.len);
+        req_emit_text(s, LLM_EV_CONTENT_DELTA, t.data ? t.data : "", t.len);
     }
-    seq_emit_finish(s, LLM_FINISH_STOP);
+    req_emit_finish(s, LLM_FINISH_STOP);
     sb_free(&t);
 }
 
-static int sc_prepare(void *self, llm_seq *s)
+static int sc_prepare(void *self, llm_request *s)
 {
     struct scripted *R = self;
     char perr[256];
     yajl_val root = json_parse(s->request, s->request_len, perr, sizeof perr);
     if (!root || !YAJL_IS_OBJECT(root)) {
-        seq_emit_error(s, 400, "invalid_request", NULL, "request body is not a JSON object: %s",
+        req_emit_error(s, 400, "invalid_request", NULL, "request body is not a JSON object: %s",
                        root ? "other JSON value" : perr);
-        seq_emit_finish(s, LLM_FINISH_ERROR);
+        req_emit_finish(s, LLM_FINISH_ERROR);
         yajl_tree_free(root);
         return -1;
     }
@@ -228,9 +228,9 @@ static int sc_prepare(void *self, llm_seq *s)
     yajl_val e = json_get(ts, "error");
     long long n = 1;
     if (get_int(root, "n", &n) && n != 1) {
-        seq_emit_error(s, 400, "invalid_request_error", "n", "n: the scripted test runner "
+        req_emit_error(s, 400, "invalid_request_error", "n", "n: the scripted test runner "
                        "plays one choice (the model runner serves n > 1)");
-        seq_emit_finish(s, LLM_FINISH_ERROR);
+        req_emit_finish(s, LLM_FINISH_ERROR);
         yajl_tree_free(root);
         return -1;
     }
@@ -238,9 +238,9 @@ static int sc_prepare(void *self, llm_seq *s)
         long long status = 400;
         get_int(e, "status", &status);
         const char *msg = json_string(json_get(e, "message"));
-        seq_emit_error(s, (uint32_t)status, json_string(json_get(e, "code")), NULL, "%s",
+        req_emit_error(s, (uint32_t)status, json_string(json_get(e, "code")), NULL, "%s",
                        msg ? msg : "scripted error");
-        seq_emit_finish(s, LLM_FINISH_ERROR);
+        req_emit_finish(s, LLM_FINISH_ERROR);
         yajl_tree_free(root);
         return -1;
     }
@@ -297,12 +297,12 @@ static int sc_prepare(void *self, llm_seq *s)
 
     if (prompt >= R->max_model_len || (max_tokens > 0 && prompt + max_tokens > R->max_model_len)) {
         long long want = max_tokens > 0 ? max_tokens : 0;
-        seq_emit_error(s, 400, "context_length_exceeded", "messages",
+        req_emit_error(s, 400, "context_length_exceeded", "messages",
                        "This model's maximum context length is %d tokens. However, you "
                        "requested %lld tokens (%d in the messages, %lld in the completion). "
                        "Please reduce the length of the messages or completion.",
                        R->max_model_len, prompt + want, prompt, want);
-        seq_emit_finish(s, LLM_FINISH_ERROR);
+        req_emit_finish(s, LLM_FINISH_ERROR);
         return -1;
     }
     int room = R->max_model_len - prompt;
@@ -312,31 +312,34 @@ static int sc_prepare(void *self, llm_seq *s)
     return 0;
 }
 
-static int sc_admit(void *self, llm_seq *s)
+static int sc_admit(void *self, llm_request *s)
 {
     struct scripted *R = self;
     struct script *sc = s->state;
     int64_t need = (s->prompt_tokens + sc->budget + BLOCK_TOKENS - 1) / BLOCK_TOKENS;
-    if (R->blocks_used + need > R->blocks_total && R->blocks_used > 0) return 0;
+    /* probes have room of their own (LLM_IPC_PROBE_SEATS) */
+    if (R->blocks_used + need > R->blocks_total && R->blocks_used > 0
+        && s->kind != LLM_KIND_PROBE)
+        return 0;
     sc->blocks = need;
     R->blocks_used += need;
     return 1;
 }
 
-static void emit_logprobs(llm_seq *s, const char *text, size_t len)
+static void emit_logprobs(llm_request *s, const char *text, size_t len)
 {
     static const float top_lp[2] = { -0.25f, -2.5f };
     for (size_t i = 0; i < len;) {
         size_t k = cp_len(text + i, len - i);
         const char *top[2] = { text + i, "?" };
         size_t top_len[2] = { k, 1 };
-        seq_emit_logprob(s, cp_value(text + i, k), -0.25f, text + i, k, 2, top_lp, top, top_len);
+        req_emit_logprob(s, cp_value(text + i, k), -0.25f, text + i, k, 2, top_lp, top, top_len);
         i += k;
     }
 }
 
 /* Up to n tokens of the current text phase; returns the tokens taken. */
-static int play_text(llm_seq *s, struct script *sc, const strbuf *t, enum llm_ev_type type,
+static int play_text(llm_request *s, struct script *sc, const strbuf *t, enum llm_ev_type type,
                      int n)
 {
     size_t start = sc->pos;
@@ -346,27 +349,27 @@ static int play_text(llm_seq *s, struct script *sc, const strbuf *t, enum llm_ev
         taken++;
     }
     if (taken) {
-        seq_emit_text(s, type, t->data + start, sc->pos - start);
+        req_emit_text(s, type, t->data + start, sc->pos - start);
         if (sc->logprobs) emit_logprobs(s, t->data + start, sc->pos - start);
     }
     return taken;
 }
 
-static void finish(llm_seq *s, struct script *sc, enum llm_finish_reason why)
+static void finish(llm_request *s, struct script *sc, enum llm_finish_reason why)
 {
-    if (sc->call_open) seq_emit_tool_end(s, (uint32_t)sc->call);
+    if (sc->call_open) req_emit_tool_end(s, (uint32_t)sc->call);
     llm_ipc_usage u = { (uint32_t)s->prompt_tokens, (uint32_t)sc->generated,
                         (uint32_t)sc->reasoning_tokens, 0 };
-    seq_emit_usage(s, &u);
-    seq_emit_finish(s, why);
+    req_emit_usage(s, &u);
+    req_emit_finish(s, why);
 }
 
 /* One step of one sequence; returns the tokens made. */
-static int play(llm_seq *s, struct script *sc)
+static int play(llm_request *s, struct script *sc)
 {
     if (!sc->started) {
         sc->started = true;
-        seq_emit_prompt_info(s, (uint32_t)s->prompt_tokens, 0, sc->fingerprint);
+        req_emit_prompt_info(s, (uint32_t)s->prompt_tokens, 0, sc->fingerprint);
     }
     int made = 0;
     int want = sc->tokens_per_step;
@@ -385,7 +388,7 @@ static int play(llm_seq *s, struct script *sc)
         } else if (sc->call < sc->n_calls) {
             struct call *k = &sc->calls[sc->call];
             if (!sc->call_open) {
-                seq_emit_tool_begin(s, (uint32_t)sc->call, k->id, k->name);
+                req_emit_tool_begin(s, (uint32_t)sc->call, k->id, k->name);
                 sc->call_open = true;
             }
             size_t start = sc->pos;
@@ -393,9 +396,9 @@ static int play(llm_seq *s, struct script *sc)
                 sc->pos += cp_len(k->args.data + sc->pos, k->args.len - sc->pos);
                 got++;
             }
-            if (got) seq_emit_tool_args(s, (uint32_t)sc->call, k->args.data + start, sc->pos - start);
+            if (got) req_emit_tool_args(s, (uint32_t)sc->call, k->args.data + start, sc->pos - start);
             if (sc->pos >= k->args.len) {
-                seq_emit_tool_end(s, (uint32_t)sc->call);
+                req_emit_tool_end(s, (uint32_t)sc->call);
                 sc->call_open = false;
                 sc->call++;
                 sc->pos = 0;
@@ -412,7 +415,7 @@ static int play(llm_seq *s, struct script *sc)
     return made;
 }
 
-static int sc_step(void *self, llm_seq **batch, int n, strbuf *err)
+static int sc_step(void *self, llm_request **batch, int n, strbuf *err)
 {
     (void)self;
     int sleep_ms = 0, total = 0;
@@ -436,14 +439,14 @@ static int sc_step(void *self, llm_seq **batch, int n, strbuf *err)
     return total;
 }
 
-static void sc_cancel(void *self, llm_seq *s)
+static void sc_cancel(void *self, llm_request *s)
 {
     (void)self;
     struct script *sc = s->state;
     if (sc) finish(s, sc, LLM_FINISH_CANCELLED);
 }
 
-static void sc_release(void *self, llm_seq *s)
+static void sc_release(void *self, llm_request *s)
 {
     struct scripted *R = self;
     struct script *sc = s->state;
@@ -457,6 +460,7 @@ static void sc_stats(void *self, runner_stats *st)
 {
     struct scripted *R = self;
     st->kv_blocks_used = R->blocks_used;
+    st->kv_blocks_free = R->blocks_total > R->blocks_used ? R->blocks_total - R->blocks_used : 0;
     st->prefix_cache_hits = 0;
 }
 

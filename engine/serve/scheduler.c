@@ -1,6 +1,6 @@
 /* Scheduler: see scheduler.h.
  *
- * Engine-side view of a slot: a sched_seq is "active" from the moment its
+ * Engine-side view of a slot: a sched_req is "active" from the moment its
  * submission is taken until the slot is finished or freed.  Active
  * sequences are on one list (for delivery); waiting ones are also on the
  * FIFO, running ones in running[].  The slot's state word is the truth
@@ -15,13 +15,13 @@
 #include <string.h>
 
 #include "procfs.h"
-#include "seq_output.h"
+#include "req_output.h"
 
 enum phase { PH_NONE, PH_WAITING, PH_RUNNING };
 
-struct sched_seq {
-    llm_seq        pub;
-    struct seq_out out;
+struct sched_req {
+    llm_request        pub;
+    struct req_out out;
     enum phase     phase;
     bool           prepared;      /* runner->prepare was called: release later */
     bool           cancelled;     /* runner->cancel already called */
@@ -36,13 +36,14 @@ struct sched_seq {
 struct sched {
     sched_config      cfg;
     uint32_t          n;
-    struct sched_seq *seqs;
+    struct sched_req *seqs;
     int               act_head;
     int               wait_head, wait_tail, n_waiting;
     int              *running;
     int               n_running;
     int               n_rows;     /* batch rows of the running: their widths */
-    llm_seq         **batch;
+    int               n_probes;   /* of n_running: probes, in their own seats */
+    llm_request         **batch;
     bool              draining;
     char              drain_msg[LLM_IPC_STATE_MSG];
     uint32_t         *fresh;      /* scratch for sched_scan */
@@ -52,7 +53,7 @@ struct sched {
 
 static void act_add(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     q->act_prev = -1;
     q->act_next = S->act_head;
     if (S->act_head >= 0) S->seqs[S->act_head].act_prev = k;
@@ -61,7 +62,7 @@ static void act_add(sched *S, int k)
 
 static void act_del(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     if (q->act_prev >= 0) S->seqs[q->act_prev].act_next = q->act_next;
     else S->act_head = q->act_next;
     if (q->act_next >= 0) S->seqs[q->act_next].act_prev = q->act_prev;
@@ -69,7 +70,7 @@ static void act_del(sched *S, int k)
 
 static void wait_push(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     q->wait_next = -1;
     q->wait_prev = S->wait_tail;
     if (S->wait_tail >= 0) S->seqs[S->wait_tail].wait_next = k;
@@ -80,7 +81,7 @@ static void wait_push(sched *S, int k)
 
 static void wait_del(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     if (q->wait_prev >= 0) S->seqs[q->wait_prev].wait_next = q->wait_next;
     else S->wait_head = q->wait_next;
     if (q->wait_next >= 0) S->seqs[q->wait_next].wait_prev = q->wait_prev;
@@ -88,13 +89,19 @@ static void wait_del(sched *S, int k)
     S->n_waiting--;
 }
 
-static int width(const llm_seq *s) { return s->width > 0 ? s->width : 1; }
+static int width(const llm_request *s) { return s->width > 0 ? s->width : 1; }
+
+static bool is_probe(const struct sched_req *q)
+{
+    return q->pub.kind == LLM_KIND_PROBE;
+}
 
 static void running_del(sched *S, int k)
 {
     for (int i = 0; i < S->n_running; i++)
         if (S->running[i] == k) {
             S->n_rows -= width(&S->seqs[k].pub);
+            if (is_probe(&S->seqs[k])) S->n_probes--;
             memmove(&S->running[i], &S->running[i + 1],
                     (size_t)(S->n_running - i - 1) * sizeof *S->running);
             S->n_running--;
@@ -133,19 +140,19 @@ static bool free_slot(sched *S, uint32_t k, uint64_t w)
 
 static void forget(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     if (q->prepared) S->cfg.ops->release(S->cfg.runner, &q->pub);
     if (q->phase == PH_WAITING) wait_del(S, k);
     if (q->phase == PH_RUNNING) running_del(S, k);
     act_del(S, k);
-    seq_out_free(&q->out);
+    req_out_free(&q->out);
     free(q->req);
     q->req = NULL;
     q->phase = PH_NONE;
     q->prepared = q->cancelled = false;
 }
 
-static void count_end(sched *S, struct sched_seq *q)
+static void count_end(sched *S, struct sched_req *q)
 {
     switch (q->out.finish) {
     case LLM_FINISH_STOP:
@@ -159,7 +166,7 @@ static void count_end(sched *S, struct sched_seq *q)
 /* Ring the owner if it is waiting for a doorbell. */
 static void wake(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     q->out.wrote = false;
     if (llm_ipc_ring_wake(q->out.slot))
         S->cfg.notify(S->cfg.notify_ctx, (uint32_t)k, q->gen, q->pid);
@@ -169,7 +176,7 @@ static void wake(sched *S, int k)
  * owner (FINISHED), or free it if the owner abandoned it meanwhile. */
 static void finalize(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     llm_ipc_slot *s = slot_of(S, k);
     uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
     for (;;) {
@@ -197,7 +204,7 @@ static void finalize(sched *S, int k)
 /* The owner is gone or gave up: stop the sequence, free the slot. */
 static void abandon(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     if (!q->out.finish) q->out.finish = LLM_FINISH_CANCELLED;
     count_end(S, q);
     forget(S, k);
@@ -206,19 +213,19 @@ static void abandon(sched *S, int k)
 /* Push output into the ring; finish the sequence once all of it is there. */
 static void deliver(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
-    seq_out_flush(&q->out);
-    if (q->pub.done && !seq_out_pending(&q->out)) finalize(S, k);
+    struct sched_req *q = &S->seqs[k];
+    req_out_flush(&q->out);
+    if (q->pub.done && !req_out_pending(&q->out)) finalize(S, k);
     else if (q->out.wrote) wake(S, k);
 }
 
 static void end_with_error(sched *S, int k, uint32_t status, const char *code,
                            const char *msg)
 {
-    llm_seq *s = &S->seqs[k].pub;
+    llm_request *s = &S->seqs[k].pub;
     if (s->done) return;
-    seq_emit_error(s, status, code, NULL, "%s", msg);
-    seq_emit_finish(s, LLM_FINISH_ERROR);
+    req_emit_error(s, status, code, NULL, "%s", msg);
+    req_emit_finish(s, LLM_FINISH_ERROR);
 }
 
 /* ---- taking submissions ------------------------------------------------ */
@@ -227,12 +234,12 @@ static void take(sched *S, uint32_t k, uint64_t w)
 {
     llm_ipc_header *h = S->cfg.hdr;
     llm_ipc_slot *s = slot_of(S, k);
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     memset(&q->pub, 0, sizeof q->pub);
     q->gen = LLM_SLOT_GEN(w);
     q->pid = LLM_SLOT_PID(w);
     q->submit_ns = s->submit_ns;
-    seq_out_init(&q->out, s, llm_ipc_ring_at(h, k), h->ring_bytes, 2 * (size_t)h->ring_bytes);
+    req_out_init(&q->out, s, llm_ipc_ring_at(h, k), h->ring_bytes, 2 * (size_t)h->ring_bytes);
     q->pub.slot = k;
     q->pub.kind = (enum llm_ipc_kind)s->kind;
     q->pub.out = &q->out;
@@ -284,11 +291,11 @@ static void take(sched *S, uint32_t k, uint64_t w)
 
 static void cancel(sched *S, int k)
 {
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     if (q->cancelled || q->pub.done) return;
     q->cancelled = true;
     if (q->prepared) S->cfg.ops->cancel(S->cfg.runner, &q->pub);
-    if (!q->pub.done) seq_emit_finish(&q->pub, LLM_FINISH_CANCELLED);
+    if (!q->pub.done) req_emit_finish(&q->pub, LLM_FINISH_CANCELLED);
 }
 
 void sched_poke(sched *S, uint32_t k)
@@ -296,7 +303,7 @@ void sched_poke(sched *S, uint32_t k)
     if (k >= S->n) return;
     llm_ipc_slot *s = slot_of(S, k);
     uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
-    struct sched_seq *q = &S->seqs[k];
+    struct sched_req *q = &S->seqs[k];
     bool tracked = q->phase != PH_NONE;
     if (tracked && LLM_SLOT_GEN(w) != q->gen) {     /* cannot happen: we free slots */
         fprintf(stderr, "llm-engine: slot %u changed generation under a running sequence\n", k);
@@ -406,15 +413,24 @@ static void deliver_all(sched *S)
     }
 }
 
-static void admit(sched *S)
+/* Admit from the FIFO: user sequences in order while max_num_seqs has
+ * room; probes first, into their own seats (LLM_IPC_PROBE_SEATS), wherever
+ * they are in the queue. */
+static void admit(sched *S, bool probes)
 {
-    for (int k = S->wait_head, next; k >= 0 && S->n_running < S->cfg.max_num_seqs; k = next) {
-        struct sched_seq *q = &S->seqs[k];
+    for (int k = S->wait_head, next; k >= 0; k = next) {
+        struct sched_req *q = &S->seqs[k];
         next = q->wait_next;
-        if (q->pub.done) continue;           /* ending in the queue (error, cancel) */
-        /* n choices take n rows (a runner refuses n > max_num_seqs) */
-        if (S->n_rows + width(&q->pub) > S->cfg.max_num_seqs) break;
-        if (S->cfg.ops->admit && !S->cfg.ops->admit(S->cfg.runner, &q->pub)) break;
+        if (q->pub.done || is_probe(q) != probes) continue;   /* ending (error, cancel) */
+        /* n choices take n rows (a runner refuses n > max_num_seqs); a
+         * probe takes a seat of its own */
+        if (probes ? S->n_probes >= LLM_IPC_PROBE_SEATS
+                   : S->n_rows - S->n_probes + width(&q->pub) > S->cfg.max_num_seqs)
+            break;
+        if (S->cfg.ops->admit && !S->cfg.ops->admit(S->cfg.runner, &q->pub)) {
+            if (probes) continue;            /* a probe never holds up another */
+            break;
+        }
         llm_ipc_slot *s = slot_of(S, (uint32_t)k);
         uint64_t w = LLM_SLOT_WORD(q->gen, q->pid, LLM_SLOT_SUBMITTED);
         if (!atomic_compare_exchange_strong_explicit(
@@ -427,20 +443,44 @@ static void admit(sched *S)
         q->phase = PH_RUNNING;
         S->running[S->n_running++] = k;
         S->n_rows += width(&q->pub);
+        if (probes) S->n_probes++;
         ctr_add(S, LLM_CTR_TOKENS_IN, (uint64_t)q->pub.prompt_tokens);
+    }
+}
+
+/* The admission numbers (LLM_CTR_SEQS_FREE, _KV_BLOCKS_FREE), counting a
+ * sequence that has emitted its finish as gone: called before output is
+ * delivered, so an owner that reads a finish finds the seat free. */
+static void publish_capacity(sched *S)
+{
+    int busy = 0;
+    for (int k = S->act_head; k >= 0; k = S->seqs[k].act_next) {
+        const struct sched_req *q = &S->seqs[k];
+        if (!q->pub.done && !is_probe(q)) busy += width(&q->pub);
+    }
+    ctr_set(S, LLM_CTR_SEQS_FREE,
+            busy < S->cfg.max_num_seqs ? (uint64_t)(S->cfg.max_num_seqs - busy) : 0);
+    if (S->cfg.ops->stats) {
+        runner_stats st = { 0, 0, 0 };
+        S->cfg.ops->stats(S->cfg.runner, &st);
+        ctr_set(S, LLM_CTR_KV_BLOCKS_USED, (uint64_t)st.kv_blocks_used);
+        ctr_set(S, LLM_CTR_KV_BLOCKS_FREE, (uint64_t)st.kv_blocks_free);
+        ctr_set(S, LLM_CTR_PREFIX_CACHE_HITS, (uint64_t)st.prefix_cache_hits);
     }
 }
 
 int sched_step(sched *S, strbuf *err)
 {
     uint64_t t0 = llm_ipc_now_ns(), runner_ns = 0;
+    publish_capacity(S);
     deliver_all(S);
     if (S->cfg.ops->poll) S->cfg.ops->poll(S->cfg.runner);
-    admit(S);
+    admit(S, true);
+    admit(S, false);
     int n = 0;
     for (int i = 0; i < S->n_running; i++) {
-        struct sched_seq *q = &S->seqs[S->running[i]];
-        if (!q->pub.done && !seq_out_paused(&q->out)) S->batch[n++] = &q->pub;
+        struct sched_req *q = &S->seqs[S->running[i]];
+        if (!q->pub.done && !req_out_paused(&q->out)) S->batch[n++] = &q->pub;
     }
     if (n) {
         uint64_t t1 = llm_ipc_now_ns();
@@ -448,25 +488,21 @@ int sched_step(sched *S, strbuf *err)
         runner_ns = llm_ipc_now_ns() - t1;
         if (tokens < 0) return -1;
         ctr_add(S, LLM_CTR_TOKENS_OUT, (uint64_t)tokens);
+        publish_capacity(S);
         deliver_all(S);
     }
 
     int runnable = 0, paused = 0;
     for (int i = 0; i < S->n_running; i++) {
-        struct sched_seq *q = &S->seqs[S->running[i]];
+        struct sched_req *q = &S->seqs[S->running[i]];
         if (q->pub.done) continue;
-        if (seq_out_paused(&q->out)) paused++;
+        if (req_out_paused(&q->out)) paused++;
         else runnable++;
     }
     ctr_set(S, LLM_CTR_RUNNING, (uint64_t)S->n_running);
     ctr_set(S, LLM_CTR_WAITING, (uint64_t)S->n_waiting);
     ctr_set(S, LLM_CTR_PAUSED, (uint64_t)paused);
-    if (S->cfg.ops->stats) {
-        runner_stats st = { 0, 0 };
-        S->cfg.ops->stats(S->cfg.runner, &st);
-        ctr_set(S, LLM_CTR_KV_BLOCKS_USED, (uint64_t)st.kv_blocks_used);
-        ctr_set(S, LLM_CTR_PREFIX_CACHE_HITS, (uint64_t)st.prefix_cache_hits);
-    }
+    publish_capacity(S);
     if (n) {
         ctr_add(S, LLM_CTR_STEPS, 1);
         ctr_set(S, LLM_CTR_STEP_OVERHEAD_NS, llm_ipc_now_ns() - t0 - runner_ns);
@@ -489,14 +525,16 @@ sched *sched_create(const sched_config *cfg)
     S->cfg = *cfg;
     S->n = cfg->hdr->n_slots;
     S->seqs = calloc(S->n, sizeof *S->seqs);
-    S->running = calloc((size_t)cfg->max_num_seqs, sizeof *S->running);
-    S->batch = calloc((size_t)cfg->max_num_seqs, sizeof *S->batch);
+    size_t seats = (size_t)cfg->max_num_seqs + LLM_IPC_PROBE_SEATS;
+    S->running = calloc(seats, sizeof *S->running);
+    S->batch = calloc(seats, sizeof *S->batch);
     S->fresh = calloc(S->n, sizeof *S->fresh);
     if (!S->seqs || !S->running || !S->batch || !S->fresh) {
         sched_destroy(S);
         return NULL;
     }
     S->act_head = S->wait_head = S->wait_tail = -1;
+    publish_capacity(S);
     return S;
 }
 

@@ -1,5 +1,6 @@
 /* The scheduler: takes submitted slots into a FIFO waiting queue, runs at
- * most max_num_seqs of them in a batch through the runner, moves their
+ * most max_num_seqs of them in a batch through the runner (health probes
+ * go first, in LLM_IPC_PROBE_SEATS of their own), moves their
  * events into the slot rings (with overflow and pausing for slow readers),
  * and returns slots when they finish, are cancelled, or their owner is
  * gone.  It knows nothing about sockets: the server feeds it doorbells

@@ -127,6 +127,7 @@ int segment_create(segment *seg, const segment_params *p, strbuf *err)
     for (uint32_t i = 0; i < h->n_models; i++)
         snprintf(h->models[i], LLM_IPC_MODEL_MAX, "%s", p->models[i]);
     atomic_store(&h->heartbeat_ns, llm_ipc_now_ns());
+    atomic_store(&h->progress_ns, llm_ipc_now_ns());
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     h->start_unix_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;

@@ -3,7 +3,9 @@
  * One thread runs everything that touches sequences: poll() on the
  * signalfd, the listening socket and every worker connection, then one
  * scheduler step.  A second thread only refreshes the heartbeat, so a
- * long step does not make a live engine look dead. */
+ * long step does not make a live engine look dead; the loop itself stamps
+ * header.progress_ns every time it comes round, so a wedged step shows
+ * (nginx calls the engine stalled past llm_health stall=). */
 #include "server.h"
 
 #include <errno.h>
@@ -299,6 +301,7 @@ static int serve_loop(server *sv, int sig_fd, int wake_fd)
     int status = STEP_IDLE, rc = 0;
     uint64_t next_reap = 0;
     for (;;) {
+        atomic_store_explicit(&sv->seg.hdr->progress_ns, llm_ipc_now_ns(), memory_order_relaxed);
         pfd[0] = (struct pollfd){ sig_fd, POLLIN, 0 };
         pfd[1] = (struct pollfd){ sv->listen_fd, POLLIN, 0 };
         pfd[2] = (struct pollfd){ wake_fd, POLLIN, 0 };   /* -1: ignored */
@@ -348,6 +351,7 @@ static int serve_loop(server *sv, int sig_fd, int wake_fd)
             next_reap = now + REAP_INTERVAL_NS;
         }
         status = sched_step(sv->S, &err);
+        atomic_store_explicit(&sv->seg.hdr->progress_ns, llm_ipc_now_ns(), memory_order_relaxed);
         if (status < 0) {
             char msg[LLM_IPC_STATE_MSG];
             snprintf(msg, sizeof msg, "runner failed: %s", err.data ? err.data : "unknown error");
@@ -456,6 +460,7 @@ int server_run(const server_opts *o)
     atomic_store(&h->counters[LLM_CTR_KV_BLOCKS_TOTAL], (uint64_t)cap.kv_blocks_total);
     snprintf(h->fingerprint, sizeof h->fingerprint, "%s", cap.fingerprint);
     print_capacity(sv, &r, &cap);
+    atomic_store(&h->progress_ns, llm_ipc_now_ns());   /* loading was no stall */
     segment_set_state(&sv->seg, LLM_STATE_READY, NULL);
     logf_(sv, "ready: pid %d, epoch %016llx, runner %s, %u slots, socket %s", (int)getpid(),
           (unsigned long long)h->epoch, ops->name, h->n_slots, sv->sock_path);

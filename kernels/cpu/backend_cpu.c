@@ -1,6 +1,14 @@
 /* The reference CPU backend: float32 everywhere, weights dequantized on
- * the fly, work split over a per-rank thread pool. */
+ * the fly, work split over a per-rank thread pool.
+ *
+ * Allocation policy: ops take their scratch with scratch(), which checks
+ * it; a shortage marks the backend out of memory (error() says what
+ * needed how much), the op skips its work, and the step is discarded by
+ * the model, which ends that step's requests and calls recover(): the
+ * backend holds no state a failed op could have left half-written. */
 #include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,9 +22,27 @@ typedef struct {
     threadpool *pool;
     tp_group *group;
     int rank;
+    atomic_bool oom;        /* an op lacked scratch since the last recover() */
+    char oom_msg[160];      /* written by the op that set oom first */
 } cpu_impl;
 
 static threadpool *pool_of(backend *b) { return ((cpu_impl *)b->impl)->pool; }
+
+static void out_of_memory(cpu_impl *c, const char *what, size_t bytes)
+{
+    bool no = false;
+    if (atomic_compare_exchange_strong(&c->oom, &no, true))
+        snprintf(c->oom_msg, sizeof c->oom_msg,
+                 "out of host memory: %s needs %zu bytes of scratch", what, bytes);
+}
+
+/* Checked scratch for an op (see the allocation policy above). */
+static void *scratch(cpu_impl *c, const char *what, size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) out_of_memory(c, what, bytes);
+    return p;
+}
 
 static void *cpu_alloc(backend *b, size_t bytes)
 {
@@ -43,12 +69,30 @@ static void cpu_write(backend *b, void *dst, const void *src, size_t bytes)
     memcpy(dst, src, bytes);
 }
 
-static const char *cpu_error(backend *b) { (void)b; return NULL; }
+static const char *cpu_error(backend *b)
+{
+    cpu_impl *c = b->impl;
+    return atomic_load(&c->oom) ? c->oom_msg : NULL;
+}
+
+static bool cpu_recover(backend *b)
+{
+    atomic_store(&((cpu_impl *)b->impl)->oom, false);
+    return true;
+}
+
+/* cpu_matmul, a scratch shortage reported as the backend's. */
+static void matmul(cpu_impl *c, const qweight *w, const float *x, int ldx, int T, float *y,
+                   int ldy)
+{
+    if (cpu_matmul(c->pool, w, x, ldx, T, y, ldy))
+        out_of_memory(c, "matmul", (size_t)4 * w->cols * sizeof(float));
+}
 
 static void cpu_matmul_op(backend *b, const qweight *w, const float *x, int ldx, int T,
                           float *y, int ldy)
 {
-    cpu_matmul(pool_of(b), w, x, ldx, T, y, ldy);
+    matmul(b->impl, w, x, ldx, T, y, ldy);
 }
 
 static void cpu_embed(backend *b, const qweight *w, const int32_t *ids, int T, float *out)
@@ -90,6 +134,7 @@ typedef struct {
     float hc_eps, norm_eps;
     float *post, *comb, *out;
     bool head;          /* hc_head: only the pre weights, no Sinkhorn */
+    cpu_impl *c;
 } hc_job;
 
 static void hc_task(void *ctx, int t)
@@ -98,8 +143,9 @@ static void hc_task(void *ctx, int t)
     int hc = J->hc, H = J->H, n = hc * H;
     int nmix = J->head ? hc : (2 + hc) * hc;
     const float *h = J->h + (size_t)t * n;
-    float *flat = malloc(n * sizeof *flat);
-    float *m = malloc(nmix * sizeof *m), *pre = malloc(hc * sizeof *pre);
+    float *flat = scratch(J->c, "hc_pre", ((size_t)n + nmix + hc) * sizeof *flat);
+    if (!flat) return;
+    float *m = flat + n, *pre = m + nmix;
     /* Unweighted RMSNorm over all streams, then the mix projection. */
     cpu_rmsnorm_row(h, n, NULL, J->norm_eps, flat);
     for (int j = 0; j < nmix; j++) m[j] = cpu_dot(flat, J->fn + (size_t)j * n, n);
@@ -117,8 +163,6 @@ static void hc_task(void *ctx, int t)
         o[d] = s;
     }
     free(flat);
-    free(m);
-    free(pre);
 }
 
 static void cpu_hc_pre(backend *b, const float *h, int T, int hc, int H, const float *fn,
@@ -126,7 +170,7 @@ static void cpu_hc_pre(backend *b, const float *h, int T, int hc, int H, const f
                        float norm_eps, float *post, float *comb, float *collapsed)
 {
     hc_job J = { h, fn, base, scale, hc, H, iters, hc_eps, norm_eps, post, comb, collapsed,
-                 false };
+                 false, b->impl };
     threadpool_run(pool_of(b), hc_task, &J, T);
 }
 
@@ -134,7 +178,7 @@ static void cpu_hc_head(backend *b, const float *h, int T, int hc, int H, const 
                         const float *base, const float *scale, float hc_eps, float norm_eps,
                         float *out)
 {
-    hc_job J = { h, fn, base, scale, hc, H, 0, hc_eps, norm_eps, NULL, NULL, out, true };
+    hc_job J = { h, fn, base, scale, hc, H, 0, hc_eps, norm_eps, NULL, NULL, out, true, b->impl };
     threadpool_run(pool_of(b), hc_task, &J, T);
 }
 
@@ -142,7 +186,7 @@ static void cpu_hc_post(backend *b, float *h, const float *y, const float *post,
                         const float *comb, int T, int hc, int H)
 {
     (void)b;
-    float old[64];
+    float old[BACKEND_HC_MAX];
     for (int t = 0; t < T; t++) {
         float *ht = h + (size_t)t * hc * H;
         const float *pt = post + (size_t)t * hc, *ct = comb + (size_t)t * hc * hc;
@@ -162,12 +206,12 @@ static void cpu_hc_post(backend *b, float *h, const float *y, const float *post,
 
 static void cpu_compress(backend *b, const compress_args *a)
 {
-    (void)b;
     int m = a->ratio, d = a->d, coff = a->overlap ? 2 : 1, wd = coff * d;
     float *win = a->state;                          /* m rows of [kv wd | gate wd] */
     float *ovl = win + (size_t)m * 2 * wd;          /* m rows of [Ca d | Ga d] */
-    float *entry = malloc(d * sizeof *entry);
-    float *lg = malloc(2 * m * sizeof *lg), *val = malloc(2 * m * sizeof *val);
+    float *entry = scratch(b->impl, "compress", ((size_t)d + 4 * m) * sizeof *entry);
+    if (!entry) return;
+    float *lg = entry + d, *val = lg + 2 * m;
     for (int i = 0; i < a->n; i++) {
         int pos = a->pos0 + i, s = pos % m;
         float *row = win + (size_t)s * 2 * wd;
@@ -209,8 +253,6 @@ static void cpu_compress(backend *b, const compress_args *a)
             }
     }
     free(entry);
-    free(lg);
-    free(val);
 }
 
 /* ---- lightning indexer ---- */
@@ -221,9 +263,15 @@ static int cmp_i32(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
+typedef struct {
+    const indexer_args *a;
+    cpu_impl *c;
+} indexer_job;
+
 static void indexer_task(void *ctx, int i)
 {
-    const indexer_args *a = ctx;
+    const indexer_job *J = ctx;
+    const indexer_args *a = J->a;
     int p = a->pos0 + i, nvis = (p + 1) / a->ratio;
     int32_t *sel = a->sel + (size_t)i * a->topk;
     if (nvis <= a->topk) {
@@ -232,7 +280,9 @@ static void indexer_task(void *ctx, int i)
         a->nsel[i] = nvis;
         return;
     }
-    float *score = malloc(nvis * sizeof *score), *k = malloc(a->d * sizeof *k);
+    float *score = scratch(J->c, "indexer", ((size_t)nvis + a->d) * sizeof *score);
+    if (!score) return;
+    float *k = score + nvis;
     const float *q = a->q + (size_t)i * a->nheads * a->d, *w = a->w + (size_t)i * a->nheads;
     float sm = (float)pow(a->d, -0.5);
     for (int s = 0; s < nvis; s++) {
@@ -248,21 +298,27 @@ static void indexer_task(void *ctx, int i)
     qsort(sel, a->topk, sizeof *sel, cmp_i32);
     a->nsel[i] = a->topk;
     free(score);
-    free(k);
 }
 
 static void cpu_indexer(backend *b, const indexer_args *a)
 {
-    threadpool_run(pool_of(b), indexer_task, (void *)a, a->n);
+    indexer_job J = { a, b->impl };
+    threadpool_run(pool_of(b), indexer_task, &J, a->n);
 }
 
 /* ---- attention ---- */
 
 #define HEADS_PER_TASK 4
 
+typedef struct {
+    const attention_args *a;
+    cpu_impl *c;
+} attention_job;
+
 static void attention_task(void *ctx, int task)
 {
-    const attention_args *a = ctx;
+    const attention_job *J = ctx;
+    const attention_args *a = J->a;
     int hchunks = (a->nheads + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
     int i = task / hchunks, h0 = task % hchunks * HEADS_PER_TASK;
     int nh = a->nheads - h0 < HEADS_PER_TASK ? a->nheads - h0 : HEADS_PER_TASK;
@@ -271,10 +327,13 @@ static void attention_task(void *ctx, int task)
     int ncomp = 0;
     if (a->ratio) ncomp = a->sel ? a->nsel[i] : (p + 1) / a->ratio;
     int nk = p - first + 1 + ncomp;
-    const float **keys = malloc(nk * sizeof *keys);
-    float *work = malloc(nk * sizeof *work);
-    /* Keys stored in float32 are read in place, others decoded here. */
-    float *dec = malloc(((size_t)nk * hd + 1) * sizeof *dec);
+    /* Keys stored in float32 are read in place, others decoded into dec. */
+    size_t nkeys = (size_t)nk * sizeof(const float *);
+    char *mem = scratch(J->c, "attention",
+                        nkeys + ((size_t)nk + (size_t)nk * hd + 1) * sizeof(float));
+    if (!mem) return;
+    const float **keys = (const float **)mem;
+    float *work = (float *)(mem + nkeys), *dec = work + nk;
     int k = 0;
     for (int j = first; j <= p; j++, k++) {
         if (j >= a->pos0) keys[k] = a->kv + (size_t)(j - a->pos0) * hd;
@@ -295,15 +354,14 @@ static void attention_task(void *ctx, int task)
     }
     size_t qo = (size_t)i * a->nheads * hd + (size_t)h0 * hd;
     cpu_attend(a->q + qo, nh, hd, keys, nk, a->scale, a->sinks + h0, a->out + qo, work);
-    free(keys);
-    free(work);
-    free(dec);
+    free(mem);
 }
 
 static void cpu_attention(backend *b, const attention_args *a)
 {
     int hchunks = (a->nheads + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
-    threadpool_run(pool_of(b), attention_task, (void *)a, a->n * hchunks);
+    attention_job J = { a, b->impl };
+    threadpool_run(pool_of(b), attention_task, &J, a->n * hchunks);
 }
 
 static void cpu_ring_store(backend *b, void *ring, enum kv_dtype t, int window, int head_dim,
@@ -333,27 +391,35 @@ static void swiglu(const float *g, const float *u, size_t n, float limit, float 
 }
 
 /* One expert (or the shared one) on `n` gathered rows: out = mlp(x). */
-static void expert(threadpool *p, const qweight *w1, const qweight *w2, const qweight *w3,
+static void expert(cpu_impl *c, const qweight *w1, const qweight *w2, const qweight *w3,
                    const float *x, int n, int H, float limit, float *out)
 {
     int I = w1->rows;
-    float *g = malloc((size_t)n * I * sizeof *g), *u = malloc((size_t)n * I * sizeof *u);
-    cpu_matmul(p, w1, x, H, n, g, I);
-    cpu_matmul(p, w3, x, H, n, u, I);
+    float *g = scratch(c, "moe expert", (size_t)2 * n * I * sizeof *g);
+    if (!g) return;
+    float *u = g + (size_t)n * I;
+    matmul(c, w1, x, H, n, g, I);
+    matmul(c, w3, x, H, n, u, I);
     swiglu(g, u, (size_t)n * I, limit, g);
-    cpu_matmul(p, w2, g, I, n, out, H);
+    matmul(c, w2, g, I, n, out, H);
     free(g);
-    free(u);
 }
 
 static void cpu_moe(backend *b, const moe_args *a)
 {
-    threadpool *p = pool_of(b);
+    cpu_impl *c = b->impl;
     int T = a->T, H = a->H, E = a->n_experts, K = a->topk;
-    float *scores = malloc((size_t)T * E * sizeof *scores);
-    int32_t *idx = malloc((size_t)T * K * sizeof *idx);
-    float *wt = malloc((size_t)T * K * sizeof *wt), *biased = malloc(E * sizeof *biased);
-    cpu_matmul(p, a->gate, a->x, H, T, scores, E);
+    size_t TK = (size_t)T * K;
+    /* scores [T][E], biased [E], weights [T][K], then (as floats' room)
+     * ids [T][K], rows [T][K], gathered rows xs and ys [T][K][H] */
+    float *scores = scratch(c, "moe", ((size_t)T * E + E + TK * (3 + 2 * (size_t)H))
+                                      * sizeof(float));
+    if (!scores) return;
+    float *biased = scores + (size_t)T * E, *wt = biased + E;
+    int32_t *idx = (int32_t *)(wt + TK);
+    int *rows = (int *)(idx + TK);
+    float *xs = (float *)(rows + TK), *ys = xs + TK * H;
+    matmul(c, a->gate, a->x, H, T, scores, E);
     for (int t = 0; t < T; t++) {
         float *sc = scores + (size_t)t * E;
         for (int e = 0; e < E; e++)
@@ -373,8 +439,6 @@ static void cpu_moe(backend *b, const moe_args *a)
     }
     memset(a->out, 0, (size_t)T * H * sizeof(float));
     /* Experts in ascending order, each on the rows routed to it. */
-    int *rows = malloc((size_t)T * K * sizeof *rows);
-    float *xs = malloc((size_t)T * K * H * sizeof *xs), *ys = malloc((size_t)T * K * H * sizeof *ys);
     for (int e = 0; e < E; e++) {
         int n = 0;
         for (int t = 0; t < T; t++)
@@ -385,7 +449,7 @@ static void cpu_moe(backend *b, const moe_args *a)
                     n++;
                 }
         if (!n) continue;
-        expert(p, &a->w1[e], &a->w2[e], &a->w3[e], xs, n, H, a->limit, ys);
+        expert(c, &a->w1[e], &a->w2[e], &a->w3[e], xs, n, H, a->limit, ys);
         for (int j = 0; j < n; j++) {
             float w = wt[rows[j]];
             float *o = a->out + (size_t)(rows[j] / K) * H;
@@ -393,15 +457,9 @@ static void cpu_moe(backend *b, const moe_args *a)
             for (int d = 0; d < H; d++) o[d] += y[d] * w;
         }
     }
-    expert(p, a->sw1, a->sw2, a->sw3, a->x, T, H, a->limit, ys);
+    expert(c, a->sw1, a->sw2, a->sw3, a->x, T, H, a->limit, ys);
     for (size_t i = 0; i < (size_t)T * H; i++) a->out[i] += ys[i];
-    free(rows);
-    free(xs);
-    free(ys);
     free(scores);
-    free(idx);
-    free(wt);
-    free(biased);
 }
 
 static void cpu_allreduce(backend *b, float *buf, size_t n)
@@ -429,7 +487,15 @@ backend *backend_cpu_new(int threads, tp_group *g, int rank)
 {
     backend *b = calloc(1, sizeof *b);
     cpu_impl *c = calloc(1, sizeof *c);
-    *c = (cpu_impl){ threadpool_new(threads), g, rank };
+    threadpool *p = b && c ? threadpool_new(threads) : NULL;
+    if (!p) {
+        free(b);
+        free(c);
+        return NULL;
+    }
+    c->pool = p;
+    c->group = g;
+    c->rank = rank;
     b->name = "cpu";
     b->impl = c;
     b->alloc = cpu_alloc;
@@ -438,6 +504,7 @@ backend *backend_cpu_new(int threads, tp_group *g, int rank)
     b->write = cpu_write;
     b->read = cpu_write;
     b->error = cpu_error;
+    b->recover = cpu_recover;
     b->matmul = cpu_matmul_op;
     b->embed = cpu_embed;
     b->rmsnorm = cpu_rmsnorm;

@@ -1,5 +1,6 @@
 #include "matmul.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -74,6 +75,7 @@ typedef struct {
     float *y;
     int ldy;
     int rows_per_task;
+    atomic_bool failed;     /* a task had no scratch */
 } mm_job;
 
 static void mm_task(void *ctx, int task)
@@ -85,6 +87,10 @@ static void mm_task(void *ctx, int task)
     int r1 = r0 + J->rows_per_task;
     if (r1 > w->rows) r1 = w->rows;
     float *buf = malloc((size_t)RB * K * sizeof *buf);
+    if (!buf) {
+        atomic_store(&J->failed, true);
+        return;
+    }
     for (int r = r0; r < r1; r += RB) {
         int nr = r1 - r < RB ? r1 - r : RB;
         for (int i = 0; i < nr; i++) qweight_row(w, r + i, 0, K, buf + (size_t)i * K);
@@ -97,10 +103,10 @@ static void mm_task(void *ctx, int task)
     free(buf);
 }
 
-void cpu_matmul(threadpool *p, const qweight *w, const float *x, int ldx, int T,
-                float *y, int ldy)
+int cpu_matmul(threadpool *p, const qweight *w, const float *x, int ldx, int T,
+               float *y, int ldy)
 {
-    if (T <= 0 || w->rows <= 0) return;
+    if (T <= 0 || w->rows <= 0) return 0;
     int nthreads = threadpool_size(p);
     int groups = (w->rows + RB - 1) / RB;
     /* Below ~64K multiply-adds waking the workers costs more than it saves. */
@@ -109,6 +115,7 @@ void cpu_matmul(threadpool *p, const qweight *w, const float *x, int ldx, int T,
     if (ntasks > groups) ntasks = groups;
     int per = (groups + ntasks - 1) / ntasks * RB;
     ntasks = (w->rows + per - 1) / per;
-    mm_job J = { w, x, ldx, T, y, ldy, per };
+    mm_job J = { w, x, ldx, T, y, ldy, per, false };
     threadpool_run(p, mm_task, &J, ntasks);
+    return atomic_load(&J.failed) ? -1 : 0;
 }

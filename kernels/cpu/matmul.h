@@ -9,8 +9,9 @@
 #include "threadpool.h"
 
 /* x: T rows of w->cols floats, row stride ldx; y: T rows of w->rows floats,
- * row stride ldy.  y is overwritten. */
-void cpu_matmul(threadpool *p, const qweight *w, const float *x, int ldx, int T,
+ * row stride ldy.  y is overwritten.  0, or -1 when a task's scratch (a
+ * few dequantized rows) could not be allocated: y is then undefined. */
+int cpu_matmul(threadpool *p, const qweight *w, const float *x, int ldx, int T,
                 float *y, int ldy);
 
 /* Plain float dot product (the vectorized inner loop matmul uses). */

@@ -54,12 +54,19 @@ static void *worker(void *arg)
 threadpool *threadpool_new(int nthreads)
 {
     threadpool *p = calloc(1, sizeof *p);
-    p->n = nthreads < 1 ? 1 : nthreads;
+    int n = nthreads < 1 ? 1 : nthreads;
+    pthread_t *th = p ? calloc((size_t)n, sizeof *th) : NULL;
+    if (!th) {
+        free(p);
+        return NULL;
+    }
+    p->th = th;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->start, NULL);
     pthread_cond_init(&p->done, NULL);
-    p->th = calloc(p->n, sizeof *p->th);
-    for (int i = 1; i < p->n; i++) pthread_create(&p->th[i], NULL, worker, p);
+    /* A thread that cannot start leaves a smaller pool, not a broken one. */
+    for (p->n = 1; p->n < n; p->n++)
+        if (pthread_create(&p->th[p->n], NULL, worker, p)) break;
     return p;
 }
 

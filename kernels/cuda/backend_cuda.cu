@@ -15,7 +15,7 @@
 // mode stays within its 2^-16 of the float32 reference.
 static bool tensor_core_keys(cu_impl *c, enum kv_dtype t)
 {
-    return c->gemm == GEMM_BF16 || (c->gemm == GEMM_BF16X2 && t != KV_F32);
+    return c->gemm == BACKEND_GEMM_BF16 || (c->gemm == BACKEND_GEMM_BF16X2 && t != KV_F32);
 }
 
 void fail(cu_impl *c, const char *fmt, ...)
@@ -130,8 +130,8 @@ static void cu_scale_op(backend *b, float *x, int ld, int T, int n, float s)
 
 static bool hc_ok(cu_impl *c, int hc)
 {
-    if (hc > 16) fail(c, "hc_mult %d (at most 16)", hc);
-    return hc <= 16;
+    if (hc > BACKEND_HC_MAX) fail(c, "hc_mult %d (at most %d)", hc, BACKEND_HC_MAX);
+    return hc <= BACKEND_HC_MAX;
 }
 
 // Few tokens: a block per (logit, token).  Many: the logits as a GEMM
@@ -238,7 +238,7 @@ static void cu_attention_op(backend *b, const attention_args *a)
         return;
     if (recording(c)) return;
     if (!in_graph(c) && a->n >= ATT_MMA_MIN_T && tensor_core_keys(c, a->dtype) &&
-        cu_attention_mma(c->st, d, c->gemm == GEMM_BF16X2, c->attn_tokens)) {
+        cu_attention_mma(c->st, d, c->gemm == BACKEND_GEMM_BF16X2, c->attn_tokens)) {
         launched(c, "attention");
         return;
     }
@@ -338,13 +338,13 @@ static void cu_moe_op(backend *b, const moe_args *a)
                           false, false, false };
         dmoe_gemm m2 = { w2, {}, false, 0, tiles, ntiles, perm, g, I, 0, ys, H, true, false,
                          false };
-        bool split = c->gemm == GEMM_BF16X2;
+        bool split = c->gemm == BACKEND_GEMM_BF16X2;
         if (ns < 32 * E) {  // few rows per expert: tiles read each expert once
             cu_matmul_tiles(c->st, w1, tiles, ntiles, max_tiles, perm, a->x, H, K, g, I);
             cu_matmul_tiles(c->st, w3, tiles, ntiles, max_tiles, perm, a->x, H, K, u, I);
             cu_swiglu(c->st, g, u, (long long)ns * I, a->limit);
             cu_matmul_tiles(c->st, w2, tiles, ntiles, max_tiles, perm, g, I, 1, ys, H);
-        } else if (c->gemm != GEMM_F32 && !c->moe_lt && w2.type == QT_MXFP4 &&
+        } else if (c->gemm != BACKEND_GEMM_F32 && !c->moe_lt && w2.type == QT_MXFP4 &&
                    cu_moe_gemm(c->st, m13, max_tiles, split)) {
             phase(c, "moe w1 w3");
             cu_moe_gemm(c->st, m2, max_tiles, split);
@@ -435,7 +435,8 @@ static void cu_destroy(backend *b)
     free(b);
 }
 
-backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
+backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char *err,
+                size_t errlen)
 {
     if (cudaSetDevice(dev) != cudaSuccess) {
         snprintf(err, errlen, "cannot use CUDA device %d: %s", dev,
@@ -452,22 +453,15 @@ backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
     if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) fail(c, "cuBLASLt: cannot create a handle");
     CK(c, cudaMalloc(&c->lt_ws, LT_WS_BYTES));
     lt_op_new(c);
-    const char *gm = getenv("LLM_CUDA_GEMM");
-    c->gemm = GEMM_BF16X2;
-    for (int i = 0; gm && *gm && i < 3; i++)
-        if (!strcmp(gm, gemm_names[i])) c->gemm = i;
-    if (gm && *gm && strcmp(gm, gemm_names[c->gemm]))
-        fail(c, "LLM_CUDA_GEMM=%s: expected bf16x2 (the default), bf16 or f32", gm);
-    const char *me = getenv("LLM_CUDA_MOE");
-    c->moe_lt = me && !strcmp(me, "cublaslt");
-    if (me && *me && !c->moe_lt) fail(c, "LLM_CUDA_MOE=%s: expected cublaslt (or unset)", me);
-    // Tensor-core attention: one query token per block (the default:
-    // measured faster on 2 x H200, run L6 of docs/GPU_NOTES.md), or 2
-    // sharing the window and HCA keys of each tile.
-    const char *at = getenv("LLM_CUDA_ATTN_TOKENS");
-    c->attn_tokens = at && *at ? atoi(at) : 1;
-    if (c->attn_tokens != 1 && c->attn_tokens != 2)
-        fail(c, "LLM_CUDA_ATTN_TOKENS=%s: expected 1 (the default) or 2", at);
+    // Output-changing modes come from the recipe (and its LLM_CUDA_*
+    // overrides, applied by the model loader): they are in the fingerprint.
+    c->gemm = modes->gemm;
+    c->moe_lt = modes->moe == BACKEND_MOE_CUBLASLT;
+    c->attn_tokens = modes->attn_tokens;
+    if (c->gemm < 0 || c->gemm >= BACKEND_GEMM_N)
+        fail(c, "gemm_mode %d: unknown", c->gemm);
+    if (c->attn_tokens < 1 || c->attn_tokens > BACKEND_ATTN_TOKENS_MAX)
+        fail(c, "attn_tokens %d: expected 1 to %d", c->attn_tokens, BACKEND_ATTN_TOKENS_MAX);
     const char *pe = getenv("LLM_CUDA_PROFILE"), *ge = getenv("LLM_CUDA_GRAPHS");
     c->profile = pe && *pe && strcmp(pe, "0");
     if (c->profile) {

@@ -106,12 +106,12 @@ struct cu_impl {
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t lt_op;
     void *lt_ws;
-    int gemm;                   // LLM_CUDA_GEMM: GEMM_BF16X2 (default), GEMM_BF16, GEMM_F32
-    int attn_tokens;            // LLM_CUDA_ATTN_TOKENS: query tokens per tensor-core attention block
+    int gemm;                   // gemm_mode: enum backend_gemm (backend_modes.h)
+    int attn_tokens;            // attn_tokens: query tokens per tensor-core attention block
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
     double expert_host_ms;      // profiling: host time queuing the expert GEMMs
-    bool moe_lt;                // LLM_CUDA_MOE=cublaslt: experts through cuBLASLt in every mode
+    bool moe_lt;                // moe_kernel cublaslt: experts through cuBLASLt in every mode
     // graph replay
     bool graphs;                // LLM_CUDA_GRAPHS is not 0 and not profiling
     int gmode;
@@ -134,9 +134,8 @@ struct cu_impl {
 // values times powers of two); activations are not: bf16x2 splits each
 // into hi = bf16(x) and lo = bf16(x - hi) (x - hi - lo within 2^-16 |x|)
 // and accumulates W hi + W lo, bf16 rounds x once (2^-8), f32 keeps
-// float32 operands (no tensor cores).
-enum { GEMM_BF16X2, GEMM_BF16, GEMM_F32 };
-extern const char *const gemm_names[];
+// float32 operands (no tensor cores).  The modes and their names are
+// backend_modes.h's (recipe key gemm_mode).
 #define IDX_MMA_MIN_T 64    // indexer steps of at least this many tokens score on tensor cores
 #define ATT_MMA_MIN_T 64    // attention of steps of at least this many tokens on tensor cores
 
@@ -172,12 +171,13 @@ struct gemm_op {
 // the weight is float32 (not exact in bf16).
 static inline bool use_bf16(cu_impl *c, const dqw &q)
 {
-    return c->gemm != GEMM_F32 && q.type != QT_F32;
+    return c->gemm != BACKEND_GEMM_F32 && q.type != QT_F32;
 }
 
 // backend_cuda.cu
 void fail(cu_impl *c, const char *fmt, ...);
-backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen);
+backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char *err,
+                size_t errlen);
 
 // cuda_profile.cu: every op starts with enter and ends with launched;
 // phase closes a span inside an op (LLM_CUDA_PROFILE).

@@ -59,7 +59,8 @@ nopeer:
             "through NCCL only\n");
 }
 
-extern "C" int backend_cuda_new_group(int tp, backend **out, char *err, size_t errlen)
+extern "C" int backend_cuda_new_group(int tp, const backend_modes *modes, backend **out, char *err,
+                                      size_t errlen)
 {
     // Never NVLink multicast (NVLS): it can take a shared host's GPUs down.
     setenv("NCCL_NVLS_ENABLE", "0", 1);
@@ -77,7 +78,7 @@ extern "C" int backend_cuda_new_group(int tp, backend **out, char *err, size_t e
         return -1;
     }
     for (int r = 0; r < tp; r++) {
-        out[r] = cu_new(r, r, tp, err, errlen);
+        out[r] = cu_new(r, r, tp, modes, err, errlen);
         if (!out[r]) {
             for (int j = 0; j < r; j++) out[j]->destroy(out[j]);
             return -1;

@@ -2,8 +2,6 @@
 // float32, algorithms cached per shape, MoE experts a GEMM per expert.
 #include "backend_cuda.cuh"
 
-const char *const gemm_names[] = { "bf16x2", "bf16", "f32" };
-
 static unsigned align_of(const void *p)
 {
     unsigned a = 256;
@@ -131,7 +129,7 @@ gemm_op gemm_input(cu_impl *c, bool bf16, const float *x, int ldx, const int *ro
                           int div, int T, int K)
 {
     if (bf16) {
-        int ld = round_up(K, 8), lo = c->gemm == GEMM_BF16X2 ? ld : 0;
+        int ld = round_up(K, 8), lo = c->gemm == BACKEND_GEMM_BF16X2 ? ld : 0;
         uint16_t *p = (uint16_t *)grow(c, &c->xbf, (size_t)T * (ld + lo) * 2);
         if (!c->failed) cu_round_bf16(c->st, x, ldx, rows, div, T, K, p, ld + lo, lo);
         return gemm_op{ p, ld + lo, true, 0, lo };

@@ -50,7 +50,7 @@ void print_profile(cu_impl *c)
     double total = 0;
     for (int i = 0; i < NPROF && c->prof[i].op; i++) total += c->prof[i].ms;
     fprintf(stderr, "cuda profile, device %d (%s prefill GEMMs): %.1f ms in ops\n", c->dev,
-            gemm_names[c->gemm], total);
+            backend_gemm_names[c->gemm], total);
     for (int i = 0; i < NPROF && c->prof[i].op; i++)
         fprintf(stderr, "  %-18s %8lld calls %10.1f ms %5.1f%%\n", c->prof[i].op,
                 c->prof[i].calls, c->prof[i].ms, 100 * c->prof[i].ms / (total > 0 ? total : 1));

@@ -2,9 +2,10 @@
 // hyper-connection mix (mHC with Sinkhorn), the ring of the sliding
 // window, and the MoE router, grouping and combination.  Orders of
 // operations follow kernels/cpu/ops.c and kernels/cpu/backend_cpu.c.
+#include "backend.h"
 #include "kernels.cuh"
 
-#define HC_MAX 16
+#define HC_MAX BACKEND_HC_MAX
 
 static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 

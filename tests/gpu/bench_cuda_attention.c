@@ -131,7 +131,9 @@ int main(int argc, char **argv)
     int n = argc > 1 ? atoi(argv[1]) : 8192;
     backend *one[1];
     char err[256];
-    if (llm_cuda_device_count() < 1 || backend_cuda_new_group(1, one, err, sizeof err)) {
+    backend_modes modes = BACKEND_MODES_DEFAULT;   /* LLM_CUDA_* override */
+    if (llm_cuda_device_count() < 1 || backend_modes_env(&modes, err, sizeof err)
+        || backend_cuda_new_group(1, &modes, one, err, sizeof err)) {
         fprintf(stderr, "bench_cuda_attention: no CUDA backend\n");
         return 1;
     }

@@ -157,7 +157,9 @@ int main(int argc, char **argv)
     const char *filter = argc > 1 ? argv[1] : NULL;
     backend *one[1];
     char err[256];
-    if (llm_cuda_device_count() < 1 || backend_cuda_new_group(1, one, err, sizeof err)) {
+    backend_modes modes = BACKEND_MODES_DEFAULT;   /* LLM_CUDA_* override */
+    if (llm_cuda_device_count() < 1 || backend_modes_env(&modes, err, sizeof err)
+        || backend_cuda_new_group(1, &modes, one, err, sizeof err)) {
         fprintf(stderr, "bench_cuda_gemv: no CUDA backend\n");
         return 1;
     }

@@ -33,7 +33,9 @@ static void bench(const char *gemm, const char *moe, int T)
     else unsetenv("LLM_CUDA_MOE");
     backend *one[1];
     char err[256];
-    if (backend_cuda_new_group(1, one, err, sizeof err)) {
+    backend_modes modes = BACKEND_MODES_DEFAULT;   /* LLM_CUDA_* override */
+    if (backend_modes_env(&modes, err, sizeof err)
+        || backend_cuda_new_group(1, &modes, one, err, sizeof err)) {
         printf("%s: %s\n", gemm, err);
         return;
     }

@@ -1009,7 +1009,9 @@ static void test_allreduce(void)
         if (pass) setenv("LLM_CUDA_ALLREDUCE", "nccl", 1);
         backend *b[2];
         char err[256];
-        if (backend_cuda_new_group(2, b, err, sizeof err)) {
+        backend_modes modes = BACKEND_MODES_DEFAULT;   /* LLM_CUDA_* override */
+        if (backend_modes_env(&modes, err, sizeof err)
+            || backend_cuda_new_group(2, &modes, b, err, sizeof err)) {
             ok(0, "CUDA group of 2 (%s): %s", path, err);
             continue;
         }
@@ -1068,9 +1070,11 @@ static backend *gpu_backend(const char *gemm, const char *attn_tokens)
 {
     backend *one[1];
     char err[256];
+    backend_modes modes = BACKEND_MODES_DEFAULT;   /* LLM_CUDA_* override */
     setenv("LLM_CUDA_GEMM", gemm, 1);
     setenv("LLM_CUDA_ATTN_TOKENS", attn_tokens, 1);
-    if (backend_cuda_new_group(1, one, err, sizeof err)) {
+    if (backend_modes_env(&modes, err, sizeof err)
+        || backend_cuda_new_group(1, &modes, one, err, sizeof err)) {
         ok(0, "CUDA backend with LLM_CUDA_GEMM=%s LLM_CUDA_ATTN_TOKENS=%s: %s", gemm,
            attn_tokens, err);
         return NULL;

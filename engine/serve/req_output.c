@@ -1,12 +1,12 @@
-/* seq_emit_* (runner.h) and the ring/overflow path (seq_output.h). */
+/* req_emit_* (runner.h) and the ring/overflow path (req_output.h). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "runner.h"
-#include "seq_output.h"
+#include "req_output.h"
 
-void seq_out_init(struct seq_out *o, llm_ipc_slot *slot, unsigned char *ring,
+void req_out_init(struct req_out *o, llm_ipc_slot *slot, unsigned char *ring,
                   uint32_t ring_bytes, size_t overflow_max)
 {
     memset(o, 0, sizeof *o);
@@ -17,19 +17,19 @@ void seq_out_init(struct seq_out *o, llm_ipc_slot *slot, unsigned char *ring,
     sb_init(&o->overflow);
 }
 
-void seq_out_free(struct seq_out *o)
+void req_out_free(struct req_out *o)
 {
     sb_free(&o->overflow);
 }
 
-size_t seq_out_pending(const struct seq_out *o)
+size_t req_out_pending(const struct req_out *o)
 {
     return o->overflow.len - o->overflow_off;
 }
 
-void seq_out_flush(struct seq_out *o)
+void req_out_flush(struct req_out *o)
 {
-    while (seq_out_pending(o)) {
+    while (req_out_pending(o)) {
         const char *rec = o->overflow.data + o->overflow_off;
         llm_ev_hdr h;
         memcpy(&h, rec, sizeof h);
@@ -53,9 +53,9 @@ static void set_flags(void *rec, uint16_t flags)
 
 /* One encoded record: into the ring if nothing is queued before it and it
  * fits, else behind the queued ones. */
-static void put_flagged(llm_seq *s, void *rec, size_t len, uint16_t flags)
+static void put_flagged(llm_request *s, void *rec, size_t len, uint16_t flags)
 {
-    struct seq_out *o = s->out;
+    struct req_out *o = s->out;
     if (!len) return;   /* an encoder refused its arguments; callers bound them */
     set_flags(rec, flags);
     if (s->done) {
@@ -65,14 +65,14 @@ static void put_flagged(llm_seq *s, void *rec, size_t len, uint16_t flags)
                 llm_ipc_event_name(h.type), s->slot);
         return;
     }
-    if (!seq_out_pending(o) && llm_ipc_ring_put(o->slot, o->ring, o->ring_bytes, rec, len)) {
+    if (!req_out_pending(o) && llm_ipc_ring_put(o->slot, o->ring, o->ring_bytes, rec, len)) {
         o->wrote = true;
         return;
     }
     sb_append(&o->overflow, rec, len);
 }
 
-static void put(llm_seq *s, void *rec, size_t len)
+static void put(llm_request *s, void *rec, size_t len)
 {
     put_flagged(s, rec, len, s->choice);
 }
@@ -86,7 +86,7 @@ static size_t utf8_cut(const char *t, size_t len, size_t max)
     return n ? n : max;
 }
 
-void seq_emit_text(llm_seq *s, enum llm_ev_type type, const char *text, size_t len)
+void req_emit_text(llm_request *s, enum llm_ev_type type, const char *text, size_t len)
 {
     unsigned char rec[LLM_IPC_EVENT_MAX];
     while (len) {
@@ -97,7 +97,7 @@ void seq_emit_text(llm_seq *s, enum llm_ev_type type, const char *text, size_t l
     }
 }
 
-void seq_emit_tool_begin(llm_seq *s, uint32_t index, const char *id, const char *name)
+void req_emit_tool_begin(llm_request *s, uint32_t index, const char *id, const char *name)
 {
     unsigned char rec[LLM_IPC_EVENT_MAX];
     size_t il = utf8_cut(id, strlen(id), LLM_IPC_ID_MAX);
@@ -105,7 +105,7 @@ void seq_emit_tool_begin(llm_seq *s, uint32_t index, const char *id, const char 
     put(s, rec, llm_ipc_enc_tool_begin(rec, sizeof rec, index, id, il, name, nl));
 }
 
-void seq_emit_tool_args(llm_seq *s, uint32_t index, const char *text, size_t len)
+void req_emit_tool_args(llm_request *s, uint32_t index, const char *text, size_t len)
 {
     unsigned char rec[LLM_IPC_EVENT_MAX];
     while (len) {
@@ -116,13 +116,13 @@ void seq_emit_tool_args(llm_seq *s, uint32_t index, const char *text, size_t len
     }
 }
 
-void seq_emit_tool_end(llm_seq *s, uint32_t index)
+void req_emit_tool_end(llm_request *s, uint32_t index)
 {
     unsigned char rec[16];
     put(s, rec, llm_ipc_enc_tool_end(rec, sizeof rec, index));
 }
 
-void seq_emit_tokens(llm_seq *s, const uint32_t *ids, size_t n)
+void req_emit_tokens(llm_request *s, const uint32_t *ids, size_t n)
 {
     unsigned char rec[LLM_IPC_EVENT_MAX];
     do {
@@ -133,7 +133,7 @@ void seq_emit_tokens(llm_seq *s, const uint32_t *ids, size_t n)
     } while (n);
 }
 
-void seq_emit_prompt_info(llm_seq *s, uint32_t prompt_tokens, uint32_t cached_tokens,
+void req_emit_prompt_info(llm_request *s, uint32_t prompt_tokens, uint32_t cached_tokens,
                           uint64_t fingerprint)
 {
     unsigned char rec[32];
@@ -141,7 +141,7 @@ void seq_emit_prompt_info(llm_seq *s, uint32_t prompt_tokens, uint32_t cached_to
                                         fingerprint));
 }
 
-void seq_emit_logprob(llm_seq *s, uint32_t token_id, float logprob, const char *bytes,
+void req_emit_logprob(llm_request *s, uint32_t token_id, float logprob, const char *bytes,
                       size_t bytes_len, uint32_t n_top, const float *top_lp,
                       const char *const *top_bytes, const size_t *top_len)
 {
@@ -150,13 +150,13 @@ void seq_emit_logprob(llm_seq *s, uint32_t token_id, float logprob, const char *
                                     n_top, top_lp, top_bytes, top_len));
 }
 
-void seq_emit_usage(llm_seq *s, const llm_ipc_usage *u)
+void req_emit_usage(llm_request *s, const llm_ipc_usage *u)
 {
     unsigned char rec[32];
     put(s, rec, llm_ipc_enc_usage(rec, sizeof rec, u));
 }
 
-void seq_emit_error(llm_seq *s, uint32_t status, const char *code, const char *param,
+void req_emit_error(llm_request *s, uint32_t status, const char *code, const char *param,
                     const char *fmt, ...)
 {
     char msg[LLM_IPC_ERRMSG_MAX + 1];
@@ -172,7 +172,7 @@ void seq_emit_error(llm_seq *s, uint32_t status, const char *code, const char *p
                                   utf8_cut(msg, strlen(msg), LLM_IPC_ERRMSG_MAX)));
 }
 
-void seq_emit_finish(llm_seq *s, enum llm_finish_reason reason)
+void req_emit_finish(llm_request *s, enum llm_finish_reason reason)
 {
     unsigned char rec[16];
     s->choice = 0;
@@ -181,7 +181,7 @@ void seq_emit_finish(llm_seq *s, enum llm_finish_reason reason)
     s->done = true;
 }
 
-void seq_emit_choice_finish(llm_seq *s, enum llm_finish_reason reason)
+void req_emit_choice_finish(llm_request *s, enum llm_finish_reason reason)
 {
     unsigned char rec[16];
     put_flagged(s, rec, llm_ipc_enc_finish(rec, sizeof rec, reason, s->stop),

@@ -1,10 +1,10 @@
-/* A sequence's output path: events go straight into its slot's ring, or,
+/* A request's output path: events go straight into its slot's ring, or,
  * when the ring is full because the reader is slow, into a per-sequence
  * overflow buffer that is moved into the ring, in order, as room appears.
  * Nothing is ever dropped or reordered; the scheduler pauses a sequence
  * whose overflow passes overflow_max (backpressure). */
-#ifndef LLM_SEQ_OUTPUT_H
-#define LLM_SEQ_OUTPUT_H
+#ifndef LLM_REQ_OUTPUT_H
+#define LLM_REQ_OUTPUT_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -13,7 +13,7 @@
 #include "ipc/llm_ipc.h"
 #include "strbuf.h"
 
-struct seq_out {
+struct req_out {
     llm_ipc_slot  *slot;
     unsigned char *ring;
     uint32_t       ring_bytes;
@@ -24,16 +24,16 @@ struct seq_out {
     uint32_t       finish;        /* enum llm_finish_reason once emitted */
 };
 
-void seq_out_init(struct seq_out *o, llm_ipc_slot *slot, unsigned char *ring,
+void req_out_init(struct req_out *o, llm_ipc_slot *slot, unsigned char *ring,
                   uint32_t ring_bytes, size_t overflow_max);
-void seq_out_free(struct seq_out *o);
+void req_out_free(struct req_out *o);
 /* Move overflow records into the ring while they fit. */
-void seq_out_flush(struct seq_out *o);
+void req_out_flush(struct req_out *o);
 /* Bytes still waiting in overflow. */
-size_t seq_out_pending(const struct seq_out *o);
-static inline bool seq_out_paused(const struct seq_out *o)
+size_t req_out_pending(const struct req_out *o);
+static inline bool req_out_paused(const struct req_out *o)
 {
-    return seq_out_pending(o) > o->overflow_max;
+    return req_out_pending(o) > o->overflow_max;
 }
 
 #endif
