@@ -645,6 +645,7 @@ ngx_http_llm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
     ngx_http_llm_main_conf_t  *olmcf = data;
 
+    size_t                       len;
     ngx_uint_t                   i;
     ngx_http_llm_shctx_t        *sh;
     ngx_http_llm_route_sh_t     *rs;
@@ -695,6 +696,17 @@ ngx_http_llm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         ngx_memcpy(rs->model, rc[i].model.data, rc[i].model.len);
         rs->len = rc[i].model.len;
         rs->pool = rc[i].pool;
+    }
+
+    /*
+     * log_ctx points at the pool's one-byte "zero" field until set:
+     * the name gets an allocation of its own, as in limit_req
+     */
+    len = sizeof(" in llm zone \"\"") + shm_zone->shm.name.len;
+
+    lmcf->shpool->log_ctx = ngx_slab_alloc(lmcf->shpool, len);
+    if (lmcf->shpool->log_ctx == NULL) {
+        return NGX_ERROR;
     }
 
     ngx_sprintf(lmcf->shpool->log_ctx, " in llm zone \"%V\"%Z",
