@@ -154,6 +154,7 @@ ngx_str_t  ngx_http_llm_api_names[] = {
     ngx_string("metrics"),
     ngx_string("admin"),
     ngx_string("not_found"),
+    ngx_string("error"),
     ngx_null_string
 };
 
@@ -772,6 +773,7 @@ ngx_http_llm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     lmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_llm_module);
 
     if (conf->api != NGX_HTTP_LLM_API_NOT_FOUND
+        && conf->api != NGX_HTTP_LLM_API_ERROR
         && conf->api != NGX_HTTP_LLM_API_METRICS
         && lmcf->engines.nelts == 0)
     {

@@ -44,6 +44,7 @@ typedef enum {
     NGX_HTTP_LLM_API_METRICS,
     NGX_HTTP_LLM_API_ADMIN,
     NGX_HTTP_LLM_API_NOT_FOUND,
+    NGX_HTTP_LLM_API_ERROR,                 /* error_page for nginx's own */
     NGX_HTTP_LLM_API_COUNT
 } ngx_http_llm_api_e;
 

@@ -46,7 +46,8 @@ ngx_http_llm_error_type(ngx_uint_t status)
         return "service_unavailable";
 
     default:
-        return "server_error";
+        return (status < NGX_HTTP_INTERNAL_SERVER_ERROR)
+               ? "invalid_request_error" : "server_error";
     }
 }
 

@@ -7,7 +7,8 @@ use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use LLMTest qw(scratch_dir write_conf start_nginx stop_nginx http free_port
-               api_server);
+               api_server repo_root);
+use IO::Socket::INET;
 use JSON::PP;
 
 my $dir = scratch_dir();
@@ -19,6 +20,7 @@ my $server = api_server($port, [qw(chat_completions completions responses
             llm_max_body_size 3m;
         }
         location / { llm_api not_found; }
+        include ${\ repo_root()}/conf/llm_error_pages.conf;
 MORE
 write_conf($dir, <<"CONF");
     llm_engine e1 run_dir=$dir;
@@ -92,6 +94,53 @@ like($chunked->{content}, qr/"code":"request_too_large"/,
 my $large = post('/big', { %chat, messages => [{ role => 'user',
                                                  content => 'y' x 2_000_000 }] });
 is($large->{status}, 503, 'a 2 MB request within llm_max_body_size passes');
+
+# ---- errors nginx raises before the module runs ------------------------------
+# conf/llm_error_pages.conf turns them into OpenAI error bodies too
+sub raw {
+    my ($req) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port", Timeout => 10)
+        or die "connect: $!";
+    print $s $req;
+    local $/;
+    my $res = <$s> // '';
+    my ($head, $body) = split /\r\n\r\n/, $res, 2;
+    my ($status) = ($head // '') =~ m{^HTTP/1\.\d (\d+)};
+    return { status => $status // 0, head => $head // '', body => $body // '',
+             json => scalar eval { decode_json($body // '') } };
+}
+my $post = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n";
+my @nginx_errors = (
+    ['a bad chunk size', $post . "Transfer-Encoding: chunked\r\n\r\nzz\r\n",
+     400, qr/malformed HTTP/],
+    ['Content-Length with Transfer-Encoding', $post . "Content-Length: 5\r\n"
+     . "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, qr/malformed HTTP/],
+    ['a URI over the header buffers', 'GET /v1/' . ('u' x 20000)
+     . " HTTP/1.1\r\nHost: x\r\n\r\n", 414, qr/URI is too long/],
+    ['a header flood', $post . join('', map { "X-H$_: " . ('h' x 1000) . "\r\n" }
+     1 .. 40) . "\r\n", 400, qr/headers? .*too large/],
+    ['an unknown Transfer-Encoding', $post . "Transfer-Encoding: gzip\r\n\r\n",
+     501, qr/Transfer-Encoding/],
+);
+for my $c (@nginx_errors) {
+    my ($name, $req, $status, $re) = @$c;
+    my $r = raw($req);
+    subtest "nginx's own error: $name" => sub {
+        is($r->{status}, $status, "status $status") or diag($r->{head});
+        like($r->{head}, qr{\r\nContent-Type: application/json}i, 'JSON');
+        my $e = $r->{json} && $r->{json}{error};
+        ok($e, 'OpenAI error object') or return diag($r->{body});
+        is_deeply([sort keys %$e], [qw(code message param type)],
+                  'error has message, type, param, code');
+        like($e->{message}, $re, 'message says what is wrong');
+        is($e->{type}, $status < 500 ? 'invalid_request_error' : 'server_error',
+           'type');
+    };
+}
+
+my $direct = http('GET', "$base/_llm_error");
+is($direct->{status}, 404, 'the error page location asked directly: 404');
+like($direct->{content}, qr/"code":"not_found"/, 'as an OpenAI error');
 
 # ---- methods and paths ----------------------------------------------------
 my $g = http('GET', "$base/v1/chat/completions");

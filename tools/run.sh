@@ -84,6 +84,7 @@ http {
             deny all;
         }
         location / { llm_api not_found; }
+        include $top/conf/llm_error_pages.conf;
     }
 }
 EOF
