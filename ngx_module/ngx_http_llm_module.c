@@ -25,8 +25,15 @@ static char *ngx_http_llm_merge_loc_conf(ngx_conf_t *cf, void *parent,
 static ngx_int_t ngx_http_llm_postconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_llm_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
+static char *ngx_http_llm_admin_token(ngx_conf_t *cf, void *post,
+    void *data);
 static ngx_int_t ngx_http_llm_init_process(ngx_cycle_t *cycle);
 static void ngx_http_llm_exit_process(ngx_cycle_t *cycle);
+
+
+static ngx_conf_post_t  ngx_http_llm_admin_token_post = {
+    ngx_http_llm_admin_token
+};
 
 
 static ngx_command_t  ngx_http_llm_commands[] = {
@@ -92,7 +99,7 @@ static ngx_command_t  ngx_http_llm_commands[] = {
       ngx_conf_set_str_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_llm_loc_conf_t, admin_token),
-      NULL },
+      &ngx_http_llm_admin_token_post },
 
     { ngx_string("llm_test_script"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
@@ -162,6 +169,37 @@ ngx_str_t  ngx_http_llm_api_names[] = {
 const char  *ngx_http_llm_state_names[] = {
     "absent", "starting", "probing", "healthy", "unhealthy", "draining"
 };
+
+
+/* an example token copied into production would open the admin API */
+static char *
+ngx_http_llm_admin_token(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_str_t  *token = data;
+
+    static char  *placeholders[] = {
+        "change-me", "changeme", "change_me", "replace-me", "replaceme",
+        "secret", "password", "token", "admin", "example", "xxx", "test",
+        NULL
+    };
+
+    char        **p;
+
+    for (p = placeholders; *p; p++) {
+        if (token->len == ngx_strlen(*p)
+            && ngx_strncasecmp(token->data, (u_char *) *p, token->len) == 0)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "llm_admin_token \"%V\" is a placeholder: "
+                               "set a random secret (e.g. the output of "
+                               "\"head -c 24 /dev/urandom | base64\")",
+                               token);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    return NGX_CONF_OK;
+}
 
 
 static ngx_int_t
