@@ -73,13 +73,13 @@ int llm_ipc_attach(llm_ipc_client *c, const char *run_dir, const char *name,
     if (!name || !valid_name(name))
         return fail(err, errlen, LLM_IPC_EINVAL, "engine name '%s' is not valid",
                     name ? name : "(null)");
-    snprintf(c->shm_name, sizeof c->shm_name, "/llm-%s", name);
-    if (run_dir) {
-        int n = snprintf(c->sock_path, sizeof c->sock_path, "%s/%s.sock", run_dir, name);
-        if (n < 0 || (size_t)n >= sizeof c->sock_path)
-            return fail(err, errlen, LLM_IPC_EINVAL, "socket path %s/%s.sock is too long",
-                        run_dir, name);
-    }
+    if (!run_dir)
+        return fail(err, errlen, LLM_IPC_EINVAL, "no run_dir for engine '%s'", name);
+    llm_ipc_shm_name(c->shm_name, run_dir, name);
+    int n = snprintf(c->sock_path, sizeof c->sock_path, "%s/%s.sock", run_dir, name);
+    if (n < 0 || (size_t)n >= sizeof c->sock_path)
+        return fail(err, errlen, LLM_IPC_EINVAL, "socket path %s/%s.sock is too long",
+                    run_dir, name);
     int fd = shm_open(c->shm_name, readonly ? O_RDONLY : O_RDWR, 0);
     if (fd < 0)
         return fail(err, errlen, errno == ENOENT ? LLM_IPC_EDEAD : LLM_IPC_ESYS,

@@ -17,7 +17,7 @@ enum kv_cache_dtype { KV_DTYPE_AUTO, KV_DTYPE_BF16, KV_DTYPE_FP8 };
 typedef struct {
     /* identity and placement */
     char   *path;                 /* the recipe file itself */
-    char   *name;                 /* engine name: segment /llm-<name> */
+    char   *name;                 /* engine name: segment /llm-<name>-<run_dir hash> */
     char   *run_dir;              /* where <name>.sock lives */
     enum backend_kind backend;
 
