@@ -94,6 +94,22 @@ like($chunked->{content}, qr/"code":"request_too_large"/,
 my $large = post('/big', { %chat, messages => [{ role => 'user',
                                                  content => 'y' x 2_000_000 }] });
 is($large->{status}, 503, 'a 2 MB request within llm_max_body_size passes');
+# the same, chunked: nginx does not know its size in advance
+my $json = encode_json({ %chat, messages => [{ role => 'user',
+                                               content => 'z' x 2_000_000 }] });
+my $sent = 0;
+my $large_chunked = HTTP::Tiny->new(timeout => 10)->request('POST', "$base/big", {
+    headers => { 'Content-Type' => 'application/json' },
+    content => sub { return undef if $sent >= length $json;
+                     my $c = substr($json, $sent, 65536); $sent += length $c;
+                     return $c } });
+is($large_chunked->{status}, 503, 'a 2 MB chunked request passes too')
+    or diag($large_chunked->{content});
+# bodies stay in memory up to llm_max_body_size: a worker never reads a
+# temporary file back on its event loop
+my $log = do { local (@ARGV, $/) = "$dir/logs/error.log"; <> };
+unlike($log, qr/buffered to a temporary file/,
+       'no request body went to a temporary file');
 
 # ---- errors nginx raises before the module runs ------------------------------
 # conf/llm_error_pages.conf turns them into OpenAI error bodies too
