@@ -444,7 +444,8 @@ ngx_http_llm_nginx_error(ngx_http_request_t *r)
 ngx_int_t
 ngx_http_llm_info_handler(ngx_http_request_t *r)
 {
-    ngx_int_t                  rc;
+    uint64_t                   pool;
+    ngx_int_t                  rc, route;
     ngx_str_t                  model, *only;
     ngx_uint_t                 ready;
     ngx_http_llm_wbuf_t        w;
@@ -494,6 +495,12 @@ ngx_http_llm_info_handler(ngx_http_request_t *r)
     }
 
     only = (rc == NGX_OK) ? &model : NULL;
+
+    if (only
+        && ngx_http_llm_route_find(lmcf, only, &route, &pool) != NGX_OK)
+    {
+        return ngx_http_llm_send_model_not_found(r, only);
+    }
 
     ngx_http_llm_status_json(lmcf, &w, only, &ready);
 

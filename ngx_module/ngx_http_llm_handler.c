@@ -573,21 +573,28 @@ ngx_http_llm_waiters_run(ngx_event_t *ev)
 static void
 ngx_http_llm_send_not_found(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 {
+    ngx_http_finalize_request(r,
+        ngx_http_llm_send_model_not_found(r, &ctx->req.model));
+}
+
+
+/* the 404 for a model no route or engine serves */
+ngx_int_t
+ngx_http_llm_send_model_not_found(ngx_http_request_t *r, ngx_str_t *model)
+{
     u_char     *msg;
     ngx_str_t   param = ngx_string("model");
 
-    msg = ngx_pnalloc(r->pool, ctx->req.model.len + 64);
+    msg = ngx_pnalloc(r->pool, model->len + 64);
     if (msg == NULL) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     ngx_sprintf(msg, "the model \"%V\" does not exist: see /v1/models%Z",
-                &ctx->req.model);
+                model);
 
-    ngx_http_finalize_request(r,
-        ngx_http_llm_send_error(r, NGX_HTTP_NOT_FOUND, (char *) msg, &param,
-                                "model_not_found"));
+    return ngx_http_llm_send_error(r, NGX_HTTP_NOT_FOUND, (char *) msg,
+                                   &param, "model_not_found");
 }
 
 

@@ -232,14 +232,18 @@ struct ngx_http_llm_json_s {
 
 #define NGX_HTTP_LLM_JSON_MAX_DEPTH  128
 
+/* NULL: err says why, for the client (empty: out of memory), param names
+ * the field when a string in it is not text */
 ngx_http_llm_json_t *ngx_http_llm_json_parse(ngx_pool_t *pool, u_char *data,
-    size_t len, ngx_str_t *err);
+    size_t len, ngx_str_t *err, ngx_str_t *param);
 /* member by key (the last one wins, as in Python); NULL if absent */
 ngx_http_llm_json_t *ngx_http_llm_json_get(ngx_http_llm_json_t *obj,
     const char *key);
 /* like _get, but a JSON null counts as absent */
 ngx_http_llm_json_t *ngx_http_llm_json_member(ngx_http_llm_json_t *obj,
     const char *key);
+/* NGX_OK; NGX_DECLINED not a number (int: or not integral); NGX_ABORT a
+ * number out of the representable range */
 ngx_int_t ngx_http_llm_json_int(ngx_http_llm_json_t *v, int64_t *out);
 ngx_int_t ngx_http_llm_json_double(ngx_http_llm_json_t *v, double *out);
 ngx_int_t ngx_http_llm_json_is_string(ngx_http_llm_json_t *v,
@@ -420,6 +424,8 @@ ngx_int_t ngx_http_llm_log_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_llm_body_filter_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_llm_send_json(ngx_http_request_t *r, ngx_uint_t status,
     ngx_http_llm_wbuf_t *body);
+ngx_int_t ngx_http_llm_send_model_not_found(ngx_http_request_t *r,
+    ngx_str_t *model);
 ngx_int_t ngx_http_llm_send_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *message, ngx_str_t *param, const char *code);
 ngx_int_t ngx_http_llm_send_error_str(ngx_http_request_t *r,

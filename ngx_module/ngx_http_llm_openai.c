@@ -19,6 +19,7 @@ static void ngx_http_llm_fmt_usage(ngx_http_llm_fmt_t *f,
 static void ngx_http_llm_resp_object(ngx_http_llm_fmt_t *f,
     ngx_http_llm_wbuf_t *out, const char *status, ngx_str_t *code,
     ngx_str_t *message);
+static const char *ngx_http_llm_resp_status(ngx_http_llm_fmt_t *f);
 
 
 static const char *
@@ -192,8 +193,11 @@ ngx_http_llm_item_json(ngx_http_llm_fmt_t *f, ngx_http_llm_item_t *it,
         break;
     }
 
+    /* the item the output limit cut short is as incomplete as the reply */
     ngx_http_llm_printf(out, ",\"status\":\"%s\"}",
-                        done ? "completed" : "in_progress");
+                        !done ? "in_progress"
+                        : (ngx_http_llm_item_no(f, it) + 1 == f->items.nelts)
+                          ? ngx_http_llm_resp_status(f) : "completed");
 }
 
 

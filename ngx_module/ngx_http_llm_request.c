@@ -179,6 +179,7 @@ ngx_http_llm_get_int(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *obj,
     ngx_str_t *prefix, const char *name, int64_t min, int64_t max,
     int64_t *out, ngx_uint_t *set)
 {
+    ngx_int_t             rc;
     ngx_http_llm_json_t  *v;
 
     *set = 0;
@@ -188,7 +189,16 @@ ngx_http_llm_get_int(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *obj,
         return NGX_OK;
     }
 
-    if (ngx_http_llm_json_int(v, out) != NGX_OK) {
+    rc = ngx_http_llm_json_int(v, out);
+
+    if (rc == NGX_ABORT) {
+        return ngx_http_llm_bad(ctx, ngx_http_llm_member_path(ctx, prefix,
+                                                              name),
+                                "must be between %L and %L, got %V",
+                                min, max, &v->value);
+    }
+
+    if (rc != NGX_OK) {
         return ngx_http_llm_bad(ctx, ngx_http_llm_member_path(ctx, prefix,
                                                               name),
                                 "must be an integer, not %s%s",
@@ -419,6 +429,7 @@ ngx_http_llm_sampling_params(ngx_http_llm_vctx_t *ctx,
     ngx_http_llm_json_t *body)
 {
     double                 d;
+    ngx_int_t              rc;
     int64_t                n;
     ngx_uint_t             set;
     ngx_http_llm_json_t   *v;
@@ -444,14 +455,16 @@ ngx_http_llm_sampling_params(ngx_http_llm_vctx_t *ctx,
             continue;
         }
 
-        if (ngx_http_llm_json_double(v, &d) != NGX_OK) {
+        rc = ngx_http_llm_json_double(v, &d);
+
+        if (rc == NGX_DECLINED) {
             return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "%s",
                                                            r->name),
                                     "must be a number, not %s",
                                     ngx_http_llm_json_type_name(v));
         }
 
-        if (d < r->min || d > r->max || (r->min_open && d == r->min)) {
+        if (rc == NGX_ABORT || d < r->min || d > r->max || (r->min_open && d == r->min)) {
             return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "%s",
                                                            r->name),
                                     "must be %s %.1f and at most %.1f, "
@@ -749,11 +762,11 @@ static ngx_int_t
 ngx_http_llm_arguments(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *v,
     ngx_str_t *param)
 {
-    ngx_str_t             err;
+    ngx_str_t             err, where;
     ngx_http_llm_json_t  *args;
 
     args = ngx_http_llm_json_parse(ctx->pool, v->value.data, v->value.len,
-                                   &err);
+                                   &err, &where);
 
     if (args == NULL && err.len == 0) {
         return NGX_ERROR;
@@ -2061,7 +2074,7 @@ ngx_http_llm_request_parse(ngx_pool_t *pool, ngx_http_llm_req_t *req,
         return NGX_ERROR;
     }
 
-    root = ngx_http_llm_json_parse(pool, body, len, &err);
+    root = ngx_http_llm_json_parse(pool, body, len, &err, &req->err_param);
 
     if (root == NULL) {
         if (err.len == 0) {

@@ -14,7 +14,7 @@ use JSON::PP;
 my $dir = scratch_dir();
 my $port = free_port();
 my $server = api_server($port, [qw(chat_completions completions responses
-                                   tokenize detokenize)], more => <<"MORE");
+                                   tokenize detokenize health)], more => <<"MORE");
         location = /big {
             llm_api chat_completions;
             llm_max_body_size 3m;
@@ -329,6 +329,58 @@ for my $c (@resp_bad) {
     expect_error('/v1/responses', $c->[0], 400, $c->[1], $c->[2],
                  "responses: bad $c->[1]");
 }
+
+# ---- numbers out of range, text that is not valid Unicode ----------------------
+my $pre = '{"model":"demo","messages":[{"role":"user","content":"hi"}]';
+my @raw_bad = (
+    ["$pre,\"temperature\":1e999}", 'temperature', qr/^temperature must be at least 0\.0 and at most 2\.0, got 1e999$/],
+    ["$pre,\"top_p\":-1e999}", 'top_p', qr/at most 1\.0, got -1e999$/],
+    ["$pre,\"max_tokens\":99999999999999999999}", 'max_tokens',
+     qr/^max_tokens must be between 1 and \d+, got 99999999999999999999$/],
+    ["$pre,\"top_k\":1e30}", 'top_k', qr/^top_k must be between -1 and \d+, got 1e30$/],
+    ["$pre,\"seed\":-1e400}", 'seed', qr/^seed must be between -\d+ and \d+, got -1e400$/],
+    ["$pre,\"top_k\":2.5}", 'top_k', qr/must be an integer, not a number with a fraction/],
+);
+for my $c (@raw_bad) {
+    my $r = expect_error('/v1/chat/completions', $c->[0], 400, $c->[1], $c->[2],
+                         "out of range: $c->[1]");
+    unlike($r->{json}{error}{message} // '', qr/not a number|fraction/,
+           "$c->[1]: not called a non-number or a fraction")
+        unless $c->[0] =~ /2\.5/;
+}
+my @text_bad = (
+    ['"a\\ud800b"', qr/contains an unpaired UTF-16 surrogate/, 'lone high surrogate'],
+    ['"a\\udc00"', qr/contains an unpaired UTF-16 surrogate/, 'lone low surrogate'],
+    ['"a\\ud800\\u0041"', qr/contains an unpaired UTF-16 surrogate/, 'high surrogate, no low'],
+    ['"a\\u0000b"', qr/contains \\u0000/, 'an escaped NUL'],
+    ["\"a\xc0\xafb\"", qr/is not valid UTF-8/, 'overlong UTF-8'],
+    ["\"a\xed\xa0\x80b\"", qr/is not valid UTF-8/, 'an encoded surrogate'],
+    ["\"a\xf4\x90\x80\x80\"", qr/is not valid UTF-8/, 'above U+10FFFF'],
+);
+for my $c (@text_bad) {
+    expect_error('/v1/chat/completions',
+                 '{"model":"demo","messages":[{"role":"user","content":' . $c->[0] . '}]}',
+                 400, 'messages[0].content', $c->[1], "text: $c->[2]");
+}
+expect_error('/v1/chat/completions',
+             '{"model":"demo","messages":[{"role":"user","content":"ok"}],'
+             . '"metadata":{"k\\ud800":1}}', 400, 'metadata',
+             qr/^metadata has a key that contains an unpaired UTF-16 surrogate/,
+             'text: a bad key names its object');
+my $pair = post('/v1/chat/completions',
+                '{"model":"demo","messages":[{"role":"user","content":"\\ud83d\\ude00 '
+                . "\xf0\x9f\x98\x80" . '"}]}');
+is($pair->{status}, 503, 'a surrogate pair and 4-byte UTF-8 pass validation')
+    or diag($pair->{content});
+
+# ---- /health?model= ------------------------------------------------------------
+my $h = http('GET', "$base/health?model=nope");
+is($h->{status}, 404, '/health?model=unknown: 404');
+my $he = eval { decode_json($h->{content})->{error} } // {};
+is($he->{code}, 'model_not_found', '404 code');
+is($he->{param}, 'model', '404 names model');
+is(http('GET', "$base/health?model=demo")->{status}, 503,
+   '/health?model=known without an engine: 503');
 
 # ---- tokenize / detokenize ----------------------------------------------------
 expect_error('/tokenize', { model => 'demo' }, 400, 'prompt',
