@@ -1097,6 +1097,7 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
     pool = ctx->request->pool;
 
     ngx_memzero(&ev, sizeof(ngx_http_llm_event_t));
+    ev.type = raw->type;
 
     switch (raw->type) {
 
@@ -1116,15 +1117,6 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
 
         ctx->last = now;
 
-        ev.type = (raw->type == LLM_EV_REASONING_DELTA)
-                  ? NGX_HTTP_LLM_EV_REASONING
-                  : (raw->type == LLM_EV_CONTENT_DELTA)
-                    ? NGX_HTTP_LLM_EV_CONTENT
-                    : (raw->type == LLM_EV_TOOL_CALL_BEGIN)
-                      ? NGX_HTTP_LLM_EV_TOOL_BEGIN
-                      : (raw->type == LLM_EV_TOOL_CALL_ARGS)
-                        ? NGX_HTTP_LLM_EV_TOOL_ARGS
-                        : NGX_HTTP_LLM_EV_TOOL_END;
         ev.index = raw->index;
         ev.text.data = (u_char *) raw->text;
         ev.text.len = raw->text_len;
@@ -1135,7 +1127,6 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
         break;
 
     case LLM_EV_USAGE:
-        ev.type = NGX_HTTP_LLM_EV_USAGE;
         ev.prompt = raw->usage.prompt_tokens;
         ev.completion = raw->usage.completion_tokens;
         ev.reasoning = raw->usage.reasoning_tokens;
@@ -1144,7 +1135,6 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
         break;
 
     case LLM_EV_LOGPROB:
-        ev.type = NGX_HTTP_LLM_EV_LOGPROB;
         ev.text.data = (u_char *) raw->text;
         ev.text.len = raw->text_len;
         ev.logprob = raw->logprob;
@@ -1167,7 +1157,6 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
             ids[i] = llm_ipc_event_token(raw, i);
         }
 
-        ev.type = NGX_HTTP_LLM_EV_TOKENS;
         ev.tokens = ids;
         ev.ntokens = i;
         break;
@@ -1219,7 +1208,6 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
             return NGX_OK;
         }
 
-        ev.type = NGX_HTTP_LLM_EV_FINISH;
         ev.name.data = (u_char *) llm_ipc_finish_name(raw->reason);
         ev.name.len = ngx_strlen(ev.name.data);
         break;

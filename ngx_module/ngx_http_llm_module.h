@@ -313,28 +313,18 @@ ngx_int_t ngx_http_llm_request_parse(ngx_pool_t *pool,
 
 /* ---- responses (ngx_http_llm_openai.c) --------------------------------- */
 
-typedef enum {
-    NGX_HTTP_LLM_EV_REASONING = 1,
-    NGX_HTTP_LLM_EV_CONTENT,
-    NGX_HTTP_LLM_EV_TOOL_BEGIN,
-    NGX_HTTP_LLM_EV_TOOL_ARGS,
-    NGX_HTTP_LLM_EV_TOOL_END,
-    NGX_HTTP_LLM_EV_FINISH,
-    NGX_HTTP_LLM_EV_USAGE,
-    NGX_HTTP_LLM_EV_ERROR,
-    NGX_HTTP_LLM_EV_TOKENS,
-    NGX_HTTP_LLM_EV_LOGPROB
-} ngx_http_llm_event_type_e;
-
 /* an alternative token of a logprob event */
 typedef struct {
     ngx_str_t                   bytes;
     double                      logprob;
 } ngx_http_llm_top_t;
 
-/* One engine event, decoded from the slot's ring. */
+/*
+ * One engine event, decoded from the slot's ring (llm_ipc_event_next) and
+ * held in nginx types; its type is the protocol's own.
+ */
 typedef struct {
-    ngx_http_llm_event_type_e   type;
+    enum llm_ev_type            type;
     ngx_uint_t                  index;     /* tool call index */
     ngx_str_t                   text;      /* delta / error message */
     ngx_str_t                   id;        /* tool call id / error code */
