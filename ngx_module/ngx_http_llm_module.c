@@ -202,30 +202,6 @@ ngx_http_llm_admin_token(ngx_conf_t *cf, void *post, void *data)
 }
 
 
-static ngx_int_t
-ngx_http_llm_valid_name(ngx_str_t *name)
-{
-    u_char      c;
-    ngx_uint_t  i;
-
-    if (name->len == 0 || name->len >= NGX_HTTP_LLM_NAME_LEN) {
-        return 0;
-    }
-
-    for (i = 0; i < name->len; i++) {
-        c = name->data[i];
-
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-              || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.'))
-        {
-            return 0;
-        }
-    }
-
-    return 1;
-}
-
-
 /* llm_engine NAME run_dir=DIR [fingerprint=HEX]; */
 static char *
 ngx_http_llm_engine(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
@@ -239,10 +215,10 @@ ngx_http_llm_engine(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     value = cf->args->elts;
 
-    if (!ngx_http_llm_valid_name(&value[1])) {
+    if (!llm_ipc_valid_name((char *) value[1].data, value[1].len)) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid engine name \"%V\": use letters, digits, "
-                           "\".\", \"-\" and \"_\" (at most 63)", &value[1]);
+                           "invalid engine name \"%V\": it must be "
+                           LLM_IPC_NAME_RULE, &value[1]);
         return NGX_CONF_ERROR;
     }
 
@@ -327,7 +303,7 @@ ngx_http_llm_route(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     value = cf->args->elts;
 
-    if (value[1].len == 0 || value[1].len >= NGX_HTTP_LLM_MODEL_LEN) {
+    if (value[1].len == 0 || value[1].len >= LLM_IPC_MODEL_MAX) {
         return "has a model name that is empty or longer than 127 bytes";
     }
 

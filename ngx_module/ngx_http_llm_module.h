@@ -26,9 +26,6 @@
 
 #define NGX_HTTP_LLM_MAX_ENGINES   32
 #define NGX_HTTP_LLM_MAX_ROUTES    64
-#define NGX_HTTP_LLM_NAME_LEN      64
-#define NGX_HTTP_LLM_MODEL_LEN     128
-#define NGX_HTTP_LLM_MODELS        8
 #define NGX_HTTP_LLM_REASON_LEN    256
 
 
@@ -117,7 +114,7 @@ typedef enum {
 extern const char  *ngx_http_llm_state_names[];
 
 typedef struct {
-    u_char                     name[NGX_HTTP_LLM_NAME_LEN];
+    u_char                     name[LLM_IPC_NAME_MAX];
     ngx_http_llm_state_e       state;
     ngx_uint_t                 drain;        /* admin drain (mode-leave) */
     u_char                     reason[NGX_HTTP_LLM_REASON_LEN];
@@ -136,14 +133,14 @@ typedef struct {
     u_char                     system_fingerprint[64];
     u_char                     engine_build[LLM_IPC_BUILD];
     ngx_uint_t                 nmodels;
-    u_char                     models[NGX_HTTP_LLM_MODELS]
-                                     [NGX_HTTP_LLM_MODEL_LEN];
+    u_char                     models[LLM_IPC_MODELS_MAX]
+                                     [LLM_IPC_MODEL_MAX];
     ngx_queue_t                running_q;    /* ngx_http_llm_ticket_t */
     ngx_atomic_t               entered[NGX_HTTP_LLM_STATES];
 } ngx_http_llm_engine_sh_t;
 
 typedef struct {
-    u_char                     model[NGX_HTTP_LLM_MODEL_LEN];
+    u_char                     model[LLM_IPC_MODEL_MAX];
     size_t                     len;
     uint64_t                   pool;         /* engine bit mask */
     ngx_uint_t                 promoted;

@@ -139,7 +139,7 @@ int main(void)
                  "bad reasoning effort");
     expect_error(BASE "max_num_seqs: 8\nslots: 4\n", "slots: must be at least max_num_seqs",
                  "relation between keys");
-    expect_error(BASE "name: a/b\n", "name: 'a/b' may hold only", "engine name is a safe file name");
+    expect_error(BASE "name: a/b\n", "name: 'a/b' must be 1 to 63 letters", "engine name is a safe file name");
     expect_error(BASE "model:\n  - 1\n", "model: duplicate key", "duplicates reported once");
     expect_error("model:\n  - 1\nmax_model_len: 3\n", "r.yaml:2: model: expected a mapping",
                  "mapping expected");

@@ -313,6 +313,12 @@ uint64_t llm_ipc_layout(uint32_t n_slots, uint32_t ring_bytes, uint64_t max_requ
                         uint64_t *slots_off, uint64_t *rings_off,
                         uint64_t *requests_off, uint64_t *request_stride);
 
+/* An engine name: 1 to LLM_IPC_NAME_MAX - 1 bytes of [A-Za-z0-9._-] (it
+ * becomes part of file names).  The one check for the recipe, the CLI,
+ * the client library and nginx's llm_engine. */
+int llm_ipc_valid_name(const char *name, size_t len);
+#define LLM_IPC_NAME_RULE "1 to 63 letters, digits, '-', '_' and '.'"
+
 /* The segment's POSIX shm name, "/llm-<name>-<16 hex digits>": the hex is
  * a hash of the canonical run_dir (realpath, else as given), so two stacks
  * with one engine name in different run directories have two segments.

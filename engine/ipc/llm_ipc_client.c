@@ -29,17 +29,6 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
     return rc;
 }
 
-static int valid_name(const char *name)
-{
-    size_t n = strlen(name);
-    if (!n || n >= LLM_IPC_NAME_MAX) return 0;
-    for (const char *p = name; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')
-              || *p == '-' || *p == '_' || *p == '.'))
-            return 0;
-    return 1;
-}
-
 /* Check a mapped header against this build's protocol and its own size. */
 static int check_header(const llm_ipc_header *h, size_t size, char *err, size_t errlen)
 {
@@ -70,7 +59,7 @@ int llm_ipc_attach(llm_ipc_client *c, const char *run_dir, const char *name,
     memset(c, 0, sizeof *c);
     c->shm_fd = c->sock_fd = -1;
     c->readonly = readonly != 0;
-    if (!name || !valid_name(name))
+    if (!name || !llm_ipc_valid_name(name, strlen(name)))
         return fail(err, errlen, LLM_IPC_EINVAL, "engine name '%s' is not valid",
                     name ? name : "(null)");
     if (!run_dir)

@@ -26,6 +26,18 @@
 
 static uint64_t round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
+int llm_ipc_valid_name(const char *name, size_t len)
+{
+    if (len == 0 || len >= LLM_IPC_NAME_MAX) return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+              || c == '-' || c == '_' || c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
 int llm_ipc_shm_name(char *out, const char *run_dir, const char *name)
 {
     char canon[PATH_MAX];

@@ -1,5 +1,7 @@
 #include "recipe.h"
 
+#include "ipc/llm_ipc.h"
+
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
@@ -512,14 +514,8 @@ int recipe_load(recipe *r, const char *path, strbuf *errors)
     }
     if (!r->slots) r->slots = r->max_num_seqs + 64 > 256 ? r->max_num_seqs + 64 : 256;
     if (!r->reasoning_effort) r->reasoning_effort = strdup("high");
-    for (const char *c = r->name; *c; c++) {
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')
-              || *c == '-' || *c == '_' || *c == '.')) {
-            problem(&L, NULL, "name", "'%s' may hold only letters, digits, '-', '_' and '.'",
-                    r->name);
-            break;
-        }
-    }
+    if (!llm_ipc_valid_name(r->name, strlen(r->name)))
+        problem(&L, NULL, "name", "'%s' must be " LLM_IPC_NAME_RULE, r->name);
     free(L.dir);
     return L.nerr;
 }
