@@ -22,6 +22,7 @@
 #include <ngx_http.h>
 
 #include "llm_ipc_client.h"
+#include "llm_request.h"
 
 
 #define NGX_HTTP_LLM_MAX_ENGINES   32

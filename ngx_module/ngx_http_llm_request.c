@@ -34,21 +34,16 @@ typedef struct {
 
 
 /* sampling parameters shared by every generating endpoint */
+#define ngx_http_llm_range(name, integer, min_open, min, max)               \
+    { #name, integer, min_open, min, max },
+
 static ngx_http_llm_range_t  ngx_http_llm_sampling[] = {
-    { "temperature", 0, 0, 0, 2 },
-    { "top_p", 0, 1, 0, 1 },
-    { "top_k", 1, 0, -1, 2147483647 },
-    { "min_p", 0, 0, 0, 1 },
-    { "presence_penalty", 0, 0, -2, 2 },
-    { "frequency_penalty", 0, 0, -2, 2 },
-    { "repetition_penalty", 0, 1, 0, 2 },
+    LLM_REQ_SAMPLING(ngx_http_llm_range)
     { NULL, 0, 0, 0, 0 }
 };
 
 
-static const char  *ngx_http_llm_efforts[] = {
-    "none", "minimal", "low", "medium", "high", "xhigh", "max", NULL
-};
+static const char  *ngx_http_llm_efforts[] = { LLM_REQ_EFFORTS, NULL };
 
 
 /* ---- errors ------------------------------------------------------------ */
@@ -318,9 +313,10 @@ ngx_http_llm_check_name(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *v,
     u_char      c;
     ngx_uint_t  i;
 
-    if (v->value.len == 0 || v->value.len > 64) {
+    if (v->value.len == 0 || v->value.len > LLM_REQ_TOOL_NAME_MAX) {
         return ngx_http_llm_bad(ctx, param,
-                                "must be 1 to 64 characters long");
+                                "must be 1 to %d characters long",
+                                LLM_REQ_TOOL_NAME_MAX);
     }
 
     for (i = 0; i < v->value.len; i++) {
@@ -687,8 +683,7 @@ ngx_http_llm_effort(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *obj,
     if (!ngx_http_llm_one_of(v, ngx_http_llm_efforts)) {
         return ngx_http_llm_bad(ctx, ngx_http_llm_member_path(ctx, prefix,
                                                               name),
-                                "must be one of none, minimal, low, medium, "
-                                "high, xhigh, max");
+                                "must be one of " LLM_REQ_EFFORTS_TEXT);
     }
 
     *out = v;
@@ -1389,7 +1384,8 @@ ngx_http_llm_chat(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
         || ngx_http_llm_stop(ctx, body) != NGX_OK
         || ngx_http_llm_get_bool(ctx, body, NULL, "logprobs", &logprobs)
            != NGX_OK
-        || ngx_http_llm_get_int(ctx, body, NULL, "top_logprobs", 0, 20, &top,
+        || ngx_http_llm_get_int(ctx, body, NULL, "top_logprobs", 0,
+                                LLM_REQ_TOP_LOGPROBS_MAX, &top,
                                 &set)
            != NGX_OK)
     {
@@ -1532,7 +1528,8 @@ ngx_http_llm_completions(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
         || ngx_http_llm_get_bool(ctx, body, NULL, "echo", &echo) != NGX_OK
         || ngx_http_llm_get_string(ctx, body, NULL, "suffix", &suffix)
            != NGX_OK
-        || ngx_http_llm_get_int(ctx, body, NULL, "logprobs", 0, 5,
+        || ngx_http_llm_get_int(ctx, body, NULL, "logprobs", 0,
+                                LLM_REQ_COMPLETION_LOGPROBS_MAX,
                                 &logprobs, &set)
            != NGX_OK)
     {
