@@ -256,6 +256,17 @@ static void range_problem(struct loader *L, const yaml_node_t *n,
 static void load_map(struct loader *L, yaml_node_t *map, const struct field *fields,
                      const char *prefix);
 
+
+/* A served model name goes into the segment header: it must fit there. */
+static void add_served(struct loader *L, yaml_node_t *n, const char *key, const char *s)
+{
+    if (strlen(s) >= LLM_IPC_MODEL_MAX) {
+        problem(L, n, key, "'%.16s...' is longer than %d bytes", s, LLM_IPC_MODEL_MAX - 1);
+        return;
+    }
+    L->r->served_model_name[L->r->n_served++] = strdup(s);
+}
+
 static void set_field(struct loader *L, const struct field *f, yaml_node_t *n,
                       const char *key)
 {
@@ -279,7 +290,7 @@ static void set_field(struct loader *L, const struct field *f, yaml_node_t *n,
     if (f->type == F_NAMES) {
         recipe *r = L->r;
         if (s && !is_null(n)) {
-            r->served_model_name[r->n_served++] = strdup(s);
+            add_served(L, n, key, s);
             return;
         }
         if (n->type != YAML_SEQUENCE_NODE || n->data.sequence.items.top
@@ -292,11 +303,11 @@ static void set_field(struct loader *L, const struct field *f, yaml_node_t *n,
             yaml_node_t *e = yaml_document_get_node(&L->doc, *it);
             const char *es = scalar(e);
             if (!es || !*es) { problem(L, e, key, "each name must be a non-empty string"); continue; }
-            if (r->n_served == RECIPE_MAX_SERVED) {
-                problem(L, e, key, "at most %d names", RECIPE_MAX_SERVED);
+            if (r->n_served == LLM_IPC_MODELS_MAX) {
+                problem(L, e, key, "at most %d names", LLM_IPC_MODELS_MAX);
                 break;
             }
-            r->served_model_name[r->n_served++] = strdup(es);
+            add_served(L, e, key, es);
         }
         return;
     }
