@@ -460,7 +460,9 @@ ngx_http_llm_sampling_params(ngx_http_llm_vctx_t *ctx,
                                     ngx_http_llm_json_type_name(v));
         }
 
-        if (rc == NGX_ABORT || d < r->min || d > r->max || (r->min_open && d == r->min)) {
+        if (rc == NGX_ABORT || d < r->min || d > r->max
+            || (r->min_open && d == r->min))
+        {
             return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "%s",
                                                            r->name),
                                     "must be %s %.1f and at most %.1f, "
