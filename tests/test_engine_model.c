@@ -229,6 +229,11 @@ int main(void)
     is_int(run("{\"messages\":\"hi\"}", LLM_KIND_CHAT, &lines, NULL), LLM_FINISH_ERROR,
            "messages of the wrong type: error");
     ok(strstr(lines.data, "\"status\":400") != NULL, "... with status 400");
+    /* a malformed canonical request (nginx never writes one) */
+    is_int(run("{\"messages\":[{\"role\":\"user\",\"content\":\"\xc0\xaf\"}]}",
+               LLM_KIND_CHAT, &lines, NULL), LLM_FINISH_ERROR, "invalid UTF-8 in the request: error");
+    ok(strstr(lines.data, "\"status\":400") && strstr(lines.data, "the canonical request is not"),
+       "... 400 saying the canonical request is malformed");
     /* a canonical request outside llm_request.h's limits (nginx never
      * writes one; another client of the library may) */
     {

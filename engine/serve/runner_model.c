@@ -456,7 +456,9 @@ static void prep_job(struct model_runner *R, struct mseq *q)
     char perr[256];
     q->req = json_parse(q->request, q->request_len, perr, sizeof perr);
     if (!q->req || !YAJL_IS_OBJECT(q->req)) {
-        snprintf(q->err_msg, sizeof q->err_msg, "request body is not a JSON object: %s",
+        /* nginx writes only valid objects: this came from another client */
+        snprintf(q->err_msg, sizeof q->err_msg,
+                 "the canonical request is not a JSON object of valid UTF-8: %s",
                  q->req ? "another JSON value" : perr);
         q->err_param[0] = 0;
         return;
@@ -618,7 +620,7 @@ static int mr_prepare(void *self, llm_seq *s)
         int r;
         if (!req || !YAJL_IS_OBJECT(req)) {
             char msg[400];
-            snprintf(msg, sizeof msg, "request body is not a JSON object: %s",
+            snprintf(msg, sizeof msg, "the canonical request is not a JSON object of valid UTF-8: %s",
                      req ? "another JSON value" : perr);
             fail(s, 400, "invalid_request_error", NULL, msg);
             r = -1;
