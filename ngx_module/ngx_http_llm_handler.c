@@ -471,8 +471,7 @@ ngx_http_llm_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         return NGX_OK;
     }
 
-    last->next = NULL;
-
+    /* the last buffer ends the chain */
     return ngx_http_llm_next_body_filter(r, last);
 }
 
