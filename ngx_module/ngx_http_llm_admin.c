@@ -381,7 +381,8 @@ ngx_http_llm_nginx_error(ngx_http_request_t *r)
 
     case NGX_HTTP_BAD_REQUEST:
         msg = "malformed HTTP request: a bad request line, header or "
-              "chunk size, or both Content-Length and Transfer-Encoding";
+              "chunk size, no Host, or both Content-Length and "
+              "Transfer-Encoding";
         code = "bad_request";
         break;
 
