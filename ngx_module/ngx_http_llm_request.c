@@ -520,6 +520,12 @@ ngx_http_llm_stop(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
                                 "not %s", ngx_http_llm_json_type_name(v));
     }
 
+    if (v->count > LLM_REQ_STOP_MAX) {
+        return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "stop"),
+                                "may hold at most %d strings, got %ui",
+                                LLM_REQ_STOP_MAX, v->count);
+    }
+
     for (s = v->child, i = 0; s; s = s->next, i++) {
         if (s->type != NGX_HTTP_LLM_JSON_STRING || s->value.len == 0) {
             return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "stop[%ui]",

@@ -224,6 +224,7 @@ my @chat_bad = (
     [{ %chat, ignore_eos => 1 }, 'ignore_eos', qr/boolean/],
     [{ %chat, skip_special_tokens => 'no' }, 'skip_special_tokens', qr/boolean/],
     [{ %chat, stop => ['a', ''] }, 'stop[1]', qr/non-empty string/],
+    [{ %chat, stop => [map { "s$_" } 1 .. 17] }, 'stop', qr/at most 16 strings/],
     [{ %chat, n => 2 }, 'n', qr/one choice per request/],
     [{ %chat, stream => 'yes' }, 'stream', qr/must be a boolean/],
     [{ %chat, stream_options => { include_usage => JSON::PP::true } },

@@ -243,6 +243,8 @@ int main(void)
             { "\"top_k\":1.5", "top_k" },
             { "\"min_p\":\"x\"", "min_p" },
             { "\"top_logprobs\":21,\"logprobs\":true", "top_logprobs" },
+            { "\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\","
+              "\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]", "stop" },
         };
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
             char want[64];

@@ -31,6 +31,9 @@
 #define LLM_REQ_TOP_LOGPROBS_MAX         LLM_IPC_TOP_MAX
 #define LLM_REQ_COMPLETION_LOGPROBS_MAX  5
 
+/* stop strings per request (the engine matches each across tokens) */
+#define LLM_REQ_STOP_MAX  16
+
 /* tool and schema names: [A-Za-z0-9_-]{1,64}, safe inside DSML markup */
 #define LLM_REQ_TOOL_NAME_MAX  64
 

@@ -420,7 +420,7 @@ static void sampling_from(const recipe *rc, yajl_val req, sampling_params *p)
 
 /* The canonical request is nginx's validated form (llm_request.h); one
  * from another client outside its limits is refused: the field, or NULL. */
-static const char *sampling_bad(yajl_val req)
+static const char *limits_bad(yajl_val req)
 {
     static const struct { const char *name; bool integer, min_open; double min, max; } f[] = {
 #define ROW(name, integer, min_open, min, max) { #name, integer, min_open, min, max },
@@ -444,6 +444,8 @@ static const char *sampling_bad(yajl_val req)
     if (lp && YAJL_IS_NUMBER(lp)
         && (!json_int(lp, &n) || n < 0 || n > LLM_REQ_COMPLETION_LOGPROBS_MAX))
         return "logprobs";
+    yajl_val st = json_get(req, "stop");
+    if (st && YAJL_IS_ARRAY(st) && st->u.array.len > LLM_REQ_STOP_MAX) return "stop";
     return NULL;
 }
 
@@ -560,7 +562,7 @@ static int prep_finish(struct model_runner *R, llm_seq *s)
         return -1;
     }
 
-    const char *bad = sampling_bad(req);
+    const char *bad = limits_bad(req);
     if (bad) {
         seq_emit_error(s, 400, "invalid_request_error", bad,
                        "%s is outside the limits of the canonical request", bad);
@@ -576,11 +578,11 @@ static int prep_finish(struct model_runner *R, llm_seq *s)
     q->smp = sampler_new(&sp, R->vocab, q->prompt.data, prompt);
 
     /* stop strings */
-    const char *stops[STOP_MAX];
+    const char *stops[LLM_REQ_STOP_MAX];
     int n_stops = 0;
     yajl_val st = json_get(req, "stop");
     if (st && YAJL_IS_STRING(st) && *st->u.string) stops[n_stops++] = st->u.string;
-    for (size_t i = 0; st && YAJL_IS_ARRAY(st) && i < st->u.array.len && n_stops < STOP_MAX; i++) {
+    for (size_t i = 0; st && YAJL_IS_ARRAY(st) && i < st->u.array.len && n_stops < LLM_REQ_STOP_MAX; i++) {
         const char *x = json_string(st->u.array.values[i]);
         if (x && *x) stops[n_stops++] = x;
     }
