@@ -372,7 +372,7 @@ ngx_http_llm_models(ngx_http_request_t *r, ngx_http_llm_main_conf_t *lmcf,
     ngx_http_llm_wbuf_t *w)
 {
     u_char               *p, *end, *dst, *msg;
-    ngx_str_t             id, err, param = ngx_string("model");
+    ngx_str_t             id, err, where, param = ngx_string("model");
     ngx_http_llm_json_t  *list, *m, *v;
     ngx_http_llm_wbuf_t   one;
 
@@ -398,7 +398,7 @@ ngx_http_llm_models(ngx_http_request_t *r, ngx_http_llm_main_conf_t *lmcf,
     id.len = dst - id.data;
 
     list = ngx_http_llm_json_parse(r->pool, w->start,
-                                   ngx_http_llm_wbuf_len(w), &err);
+                                   ngx_http_llm_wbuf_len(w), &err, &where);
     if (list == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -429,10 +429,90 @@ ngx_http_llm_models(ngx_http_request_t *r, ngx_http_llm_main_conf_t *lmcf,
 }
 
 
+/*
+ * llm_api error, the target of error_page for the errors nginx raises
+ * before a location's handler runs: r->err_status holds nginx's status.
+ * The body is left alone (its framing may be what was wrong) and the
+ * connection closes, as nginx does for these.
+ */
+static ngx_int_t
+ngx_http_llm_nginx_error(ngx_http_request_t *r)
+{
+    char        *msg, *code;
+    ngx_uint_t   status;
+
+    status = r->err_status;
+
+    switch (status) {
+
+    case NGX_HTTP_BAD_REQUEST:
+        msg = "malformed HTTP request: a bad request line, header or "
+              "chunk size, no Host, or both Content-Length and "
+              "Transfer-Encoding";
+        code = "bad_request";
+        break;
+
+    case NGX_HTTP_REQUEST_TIME_OUT:
+        msg = "the request was not received in time";
+        code = "request_timeout";
+        break;
+
+    case NGX_HTTP_LENGTH_REQUIRED:
+        msg = "the request needs a Content-Length or a chunked body";
+        code = "length_required";
+        break;
+
+    case NGX_HTTP_REQUEST_ENTITY_TOO_LARGE:
+        msg = "the request body is too large";
+        code = "request_too_large";
+        break;
+
+    case NGX_HTTP_REQUEST_URI_TOO_LARGE:
+        msg = "the request URI is too long";
+        code = "uri_too_long";
+        break;
+
+    case NGX_HTTP_REQUEST_HEADER_TOO_LARGE:
+        status = NGX_HTTP_BAD_REQUEST;
+        msg = "a request header, or the headers together, are too large";
+        code = "request_header_too_large";
+        break;
+
+    case NGX_HTTP_NOT_IMPLEMENTED:
+        msg = "the request's Transfer-Encoding is not implemented";
+        code = "not_implemented";
+        break;
+
+    case NGX_HTTP_VERSION_NOT_SUPPORTED:
+        msg = "the request's HTTP version is not supported";
+        code = "http_version_not_supported";
+        break;
+
+    default:
+        if (status < NGX_HTTP_BAD_REQUEST) {
+            /* reached without an error: nothing to report */
+            status = NGX_HTTP_NOT_FOUND;
+            msg = "no such endpoint: see the API documentation";
+            code = "not_found";
+            break;
+        }
+
+        msg = "the server failed to handle the request";
+        code = "server_error";
+    }
+
+    r->err_status = status;
+    r->keepalive = 0;
+
+    return ngx_http_llm_send_error(r, status, msg, NULL, code);
+}
+
+
 ngx_int_t
 ngx_http_llm_info_handler(ngx_http_request_t *r)
 {
-    ngx_int_t                  rc;
+    uint64_t                   pool;
+    ngx_int_t                  rc, route;
     ngx_str_t                  model, *only;
     ngx_uint_t                 ready;
     ngx_http_llm_wbuf_t        w;
@@ -441,6 +521,10 @@ ngx_http_llm_info_handler(ngx_http_request_t *r)
 
     llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
     lmcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+
+    if (llcf->api == NGX_HTTP_LLM_API_ERROR) {
+        return ngx_http_llm_nginx_error(r);
+    }
 
     rc = ngx_http_discard_request_body(r);
     if (rc != NGX_OK) {
@@ -477,6 +561,12 @@ ngx_http_llm_info_handler(ngx_http_request_t *r)
     }
 
     only = (rc == NGX_OK) ? &model : NULL;
+
+    if (only
+        && ngx_http_llm_route_find(lmcf, only, &route, &pool) != NGX_OK)
+    {
+        return ngx_http_llm_send_model_not_found(r, only);
+    }
 
     ngx_http_llm_status_json(lmcf, &w, only, &ready);
 

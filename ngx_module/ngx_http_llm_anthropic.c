@@ -778,7 +778,7 @@ ngx_http_llm_anthropic_parse(ngx_pool_t *pool, ngx_http_llm_req_t *req,
 
     ngx_http_llm_wbuf_init(&ctx.out, pool);
 
-    root = ngx_http_llm_json_parse(pool, body, len, &err);
+    root = ngx_http_llm_json_parse(pool, body, len, &err, &req->err_param);
 
     if (root == NULL) {
         if (err.len == 0) {
@@ -1141,13 +1141,13 @@ ngx_http_llm_anthropic_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
 
     switch (ev->type) {
 
-    case NGX_HTTP_LLM_EV_REASONING:
-    case NGX_HTTP_LLM_EV_CONTENT:
+    case LLM_EV_REASONING_DELTA:
+    case LLM_EV_CONTENT_DELTA:
         if (ev->text.len == 0) {
             break;
         }
 
-        it = ngx_http_llm_block_open(f, ev->type == NGX_HTTP_LLM_EV_REASONING
+        it = ngx_http_llm_block_open(f, ev->type == LLM_EV_REASONING_DELTA
                                         ? NGX_HTTP_LLM_ITEM_REASONING
                                         : NGX_HTTP_LLM_ITEM_MESSAGE,
                                      ev, out);
@@ -1157,12 +1157,12 @@ ngx_http_llm_anthropic_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
 
         break;
 
-    case NGX_HTTP_LLM_EV_TOOL_BEGIN:
+    case LLM_EV_TOOL_CALL_BEGIN:
         ngx_http_llm_block_close(f, out);    /* a call is a block of its own */
         ngx_http_llm_block_open(f, NGX_HTTP_LLM_ITEM_TOOL, ev, out);
         break;
 
-    case NGX_HTTP_LLM_EV_TOOL_ARGS:
+    case LLM_EV_TOOL_CALL_ARGS:
         it = st->open;
 
         if (it && it->kind == NGX_HTTP_LLM_ITEM_TOOL
@@ -1173,11 +1173,11 @@ ngx_http_llm_anthropic_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
 
         break;
 
-    case NGX_HTTP_LLM_EV_TOOL_END:
+    case LLM_EV_TOOL_CALL_END:
         ngx_http_llm_block_close(f, out);
         break;
 
-    case NGX_HTTP_LLM_EV_FINISH:
+    case LLM_EV_FINISH:
         f->finish.data = ngx_pstrdup(f->pool, &ev->name);
         f->finish.len = ev->name.len;
 
@@ -1191,7 +1191,7 @@ ngx_http_llm_anthropic_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
 
         break;
 
-    case NGX_HTTP_LLM_EV_USAGE:
+    case LLM_EV_USAGE:
         f->usage = 1;
         f->prompt = ev->prompt;
         f->completion = ev->completion;
@@ -1199,7 +1199,7 @@ ngx_http_llm_anthropic_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
         f->cached = ev->cached;
         break;
 
-    case NGX_HTTP_LLM_EV_TOKENS:
+    case LLM_EV_TOKENS:
         ngx_http_llm_put(&f->tokens, ev->tokens,
                          ev->ntokens * sizeof(uint32_t));
 
@@ -1222,7 +1222,7 @@ ngx_http_llm_tool_input(ngx_http_llm_fmt_t *f, ngx_http_llm_item_t *it,
     ngx_http_llm_wbuf_t *out)
 {
     size_t                len;
-    ngx_str_t             err;
+    ngx_str_t             err, param;
     ngx_http_llm_json_t  *v;
 
     len = ngx_http_llm_wbuf_len(&it->text);
@@ -1232,7 +1232,7 @@ ngx_http_llm_tool_input(ngx_http_llm_fmt_t *f, ngx_http_llm_item_t *it,
         return;
     }
 
-    v = ngx_http_llm_json_parse(f->pool, it->text.start, len, &err);
+    v = ngx_http_llm_json_parse(f->pool, it->text.start, len, &err, &param);
 
     if (v && v->type == NGX_HTTP_LLM_JSON_OBJECT) {
         ngx_http_llm_put(out, it->text.start, len);

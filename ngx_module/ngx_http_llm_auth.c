@@ -283,7 +283,8 @@ ngx_http_llm_auth(ngx_http_request_t *r)
         required = llcf->api != NGX_HTTP_LLM_API_HEALTH
                    && llcf->api != NGX_HTTP_LLM_API_METRICS
                    && llcf->api != NGX_HTTP_LLM_API_ADMIN
-                   && llcf->api != NGX_HTTP_LLM_API_NOT_FOUND;
+                   && llcf->api != NGX_HTTP_LLM_API_NOT_FOUND
+                   && llcf->api != NGX_HTTP_LLM_API_ERROR;
     }
 
     if (!required || llcf->api_keys == NULL || llcf->api_keys->nelts == 0) {

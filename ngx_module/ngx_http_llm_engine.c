@@ -105,7 +105,7 @@ ngx_http_llm_link_open(ngx_http_llm_link_t *link)
 {
     int                          rc;
     char                         err[256];
-    u_char                       name[NGX_HTTP_LLM_NAME_LEN], dir[NGX_MAX_PATH];
+    u_char                       name[LLM_IPC_NAME_MAX], dir[NGX_MAX_PATH];
     uint32_t                     st;
     ngx_socket_t                 fd;
     ngx_connection_t            *c;

@@ -39,6 +39,8 @@ typedef struct {
     ngx_chain_t               *busy;
 
     off_t                      received;       /* body bytes */
+    ngx_str_t                  body;           /* kept, up to the limit */
+    size_t                     body_cap;
     uint64_t                   start;          /* ns, monotonic */
     uint64_t                   last;           /* last token event */
 
@@ -392,6 +394,9 @@ ngx_http_llm_handler(ngx_http_request_t *r)
     cln->handler = ngx_http_llm_cleanup;
     cln->data = ctx;
 
+    /* the body filter keeps the body: no temporary file, even if asked */
+    r->request_body_in_file_only = 0;
+
     rc = ngx_http_read_client_request_body(r, ngx_http_llm_body_handler);
 
     if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
@@ -403,15 +408,21 @@ ngx_http_llm_handler(ngx_http_request_t *r)
 
 
 /*
- * Counts the request body as nginx reads it: past llm_max_body_size the
- * rest is read and dropped, so even a chunked body gets an OpenAI-style
- * 413 and nothing over the limit is stored.  (llm_api locations turn
- * nginx's own client_max_body_size off: this limit replaces it.)
+ * Keeps the request body in the module's own buffer as nginx reads it, so
+ * it never reaches nginx's save filter, which writes bodies larger than
+ * client_body_buffer_size to a temporary file that the worker would have
+ * to read back on its event loop.  Past llm_max_body_size the rest is
+ * read and dropped, so even a chunked body gets an OpenAI-style 413.
+ * (llm_api locations turn nginx's own client_max_body_size off: this
+ * limit replaces it.)  Only the last, emptied buffer is passed on: it
+ * tells nginx the body ended.
  */
 static ngx_int_t
 ngx_http_llm_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
-    ngx_chain_t              *cl;
+    u_char                   *p;
+    size_t                    size, cap;
+    ngx_chain_t              *cl, *last;
     ngx_http_llm_ctx_t       *ctx;
     ngx_http_llm_loc_conf_t  *llcf;
 
@@ -422,32 +433,55 @@ ngx_http_llm_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     }
 
     llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+    last = NULL;
 
     for (cl = in; cl; cl = cl->next) {
-        ctx->received += ngx_buf_size(cl->buf);
-    }
+        size = cl->buf->last - cl->buf->pos;
+        ctx->received += size;
 
-    if (ctx->received > (off_t) llcf->max_body_size) {
-        ctx->too_large = 1;
-    }
+        if (ctx->received > (off_t) llcf->max_body_size) {
+            ctx->too_large = 1;
+        }
 
-    if (!ctx->too_large) {
-        return ngx_http_llm_next_body_filter(r, in);
-    }
+        if (size && !ctx->too_large) {
 
-    /* drop this and what was kept before: nginx reuses those buffers */
-    for (cl = in; cl; cl = cl->next) {
+            if (ctx->body.len + size > ctx->body_cap) {
+                /* the declared length at once, else doubling */
+                cap = ngx_max(ctx->body_cap * 2, ctx->body.len + size);
+
+                if (r->headers_in.content_length_n > (off_t) cap) {
+                    cap = (size_t) r->headers_in.content_length_n;
+                }
+
+                cap = ngx_min(cap, llcf->max_body_size);
+
+                p = ngx_pnalloc(r->pool, cap);
+                if (p == NULL) {
+                    return NGX_HTTP_INTERNAL_SERVER_ERROR;
+                }
+
+                ngx_memcpy(p, ctx->body.data, ctx->body.len);
+                ctx->body.data = p;
+                ctx->body_cap = cap;
+            }
+
+            ngx_memcpy(ctx->body.data + ctx->body.len, cl->buf->pos, size);
+            ctx->body.len += size;
+        }
+
         cl->buf->pos = cl->buf->last;
+
+        if (cl->buf->last_buf) {
+            last = cl;
+        }
     }
 
-    for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        cl->buf->pos = cl->buf->last;
+    if (last == NULL) {
+        return NGX_OK;
     }
 
-    r->request_body->bufs = NULL;
-
-    /* empty now, but the last one still tells nginx the body ended */
-    return ngx_http_llm_next_body_filter(r, in);
+    /* the last buffer ends the chain */
+    return ngx_http_llm_next_body_filter(r, last);
 }
 
 
@@ -456,65 +490,6 @@ ngx_http_llm_body_filter_init(ngx_conf_t *cf)
 {
     ngx_http_llm_next_body_filter = ngx_http_top_request_body_filter;
     ngx_http_top_request_body_filter = ngx_http_llm_body_filter;
-
-    return NGX_OK;
-}
-
-
-/*
- * The body as one contiguous buffer.  nginx keeps a body larger than
- * client_body_buffer_size in a temporary file it just wrote; reading that
- * back is a page-cache copy, as nginx itself does for such bodies.
- */
-static ngx_int_t
-ngx_http_llm_body(ngx_http_request_t *r, ngx_str_t *body)
-{
-    off_t         len;
-    u_char       *p;
-    ssize_t       n;
-    ngx_buf_t    *b;
-    ngx_chain_t  *cl;
-
-    ngx_str_null(body);
-
-    if (r->request_body == NULL) {
-        return NGX_OK;
-    }
-
-    len = 0;
-
-    for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        len += ngx_buf_size(cl->buf);
-    }
-
-    if (len == 0) {
-        return NGX_OK;
-    }
-
-    p = ngx_pnalloc(r->pool, len);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
-
-    body->data = p;
-    body->len = len;
-
-    for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        b = cl->buf;
-
-        if (b->in_file) {
-            n = ngx_read_file(b->file, p, b->file_last - b->file_pos,
-                              b->file_pos);
-            if (n != b->file_last - b->file_pos) {
-                return NGX_ERROR;
-            }
-
-            p += n;
-            continue;
-        }
-
-        p = ngx_cpymem(p, b->pos, b->last - b->pos);
-    }
 
     return NGX_OK;
 }
@@ -606,21 +581,28 @@ ngx_http_llm_waiters_run(ngx_event_t *ev)
 static void
 ngx_http_llm_send_not_found(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 {
+    ngx_http_finalize_request(r,
+        ngx_http_llm_send_model_not_found(r, &ctx->req.model));
+}
+
+
+/* the 404 for a model no route or engine serves */
+ngx_int_t
+ngx_http_llm_send_model_not_found(ngx_http_request_t *r, ngx_str_t *model)
+{
     u_char     *msg;
     ngx_str_t   param = ngx_string("model");
 
-    msg = ngx_pnalloc(r->pool, ctx->req.model.len + 64);
+    msg = ngx_pnalloc(r->pool, model->len + 64);
     if (msg == NULL) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     ngx_sprintf(msg, "the model \"%V\" does not exist: see /v1/models%Z",
-                &ctx->req.model);
+                model);
 
-    ngx_http_finalize_request(r,
-        ngx_http_llm_send_error(r, NGX_HTTP_NOT_FOUND, (char *) msg, &param,
-                                "model_not_found"));
+    return ngx_http_llm_send_error(r, NGX_HTTP_NOT_FOUND, (char *) msg,
+                                   &param, "model_not_found");
 }
 
 
@@ -647,10 +629,7 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
         return;
     }
 
-    if (ngx_http_llm_body(r, &body) != NGX_OK) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
+    body = ctx->body;
 
     ctx->req.test_script = llcf->test_script;
 
@@ -1142,6 +1121,7 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
         ? &ctx->fmt.more[raw->choice - 1] : &ctx->fmt;
 
     ngx_memzero(&ev, sizeof(ngx_http_llm_event_t));
+    ev.type = raw->type;
 
     switch (raw->type) {
 
@@ -1161,15 +1141,6 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
 
         ctx->last = now;
 
-        ev.type = (raw->type == LLM_EV_REASONING_DELTA)
-                  ? NGX_HTTP_LLM_EV_REASONING
-                  : (raw->type == LLM_EV_CONTENT_DELTA)
-                    ? NGX_HTTP_LLM_EV_CONTENT
-                    : (raw->type == LLM_EV_TOOL_CALL_BEGIN)
-                      ? NGX_HTTP_LLM_EV_TOOL_BEGIN
-                      : (raw->type == LLM_EV_TOOL_CALL_ARGS)
-                        ? NGX_HTTP_LLM_EV_TOOL_ARGS
-                        : NGX_HTTP_LLM_EV_TOOL_END;
         ev.index = raw->index;
         ev.text.data = (u_char *) raw->text;
         ev.text.len = raw->text_len;
@@ -1180,7 +1151,6 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
         break;
 
     case LLM_EV_USAGE:
-        ev.type = NGX_HTTP_LLM_EV_USAGE;
         ev.prompt = raw->usage.prompt_tokens;
         ev.completion = raw->usage.completion_tokens;
         ev.reasoning = raw->usage.reasoning_tokens;
@@ -1189,7 +1159,6 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
         break;
 
     case LLM_EV_LOGPROB:
-        ev.type = NGX_HTTP_LLM_EV_LOGPROB;
         ev.text.data = (u_char *) raw->text;
         ev.text.len = raw->text_len;
         ev.logprob = raw->logprob;
@@ -1212,7 +1181,6 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
             ids[i] = llm_ipc_event_token(raw, i);
         }
 
-        ev.type = NGX_HTTP_LLM_EV_TOKENS;
         ev.tokens = ids;
         ev.ntokens = i;
         break;
@@ -1244,7 +1212,6 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
     case LLM_EV_FINISH:
         if (raw->choice_end) {
             /* one choice of n ended; the request goes on */
-            ev.type = NGX_HTTP_LLM_EV_FINISH;
             ev.index = raw->stop;
             ev.name.data = (u_char *) llm_ipc_finish_name(raw->reason);
             ev.name.len = ngx_strlen(ev.name.data);
@@ -1277,14 +1244,12 @@ ngx_http_llm_event(ngx_http_llm_ctx_t *ctx, llm_ipc_event *raw)
             return NGX_OK;      /* every choice had its finish */
         }
 
-        ev.type = NGX_HTTP_LLM_EV_FINISH;
         ev.index = raw->stop;
         ev.name.data = (u_char *) llm_ipc_finish_name(raw->reason);
         ev.name.len = ngx_strlen(ev.name.data);
         break;
 
     case LLM_EV_PROMPT_INFO:
-        ev.type = NGX_HTTP_LLM_EV_PROMPT;
         ev.prompt = raw->prompt_tokens;
         ev.cached = raw->cached_tokens;
         break;

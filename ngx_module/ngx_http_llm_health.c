@@ -179,11 +179,11 @@ ngx_http_llm_engine_attached(ngx_http_llm_link_t *link)
     es->max_model_len = h->max_model_len;
     ngx_http_llm_engine_identity(es, h);
 
-    m = ngx_min(h->n_models, NGX_HTTP_LLM_MODELS);
+    m = ngx_min(h->n_models, LLM_IPC_MODELS_MAX);
 
     for (es->nmodels = 0; es->nmodels < m; es->nmodels++) {
         ngx_cpystrn(es->models[es->nmodels], (u_char *) h->models[es->nmodels],
-                    NGX_HTTP_LLM_MODEL_LEN);
+                    LLM_IPC_MODEL_MAX);
     }
 
     if (old && old != h->epoch
@@ -954,7 +954,7 @@ ngx_http_llm_route_promote(ngx_http_llm_main_conf_t *lmcf, ngx_str_t *model,
     ngx_http_llm_shctx_t     *sh = lmcf->sh;
     ngx_http_llm_route_sh_t  *rs;
 
-    if (model->len == 0 || model->len >= NGX_HTTP_LLM_MODEL_LEN) {
+    if (model->len == 0 || model->len >= LLM_IPC_MODEL_MAX) {
         *why = "the route name is empty or too long";
         return NGX_DECLINED;
     }

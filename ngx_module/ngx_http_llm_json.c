@@ -6,6 +6,11 @@
  * string) and keeps duplicate keys in an order nobody defines; building
  * the tree here keeps exact bytes, lets the last duplicate win as Python's
  * json does, bounds the nesting depth, and frees nothing by hand.
+ *
+ * Every string and key must be Unicode text the engine can take: yajl
+ * turns a lone surrogate escape into "?" and passes overlong forms,
+ * encoded surrogates and \u0000 on, so the raw token is checked here and
+ * the first bad one is reported with the path of its field.
  */
 
 #include "ngx_http_llm_module.h"
@@ -16,6 +21,11 @@
 
 typedef struct {
     ngx_pool_t            *pool;
+    yajl_handle            h;
+    const u_char          *data;                   /* the raw text */
+    const char            *bad;                    /* why a string is bad */
+    ngx_uint_t             bad_key;                /* ... it is a key */
+    ngx_str_t              bad_path;
     ngx_http_llm_json_t   *root;
     ngx_http_llm_json_t   *stack[NGX_HTTP_LLM_JSON_MAX_DEPTH];
     ngx_uint_t             depth;
@@ -83,6 +93,194 @@ ngx_http_llm_json_copy(ngx_http_llm_json_ctx_t *ctx, ngx_str_t *dst,
 }
 
 
+/* 4 hex digits of a \u escape */
+static ngx_uint_t
+ngx_http_llm_json_hex4(const u_char *p)
+{
+    u_char      c;
+    ngx_uint_t  i, n;
+
+    n = 0;
+
+    for (i = 0; i < 4; i++) {
+        c = p[i] | 0x20;
+        n = n * 16 + ((c >= 'a') ? c - 'a' + 10 : c - '0');
+    }
+
+    return n;
+}
+
+
+/* why the raw string token [p, end) (quotes included) is not text, or NULL */
+static const char *
+ngx_http_llm_json_bad_text(const u_char *p, const u_char *end)
+{
+    u_char      c, lo, hi;
+    ngx_uint_t  cp, n;
+
+    for (p++, end--; p < end; /* void */ ) {
+        c = *p;
+
+        if (c == '\\') {
+            if (p[1] != 'u') {
+                p += 2;
+                continue;
+            }
+
+            cp = ngx_http_llm_json_hex4(p + 2);
+            p += 6;
+
+            if (cp == 0) {
+                return "contains \\u0000 (NUL), which is not allowed";
+            }
+
+            if (cp >= 0xdc00 && cp <= 0xdfff) {
+                return "contains an unpaired UTF-16 surrogate";
+            }
+
+            if (cp >= 0xd800 && cp <= 0xdbff) {
+                if (end - p < 6 || p[0] != '\\' || p[1] != 'u') {
+                    return "contains an unpaired UTF-16 surrogate";
+                }
+
+                cp = ngx_http_llm_json_hex4(p + 2);
+
+                if (cp < 0xdc00 || cp > 0xdfff) {
+                    return "contains an unpaired UTF-16 surrogate";
+                }
+
+                p += 6;
+            }
+
+            continue;
+        }
+
+        if (c < 0x80) {
+            p++;
+            continue;
+        }
+
+        /* the shortest forms only, no surrogates, at most U+10FFFF */
+        lo = 0x80;
+        hi = 0xbf;
+
+        if (c >= 0xc2 && c <= 0xdf) {
+            n = 1;
+
+        } else if (c >= 0xe0 && c <= 0xef) {
+            n = 2;
+            lo = (c == 0xe0) ? 0xa0 : 0x80;
+            hi = (c == 0xed) ? 0x9f : 0xbf;
+
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            n = 3;
+            lo = (c == 0xf0) ? 0x90 : 0x80;
+            hi = (c == 0xf4) ? 0x8f : 0xbf;
+
+        } else {
+            n = 0;
+        }
+
+        if (n == 0 || (ngx_uint_t) (end - p) <= n || p[1] < lo || p[1] > hi
+            || (n > 1 && (p[2] & 0xc0) != 0x80)
+            || (n > 2 && (p[3] & 0xc0) != 0x80))
+        {
+            return "is not valid UTF-8 (an overlong form, an encoded "
+                   "surrogate or a code point above U+10FFFF)";
+        }
+
+        p += n + 1;
+    }
+
+    return NULL;
+}
+
+
+/*
+ * The path of what is being parsed, as the validator names fields
+ * (messages[0].content): the open containers, then, for a value (not a
+ * key), its own key or index in the innermost one.
+ */
+static void
+ngx_http_llm_json_path(ngx_http_llm_json_ctx_t *ctx, ngx_uint_t value)
+{
+    u_char               *p, *last;
+    ngx_uint_t            i;
+    ngx_http_llm_json_t  *parent;
+
+    p = ngx_pnalloc(ctx->pool, 512);
+    if (p == NULL) {
+        ctx->nomem = 1;
+        return;
+    }
+
+    ctx->bad_path.data = p;
+    last = p + 512;
+
+    for (i = 1; i <= ctx->depth; i++) {
+        parent = ctx->stack[i - 1];
+
+        if (i == ctx->depth && !value) {
+            break;
+        }
+
+        if (parent->type == NGX_HTTP_LLM_JSON_ARRAY) {
+            p = ngx_slprintf(p, last, "[%ui]",
+                             (i < ctx->depth) ? parent->count - 1
+                                              : parent->count);
+
+        } else {
+            p = ngx_slprintf(p, last, (p == ctx->bad_path.data) ? "%V"
+                                                                 : ".%V",
+                             (i < ctx->depth) ? &ctx->stack[i]->key
+                                              : &ctx->key);
+        }
+    }
+
+    ctx->bad_path.len = p - ctx->bad_path.data;
+}
+
+
+/* check the token yajl just read: 1 if it is text, else 0 with the reason */
+static int
+ngx_http_llm_json_check_text(ngx_http_llm_json_ctx_t *ctx, ngx_uint_t value)
+{
+    size_t         end, q, n;
+    const u_char  *d;
+
+    d = ctx->data;
+    end = yajl_get_bytes_consumed(ctx->h);
+
+    if (end < 2 || d[end - 1] != '"') {
+        return 1;            /* not where yajl is documented to be */
+    }
+
+    /* the opening quote: the first one before it not escaped */
+    for (q = end - 1; q-- > 0; /* void */ ) {
+        if (d[q] != '"') {
+            continue;
+        }
+
+        for (n = 0; n < q && d[q - 1 - n] == '\\'; n++) { /* void */ }
+
+        if (n % 2 == 0) {
+            break;
+        }
+    }
+
+    ctx->bad = ngx_http_llm_json_bad_text(d + q, d + end);
+
+    if (ctx->bad == NULL) {
+        return 1;
+    }
+
+    ctx->bad_key = !value;
+    ngx_http_llm_json_path(ctx, value);
+
+    return 0;
+}
+
+
 static int
 ngx_http_llm_json_on_null(void *data)
 {
@@ -122,6 +320,10 @@ ngx_http_llm_json_on_string(void *data, const unsigned char *s, size_t len)
     ngx_http_llm_json_ctx_t  *ctx = data;
 
     ngx_http_llm_json_t  *v;
+
+    if (!ngx_http_llm_json_check_text(ctx, 1)) {
+        return 0;
+    }
 
     v = ngx_http_llm_json_add(ctx, NGX_HTTP_LLM_JSON_STRING);
     if (v == NULL) {
@@ -173,6 +375,10 @@ ngx_http_llm_json_on_key(void *data, const unsigned char *s, size_t len)
 {
     ngx_http_llm_json_ctx_t  *ctx = data;
 
+    if (!ngx_http_llm_json_check_text(ctx, 0)) {
+        return 0;
+    }
+
     return ngx_http_llm_json_copy(ctx, &ctx->key, s, len) == NGX_OK;
 }
 
@@ -209,7 +415,7 @@ static yajl_callbacks  ngx_http_llm_json_callbacks = {
  */
 ngx_http_llm_json_t *
 ngx_http_llm_json_parse(ngx_pool_t *pool, u_char *data, size_t len,
-    ngx_str_t *err)
+    ngx_str_t *err, ngx_str_t *param)
 {
     u_char                   *msg, *p;
     size_t                    n, at;
@@ -218,6 +424,7 @@ ngx_http_llm_json_parse(ngx_pool_t *pool, u_char *data, size_t len,
     ngx_http_llm_json_ctx_t  *ctx;
 
     ngx_str_null(err);
+    ngx_str_null(param);
 
     if (len == 0) {
         ngx_str_set(err, "the request body is empty; expected a JSON object");
@@ -230,11 +437,14 @@ ngx_http_llm_json_parse(ngx_pool_t *pool, u_char *data, size_t len,
     }
 
     ctx->pool = pool;
+    ctx->data = data;
 
     h = yajl_alloc(&ngx_http_llm_json_callbacks, NULL, ctx);
     if (h == NULL) {
         return NULL;
     }
+
+    ctx->h = h;
 
     st = yajl_parse(h, data, len);
     at = yajl_get_bytes_consumed(h);
@@ -251,6 +461,25 @@ ngx_http_llm_json_parse(ngx_pool_t *pool, u_char *data, size_t len,
 
     if (ctx->nomem) {
         yajl_free(h);
+        return NULL;
+    }
+
+    if (ctx->bad) {
+        yajl_free(h);
+
+        *param = ctx->bad_path;
+
+        err->data = ngx_pnalloc(pool, ctx->bad_path.len + 128);
+        if (err->data == NULL) {
+            return NULL;
+        }
+
+        p = ngx_sprintf(err->data, "%s%V%s %s",
+                        ctx->bad_path.len ? "" : "the request body",
+                        &ctx->bad_path,
+                        ctx->bad_key ? " has a key that" : "", ctx->bad);
+        err->len = p - err->data;
+
         return NULL;
     }
 
@@ -329,7 +558,9 @@ ngx_http_llm_json_member(ngx_http_llm_json_t *obj, const char *key)
 /*
  * An integer: plain integer text exactly (64-bit), or a number with a
  * fraction or exponent whose value is integral (1.0, 1e3), as Python's
- * validators accept.
+ * validators accept.  NGX_DECLINED: not a number, or one with a fraction;
+ * NGX_ABORT: an integer outside what this parser represents (the caller
+ * reports its range).
  */
 ngx_int_t
 ngx_http_llm_json_int(ngx_http_llm_json_t *v, int64_t *out)
@@ -349,10 +580,21 @@ ngx_http_llm_json_int(ngx_http_llm_json_t *v, int64_t *out)
     if (ngx_strlchr(p, end, '.') || ngx_strlchr(p, end, 'e')
         || ngx_strlchr(p, end, 'E'))
     {
-        if (ngx_http_llm_json_double(v, &d) != NGX_OK
-            || d != floor(d) || fabs(d) > 9007199254740992.0)
-        {
+        switch (ngx_http_llm_json_double(v, &d)) {
+        case NGX_OK:
+            break;
+        case NGX_ABORT:
+            return NGX_ABORT;
+        default:
             return NGX_DECLINED;
+        }
+
+        if (d != floor(d)) {
+            return NGX_DECLINED;
+        }
+
+        if (fabs(d) > 9007199254740992.0) {
+            return NGX_ABORT;
         }
 
         *out = (int64_t) d;
@@ -375,7 +617,7 @@ ngx_http_llm_json_int(ngx_http_llm_json_t *v, int64_t *out)
         }
 
         if (n > (limit - (*p - '0')) / 10) {
-            return NGX_DECLINED;
+            return NGX_ABORT;
         }
 
         n = n * 10 + (*p - '0');
@@ -399,13 +641,12 @@ ngx_http_llm_json_double(ngx_http_llm_json_t *v, double *out)
     /* number text is NUL-terminated by the parser */
     *out = strtod((char *) v->value.data, &end);
 
-    if (end != (char *) v->value.data + v->value.len || isinf(*out)
-        || isnan(*out))
-    {
+    if (end != (char *) v->value.data + v->value.len || isnan(*out)) {
         return NGX_DECLINED;
     }
 
-    return NGX_OK;
+    /* JSON has no infinity: this is a finite number too large for double */
+    return isinf(*out) ? NGX_ABORT : NGX_OK;
 }
 
 

@@ -25,8 +25,15 @@ static char *ngx_http_llm_merge_loc_conf(ngx_conf_t *cf, void *parent,
 static ngx_int_t ngx_http_llm_postconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_llm_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
+static char *ngx_http_llm_admin_token(ngx_conf_t *cf, void *post,
+    void *data);
 static ngx_int_t ngx_http_llm_init_process(ngx_cycle_t *cycle);
 static void ngx_http_llm_exit_process(ngx_cycle_t *cycle);
+
+
+static ngx_conf_post_t  ngx_http_llm_admin_token_post = {
+    ngx_http_llm_admin_token
+};
 
 
 static ngx_command_t  ngx_http_llm_commands[] = {
@@ -92,7 +99,7 @@ static ngx_command_t  ngx_http_llm_commands[] = {
       ngx_conf_set_str_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_llm_loc_conf_t, admin_token),
-      NULL },
+      &ngx_http_llm_admin_token_post },
 
     { ngx_string("llm_test_script"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
@@ -177,6 +184,7 @@ ngx_str_t  ngx_http_llm_api_names[] = {
     ngx_string("not_found"),
     ngx_string("messages"),
     ngx_string("count_tokens"),
+    ngx_string("error"),
     ngx_null_string
 };
 
@@ -186,27 +194,34 @@ const char  *ngx_http_llm_state_names[] = {
 };
 
 
-static ngx_int_t
-ngx_http_llm_valid_name(ngx_str_t *name)
+/* an example token copied into production would open the admin API */
+static char *
+ngx_http_llm_admin_token(ngx_conf_t *cf, void *post, void *data)
 {
-    u_char      c;
-    ngx_uint_t  i;
+    ngx_str_t  *token = data;
 
-    if (name->len == 0 || name->len >= NGX_HTTP_LLM_NAME_LEN) {
-        return 0;
-    }
+    static char  *placeholders[] = {
+        "change-me", "changeme", "change_me", "replace-me", "replaceme",
+        "secret", "password", "token", "admin", "example", "xxx", "test",
+        NULL
+    };
 
-    for (i = 0; i < name->len; i++) {
-        c = name->data[i];
+    char        **p;
 
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-              || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.'))
+    for (p = placeholders; *p; p++) {
+        if (token->len == ngx_strlen(*p)
+            && ngx_strncasecmp(token->data, (u_char *) *p, token->len) == 0)
         {
-            return 0;
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "llm_admin_token \"%V\" is a placeholder: "
+                               "set a random secret (e.g. the output of "
+                               "\"head -c 24 /dev/urandom | base64\")",
+                               token);
+            return NGX_CONF_ERROR;
         }
     }
 
-    return 1;
+    return NGX_CONF_OK;
 }
 
 
@@ -223,10 +238,10 @@ ngx_http_llm_engine(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     value = cf->args->elts;
 
-    if (!ngx_http_llm_valid_name(&value[1])) {
+    if (!llm_ipc_valid_name((char *) value[1].data, value[1].len)) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid engine name \"%V\": use letters, digits, "
-                           "\".\", \"-\" and \"_\" (at most 63)", &value[1]);
+                           "invalid engine name \"%V\": it must be "
+                           LLM_IPC_NAME_RULE, &value[1]);
         return NGX_CONF_ERROR;
     }
 
@@ -311,7 +326,7 @@ ngx_http_llm_route(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     value = cf->args->elts;
 
-    if (value[1].len == 0 || value[1].len >= NGX_HTTP_LLM_MODEL_LEN) {
+    if (value[1].len == 0 || value[1].len >= LLM_IPC_MODEL_MAX) {
         return "has a model name that is empty or longer than 127 bytes";
     }
 
@@ -672,6 +687,7 @@ ngx_http_llm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
     ngx_http_llm_main_conf_t  *olmcf = data;
 
+    size_t                       len;
     ngx_uint_t                   i;
     ngx_http_llm_shctx_t        *sh;
     ngx_http_llm_route_sh_t     *rs;
@@ -722,6 +738,17 @@ ngx_http_llm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         ngx_memcpy(rs->model, rc[i].model.data, rc[i].model.len);
         rs->len = rc[i].model.len;
         rs->pool = rc[i].pool;
+    }
+
+    /*
+     * log_ctx points at the pool's one-byte "zero" field until set:
+     * the name gets an allocation of its own, as in limit_req
+     */
+    len = sizeof(" in llm zone \"\"") + shm_zone->shm.name.len;
+
+    lmcf->shpool->log_ctx = ngx_slab_alloc(lmcf->shpool, len);
+    if (lmcf->shpool->log_ctx == NULL) {
+        return NGX_ERROR;
     }
 
     ngx_sprintf(lmcf->shpool->log_ctx, " in llm zone \"%V\"%Z",
@@ -795,6 +822,7 @@ ngx_http_llm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     lmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_llm_module);
 
     if (conf->api != NGX_HTTP_LLM_API_NOT_FOUND
+        && conf->api != NGX_HTTP_LLM_API_ERROR
         && conf->api != NGX_HTTP_LLM_API_METRICS
         && lmcf->engines.nelts == 0)
     {

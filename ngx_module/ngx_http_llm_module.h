@@ -24,13 +24,11 @@
 #include <ngx_http.h>
 
 #include "llm_ipc_client.h"
+#include "llm_request.h"
 
 
 #define NGX_HTTP_LLM_MAX_ENGINES   32
 #define NGX_HTTP_LLM_MAX_ROUTES    64
-#define NGX_HTTP_LLM_NAME_LEN      64
-#define NGX_HTTP_LLM_MODEL_LEN     128
-#define NGX_HTTP_LLM_MODELS        8
 #define NGX_HTTP_LLM_REASON_LEN    256
 
 
@@ -48,11 +46,14 @@ typedef enum {
     NGX_HTTP_LLM_API_NOT_FOUND,
     NGX_HTTP_LLM_API_MESSAGES,         /* Anthropic: converted to chat */
     NGX_HTTP_LLM_API_COUNT_TOKENS,     /* Anthropic: converted to tokenize */
+    NGX_HTTP_LLM_API_ERROR,            /* error_page for nginx's own */
     NGX_HTTP_LLM_API_COUNT
 } ngx_http_llm_api_e;
 
 #define ngx_http_llm_api_generates(api)                                      \
-    ((api) <= NGX_HTTP_LLM_API_DETOKENIZE || (api) >= NGX_HTTP_LLM_API_MESSAGES)
+    ((api) <= NGX_HTTP_LLM_API_DETOKENIZE                                     \
+     || (api) == NGX_HTTP_LLM_API_MESSAGES                                    \
+     || (api) == NGX_HTTP_LLM_API_COUNT_TOKENS)
 
 extern ngx_str_t  ngx_http_llm_api_names[];
 
@@ -124,7 +125,7 @@ typedef enum {
 extern const char  *ngx_http_llm_state_names[];
 
 typedef struct {
-    u_char                     name[NGX_HTTP_LLM_NAME_LEN];
+    u_char                     name[LLM_IPC_NAME_MAX];
     ngx_http_llm_state_e       state;
     ngx_uint_t                 drain;        /* admin drain (mode-leave) */
     u_char                     reason[NGX_HTTP_LLM_REASON_LEN];
@@ -143,14 +144,14 @@ typedef struct {
     u_char                     system_fingerprint[64];
     u_char                     engine_build[LLM_IPC_BUILD];
     ngx_uint_t                 nmodels;
-    u_char                     models[NGX_HTTP_LLM_MODELS]
-                                     [NGX_HTTP_LLM_MODEL_LEN];
+    u_char                     models[LLM_IPC_MODELS_MAX]
+                                     [LLM_IPC_MODEL_MAX];
     ngx_queue_t                running_q;    /* ngx_http_llm_ticket_t */
     ngx_atomic_t               entered[NGX_HTTP_LLM_STATES];
 } ngx_http_llm_engine_sh_t;
 
 typedef struct {
-    u_char                     model[NGX_HTTP_LLM_MODEL_LEN];
+    u_char                     model[LLM_IPC_MODEL_MAX];
     size_t                     len;
     uint64_t                   pool;         /* engine bit mask */
     ngx_uint_t                 promoted;
@@ -240,14 +241,18 @@ struct ngx_http_llm_json_s {
 
 #define NGX_HTTP_LLM_JSON_MAX_DEPTH  128
 
+/* NULL: err says why, for the client (empty: out of memory), param names
+ * the field when a string in it is not text */
 ngx_http_llm_json_t *ngx_http_llm_json_parse(ngx_pool_t *pool, u_char *data,
-    size_t len, ngx_str_t *err);
+    size_t len, ngx_str_t *err, ngx_str_t *param);
 /* member by key (the last one wins, as in Python); NULL if absent */
 ngx_http_llm_json_t *ngx_http_llm_json_get(ngx_http_llm_json_t *obj,
     const char *key);
 /* like _get, but a JSON null counts as absent */
 ngx_http_llm_json_t *ngx_http_llm_json_member(ngx_http_llm_json_t *obj,
     const char *key);
+/* NGX_OK; NGX_DECLINED not a number (int: or not integral); NGX_ABORT a
+ * number out of the representable range */
 ngx_int_t ngx_http_llm_json_int(ngx_http_llm_json_t *v, int64_t *out);
 ngx_int_t ngx_http_llm_json_double(ngx_http_llm_json_t *v, double *out);
 ngx_int_t ngx_http_llm_json_is_string(ngx_http_llm_json_t *v,
@@ -320,29 +325,18 @@ ngx_int_t ngx_http_llm_request_parse(ngx_pool_t *pool,
 
 /* ---- responses (ngx_http_llm_openai.c) --------------------------------- */
 
-typedef enum {
-    NGX_HTTP_LLM_EV_REASONING = 1,
-    NGX_HTTP_LLM_EV_CONTENT,
-    NGX_HTTP_LLM_EV_TOOL_BEGIN,
-    NGX_HTTP_LLM_EV_TOOL_ARGS,
-    NGX_HTTP_LLM_EV_TOOL_END,
-    NGX_HTTP_LLM_EV_FINISH,
-    NGX_HTTP_LLM_EV_USAGE,
-    NGX_HTTP_LLM_EV_ERROR,
-    NGX_HTTP_LLM_EV_TOKENS,
-    NGX_HTTP_LLM_EV_LOGPROB,
-    NGX_HTTP_LLM_EV_PROMPT              /* prompt and cached tokens, early */
-} ngx_http_llm_event_type_e;
-
 /* an alternative token of a logprob event */
 typedef struct {
     ngx_str_t                   bytes;
     double                      logprob;
 } ngx_http_llm_top_t;
 
-/* One engine event, decoded from the slot's ring. */
+/*
+ * One engine event, decoded from the slot's ring (llm_ipc_event_next) and
+ * held in nginx types; its type is the protocol's own.
+ */
 typedef struct {
-    ngx_http_llm_event_type_e   type;
+    enum llm_ev_type            type;
     ngx_uint_t                  index;     /* tool call index; finish: 1 +
                                               the stop string that ended it */
     ngx_str_t                   text;      /* delta / error message */
@@ -441,6 +435,8 @@ ngx_int_t ngx_http_llm_log_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_llm_body_filter_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_llm_send_json(ngx_http_request_t *r, ngx_uint_t status,
     ngx_http_llm_wbuf_t *body);
+ngx_int_t ngx_http_llm_send_model_not_found(ngx_http_request_t *r,
+    ngx_str_t *model);
 ngx_int_t ngx_http_llm_send_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *message, ngx_str_t *param, const char *code);
 ngx_int_t ngx_http_llm_send_error_str(ngx_http_request_t *r,

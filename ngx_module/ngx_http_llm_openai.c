@@ -19,6 +19,7 @@ static void ngx_http_llm_fmt_usage(ngx_http_llm_fmt_t *f,
 static void ngx_http_llm_resp_object(ngx_http_llm_fmt_t *f,
     ngx_http_llm_wbuf_t *out, const char *status, ngx_str_t *code,
     ngx_str_t *message);
+static const char *ngx_http_llm_resp_status(ngx_http_llm_fmt_t *f);
 
 
 static const char *
@@ -46,7 +47,8 @@ ngx_http_llm_error_type(ngx_uint_t status)
         return "service_unavailable";
 
     default:
-        return "server_error";
+        return (status < NGX_HTTP_INTERNAL_SERVER_ERROR)
+               ? "invalid_request_error" : "server_error";
     }
 }
 
@@ -224,8 +226,11 @@ ngx_http_llm_item_json(ngx_http_llm_fmt_t *f, ngx_http_llm_item_t *it,
         break;
     }
 
+    /* the item the output limit cut short is as incomplete as the reply */
     ngx_http_llm_printf(out, ",\"status\":\"%s\"}",
-                        done ? "completed" : "in_progress");
+                        !done ? "in_progress"
+                        : (ngx_http_llm_item_no(f, it) + 1 == f->items.nelts)
+                          ? ngx_http_llm_resp_status(f) : "completed");
 }
 
 
@@ -810,7 +815,7 @@ ngx_http_llm_chunk_tool(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
     ngx_http_llm_printf(out, "{\"index\":%ui,\"delta\":{\"tool_calls\":"
                         "[{\"index\":%ui,", f->choice, ev->index);
 
-    if (ev->type == NGX_HTTP_LLM_EV_TOOL_BEGIN) {
+    if (ev->type == LLM_EV_TOOL_CALL_BEGIN) {
         ngx_http_llm_put_call(out, &ev->id, &ev->name, NULL, 0);
 
     } else {
@@ -901,11 +906,11 @@ ngx_http_llm_fmt_delta(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
     if (req->api == NGX_HTTP_LLM_API_COMPLETIONS
         || req->api == NGX_HTTP_LLM_API_DETOKENIZE)
     {
-        ev->type = NGX_HTTP_LLM_EV_CONTENT;
+        ev->type = LLM_EV_CONTENT_DELTA;
     }
 
     if (ngx_http_llm_fmt_keeps(f)) {
-        it = ngx_http_llm_item_open(f, ev->type == NGX_HTTP_LLM_EV_REASONING
+        it = ngx_http_llm_item_open(f, ev->type == LLM_EV_REASONING_DELTA
                                        ? NGX_HTTP_LLM_ITEM_REASONING
                                        : NGX_HTTP_LLM_ITEM_MESSAGE,
                                     ev, out);
@@ -926,12 +931,12 @@ ngx_http_llm_fmt_delta(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
 
     if (req->api == NGX_HTTP_LLM_API_RESPONSES) {
         ngx_http_llm_resp_event(f, out,
-                                ev->type == NGX_HTTP_LLM_EV_REASONING
+                                ev->type == LLM_EV_REASONING_DELTA
                                 ? "response.reasoning_text.delta"
                                 : "response.output_text.delta");
         ngx_http_llm_resp_where(f, f->open, out);
 
-        if (ev->type == NGX_HTTP_LLM_EV_CONTENT) {
+        if (ev->type == LLM_EV_CONTENT_DELTA) {
             ngx_http_llm_puts(out, ",\"logprobs\":[]");
         }
 
@@ -941,7 +946,7 @@ ngx_http_llm_fmt_delta(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
         return;
     }
 
-    field = (ev->type == NGX_HTTP_LLM_EV_REASONING) ? reasoning : content;
+    field = (ev->type == LLM_EV_REASONING_DELTA) ? reasoning : content;
 
     ngx_http_llm_chunk(f, out, &field, &ev->text, NULL);
 }
@@ -964,7 +969,7 @@ ngx_http_llm_fmt_tool(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
 
         switch (ev->type) {
 
-        case NGX_HTTP_LLM_EV_TOOL_BEGIN:
+        case LLM_EV_TOOL_CALL_BEGIN:
             if (ngx_http_llm_item_open(f, NGX_HTTP_LLM_ITEM_TOOL, ev, out)
                 == NULL)
             {
@@ -973,7 +978,7 @@ ngx_http_llm_fmt_tool(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
 
             break;
 
-        case NGX_HTTP_LLM_EV_TOOL_ARGS:
+        case LLM_EV_TOOL_CALL_ARGS:
             it = ngx_http_llm_item_find(f, ev->index);
             if (it == NULL) {
                 /* arguments without a begun call: engine bug, dropped */
@@ -997,7 +1002,7 @@ ngx_http_llm_fmt_tool(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
 
             return;
 
-        default: /* NGX_HTTP_LLM_EV_TOOL_END */
+        default: /* LLM_EV_TOOL_CALL_END */
             if (f->open && f->open->kind == NGX_HTTP_LLM_ITEM_TOOL) {
                 ngx_http_llm_item_close(f, out);
             }
@@ -1007,7 +1012,7 @@ ngx_http_llm_fmt_tool(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
     }
 
     if (req->stream && req->api == NGX_HTTP_LLM_API_CHAT
-        && ev->type != NGX_HTTP_LLM_EV_TOOL_END)
+        && ev->type != LLM_EV_TOOL_CALL_END)
     {
         ngx_http_llm_chunk_tool(f, ev, out);
     }
@@ -1025,7 +1030,7 @@ ngx_http_llm_fmt_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
     }
 
     /* no output yet: the headers go out with the first token */
-    if (ev->type == NGX_HTTP_LLM_EV_PROMPT) {
+    if (ev->type == LLM_EV_PROMPT_INFO) {
         f->prompt = ev->prompt;
         f->cached = ev->cached;
         return;
@@ -1040,21 +1045,21 @@ ngx_http_llm_fmt_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
 
     switch (ev->type) {
 
-    case NGX_HTTP_LLM_EV_REASONING:
-    case NGX_HTTP_LLM_EV_CONTENT:
+    case LLM_EV_REASONING_DELTA:
+    case LLM_EV_CONTENT_DELTA:
         if (ev->text.len) {
             ngx_http_llm_fmt_delta(f, ev, out);
         }
 
         break;
 
-    case NGX_HTTP_LLM_EV_TOOL_BEGIN:
-    case NGX_HTTP_LLM_EV_TOOL_ARGS:
-    case NGX_HTTP_LLM_EV_TOOL_END:
+    case LLM_EV_TOOL_CALL_BEGIN:
+    case LLM_EV_TOOL_CALL_ARGS:
+    case LLM_EV_TOOL_CALL_END:
         ngx_http_llm_fmt_tool(f, ev, out);
         break;
 
-    case NGX_HTTP_LLM_EV_FINISH:
+    case LLM_EV_FINISH:
         f->finish.data = ngx_pstrdup(f->pool, &ev->name);
         f->finish.len = ev->name.len;
 
@@ -1070,7 +1075,7 @@ ngx_http_llm_fmt_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
 
         break;
 
-    case NGX_HTTP_LLM_EV_USAGE:
+    case LLM_EV_USAGE:
         f->usage = 1;
         f->prompt = ev->prompt;
         f->completion = ev->completion;
@@ -1078,11 +1083,11 @@ ngx_http_llm_fmt_event(ngx_http_llm_fmt_t *f, ngx_http_llm_event_t *ev,
         f->cached = ev->cached;
         break;
 
-    case NGX_HTTP_LLM_EV_LOGPROB:
+    case LLM_EV_LOGPROB:
         ngx_http_llm_fmt_logprob(f, ev, out);
         break;
 
-    case NGX_HTTP_LLM_EV_TOKENS:
+    case LLM_EV_TOKENS:
         ngx_http_llm_put(&f->tokens, ev->tokens,
                          ev->ntokens * sizeof(uint32_t));
 

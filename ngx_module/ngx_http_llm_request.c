@@ -34,21 +34,16 @@ typedef struct {
 
 
 /* sampling parameters shared by every generating endpoint */
+#define ngx_http_llm_range(name, integer, min_open, min, max)               \
+    { #name, integer, min_open, min, max },
+
 static ngx_http_llm_range_t  ngx_http_llm_sampling[] = {
-    { "temperature", 0, 0, 0, 2 },
-    { "top_p", 0, 1, 0, 1 },
-    { "top_k", 1, 0, -1, 2147483647 },
-    { "min_p", 0, 0, 0, 1 },
-    { "presence_penalty", 0, 0, -2, 2 },
-    { "frequency_penalty", 0, 0, -2, 2 },
-    { "repetition_penalty", 0, 1, 0, 2 },
+    LLM_REQ_SAMPLING(ngx_http_llm_range)
     { NULL, 0, 0, 0, 0 }
 };
 
 
-static const char  *ngx_http_llm_efforts[] = {
-    "none", "minimal", "low", "medium", "high", "xhigh", "max", NULL
-};
+static const char  *ngx_http_llm_efforts[] = { LLM_REQ_EFFORTS, NULL };
 
 
 /* ---- errors ------------------------------------------------------------ */
@@ -179,6 +174,7 @@ ngx_http_llm_get_int(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *obj,
     ngx_str_t *prefix, const char *name, int64_t min, int64_t max,
     int64_t *out, ngx_uint_t *set)
 {
+    ngx_int_t             rc;
     ngx_http_llm_json_t  *v;
 
     *set = 0;
@@ -188,7 +184,16 @@ ngx_http_llm_get_int(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *obj,
         return NGX_OK;
     }
 
-    if (ngx_http_llm_json_int(v, out) != NGX_OK) {
+    rc = ngx_http_llm_json_int(v, out);
+
+    if (rc == NGX_ABORT) {
+        return ngx_http_llm_bad(ctx, ngx_http_llm_member_path(ctx, prefix,
+                                                              name),
+                                "must be between %L and %L, got %V",
+                                min, max, &v->value);
+    }
+
+    if (rc != NGX_OK) {
         return ngx_http_llm_bad(ctx, ngx_http_llm_member_path(ctx, prefix,
                                                               name),
                                 "must be an integer, not %s%s",
@@ -308,9 +313,10 @@ ngx_http_llm_check_name(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *v,
     u_char      c;
     ngx_uint_t  i;
 
-    if (v->value.len == 0 || v->value.len > 64) {
+    if (v->value.len == 0 || v->value.len > LLM_REQ_TOOL_NAME_MAX) {
         return ngx_http_llm_bad(ctx, param,
-                                "must be 1 to 64 characters long");
+                                "must be 1 to %d characters long",
+                                LLM_REQ_TOOL_NAME_MAX);
     }
 
     for (i = 0; i < v->value.len; i++) {
@@ -419,6 +425,7 @@ ngx_http_llm_sampling_params(ngx_http_llm_vctx_t *ctx,
     ngx_http_llm_json_t *body)
 {
     double                 d;
+    ngx_int_t              rc;
     int64_t                n;
     ngx_uint_t             set;
     ngx_http_llm_json_t   *v;
@@ -444,14 +451,18 @@ ngx_http_llm_sampling_params(ngx_http_llm_vctx_t *ctx,
             continue;
         }
 
-        if (ngx_http_llm_json_double(v, &d) != NGX_OK) {
+        rc = ngx_http_llm_json_double(v, &d);
+
+        if (rc == NGX_DECLINED) {
             return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "%s",
                                                            r->name),
                                     "must be a number, not %s",
                                     ngx_http_llm_json_type_name(v));
         }
 
-        if (d < r->min || d > r->max || (r->min_open && d == r->min)) {
+        if (rc == NGX_ABORT || d < r->min || d > r->max
+            || (r->min_open && d == r->min))
+        {
             return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "%s",
                                                            r->name),
                                     "must be %s %.1f and at most %.1f, "
@@ -507,6 +518,12 @@ ngx_http_llm_stop(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
         return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "stop"),
                                 "must be a string or an array of strings, "
                                 "not %s", ngx_http_llm_json_type_name(v));
+    }
+
+    if (v->count > LLM_REQ_STOP_MAX) {
+        return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "stop"),
+                                "may hold at most %d strings, got %ui",
+                                LLM_REQ_STOP_MAX, v->count);
     }
 
     for (s = v->child, i = 0; s; s = s->next, i++) {
@@ -702,8 +719,7 @@ ngx_http_llm_effort(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *obj,
     if (!ngx_http_llm_one_of(v, ngx_http_llm_efforts)) {
         return ngx_http_llm_bad(ctx, ngx_http_llm_member_path(ctx, prefix,
                                                               name),
-                                "must be one of none, minimal, low, medium, "
-                                "high, xhigh, max");
+                                "must be one of " LLM_REQ_EFFORTS_TEXT);
     }
 
     *out = v;
@@ -777,11 +793,11 @@ static ngx_int_t
 ngx_http_llm_arguments(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *v,
     ngx_str_t *param)
 {
-    ngx_str_t             err;
+    ngx_str_t             err, where;
     ngx_http_llm_json_t  *args;
 
     args = ngx_http_llm_json_parse(ctx->pool, v->value.data, v->value.len,
-                                   &err);
+                                   &err, &where);
 
     if (args == NULL && err.len == 0) {
         return NGX_ERROR;
@@ -1404,7 +1420,8 @@ ngx_http_llm_chat(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
         || ngx_http_llm_stop(ctx, body) != NGX_OK
         || ngx_http_llm_get_bool(ctx, body, NULL, "logprobs", &logprobs)
            != NGX_OK
-        || ngx_http_llm_get_int(ctx, body, NULL, "top_logprobs", 0, 20, &top,
+        || ngx_http_llm_get_int(ctx, body, NULL, "top_logprobs", 0,
+                                LLM_REQ_TOP_LOGPROBS_MAX, &top,
                                 &set)
            != NGX_OK)
     {
@@ -1547,7 +1564,8 @@ ngx_http_llm_completions(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
         || ngx_http_llm_get_bool(ctx, body, NULL, "echo", &echo) != NGX_OK
         || ngx_http_llm_get_string(ctx, body, NULL, "suffix", &suffix)
            != NGX_OK
-        || ngx_http_llm_get_int(ctx, body, NULL, "logprobs", 0, 5,
+        || ngx_http_llm_get_int(ctx, body, NULL, "logprobs", 0,
+                                LLM_REQ_COMPLETION_LOGPROBS_MAX,
                                 &logprobs, &set)
            != NGX_OK)
     {
@@ -2090,7 +2108,7 @@ ngx_http_llm_request_parse(ngx_pool_t *pool, ngx_http_llm_req_t *req,
         return NGX_ERROR;
     }
 
-    root = ngx_http_llm_json_parse(pool, body, len, &err);
+    root = ngx_http_llm_json_parse(pool, body, len, &err, &req->err_param);
 
     if (root == NULL) {
         if (err.len == 0) {

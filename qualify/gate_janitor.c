@@ -35,10 +35,9 @@ static pid_t dead_pid(void)
     return kill(p, 0) < 0 && errno == ESRCH ? p : -1;
 }
 
-static int plant(const char *name, const char *sock_path, pid_t dead, strbuf *why)
+static int plant(const char *shm, const char *name, const char *sock_path, pid_t dead,
+                 strbuf *why)
 {
-    char shm[LLM_IPC_NAME_MAX + 8];
-    snprintf(shm, sizeof shm, "/llm-%s", name);
     int fd = shm_open(shm, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
         sb_printf(why, "cannot create %s: %s", shm, strerror(errno));
@@ -108,7 +107,8 @@ static bool exists(const char *path)
 
 void gate_janitor(qctx *q, gate *g)
 {
-    char scratch[4096], name[LLM_IPC_NAME_MAX], file[LLM_IPC_NAME_MAX + 8], seg_path[128];
+    char scratch[4096], name[LLM_IPC_NAME_MAX], shm[LLM_IPC_SHM_NAME_MAX], seg_path[128];
+    const char *file = shm + 1;
     char sock_path[4200], state_path[4200];
     if (q->scratch_dir) {
         snprintf(scratch, sizeof scratch, "%s", q->scratch_dir);
@@ -130,7 +130,7 @@ void gate_janitor(qctx *q, gate *g)
     }
     pid_t dead = dead_pid();
     snprintf(name, sizeof name, "qualify-%d-%04x", (int)getpid(), (unsigned)(random() & 0xffff));
-    snprintf(file, sizeof file, "llm-%s", name);
+    llm_ipc_shm_name(shm, scratch, name);
     snprintf(seg_path, sizeof seg_path, "/dev/shm/%s", file);
     snprintf(sock_path, sizeof sock_path, "%s/%s.sock", scratch, name);
     snprintf(state_path, sizeof state_path, "%s/janitor.state", scratch);
@@ -142,7 +142,7 @@ void gate_janitor(qctx *q, gate *g)
     sb_init(&why);
     sb_init(&out);
     sb_init(&others);
-    if (dead < 0 || plant(name, sock_path, dead, &why) < 0) {
+    if (dead < 0 || plant(shm, name, sock_path, dead, &why) < 0) {
         gate_check(g, ST_FAIL, "fixture", "%s", dead < 0 ? "no dead pid to plant" : why.data);
         goto out;
     }
@@ -202,11 +202,7 @@ void gate_janitor(qctx *q, gate *g)
                      others.len ? " (other orphans were reclaimed too: see caveats)" : "");
 out:
     /* Leave nothing behind whatever happened. */
-    if (exists(seg_path)) {
-        char shm[sizeof file + 1];
-        snprintf(shm, sizeof shm, "/%s", file);
-        shm_unlink(shm);
-    }
+    if (exists(seg_path)) shm_unlink(shm);
     unlink(sock_path);
     unlink(state_path);
     if (rmdir(scratch) < 0 && !q->scratch_dir)

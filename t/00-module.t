@@ -64,6 +64,10 @@ my @bad = (
      qr/expected timeout=TIME/, 'bad llm_queue parameter'],
     ["    server { listen 127.0.0.1:$port; location / { llm_api health; } }\n",
      qr/"llm_api health" needs at least one llm_engine/, 'llm_api without engines'],
+    ["    llm_admin_token change-me;\n",
+     qr/llm_admin_token "change-me" is a placeholder/, 'placeholder admin token'],
+    ["    server { location /a/ { llm_admin_token CHANGEME; } }\n",
+     qr/llm_admin_token "CHANGEME" is a placeholder/, 'placeholder token, any case'],
 );
 for my $b (@bad) {
     write_conf($dir2, $b->[0]);

@@ -7,18 +7,20 @@ use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use LLMTest qw(scratch_dir write_conf start_nginx stop_nginx http free_port
-               api_server);
+               api_server repo_root);
+use IO::Socket::INET;
 use JSON::PP;
 
 my $dir = scratch_dir();
 my $port = free_port();
 my $server = api_server($port, [qw(chat_completions completions responses
-                                   tokenize detokenize)], more => <<"MORE");
+                                   tokenize detokenize health)], more => <<"MORE");
         location = /big {
             llm_api chat_completions;
             llm_max_body_size 3m;
         }
         location / { llm_api not_found; }
+        include ${\ repo_root()}/conf/llm_error_pages.conf;
 MORE
 write_conf($dir, <<"CONF");
     llm_engine e1 run_dir=$dir;
@@ -92,6 +94,69 @@ like($chunked->{content}, qr/"code":"request_too_large"/,
 my $large = post('/big', { %chat, messages => [{ role => 'user',
                                                  content => 'y' x 2_000_000 }] });
 is($large->{status}, 503, 'a 2 MB request within llm_max_body_size passes');
+# the same, chunked: nginx does not know its size in advance
+my $json = encode_json({ %chat, messages => [{ role => 'user',
+                                               content => 'z' x 2_000_000 }] });
+my $sent = 0;
+my $large_chunked = HTTP::Tiny->new(timeout => 10)->request('POST', "$base/big", {
+    headers => { 'Content-Type' => 'application/json' },
+    content => sub { return undef if $sent >= length $json;
+                     my $c = substr($json, $sent, 65536); $sent += length $c;
+                     return $c } });
+is($large_chunked->{status}, 503, 'a 2 MB chunked request passes too')
+    or diag($large_chunked->{content});
+# bodies stay in memory up to llm_max_body_size: a worker never reads a
+# temporary file back on its event loop
+my $log = do { local (@ARGV, $/) = "$dir/logs/error.log"; <> };
+unlike($log, qr/buffered to a temporary file/,
+       'no request body went to a temporary file');
+
+# ---- errors nginx raises before the module runs ------------------------------
+# conf/llm_error_pages.conf turns them into OpenAI error bodies too
+sub raw {
+    my ($req) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port", Timeout => 10)
+        or die "connect: $!";
+    print $s $req;
+    local $/;
+    my $res = <$s> // '';
+    my ($head, $body) = split /\r\n\r\n/, $res, 2;
+    my ($status) = ($head // '') =~ m{^HTTP/1\.\d (\d+)};
+    return { status => $status // 0, head => $head // '', body => $body // '',
+             json => scalar eval { decode_json($body // '') } };
+}
+my $post = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n";
+my @nginx_errors = (
+    ['a bad chunk size', $post . "Transfer-Encoding: chunked\r\n\r\nzz\r\n",
+     400, qr/malformed HTTP/],
+    ['Content-Length with Transfer-Encoding', $post . "Content-Length: 5\r\n"
+     . "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, qr/malformed HTTP/],
+    ['a URI over the header buffers', 'GET /v1/' . ('u' x 20000)
+     . " HTTP/1.1\r\nHost: x\r\n\r\n", 414, qr/URI is too long/],
+    ['a header flood', $post . join('', map { "X-H$_: " . ('h' x 1000) . "\r\n" }
+     1 .. 40) . "\r\n", 400, qr/headers? .*too large/],
+    ['an unknown Transfer-Encoding', $post . "Transfer-Encoding: gzip\r\n\r\n",
+     501, qr/Transfer-Encoding/],
+);
+for my $c (@nginx_errors) {
+    my ($name, $req, $status, $re) = @$c;
+    my $r = raw($req);
+    subtest "nginx's own error: $name" => sub {
+        is($r->{status}, $status, "status $status") or diag($r->{head});
+        like($r->{head}, qr{\r\nContent-Type: application/json}i, 'JSON');
+        my $e = $r->{json} && $r->{json}{error};
+        ok($e, 'OpenAI error object') or return diag($r->{body});
+        is_deeply([sort keys %$e], [qw(code message param type)],
+                  'error has message, type, param, code');
+        like($e->{message}, $re, 'message says what is wrong');
+        is($e->{type}, $status < 500 ? 'invalid_request_error' : 'server_error',
+           'type');
+    };
+}
+
+my $direct = http('GET', "$base/_llm_error");
+is($direct->{status}, 404, 'the error page location asked directly: 404');
+like($direct->{content}, qr/"code":"not_found"/, 'as an OpenAI error');
 
 # ---- methods and paths ----------------------------------------------------
 my $g = http('GET', "$base/v1/chat/completions");
@@ -160,6 +225,7 @@ my @chat_bad = (
     [{ %chat, skip_special_tokens => 'no' }, 'skip_special_tokens', qr/boolean/],
     [{ %chat, stop => ['a', ''] }, 'stop[1]', qr/non-empty string/],
     [{ %chat, n => 17 }, 'n', qr/between 1 and 16/],
+    [{ %chat, stop => [map { "s$_" } 1 .. 17] }, 'stop', qr/at most 16 strings/],
     [{ %chat, stream => 'yes' }, 'stream', qr/must be a boolean/],
     [{ %chat, stream_options => { include_usage => JSON::PP::true } },
      'stream_options', qr/only allowed when stream is true/],
@@ -264,6 +330,58 @@ for my $c (@resp_bad) {
     expect_error('/v1/responses', $c->[0], 400, $c->[1], $c->[2],
                  "responses: bad $c->[1]");
 }
+
+# ---- numbers out of range, text that is not valid Unicode ----------------------
+my $pre = '{"model":"demo","messages":[{"role":"user","content":"hi"}]';
+my @raw_bad = (
+    ["$pre,\"temperature\":1e999}", 'temperature', qr/^temperature must be at least 0\.0 and at most 2\.0, got 1e999$/],
+    ["$pre,\"top_p\":-1e999}", 'top_p', qr/at most 1\.0, got -1e999$/],
+    ["$pre,\"max_tokens\":99999999999999999999}", 'max_tokens',
+     qr/^max_tokens must be between 1 and \d+, got 99999999999999999999$/],
+    ["$pre,\"top_k\":1e30}", 'top_k', qr/^top_k must be between -1 and \d+, got 1e30$/],
+    ["$pre,\"seed\":-1e400}", 'seed', qr/^seed must be between -\d+ and \d+, got -1e400$/],
+    ["$pre,\"top_k\":2.5}", 'top_k', qr/must be an integer, not a number with a fraction/],
+);
+for my $c (@raw_bad) {
+    my $r = expect_error('/v1/chat/completions', $c->[0], 400, $c->[1], $c->[2],
+                         "out of range: $c->[1]");
+    unlike($r->{json}{error}{message} // '', qr/not a number|fraction/,
+           "$c->[1]: not called a non-number or a fraction")
+        unless $c->[0] =~ /2\.5/;
+}
+my @text_bad = (
+    ['"a\\ud800b"', qr/contains an unpaired UTF-16 surrogate/, 'lone high surrogate'],
+    ['"a\\udc00"', qr/contains an unpaired UTF-16 surrogate/, 'lone low surrogate'],
+    ['"a\\ud800\\u0041"', qr/contains an unpaired UTF-16 surrogate/, 'high surrogate, no low'],
+    ['"a\\u0000b"', qr/contains \\u0000/, 'an escaped NUL'],
+    ["\"a\xc0\xafb\"", qr/is not valid UTF-8/, 'overlong UTF-8'],
+    ["\"a\xed\xa0\x80b\"", qr/is not valid UTF-8/, 'an encoded surrogate'],
+    ["\"a\xf4\x90\x80\x80\"", qr/is not valid UTF-8/, 'above U+10FFFF'],
+);
+for my $c (@text_bad) {
+    expect_error('/v1/chat/completions',
+                 '{"model":"demo","messages":[{"role":"user","content":' . $c->[0] . '}]}',
+                 400, 'messages[0].content', $c->[1], "text: $c->[2]");
+}
+expect_error('/v1/chat/completions',
+             '{"model":"demo","messages":[{"role":"user","content":"ok"}],'
+             . '"metadata":{"k\\ud800":1}}', 400, 'metadata',
+             qr/^metadata has a key that contains an unpaired UTF-16 surrogate/,
+             'text: a bad key names its object');
+my $pair = post('/v1/chat/completions',
+                '{"model":"demo","messages":[{"role":"user","content":"\\ud83d\\ude00 '
+                . "\xf0\x9f\x98\x80" . '"}]}');
+is($pair->{status}, 503, 'a surrogate pair and 4-byte UTF-8 pass validation')
+    or diag($pair->{content});
+
+# ---- /health?model= ------------------------------------------------------------
+my $h = http('GET', "$base/health?model=nope");
+is($h->{status}, 404, '/health?model=unknown: 404');
+my $he = eval { decode_json($h->{content})->{error} } // {};
+is($he->{code}, 'model_not_found', '404 code');
+is($he->{param}, 'model', '404 names model');
+is(http('GET', "$base/health?model=demo")->{status}, 503,
+   '/health?model=known without an engine: 503');
 
 # ---- tokenize / detokenize ----------------------------------------------------
 expect_error('/tokenize', { model => 'demo' }, 400, 'prompt',

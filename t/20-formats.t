@@ -267,6 +267,13 @@ $r = post('/v1/responses', { model => 'demo', input => 'hi',
 is($r->{json}{status}, 'incomplete', 'responses: length -> incomplete');
 is($r->{json}{incomplete_details}{reason}, 'max_output_tokens',
    'responses: incomplete_details');
+is($r->{json}{output}[-1]{status}, 'incomplete',
+   'responses: the truncated message item is incomplete too');
+$r = stream('/v1/responses', { model => 'demo', input => 'hi', stream => $true,
+            max_output_tokens => 2, test_script => { content => 'abcdef' } });
+my ($item_done) = grep { $_->[0] eq 'response.output_item.done' } @{ $r->{events} };
+is($item_done && decode_json($item_done->[1])->{item}{status}, 'incomplete',
+   'responses stream: output_item.done of the truncated message: incomplete');
 
 $r = stream('/v1/responses', { model => 'demo', input => 'hi',
             stream => $true, test_script => \%script });

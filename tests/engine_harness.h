@@ -51,9 +51,8 @@ static inline void h_cleanup(void)
             h_children[i] = 0;
         }
     for (int i = 0; i < h_n_names; i++) {
-        char shm[sizeof h_names + 8];
-        snprintf(shm, sizeof shm, "/llm-%s", h_names[i]);
-        shm_unlink(shm);
+        char shm[LLM_IPC_SHM_NAME_MAX];
+        if (llm_ipc_shm_name(shm, h_run_dir, h_names[i]) == 0) shm_unlink(shm);
     }
     if (h_run_dir[0]) {
         char cmd[600];

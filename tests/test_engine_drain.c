@@ -41,8 +41,8 @@ static void test_drain(void)
 
     is_int(h_wait_exit(eng, 5000), 0, "then the engine exits 0");
     is_int(llm_ipc_engine_state(&c), LLM_STATE_STOPPED, "state STOPPED");
-    char shm[96], sock[320];
-    snprintf(shm, sizeof shm, "/llm-%s", name);
+    char shm[LLM_IPC_SHM_NAME_MAX], sock[320];
+    llm_ipc_shm_name(shm, h_run_dir, name);
     snprintf(sock, sizeof sock, "%s/%s.sock", h_run_dir, name);
     int fd = shm_open(shm, O_RDONLY, 0);
     ok(fd < 0 && errno == ENOENT, "the segment is removed");

@@ -286,6 +286,33 @@ int main(void)
     is_int(run("{\"messages\":\"hi\"}", LLM_KIND_CHAT, &lines, NULL), LLM_FINISH_ERROR,
            "messages of the wrong type: error");
     ok(strstr(lines.data, "\"status\":400") != NULL, "... with status 400");
+    /* a malformed canonical request (nginx never writes one) */
+    is_int(run("{\"messages\":[{\"role\":\"user\",\"content\":\"\xc0\xaf\"}]}",
+               LLM_KIND_CHAT, &lines, NULL), LLM_FINISH_ERROR, "invalid UTF-8 in the request: error");
+    ok(strstr(lines.data, "\"status\":400") && strstr(lines.data, "the canonical request is not"),
+       "... 400 saying the canonical request is malformed");
+    /* a canonical request outside llm_request.h's limits (nginx never
+     * writes one; another client of the library may) */
+    {
+        static const char *bad[][2] = {
+            { "\"temperature\":5", "temperature" },
+            { "\"top_p\":0", "top_p" },
+            { "\"top_k\":1.5", "top_k" },
+            { "\"min_p\":\"x\"", "min_p" },
+            { "\"top_logprobs\":21,\"logprobs\":true", "top_logprobs" },
+            { "\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\","
+              "\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]", "stop" },
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            char want[64];
+            snprintf(body, sizeof body, "{%s,%s}", msgs, bad[i][0]);
+            snprintf(want, sizeof want, "\"param\":\"%s\"", bad[i][1]);
+            is_int(run(body, LLM_KIND_CHAT, &lines, NULL), LLM_FINISH_ERROR,
+                   "canonical request with %s: error", bad[i][0]);
+            ok(strstr(lines.data, "\"status\":400") && strstr(lines.data, want),
+               "... 400 naming %s", bad[i][1]);
+        }
+    }
     {
         llm_ipc_handle h;
         snprintf(body, sizeof body, "{%s,\"max_tokens\":500,\"ignore_eos\":true}", msgs);

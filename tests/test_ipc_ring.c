@@ -270,17 +270,18 @@ static void test_ring_threads(void)
 
 /* ---- slots through the client library ---------------------------------- */
 
-static char shm_name[80];
+static char shm_name[LLM_IPC_SHM_NAME_MAX];
 static void unlink_segment(void) { shm_unlink(shm_name); }
 
 static void test_slots(void)
 {
     char name[64];
     snprintf(name, sizeof name, "t-ring-%d", (int)getpid());
-    snprintf(shm_name, sizeof shm_name, "/llm-%s", name);
+    llm_ipc_shm_name(shm_name, "/tmp", name);
     atexit(unlink_segment);
     const char *models[] = { "m" };
-    segment_params p = { .name = name, .models = models, .n_models = 1, .n_slots = 4,
+    segment_params p = { .name = name, .run_dir = "/tmp", .models = models, .n_models = 1,
+                         .n_slots = 4,
                          .ring_bytes = LLM_IPC_RING_MIN, .max_request_bytes = 256 * 1024,
                          .max_model_len = 100, .max_num_seqs = 2, .max_num_batched_tokens = 64 };
     segment seg;

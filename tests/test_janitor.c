@@ -32,8 +32,9 @@ static void scan(void)
 static const char *action(const char *name)
 {
     static char act[32];
-    char key[128];
-    snprintf(key, sizeof key, "{\"segment\":\"llm-%s\",\"action\":\"", name);
+    char key[LLM_IPC_SHM_NAME_MAX + 32], shm[LLM_IPC_SHM_NAME_MAX];
+    llm_ipc_shm_name(shm, h_run_dir, name);
+    snprintf(key, sizeof key, "{\"segment\":\"%s\",\"action\":\"", shm + 1);
     const char *p = scan_out.data ? strstr(scan_out.data, key) : NULL;
     snprintf(act, sizeof act, "%s", p ? p + strlen(key) : "absent");
     act[strcspn(act, "\"")] = 0;
@@ -42,8 +43,9 @@ static const char *action(const char *name)
 
 static int segment_exists(const char *name)
 {
-    char path[128];
-    snprintf(path, sizeof path, "/dev/shm/llm-%s", name);
+    char shm[LLM_IPC_SHM_NAME_MAX], path[LLM_IPC_SHM_NAME_MAX + 16];
+    llm_ipc_shm_name(shm, h_run_dir, name);
+    snprintf(path, sizeof path, "/dev/shm%s", shm);
     return access(path, F_OK) == 0;
 }
 
@@ -67,7 +69,7 @@ static pid_t mapper(const char *name)
     if (pid == 0) {
         llm_ipc_client c;
         char err[256];
-        int rc = llm_ipc_attach(&c, NULL, name, 1, err, sizeof err);
+        int rc = llm_ipc_attach(&c, h_run_dir, name, 1, err, sizeof err);
         if (write(p[1], rc == 0 ? "y" : "n", 1) != 1) _exit(1);
         for (;;) pause();
     }

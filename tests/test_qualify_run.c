@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ipc/llm_ipc.h"
 #include "artifacts.h"
 #include "json.h"
 #include "tap.h"
@@ -478,8 +479,8 @@ static void kv_from_engine(void)
        bin ? bin : "none");
     yajl_tree_free(st);
     stop_fakes();
-    char shm[128];
-    snprintf(shm, sizeof shm, "/llm-%s", name);
+    char shm[LLM_IPC_SHM_NAME_MAX];
+    llm_ipc_shm_name(shm, tmp, name);
     shm_unlink(shm);
 }
 

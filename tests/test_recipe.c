@@ -150,7 +150,16 @@ int main(void)
                  "a slot beyond max_num_seqs for probes");
     expect_error(BASE "max_num_seqs: 8\nslots: 4\n", "slots: must be at least max_num_seqs",
                  "relation between keys");
-    expect_error(BASE "name: a/b\n", "name: 'a/b' may hold only", "engine name is a safe file name");
+    {
+        char text[400], name[LLM_IPC_MODEL_MAX + 1];
+        memset(name, 'x', LLM_IPC_MODEL_MAX);
+        name[LLM_IPC_MODEL_MAX] = 0;
+        snprintf(text, sizeof text, "model:\n  path: /m\n  served_model_name: %s\n"
+                 "max_model_len: 1024\n", name);
+        expect_error(text, "model.served_model_name: 'xxxxxxxx",
+                     "a served name longer than the segment header holds is refused");
+    }
+    expect_error(BASE "name: a/b\n", "name: 'a/b' must be 1 to 63 letters", "engine name is a safe file name");
     expect_error(BASE "model:\n  - 1\n", "model: duplicate key", "duplicates reported once");
     expect_error("model:\n  - 1\nmax_model_len: 3\n", "r.yaml:2: model: expected a mapping",
                  "mapping expected");

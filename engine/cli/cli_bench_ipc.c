@@ -42,10 +42,14 @@ static void percentiles(uint64_t *v, int n, double *p50, double *p99)
     *p99 = (double)v[(int)((long)n * 99 / 100)] / 1000.0;
 }
 
+/* Names the segment only (llm_ipc_shm_name): the bench connects its
+ * worker and engine through a socketpair, not a socket in a run_dir. */
+static const char bench_run_dir[] = "/tmp";
+
 static int make_segment(segment *seg, const char *name, uint32_t slots, strbuf *err)
 {
     const char *models[] = { "bench" };
-    segment_params p = { .name = name, .models = models, .n_models = 1, .n_slots = slots,
+    segment_params p = { .name = name, .run_dir = bench_run_dir, .models = models, .n_models = 1, .n_slots = slots,
                          .ring_bytes = LLM_IPC_RING_DEFAULT, .max_request_bytes = 65536,
                          .max_model_len = 65536, .max_num_seqs = slots,
                          .max_num_batched_tokens = 8192 };
@@ -103,7 +107,7 @@ static int bench_round_trip(const char *name, int iters)
     close(sv[1]);
     llm_ipc_client c;
     char e[256];
-    if (llm_ipc_attach(&c, NULL, name, 0, e, sizeof e) < 0) {
+    if (llm_ipc_attach(&c, bench_run_dir, name, 0, e, sizeof e) < 0) {
         fprintf(stderr, "bench-ipc: %s\n", e);
         return 1;
     }
@@ -209,7 +213,7 @@ static int bench_scheduler(const char *name, int batch, int steps)
     sched *S = sched_create(&sc);
     llm_ipc_client c;
     char e[256];
-    llm_ipc_attach(&c, NULL, name, 0, e, sizeof e);
+    llm_ipc_attach(&c, bench_run_dir, name, 0, e, sizeof e);
     strbuf body;
     sb_init(&body);
     sb_puts(&body, "{\"test_script\":{\"content\":\"");

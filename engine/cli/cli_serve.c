@@ -7,18 +7,9 @@
 
 #include "cli.h"
 #include "server.h"
+#include "ipc/llm_ipc.h"
 
 static const char usage_text[] = "usage: llm-engine serve --recipe FILE [--run-dir DIR] [--name NAME]\n";
-
-static int valid_name(const char *s)
-{
-    if (!*s || strlen(s) > 63) return 0;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9')
-              || *s == '-' || *s == '_' || *s == '.'))
-            return 0;
-    return 1;
-}
 
 int cmd_serve(int argc, char **argv)
 {
@@ -37,9 +28,8 @@ int cmd_serve(int argc, char **argv)
         fputs(usage_text, stderr);
         return 2;
     }
-    if (o.name && !valid_name(o.name)) {
-        fprintf(stderr, "serve: --name '%s' may hold only letters, digits, '-', '_' and '.' "
-                        "(at most 63)\n", o.name);
+    if (o.name && !llm_ipc_valid_name(o.name, strlen(o.name))) {
+        fprintf(stderr, "serve: --name '%s' must be " LLM_IPC_NAME_RULE "\n", o.name);
         return 2;
     }
     return server_run(&o);

@@ -3,7 +3,7 @@
  * plain C11 + POSIX, no engine headers.  README.md beside it explains the
  * layout, the slot state machine and the event encoding.
  *
- * One segment /llm-<name> per engine, laid out as
+ * One segment /llm-<name>-<run_dir hash> per engine, laid out as
  *
  *   [llm_ipc_header][slot descriptors][event rings][request areas]
  *
@@ -21,6 +21,7 @@
 #define LLM_IPC_VERSION      2u
 
 #define LLM_IPC_NAME_MAX     64     /* engine name incl. NUL */
+#define LLM_IPC_SHM_NAME_MAX (LLM_IPC_NAME_MAX + 24)  /* "/llm-NAME-HASH" */
 #define LLM_IPC_MODEL_MAX    128    /* one served model name incl. NUL */
 #define LLM_IPC_MODELS_MAX   8
 #define LLM_IPC_STATE_MSG    512    /* FAILED / DRAINING reason incl. NUL */
@@ -342,6 +343,18 @@ int llm_ipc_kind_from_name(const char *name);        /* 0 if unknown */
 uint64_t llm_ipc_layout(uint32_t n_slots, uint32_t ring_bytes, uint64_t max_request_bytes,
                         uint64_t *slots_off, uint64_t *rings_off,
                         uint64_t *requests_off, uint64_t *request_stride);
+
+/* An engine name: 1 to LLM_IPC_NAME_MAX - 1 bytes of [A-Za-z0-9._-] (it
+ * becomes part of file names).  The one check for the recipe, the CLI,
+ * the client library and nginx's llm_engine. */
+int llm_ipc_valid_name(const char *name, size_t len);
+#define LLM_IPC_NAME_RULE "1 to 63 letters, digits, '-', '_' and '.'"
+
+/* The segment's POSIX shm name, "/llm-<name>-<16 hex digits>": the hex is
+ * a hash of the canonical run_dir (realpath, else as given), so two stacks
+ * with one engine name in different run directories have two segments.
+ * out holds LLM_IPC_SHM_NAME_MAX bytes.  0, or -1 when name is too long. */
+int llm_ipc_shm_name(char *out, const char *run_dir, const char *name);
 
 static inline llm_ipc_slot *llm_ipc_slot_at(llm_ipc_header *h, uint32_t k)
 {

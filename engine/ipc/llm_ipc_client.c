@@ -29,17 +29,6 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
     return rc;
 }
 
-static int valid_name(const char *name)
-{
-    size_t n = strlen(name);
-    if (!n || n >= LLM_IPC_NAME_MAX) return 0;
-    for (const char *p = name; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')
-              || *p == '-' || *p == '_' || *p == '.'))
-            return 0;
-    return 1;
-}
-
 /* Check a mapped header against this build's protocol and its own size. */
 static int check_header(const llm_ipc_header *h, size_t size, char *err, size_t errlen)
 {
@@ -70,16 +59,16 @@ int llm_ipc_attach(llm_ipc_client *c, const char *run_dir, const char *name,
     memset(c, 0, sizeof *c);
     c->shm_fd = c->sock_fd = -1;
     c->readonly = readonly != 0;
-    if (!name || !valid_name(name))
+    if (!name || !llm_ipc_valid_name(name, strlen(name)))
         return fail(err, errlen, LLM_IPC_EINVAL, "engine name '%s' is not valid",
                     name ? name : "(null)");
-    snprintf(c->shm_name, sizeof c->shm_name, "/llm-%s", name);
-    if (run_dir) {
-        int n = snprintf(c->sock_path, sizeof c->sock_path, "%s/%s.sock", run_dir, name);
-        if (n < 0 || (size_t)n >= sizeof c->sock_path)
-            return fail(err, errlen, LLM_IPC_EINVAL, "socket path %s/%s.sock is too long",
-                        run_dir, name);
-    }
+    if (!run_dir)
+        return fail(err, errlen, LLM_IPC_EINVAL, "no run_dir for engine '%s'", name);
+    llm_ipc_shm_name(c->shm_name, run_dir, name);
+    int n = snprintf(c->sock_path, sizeof c->sock_path, "%s/%s.sock", run_dir, name);
+    if (n < 0 || (size_t)n >= sizeof c->sock_path)
+        return fail(err, errlen, LLM_IPC_EINVAL, "socket path %s/%s.sock is too long",
+                    run_dir, name);
     int fd = shm_open(c->shm_name, readonly ? O_RDONLY : O_RDWR, 0);
     if (fd < 0)
         return fail(err, errlen, errno == ENOENT ? LLM_IPC_EDEAD : LLM_IPC_ESYS,

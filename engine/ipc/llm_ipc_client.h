@@ -57,7 +57,7 @@ typedef struct {
     uint32_t next_slot;         /* where the next claim starts looking */
     uint32_t in_n, in_off;      /* doorbell messages received, not yet returned */
     llm_ipc_msg in[LLM_IPC_MSGS_PER_PACKET];
-    char     shm_name[LLM_IPC_NAME_MAX + 8];
+    char     shm_name[LLM_IPC_SHM_NAME_MAX];
     char     sock_path[108];
 } llm_ipc_client;
 
@@ -67,9 +67,9 @@ typedef struct {
     uint64_t epoch;
 } llm_ipc_handle;
 
-/* Map /llm-<name> (read-only when readonly != 0, e.g. for status) and
- * check magic, version and size.  run_dir locates <name>.sock for
- * llm_ipc_connect (may be NULL for read-only use).  On failure returns a
+/* Map the engine's segment (llm_ipc_shm_name of run_dir and name;
+ * read-only when readonly != 0, e.g. for status) and check magic, version
+ * and size.  run_dir also locates <name>.sock for llm_ipc_connect.  On failure returns a
  * negative code and writes a reason to err. */
 int  llm_ipc_attach(llm_ipc_client *c, const char *run_dir, const char *name,
                     int readonly, char *err, size_t errlen);

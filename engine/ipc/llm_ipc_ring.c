@@ -13,6 +13,9 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -22,6 +25,30 @@
 #define PAGE_BYTES  4096u
 
 static uint64_t round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+int llm_ipc_valid_name(const char *name, size_t len)
+{
+    if (len == 0 || len >= LLM_IPC_NAME_MAX) return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+              || c == '-' || c == '_' || c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+int llm_ipc_shm_name(char *out, const char *run_dir, const char *name)
+{
+    char canon[PATH_MAX];
+    const char *dir = realpath(run_dir, canon) ? canon : run_dir;
+    uint64_t h = 0xcbf29ce484222325ULL;             /* FNV-1a, 64 bits */
+    for (const unsigned char *p = (const unsigned char *)dir; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ULL;
+    int n = snprintf(out, LLM_IPC_SHM_NAME_MAX, "/llm-%s-%016llx", name,
+                     (unsigned long long)h);
+    return n < 0 || n >= LLM_IPC_SHM_NAME_MAX ? -1 : 0;
+}
 
 uint64_t llm_ipc_layout(uint32_t n_slots, uint32_t ring_bytes, uint64_t max_request_bytes,
                         uint64_t *slots_off, uint64_t *rings_off,

@@ -51,6 +51,16 @@ static bool recorded(const struct record *recs, int n, const char *name, unsigne
     return false;
 }
 
+/* Whether /dev/shm/<file> is the segment of an engine of this run_dir (its
+ * name carries the run_dir's hash), so its socket would be in run_dir. */
+static bool ours(const char *run_dir, const llm_ipc_header *h, const char *file)
+{
+    char want[LLM_IPC_SHM_NAME_MAX], name[LLM_IPC_NAME_MAX];
+    memcpy(name, h->name, sizeof name);
+    name[sizeof name - 1] = 0;
+    return llm_ipc_shm_name(want, run_dir, name) == 0 && !strcmp(want + 1, file);
+}
+
 /* Remove <run_dir>/<engine>.sock when nothing listens on it. */
 static void remove_dead_socket(const char *run_dir, const char *engine)
 {
@@ -153,7 +163,7 @@ int janitor_scan(const char *run_dir, strbuf *out, strbuf *err)
                 fprintf(next, "%s %lu\n", e->d_name, inode);
                 continue;
             }
-            if (pid) remove_dead_socket(run_dir, h.name);
+            if (pid && ours(run_dir, &h, e->d_name)) remove_dead_socket(run_dir, h.name);
             line(out, e->d_name, "removed", pid,
                  "orphaned on two consecutive scans (engine dead, nobody maps it)");
         } else {

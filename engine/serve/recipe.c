@@ -1,5 +1,7 @@
 #include "recipe.h"
 
+#include "ipc/llm_ipc.h"
+
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
@@ -261,6 +263,17 @@ static void range_problem(struct loader *L, const yaml_node_t *n,
 static void load_map(struct loader *L, yaml_node_t *map, const struct field *fields,
                      const char *prefix);
 
+
+/* A served model name goes into the segment header: it must fit there. */
+static void add_served(struct loader *L, yaml_node_t *n, const char *key, const char *s)
+{
+    if (strlen(s) >= LLM_IPC_MODEL_MAX) {
+        problem(L, n, key, "'%.16s...' is longer than %d bytes", s, LLM_IPC_MODEL_MAX - 1);
+        return;
+    }
+    L->r->served_model_name[L->r->n_served++] = strdup(s);
+}
+
 static void set_field(struct loader *L, const struct field *f, yaml_node_t *n,
                       const char *key)
 {
@@ -284,7 +297,7 @@ static void set_field(struct loader *L, const struct field *f, yaml_node_t *n,
     if (f->type == F_NAMES) {
         recipe *r = L->r;
         if (s && !is_null(n)) {
-            r->served_model_name[r->n_served++] = strdup(s);
+            add_served(L, n, key, s);
             return;
         }
         if (n->type != YAML_SEQUENCE_NODE || n->data.sequence.items.top
@@ -297,11 +310,11 @@ static void set_field(struct loader *L, const struct field *f, yaml_node_t *n,
             yaml_node_t *e = yaml_document_get_node(&L->doc, *it);
             const char *es = scalar(e);
             if (!es || !*es) { problem(L, e, key, "each name must be a non-empty string"); continue; }
-            if (r->n_served == RECIPE_MAX_SERVED) {
-                problem(L, e, key, "at most %d names", RECIPE_MAX_SERVED);
+            if (r->n_served == LLM_IPC_MODELS_MAX) {
+                problem(L, e, key, "at most %d names", LLM_IPC_MODELS_MAX);
                 break;
             }
-            r->served_model_name[r->n_served++] = strdup(es);
+            add_served(L, e, key, es);
         }
         return;
     }
@@ -524,14 +537,8 @@ int recipe_load(recipe *r, const char *path, strbuf *errors)
     }
     if (!r->slots) r->slots = r->max_num_seqs + 64 > 256 ? r->max_num_seqs + 64 : 256;
     if (!r->reasoning_effort) r->reasoning_effort = strdup("high");
-    for (const char *c = r->name; *c; c++) {
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')
-              || *c == '-' || *c == '_' || *c == '.')) {
-            problem(&L, NULL, "name", "'%s' may hold only letters, digits, '-', '_' and '.'",
-                    r->name);
-            break;
-        }
-    }
+    if (!llm_ipc_valid_name(r->name, strlen(r->name)))
+        problem(&L, NULL, "name", "'%s' must be " LLM_IPC_NAME_RULE, r->name);
     free(L.dir);
     return L.nerr;
 }

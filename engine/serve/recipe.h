@@ -8,9 +8,9 @@
 #include <stdint.h>
 
 #include "backend_modes.h"
+#include "ipc/llm_ipc.h"   /* LLM_IPC_MODELS_MAX */
 #include "strbuf.h"
 
-#define RECIPE_MAX_SERVED 8
 
 enum backend_kind { BACKEND_CPU, BACKEND_CUDA };
 enum kv_cache_dtype { KV_DTYPE_AUTO, KV_DTYPE_BF16, KV_DTYPE_FP8 };
@@ -18,14 +18,14 @@ enum kv_cache_dtype { KV_DTYPE_AUTO, KV_DTYPE_BF16, KV_DTYPE_FP8 };
 typedef struct {
     /* identity and placement */
     char   *path;                 /* the recipe file itself */
-    char   *name;                 /* engine name: segment /llm-<name> */
+    char   *name;                 /* engine name: segment /llm-<name>-<run_dir hash> */
     char   *run_dir;              /* where <name>.sock lives */
     enum backend_kind backend;
 
     /* model */
     char   *model_path;           /* checkpoint dir (resolved against recipe dir) */
     char   *tokenizer_path;       /* default: <model_path>/tokenizer.json */
-    char   *served_model_name[RECIPE_MAX_SERVED];
+    char   *served_model_name[LLM_IPC_MODELS_MAX];
     int     n_served;
 
     /* parallelism and limits (vLLM names) */

@@ -28,6 +28,7 @@
 #include "chat_encode.h"
 #include "chat_render.h"
 #include "fingerprint.h"
+#include "ipc/llm_request.h"
 #include "json.h"
 #include "model.h"
 #include "output_parser.h"
@@ -430,7 +431,38 @@ static void sampling_from(const recipe *rc, yajl_val req, sampling_params *p)
     if (json_bool(json_get(req, "logprobs"), &lp) && lp) p->top_logprobs = 0;
     if (get_int(req, "logprobs", &v) && v >= 0) p->top_logprobs = (int)v;  /* completions */
     if (get_int(req, "top_logprobs", &v) && v >= 0 && p->top_logprobs >= 0) p->top_logprobs = (int)v;
-    if (p->top_logprobs > SAMPLER_MAX_TOP_LOGPROBS) p->top_logprobs = SAMPLER_MAX_TOP_LOGPROBS;
+    if (p->top_logprobs > LLM_REQ_TOP_LOGPROBS_MAX) p->top_logprobs = LLM_REQ_TOP_LOGPROBS_MAX;
+}
+
+/* The canonical request is nginx's validated form (llm_request.h); one
+ * from another client outside its limits is refused: the field, or NULL. */
+static const char *limits_bad(yajl_val req)
+{
+    static const struct { const char *name; bool integer, min_open; double min, max; } f[] = {
+#define ROW(name, integer, min_open, min, max) { #name, integer, min_open, min, max },
+        LLM_REQ_SAMPLING(ROW)
+#undef ROW
+    };
+    double d;
+    long long n;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        yajl_val v = json_get(req, f[i].name);
+        if (!v || YAJL_IS_NULL(v)) continue;
+        bool num = f[i].integer ? json_int(v, &n) && (d = (double)n, true) : json_number(v, &d);
+        if (!num || d < f[i].min || d > f[i].max || (f[i].min_open && d == f[i].min))
+            return f[i].name;
+    }
+    yajl_val top = json_get(req, "top_logprobs");
+    if (top && !YAJL_IS_NULL(top)
+        && (!json_int(top, &n) || n < 0 || n > LLM_REQ_TOP_LOGPROBS_MAX))
+        return "top_logprobs";
+    yajl_val lp = json_get(req, "logprobs");                /* completions: a count */
+    if (lp && YAJL_IS_NUMBER(lp)
+        && (!json_int(lp, &n) || n < 0 || n > LLM_REQ_COMPLETION_LOGPROBS_MAX))
+        return "logprobs";
+    yajl_val st = json_get(req, "stop");
+    if (st && YAJL_IS_ARRAY(st) && st->u.array.len > LLM_REQ_STOP_MAX) return "stop";
+    return NULL;
 }
 
 static void parser_event(void *ctx, const parse_event *ev);
@@ -442,7 +474,9 @@ static void prep_job(struct model_runner *R, struct model_req *q)
     char perr[256];
     q->req = json_parse(q->request, q->request_len, perr, sizeof perr);
     if (!q->req || !YAJL_IS_OBJECT(q->req)) {
-        snprintf(q->err_msg, sizeof q->err_msg, "request body is not a JSON object: %s",
+        /* nginx writes only valid objects: this came from another client */
+        snprintf(q->err_msg, sizeof q->err_msg,
+                 "the canonical request is not a JSON object of valid UTF-8: %s",
                  q->req ? "another JSON value" : perr);
         q->err_param[0] = 0;
         return;
@@ -561,6 +595,13 @@ static int prep_finish(struct model_runner *R, llm_request *s)
         return -1;
     }
 
+    const char *bad = limits_bad(req);
+    if (bad) {
+        req_emit_error(s, 400, "invalid_request_error", bad,
+                       "%s is outside the limits of the canonical request", bad);
+        req_emit_finish(s, LLM_FINISH_ERROR);
+        return -1;
+    }
     sampling_params sp;
     sampling_from(rc, req, &sp);
     if (s->kind == LLM_KIND_PROBE) { sp.temperature = 0; sp.top_logprobs = -1; }
@@ -576,11 +617,11 @@ static int prep_finish(struct model_runner *R, llm_request *s)
     s->width = (int)n;
 
     /* stop strings */
-    const char *stops[STOP_MAX];
+    const char *stops[LLM_REQ_STOP_MAX];
     int n_stops = 0;
     yajl_val st = json_get(req, "stop");
     if (st && YAJL_IS_STRING(st) && *st->u.string) stops[n_stops++] = st->u.string;
-    for (size_t i = 0; st && YAJL_IS_ARRAY(st) && i < st->u.array.len && n_stops < STOP_MAX; i++) {
+    for (size_t i = 0; st && YAJL_IS_ARRAY(st) && i < st->u.array.len && n_stops < LLM_REQ_STOP_MAX; i++) {
         const char *x = json_string(st->u.array.values[i]);
         if (x && *x) stops[n_stops++] = x;
     }
@@ -808,8 +849,8 @@ static void emit_logprob(struct model_runner *R, struct mchoice *q, const sample
     s->choice = q->index;
     size_t blen;
     const char *b = tok_id_bytes(R->tok, sr->token, &blen);
-    const char *tb[SAMPLER_MAX_TOP_LOGPROBS];
-    size_t tl[SAMPLER_MAX_TOP_LOGPROBS];
+    const char *tb[LLM_REQ_TOP_LOGPROBS_MAX];
+    size_t tl[LLM_REQ_TOP_LOGPROBS_MAX];
     for (int i = 0; i < sr->n_top; i++) {
         tb[i] = tok_id_bytes(R->tok, sr->top_token[i], &tl[i]);
         if (!tb[i]) { tb[i] = ""; tl[i] = 0; }

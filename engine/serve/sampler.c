@@ -180,7 +180,7 @@ void sampler_sample(sampler *s, float *logits, sample_result *out)
     /* logprobs come from the raw distribution */
     if (p->top_logprobs >= 0) {
         float lse = log_sum_exp(logits, V, &mx);
-        int n = p->top_logprobs > SAMPLER_MAX_TOP_LOGPROBS ? SAMPLER_MAX_TOP_LOGPROBS
+        int n = p->top_logprobs > LLM_REQ_TOP_LOGPROBS_MAX ? LLM_REQ_TOP_LOGPROBS_MAX
                                                            : p->top_logprobs;
         top_logprobs(logits, V, lse, n, out);
         out->logprob = lse;   /* completed below once the token is known */

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define SAMPLER_MAX_TOP_LOGPROBS 20
+#include "ipc/llm_request.h"   /* LLM_REQ_TOP_LOGPROBS_MAX */
 
 typedef struct {
     float    temperature;        /* 0 = greedy */
@@ -30,8 +30,8 @@ typedef struct {
     int32_t token;
     float   logprob;
     int     n_top;
-    int32_t top_token[SAMPLER_MAX_TOP_LOGPROBS];
-    float   top_logprob[SAMPLER_MAX_TOP_LOGPROBS];
+    int32_t top_token[LLM_REQ_TOP_LOGPROBS_MAX];
+    float   top_logprob[LLM_REQ_TOP_LOGPROBS_MAX];
 } sample_result;
 
 typedef struct sampler sampler;

@@ -30,7 +30,7 @@ int segment_peek(const char *file, llm_ipc_header *out)
     return 0;
 }
 
-/* An existing /llm-<name>: remove it if its engine is dead. */
+/* An existing segment of ours: remove it if its engine is dead. */
 static int replace_stale(const char *shm_name, strbuf *err)
 {
     llm_ipc_header h;
@@ -70,7 +70,7 @@ int segment_create(segment *seg, const segment_params *p, strbuf *err)
         sb_printf(err, "engine name '%s' is longer than %d bytes", p->name, LLM_IPC_NAME_MAX - 1);
         return -1;
     }
-    snprintf(seg->shm_name, sizeof seg->shm_name, "/llm-%s", p->name);
+    llm_ipc_shm_name(seg->shm_name, p->run_dir, p->name);
     uint64_t so, ro, qo, qs;
     uint64_t bytes = llm_ipc_layout(p->n_slots, p->ring_bytes, p->max_request_bytes,
                                     &so, &ro, &qo, &qs);

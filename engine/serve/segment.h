@@ -1,4 +1,4 @@
-/* The engine's side of the shared-memory segment: create /llm-<name>
+/* The engine's side of the shared-memory segment: create /llm-<name>-<hash>
  * (replacing a stale one only when its engine is dead), publish state,
  * and remove it at exit.  Also reads a segment's header without mapping
  * it, for the janitor. */
@@ -13,6 +13,7 @@
 
 typedef struct {
     const char *name;
+    const char *run_dir;        /* with name, gives the shm name */
     const char *const *models;
     int         n_models;
     uint32_t    n_slots;
@@ -25,7 +26,7 @@ typedef struct {
     llm_ipc_header *hdr;
     size_t          bytes;
     int             fd;
-    char            shm_name[LLM_IPC_NAME_MAX + 8];   /* "/llm-<name>" */
+    char            shm_name[LLM_IPC_SHM_NAME_MAX];   /* llm_ipc_shm_name() */
 } segment;
 
 /* Create and fill the segment in state STARTING.  0, or -1 with a reason. */

@@ -410,7 +410,8 @@ int server_run(const server_opts *o)
     }
     if ((lock_fd = take_lock(run_dir, sv->name, &err)) < 0) goto done;
     segment_params sp = {
-        .name = sv->name, .models = served_names(&r), .n_models = r.n_served,
+        .name = sv->name, .run_dir = run_dir,
+        .models = served_names(&r), .n_models = r.n_served,
         .n_slots = (uint32_t)r.slots,
         .ring_bytes = r.ring_bytes ? (uint32_t)r.ring_bytes : LLM_IPC_RING_DEFAULT,
         .max_request_bytes = (uint64_t)r.max_request_bytes,

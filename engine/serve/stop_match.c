@@ -7,7 +7,7 @@ void stop_init(stop_matcher *m, const char *const *stops, int n)
 {
     memset(m, 0, sizeof *m);
     sb_init(&m->held);
-    for (int i = 0; i < n && m->n < STOP_MAX; i++) {
+    for (int i = 0; i < n && m->n < LLM_REQ_STOP_MAX; i++) {
         size_t l = strlen(stops[i]);
         if (!l) continue;
         m->stop[m->n] = strdup(stops[i]);

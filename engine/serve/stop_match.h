@@ -7,20 +7,19 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "ipc/llm_request.h"   /* LLM_REQ_STOP_MAX */
 #include "strbuf.h"
 
-#define STOP_MAX 16
-
 typedef struct {
-    char  *stop[STOP_MAX];
-    size_t len[STOP_MAX];
+    char  *stop[LLM_REQ_STOP_MAX];
+    size_t len[LLM_REQ_STOP_MAX];
     int    n;
     strbuf held;        /* text not yet released */
     bool   matched;
     int    which;       /* index of the stop string that matched */
 } stop_matcher;
 
-/* Stops must be non-empty; at most STOP_MAX (callers validate). */
+/* Stops must be non-empty; at most LLM_REQ_STOP_MAX (callers validate). */
 void stop_init(stop_matcher *m, const char *const *stops, int n);
 void stop_free(stop_matcher *m);
 

@@ -242,7 +242,7 @@ END {
         kill 'KILL', $pid;
         waitpid($pid, 0);
         my $name = $engines{$pid}[0];
-        unlink "/dev/shm/llm-$name";
+        unlink glob("/dev/shm/llm-$name-*");
     }
     $? = $status;
 }
