@@ -1,0 +1,23 @@
+/* What a request constrains its output to, as a grammar (json_schema.h):
+ *   tool_choice "required"            a DSML tool-call block, one call or
+ *                                     (parallel_tool_calls not false) more,
+ *                                     to any of the tools
+ *   tool_choice {"function":{name}}   exactly one call to that function
+ *   response_format json_object       a JSON object
+ *   response_format json_schema       JSON valid under the schema (strict
+ *                                     or not: both are enforced)
+ * tool_choice wins over response_format.  The text after the grammar is
+ * complete is the EOS. */
+#ifndef LLM_CONSTRAINT_H
+#define LLM_CONSTRAINT_H
+
+#include <yajl/yajl_tree.h>
+
+#include "grammar.h"
+#include "json_schema.h"
+
+/* *out: a finished grammar, or NULL when the request constrains nothing.
+ * Returns 0, or -1 with err set (a 400 naming err->path). */
+int constraint_from_request(yajl_val req, grammar **out, schema_error *err);
+
+#endif
