@@ -414,6 +414,70 @@ ngx_http_llm_model(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
 }
 
 
+/*
+ * logit_bias: {"token id": bias}, ids as decimal strings, biases from -100
+ * to 100; the engine checks the ids against its vocabulary.  Written as
+ * given (a repeated id: the last one wins, as in Python).
+ */
+static ngx_int_t
+ngx_http_llm_logit_bias(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
+{
+    double                d;
+    ngx_uint_t            i;
+    ngx_http_llm_json_t  *lb, *m;
+
+    if (ngx_http_llm_get_typed(ctx, body, NULL, "logit_bias",
+                               NGX_HTTP_LLM_JSON_OBJECT, &lb)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (lb == NULL || lb->count == 0) {
+        return NGX_OK;
+    }
+
+    ngx_http_llm_puts(&ctx->out, ",\"logit_bias\":{");
+
+    for (m = lb->child; m; m = m->next) {
+
+        for (i = 0; i < m->key.len && m->key.data[i] >= '0'
+                    && m->key.data[i] <= '9';
+             i++)
+        {
+            /* void */
+        }
+
+        if (m->key.len == 0 || m->key.len > 10 || i != m->key.len) {
+            return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx,
+                                                           "logit_bias"),
+                                    "keys must be token ids (decimal "
+                                    "integers), not \"%V\"", &m->key);
+        }
+
+        if (ngx_http_llm_json_double(m, &d) != NGX_OK
+            || d < -100 || d > 100)
+        {
+            return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx,
+                                                           "logit_bias"),
+                                    "bias of token %V must be a number "
+                                    "from -100 to 100", &m->key);
+        }
+
+        ngx_http_llm_printf(&ctx->out, "\"%V\":", &m->key);
+        ngx_http_llm_put_str(&ctx->out, &m->value);
+
+        if (m->next) {
+            ngx_http_llm_puts(&ctx->out, ",");
+        }
+    }
+
+    ngx_http_llm_puts(&ctx->out, "}");
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_llm_sampling_params(ngx_http_llm_vctx_t *ctx,
     ngx_http_llm_json_t *body)
@@ -476,7 +540,7 @@ ngx_http_llm_sampling_params(ngx_http_llm_vctx_t *ctx,
         ngx_http_llm_printf(&ctx->out, ",\"seed\":%L", n);
     }
 
-    return NGX_OK;
+    return ngx_http_llm_logit_bias(ctx, body);
 }
 
 

@@ -26,6 +26,7 @@
 
 #include "chat_encode.h"
 #include "chat_render.h"
+#include "constraint.h"
 #include "fingerprint.h"
 #include "json.h"
 #include "model.h"
@@ -34,6 +35,7 @@
 #include "sampler.h"
 #include "sha256.h"
 #include "stop_match.h"
+#include "token_mask.h"
 #include "tokenizer.h"
 #include "version.h"
 
@@ -48,6 +50,9 @@ struct model_runner {
     float        *logits;         /* [max_num_seqs][vocab] */
     v4_step_item *items;
     uint64_t      rng;            /* tool call ids */
+    token_trie   *trie;           /* constrained decoding; NULL: trie_err */
+    char          trie_err[200];
+    int32_t       think_end;      /* </think>, or -1 */
     /* background preparation */
     pthread_t       prep_tid;
     bool            prep_started, prep_stop;
@@ -88,6 +93,15 @@ struct mseq {
     int           top_logprobs;   /* -1: none */
     int           generated, reasoning_tokens;
     enum llm_finish_reason parsed_finish;
+    /* constrained decoding (constraint.h): grammar until prep_finish
+     * makes the matcher; in thinking mode it starts after </think> */
+    grammar      *grammar;
+    token_matcher *tm;
+    uint64_t     *mask;
+    bool          tm_wait;
+    char          tail[8];        /* last bytes of reasoning, for </think> */
+    int32_t      *bias_id;        /* logit_bias */
+    float        *bias;
     strbuf        text;           /* scratch: decoded text of one token */
     strbuf        kept;           /* scratch: text past the stop matcher */
 };
@@ -128,6 +142,11 @@ static void free_mseq(struct mseq *q)
     sampler_free(q->smp);
     stop_free(&q->stop);
     if (q->parser) output_parser_free(q->parser);
+    grammar_free(q->grammar);
+    token_matcher_free(q->tm);
+    free(q->mask);
+    free(q->bias_id);
+    free(q->bias);
     sb_free(&q->text);
     sb_free(&q->kept);
     free(q);
@@ -223,6 +242,8 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     R->items = calloc((size_t)rc->max_num_seqs, sizeof *R->items);
     if (!R->logits || !R->items) { sb_puts(err, "out of memory"); mr_unload(R); return -1; }
     if (getrandom(&R->rng, sizeof R->rng, 0) != sizeof R->rng || !R->rng) R->rng = 0x9e3779b97f4a7c15ULL;
+    R->trie = token_trie_new(R->tok, R->vocab, R->trie_err, sizeof R->trie_err);
+    R->think_end = tok_added_token_id(R->tok, "</think>");
 
     v4_cache_info ci;
     v4_cache_info_get(R->model, &ci);
@@ -259,6 +280,7 @@ static void mr_unload(void *self)
     if (R->wake > 0) close(R->wake);
     if (R->model) v4_model_free(R->model);
     if (R->tok) tok_free(R->tok);
+    token_trie_free(R->trie);
     free(R->logits);
     free(R->items);
     free(R);
@@ -446,9 +468,13 @@ static void prep_job(struct model_runner *R, struct mseq *q)
         probe = json_parse(ping, sizeof ping - 1, e2, sizeof e2);
         use = probe;
     }
+    schema_error serr;
     if (chat_tokens(R, use, &q->prompt, &q->thinking, &cerr)) {
         snprintf(q->err_param, sizeof q->err_param, "%s", cerr.param);
         snprintf(q->err_msg, sizeof q->err_msg, "%s", cerr.message);
+    } else if (!probe && constraint_from_request(q->req, R->trie, &q->grammar, &serr)) {
+        snprintf(q->err_param, sizeof q->err_param, "%.127s", serr.path);
+        snprintf(q->err_msg, sizeof q->err_msg, "%s", serr.message);
     }
     yajl_tree_free(probe);
 }
@@ -473,6 +499,116 @@ static void *prep_thread(void *arg)
     }
     pthread_mutex_unlock(&R->prep_mu);
     return NULL;
+}
+
+/* logit_bias: {"id": bias}, ids of this vocabulary, biases in [-100, 100]
+ * (the module checked the shape).  Emits the error and returns -1. */
+static int load_logit_bias(struct model_runner *R, llm_seq *s, yajl_val req,
+                           sampling_params *sp)
+{
+    struct mseq *q = s->state;
+    yajl_val lb = json_get(req, "logit_bias");
+    if (!lb || !YAJL_IS_OBJECT(lb) || !lb->u.object.len) return 0;
+    size_t n = lb->u.object.len, m = 0;
+    q->bias_id = malloc(n * sizeof *q->bias_id);
+    q->bias = malloc(n * sizeof *q->bias);
+    if (!q->bias_id || !q->bias) {
+        fail(s, 503, "engine_out_of_memory", NULL, "engine out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *k = lb->u.object.keys[i];
+        char *end, msg[200];
+        long long id = strtoll(k, &end, 10);
+        double b;
+        size_t len;
+        if (!*k || *end || id < 0 || id >= R->vocab || !tok_id_bytes(R->tok, (int32_t)id, &len)) {
+            snprintf(msg, sizeof msg, "logit_bias: token id '%.40s' is not in the vocabulary "
+                     "(ids 0 to %d)", k, tok_vocab_size(R->tok) - 1);
+            fail(s, 400, "invalid_request_error", "logit_bias", msg);
+            return -1;
+        }
+        if (!json_number(lb->u.object.values[i], &b) || !(b >= -100 && b <= 100)) {
+            snprintf(msg, sizeof msg, "logit_bias: the bias of token %lld must be a number "
+                     "from -100 to 100", id);
+            fail(s, 400, "invalid_request_error", "logit_bias", msg);
+            return -1;
+        }
+        size_t j = 0;   /* a repeated id: the last bias wins */
+        while (j < m && q->bias_id[j] != (int32_t)id) j++;
+        q->bias_id[j] = (int32_t)id;
+        q->bias[j] = (float)b;
+        if (j == m) m++;
+    }
+    sp->bias_id = q->bias_id;
+    sp->bias = q->bias;
+    sp->n_bias = (int)m;
+    return 0;
+}
+
+/* The matcher for a constrained request, once the budget is known: the
+ * budget must hold the shortest complete reply (and </think> in thinking
+ * mode), so the reply is never cut.  Emits the error and returns -1. */
+static int start_constraint(struct model_runner *R, llm_seq *s)
+{
+    struct mseq *q = s->state;
+    if (!q->grammar) return 0;
+    if (!R->trie) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "constrained decoding is unavailable: %s", R->trie_err);
+        fail(s, 400, "invalid_request_error", "response_format", msg);
+        return -1;
+    }
+    q->tm_wait = q->thinking && R->think_end >= 0;
+    int need = grammar_min_len(q->grammar) + 1 + (q->tm_wait ? 1 : 0);
+    if (q->budget < need) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "max_tokens: %d tokens cannot hold the shortest reply the "
+                 "requested format allows; allow at least %d", q->budget, need);
+        fail(s, 400, "invalid_request_error", "max_tokens", msg);
+        return -1;
+    }
+    q->tm = token_matcher_new(R->trie, q->grammar, R->eos);
+    q->grammar = NULL;   /* the matcher owns it */
+    q->mask = malloc(token_mask_words(R->trie) * sizeof *q->mask);
+    if (!q->mask) {
+        fail(s, 503, "engine_out_of_memory", NULL, "engine out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* The allowed tokens of this step, or NULL when unconstrained.  While
+ * reasoning, everything, unless the budget has just room for </think> and
+ * the shortest reply. */
+static const uint64_t *step_mask(struct model_runner *R, struct mseq *q)
+{
+    if (!q->tm) return NULL;
+    int left = q->budget - q->generated;
+    if (!q->tm_wait) {
+        token_matcher_mask(q->tm, left, q->mask);
+        return q->mask;
+    }
+    if (left > token_matcher_min(q->tm) + 2) return NULL;
+    memset(q->mask, 0, token_mask_words(R->trie) * sizeof *q->mask);
+    q->mask[R->think_end >> 6] |= 1ULL << (R->think_end & 63);
+    return q->mask;
+}
+
+/* Advance the matcher by the sampled token; -1 when it was not allowed
+ * (only possible when every logit was -inf or NaN). */
+static int step_accept(struct model_runner *R, struct mseq *q, int32_t token)
+{
+    if (!q->tm) return 0;
+    if (!q->tm_wait) return token_matcher_accept(q->tm, token);
+    size_t len, k = sizeof q->tail;
+    const char *b = tok_id_bytes(R->tok, token, &len);
+    for (size_t i = 0; b && i < len; i++) {   /* shift the bytes in */
+        memmove(q->tail, q->tail + 1, k - 1);
+        q->tail[k - 1] = b[i];
+    }
+    if (!memcmp(q->tail, "</think>", 8)) q->tm_wait = false;
+    return 0;
 }
 
 /* Main-thread half, once the job is done: limits, sampling, output path.
@@ -531,6 +667,7 @@ static int prep_finish(struct model_runner *R, llm_seq *s)
     sampling_params sp;
     sampling_from(rc, req, &sp);
     if (s->kind == LLM_KIND_PROBE) { sp.temperature = 0; sp.top_logprobs = -1; }
+    if (load_logit_bias(R, s, req, &sp) || start_constraint(R, s)) return -1;
     q->top_logprobs = sp.top_logprobs;
     if (get_int(req, "min_tokens", &v) && v > 0) q->min_tokens = (int)v;
     json_bool(json_get(req, "ignore_eos"), &q->ignore_eos);
@@ -751,10 +888,19 @@ static void emit_logprob(struct model_runner *R, llm_seq *s, const sample_result
 static void take_token(struct model_runner *R, llm_seq *s, float *logits)
 {
     struct mseq *q = s->state;
-    if (R->eos >= 0 && (q->ignore_eos || q->generated < q->min_tokens))
+    const uint64_t *allow = step_mask(R, q);
+    /* a complete constrained reply ends, whatever min_tokens says */
+    if (R->eos >= 0 && (q->ignore_eos || q->generated < q->min_tokens)
+        && !(allow && q->tm && !q->tm_wait && token_matcher_done(q->tm)))
         sampler_ban(logits, R->eos);
     sample_result sr;
-    sampler_sample(q->smp, logits, &sr);
+    sampler_sample_masked(q->smp, logits, allow, &sr);
+    if (step_accept(R, q, sr.token)) {
+        seq_emit_error(s, 500, "internal_error", NULL, "constrained decoding: no token "
+                       "was allowed (the logits are not finite)");
+        seq_emit_finish(s, LLM_FINISH_ERROR);
+        return;
+    }
     q->generated++;
     if (q->in_reasoning) q->reasoning_tokens++;
     if (q->top_logprobs >= 0) emit_logprob(R, s, &sr);

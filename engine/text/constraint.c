@@ -5,7 +5,8 @@
 
 #include "json.h"
 
-int constraint_from_request(yajl_val req, grammar **out, schema_error *err)
+int constraint_from_request(yajl_val req, const token_trie *trie, grammar **out,
+                            schema_error *err)
 {
     *out = NULL;
     err->path[0] = err->message[0] = 0;
@@ -36,7 +37,8 @@ int constraint_from_request(yajl_val req, grammar **out, schema_error *err)
         start = -1;
     }
     char why[200];
-    if (start >= 0 && grammar_finish(g, start, why, sizeof why)) {
+    if (start >= 0 && grammar_finish(g, start, trie ? token_trie_lit_cost : NULL,
+                                    (void *)trie, why, sizeof why)) {
         snprintf(err->path, sizeof err->path, tools ? "tools" : "response_format");
         snprintf(err->message, sizeof err->message, "%s: the schema admits no finite value (%s)",
                  err->path, why);

@@ -15,9 +15,12 @@
 
 #include "grammar.h"
 #include "json_schema.h"
+#include "token_mask.h"
 
 /* *out: a finished grammar, or NULL when the request constrains nothing.
- * Returns 0, or -1 with err set (a 400 naming err->path). */
-int constraint_from_request(yajl_val req, grammar **out, schema_error *err);
+ * Literals are priced in trie's tokens (NULL: in bytes).  Returns 0, or -1
+ * with err set (a 400 naming err->path). */
+int constraint_from_request(yajl_val req, const token_trie *trie, grammar **out,
+                            schema_error *err);
 
 #endif

@@ -24,7 +24,8 @@ struct grammar {
     uint64_t (*cls)[4];      /* byte classes, deduplicated */
     int      n_cls, cap_cls;
     int32_t *rule_min;       /* fewest bytes per rule */
-    int32_t *suffix;         /* fewest bytes from each position to its END */
+    int32_t *suffix;         /* least cost from each position to its END */
+    int32_t *cost;           /* per class element (grammar_finish) */
     int      start;
 };
 
@@ -55,6 +56,7 @@ void grammar_free(grammar *g)
     free(g->cls);
     free(g->rule_min);
     free(g->suffix);
+    free(g->cost);
     free(g);
 }
 
@@ -139,7 +141,7 @@ static int32_t seq_min(const grammar *g, int32_t pos)
     int64_t sum = 0;
     for (int32_t p = pos; g->elems[p] != E_END; p++) {
         int32_t e = g->elems[p];
-        int32_t m = IS_REF(e) ? g->rule_min[REF_RULE(e)] : 1;
+        int32_t m = IS_REF(e) ? g->rule_min[REF_RULE(e)] : g->cost[p];
         if (m == INT32_MAX) return INT32_MAX;
         sum += m;
         if (sum >= INT32_MAX / 2) return INT32_MAX / 2;
@@ -147,9 +149,45 @@ static int32_t seq_min(const grammar *g, int32_t pos)
     return (int32_t)sum;
 }
 
-int grammar_finish(grammar *g, int start, char *err, size_t errlen)
+static bool single_byte(const grammar *g, int32_t e, uint8_t *b)
+{
+    if (e < 0) return false;
+    int n = 0;
+    for (int w = 0; w < 4; w++) {
+        uint64_t x = g->cls[e][w];
+        if (!x) continue;
+        n += __builtin_popcountll(x);
+        *b = (uint8_t)(w * 64 + __builtin_ctzll(x));
+    }
+    return n == 1;
+}
+
+/* Element costs: 1, or literal runs priced by lit_cost. */
+static void set_costs(grammar *g, grammar_lit_cost lit_cost, void *ctx)
+{
+    g->cost = malloc((size_t)(g->n_elems + 1) * sizeof *g->cost);
+    uint8_t *lit = malloc((size_t)g->n_elems + 1);
+    int32_t *suf = malloc((size_t)(g->n_elems + 2) * sizeof *suf);
+    if (!g->cost || !lit || !suf) abort();
+    for (int32_t p = 0; p < g->n_elems; p++) g->cost[p] = 1;
+    for (int32_t p = 0; lit_cost && p < g->n_elems;) {
+        int32_t q = p;
+        while (q < g->n_elems && single_byte(g, g->elems[q], &lit[q - p])) q++;
+        if (q - p > 1) {
+            lit_cost(ctx, lit, (size_t)(q - p), suf);
+            for (int32_t i = p; i < q; i++) g->cost[i] = suf[i - p] - suf[i - p + 1];
+        }
+        p = q > p ? q : p + 1;
+    }
+    free(lit);
+    free(suf);
+}
+
+int grammar_finish(grammar *g, int start, grammar_lit_cost lit_cost, void *ctx,
+                   char *err, size_t errlen)
 {
     g->start = start;
+    set_costs(g, lit_cost, ctx);
     g->rule_min = malloc((size_t)(g->n_rules + 1) * sizeof *g->rule_min);
     g->suffix = malloc((size_t)(g->n_elems + 1) * sizeof *g->suffix);
     if (!g->rule_min || !g->suffix) abort();

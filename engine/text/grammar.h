@@ -52,10 +52,18 @@ void galt_set(grammar *g, galt *a, const uint64_t set[4]);
 void galt_ref(galt *a, int rule);
 void galt_free(galt *a);
 
-/* Freeze: compute the fewest bytes of every rule.  start is the rule a
- * match must produce.  Returns 0, or -1 with a reason in err (a rule that
- * produces no finite string). */
-int grammar_finish(grammar *g, int start, char *err, size_t errlen);
+/* Costs: every byte class costs one (one byte, one token: byte-level BPE
+ * has a token per byte), except in runs of single-byte classes (literals),
+ * which lit_cost may price in tokens: it fills suffix[i] (i in 0..n, with
+ * suffix[n] = 0) with at most how many tokens spell lit[i..n).  The "fewest
+ * bytes" of the matcher are then at most that many tokens. */
+typedef void (*grammar_lit_cost)(void *ctx, const uint8_t *lit, size_t n, int32_t *suffix);
+
+/* Freeze: compute the least cost of every rule (lit_cost may be NULL:
+ * bytes).  start is the rule a match must produce.  Returns 0, or -1 with
+ * a reason in err (a rule that produces no finite string). */
+int grammar_finish(grammar *g, int start, grammar_lit_cost lit_cost, void *ctx,
+                   char *err, size_t errlen);
 int grammar_n_rules(const grammar *g);
 /* Fewest bytes of the start rule (after grammar_finish). */
 int grammar_min_len(const grammar *g);

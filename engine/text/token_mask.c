@@ -163,6 +163,26 @@ void token_trie_free(token_trie *tt)
 int token_trie_vocab(const token_trie *tt) { return tt->vocab; }
 size_t token_mask_words(const token_trie *tt) { return tt->words; }
 
+void token_trie_lit_cost(void *trie, const uint8_t *lit, size_t n, int32_t *suffix)
+{
+    const token_trie *tt = trie;
+    suffix[n] = 0;
+    for (size_t i = n; i-- > 0;) {
+        int32_t best = suffix[i + 1] + 1;   /* the single-byte token */
+        /* the children of node x are x + 1, then each one's skip */
+        int32_t x = -1, end = tt->n_nodes;
+        for (size_t k = i; k < n; k++) {
+            int32_t c = x + 1;
+            while (c < end && tt->byte[c] != lit[k]) c = tt->skip[c];
+            if (c >= end) break;
+            end = tt->skip[c];
+            x = c;
+            if (tt->n_end[x] && suffix[k + 1] + 1 < best) best = suffix[k + 1] + 1;
+        }
+        suffix[i] = best;
+    }
+}
+
 /* ---- matcher ---- */
 
 token_matcher *token_matcher_new(const token_trie *tt, grammar *g, int32_t eos)

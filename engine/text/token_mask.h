@@ -13,10 +13,11 @@
  * step's mask is then the accepted sets of its stack tops plus the
  * uncertain tokens checked against the real stacks.
  *
- * Never truncated: bytes bound tokens (every byte is a token of a
- * byte-level BPE, checked at construction), so with R tokens left a token
- * is allowed only if the fewest bytes that finish the grammar after it
- * plus the EOS fit in R - 1.  The caller starts with a budget of at least
+ * Never truncated: the grammar's costs bound tokens (every byte is a token
+ * of a byte-level BPE, checked at construction; literals are priced by
+ * token_trie_lit_cost), so with R tokens left a token is allowed only if
+ * the least cost that finishes the grammar after it plus the EOS fits in
+ * R - 1.  The caller starts with a budget of at least
  * token_matcher_min() + 1 tokens; then some token is always allowed. */
 #ifndef LLM_TOKEN_MASK_H
 #define LLM_TOKEN_MASK_H
@@ -38,6 +39,10 @@ void token_trie_free(token_trie *tt);
 int token_trie_vocab(const token_trie *tt);
 /* Words of a mask (64 tokens each). */
 size_t token_mask_words(const token_trie *tt);
+
+/* grammar_lit_cost over the trie's tokens (ctx: the token_trie): the
+ * fewest tokens that spell each suffix of a literal. */
+void token_trie_lit_cost(void *trie, const uint8_t *lit, size_t n, int32_t *suffix);
 
 /* Takes ownership of g (finished).  eos: the id allowed when the grammar
  * is complete. */
