@@ -224,6 +224,8 @@ int token_matcher_min(const token_matcher *m)
     return m->ended ? 0 : gset_min(&m->m, &m->cur);
 }
 
+size_t token_matcher_n_caches(const token_matcher *m) { return m->n_pc; }
+
 bool token_matcher_accepting(const token_matcher *m) { return m->ended || m->cur.accept; }
 bool token_matcher_done(const token_matcher *m) { return m->ended || (m->cur.accept && !m->cur.n); }
 

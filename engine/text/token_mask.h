@@ -62,6 +62,8 @@ bool token_matcher_done(const token_matcher *m);
 /* Advance by bytes (tests: check strings).  Same result as accept. */
 int token_matcher_bytes(token_matcher *m, const char *s, size_t n);
 bool token_matcher_accepting(const token_matcher *m);
+/* Stack tops whose tokens have been sorted so far (bench-mask). */
+size_t token_matcher_n_caches(const token_matcher *m);
 
 static inline bool token_mask_has(const uint64_t *mask, int32_t t)
 {
