@@ -44,8 +44,25 @@ size_t token_mask_words(const token_trie *tt);
  * fewest tokens that spell each suffix of a literal. */
 void token_trie_lit_cost(void *trie, const uint8_t *lit, size_t n, int32_t *suffix);
 
-/* Takes ownership of g (finished).  eos: the id allowed when the grammar
- * is complete. */
+/* mask_cache: a grammar and its sorted tokens, shared by the requests
+ * that use the same grammar (thread-safe; reference counted).  Takes
+ * ownership of g (finished). */
+typedef struct mask_cache mask_cache;
+mask_cache *mask_cache_new(const token_trie *tt, grammar *g);
+mask_cache *mask_cache_ref(mask_cache *c);
+void mask_cache_unref(mask_cache *c);
+const grammar *mask_cache_grammar(const mask_cache *c);
+/* Chains (stack tops with their frames) sorted so far. */
+size_t mask_cache_size(mask_cache *c);
+/* Sort the tokens of every chain reachable from the start, exploring the
+ * grammar byte by byte up to max_states distinct states (in the
+ * background, so decoding steps rarely sort). */
+void mask_cache_prewarm(mask_cache *c, int max_states);
+
+/* A matcher at the start of c's grammar (holds a reference).  eos: the id
+ * allowed when the grammar is complete. */
+token_matcher *token_matcher_shared(mask_cache *c, int32_t eos);
+/* The same over a private cache; takes ownership of g (finished). */
 token_matcher *token_matcher_new(const token_trie *tt, grammar *g, int32_t eos);
 void token_matcher_free(token_matcher *m);
 /* Fewest bytes (so at most this many tokens) that finish the grammar from
@@ -62,7 +79,7 @@ bool token_matcher_done(const token_matcher *m);
 /* Advance by bytes (tests: check strings).  Same result as accept. */
 int token_matcher_bytes(token_matcher *m, const char *s, size_t n);
 bool token_matcher_accepting(const token_matcher *m);
-/* Stack tops whose tokens have been sorted so far (bench-mask). */
+/* Chains this matcher had to sort itself (bench-mask). */
 size_t token_matcher_n_caches(const token_matcher *m);
 
 static inline bool token_mask_has(const uint64_t *mask, int32_t t)
