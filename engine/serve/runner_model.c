@@ -53,6 +53,9 @@ struct model_runner {
     token_trie   *trie;           /* constrained decoding; NULL: trie_err */
     char          trie_err[200];
     int32_t       think_end;      /* </think>, or -1 */
+    /* compiled constraints by constraint_key, most recent first (prep
+     * thread only; the caches themselves are shared and thread-safe) */
+    struct cached_constraint { char *key; mask_cache *mc; } lru[8];
     /* background preparation */
     pthread_t       prep_tid;
     bool            prep_started, prep_stop;
@@ -95,7 +98,7 @@ struct mseq {
     enum llm_finish_reason parsed_finish;
     /* constrained decoding (constraint.h): grammar until prep_finish
      * makes the matcher; in thinking mode it starts after </think> */
-    grammar      *grammar;
+    mask_cache   *mc;
     token_matcher *tm;
     uint64_t     *mask;
     bool          tm_wait;
@@ -142,7 +145,7 @@ static void free_mseq(struct mseq *q)
     sampler_free(q->smp);
     stop_free(&q->stop);
     if (q->parser) output_parser_free(q->parser);
-    grammar_free(q->grammar);
+    mask_cache_unref(q->mc);
     token_matcher_free(q->tm);
     free(q->mask);
     free(q->bias_id);
@@ -280,6 +283,10 @@ static void mr_unload(void *self)
     if (R->wake > 0) close(R->wake);
     if (R->model) v4_model_free(R->model);
     if (R->tok) tok_free(R->tok);
+    for (size_t i = 0; i < sizeof R->lru / sizeof R->lru[0]; i++) {
+        free(R->lru[i].key);
+        mask_cache_unref(R->lru[i].mc);
+    }
     token_trie_free(R->trie);
     free(R->logits);
     free(R->items);
@@ -441,6 +448,37 @@ static void sampling_from(const recipe *rc, yajl_val req, sampling_params *p)
 
 static void parser_event(void *ctx, const parse_event *ev);
 
+/* The compiled constraint of a request (prep thread): from the cache of
+ * recent ones, else compiled, its token masks prewarmed, and cached.
+ * Returns -1 with err set for a schema the grammar compiler refuses. */
+static int constrain(struct model_runner *R, struct mseq *q, schema_error *err)
+{
+    char *key = constraint_key(q->req);
+    if (!key) return 0;
+    size_t n = sizeof R->lru / sizeof R->lru[0], i = 0;
+    while (i < n && !(R->lru[i].key && !strcmp(R->lru[i].key, key))) i++;
+    if (i == n) {
+        grammar *g;
+        if (constraint_from_request(q->req, R->trie, &g, err)) {
+            free(key);
+            return -1;
+        }
+        i = n - 1;   /* evict the oldest */
+        free(R->lru[i].key);
+        mask_cache_unref(R->lru[i].mc);
+        R->lru[i].key = key;
+        R->lru[i].mc = mask_cache_new(R->trie, g);
+        mask_cache_prewarm(R->lru[i].mc, 4096);
+    } else {
+        free(key);
+    }
+    struct cached_constraint hit = R->lru[i];   /* move to the front */
+    memmove(&R->lru[1], &R->lru[0], i * sizeof R->lru[0]);
+    R->lru[0] = hit;
+    q->mc = mask_cache_ref(hit.mc);
+    return 0;
+}
+
 /* Background half of preparation (the prep thread): parse, render and
  * tokenize.  Touches only the request, the tokenizer (read-only) and q. */
 static void prep_job(struct model_runner *R, struct mseq *q)
@@ -472,7 +510,7 @@ static void prep_job(struct model_runner *R, struct mseq *q)
     if (chat_tokens(R, use, &q->prompt, &q->thinking, &cerr)) {
         snprintf(q->err_param, sizeof q->err_param, "%s", cerr.param);
         snprintf(q->err_msg, sizeof q->err_msg, "%s", cerr.message);
-    } else if (!probe && constraint_from_request(q->req, R->trie, &q->grammar, &serr)) {
+    } else if (!probe && R->trie && constrain(R, q, &serr)) {
         snprintf(q->err_param, sizeof q->err_param, "%.127s", serr.path);
         snprintf(q->err_msg, sizeof q->err_msg, "%s", serr.message);
     }
@@ -552,15 +590,19 @@ static int load_logit_bias(struct model_runner *R, llm_seq *s, yajl_val req,
 static int start_constraint(struct model_runner *R, llm_seq *s)
 {
     struct mseq *q = s->state;
-    if (!q->grammar) return 0;
-    if (!R->trie) {
-        char msg[300];
-        snprintf(msg, sizeof msg, "constrained decoding is unavailable: %s", R->trie_err);
-        fail(s, 400, "invalid_request_error", "response_format", msg);
-        return -1;
+    if (!q->mc) {
+        char *key = R->trie || !q->req ? NULL : constraint_key(q->req);
+        if (key) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "constrained decoding is unavailable: %s", R->trie_err);
+            fail(s, 400, "invalid_request_error", "response_format", msg);
+            free(key);
+            return -1;
+        }
+        return 0;
     }
     q->tm_wait = q->thinking && R->think_end >= 0;
-    int need = grammar_min_len(q->grammar) + 1 + (q->tm_wait ? 1 : 0);
+    int need = grammar_min_len(mask_cache_grammar(q->mc)) + 1 + (q->tm_wait ? 1 : 0);
     if (q->budget < need) {
         char msg[300];
         snprintf(msg, sizeof msg, "max_tokens: %d tokens cannot hold the shortest reply the "
@@ -568,8 +610,7 @@ static int start_constraint(struct model_runner *R, llm_seq *s)
         fail(s, 400, "invalid_request_error", "max_tokens", msg);
         return -1;
     }
-    q->tm = token_matcher_new(R->trie, q->grammar, R->eos);
-    q->grammar = NULL;   /* the matcher owns it */
+    q->tm = token_matcher_shared(q->mc, R->eos);
     q->mask = malloc(token_mask_words(R->trie) * sizeof *q->mask);
     if (!q->mask) {
         fail(s, 503, "engine_out_of_memory", NULL, "engine out of memory");

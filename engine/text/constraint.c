@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "strbuf.h"
 
 int constraint_from_request(yajl_val req, const token_trie *trie, grammar **out,
                             schema_error *err)
@@ -50,4 +51,24 @@ int constraint_from_request(yajl_val req, const token_trie *trie, grammar **out,
     }
     *out = g;
     return 0;
+}
+
+char *constraint_key(yajl_val req)
+{
+    static const char *const fields[] = {
+        "tool_choice", "parallel_tool_calls", "response_format", "tools",
+    };
+    yajl_val tc = json_get(req, "tool_choice"), rf = json_get(req, "response_format");
+    const char *mode = json_string(tc), *type = json_string(json_get(rf, "type"));
+    bool tools = (mode && !strcmp(mode, "required"))
+                 || json_string(json_get(json_get(tc, "function"), "name"));
+    if (!tools && (!type || !strcmp(type, "text"))) return NULL;
+    strbuf sb;
+    sb_init(&sb);
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        yajl_val v = json_get(req, fields[i]);
+        if (i) sb_putc(&sb, '\n');
+        if (v) json_dump(&sb, v, JSON_COMPACT);
+    }
+    return sb_steal(&sb);
 }

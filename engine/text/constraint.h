@@ -23,4 +23,10 @@
 int constraint_from_request(yajl_val req, const token_trie *trie, grammar **out,
                             schema_error *err);
 
+/* What identifies the grammar a request asks for (its tools, tool_choice,
+ * parallel_tool_calls and response_format, as compact JSON): requests
+ * with equal keys get equal grammars, so they can share one mask_cache.
+ * NULL when the request constrains nothing.  Caller frees. */
+char *constraint_key(yajl_val req);
+
 #endif
