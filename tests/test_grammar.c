@@ -347,6 +347,47 @@ static void fuzz_tools(void)
     ok(!fails, "%d random DSML walks parse as tool calls with valid arguments (%d failed)", runs, fails);
 }
 
+/* A cache shared by two matchers and prewarmed gives the masks a private
+ * cache gives, step by step along a random walk. */
+static void test_shared(void)
+{
+    size_t words = token_mask_words(trie);
+    uint64_t *a = malloc(words * sizeof *a), *b = malloc(words * sizeof *b);
+    int differ = 0, steps = 0;
+    for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
+        schema_error err;
+        token_matcher *priv = schema_matcher(schemas[i], &err);
+        yajl_val sv = parse(schemas[i]);
+        grammar *g = grammar_new();
+        int r = json_schema_rule(g, sv, "schema", &err);
+        char why[64];
+        grammar_finish(g, r, token_trie_lit_cost, trie, why, sizeof why);
+        mask_cache *mc = mask_cache_new(trie, g);
+        mask_cache_prewarm(mc, 512);
+        token_matcher *other = token_matcher_shared(mc, eos), *sh = token_matcher_shared(mc, eos);
+        mask_cache_unref(mc);   /* the matchers keep it */
+        token_matcher_free(other);
+        for (int used = 0; used < 80; used++, steps++) {
+            token_matcher_mask(priv, 80 - used, a);
+            token_matcher_mask(sh, 80 - used, b);
+            differ += memcmp(a, b, words * sizeof *a) != 0;
+            int32_t ids[64], n = 0;
+            for (int32_t t = 0; t < token_trie_vocab(trie) && n < 64; t++)
+                if (token_mask_has(a, t) && t != eos && (next() & 3) == 0) ids[n++] = t;
+            if (!n) break;
+            int32_t t = ids[next() % (uint64_t)n];
+            if (t == eos || token_matcher_accept(priv, t) || token_matcher_accept(sh, t)) break;
+        }
+        token_matcher_free(priv);
+        token_matcher_free(sh);
+        yajl_tree_free(sv);
+    }
+    ok(!differ && steps > 100, "shared, prewarmed caches give the private masks (%d steps, %d differ)",
+       steps, differ);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     char err[256];
@@ -360,6 +401,7 @@ int main(void)
     test_masks();
     fuzz_json();
     fuzz_tools();
+    test_shared();
     token_trie_free(trie);
     tok_free(tok);
     done_testing();
