@@ -404,6 +404,5 @@ int main(void)
     test_shared();
     token_trie_free(trie);
     tok_free(tok);
-    done_testing();
     return exit_status();
 }
