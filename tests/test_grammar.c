@@ -279,6 +279,8 @@ static void fuzz_json(void)
     ok(!fails, "%d random walks within budget parse and validate (%d failed)", runs, fails);
 }
 
+#define DS "\xef\xbd\x9c" "DSML" "\xef\xbd\x9c"
+
 static uint64_t id_rand(void *ctx) { (void)ctx; return next(); }
 
 static void fuzz_tools(void)
@@ -293,10 +295,12 @@ static void fuzz_tools(void)
         "{\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}",
         "{\"tool_choice\":\"required\"}",
         "{\"tool_choice\":\"required\",\"parallel_tool_calls\":false}",
+        "{\"parallel_tool_calls\":false}",
+        "{\"tool_choice\":\"auto\",\"response_format\":{\"type\":\"json_object\"}}",
     };
     yajl_val tools = parse(tools_json);
     int fails = 0, runs = 0;
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
         for (int k = 0; k < 40; k++) {
             strbuf rq;
             sb_init(&rq);
@@ -322,8 +326,18 @@ static void fuzz_tools(void)
             output_parser *p = output_parser_new(false, parsed_message_on_event, &pm, id_rand, NULL);
             output_parser_feed(p, out.data ? out.data : "", out.len);
             output_parser_finish(p, GEN_STOP);
-            good = good && pm.n_calls >= 1 && pm.content.len == 0 && pm.finish == FINISH_TOOL_CALLS;
-            if (i != 1) good = good && pm.n_calls == 1;
+            if (i < 3) {   /* forced */
+                good = good && pm.n_calls >= 1 && pm.content.len == 0 && pm.finish == FINISH_TOOL_CALLS;
+                if (i != 1) good = good && pm.n_calls == 1;
+            } else if (i == 3) {   /* auto, at most one call */
+                good = good && pm.n_calls <= 1;
+            } else {   /* auto + json_object: a JSON object, or calls */
+                char perr[64];
+                yajl_val v = pm.n_calls ? NULL : json_parse(pm.content.data ? pm.content.data : "",
+                                                            pm.content.len, perr, sizeof perr);
+                good = good && (pm.n_calls ? !pm.content.len : YAJL_IS_OBJECT(v));
+                yajl_tree_free(v);
+            }
             for (size_t c = 0; good && c < pm.n_calls; c++) {
                 size_t t = !strcmp(pm.calls[c].name, "get_weather") ? 0 : 1;
                 if (i == 0 && t != 0) good = false;
@@ -343,8 +357,41 @@ static void fuzz_tools(void)
             sb_free(&rq);
         }
     }
-    yajl_tree_free(tools);
     ok(!fails, "%d random DSML walks parse as tool calls with valid arguments (%d failed)", runs, fails);
+
+    /* auto with parallel_tool_calls false: text, then at most one block */
+    strbuf rq;
+    sb_init(&rq);
+    sb_printf(&rq, "{\"parallel_tool_calls\":false,\"tools\":%s}", tools_json);
+    yajl_val req = parse(rq.data);
+#define BLOCK(calls) "\n\n<" DS "tool_calls>\n" calls "\n</" DS "tool_calls>"
+#define NOOP "<" DS "invoke name=\"noop\">\n\n</" DS "invoke>"
+    static const struct { const char *text; bool good; } cases[] = {
+        { "just text, \n\n< and \n\n<x", true },
+        { "", true },
+        { "hi" BLOCK(NOOP), true },
+        { BLOCK(NOOP), true },
+        { "hi" BLOCK(NOOP) "more", false },
+        { "hi" BLOCK(NOOP) BLOCK(NOOP), false },
+        { "hi" BLOCK(NOOP "\n" NOOP), false },
+        { "hi\n\n<" DS "tool_calls junk", false },
+        { "hi\n\n\n<" DS "tool_calls>\n<" DS "invoke name=\"nope\">", false },
+    };
+    int bad = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        grammar *g;
+        schema_error err;
+        constraint_from_request(req, trie, &g, &err);
+        token_matcher *m = token_matcher_new(trie, g, eos);
+        bool acc = token_matcher_bytes(m, cases[c].text, strlen(cases[c].text)) == 0
+                   && token_matcher_accepting(m);
+        if (acc != cases[c].good) { bad++; diag("auto case %zu: %s", c, acc ? "accepted" : "refused"); }
+        token_matcher_free(m);
+    }
+    ok(!bad, "tool_choice auto, parallel_tool_calls false: text and at most one call");
+    yajl_tree_free(req);
+    sb_free(&rq);
+    yajl_tree_free(tools);
 }
 
 /* A cache shared by two matchers and prewarmed gives the masks a private
@@ -371,11 +418,10 @@ static void test_shared(void)
             token_matcher_mask(priv, 80 - used, a);
             token_matcher_mask(sh, 80 - used, b);
             differ += memcmp(a, b, words * sizeof *a) != 0;
-            int32_t ids[64], n = 0;
-            for (int32_t t = 0; t < token_trie_vocab(trie) && n < 64; t++)
-                if (token_mask_has(a, t) && t != eos && (next() & 3) == 0) ids[n++] = t;
+            int32_t n = 0, t = -1;
+            for (int32_t x = 0; x < token_trie_vocab(trie); x++)   /* reservoir: uniform */
+                if (token_mask_has(a, x) && x != eos && next() % (uint64_t)++n == 0) t = x;
             if (!n) break;
-            int32_t t = ids[next() % (uint64_t)n];
             if (t == eos || token_matcher_accept(priv, t) || token_matcher_accept(sh, t)) break;
         }
         token_matcher_free(priv);

@@ -6,8 +6,13 @@
  *   response_format json_object       a JSON object
  *   response_format json_schema       JSON valid under the schema (strict
  *                                     or not: both are enforced)
- * tool_choice wins over response_format.  The text after the grammar is
- * complete is the EOS. */
+ *   ... with tools and tool_choice auto (or absent): that JSON, or a block
+ *                                     of calls (as parallel_tool_calls says)
+ *   tools, tool_choice auto,          free text, with at most one call
+ *   parallel_tool_calls false         (a block of one call ends the reply)
+ * A forced tool_choice wins over response_format; tool_choice "none" (or
+ * no tools) leaves tools out.  The text after the grammar is complete is
+ * the EOS. */
 #ifndef LLM_CONSTRAINT_H
 #define LLM_CONSTRAINT_H
 

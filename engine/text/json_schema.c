@@ -988,7 +988,7 @@ static int dsml_params(sctx *c, yajl_val params, const char *path)
 }
 
 int dsml_tools_rule(grammar *g, yajl_val tools, const char *only_name, bool parallel,
-                    const char *path, schema_error *err)
+                    bool opener, const char *path, schema_error *err)
 {
     sctx c;
     init_ctx(&c, g, NULL, path, err);
@@ -1043,7 +1043,7 @@ int dsml_tools_rule(grammar *g, yajl_val tools, const char *only_name, bool para
         goto out;
     }
     int calls = parallel ? repeat_rule(&c, "", "", "\n", invoke, 1, -1) : invoke;
-    galt_str(g, &a, "\n\n<" DSML "tool_calls>\n");
+    galt_str(g, &a, opener ? "\n\n<" DSML "tool_calls>\n" : ">\n");
     galt_ref(&a, calls);
     galt_str(g, &a, "\n</" DSML "tool_calls>");
     r = grammar_seq(g, &a);
@@ -1051,4 +1051,42 @@ out:
     galt_free(&a);
     free_ctx(&c);
     return r;
+}
+
+/* KMP over the opener: K_k (k bytes of it matched) := b K_next(k, b) for
+ * every byte, grouped by target, | "" ; the opener's last byte goes on
+ * with the block's rest. */
+int dsml_text_then_block_rule(grammar *g, int rest)
+{
+    static const char opener[] = "\n\n<" DSML "tool_calls";
+    enum { L = sizeof opener - 1 };
+    int fail[L + 1], k[L];
+    fail[0] = -1;
+    for (int i = 1, j = -1; i <= L; i++) {   /* classic prefix function */
+        while (j >= 0 && opener[j] != opener[i - 1]) j = fail[j];
+        fail[i] = ++j;
+    }
+    for (int i = 0; i < L; i++) k[i] = grammar_rule(g);
+    galt a = { 0 };
+    for (int i = 0; i < L; i++) {
+        int target[256];
+        for (int b = 0; b < 256; b++) {
+            int j = i;
+            while (j >= 0 && (uint8_t)opener[j] != b) j = fail[j];
+            target[b] = j + 1;   /* 0..L */
+        }
+        for (int t = 0; t <= L; t++) {
+            uint64_t set[4] = { 0 };
+            bool any = false;
+            for (int b = 0; b < 256; b++)
+                if (target[b] == t) { set[b >> 6] |= 1ULL << (b & 63); any = true; }
+            if (!any) continue;
+            galt_set(g, &a, set);
+            galt_ref(&a, t == L ? rest : k[t]);
+            grammar_add_alt(g, k[i], &a);
+        }
+        grammar_add_alt(g, k[i], &a);   /* the text may end here */
+    }
+    galt_free(&a);
+    return k[0];
 }

@@ -38,9 +38,15 @@ int json_object_rule(grammar *g);
 
 /* The DSML tool-call block for tools (an OpenAI tools array): one call
  * (or, with parallel, one or more) to any of them, or only to the named
- * one when only_name is not NULL.  The block starts with "\n\n" and ends
- * with the closing tool_calls tag. */
+ * one when only_name is not NULL.  The block starts with "\n\n" (without
+ * opener: after "\n\n<｜DSML｜tool_calls", at ">\n") and ends with the
+ * closing tool_calls tag. */
 int dsml_tools_rule(grammar *g, yajl_val tools, const char *only_name, bool parallel,
-                    const char *path, schema_error *err);
+                    bool opener, const char *path, schema_error *err);
+/* Free text (any bytes) that may end anywhere, in which the DSML block
+ * opener "\n\n<｜DSML｜tool_calls" can only go on with `rest` (a block
+ * from dsml_tools_rule without opener) and nothing follows the block:
+ * tool_choice auto with at most one call. */
+int dsml_text_then_block_rule(grammar *g, int block);
 
 #endif
