@@ -201,6 +201,24 @@ for my $seed (1 .. 3) {
        "tool_choice required, parallel_tool_calls false: one call (seed $seed)") or diag($r->{content});
 }
 
+# auto: at most one call with parallel_tool_calls false; JSON or calls
+# with a response_format
+for my $seed (1 .. 3) {
+    my $r = post('/v1/chat/completions',
+                 { model => 'tiny-demo', messages => $user, max_tokens => 60, seed => $seed,
+                   tools => $tools, parallel_tool_calls => JSON::PP::false });
+    my $calls = $r->{json}{choices}[0]{message}{tool_calls} // [];
+    ok($r->{status} == 200 && @$calls <= 1, "auto, parallel_tool_calls false: at most one call (seed $seed)")
+        or diag($r->{content});
+    $r = post('/v1/chat/completions',
+              { model => 'tiny-demo', messages => $user, max_tokens => 60, seed => $seed,
+                tools => $tools, response_format => { type => 'json_object' } });
+    my $m = $r->{json}{choices}[0]{message} // {};
+    ok($r->{status} == 200 && (@{ $m->{tool_calls} // [] }
+                               || ref eval { $json->decode($m->{content}) } eq 'HASH'),
+       "auto with json_object: a JSON object or tool calls (seed $seed)") or diag($r->{content});
+}
+
 # streamed, and with thinking: the constraint starts after </think>
 {
     my $body = encode_json({ model => 'tiny-demo', messages => $user, max_tokens => 120, seed => 3,
