@@ -154,6 +154,15 @@ for my $i (0 .. $#schemas) {
     }
 }
 
+# vLLM's guided_json and structured_outputs.json
+for my $f ([guided_json => $schemas[0]], [structured_outputs => { json => $schemas[0] }]) {
+    my $r = post('/v1/chat/completions', { model => 'tiny-demo', messages => $user,
+                                           max_tokens => 80, seed => 2, $f->[0] => $f->[1] });
+    my $v = eval { $json->decode($r->{json}{choices}[0]{message}{content}) };
+    ok($r->{status} == 200 && $v && valid($schemas[0], $schemas[0], $v), "$f->[0]: validates")
+        or diag($r->{content});
+}
+
 # the Responses API: text.format
 my $r = post('/v1/responses', { model => 'tiny-demo', input => 'JSON please', max_output_tokens => 120,
                                 text => { format => { type => 'json_schema', name => 's1',
@@ -301,6 +310,17 @@ err_is({ response_format => { type => 'json_schema', json_schema => { name => 'x
           schema => { type => 'object', properties => { a => { type => 'integer', minimum => 1 } } } } } },
        'response_format.json_schema.schema.properties.a.minimum', qr/'minimum' is not supported/,
        'nested unsupported keyword');
+err_is({ guided_regex => 'a+' }, 'guided_regex', qr/not supported/, 'guided_regex');
+err_is({ structured_outputs => { choice => ['a'] } }, 'structured_outputs', qr/only "json"/,
+       'structured_outputs.choice');
+err_is({ guided_json => { type => 'string', pattern => 'x' } },
+       'response_format.json_schema.schema.pattern', qr/'pattern' is not supported/,
+       'guided_json with an unsupported keyword');
+{
+    my $r = post('/v1/completions', { model => 'tiny-demo', prompt => 'x', guided_json => { type => 'object' } });
+    is($r->{status}, 400, 'guided_json on completions: 400');
+    is($r->{json}{error}{param}, 'guided_json', 'guided_json on completions: param');
+}
 err_is({ max_tokens => 3, tools => $tools,
          tool_choice => { type => 'function', function => { name => 'get_weather' } } },
        'max_tokens', qr/cannot hold the shortest reply.*at least \d+/, 'budget below the shortest call');
