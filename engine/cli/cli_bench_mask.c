@@ -135,8 +135,9 @@ int cmd_bench_mask(int argc, char **argv)
         token_matcher_free(m);
     }
     printf("vocab %d: trie %.1f ms; grammar %.2f ms; prewarm %.1f ms (%zu chains sorted, %zu "
-           "after the walks)\n%d walks, %zu tokens (%.1f bytes/token)\n\n", V, t_trie / 1e3,
-           compile[0] / 1e3, t_warm / 1e3, chains, mask_cache_size(mc), walks, tokens,
+           "after the walks, %.1f MiB)\n%d walks, %zu tokens (%.1f bytes/token)\n\n", V,
+           t_trie / 1e3, compile[0] / 1e3, t_warm / 1e3, chains, mask_cache_size(mc),
+           (double)mask_cache_bytes(mc) / (1 << 20), walks, tokens,
            tokens ? (double)bytes / (double)tokens : 0.0);
     printf("| µs per step | steps | mean | p50 | p99 | max |\n| --- | --- | --- | --- | --- | --- |\n");
     row("mask, step that sorted a new stack top", cold, n_cold);

@@ -214,9 +214,12 @@ void sampler_sample_masked(sampler *s, float *logits, const uint64_t *allow,
     }
 
     for (int i = 0; i < p->n_bias; i++) logits[p->bias_id[i]] += p->bias[i];
-    if (allow)
-        for (int i = 0; i < V; i++)
-            if (!(allow[i >> 6] >> (i & 63) & 1)) logits[i] = -INFINITY;
+    for (int w = 0; allow && w * 64 < V; w++) {   /* word by word: most are all 0 or 1 */
+        uint64_t bits = allow[w];
+        if (bits == ~0ULL) continue;
+        for (int i = w * 64; i < V && i < w * 64 + 64; i++)
+            if (!(bits >> (i & 63) & 1)) logits[i] = -INFINITY;
+    }
     apply_penalties(s, logits);
 
     int32_t tok = 0;

@@ -30,6 +30,10 @@ typedef struct {
  * the top frame alone would leave every multi-character token uncertain). */
 #define CHAIN 4
 
+/* Chains accepting at most this many tokens keep only the list (setting
+ * the bits one by one beats ORing a vocabulary-wide bitset). */
+#define SMALL_ACC 256
+
 /* Uncertain tokens: after off bytes some path ran off the chain, so the
  * rest of the token (its suffix from off) is checked against the real
  * stack below the chain.  Sorted by suffix; lcp[i] = bytes the suffix of i
@@ -46,7 +50,8 @@ typedef struct {
     int8_t n;
     bool root;               /* the chain is the whole stack */
     bool done;               /* built; immutable from then on */
-    uint64_t *acc;           /* context-independent accepted tokens */
+    uint64_t *acc;           /* context-independent accepted tokens; NULL
+                                when there are few (see accd) */
     tok_delta *accd;         /* the same with their cost change, delta descending */
     int32_t n_accd, max_delta;
     unc_group *unc;          /* by offset */
@@ -273,6 +278,22 @@ size_t mask_cache_size(mask_cache *c)
     return n;
 }
 
+size_t mask_cache_bytes(mask_cache *c)
+{
+    pthread_mutex_lock(&c->mu);
+    size_t n = c->cap_pc * sizeof *c->pc;
+    for (size_t i = 0; i < c->cap_pc; i++) {
+        const pos_cache *p = c->pc[i];
+        if (!p) continue;
+        n += sizeof *p + (p->acc ? c->tt->words * sizeof *p->acc : 0)
+             + (size_t)p->n_accd * sizeof *p->accd;
+        for (int32_t g = 0; g < p->n_unc; g++)
+            n += sizeof p->unc[g] + (size_t)p->unc[g].n * 2 * sizeof(int32_t);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
 static int by_delta_desc(const void *a, const void *b)
 {
     const tok_delta *x = a, *y = b;
@@ -434,6 +455,10 @@ static void build_entry(const token_trie *tt, gmatch *gm, sort_scratch *ss, pos_
         i++;
     }
     qsort(pc->accd, (size_t)pc->n_accd, sizeof *pc->accd, by_delta_desc);
+    if (pc->n_accd <= SMALL_ACC) {   /* set from the list: no bitset */
+        free(pc->acc);
+        pc->acc = NULL;
+    }
     group_uncertain(tt, pc, u, n_u);
     free(u);
     gm->n_nodes = base;
@@ -632,7 +657,7 @@ void token_matcher_mask(token_matcher *m, int remaining, uint64_t *mask)
         const pos_cache *pc = get_entry(m->c, gm, &m->ss, top, &built);
         m->n_built += built;
         int32_t slack = limit - gm->nodes[top].min;
-        if (pc->n_accd && slack >= pc->max_delta) {
+        if (pc->n_accd && slack >= pc->max_delta && pc->acc) {
             for (size_t w = 0; w < tt->words; w++) mask[w] |= pc->acc[w];
         } else if (pc->n_accd) {
             /* near the budget: the tokens whose cost change fits, from
@@ -643,7 +668,7 @@ void token_matcher_mask(token_matcher *m, int remaining, uint64_t *mask)
                 if (pc->accd[mid].delta > slack) lo = mid + 1;
                 else hi = mid;
             }
-            if (lo < pc->n_accd - lo) {
+            if (pc->acc && lo < pc->n_accd - lo) {
                 memcpy(m->scratch, pc->acc, tt->words * sizeof *m->scratch);
                 for (int32_t k = 0; k < lo; k++) {
                     int32_t t = pc->accd[k].token;

@@ -52,8 +52,10 @@ mask_cache *mask_cache_new(const token_trie *tt, grammar *g);
 mask_cache *mask_cache_ref(mask_cache *c);
 void mask_cache_unref(mask_cache *c);
 const grammar *mask_cache_grammar(const mask_cache *c);
-/* Chains (stack tops with their frames) sorted so far. */
+/* Chains (stack tops with their frames) sorted so far, and the bytes they
+ * take. */
 size_t mask_cache_size(mask_cache *c);
+size_t mask_cache_bytes(mask_cache *c);
 /* Sort the tokens of every chain reachable from the start, exploring the
  * grammar byte by byte up to max_states distinct states (in the
  * background, so decoding steps rarely sort). */
