@@ -130,8 +130,6 @@ void galt_str(grammar *g, galt *a, const char *s) { galt_lit(g, a, s, strlen(s))
 
 void galt_ref(galt *a, int rule) { galt_push(a, E_END - 1 - rule); }
 
-int grammar_n_rules(const grammar *g) { return g->n_rules; }
-int32_t grammar_n_positions(const grammar *g) { return g->n_elems; }
 int grammar_min_len(const grammar *g) { return g->rule_min[g->start]; }
 
 /* Sum of element minima from pos to END, INT32_MAX when some rule is not
@@ -325,10 +323,3 @@ void gset_free(gset *s)
     free(s->top);
     memset(s, 0, sizeof *s);
 }
-
-const uint64_t *gmatch_class(const gmatch *m, int32_t pos)
-{
-    return m->g->cls[m->g->elems[pos]];
-}
-
-int32_t gmatch_suffix_min(const gmatch *m, int32_t pos) { return m->g->suffix[pos]; }

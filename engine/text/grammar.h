@@ -18,8 +18,8 @@
  * last position does not push a frame (tail call), so repetition written as
  * right recursion runs in constant stack depth.
  *
- * Each node also carries the fewest bytes that complete its whole stack,
- * which is what the "never truncated" budget rule needs. */
+ * Each node also carries the least cost (grammar_finish) that completes
+ * its whole stack, which is what the "never truncated" budget rule needs. */
 #ifndef LLM_GRAMMAR_H
 #define LLM_GRAMMAR_H
 
@@ -64,8 +64,7 @@ typedef void (*grammar_lit_cost)(void *ctx, const uint8_t *lit, size_t n, int32_
  * a reason in err (a rule that produces no finite string). */
 int grammar_finish(grammar *g, int start, grammar_lit_cost lit_cost, void *ctx,
                    char *err, size_t errlen);
-int grammar_n_rules(const grammar *g);
-/* Fewest bytes of the start rule (after grammar_finish). */
+/* Least cost of the start rule (after grammar_finish). */
 int grammar_min_len(const grammar *g);
 
 /* ---- matcher ---- */
@@ -75,7 +74,7 @@ int grammar_min_len(const grammar *g);
 
 typedef struct {
     int32_t pos, parent;
-    int32_t min;          /* fewest bytes that finish this stack */
+    int32_t min;          /* least cost that finishes this stack */
 } gnode;
 
 /* A set of stacks: node ids of their tops (each at a byte class), and
@@ -105,17 +104,11 @@ void gmatch_from(gmatch *m, int32_t pos, int32_t parent, gset *out);
 /* out = in advanced by byte c (out must not alias in).  An empty result
  * without accept means c is not allowed. */
 void gmatch_byte(gmatch *m, const gset *in, uint8_t c, gset *out);
-/* Fewest bytes that finish some stack of s (0 when it accepts), or
+/* Least cost that finishes some stack of s (0 when it accepts), or
  * INT32_MAX for a dead set. */
 int32_t gset_min(const gmatch *m, const gset *s);
 bool gset_dead(const gset *s);
 void gset_copy(gset *dst, const gset *src);
 void gset_free(gset *s);
-/* Byte class of the element at a top's position, as 256 bits. */
-const uint64_t *gmatch_class(const gmatch *m, int32_t pos);
-/* Fewest bytes to finish the alternative from pos (its own frame only). */
-int32_t gmatch_suffix_min(const gmatch *m, int32_t pos);
-/* Number of positions (for per-position caches). */
-int32_t grammar_n_positions(const grammar *g);
 
 #endif

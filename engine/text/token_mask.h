@@ -67,7 +67,7 @@ token_matcher *token_matcher_shared(mask_cache *c, int32_t eos);
 /* The same over a private cache; takes ownership of g (finished). */
 token_matcher *token_matcher_new(const token_trie *tt, grammar *g, int32_t eos);
 void token_matcher_free(token_matcher *m);
-/* Fewest bytes (so at most this many tokens) that finish the grammar from
+/* Least cost (at most this many tokens) that finishes the grammar from
  * the current state; 0 when it may end now. */
 int token_matcher_min(const token_matcher *m);
 /* The allowed tokens, with remaining tokens of budget (this one
