@@ -96,8 +96,9 @@ struct mseq {
     int           top_logprobs;   /* -1: none */
     int           generated, reasoning_tokens;
     enum llm_finish_reason parsed_finish;
-    /* constrained decoding (constraint.h): grammar until prep_finish
-     * makes the matcher; in thinking mode it starts after </think> */
+    /* constrained decoding (constraint.h): the grammar's shared cache
+     * (prep thread), then the matcher (prep_finish); in thinking mode it
+     * starts after </think> */
     mask_cache   *mc;
     token_matcher *tm;
     uint64_t     *mask;
@@ -930,9 +931,11 @@ static void take_token(struct model_runner *R, llm_seq *s, float *logits)
 {
     struct mseq *q = s->state;
     const uint64_t *allow = step_mask(R, q);
-    /* a complete constrained reply ends, whatever min_tokens says */
-    if (R->eos >= 0 && (q->ignore_eos || q->generated < q->min_tokens)
-        && !(allow && q->tm && !q->tm_wait && token_matcher_done(q->tm)))
+    /* a complete constrained reply ends, whatever min_tokens says; one
+     * still reasoning must go on to its reply */
+    if (R->eos >= 0 && (((q->ignore_eos || q->generated < q->min_tokens)
+                         && !(allow && q->tm && !q->tm_wait && token_matcher_done(q->tm)))
+                        || (q->tm && q->tm_wait)))
         sampler_ban(logits, R->eos);
     sample_result sr;
     sampler_sample_masked(q->smp, logits, allow, &sr);
