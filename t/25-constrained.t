@@ -111,6 +111,18 @@ for my $seed (1 .. 5) {
     ok($r->{json}{usage}{completion_tokens} <= 60, "json_object seed $seed: within max_tokens");
 }
 
+# thinking: the reasoning is closed in time for the reply (tight budget)
+for my $seed (1 .. 3) {
+    my $r = post('/v1/chat/completions',
+                 { model => 'tiny-demo', messages => $user, max_tokens => 12, seed => $seed,
+                   chat_template_kwargs => { thinking => JSON::PP::true },
+                   response_format => { type => 'json_object' } });
+    my $m = $r->{json}{choices}[0]{message} // {};
+    ok($r->{status} == 200 && ref eval { $json->decode($m->{content}) } eq 'HASH'
+       && length($m->{reasoning_content} // '') > 0,
+       "thinking, 12 tokens: reasoning, then a JSON object (seed $seed)") or diag($r->{content});
+}
+
 # ---- json_schema -------------------------------------------------------------
 my @schemas = (
     { type => 'object', additionalProperties => JSON::PP::false,
