@@ -420,6 +420,70 @@ ngx_http_llm_model(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
 }
 
 
+/*
+ * logit_bias: {"token id": bias}, ids as decimal strings, biases from -100
+ * to 100; the engine checks the ids against its vocabulary.  Written as
+ * given (a repeated id: the last one wins, as in Python).
+ */
+static ngx_int_t
+ngx_http_llm_logit_bias(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
+{
+    double                d;
+    ngx_uint_t            i;
+    ngx_http_llm_json_t  *lb, *m;
+
+    if (ngx_http_llm_get_typed(ctx, body, NULL, "logit_bias",
+                               NGX_HTTP_LLM_JSON_OBJECT, &lb)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (lb == NULL || lb->count == 0) {
+        return NGX_OK;
+    }
+
+    ngx_http_llm_puts(&ctx->out, ",\"logit_bias\":{");
+
+    for (m = lb->child; m; m = m->next) {
+
+        for (i = 0; i < m->key.len && m->key.data[i] >= '0'
+                    && m->key.data[i] <= '9';
+             i++)
+        {
+            /* void */
+        }
+
+        if (m->key.len == 0 || m->key.len > 10 || i != m->key.len) {
+            return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx,
+                                                           "logit_bias"),
+                                    "keys must be token ids (decimal "
+                                    "integers), not \"%V\"", &m->key);
+        }
+
+        if (ngx_http_llm_json_double(m, &d) != NGX_OK
+            || d < -100 || d > 100)
+        {
+            return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx,
+                                                           "logit_bias"),
+                                    "bias of token %V must be a number "
+                                    "from -100 to 100", &m->key);
+        }
+
+        ngx_http_llm_printf(&ctx->out, "\"%V\":", &m->key);
+        ngx_http_llm_put_str(&ctx->out, &m->value);
+
+        if (m->next) {
+            ngx_http_llm_puts(&ctx->out, ",");
+        }
+    }
+
+    ngx_http_llm_puts(&ctx->out, "}");
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_llm_sampling_params(ngx_http_llm_vctx_t *ctx,
     ngx_http_llm_json_t *body)
@@ -487,7 +551,7 @@ ngx_http_llm_sampling_params(ngx_http_llm_vctx_t *ctx,
         ngx_http_llm_printf(&ctx->out, ",\"seed\":%L", n);
     }
 
-    return NGX_OK;
+    return ngx_http_llm_logit_bias(ctx, body);
 }
 
 
@@ -1370,6 +1434,94 @@ ngx_http_llm_chat_mode(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
 }
 
 
+/*
+ * vLLM's guided decoding fields: guided_json and structured_outputs.json (a
+ * JSON Schema object) become response_format json_schema (chat only); the
+ * other kinds (regex, choice, grammar) are refused, never ignored.
+ */
+static ngx_int_t
+ngx_http_llm_guided(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body,
+    ngx_uint_t chat)
+{
+    ngx_uint_t            i;
+    const char           *name;
+    ngx_http_llm_json_t  *so, *schema;
+
+    static const char  *other[] = {
+        "guided_regex", "guided_choice", "guided_grammar",
+        "guided_whitespace_pattern", NULL
+    };
+    static const char  *so_other[] = {
+        "regex", "choice", "grammar", "structural_tag", NULL
+    };
+
+    for (i = 0; other[i]; i++) {
+        if (ngx_http_llm_json_member(body, other[i])) {
+            return ngx_http_llm_unsupported(ctx, other[i], "is not supported: "
+                                            "only JSON Schema (guided_json, "
+                                            "response_format) constrains "
+                                            "output");
+        }
+    }
+
+    if (ngx_http_llm_get_typed(ctx, body, NULL, "structured_outputs",
+                               NGX_HTTP_LLM_JSON_OBJECT, &so)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0; so && so_other[i]; i++) {
+        if (ngx_http_llm_json_member(so, so_other[i])) {
+            return ngx_http_llm_unsupported(ctx, "structured_outputs",
+                                            "supports only \"json\" (a JSON "
+                                            "Schema)");
+        }
+    }
+
+    schema = ngx_http_llm_json_member(body, "guided_json");
+    name = "guided_json";
+
+    if (so && ngx_http_llm_json_member(so, "json")) {
+        if (schema) {
+            return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "%s", name),
+                                    "and structured_outputs.json cannot "
+                                    "both be given");
+        }
+
+        schema = ngx_http_llm_json_member(so, "json");
+        name = "structured_outputs.json";
+    }
+
+    if (schema == NULL) {
+        return NGX_OK;
+    }
+
+    if (!chat) {
+        return ngx_http_llm_unsupported(ctx, name, "is supported on chat "
+                                        "completions only");
+    }
+
+    if (schema->type != NGX_HTTP_LLM_JSON_OBJECT) {
+        return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "%s", name),
+                                "must be a JSON Schema object");
+    }
+
+    if (ngx_http_llm_json_member(body, "response_format")) {
+        return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "%s", name),
+                                "and response_format cannot both be given");
+    }
+
+    ngx_http_llm_puts(&ctx->out, ",\"response_format\":{\"type\":"
+                                 "\"json_schema\",\"json_schema\":{\"name\":"
+                                 "\"guided_json\",\"schema\":");
+    ngx_http_llm_put_json(&ctx->out, schema);
+    ngx_http_llm_puts(&ctx->out, "}}");
+
+    return NGX_OK;
+}
+
+
 /* tools, tool_choice, parallel_tool_calls, response_format, chat mode */
 static ngx_int_t
 ngx_http_llm_chat_fields(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
@@ -1393,7 +1545,9 @@ ngx_http_llm_chat_fields(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
 
     rf = ngx_http_llm_json_member(body, "response_format");
 
-    if (rf && ngx_http_llm_format(ctx, rf, &p, 0) != NGX_OK) {
+    if ((rf && ngx_http_llm_format(ctx, rf, &p, 0) != NGX_OK)
+        || ngx_http_llm_guided(ctx, body, 1) != NGX_OK)
+    {
         return NGX_DECLINED;
     }
 
@@ -1560,6 +1714,7 @@ ngx_http_llm_completions(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
         || ngx_http_llm_max_tokens(ctx, body, "max_tokens", 16) != NGX_OK
         || ngx_http_llm_vllm_params(ctx, body) != NGX_OK
         || ngx_http_llm_sampling_params(ctx, body) != NGX_OK
+        || ngx_http_llm_guided(ctx, body, 0) != NGX_OK
         || ngx_http_llm_stop(ctx, body) != NGX_OK
         || ngx_http_llm_get_bool(ctx, body, NULL, "echo", &echo) != NGX_OK
         || ngx_http_llm_get_string(ctx, body, NULL, "suffix", &suffix)

@@ -58,6 +58,15 @@ for my $g (@{ $status->{gates} }) {
 my @random = grep { $_->{status} eq 'pass' && $_->{id} =~ /quality/ } @{ $status->{gates} };
 is(scalar @random, 0, 'quality gates on a random model never pass');
 
+# the server enforces JSON mode and forced tool calls (constrained
+# decoding), so those checks pass even on the random model
+my ($fun) = grep { $_->{id} =~ /functional/ } @{ $status->{gates} };
+my %chk = map { $_->{name} => $_ } @{ $fun->{checks} // [] };
+for my $c ('json', 'tool calls', 'stream tool') {
+    is($chk{$c}{status}, 'pass', "functional check '$c' passes on the random model")
+        or diag(encode_json($chk{$c} // {}));
+}
+
 # capacity: targets hit exactly, the over-limit request refused with numbers
 my ($cap) = grep { $_->{id} =~ /capacity/ } @{ $status->{gates} };
 is($cap->{status}, 'pass', 'near-limit capacity gate passes') or diag(encode_json($cap));

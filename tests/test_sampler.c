@@ -50,6 +50,49 @@ int main(void)
         sampler_free(s);
     }
 
+    /* logit_bias and the allowed-token mask: applied before temperature and
+     * top-p; logprobs stay the raw model's */
+    {
+        sampling_params_default(&p);
+        p.has_seed = true;
+        p.seed = 7;
+        p.top_logprobs = 0;
+        int32_t ids[2] = { 0, 3 };
+        float bias[2] = { -100, 100 };
+        p.bias_id = ids;
+        p.bias = bias;
+        p.n_bias = 2;
+        sampler *s = sampler_new(&p, 4, NULL, 0);
+        int forced = 0;
+        for (int d = 0; d < 200; d++) {
+            float lg[4];
+            logits_of(probs, 4, lg);
+            sampler_sample(s, lg, &r);
+            forced += r.token == 3;
+        }
+        is_int(forced, 200, "logit_bias +100 on a 5%% token: always chosen");
+        float lg[4];
+        logits_of(probs, 4, lg);
+        sampler_sample(s, lg, &r);
+        ok(fabs(r.logprob - log(0.05)) < 1e-5, "logprob of the biased token is the raw one (%f)",
+           r.logprob);
+        sampler_free(s);
+        bias[1] = 0;
+        p.top_logprobs = -1;
+        p.top_p = 0.9f;
+        s = sampler_new(&p, 4, NULL, 0);
+        int zero = 0, masked = 0;
+        uint64_t allow = (1u << 0) | (1u << 2) | (1u << 3);   /* token 1 not allowed */
+        for (int d = 0; d < 2000; d++) {
+            logits_of(probs, 4, lg);
+            sampler_sample_masked(s, lg, &allow, &r);
+            zero += r.token == 0;
+            masked += r.token == 1;
+        }
+        ok(!zero && !masked, "logit_bias -100 and the mask: tokens 0 and 1 never chosen");
+        sampler_free(s);
+    }
+
     /* plain sampling follows the distribution (fixed seed: deterministic) */
     sampling_params_default(&p);
     p.has_seed = true;

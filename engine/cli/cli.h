@@ -15,6 +15,7 @@ int cmd_parse(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_bench_tokenizer(int argc, char **argv);
+int cmd_bench_mask(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -20,6 +20,7 @@ static const struct {
     { "parse", cmd_parse, "parse --mode thinking|chat   completion on stdin -> message JSON" },
     { "tokenize", cmd_tokenize, "tokenize --tokenizer FILE [--special]   text (stdin) -> ids" },
     { "detokenize", cmd_detokenize, "detokenize --tokenizer FILE [--skip-special]   ids (stdin) -> text" },
+    { "bench-mask", cmd_bench_mask, "bench-mask --tokenizer FILE --request FILE [--walks N]   constrained decoding cost per token" },
     { "bench-tokenizer", cmd_bench_tokenizer, "bench-tokenizer --tokenizer FILE --text FILE [--repeat N]" },
     { "logits", cmd_logits, "logits --model DIR --ids 1,2,3 [--tp N] [--mode full|incremental] --out FILE" },
     { "bench", cmd_bench, "bench --model DIR | --synthetic CONFIG [--backend B] [--tp N] [--prompts N,..]  prefill/decode tokens/s" },

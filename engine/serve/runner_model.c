@@ -27,6 +27,7 @@
 
 #include "chat_encode.h"
 #include "chat_render.h"
+#include "constraint.h"
 #include "fingerprint.h"
 #include "ipc/llm_request.h"
 #include "json.h"
@@ -35,6 +36,7 @@
 #include "runner.h"
 #include "sampler.h"
 #include "stop_match.h"
+#include "token_mask.h"
 #include "tokenizer.h"
 
 /* Cache room kept for probes (LLM_IPC_PROBE_SEATS): a probe is a short
@@ -56,6 +58,12 @@ struct model_runner {
                                    * copy a forked choice samples from */
     v4_step_item *items;
     uint64_t      rng;            /* tool call ids */
+    token_trie   *trie;           /* constrained decoding; NULL: trie_err */
+    char          trie_err[200];
+    int32_t       think_end;      /* </think>, or -1 */
+    /* compiled constraints by constraint_key, most recent first (prep
+     * thread only; the caches themselves are shared and thread-safe) */
+    struct cached_constraint { char *key; mask_cache *mc; } lru[8];
     /* background preparation */
     pthread_t       prep_tid;
     bool            prep_started, prep_stop;
@@ -91,6 +99,10 @@ struct model_req {
     int           n;              /* choices */
     int           left;           /* choices still generating */
     struct mchoice *ch;           /* [n] */
+    mask_cache   *mc;             /* constrained decoding: the grammar's shared
+                                   * cache (prep thread); NULL: unconstrained */
+    int32_t      *bias_id;        /* logit_bias, shared by the choices */
+    float        *bias;
 };
 
 /* One of a request's n choices: its own cache, seed stream, stop matcher,
@@ -113,6 +125,12 @@ struct mchoice {
     bool          in_reasoning;
     int           generated, reasoning_tokens;
     enum llm_finish_reason parsed_finish;
+    /* constrained decoding (constraint.h): the matcher over the request's
+     * grammar (prep_finish); in thinking mode it starts after </think> */
+    token_matcher *tm;
+    uint64_t     *mask;
+    bool          tm_wait;
+    char          tail[8];        /* last bytes of reasoning, for </think> */
     strbuf        text;           /* scratch: decoded text of one token */
     strbuf        kept;           /* scratch: text past the stop matcher */
 };
@@ -159,10 +177,15 @@ static void free_model_req(struct model_req *q)
         sampler_free(c->smp);
         stop_free(&c->stop);
         if (c->parser) output_parser_free(c->parser);
+        token_matcher_free(c->tm);
+        free(c->mask);
         sb_free(&c->text);
         sb_free(&c->kept);
     }
     free(q->ch);
+    mask_cache_unref(q->mc);   /* after the matchers over it */
+    free(q->bias_id);
+    free(q->bias);
     free(q);
 }
 
@@ -237,6 +260,8 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
         return -1;
     }
     if (getrandom(&R->rng, sizeof R->rng, 0) != sizeof R->rng || !R->rng) R->rng = 0x9e3779b97f4a7c15ULL;
+    R->trie = token_trie_new(R->tok, R->vocab, R->trie_err, sizeof R->trie_err);
+    R->think_end = tok_added_token_id(R->tok, "</think>");
 
     v4_cache_info ci;
     v4_cache_info_get(R->model, &ci);
@@ -275,6 +300,11 @@ static void mr_unload(void *self)
     if (R->wake > 0) close(R->wake);
     if (R->model) v4_model_free(R->model);
     if (R->tok) tok_free(R->tok);
+    for (size_t i = 0; i < sizeof R->lru / sizeof R->lru[0]; i++) {
+        free(R->lru[i].key);
+        mask_cache_unref(R->lru[i].mc);
+    }
+    token_trie_free(R->trie);
     free(R->logits);
     free(R->items);
     free(R->forked);
@@ -467,6 +497,37 @@ static const char *limits_bad(yajl_val req)
 
 static void parser_event(void *ctx, const parse_event *ev);
 
+/* The compiled constraint of a request (prep thread): from the cache of
+ * recent ones, else compiled, its token masks prewarmed, and cached.
+ * Returns -1 with err set for a schema the grammar compiler refuses. */
+static int constrain(struct model_runner *R, struct model_req *q, schema_error *err)
+{
+    char *key = constraint_key(q->req);
+    if (!key) return 0;
+    size_t n = sizeof R->lru / sizeof R->lru[0], i = 0;
+    while (i < n && !(R->lru[i].key && !strcmp(R->lru[i].key, key))) i++;
+    if (i == n) {
+        grammar *g;
+        if (constraint_from_request(q->req, R->trie, &g, err)) {
+            free(key);
+            return -1;
+        }
+        i = n - 1;   /* evict the oldest */
+        free(R->lru[i].key);
+        mask_cache_unref(R->lru[i].mc);
+        R->lru[i].key = key;
+        R->lru[i].mc = mask_cache_new(R->trie, g);
+        mask_cache_prewarm(R->lru[i].mc, 4096);
+    } else {
+        free(key);
+    }
+    struct cached_constraint hit = R->lru[i];   /* move to the front */
+    memmove(&R->lru[1], &R->lru[0], i * sizeof R->lru[0]);
+    R->lru[0] = hit;
+    q->mc = mask_cache_ref(hit.mc);
+    return 0;
+}
+
 /* Background half of preparation (the prep thread): parse, render and
  * tokenize.  Touches only the request, the tokenizer (read-only) and q. */
 static void prep_job(struct model_runner *R, struct model_req *q)
@@ -500,9 +561,13 @@ static void prep_job(struct model_runner *R, struct model_req *q)
         probe = json_parse(ping, sizeof ping - 1, e2, sizeof e2);
         use = probe;
     }
+    schema_error serr;
     if (chat_tokens(R, use, &q->prompt, &q->thinking, &cerr)) {
         snprintf(q->err_param, sizeof q->err_param, "%s", cerr.param);
         snprintf(q->err_msg, sizeof q->err_msg, "%s", cerr.message);
+    } else if (!probe && R->trie && constrain(R, q, &serr)) {
+        snprintf(q->err_param, sizeof q->err_param, "%.127s", serr.path);
+        snprintf(q->err_msg, sizeof q->err_msg, "%s", serr.message);
     }
     yajl_tree_free(probe);
 }
@@ -527,6 +592,124 @@ static void *prep_thread(void *arg)
     }
     pthread_mutex_unlock(&R->prep_mu);
     return NULL;
+}
+
+/* logit_bias: {"id": bias}, ids of this vocabulary, biases in [-100, 100]
+ * (the module checked the shape).  Emits the error and returns -1. */
+static int load_logit_bias(struct model_runner *R, llm_request *s, yajl_val req,
+                           sampling_params *sp)
+{
+    struct model_req *q = s->state;
+    yajl_val lb = json_get(req, "logit_bias");
+    if (!lb || !YAJL_IS_OBJECT(lb) || !lb->u.object.len) return 0;
+    size_t n = lb->u.object.len, m = 0;
+    q->bias_id = malloc(n * sizeof *q->bias_id);
+    q->bias = malloc(n * sizeof *q->bias);
+    if (!q->bias_id || !q->bias) {
+        fail(s, 503, "engine_out_of_memory", NULL, "engine out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *k = lb->u.object.keys[i];
+        char *end, msg[200];
+        long long id = strtoll(k, &end, 10);
+        double b;
+        size_t len;
+        if (!*k || *end || id < 0 || id >= R->vocab || !tok_id_bytes(R->tok, (int32_t)id, &len)) {
+            snprintf(msg, sizeof msg, "logit_bias: token id '%.40s' is not in the vocabulary "
+                     "(ids 0 to %d)", k, tok_vocab_size(R->tok) - 1);
+            fail(s, 400, "invalid_request_error", "logit_bias", msg);
+            return -1;
+        }
+        if (!json_number(lb->u.object.values[i], &b) || !(b >= -100 && b <= 100)) {
+            snprintf(msg, sizeof msg, "logit_bias: the bias of token %lld must be a number "
+                     "from -100 to 100", id);
+            fail(s, 400, "invalid_request_error", "logit_bias", msg);
+            return -1;
+        }
+        size_t j = 0;   /* a repeated id: the last bias wins */
+        while (j < m && q->bias_id[j] != (int32_t)id) j++;
+        q->bias_id[j] = (int32_t)id;
+        q->bias[j] = (float)b;
+        if (j == m) m++;
+    }
+    sp->bias_id = q->bias_id;
+    sp->bias = q->bias;
+    sp->n_bias = (int)m;
+    return 0;
+}
+
+/* The matchers of a constrained request (one per choice), once the budget
+ * and the choices are known: the budget must hold the shortest complete
+ * reply (and </think> in thinking mode), so the reply is never cut.
+ * Emits the error and returns -1. */
+static int start_constraint(struct model_runner *R, llm_request *s)
+{
+    struct model_req *q = s->state;
+    if (!q->mc) {
+        char *key = R->trie || !q->req ? NULL : constraint_key(q->req);
+        if (key) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "constrained decoding is unavailable: %s", R->trie_err);
+            fail(s, 400, "invalid_request_error", "response_format", msg);
+            free(key);
+            return -1;
+        }
+        return 0;
+    }
+    bool wait = q->thinking && R->think_end >= 0;
+    int need = grammar_min_len(mask_cache_grammar(q->mc)) + 1 + (wait ? 1 : 0);
+    if (q->budget < need) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "max_tokens: %d tokens cannot hold the shortest reply the "
+                 "requested format allows; allow at least %d", q->budget, need);
+        fail(s, 400, "invalid_request_error", "max_tokens", msg);
+        return -1;
+    }
+    for (int i = 0; i < q->n; i++) {
+        struct mchoice *c = &q->ch[i];
+        c->tm_wait = wait;
+        c->tm = token_matcher_shared(q->mc, R->eos);
+        c->mask = malloc(token_mask_words(R->trie) * sizeof *c->mask);
+        if (!c->tm || !c->mask) {
+            fail(s, 503, "engine_out_of_memory", NULL, "engine out of memory");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The allowed tokens of this step, or NULL when unconstrained.  While
+ * reasoning, everything, unless the budget has just room for </think> and
+ * the shortest reply. */
+static const uint64_t *step_mask(struct model_runner *R, struct mchoice *q)
+{
+    if (!q->tm) return NULL;
+    int left = q->q->budget - q->generated;
+    if (!q->tm_wait) {
+        token_matcher_mask(q->tm, left, q->mask);
+        return q->mask;
+    }
+    if (left > token_matcher_min(q->tm) + 2) return NULL;
+    memset(q->mask, 0, token_mask_words(R->trie) * sizeof *q->mask);
+    q->mask[R->think_end >> 6] |= 1ULL << (R->think_end & 63);
+    return q->mask;
+}
+
+/* Advance the matcher by the sampled token; -1 when it was not allowed
+ * (only possible when every logit was -inf or NaN). */
+static int step_accept(struct model_runner *R, struct mchoice *q, int32_t token)
+{
+    if (!q->tm) return 0;
+    if (!q->tm_wait) return token_matcher_accept(q->tm, token);
+    size_t len, k = sizeof q->tail;
+    const char *b = tok_id_bytes(R->tok, token, &len);
+    for (size_t i = 0; b && i < len; i++) {   /* shift the bytes in */
+        memmove(q->tail, q->tail + 1, k - 1);
+        q->tail[k - 1] = b[i];
+    }
+    if (!memcmp(q->tail, "</think>", 8)) q->tm_wait = false;
+    return 0;
 }
 
 /* Main-thread half, once the job is done: limits, sampling, output path.
@@ -605,6 +788,7 @@ static int prep_finish(struct model_runner *R, llm_request *s)
     sampling_params sp;
     sampling_from(rc, req, &sp);
     if (s->kind == LLM_KIND_PROBE) { sp.temperature = 0; sp.top_logprobs = -1; }
+    if (load_logit_bias(R, s, req, &sp)) return -1;
     q->top_logprobs = sp.top_logprobs;
     if (get_int(req, "min_tokens", &v) && v > 0) q->min_tokens = (int)v;
     json_bool(json_get(req, "ignore_eos"), &q->ignore_eos);
@@ -654,6 +838,7 @@ static int prep_finish(struct model_runner *R, llm_request *s)
             return -1;
         }
     }
+    if (start_constraint(R, s)) return -1;
     yajl_tree_free(q->req);
     q->req = NULL;
     req_emit_prompt_info(s, (uint32_t)prompt, 0, fingerprint64(&q->prompt));
@@ -864,10 +1049,21 @@ static void emit_logprob(struct model_runner *R, struct mchoice *q, const sample
 static void take_token(struct model_runner *R, struct mchoice *q, float *logits)
 {
     struct model_req *m = q->q;
-    if (R->eos >= 0 && (m->ignore_eos || q->generated < m->min_tokens))
+    const uint64_t *allow = step_mask(R, q);
+    /* a complete constrained reply ends, whatever min_tokens says; one
+     * still reasoning must go on to its reply */
+    if (R->eos >= 0 && (((m->ignore_eos || q->generated < m->min_tokens)
+                         && !(allow && q->tm && !q->tm_wait && token_matcher_done(q->tm)))
+                        || (q->tm && q->tm_wait)))
         sampler_ban(logits, R->eos);
     sample_result sr;
-    sampler_sample(q->smp, logits, &sr);
+    sampler_sample_masked(q->smp, logits, allow, &sr);
+    if (step_accept(R, q, sr.token)) {
+        for (int j = 0; j < m->n; j++) m->ch[j].done = true;
+        fail(q->seq, 500, "internal_error", NULL, "constrained decoding: no token was "
+             "allowed (the logits are not finite)");
+        return;
+    }
     q->generated++;
     if (q->in_reasoning) q->reasoning_tokens++;
     if (m->top_logprobs >= 0) emit_logprob(R, q, &sr);

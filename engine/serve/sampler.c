@@ -16,6 +16,8 @@ struct sampler {
     int32_t  *idx;
     uint8_t  *keep;
     float    *raw;           /* logits before penalties (logprobs + penalties) */
+    int32_t  *bias_id;
+    float    *bias;
 };
 
 void sampling_params_default(sampling_params *p)
@@ -61,13 +63,22 @@ sampler *sampler_new(const sampling_params *p, int vocab,
     s->prob = malloc((size_t)vocab * sizeof *s->prob);
     s->idx = malloc((size_t)vocab * sizeof *s->idx);
     s->keep = malloc((size_t)vocab);
-    /* logprobs are the raw model's: keep a copy when penalties change logits */
-    bool need_raw = p->top_logprobs >= 0 && (p->repetition_penalty != 1.0f
-                                             || p->presence_penalty != 0.0f
-                                             || p->frequency_penalty != 0.0f);
+    /* logprobs are the raw model's: keep a copy, since penalties, bias and
+     * masks change the logits */
+    bool need_raw = p->top_logprobs >= 0;
     if (need_raw) s->raw = malloc((size_t)vocab * sizeof *s->raw);
+    if (p->n_bias > 0) {
+        s->bias_id = malloc((size_t)p->n_bias * sizeof *s->bias_id);
+        s->bias = malloc((size_t)p->n_bias * sizeof *s->bias);
+        if (s->bias_id && s->bias) {
+            memcpy(s->bias_id, p->bias_id, (size_t)p->n_bias * sizeof *s->bias_id);
+            memcpy(s->bias, p->bias, (size_t)p->n_bias * sizeof *s->bias);
+        }
+    }
+    s->p.bias_id = s->bias_id;
+    s->p.bias = s->bias;
     if (!s->out_count || !s->in_prompt || !s->prob || !s->idx || !s->keep
-        || (need_raw && !s->raw)) {
+        || (need_raw && !s->raw) || (p->n_bias > 0 && (!s->bias_id || !s->bias))) {
         sampler_free(s);
         return NULL;
     }
@@ -89,6 +100,8 @@ void sampler_free(sampler *s)
     free(s->idx);
     free(s->keep);
     free(s->raw);
+    free(s->bias_id);
+    free(s->bias);
     free(s);
 }
 
@@ -173,6 +186,12 @@ static int by_prob_desc(const void *a, const void *b, void *ctx)
 
 void sampler_sample(sampler *s, float *logits, sample_result *out)
 {
+    sampler_sample_masked(s, logits, NULL, out);
+}
+
+void sampler_sample_masked(sampler *s, float *logits, const uint64_t *allow,
+                           sample_result *out)
+{
     const sampling_params *p = &s->p;
     int V = s->vocab;
     float mx;
@@ -194,6 +213,13 @@ void sampler_sample(sampler *s, float *logits, sample_result *out)
         raw_copy = s->raw;
     }
 
+    for (int i = 0; i < p->n_bias; i++) logits[p->bias_id[i]] += p->bias[i];
+    for (int w = 0; allow && w * 64 < V; w++) {   /* word by word: most are all 0 or 1 */
+        uint64_t bits = allow[w];
+        if (bits == ~0ULL) continue;
+        for (int i = w * 64; i < V && i < w * 64 + 64; i++)
+            if (!(bits >> (i & 63) & 1)) logits[i] = -INFINITY;
+    }
     apply_penalties(s, logits);
 
     int32_t tok = 0;

@@ -1,7 +1,8 @@
 /* Token sampling for one sequence: penalties, temperature, top-k, top-p,
- * min-p, seeded per-sequence randomness, logprobs.  Order of operations
- * follows vLLM: penalties -> temperature -> top-k -> top-p -> min-p ->
- * sample.  Logprobs are those of the model's raw distribution (vLLM's
+ * min-p, seeded per-sequence randomness, logprobs, logit_bias and an
+ * allowed-token mask (constrained decoding).  Order of operations follows
+ * vLLM: logit_bias -> mask -> penalties -> temperature -> top-k -> top-p ->
+ * min-p -> sample.  Logprobs are those of the model's raw distribution (vLLM's
  * default), not of the processed one. */
 #ifndef LLM_SAMPLER_H
 #define LLM_SAMPLER_H
@@ -22,6 +23,11 @@ typedef struct {
     bool     has_seed;
     uint64_t seed;
     int      top_logprobs;       /* -1 = no logprobs, 0..20 */
+    /* OpenAI logit_bias: added to the logits of these ids (copied by
+     * sampler_new; ids must be < vocab) */
+    const int32_t *bias_id;
+    const float   *bias;
+    int      n_bias;
 } sampling_params;
 
 void sampling_params_default(sampling_params *p);
@@ -47,6 +53,10 @@ void sampler_free(sampler *s);
  * the token for the penalties.  Never returns a token whose logit is -inf
  * or NaN unless every logit is. */
 void sampler_sample(sampler *s, float *logits, sample_result *out);
+/* The same, choosing only among tokens whose bit is set in allow (64 ids a
+ * word; NULL: all). */
+void sampler_sample_masked(sampler *s, float *logits, const uint64_t *allow,
+                           sample_result *out);
 
 /* The same logits with a banned token (e.g. EOS before min_tokens). */
 void sampler_ban(float *logits, int32_t token);
