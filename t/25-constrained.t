@@ -111,6 +111,21 @@ for my $seed (1 .. 5) {
     ok($r->{json}{usage}{completion_tokens} <= 60, "json_object seed $seed: within max_tokens");
 }
 
+# n > 1: every choice has its own matcher over the request's grammar
+{
+    my $r = post('/v1/chat/completions',
+                 { model => 'tiny-demo', messages => $user, max_tokens => 60, seed => 7, n => 3,
+                   temperature => 1.0, response_format => { type => 'json_object' } });
+    is($r->{status}, 200, 'json_object n=3: 200') or diag($r->{content});
+    my @ch = @{ $r->{json}{choices} // [] };
+    is(scalar @ch, 3, 'json_object n=3: three choices');
+    for my $c (@ch) {
+        my $v = eval { $json->decode($c->{message}{content}) };
+        is(ref $v, 'HASH', "json_object n=3: choice $c->{index} is a JSON object")
+            or diag($c->{message}{content});
+    }
+}
+
 # thinking: the reasoning is closed in time for the reply (tight budget)
 for my $seed (1 .. 3) {
     my $r = post('/v1/chat/completions',
