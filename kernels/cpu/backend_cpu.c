@@ -7,6 +7,7 @@
 #include "backend.h"
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
+#include "cpu/quant.h"
 #include "cpu/threadpool.h"
 #include "tp.h"
 
@@ -14,6 +15,7 @@ typedef struct {
     threadpool *pool;
     tp_group *group;
     int rank;
+    bool fp8;       /* backend_cpu_set_fp8 */
 } cpu_impl;
 
 static threadpool *pool_of(backend *b) { return ((cpu_impl *)b->impl)->pool; }
@@ -45,10 +47,30 @@ static void cpu_write(backend *b, void *dst, const void *src, size_t bytes)
 
 static const char *cpu_error(backend *b) { (void)b; return NULL; }
 
+/* cpu_matmul over n rows of x, in a step of T tokens: under the fp8 mode
+ * (backend_cpu_set_fp8) on a quantized copy of x when the step and the
+ * weight call for it. */
+static void mode_matmul(const cpu_impl *c, int T, const qweight *w, const float *x, int ldx,
+                        int n, float *y, int ldy)
+{
+    if (!c->fp8 || T < GEMM_MODE_MIN_T || (w->type != QT_FP8 && w->type != QT_MXFP4)) {
+        cpu_matmul(c->pool, w, x, ldx, n, y, ldy);
+        return;
+    }
+    int K = w->cols;
+    float *q = malloc((size_t)n * K * sizeof *q + 4);
+    for (int t = 0; t < n; t++) {
+        memcpy(q + (size_t)t * K, x + (size_t)t * ldx, K * sizeof *q);
+        act_quant_round(q + (size_t)t * K, K);
+    }
+    cpu_matmul(c->pool, w, q, K, n, y, ldy);
+    free(q);
+}
+
 static void cpu_matmul_op(backend *b, const qweight *w, const float *x, int ldx, int T,
                           float *y, int ldy)
 {
-    cpu_matmul(pool_of(b), w, x, ldx, T, y, ldy);
+    mode_matmul(b->impl, T, w, x, ldx, T, y, ldy);
 }
 
 static void cpu_embed(backend *b, const qweight *w, const int32_t *ids, int T, float *out)
@@ -332,16 +354,17 @@ static void swiglu(const float *g, const float *u, size_t n, float limit, float 
     }
 }
 
-/* One expert (or the shared one) on `n` gathered rows: out = mlp(x). */
-static void expert(threadpool *p, const qweight *w1, const qweight *w2, const qweight *w3,
-                   const float *x, int n, int H, float limit, float *out)
+/* One expert (or the shared one) on `n` gathered rows of a T-token step:
+ * out = mlp(x). */
+static void expert(const cpu_impl *c, int T, const qweight *w1, const qweight *w2,
+                   const qweight *w3, const float *x, int n, int H, float limit, float *out)
 {
     int I = w1->rows;
     float *g = malloc((size_t)n * I * sizeof *g), *u = malloc((size_t)n * I * sizeof *u);
-    cpu_matmul(p, w1, x, H, n, g, I);
-    cpu_matmul(p, w3, x, H, n, u, I);
+    mode_matmul(c, T, w1, x, H, n, g, I);
+    mode_matmul(c, T, w3, x, H, n, u, I);
     swiglu(g, u, (size_t)n * I, limit, g);
-    cpu_matmul(p, w2, g, I, n, out, H);
+    mode_matmul(c, T, w2, g, I, n, out, H);
     free(g);
     free(u);
 }
@@ -385,7 +408,7 @@ static void cpu_moe(backend *b, const moe_args *a)
                     n++;
                 }
         if (!n) continue;
-        expert(p, &a->w1[e], &a->w2[e], &a->w3[e], xs, n, H, a->limit, ys);
+        expert(b->impl, T, &a->w1[e], &a->w2[e], &a->w3[e], xs, n, H, a->limit, ys);
         for (int j = 0; j < n; j++) {
             float w = wt[rows[j]];
             float *o = a->out + (size_t)(rows[j] / K) * H;
@@ -393,7 +416,7 @@ static void cpu_moe(backend *b, const moe_args *a)
             for (int d = 0; d < H; d++) o[d] += y[d] * w;
         }
     }
-    expert(p, a->sw1, a->sw2, a->sw3, a->x, T, H, a->limit, ys);
+    expert(b->impl, T, a->sw1, a->sw2, a->sw3, a->x, T, H, a->limit, ys);
     for (size_t i = 0; i < (size_t)T * H; i++) a->out[i] += ys[i];
     free(rows);
     free(xs);
@@ -425,11 +448,13 @@ static void cpu_destroy(backend *b)
     free(b);
 }
 
+void backend_cpu_set_fp8(backend *b, bool on) { ((cpu_impl *)b->impl)->fp8 = on; }
+
 backend *backend_cpu_new(int threads, tp_group *g, int rank)
 {
     backend *b = calloc(1, sizeof *b);
     cpu_impl *c = calloc(1, sizeof *c);
-    *c = (cpu_impl){ threadpool_new(threads), g, rank };
+    *c = (cpu_impl){ threadpool_new(threads), g, rank, false };
     b->name = "cpu";
     b->impl = c;
     b->alloc = cpu_alloc;
