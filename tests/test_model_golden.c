@@ -15,7 +15,11 @@
  * rounds activations once (2^-8): measured on these fixtures (bf16 branch
  * runs A and B, docs/GPU_NOTES.md) rel L2 up to 0.058, max abs 2.04, incremental
  * vs full 0.036, greedy agreement 96.25% (tiny-b) to 99%: bounds 0.1, 4,
- * 0.1 and >= 95%, short of the 99% the float32 and bf16x2 paths keep. */
+ * 0.1 and >= 95%, short of the 99% the float32 and bf16x2 paths keep.
+ * LLM_CUDA_GEMM=fp8 (DeepSeek's FP8 numerics: activations of the FP8 and
+ * MXFP4 matmuls quantized to e4m3 per 128 channels) is held to bf16's
+ * bounds, the drift it must not exceed to be a default; its measured
+ * drift is in docs/MODEL.md. */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -143,7 +147,8 @@ int main(void)
         const char *g = getenv("LLM_CUDA_GEMM");
         gemm = g && *g ? g : "bf16x2";
         if (!strcmp(gemm, "bf16x2")) tol_rel = 2e-3, tol_abs = 2e-2, tol_inc = 2e-3;
-        else if (!strcmp(gemm, "bf16")) tol_rel = 0.1, tol_abs = 4, tol_inc = 0.1, tol_greedy = 0.95;
+        else if (!strcmp(gemm, "bf16") || !strcmp(gemm, "fp8"))
+            tol_rel = 0.1, tol_abs = 4, tol_inc = 0.1, tol_greedy = 0.95;
     }
     DIR *d = opendir(FIXTURES);
     struct dirent *e;
