@@ -266,7 +266,7 @@ static void fp8_bound(const char *name, const qweight *w, const float *x, int ld
     C->matmul(C, w, xq, K, T, yq, N);
     float *y8 = malloc((size_t)T * N * sizeof *y8);
     C8->matmul(C8, w, x, ldx, T, y8, N);
-    char what[200];
+    char what[400];
     snprintf(what, sizeof what, "%s: the CPU's fp8 mode is its matmul on act_quant_round(x)", name);
     ok(!memcmp(y8, yq, (size_t)T * N * sizeof *y8), "%s", what);
     float *row = malloc(K * sizeof *row);
