@@ -17,9 +17,16 @@
  * vs full 0.036, greedy agreement 96.25% (tiny-b) to 99%: bounds 0.1, 4,
  * 0.1 and >= 95%, short of the 99% the float32 and bf16x2 paths keep.
  * LLM_CUDA_GEMM=fp8 (DeepSeek's FP8 numerics: activations of the FP8 and
- * MXFP4 matmuls quantized to e4m3 per 128 channels) is held to bf16's
- * bounds, the drift it must not exceed to be a default; its measured
- * drift is in docs/MODEL.md. */
+ * MXFP4 matmuls quantized to e4m3 per 128 channels) drifts further on
+ * these tiny random models, and the CPU backend in the same numerics
+ * (v4_options.cpu_fp8) drifts as far: measured (docs/MODEL.md) rel L2
+ * 0.165-0.226, max abs 3.6, incremental vs full 0.144, greedy 73.5-82%:
+ * bounds 0.35, 6, 0.3, >= 65%.  Its full pass must also be nearer the
+ * CPU's fp8 mode than the golden: rel L2 to the CPU's at most half its
+ * rel L2 to the golden (a path that did not quantize, or quantized
+ * otherwise, sits as far from both; the two cannot agree to float32
+ * noise, as a value near an e4m3 rounding boundary lands on either side
+ * from sums that differ in their last bits). */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -77,6 +84,23 @@ static int run(const char *dir, int tp, bool incremental, const int32_t *ids, in
     return fixture_logits(dir, &o, incremental, ids, n, out, vocab, NULL);
 }
 
+/* fp8: the full pass got against the CPU backend in the same numerics. */
+static void cpu_fp8_case(const char *what, const char *dir, const int32_t *ids, int n,
+                         const float *got, const float *gold, size_t ng)
+{
+    v4_options o = { .tp = 1, .cache_tokens = n, .backend = "cpu", .cpu_fp8 = true };
+    float *ref = malloc(ng * sizeof *ref);
+    int V = 0;
+    if (fixture_logits(dir, &o, false, ids, n, ref, &V, NULL) || (size_t)V * n != ng) {
+        ok(0, "%s: the CPU's fp8 mode runs", what);
+    } else {
+        double r = rel_l2(got, ref, ng), rg = rel_l2(got, gold, ng), rc = rel_l2(ref, gold, ng);
+        ok(r <= 0.5 * rg, "%s vs the CPU's fp8 mode: rel L2 %.3g (to the golden %.3g; the "
+           "CPU's fp8 mode to the golden %.3g)", what, r, rg, rc);
+    }
+    free(ref);
+}
+
 static void fixture(const char *name)
 {
     char dir[256];
@@ -106,6 +130,7 @@ static void fixture(const char *name)
             }
             compare(what, out, gold, ng);
             greedy(what, out, gold, n, V);
+            if (!inc && tp == 1 && gemm && !strcmp(gemm, "fp8")) cpu_fp8_case(what, dir, ids, n, out, gold, ng);
             if (!inc) memcpy(full, out, ng * sizeof *out);
             else {
                 double r = rel_l2(out, full, ng);
@@ -147,8 +172,8 @@ int main(void)
         const char *g = getenv("LLM_CUDA_GEMM");
         gemm = g && *g ? g : "bf16x2";
         if (!strcmp(gemm, "bf16x2")) tol_rel = 2e-3, tol_abs = 2e-2, tol_inc = 2e-3;
-        else if (!strcmp(gemm, "bf16") || !strcmp(gemm, "fp8"))
-            tol_rel = 0.1, tol_abs = 4, tol_inc = 0.1, tol_greedy = 0.95;
+        else if (!strcmp(gemm, "bf16")) tol_rel = 0.1, tol_abs = 4, tol_inc = 0.1, tol_greedy = 0.95;
+        else if (!strcmp(gemm, "fp8")) tol_rel = 0.35, tol_abs = 6, tol_inc = 0.3, tol_greedy = 0.65;
     }
     DIR *d = opendir(FIXTURES);
     struct dirent *e;

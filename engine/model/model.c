@@ -225,6 +225,7 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
         R->shard = sh[r];
         v4_weights_shard(&m->w, c, &sh[r], &R->w);
         R->be = cuda ? bes[r] : backend_cpu_new(threads, m->group, r);
+        if (!cuda && o.cpu_fp8) backend_cpu_set_fp8(R->be, true);
     }
     if (m->ranks[0].be->upload_weights && upload_all(m, err)) {
         v4_model_free(m);

@@ -45,6 +45,8 @@ typedef struct {
     bool synthetic;         /* benchmarks: the load path is a config.json and
                                the weights are random, of its exact shapes and
                                dtypes, made on the device (cuda only) */
+    bool cpu_fp8;           /* cpu: the numerics of CUDA's fp8 GEMM mode
+                               (backend_cpu_set_fp8), its reference */
 } v4_options;
 
 int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf *err);

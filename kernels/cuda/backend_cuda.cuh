@@ -222,7 +222,7 @@ void cu_mem_info(backend *b, size_t *free_bytes, size_t *total_bytes);
 
 // cuda_gemm.cu: prefill GEMMs through cuBLASLt, algorithms cached per shape.
 bool lt_op_new(cu_impl *c);
-void lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy);
+bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy);
 gemm_op gemm_input(cu_impl *c, bool bf16, bool exact, const float *x, int ldx, const int *rows,
                    int div, int T, int K);
 void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y, int ldy);

@@ -43,7 +43,12 @@ static bool lt_heuristic(cu_impl *c, cublasLtMatmulDesc_t op, cublasLtMatrixLayo
                                                  sizeof align[0]));
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
-    if (ok) LTK(cublasLtMatmulAlgoGetHeuristic(c->lt, op, A, B, C, C, pref, 1, &res, &nres));
+    if (ok) {   // NOT_SUPPORTED: no algorithm for this shape (the caller decides)
+        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, op, A, B, C, C, pref, 1, &res,
+                                                          &nres);
+        if (s == CUBLAS_STATUS_NOT_SUPPORTED) nres = 0;
+        else LTK(s);
+    }
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (ok && nres < 1) return false;
     if (ok) *algo = res.algo;
@@ -55,8 +60,9 @@ static bool lt_heuristic(cu_impl *c, cublasLtMatmulDesc_t op, cublasLtMatrixLayo
 // The pointers' actual alignments go into the algorithm's choice
 // (activation views are offset).  FP8 operands (scale set, both): the
 // weights' 128x128 and the activations' 1x128 block scales applied per
-// K block, float32 sums.
-void lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy)
+// K block, float32 sums; those have no algorithm for some shapes: then
+// false, nothing launched (every other type fails the backend).
+bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy)
 {
     bool ok = true;
     bool fp8 = w.scale != NULL;
@@ -110,14 +116,16 @@ void lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
             LTK(cublasLtMatmul(c->lt, op, &alpha, w.p, A, xp, B, &beta, y, C, y, C, &exact,
                                c->lt_ws, LT_WS_BYTES, c->st));
         } else {
-            fail(c, "cuBLASLt: no %s algorithm for %dx%d by %d tokens",
-                 fp8 ? "block-scaled fp8" : w.bf16 ? "bf16" : "float32", N, K, T);
+            if (!fp8)
+                fail(c, "cuBLASLt: no %s algorithm for %dx%d by %d tokens",
+                     w.bf16 ? "bf16" : "float32", N, K, T);
             ok = false;
         }
     }
     if (C) cublasLtMatrixLayoutDestroy(C);
     if (B) cublasLtMatrixLayoutDestroy(B);
     if (A) cublasLtMatrixLayoutDestroy(A);
+    return ok;
 }
 
 // Weights of nexp packed experts from q on as a GEMM operand: in stored
@@ -158,7 +166,8 @@ gemm_op gemm_input(cu_impl *c, bool bf16, bool exact, const float *x, int ldx, c
 
 // fp8: an FP8 weight whose view starts on its 128x128 blocks, times
 // act_quant(x), through cuBLASLt's block-scaled FP8 GEMM; false: the view
-// does not fit it (nothing launched).
+// does not fit it, or cuBLASLt has no algorithm for the shape (on the
+// H200 it had none for 300 rows; nothing written to y).
 static bool fp8_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
                        int ldy)
 {
@@ -175,8 +184,7 @@ static bool fp8_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T,
     cu_act_quant_fp8(c->st, x, ldx, T, K, xq, ldq, xs);
     gemm_op w = { q.data + (long long)q.r0 * q.ld + q.c0, q.ld, false, 0, 0, ws };
     gemm_op in = { xq, ldq, false, 0, 0, xs };
-    lt_gemm(c, w, N, K, in, T, y, ldy);
-    return true;
+    return lt_gemm(c, w, N, K, in, T, y, ldy);
 }
 
 // Prefill matmul: y = x W^T through cuBLASLt (bf16 or float32 operands;
