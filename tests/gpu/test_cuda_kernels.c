@@ -32,10 +32,12 @@
  * about 14 bits of their running sums inside a 128-deep scale block
  * (DeepSeek-V3 report, 3.3.2) before cuBLASLt adds the block into float32.
  * Other weights run as under bf16x2 (u = 2^-16), as do attention and the
- * indexer.  MoE against the CPU's fp8 mode: relative L2 <= 2e-3 (the
- * 2^-13 above through the chain's 3.3, and the rare e4m3 rounding of g
- * that lands on the other side of a boundary from float32 sums that differ
- * in their last bits: one step of 2^-4 on that element).  Relative errors add along the chain:
+ * indexer.  MoE against the CPU's fp8 mode: relative L2 <= 1e-2.  Where
+ * no quantized value differs it is float32 noise (measured 1e-7..2e-6);
+ * but g, quantized again before w2, comes from float32 sums that differ
+ * in their last bits, so a g value next to an e4m3 rounding boundary
+ * lands on the other side on one of the two (one e4m3 step, 6-12% of that
+ * value): measured 3.1e-3 for the 920K values of g at T=600, H=1024.  Relative errors add along the chain:
  * at most u from the rounded x into w1 and w3, times 1.28 through SiLU
  * for the gate's (its log-derivative 1 + g (1 - sigmoid g) peaks at
  * 1.28), u from the up projection, u from the rounded SwiGLU output into
@@ -1010,7 +1012,7 @@ static void test_moe(int T, bool hash, int H, int E, int K, int I, int i0, int n
              "in MXFP4 experts)", hash ? "hash" : "top-k", T, H, E, K, i0, ni, I);
     check_tol(name, g, out, (size_t)T * H,
               T < LT_MIN_T || gemm_mode == GEMM_F32 ? TOL
-              : gemm_mode == GEMM_FP8               ? 2e-3
+              : gemm_mode == GEMM_FP8               ? 1e-2
                                                     : 4 * gemm_u() + TOL);
     G->release(G, dx), G->release(G, dbias), G->release(G, dtid), G->release(G, dout);
     free(bias), free(x), free(tid), free(ids), free(out), free(g);
