@@ -310,8 +310,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
     float *sy = (float *)grow(c, &c->sy, (size_t)T * H * sizeof(float));
     if (c->failed) return;
 
-    if (T >= LT_MIN_T) f32_matmul(c, gate, a->x, H, T, sc, E);
-    else cu_matmul(c->st, gate, a->x, H, T, sc, E);
+    cu_matmul(c->st, gate, a->x, H, T, sc, E);
     cu_moe_route(c->st, sc, T, E, K, a->sigmoid_scores, a->bias, a->tid2eid, a->tid_i64, ids,
                  a->routed_scale, idx, wt, ord);
     phase(c, "moe router");

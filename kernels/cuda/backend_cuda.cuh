@@ -226,7 +226,6 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
 gemm_op gemm_input(cu_impl *c, bool bf16, bool exact, const float *x, int ldx, const int *rows,
                    int div, int T, int K);
 void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y, int ldy);
-void f32_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y, int ldy);
 void expert_gemms(cu_impl *c, const dqw &w, int E, const int *ho, gemm_op x, float *y, int ldy);
 
 // cuda_graphs.cu: decode steps as CUDA graphs.

@@ -213,15 +213,6 @@ void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, floa
     if (!c->failed) lt_gemm(c, w, q.rows, q.cols, in, T, y, ldy);
 }
 
-// y = x W^T with float32 operands through cuBLASLt in every mode (the
-// MoE router: which experts a token gets must not move with the mode).
-void f32_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y, int ldy)
-{
-    if (q.rows <= 0 || q.cols <= 0 || T <= 0) return;
-    gemm_op w = gemm_weights(c, false, q, 1);
-    if (!c->failed) lt_gemm(c, w, q.rows, q.cols, gemm_op{ x, ldx, false, 0, 0 }, T, y, ldy);
-}
-
 static double now_ms(void)
 {
     struct timespec ts;
