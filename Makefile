@@ -75,7 +75,7 @@ $(BUILD)/obj/%.o: %.c $(DEPS_STAMP) $(FLAGS_STAMP)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/obj/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
+	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
 $(LIB): $(ENGINE_OBJ) $(CU_OBJ)
 	@rm -f $@
@@ -143,5 +143,5 @@ $(QUALIFY_FAKE): tests/qualify_fake_server.c tests/qualify_fake_tok.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< $(LIB) -o $@ $(LDLIBS)
 
--include $(ENGINE_OBJ:.o=.d) $(BUILD)/obj/engine/cli/main.d $(QUALIFY_OBJ:.o=.d) \
+-include $(ENGINE_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/obj/engine/cli/main.d $(QUALIFY_OBJ:.o=.d) \
          $(BUILD)/obj/qualify/main.d

@@ -88,6 +88,50 @@ static void test_fp8_blocks(void)
     free(row);
 }
 
+/* DeepSeek's act_quant (ue8m0): per group of 128 channels the scale is the
+ * power of two 2^ceil(log2(max(amax, 1e-4) / 448)), computed here with
+ * log2/ceil in double; codes are the nearest e4m3 of x / s. */
+static void test_act_quant(void)
+{
+    int n = 300;    /* two full groups and a short one */
+    float x[300], r[300], sc[3];
+    uint8_t q[300];
+    size_t bad_s = 0, bad_q = 0, bad_r = 0;
+    uint64_t saved = rs;    /* the later tests keep their inputs */
+    for (int it = 0; it < 200; it++) {
+        double mag = ldexp(1, (int)(urand() * 40) - 25);
+        for (int i = 0; i < n; i++) x[i] = (float)((urand() * 2 - 1) * mag);
+        if (it % 7 == 0) x[5] = (float)(448 * ldexp(1, it % 11 - 5));  /* amax exactly 448 * 2^e */
+        if (it == 3) memset(x + 128, 0, 128 * sizeof *x);                /* zero group */
+        act_quant_fp8(x, n, q, sc);
+        memcpy(r, x, sizeof r);
+        act_quant_round(r, n);
+        for (int g = 0; g < 3; g++) {
+            int k0 = g * 128, k1 = k0 + 128 < n ? k0 + 128 : n;
+            float amax = 0;
+            for (int k = k0; k < k1; k++) amax = fmaxf(amax, fabsf(x[k]));
+            double want = ldexp(1, (int)ceil(log2(fmaxf(amax, 1e-4f) * (1.0f / 448.0f))));
+            bad_s += sc[g] != (float)want;
+            for (int k = k0; k < k1; k++) {
+                float v = x[k] / sc[g];
+                /* nearest code: no code is closer than the chosen one */
+                float got = fp8_e4m3_to_f32(q[k]);
+                for (int b = 0; b < 256; b++) {
+                    float c = fp8_e4m3_to_f32((uint8_t)b);
+                    if (!isnan(c) && fabsf(c - v) < fabsf(got - v)) { bad_q++; break; }
+                }
+                bad_r += r[k] != got * sc[g];
+            }
+        }
+    }
+    rs = saved;
+    is_int(bad_s, 0, "act_quant: group scales are 2^ceil(log2(max(amax, 1e-4) / 448))");
+    is_int(bad_q, 0, "act_quant: codes are the nearest e4m3 values of x / s");
+    is_int(bad_r, 0, "act_quant_round: x becomes code * s");
+    ok(act_quant_scale(448.0f) == 1.0f && act_quant_scale(449.0f) == 2.0f &&
+       act_quant_scale(0) == ldexpf(1, -22), "act_quant: scales at 448, just past it, and of zeros");
+}
+
 static void test_mxfp4(void)
 {
     /* Row 0: bytes 0x21, 0xf8 -> codes 1, 2 (low nibble first), 8, 15. */
@@ -306,6 +350,7 @@ int main(void)
 {
     test_formats();
     test_fp8_blocks();
+    test_act_quant();
     test_mxfp4();
     test_matmul();
     test_rope();

@@ -47,6 +47,11 @@ static int run(const char *dir, int tp, enum kv_dtype t, bool incremental, const
  * kernels can move a value across a rounding boundary of the cache
  * format, so incremental and full differ by more than float32 noise. */
 #define INC_REL 0.05
+/* CUDA under LLM_CUDA_GEMM=fp8: the activations' e4m3 rounding drifts
+ * more than any cache dtype (test_model_golden, docs/MODEL.md), so every
+ * cache is held to that mode's bounds instead. */
+static double bf16_rel = BF16_REL, bf16_greedy = BF16_GREEDY, fp8_rel = FP8_REL,
+              fp8_greedy = FP8_GREEDY, inc_rel = INC_REL;
 
 static bool same_logits(const char *what, const float *a, const float *b, size_t n)
 {
@@ -59,7 +64,7 @@ static bool same_logits(const char *what, const float *a, const float *b, size_t
     }
     if (!strcmp(backend, "cpu"))
         return ok(!diff, "%s: incremental == full bit for bit (%zu of %zu differ)", what, diff, n);
-    return ok(sqrt(d / z) <= INC_REL, "%s: incremental vs full rel L2 %.3g (%zu of %zu differ)",
+    return ok(sqrt(d / z) <= inc_rel, "%s: incremental vs full rel L2 %.3g (%zu of %zu differ)",
               what, sqrt(d / z), diff, n);
 }
 
@@ -120,8 +125,8 @@ static void fixture(const char *name)
         }
         for (int i = 0; i < n; i++)
             same += argmax(full + (size_t)i * V, V) == argmax(gold + (size_t)i * V, V);
-        double rel = sqrt(d / z), want = t == KV_BF16 ? BF16_REL : FP8_REL;
-        double greedy = t == KV_BF16 ? BF16_GREEDY : FP8_GREEDY;
+        double rel = sqrt(d / z), want = t == KV_BF16 ? bf16_rel : fp8_rel;
+        double greedy = t == KV_BF16 ? bf16_greedy : fp8_greedy;
         ok(rel <= want && same >= greedy * n, "%s %s cache vs the float32 golden: rel L2 %.3g "
            "(bound %.3g), max abs %.3g, greedy %d of %d", name, tn, rel, want, ma, same, n);
     }
@@ -171,6 +176,9 @@ int main(void)
 {
     if (getenv("LLM_TEST_BACKEND")) backend = getenv("LLM_TEST_BACKEND");
     max_tp = test_max_tp();
+    const char *g = getenv("LLM_CUDA_GEMM");
+    if (!strcmp(backend, "cuda") && g && !strcmp(g, "fp8"))
+        bf16_rel = fp8_rel = 0.35, bf16_greedy = fp8_greedy = 0.65, inc_rel = 0.3;
     const char *names[] = { "tiny-a", "tiny-b", "demo" };
     for (int i = 0; i < 3; i++) fixture(names[i]);
     return exit_status();

@@ -120,7 +120,7 @@ int main(void)
                  "duplicate key");
     expect_error(BASE "kv_cache_dtype: fp4\n", "kv_cache_dtype: expected one of auto, bf16, fp8",
                  "bad enum value");
-    expect_error(BASE "gemm_mode: fp16\n", "gemm_mode: expected one of bf16x2, bf16, f32, got 'fp16'",
+    expect_error(BASE "gemm_mode: fp16\n", "gemm_mode: expected one of bf16x2, bf16, f32, fp8, got 'fp16'",
                  "bad gemm_mode");
     expect_error(BASE "moe_kernel: fast\n", "moe_kernel: expected one of grouped, cublaslt",
                  "bad moe_kernel");
@@ -190,10 +190,13 @@ int main(void)
         m.attn_tokens = 2;
         recipe_fingerprint(&r, &m, fb, sizeof fb);
         ok(strcmp(fa, fb) != 0, "cuda: ... with attn_tokens");
-        r.backend = BACKEND_CPU;          /* the float32 reference ignores them */
+        r.backend = BACKEND_CPU;          /* the float32 reference computes them exactly */
         recipe_fingerprint(&r, &r.modes, fa, sizeof fa);
         recipe_fingerprint(&r, &m, fb, sizeof fb);
         is_str(fa, fb, "cpu: the modes do not change the fingerprint");
+        m.gemm = BACKEND_GEMM_FP8;        /* ... except fp8, which the CPU honours */
+        recipe_fingerprint(&r, &m, fb, sizeof fb);
+        ok(strcmp(fa, fb) != 0, "cpu: gemm_mode fp8 changes the fingerprint");
 
         char err[256];
         m = r.modes;

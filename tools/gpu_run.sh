@@ -34,14 +34,17 @@ krc=$?
 timeout 90 build/tests/gpu/test_cuda_model > "$out/model.log" 2>&1
 mrc=$?
 # Golden logits with each kind of prefill GEMMs: bf16x2 (the default),
-# bf16, f32.
+# bf16, f32, fp8 (with the cache dtypes too).
 LLM_TEST_BACKEND=cuda timeout 120 build/tests/test_model_golden > "$out/golden.log" 2>&1
 grc=$?
-for g in bf16 f32; do
+for g in bf16 f32 fp8; do
     LLM_CUDA_GEMM=$g LLM_TEST_BACKEND=cuda timeout 120 build/tests/test_model_golden \
         > "$out/golden-$g.log" 2>&1
     echo $? > "$out/golden-$g.rc"
 done
+LLM_CUDA_GEMM=fp8 LLM_TEST_BACKEND=cuda timeout 90 build/tests/test_model_kv_dtype \
+    > "$out/kv_dtype-fp8.log" 2>&1
+echo $? > "$out/kv_dtype-fp8.rc"
 LLM_TEST_BACKEND=cuda timeout 90 build/tests/test_model_kv_dtype > "$out/kv_dtype.log" 2>&1
 vrc=$?
 if [ $krc -ne 0 ] && command -v compute-sanitizer > /dev/null; then

@@ -8,7 +8,8 @@
 #                                      fixtures at TP=1 and TP=2 against the
 #                                      transformers golden logits, with
 #                                      bf16x2 prefill GEMMs, then
-#                                      LLM_CUDA_GEMM=bf16 and f32
+#                                      LLM_CUDA_GEMM=bf16, f32 and fp8
+#   test_model_kv_dtype (backend cuda)  every cache dtype, default and fp8
 # Verbose TAP, so the measured errors are in the log.
 set -e
 export NCCL_NVLS_ENABLE=0     # never NVLink multicast (see cuda_comm.cu)
@@ -24,6 +25,7 @@ export LLM_TEST_MAX_TP=$([ "$n" -ge 2 ] && echo 2 || echo 1)
 LLM_TEST_BACKEND=cuda prove -v -f --exec '' build/tests/gpu/test_cuda_kernels \
     build/tests/gpu/test_cuda_model build/tests/test_model_golden build/tests/test_model_kv_dtype \
     build/tests/test_model_fork
-for g in bf16 f32; do
+for g in bf16 f32 fp8; do
     LLM_CUDA_GEMM=$g LLM_TEST_BACKEND=cuda prove -v -f --exec '' build/tests/test_model_golden
 done
+LLM_CUDA_GEMM=fp8 LLM_TEST_BACKEND=cuda prove -v -f --exec '' build/tests/test_model_kv_dtype

@@ -235,9 +235,19 @@ struct backend {
     void (*destroy)(backend *b);
 };
 
+/* Steps of at least this many tokens run their GEMMs in the backend's
+ * prefill GEMM mode (LLM_CUDA_GEMM); fewer tokens multiply in float32. */
+#define GEMM_MODE_MIN_T 64
+
 struct tp_group;
 /* CPU backend for `rank` of group g with `threads` kernel threads. */
 backend *backend_cpu_new(int threads, struct tp_group *g, int rank);
+/* The CPU backend with the `fp8` GEMM mode's numerics (the reference the
+ * CUDA backend's fp8 mode is checked against): in steps of at least
+ * GEMM_MODE_MIN_T tokens, every matmul of an FP8 or MXFP4 weight (dense
+ * and routed experts; not the router) multiplies act_quant_round(x)
+ * (cpu/quant.h) instead of x. */
+void backend_cpu_set_fp8(backend *b, bool on);
 
 /* CUDA backends for ranks 0..tp-1, rank r on device r, joined by an NCCL
  * communicator, computing in `modes` (builds with LLM_HAVE_CUDA only).  0,

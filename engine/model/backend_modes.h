@@ -1,7 +1,9 @@
 /* The numeric modes of a backend that change its outputs: recipe keys
  * (gemm_mode, moe_kernel, attn_tokens; docs/RECIPES.md), part of
  * system_fingerprint, passed to the backend when it is created.  The CPU
- * backend is the float32 reference and ignores them.
+ * backend is the float32 reference: of these it honours gemm_mode fp8
+ * alone (DeepSeek's FP8 numerics, the reference of the GPU's fp8 mode)
+ * and computes every other mode exactly.
  *
  * Adding a GEMM mode: a value before BACKEND_GEMM_N, its name at the same
  * index of backend_gemm_names, and the CUDA backend's
@@ -12,9 +14,15 @@
 #include <stddef.h>
 
 /* Prefill GEMMs (and tensor cores for attention and the indexer):
- * activations in two bf16 parts, in one, or float32 operands. */
-enum backend_gemm { BACKEND_GEMM_BF16X2, BACKEND_GEMM_BF16, BACKEND_GEMM_F32, BACKEND_GEMM_N };
-static const char *const backend_gemm_names[BACKEND_GEMM_N + 1] = { "bf16x2", "bf16", "f32", NULL };
+ * activations in two bf16 parts, in one, or float32 operands; or fp8,
+ * DeepSeek's numerics: activations of FP8 and MXFP4 matmuls quantized by
+ * act_quant (e4m3 per 128 channels, UE8M0 scales), FP8 weights multiplied
+ * as FP8 (docs/MODEL.md). */
+enum backend_gemm {
+    BACKEND_GEMM_BF16X2, BACKEND_GEMM_BF16, BACKEND_GEMM_F32, BACKEND_GEMM_FP8, BACKEND_GEMM_N
+};
+static const char *const backend_gemm_names[BACKEND_GEMM_N + 1] = { "bf16x2", "bf16", "f32", "fp8",
+                                                                    NULL };
 
 /* Prefill experts: the grouped MXFP4 kernel (moe_gemm.cu) or cuBLASLt per
  * expert. */

@@ -257,6 +257,7 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
             v4_model_free(m);
             return -1;
         }
+        if (!cuda && m->modes.gemm == BACKEND_GEMM_FP8) backend_cpu_set_fp8(R->be, true);
     }
     if (m->ranks[0].be->upload_weights && upload_all(m, err)) {
         v4_model_free(m);

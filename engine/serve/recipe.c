@@ -577,6 +577,8 @@ void recipe_fingerprint(const recipe *r, const backend_modes *modes, char *out, 
         char m[128];
         backend_modes_describe(modes, m, sizeof m);
         sb_printf(&data, "|%s", m);
+    } else if (modes->gemm == BACKEND_GEMM_FP8) {   /* the one mode the CPU honours */
+        sb_printf(&data, "|gemm_mode=fp8");
     }
     sha256_update(&h, data.data, data.len);
     uint8_t d[32];

@@ -15,6 +15,7 @@
 #include "backend.h"
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
+#include "cpu/quant.h"
 #include "cpu/threadpool.h"
 #include "tp.h"
 
@@ -24,6 +25,7 @@ typedef struct {
     int rank;
     atomic_bool oom;        /* an op lacked scratch since the last recover() */
     char oom_msg[160];      /* written by the op that set oom first */
+    bool fp8;               /* backend_cpu_set_fp8 */
 } cpu_impl;
 
 static threadpool *pool_of(backend *b) { return ((cpu_impl *)b->impl)->pool; }
@@ -81,18 +83,33 @@ static bool cpu_recover(backend *b)
     return true;
 }
 
-/* cpu_matmul, a scratch shortage reported as the backend's. */
-static void matmul(cpu_impl *c, const qweight *w, const float *x, int ldx, int T, float *y,
-                   int ldy)
+/* cpu_matmul over n rows of x, in a step of T tokens, a scratch shortage
+ * reported as the backend's: under the fp8 mode (backend_cpu_set_fp8) on
+ * a quantized copy of x when the step and the weight call for it. */
+static void matmul(cpu_impl *c, int T, const qweight *w, const float *x, int ldx, int n,
+                   float *y, int ldy)
 {
-    if (cpu_matmul(c->pool, w, x, ldx, T, y, ldy))
+    float *q = NULL;
+    if (c->fp8 && T >= GEMM_MODE_MIN_T && (w->type == QT_FP8 || w->type == QT_MXFP4)) {
+        int K = w->cols;
+        q = scratch(c, "fp8 activations", (size_t)n * K * sizeof *q + 4);
+        if (!q) return;
+        for (int t = 0; t < n; t++) {
+            memcpy(q + (size_t)t * K, x + (size_t)t * ldx, K * sizeof *q);
+            act_quant_round(q + (size_t)t * K, K);
+        }
+        x = q;
+        ldx = K;
+    }
+    if (cpu_matmul(c->pool, w, x, ldx, n, y, ldy))
         out_of_memory(c, "matmul", (size_t)4 * w->cols * sizeof(float));
+    free(q);
 }
 
 static void cpu_matmul_op(backend *b, const qweight *w, const float *x, int ldx, int T,
                           float *y, int ldy)
 {
-    matmul(b->impl, w, x, ldx, T, y, ldy);
+    matmul(b->impl, T, w, x, ldx, T, y, ldy);
 }
 
 static void cpu_embed(backend *b, const qweight *w, const int32_t *ids, int T, float *out)
@@ -390,18 +407,19 @@ static void swiglu(const float *g, const float *u, size_t n, float limit, float 
     }
 }
 
-/* One expert (or the shared one) on `n` gathered rows: out = mlp(x). */
-static void expert(cpu_impl *c, const qweight *w1, const qweight *w2, const qweight *w3,
-                   const float *x, int n, int H, float limit, float *out)
+/* One expert (or the shared one) on `n` gathered rows of a T-token step:
+ * out = mlp(x). */
+static void expert(cpu_impl *c, int T, const qweight *w1, const qweight *w2,
+                   const qweight *w3, const float *x, int n, int H, float limit, float *out)
 {
     int I = w1->rows;
     float *g = scratch(c, "moe expert", (size_t)2 * n * I * sizeof *g);
     if (!g) return;
     float *u = g + (size_t)n * I;
-    matmul(c, w1, x, H, n, g, I);
-    matmul(c, w3, x, H, n, u, I);
+    matmul(c, T, w1, x, H, n, g, I);
+    matmul(c, T, w3, x, H, n, u, I);
     swiglu(g, u, (size_t)n * I, limit, g);
-    matmul(c, w2, g, I, n, out, H);
+    matmul(c, T, w2, g, I, n, out, H);
     free(g);
 }
 
@@ -419,7 +437,7 @@ static void cpu_moe(backend *b, const moe_args *a)
     int32_t *idx = (int32_t *)(wt + TK);
     int *rows = (int *)(idx + TK);
     float *xs = (float *)(rows + TK), *ys = xs + TK * H;
-    matmul(c, a->gate, a->x, H, T, scores, E);
+    matmul(c, T, a->gate, a->x, H, T, scores, E);
     for (int t = 0; t < T; t++) {
         float *sc = scores + (size_t)t * E;
         for (int e = 0; e < E; e++)
@@ -449,7 +467,7 @@ static void cpu_moe(backend *b, const moe_args *a)
                     n++;
                 }
         if (!n) continue;
-        expert(c, &a->w1[e], &a->w2[e], &a->w3[e], xs, n, H, a->limit, ys);
+        expert(c, T, &a->w1[e], &a->w2[e], &a->w3[e], xs, n, H, a->limit, ys);
         for (int j = 0; j < n; j++) {
             float w = wt[rows[j]];
             float *o = a->out + (size_t)(rows[j] / K) * H;
@@ -457,7 +475,7 @@ static void cpu_moe(backend *b, const moe_args *a)
             for (int d = 0; d < H; d++) o[d] += y[d] * w;
         }
     }
-    expert(c, a->sw1, a->sw2, a->sw3, a->x, T, H, a->limit, ys);
+    expert(c, T, a->sw1, a->sw2, a->sw3, a->x, T, H, a->limit, ys);
     for (size_t i = 0; i < (size_t)T * H; i++) a->out[i] += ys[i];
     free(scores);
 }
@@ -482,6 +500,8 @@ static void cpu_destroy(backend *b)
     free(b->impl);
     free(b);
 }
+
+void backend_cpu_set_fp8(backend *b, bool on) { ((cpu_impl *)b->impl)->fp8 = on; }
 
 backend *backend_cpu_new(int threads, tp_group *g, int rank)
 {

@@ -71,3 +71,39 @@ uint8_t f32_to_fp4_e2m1(float x)
     uint8_t s = signbit(x) ? 8 : 0;
     return s | (uint8_t)nearest(fp4_e2m1_table, 8, fabsf(x));
 }
+
+float act_quant_scale(float amax)
+{
+    float s = fmaxf(amax, 1e-4f) * (1.0f / 448.0f);
+    uint32_t u;
+    memcpy(&u, &s, sizeof u);
+    /* 2^ceil(log2 s) from the bits: the exponent, plus one unless s is
+     * already a power of two (s >= 1e-4 / 448 is a normal number) */
+    int e = (int)((u >> 23) & 0xff) - 127 + ((u & 0x7fffff) != 0);
+    u = (uint32_t)(e + 127) << 23;
+    memcpy(&s, &u, sizeof s);
+    return s;
+}
+
+void act_quant_fp8(const float *x, int n, uint8_t *codes, float *scales)
+{
+    for (int g = 0; g * ACT_GROUP < n; g++) {
+        int k0 = g * ACT_GROUP, k1 = k0 + ACT_GROUP < n ? k0 + ACT_GROUP : n;
+        float amax = 0;
+        for (int k = k0; k < k1; k++) amax = fmaxf(amax, fabsf(x[k]));
+        float s = act_quant_scale(amax);
+        scales[g] = s;
+        for (int k = k0; k < k1; k++) codes[k] = f32_to_fp8_e4m3(x[k] / s);
+    }
+}
+
+void act_quant_round(float *x, int n)
+{
+    uint8_t codes[ACT_GROUP];
+    float s;
+    for (int k0 = 0; k0 < n; k0 += ACT_GROUP) {
+        int m = n - k0 < ACT_GROUP ? n - k0 : ACT_GROUP;
+        act_quant_fp8(x + k0, m, codes, &s);
+        for (int k = 0; k < m; k++) x[k0 + k] = fp8_values[codes[k]] * s;
+    }
+}

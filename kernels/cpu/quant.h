@@ -29,4 +29,17 @@ uint16_t f32_to_bf16(float x);
 uint8_t f32_to_fp8_e4m3(float x);      /* saturates at +-448 */
 uint8_t f32_to_fp4_e2m1(float x);      /* saturates at +-6 */
 
+/* Activations as DeepSeek's inference code quantizes them for its FP8
+ * GEMMs (act_quant with scale_fmt "ue8m0"): each group of ACT_GROUP
+ * channels (the last one may be shorter) gets the power-of-two scale
+ * s = 2^ceil(log2(max(amax, 1e-4) * (1/448))), the float32 product taken
+ * as is, and codes e4m3(x / s) rounded to nearest even, saturating at
+ * +-448.  act_quant_fp8 writes the codes and scales (scales[g] for group
+ * g); act_quant_round replaces x by code * s, the values an FP8 GEMM
+ * multiplies (exact in float32 and in bf16). */
+#define ACT_GROUP 128
+float act_quant_scale(float amax);
+void act_quant_fp8(const float *x, int n, uint8_t *codes, float *scales);
+void act_quant_round(float *x, int n);
+
 #endif

@@ -12,10 +12,11 @@
 // Attention and the indexer of prefill steps on tensor cores, which take
 // keys as bf16: always under bf16; under bf16x2 only when the cache holds
 // them exactly in bf16 (BF16, FP8), so that on a float32 cache the default
-// mode stays within its 2^-16 of the float32 reference.
+// mode stays within its 2^-16 of the float32 reference (fp8: as bf16x2).
 static bool tensor_core_keys(cu_impl *c, enum kv_dtype t)
 {
-    return c->gemm == BACKEND_GEMM_BF16 || (c->gemm == BACKEND_GEMM_BF16X2 && t != KV_F32);
+    return c->gemm == BACKEND_GEMM_BF16 ||
+           ((c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8) && t != KV_F32);
 }
 
 void fail(cu_impl *c, const char *fmt, ...)
@@ -134,8 +135,10 @@ static bool hc_ok(cu_impl *c, int hc)
     return hc <= BACKEND_HC_MAX;
 }
 
-// Few tokens: a block per (logit, token).  Many: the logits as a GEMM
-// over the raw streams, scaled per token by the rms factor.
+// Few tokens: a block per (logit, token).  Many: a block per 32 tokens
+// with all the logits (or, for shapes that kernel does not take, the
+// logits as a float32 GEMM over the raw streams, scaled per token by the
+// rms factor).
 static void hc_pre(cu_impl *c, const float *h, int T, int hc, int H, const float *fn,
                    const float *base, const float *scale, int iters, float hc_eps,
                    float norm_eps, float *post, float *comb, float *collapsed, bool head)
@@ -145,12 +148,13 @@ static void hc_pre(cu_impl *c, const float *h, int T, int hc, int H, const float
     float *m = (float *)grow(c, &c->hcm, (size_t)T * (nmix + 1) * sizeof(float));
     if (c->failed) return;
     float *r = NULL;
-    if (T >= LT_MIN_T) {
+    bool many = T >= LT_MIN_T;
+    if (many && !cu_hc_logits_many(c->st, h, T, n, fn, nmix, norm_eps, m)) {
         r = m + (size_t)T * nmix;
         cu_hc_rms(c->st, h, T, n, norm_eps, r);
         lt_gemm(c, gemm_op{ fn, n, false, 0, 0 }, nmix, n, gemm_op{ h, n, false, 0, 0 }, T, m,
                 nmix);
-    } else {
+    } else if (!many) {
         cu_hc_logits(c->st, h, T, n, fn, nmix, norm_eps, m);
     }
     phase(c, head ? "hc_head logits" : "hc_pre logits");
@@ -238,7 +242,8 @@ static void cu_attention_op(backend *b, const attention_args *a)
         return;
     if (recording(c)) return;
     if (!in_graph(c) && a->n >= ATT_MMA_MIN_T && tensor_core_keys(c, a->dtype) &&
-        cu_attention_mma(c->st, d, c->gemm == BACKEND_GEMM_BF16X2, c->attn_tokens)) {
+        cu_attention_mma(c->st, d, c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8,
+                         c->attn_tokens)) {
         launched(c, "attention");
         return;
     }
@@ -310,6 +315,16 @@ static void cu_moe_op(backend *b, const moe_args *a)
     cu_moe_route(c->st, sc, T, E, K, a->sigmoid_scores, a->bias, a->tid2eid, a->tid_i64, ids,
                  a->routed_scale, idx, wt, ord);
     phase(c, "moe router");
+    // fp8: the routed experts multiply act_quant(x) and act_quant(g), as
+    // floats (exact in bf16: the tensor-core kernels take them unsplit).
+    const float *xr = a->x;
+    bool quant = fp8_quantized(c, w1.type, T);
+    if (quant) {
+        float *xq = (float *)grow(c, &c->xq, (size_t)T * H * sizeof(float));
+        if (c->failed) return;
+        cu_act_quant_round(c->st, a->x, H, T, H, xq, H);
+        xr = xq;
+    }
     if (T <= 8) {
         // Four launches: the shared expert (w1 and w3 with SwiGLU, w2),
         // the chosen experts' w1 and w3 with SwiGLU, then their w2 with
@@ -334,18 +349,20 @@ static void cu_moe_op(backend *b, const moe_args *a)
         cu_moe_sort(c->st, idx, ns, E, perm, tiles, ntiles, offs);
         // Tensor cores: w1 and w3 with SwiGLU into g (slots sorted by
         // expert), then w2 scattered back to slot order.
-        dmoe_gemm m13 = { w1, w3, true, a->limit, tiles, ntiles, perm, a->x, H, K, g, I,
+        dmoe_gemm m13 = { w1, w3, true, a->limit, tiles, ntiles, perm, xr, H, K, g, I,
                           false, false, false };
         dmoe_gemm m2 = { w2, {}, false, 0, tiles, ntiles, perm, g, I, 0, ys, H, true, false,
                          false };
-        bool split = c->gemm == BACKEND_GEMM_BF16X2;
+        bool split = !quant && (c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8);
         if (ns < 32 * E) {  // few rows per expert: tiles read each expert once
-            cu_matmul_tiles(c->st, w1, tiles, ntiles, max_tiles, perm, a->x, H, K, g, I);
-            cu_matmul_tiles(c->st, w3, tiles, ntiles, max_tiles, perm, a->x, H, K, u, I);
+            cu_matmul_tiles(c->st, w1, tiles, ntiles, max_tiles, perm, xr, H, K, g, I);
+            cu_matmul_tiles(c->st, w3, tiles, ntiles, max_tiles, perm, xr, H, K, u, I);
             cu_swiglu(c->st, g, u, (long long)ns * I, a->limit);
+            if (quant) cu_act_quant_round(c->st, g, I, ns, I, g, I);
             cu_matmul_tiles(c->st, w2, tiles, ntiles, max_tiles, perm, g, I, 1, ys, H);
         } else if (c->gemm != BACKEND_GEMM_F32 && !c->moe_lt && w2.type == QT_MXFP4 &&
                    cu_moe_gemm(c->st, m13, max_tiles, split)) {
+            if (quant) cu_act_quant_round(c->st, g, I, ns, I, g, I);
             phase(c, "moe w1 w3");
             cu_moe_gemm(c->st, m2, max_tiles, split);
             phase(c, "moe w2");
@@ -359,13 +376,14 @@ static void cu_moe_op(backend *b, const moe_args *a)
                                   c->st));
             CK(c, cudaStreamSynchronize(c->st));
             phase(c, "moe sort");
-            gemm_op xs = gemm_input(c, use_bf16(c, w1), a->x, H, perm, K, ns, H);
+            gemm_op xs = gemm_input(c, use_bf16(c, w1), quant, xr, H, perm, K, ns, H);
             expert_gemms(c, w1, E, ho, xs, g, I);
             expert_gemms(c, w3, E, ho, xs, u, I);
             phase(c, "moe w1 w3");
             cu_swiglu(c->st, g, u, (long long)ns * I, a->limit);
-            expert_gemms(c, w2, E, ho, gemm_input(c, use_bf16(c, w2), g, I, NULL, 1, ns, I), yss,
-                         H);
+            if (quant) cu_act_quant_round(c->st, g, I, ns, I, g, I);
+            expert_gemms(c, w2, E, ho,
+                         gemm_input(c, use_bf16(c, w2), quant, g, I, NULL, 1, ns, I), yss, H);
             phase(c, "moe w2");
             cu_rows_scatter(c->st, yss, H, perm, ns, ys);
             free(ho);
@@ -412,7 +430,8 @@ static void cu_destroy(backend *b)
     arena_free(c);
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
                          &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->ikeys, &c->wdeq, &c->hcm,
-                         &c->apart, &c->offs, &c->xs, &c->yss, &c->xbf };
+                         &c->apart, &c->offs, &c->xs, &c->yss, &c->xbf, &c->xq, &c->x8,
+                         &c->xsc, &c->wsc };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->p) cudaFreeAsync(bufs[i]->p, c->st);
     for (int i = 0; i < NSTAGE; i++) {
@@ -423,6 +442,7 @@ static void cu_destroy(backend *b)
     cudaStreamSynchronize(c->st);
     if (c->lt_ws) cudaFree(c->lt_ws);
     if (c->lt_op) cublasLtMatmulDescDestroy(c->lt_op);
+    if (c->lt_op8) cublasLtMatmulDescDestroy(c->lt_op8);
     if (c->lt) cublasLtDestroy(c->lt);
     for (size_t i = 0; i < c->nowned; i++) cudaFree(c->owned[i]);
     for (size_t i = 0; i < c->ndescs; i++) free(c->descs[i]);

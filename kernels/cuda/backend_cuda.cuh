@@ -102,9 +102,10 @@ struct cu_impl {
     stage_ent stage[NSTAGE];
     unsigned long long tick, fills;
     grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
-        iscores, ikeys, wdeq, hcm, xbf, apart;
+        iscores, ikeys, wdeq, hcm, xbf, apart, xq, x8, xsc, wsc;
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t lt_op;
+    cublasLtMatmulDesc_t lt_op8;    // FP8 x FP8 with DeepSeek's block scales (lt_gemm)
     void *lt_ws;
     int gemm;                   // gemm_mode: enum backend_gemm (backend_modes.h)
     int attn_tokens;            // attn_tokens: query tokens per tensor-core attention block
@@ -127,15 +128,19 @@ struct cu_impl {
 };
 
 #define LT_WS_BYTES (32u << 20)
-#define LT_MIN_T 64     // prefill matmuls of at least this many tokens go to cuBLASLt
+#define LT_MIN_T GEMM_MODE_MIN_T    // prefill matmuls of at least this many tokens go to cuBLASLt
 #define WCHUNK_BYTES ((size_t)512 << 20)    // experts' weights dequantized at a time
 
 // Prefill GEMM operands.  Weights are exact in bf16 (FP8, E2M1, BF16
 // values times powers of two); activations are not: bf16x2 splits each
 // into hi = bf16(x) and lo = bf16(x - hi) (x - hi - lo within 2^-16 |x|)
 // and accumulates W hi + W lo, bf16 rounds x once (2^-8), f32 keeps
-// float32 operands (no tensor cores).  The modes and their names are
-// backend_modes.h's (recipe key gemm_mode).
+// float32 operands (no tensor cores).  fp8 runs DeepSeek's numerics: the
+// activations of FP8 and MXFP4 matmuls quantized by act_quant (cpu/quant.h;
+// e4m3 per 128 channels), FP8 weights multiplied as FP8 through cuBLASLt's
+// block-scaled GEMM, MXFP4 ones as bf16 (exact on the quantized values);
+// everything else (BF16 weights, attention, the indexer) as under bf16x2.
+// The modes and their names are backend_modes.h's (recipe key gemm_mode).
 #define IDX_MMA_MIN_T 64    // indexer steps of at least this many tokens score on tensor cores
 #define ATT_MMA_MIN_T 64    // attention of steps of at least this many tokens on tensor cores
 
@@ -158,14 +163,24 @@ static inline bool recording(cu_impl *c) { return c->gmode == G_RECORD; }
 
 // A GEMM operand: float32 or bf16 elements, rows ld elements apart;
 // stride: bytes between packed experts; lo: activations split in two,
-// the low parts lo elements after the high ones.
+// the low parts lo elements after the high ones; scale: FP8 e4m3
+// elements with float32 block scales (weights: [N / 128][round_up(K / 128,
+// 4)], K blocks contiguous; activations: [K / 128][T], tokens contiguous).
 struct gemm_op {
     const void *p;
     long long ld;
     bool bf16;
     long long stride;
     int lo;
+    const float *scale;
 };
+
+// Under fp8, the activations of a T-token matmul with weight type t are
+// quantized (act_quant).
+static inline bool fp8_quantized(cu_impl *c, int t, int T)
+{
+    return c->gemm == BACKEND_GEMM_FP8 && T >= GEMM_MODE_MIN_T && (t == QT_FP8 || t == QT_MXFP4);
+}
 
 // The prefill GEMMs of weight q run in bf16 unless LLM_CUDA_GEMM=f32 or
 // the weight is float32 (not exact in bf16).
@@ -208,9 +223,9 @@ void cu_mem_info(backend *b, size_t *free_bytes, size_t *total_bytes);
 
 // cuda_gemm.cu: prefill GEMMs through cuBLASLt, algorithms cached per shape.
 bool lt_op_new(cu_impl *c);
-void lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy);
-gemm_op gemm_input(cu_impl *c, bool bf16, const float *x, int ldx, const int *rows, int div,
-                   int T, int K);
+bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy);
+gemm_op gemm_input(cu_impl *c, bool bf16, bool exact, const float *x, int ldx, const int *rows,
+                   int div, int T, int K);
 void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y, int ldy);
 void expert_gemms(cu_impl *c, const dqw &w, int E, const int *ho, gemm_op x, float *y, int ldy);
 

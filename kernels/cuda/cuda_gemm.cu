@@ -1,5 +1,6 @@
-// Prefill GEMMs through cuBLASLt: operands in bf16 (split in two) or
-// float32, algorithms cached per shape, MoE experts a GEMM per expert.
+// Prefill GEMMs through cuBLASLt: operands in bf16 (split in two),
+// float32, or FP8 with DeepSeek's block scales, algorithms cached per
+// shape, MoE experts a GEMM per expert.
 #include "backend_cuda.cuh"
 
 static unsigned align_of(const void *p)
@@ -20,7 +21,8 @@ static unsigned align_of(const void *p)
 
 static const void *byte_off(const void *p, long long bytes) { return (const char *)p + bytes; }
 
-static bool lt_heuristic(cu_impl *c, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
+static bool lt_heuristic(cu_impl *c, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t A,
+                         cublasLtMatrixLayout_t B,
                          cublasLtMatrixLayout_t C, const uint32_t *align,
                          cublasLtMatmulAlgo_t *algo)
 {
@@ -39,7 +41,12 @@ static bool lt_heuristic(cu_impl *c, cublasLtMatrixLayout_t A, cublasLtMatrixLay
                                                  sizeof align[0]));
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
-    if (ok) LTK(cublasLtMatmulAlgoGetHeuristic(c->lt, c->lt_op, A, B, C, C, pref, 1, &res, &nres));
+    if (ok) {   // NOT_SUPPORTED: no algorithm for this shape (the caller decides)
+        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, op, A, B, C, C, pref, 1, &res,
+                                                          &nres);
+        if (s == CUBLAS_STATUS_NOT_SUPPORTED) nres = 0;
+        else LTK(s);
+    }
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (ok && nres < 1) return false;
     if (ok) *algo = res.algo;
@@ -49,17 +56,28 @@ static bool lt_heuristic(cu_impl *c, cublasLtMatrixLayout_t A, cublasLtMatrixLay
 // y[T][N] = x[T][K] . W[N][K]^T, float32 accumulation and output (no
 // TF32): column-major, that is Y'[N][T] = W'^T X' with W' = W as K x N.
 // The pointers' actual alignments go into the algorithm's choice
-// (activation views are offset).
-void lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy)
+// (activation views are offset).  FP8 operands (scale set, both): the
+// weights' 128x128 and the activations' 1x128 block scales applied per
+// K block, float32 sums; those have no algorithm for some shapes: then
+// false, nothing launched (every other type fails the backend).
+bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy)
 {
     bool ok = true;
-    cudaDataType_t dt = w.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    bool fp8 = w.scale != NULL;
+    cudaDataType_t dt = fp8 ? CUDA_R_8F_E4M3 : w.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasLtMatmulDesc_t op = fp8 ? c->lt_op8 : c->lt_op;
+    if (fp8) {
+        LTK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w.scale,
+                                           sizeof w.scale));
+        LTK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x.scale,
+                                           sizeof x.scale));
+    }
     int tb = 16;
     while (tb < T) tb *= 2;
     const void *xlo = byte_off(x.p, (long long)x.lo * 2);
     uint32_t align[3] = { align_of(w.p), align_of(x.p), align_of(y) };
     if (x.lo && align_of(xlo) < align[1]) align[1] = align_of(xlo);
-    int key[ALGO_KEY] = { w.bf16, N, K, (int)w.ld, (int)x.ld, ldy, tb, (int)align[0],
+    int key[ALGO_KEY] = { fp8 ? 2 : w.bf16, N, K, (int)w.ld, (int)x.ld, ldy, tb, (int)align[0],
                           (int)align[1], (int)align[2] };
     cublasLtMatrixLayout_t A = NULL, B = NULL, C = NULL;
     LTK(cublasLtMatrixLayoutCreate(&A, dt, K, N, w.ld));
@@ -73,7 +91,7 @@ void lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
         LTK(cublasLtMatrixLayoutCreate(&Bb, dt, K, tb, x.ld));
         LTK(cublasLtMatrixLayoutCreate(&Cb, CUDA_R_32F, N, tb, ldy));
         cublasLtMatmulAlgo_t algo;
-        if (ok && lt_heuristic(c, A, Bb, Cb, align, &algo)) {
+        if (ok && lt_heuristic(c, op, A, Bb, Cb, align, &algo)) {
             a = &c->algos[c->nalgos++ % NALGO];
             memcpy(a->key, key, sizeof key);
             a->algo = algo;
@@ -87,23 +105,25 @@ void lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
         const void *xp = part ? xlo : x.p;
         cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
         if (a)
-            st = cublasLtMatmul(c->lt, c->lt_op, &alpha, w.p, A, xp, B, &beta, y, C, y, C,
+            st = cublasLtMatmul(c->lt, op, &alpha, w.p, A, xp, B, &beta, y, C, y, C,
                                 &a->algo, c->lt_ws, LT_WS_BYTES, c->st);
         if (st == CUBLAS_STATUS_SUCCESS) continue;
         // Not for this count: choose for it.
-        if (lt_heuristic(c, A, B, C, align, &exact)) {
+        if (lt_heuristic(c, op, A, B, C, align, &exact)) {
             a = NULL;
-            LTK(cublasLtMatmul(c->lt, c->lt_op, &alpha, w.p, A, xp, B, &beta, y, C, y, C, &exact,
+            LTK(cublasLtMatmul(c->lt, op, &alpha, w.p, A, xp, B, &beta, y, C, y, C, &exact,
                                c->lt_ws, LT_WS_BYTES, c->st));
         } else {
-            fail(c, "cuBLASLt: no %s algorithm for %dx%d by %d tokens",
-                 w.bf16 ? "bf16" : "float32", N, K, T);
+            if (!fp8)
+                fail(c, "cuBLASLt: no %s algorithm for %dx%d by %d tokens",
+                     w.bf16 ? "bf16" : "float32", N, K, T);
             ok = false;
         }
     }
     if (C) cublasLtMatrixLayoutDestroy(C);
     if (B) cublasLtMatrixLayoutDestroy(B);
     if (A) cublasLtMatrixLayoutDestroy(A);
+    return ok;
 }
 
 // Weights of nexp packed experts from q on as a GEMM operand: in stored
@@ -123,13 +143,15 @@ static gemm_op gemm_weights(cu_impl *c, bool bf16, const dqw &q, int nexp)
 
 // Activations x[T][K] (rows rows[t] / div of x when rows is set, then
 // ldx == K) as a GEMM operand: bf16 in scratch (split in two under
-// bf16x2: each row's high parts, then its low parts), or float32
-// (gathered into scratch when rows is set).
-gemm_op gemm_input(cu_impl *c, bool bf16, const float *x, int ldx, const int *rows,
-                          int div, int T, int K)
+// bf16x2 and fp8 unless exact, x's values being exact in bf16: each
+// row's high parts, then its low parts), or float32 (gathered into
+// scratch when rows is set).
+gemm_op gemm_input(cu_impl *c, bool bf16, bool exact, const float *x, int ldx, const int *rows,
+                   int div, int T, int K)
 {
     if (bf16) {
-        int ld = round_up(K, 8), lo = c->gemm == BACKEND_GEMM_BF16X2 ? ld : 0;
+        bool split = !exact && (c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8);
+        int ld = round_up(K, 8), lo = split ? ld : 0;
         uint16_t *p = (uint16_t *)grow(c, &c->xbf, (size_t)T * (ld + lo) * 2);
         if (!c->failed) cu_round_bf16(c->st, x, ldx, rows, div, T, K, p, ld + lo, lo);
         return gemm_op{ p, ld + lo, true, 0, lo };
@@ -140,7 +162,33 @@ gemm_op gemm_input(cu_impl *c, bool bf16, const float *x, int ldx, const int *ro
     return gemm_op{ p, K, false, 0, 0 };
 }
 
-// Prefill matmul: y = x W^T through cuBLASLt (bf16 or float32 operands).
+// fp8: an FP8 weight whose view starts on its 128x128 blocks, times
+// act_quant(x), through cuBLASLt's block-scaled FP8 GEMM; false: the view
+// does not fit it, or cuBLASLt has no algorithm for the shape (on the
+// H200 it had none for 300 rows; nothing written to y).
+static bool fp8_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
+                       int ldy)
+{
+    int N = q.rows, K = q.cols;
+    if (q.type != QT_FP8 || q.r0 % 128 || q.c0 % 128 || K % 16 || q.ld % 16) return false;
+    int nrb = (N + 127) / 128, ncb = (K + 127) / 128, l4 = (int)round_up(ncb, 4);
+    int ldq = (int)round_up(K, 16);
+    float *ws = (float *)grow(c, &c->wsc, (size_t)nrb * l4 * sizeof(float));
+    uint8_t *xq = (uint8_t *)grow(c, &c->x8, (size_t)T * ldq);
+    float *xs = (float *)grow(c, &c->xsc, (size_t)ncb * T * sizeof(float));
+    if (c->failed) return true;
+    cu_fp8_wscales(c->st, q.scale + (long long)(q.r0 / 128) * q.sld + q.c0 / 128, q.sld, nrb, ncb,
+                   ws, l4);
+    cu_act_quant_fp8(c->st, x, ldx, T, K, xq, ldq, xs);
+    gemm_op w = { q.data + (long long)q.r0 * q.ld + q.c0, q.ld, false, 0, 0, ws };
+    gemm_op in = { xq, ldq, false, 0, 0, xs };
+    return lt_gemm(c, w, N, K, in, T, y, ldy);
+}
+
+// Prefill matmul: y = x W^T through cuBLASLt (bf16 or float32 operands;
+// under fp8, FP8 weights as FP8 where the view allows, else, as for
+// MXFP4 weights, act_quant(x) as floats times the weights in bf16: the
+// same products, exact in float32).
 void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
                          int ldy)
 {
@@ -149,9 +197,17 @@ void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, floa
         CK(c, cudaMemset2DAsync(y, ldy * sizeof(float), 0, q.rows * sizeof(float), T, c->st));
         return;
     }
+    bool quant = fp8_quantized(c, q.type, T);
+    if (quant && fp8_matmul(c, q, x, ldx, T, y, ldy)) return;
+    if (quant) {
+        float *xq = (float *)grow(c, &c->xq, (size_t)T * q.cols * sizeof(float));
+        if (c->failed) return;
+        cu_act_quant_round(c->st, x, ldx, T, q.cols, xq, q.cols);
+        x = xq, ldx = q.cols;
+    }
     bool bf = use_bf16(c, q);
     gemm_op w = gemm_weights(c, bf, q, 1);
-    gemm_op in = gemm_input(c, bf, x, ldx, NULL, 1, T, q.cols);
+    gemm_op in = gemm_input(c, bf, quant, x, ldx, NULL, 1, T, q.cols);
     if (!c->failed) lt_gemm(c, w, q.rows, q.cols, in, T, y, ldy);
 }
 
@@ -205,5 +261,16 @@ bool lt_op_new(cu_impl *c)
     LTK(cublasLtMatmulDescCreate(&c->lt_op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     LTK(cublasLtMatmulDescSetAttribute(c->lt_op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     LTK(cublasLtMatmulDescSetAttribute(c->lt_op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    // FP8: the weights' scales per 128x128 block, the activations' per
+    // 1x128 (the pointers are set per GEMM)
+    int32_t ma = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    int32_t mb = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    LTK(cublasLtMatmulDescCreate(&c->lt_op8, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LTK(cublasLtMatmulDescSetAttribute(c->lt_op8, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LTK(cublasLtMatmulDescSetAttribute(c->lt_op8, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    LTK(cublasLtMatmulDescSetAttribute(c->lt_op8, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma,
+                                       sizeof ma));
+    LTK(cublasLtMatmulDescSetAttribute(c->lt_op8, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb,
+                                       sizeof mb));
     return ok;
 }

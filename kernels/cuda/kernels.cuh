@@ -64,6 +64,20 @@ struct dmoe_gemm {
 // tiles (nothing launched).
 bool cu_moe_gemm(cudaStream_t st, const dmoe_gemm &a, int max_tiles, bool split);
 
+// ---- act_quant.cu ----
+// DeepSeek's act_quant per row of x [T][K] (cpu/quant.h: e4m3 codes per
+// 128 channels, UE8M0 scales, the same bytes as act_quant_fp8): codes
+// q [T][ldq] and scales s[g * T + t]; or (round) out [T][ldo] = code * s
+// as floats (out may be x).
+void cu_act_quant_fp8(cudaStream_t st, const float *x, int ldx, int T, int K, uint8_t *q, int ldq,
+                      float *s);
+void cu_act_quant_round(cudaStream_t st, const float *x, int ldx, int T, int K, float *out,
+                        int ldo);
+// out[rb][cb] = 2^(scale[rb][cb] - 127) for nrb x ncb UE8M0 block scales
+// (rows sld bytes apart), rows of out ldo >= ncb floats, zero past ncb.
+void cu_fp8_wscales(cudaStream_t st, const uint8_t *scale, long long sld, int nrb, int ncb,
+                    float *out, int ldo);
+
 // ---- ops.cu ----
 void cu_embed(cudaStream_t st, const dqw &w, const int *ids, int T, float *out);
 void cu_rmsnorm(cudaStream_t st, const float *x, int ldx, int T, int n, const float *weight,
@@ -78,6 +92,11 @@ void cu_scale(cudaStream_t st, float *x, int ld, int T, int n, float s);
 // post, comb, and the collapsed streams.
 void cu_hc_logits(cudaStream_t st, const float *h, int T, int n, const float *fn, int nmix,
                   float norm_eps, float *m);
+// The same for many tokens: a block per 32 tokens and all nmix logits
+// (fn read once per block).  false: n not a multiple of 64, h or fn not
+// 16-byte aligned, or nmix > 32 (nothing launched).
+bool cu_hc_logits_many(cudaStream_t st, const float *h, int T, int n, const float *fn, int nmix,
+                       float norm_eps, float *m);
 void cu_hc_rms(cudaStream_t st, const float *h, int T, int n, float norm_eps, float *r);
 void cu_hc_collapse(cudaStream_t st, const float *h, int T, int hc, int H, const float *m,
                     const float *r, const float *base, const float *scale, int iters,

@@ -133,6 +133,102 @@ void cu_hc_logits(cudaStream_t st, const float *h, int T, int n, const float *fn
     if (T > 0) cu_launch(hc_logits_kernel, dim3(nmix, T), 512, 0, st, h, n, fn, norm_eps, m);
 }
 
+// Many tokens: the same logits for HCL_T tokens per block, all nmix of
+// them, so fn is read once per HCL_T tokens (from L2) instead of once per
+// token.  K runs in chunks of HCL_K columns staged in shared memory (h
+// transposed, a lane per token; fn as [k][j] so a warp reads fn[k][0..NMP)
+// as broadcast float4s); warp w takes columns w, w + 8, ... of a chunk,
+// with NMP sums and the sum of squares (double) per lane, and the 8 warps'
+// partial sums are added in warp order at the end.  The next chunk's
+// loads are in flight while a chunk is multiplied.
+#define HCL_T 32
+#define HCL_K 64
+template <int NMP>
+__global__ void __launch_bounds__(256) hc_logits_tile_kernel(const float *h, int T, int n,
+                                                             const float *fn, int nmix,
+                                                             float norm_eps, float *m)
+{
+    __shared__ float hs[HCL_K][HCL_T + 1];
+    __shared__ __align__(16) float fs[HCL_K][NMP];
+    __shared__ float red[HCL_T][NMP + 1];
+    __shared__ double rss[HCL_T];
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, t0 = blockIdx.x * HCL_T;
+    constexpr int HQ = HCL_T * HCL_K / 4 / 256, FQ = (NMP * HCL_K / 4 + 255) / 256;
+    float4 hv[HQ], fv[FQ];
+    auto load = [&](int k0) {
+#pragma unroll
+        for (int i = 0; i < HQ; i++) {
+            int q = tid + 256 * i, t = q / (HCL_K / 4), kq = q % (HCL_K / 4);
+            hv[i] = t0 + t < T ? *(const float4 *)(h + (long long)(t0 + t) * n + k0 + 4 * kq)
+                               : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int i = 0; i < FQ; i++) {
+            int q = tid + 256 * i, j = q / (HCL_K / 4), kq = q % (HCL_K / 4);
+            fv[i] = j < nmix ? *(const float4 *)(fn + (long long)j * n + k0 + 4 * kq)
+                             : make_float4(0, 0, 0, 0);
+        }
+    };
+    float acc[NMP];
+#pragma unroll
+    for (int j = 0; j < NMP; j++) acc[j] = 0;
+    double ss = 0;
+    load(0);
+    for (int k0 = 0; k0 < n; k0 += HCL_K) {
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < HQ; i++) {
+            int q = tid + 256 * i, t = q / (HCL_K / 4), k = 4 * (q % (HCL_K / 4));
+            hs[k][t] = hv[i].x, hs[k + 1][t] = hv[i].y, hs[k + 2][t] = hv[i].z, hs[k + 3][t] = hv[i].w;
+        }
+#pragma unroll
+        for (int i = 0; i < FQ; i++) {
+            int q = tid + 256 * i, j = q / (HCL_K / 4), k = 4 * (q % (HCL_K / 4));
+            if (j < NMP)
+                fs[k][j] = fv[i].x, fs[k + 1][j] = fv[i].y, fs[k + 2][j] = fv[i].z, fs[k + 3][j] = fv[i].w;
+        }
+        __syncthreads();
+        if (k0 + HCL_K < n) load(k0 + HCL_K);
+#pragma unroll
+        for (int kk = 0; kk < HCL_K / 8; kk++) {
+            int k = warp + 8 * kk;
+            float x = hs[k][lane];
+            ss += (double)x * x;
+#pragma unroll
+            for (int j = 0; j < NMP; j += 4) {
+                float4 f = *(const float4 *)&fs[k][j];
+                acc[j] += x * f.x, acc[j + 1] += x * f.y, acc[j + 2] += x * f.z, acc[j + 3] += x * f.w;
+            }
+        }
+    }
+    for (int w = 0; w < 8; w++) {
+        if (warp == w) {
+#pragma unroll
+            for (int j = 0; j < NMP; j++) red[lane][j] = w ? red[lane][j] + acc[j] : acc[j];
+            rss[lane] = w ? rss[lane] + ss : ss;
+        }
+        __syncthreads();
+    }
+    for (int i = tid; i < HCL_T * nmix; i += 256) {
+        int t = i / nmix, j = i % nmix;
+        if (t0 + t < T)
+            m[(long long)(t0 + t) * nmix + j] =
+                red[t][j] * (1.0f / sqrtf((float)(rss[t] / n) + norm_eps));
+    }
+}
+
+bool cu_hc_logits_many(cudaStream_t st, const float *h, int T, int n, const float *fn, int nmix,
+                       float norm_eps, float *m)
+{
+    if (n % HCL_K || (uintptr_t)h % 16 || (uintptr_t)fn % 16 || nmix > 32) return false;
+    if (T <= 0) return true;
+    int grid = (T + HCL_T - 1) / HCL_T;
+    if (nmix <= 8) hc_logits_tile_kernel<8><<<grid, 256, 0, st>>>(h, T, n, fn, nmix, norm_eps, m);
+    else if (nmix <= 24) hc_logits_tile_kernel<24><<<grid, 256, 0, st>>>(h, T, n, fn, nmix, norm_eps, m);
+    else hc_logits_tile_kernel<32><<<grid, 256, 0, st>>>(h, T, n, fn, nmix, norm_eps, m);
+    return true;
+}
+
 // r[t] = rsqrt(mean(h[t]^2) + eps), one block per token.
 __global__ void hc_rms_kernel(const float *h, int n, float norm_eps, float *r)
 {

@@ -4,7 +4,7 @@
  * (H = 4096, a rank's 1024 of each expert's 2048 intermediate rows,
  * 256 MXFP4 experts, top-6, FP8 shared expert) for a step of T tokens,
  * synthetic weights.  Each prefill GEMM mode (LLM_CUDA_GEMM bf16x2,
- * bf16) with the grouped tensor-core expert GEMMs (moe_gemm.cu) and with
+ * bf16; fp8 with the grouped GEMMs only) with the grouped tensor-core expert GEMMs (moe_gemm.cu) and with
  * cuBLASLt per expert (LLM_CUDA_MOE=cublaslt); milliseconds per op,
  * host waits included.
  *   build/tests/gpu/bench_cuda_moe [T]   (default 8192) */
@@ -79,5 +79,6 @@ int main(int argc, char **argv)
     bench("bf16x2", "cublaslt", T);
     bench("bf16", NULL, T);
     bench("bf16", "cublaslt", T);
+    bench("fp8", NULL, T);
     return 0;
 }

@@ -20,7 +20,24 @@
  * u = 2^-8 the unit roundoff of bf16's 8 significant bits (each x_k moves
  * by at most u |x_k|; bf16x2: u = 2^-16, x - hi - lo being the rounding
  * error of bf16(x - hi)), the second term float32 summation on both sides.
- * MoE: relative L2 <= 4u + 1e-5.  Relative errors add along the chain:
+ * MoE: relative L2 <= 4u + 1e-5.
+ * LLM_CUDA_GEMM=fp8 (DeepSeek's numerics): in steps of 64+ tokens the
+ * matmuls of FP8 and MXFP4 weights multiply act_quant(x) (cpu/quant.h),
+ * FP8 weights as FP8 x FP8 with block scales (cuBLASLt), MXFP4 ones as
+ * bf16 (exact on those values); the reference is the CPU backend in its
+ * fp8 mode (backend_cpu_set_fp8), which quantizes the same x into the
+ * same codes.  Every element within
+ *   |y~ - y8| <= (2^-13 + 2 K 2^-24) sum_k |x8_k| |w_k|
+ * of the CPU's y8 on the quantized x8: Hopper's FP8 tensor cores keep
+ * about 14 bits of their running sums inside a 128-deep scale block
+ * (DeepSeek-V3 report, 3.3.2) before cuBLASLt adds the block into float32.
+ * Other weights run as under bf16x2 (u = 2^-16), as do attention and the
+ * indexer.  MoE against the CPU's fp8 mode: relative L2 <= 1e-2.  Where
+ * no quantized value differs it is float32 noise (measured 1e-7..2e-6);
+ * but g, quantized again before w2, comes from float32 sums that differ
+ * in their last bits, so a g value next to an e4m3 rounding boundary
+ * lands on the other side on one of the two (one e4m3 step, 6-12% of that
+ * value): measured 3.1e-3 for the 920K values of g at T=600, H=1024.  Relative errors add along the chain:
  * at most u from the rounded x into w1 and w3, times 1.28 through SiLU
  * for the gate's (its log-derivative 1 + g (1 - sigmoid g) peaks at
  * 1.28), u from the up projection, u from the rounded SwiGLU output into
@@ -53,10 +70,12 @@
 static backend *C, *G;
 /* G's prefill GEMMs (LLM_CUDA_GEMM), and the bound u on the relative
  * change of each activation they multiply */
-enum { GEMM_F32, GEMM_BF16, GEMM_BF16X2 };
+enum { GEMM_F32, GEMM_BF16, GEMM_BF16X2, GEMM_FP8 };
 static int gemm_mode;
-static const char *const gemm_names[] = { "f32", "bf16", "bf16x2" };
+static const char *const gemm_names[] = { "f32", "bf16", "bf16x2", "fp8" };
 static double gemm_u(void) { return gemm_mode == GEMM_BF16 ? 0x1p-8 : 0x1p-16; }
+#define FP8_ACC_U 0x1p-13      /* FP8 tensor-core sums within a scale block (header) */
+static backend *C8;            /* the CPU backend in its fp8 mode */
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
 
 static uint32_t rnd(void)
@@ -199,7 +218,7 @@ static const char *tname(enum qtype t)
 static float gemm_x(float x)
 {
     float hi = bf16_to_f32(f32_to_bf16(x));
-    return gemm_mode == GEMM_BF16 ? hi : hi + bf16_to_f32(f32_to_bf16(x - hi));
+    return gemm_mode == GEMM_BF16 ? hi : hi + bf16_to_f32(f32_to_bf16(x - hi));   /* bf16x2, fp8 */
 }
 
 /* A bf16 GEMM's result got [T][N] (y: the CPU's on the exact x): equal to
@@ -235,6 +254,43 @@ static void bf16_bound(const char *name, const qweight *w, const float *x, int l
     free(xr), free(yr), free(row);
 }
 
+/* fp8 mode: got [T][N] within the FP8 bound (header) of the CPU's product
+ * on act_quant_round(x). */
+static void fp8_bound(const char *name, const qweight *w, const float *x, int ldx, int T,
+                      const float *got, const float *y)
+{
+    int K = w->cols, N = w->rows;
+    float *xq = malloc((size_t)T * K * sizeof *xq + 4), *yq = malloc((size_t)T * N * sizeof *yq);
+    for (int t = 0; t < T; t++) {
+        memcpy(xq + (size_t)t * K, x + (size_t)t * ldx, K * sizeof *xq);
+        act_quant_round(xq + (size_t)t * K, K);
+    }
+    C->matmul(C, w, xq, K, T, yq, N);
+    float *y8 = malloc((size_t)T * N * sizeof *y8);
+    C8->matmul(C8, w, x, ldx, T, y8, N);
+    char what[400];
+    snprintf(what, sizeof what, "%s: the CPU's fp8 mode is its matmul on act_quant_round(x)", name);
+    ok(!memcmp(y8, yq, (size_t)T * N * sizeof *y8), "%s", what);
+    float *row = malloc(K * sizeof *row);
+    size_t over = 0;
+    double worst = 0, u = w->type == QT_FP8 ? FP8_ACC_U : 0;
+    for (int n = 0; n < N; n++) {
+        qweight_row(w, n, 0, K, row);
+        for (int t = 0; t < T; t++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) s += fabs((double)xq[(size_t)t * K + k] * row[k]);
+            double e = fabs((double)got[(size_t)t * N + n] - yq[(size_t)t * N + n]);
+            over += !(e <= (u + 2.0 * K * 0x1p-24) * s);
+            worst = fmax(worst, s > 0 ? e / s : 0);
+        }
+    }
+    ok(!over, "[fp8 GEMMs] %s: %zu of %d elements past the bound of the CPU's fp8 product "
+       "(largest error %.2e of sum|x8||w|, u = %.2e); rel L2 to it %.2e, to the float32 "
+       "product %.2e", name, over, T * N, worst, u, rel_err(got, yq, (size_t)T * N),
+       rel_err(got, y, (size_t)T * N));
+    free(xq), free(yq), free(y8), free(row);
+}
+
 static void mm_case(const char *what, const qweight *cw, const qweight *gw, int T)
 {
     int K = cw->cols, N = cw->rows, ldx = K + (T % 2 ? 4 : 0), ldy = N + 1;
@@ -248,7 +304,9 @@ static void mm_case(const char *what, const qweight *cw, const qweight *gw, int 
     float *a = pack(yg, T, N, ldy), *b = pack(yc, T, N, ldy);
     char name[160];
     snprintf(name, sizeof name, "matmul %s T=%d", what, T);
-    if (gemm_mode != GEMM_F32 && T >= LT_MIN_T && cw->type != QT_F32)
+    if (gemm_mode == GEMM_FP8 && T >= LT_MIN_T && (cw->type == QT_FP8 || cw->type == QT_MXFP4))
+        fp8_bound(name, cw, x, ldx, T, a, b);
+    else if (gemm_mode != GEMM_F32 && T >= LT_MIN_T && cw->type != QT_F32)
         bf16_bound(name, cw, x, ldx, T, a, b);
     else check(name, a, b, (size_t)T * N);
     G->release(G, dx);
@@ -279,6 +337,21 @@ static void test_matmul(void)
         mm_case(what, &v, &gv, 1);
         mm_case(what, &v, &gv, 33);
         mm_case(what, &v, &gv, 100);
+        /* whole 128x128 blocks and token counts cuBLASLt's block-scaled
+         * FP8 GEMM takes (fp8 mode; on the H200 it had no algorithm for
+         * 300 rows, which take the exact fallback), up to a prefill step */
+        if (t == QT_FP8) {
+            qweight b8 = make_w(t, 256, 512);
+            qweight gb8 = up(&b8);
+            int T8[] = { 128, 200, 1024, 8192 };
+            for (int i = 0; i < 4; i++) mm_case("fp8 256x512", &b8, &gb8, T8[i]);
+        }
+        /* a shard on FP8 block boundaries */
+        qweight av = qweight_view(&big, 128, 256, 256, 512);
+        qweight gav = up(&av);
+        snprintf(what, sizeof what, "%s shard rows 128+256 cols 256+512", tname(t));
+        mm_case(what, &av, &gav, 100);
+        mm_case(what, &av, &gav, 300);
         qweight sv = qweight_view(&v, 64, 64, 0, 320), sg = qweight_view(&gv, 64, 64, 0, 320);
         snprintf(what, sizeof what, "%s sub-view of a shard", tname(t));
         mm_case(what, &sv, &sg, 4);
@@ -815,7 +888,7 @@ static void test_attention(int nheads, int hd, int window, int ratio, int topk, 
      * (bf16x2: 2^-16).  The logits move by at most (u_q + u_k) scale
      * sum |q||k|, the probabilities by that relative and u_p: 4u bounds
      * the relative L2 of the output with the largest u present. */
-    bool mma = (gemm_mode == GEMM_BF16 || (gemm_mode == GEMM_BF16X2 && t != KV_F32)) &&
+    bool mma = (gemm_mode == GEMM_BF16 || (gemm_mode >= GEMM_BF16X2 && t != KV_F32)) &&
                n >= 64 && (hd == 64 || hd == 128 || hd == 256 || hd == 512);
     double u = gemm_mode == GEMM_BF16 ? 0x1p-8 : 0x1p-16;
     snprintf(name, sizeof name, "attention heads=%d hd=%d window=%d ratio=%d topk=%d pos0=%d n=%d "
@@ -928,7 +1001,8 @@ static void test_moe(int T, bool hash, int H, int E, int K, int I, int i0, int n
                    .bias = hash ? NULL : bias, .tid2eid = hash ? tid : NULL, .n_experts = E,
                    .topk = K, .routed_scale = 1.5f, .limit = 2.5f, .w1 = w1, .w2 = w2, .w3 = w3,
                    .sw1 = &s1, .sw2 = &s2, .sw3 = &s3, .out = out };
-    C->moe(C, &a);
+    backend *ref = gemm_mode == GEMM_FP8 ? C8 : C;
+    ref->moe(ref, &a);
     a.x = dx, a.gate = &gg, a.bias = hash ? NULL : dbias, a.tid2eid = hash ? dtid : NULL;
     a.w1 = g1, a.w2 = g2, a.w3 = g3, a.sw1 = &gs1, a.sw2 = &gs2, a.sw3 = &gs3, a.out = dout;
     G->moe(G, &a);
@@ -937,7 +1011,9 @@ static void test_moe(int T, bool hash, int H, int E, int K, int I, int i0, int n
     snprintf(name, sizeof name, "moe %s routing T=%d H=%d (E=%d K=%d, rank slice %d+%d of %d "
              "in MXFP4 experts)", hash ? "hash" : "top-k", T, H, E, K, i0, ni, I);
     check_tol(name, g, out, (size_t)T * H,
-              gemm_mode != GEMM_F32 && T >= LT_MIN_T ? 4 * gemm_u() + TOL : TOL);
+              T < LT_MIN_T || gemm_mode == GEMM_F32 ? TOL
+              : gemm_mode == GEMM_FP8               ? 1e-2
+                                                    : 4 * gemm_u() + TOL);
     G->release(G, dx), G->release(G, dbias), G->release(G, dtid), G->release(G, dout);
     free(bias), free(x), free(tid), free(ids), free(out), free(g);
 }
@@ -1090,11 +1166,13 @@ int main(void)
         skip(1, "no CUDA device");
         return exit_status();
     }
-    backend *g[3], *g1[3];      /* g1: one query token per tensor-core attention block */
-    for (int m = 0; m < 3; m++)
+    backend *g[4], *g1[4];      /* g1: one query token per tensor-core attention block */
+    for (int m = 0; m < 4; m++)
         if (!(g[m] = gpu_backend(gemm_names[m], "2")) || !(g1[m] = gpu_backend(gemm_names[m], "1")))
             return exit_status();
     C = backend_cpu_new(4, NULL, 0);
+    C8 = backend_cpu_new(4, NULL, 0);
+    backend_cpu_set_fp8(C8, true);
 
     G = g[GEMM_F32];
     test_matmul();
@@ -1114,6 +1192,13 @@ int main(void)
     test_hc(7, 4, 4096);
     test_hc(3, 2, 128);
     test_hc(70, 4, 1024);
+    /* many tokens: a block per 32 tokens (nmix 24 and 4, 8 and 2, 15 and
+     * 3 padded to 24 and 8, a last partial block), and n not a multiple
+     * of 64 (the GEMM path) */
+    test_hc(300, 4, 4096);
+    test_hc(100, 2, 128);
+    test_hc(65, 3, 320);
+    test_hc(64, 3, 100);
     int ch1[] = { 7, 1, 1, 13, 5, 1, 1, 1, 40, 2 };
     int ch2[] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
     int ch3[] = { 300, 1, 1, 100, 1 };
@@ -1178,7 +1263,7 @@ int main(void)
     }
     test_moes();
     /* the same matmuls, MoE layers and prefill attention on tensor cores */
-    for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_BF16X2; gemm_mode++) {
+    for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_FP8; gemm_mode++) {
         G = g[gemm_mode];
         test_matmul();
         test_moes();
@@ -1214,8 +1299,9 @@ int main(void)
         }
         attn_tokens = 2;
     }
-    for (int m = 0; m < 3; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
+    for (int m = 0; m < 4; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
     C->destroy(C);
+    C8->destroy(C8);
     test_allreduce();
     return exit_status();
 }
