@@ -51,6 +51,11 @@ $(BUILD)/obj/kernels/cpu/qweight.o: CFLAGS += -O3
 
 LIB := $(BUILD)/libengine.a
 BIN := $(BUILD)/bin/llm-engine
+# The test binary: llm-engine plus the scripted runner and bench-ipc
+# (tests/engine_test/README.md); the only one tests start for a
+# model-free engine.
+ETEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/engine_test/*.c))
+ETEST_BIN := $(BUILD)/tests/llm-engine-test
 MOD := $(BUILD)/nginx/ngx_http_llm_module.so
 DEPS_STAMP := $(BUILD)/.deps-ok
 # llm-qualify (qualify/README.md); rules near the end.
@@ -83,6 +88,9 @@ $(LIB): $(ENGINE_OBJ) $(CU_OBJ)
 $(BIN): $(BUILD)/obj/engine/cli/main.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+$(ETEST_BIN): $(ETEST_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c tests/tap.h $(LIB)
 	@mkdir -p $(dir $@)
@@ -95,9 +103,9 @@ $(MOD): $(DEPS_STAMP) config $(wildcard ngx_module/*.c ngx_module/*.h \
 
 test: $(DEPS_STAMP)
 	@$(MAKE) --no-print-directory test-c test-nginx
-test-c: $(BIN) $(TEST_BIN) $(QUALIFY_BIN) $(QUALIFY_FAKE)
+test-c: $(BIN) $(ETEST_BIN) $(TEST_BIN) $(QUALIFY_BIN) $(QUALIFY_FAKE)
 	prove -f --exec '' $(TEST_BIN)
-test-nginx: $(BIN) $(MOD)
+test-nginx: $(BIN) $(ETEST_BIN) $(MOD)
 	prove -f t/
 
 # libFuzzer harness for the chat renderer and parser (clang; not in test):
@@ -142,5 +150,5 @@ $(QUALIFY_FAKE): tests/qualify_fake_server.c tests/qualify_fake_tok.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< $(LIB) -o $@ $(LDLIBS)
 
--include $(ENGINE_OBJ:.o=.d) $(BUILD)/obj/engine/cli/main.d $(QUALIFY_OBJ:.o=.d) \
+-include $(ENGINE_OBJ:.o=.d) $(BUILD)/obj/engine/cli/main.d $(ETEST_OBJ:.o=.d) $(QUALIFY_OBJ:.o=.d) \
          $(BUILD)/obj/qualify/main.d

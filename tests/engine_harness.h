@@ -1,6 +1,7 @@
 /* Test harness for engine integration tests: a private run dir, unique
- * engine names, engines started with fork/exec of build/bin/llm-engine
- * (scripted test runner), and cleanup of processes, segments and files
+ * engine names, engines started with fork/exec (the scripted runner:
+ * build/tests/llm-engine-test; the model runner: build/bin/llm-engine),
+ * and cleanup of processes, segments and files
  * even when a test fails or hangs (a 20 s alarm ends it).  Header-only;
  * include after tap.h. */
 #ifndef LLM_ENGINE_HARNESS_H
@@ -26,6 +27,7 @@
 #define H_MAX_ENGINES 8
 #define H_MAX_CHILDREN 32
 #define H_ENGINE_BIN "build/bin/llm-engine"
+#define H_ENGINE_TEST_BIN "build/tests/llm-engine-test"
 
 static char h_run_dir[256];
 static char h_names[H_MAX_ENGINES][64];
@@ -117,7 +119,8 @@ static inline int h_engine_index(pid_t pid)
     return -1;
 }
 
-/* fork/exec `llm-engine serve` with the given runner; stderr goes to
+/* fork/exec `llm-engine serve` with the given runner ("model": the
+ * production binary, else the test binary's test runner); stderr goes to
  * <run_dir>/<name>.log. */
 static inline pid_t h_start_engine_with(const char *name, const char *recipe, const char *runner)
 {
@@ -127,8 +130,11 @@ static inline pid_t h_start_engine_with(const char *name, const char *recipe, co
         snprintf(log, sizeof log, "%s/%s.log", h_run_dir, name);
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) dup2(fd, 2);
-        execl(H_ENGINE_BIN, H_ENGINE_BIN, "serve", "--recipe", recipe, "--test-runner", runner,
-              (char *)NULL);
+        if (!strcmp(runner, "model"))
+            execl(H_ENGINE_BIN, H_ENGINE_BIN, "serve", "--recipe", recipe, (char *)NULL);
+        else
+            execl(H_ENGINE_TEST_BIN, H_ENGINE_TEST_BIN, "serve", "--recipe", recipe,
+                  "--test-runner", runner, (char *)NULL);
         _exit(127);
     }
     int slot = h_engine_index(0);

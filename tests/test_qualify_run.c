@@ -453,8 +453,8 @@ static void kv_from_engine(void)
     if (eng == 0) {
         int fd = open("/dev/null", O_WRONLY);
         dup2(fd, 2);
-        execl("build/bin/llm-engine", "llm-engine", "serve", "--recipe", recipe, "--test-runner",
-              "scripted", (char *)NULL);
+        execl("build/tests/llm-engine-test", "llm-engine-test", "serve", "--recipe", recipe,
+              "--test-runner", "scripted", (char *)NULL);
         _exit(127);
     }
     fakes[n_fakes++] = eng;   /* killed with the fakes */

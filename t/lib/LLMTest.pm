@@ -150,6 +150,8 @@ sub http {
 my %engines;          # pid => [name, dir]
 
 sub engine_bin { repo_root() . '/build/bin/llm-engine' }
+# the test binary: llm-engine plus the scripted runner (tests/engine_test/)
+sub engine_test_bin { repo_root() . '/build/tests/llm-engine-test' }
 
 # engine_name($tag): unique per test run; segments are global (/dev/shm)
 sub engine_name { my ($tag) = @_; return "t$$-$tag" }
@@ -163,7 +165,8 @@ sub start_engine {
     # model => DIR serves a real checkpoint with the model runner;
     # otherwise the scripted test runner plays request scripts
     my $model = $o{model} // "/nonexistent/$name";
-    my @runner = $o{model} ? () : ('--test-runner', 'scripted');
+    my @cmd = $o{model} ? (engine_bin(), 'serve')
+                        : (engine_test_bin(), 'serve', '--test-runner', 'scripted');
     open my $f, '>', "$dir/$name.yaml" or die $!;
     print $f <<"YAML";
 name: $name
@@ -184,7 +187,7 @@ YAML
     if ($pid == 0) {
         open STDERR, '>>', "$dir/logs/$name.log";
         open STDOUT, '>', '/dev/null';
-        exec engine_bin(), 'serve', '--recipe', "$dir/$name.yaml", @runner;
+        exec @cmd, '--recipe', "$dir/$name.yaml";
         exit 127;
     }
     $engines{$pid} = [$name, $dir];
