@@ -61,7 +61,7 @@ static int defaults_from_recipe(const char *path, chat_options *d)
     if (n) {
         fputs(errors.data, stderr);
     } else {
-        chat_options_from_recipe(d, &r);
+        recipe_chat_options(&r, d);
     }
     recipe_free(&r);
     sb_free(&errors);

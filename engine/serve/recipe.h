@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "chat_render.h"
 #include "strbuf.h"
 
 #define RECIPE_MAX_SERVED 8
@@ -68,5 +69,8 @@ void recipe_free(recipe *r);
 
 const char *backend_name(enum backend_kind b);
 const char *kv_cache_dtype_name(enum kv_cache_dtype d);
+
+/* The recipe's default_chat_template_kwargs as chat request defaults. */
+void recipe_chat_options(const recipe *r, chat_options *o);
 
 #endif

@@ -218,7 +218,7 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     }
     R->bos = tok_bos_id(R->tok) >= 0 ? tok_bos_id(R->tok) : cfg->bos_id;
     R->eos = tok_eos_id(R->tok) >= 0 ? tok_eos_id(R->tok) : cfg->eos_id;
-    chat_options_from_recipe(&R->chat_defaults, rc);
+    recipe_chat_options(rc, &R->chat_defaults);
     R->logits = malloc((size_t)rc->max_num_seqs * (size_t)R->vocab * sizeof *R->logits);
     R->items = calloc((size_t)rc->max_num_seqs, sizeof *R->items);
     if (!R->logits || !R->items) { sb_puts(err, "out of memory"); mr_unload(R); return -1; }
