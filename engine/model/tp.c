@@ -78,8 +78,6 @@ void tp_group_free(tp_group *g)
     free(g);
 }
 
-int tp_size(const tp_group *g) { return g->n; }
-
 void tp_run(tp_group *g, tp_fn fn, void *ctx)
 {
     if (g->n == 1) { fn(ctx, 0); return; }
@@ -102,11 +100,6 @@ void tp_reserve(tp_group *g, size_t n)
     free(g->sum);
     g->cap = n;
     g->sum = malloc(n * sizeof *g->sum);
-}
-
-void tp_barrier(tp_group *g)
-{
-    if (g->n > 1) pthread_barrier_wait(&g->bar);
 }
 
 void tp_allreduce_sum(tp_group *g, int rank, float *buf, size_t n)
