@@ -17,6 +17,8 @@ OPT      ?= -O2
 CFLAGS   := -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
             -fPIC $(INCS) $(EXTRA_CFLAGS)
 LDLIBS   := -lyajl -lyaml -lpcre2-8 -lm -lpthread -lrt
+# Extra compile+link flags for the nginx module (test-asan: sanitizers).
+MODULE_CFLAGS ?=
 
 ENGINE_SRC := $(filter-out engine/cli/main.c,$(wildcard $(LAYERS:%=engine/%/*.c))) \
               $(wildcard engine/ipc/*.c) $(wildcard kernels/cpu/*.c)
@@ -65,7 +67,7 @@ QUALIFY_LIB  := $(BUILD)/libqualify.a
 QUALIFY_BIN  := $(BUILD)/bin/llm-qualify
 QUALIFY_FAKE := $(BUILD)/tests/qualify_fake_server
 
-.PHONY: all module test test-c test-nginx test-gpu gpu-tests run deps clean fuzz qualify
+.PHONY: all module test test-c test-nginx test-asan test-gpu gpu-tests run deps clean fuzz qualify
 all: $(BIN) $(QUALIFY_BIN)
 
 # Install Debian packages when one is missing (fast no-op otherwise).
@@ -99,14 +101,21 @@ $(BUILD)/tests/%: tests/%.c tests/tap.h $(LIB)
 module: $(MOD)
 $(MOD): $(DEPS_STAMP) config $(wildcard ngx_module/*.c ngx_module/*.h \
         engine/ipc/*.c engine/ipc/*.h)
-	tools/build_module.sh $(BUILD)/nginx
+	tools/build_module.sh $(BUILD)/nginx "$(MODULE_CFLAGS)"
 
 test: $(DEPS_STAMP)
 	@$(MAKE) --no-print-directory test-c test-nginx
+# Tests find the programs under test in $LLM_BUILD_DIR (tests/build_dir.h).
 test-c: $(BIN) $(ETEST_BIN) $(TEST_BIN) $(QUALIFY_BIN) $(QUALIFY_FAKE)
-	prove -f --exec '' $(TEST_BIN)
-test-nginx: $(BIN) $(ETEST_BIN) $(MOD)
-	prove -f t/
+	LLM_BUILD_DIR=$(BUILD) prove -f --exec '' $(TEST_BIN)
+test-nginx: $(BIN) $(ETEST_BIN) $(QUALIFY_BIN) $(MOD)
+	LLM_BUILD_DIR=$(BUILD) prove -f t/
+
+# The same suites built with AddressSanitizer + UndefinedBehaviorSanitizer
+# in build-asan/ (engine, C tests, module; tools/test_asan.sh says how
+# Debian's nginx loads the module).  CI runs it after test.
+test-asan: $(DEPS_STAMP)
+	@tools/test_asan.sh
 
 # libFuzzer harness for the chat renderer and parser (clang; not in test):
 #   make fuzz && build/fuzz/fuzz_chat -max_total_time=300
@@ -131,7 +140,7 @@ run: $(BIN) $(MOD)
 	@tools/run.sh
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-asan
 
 # llm-qualify: the qualification gates as an HTTP client; links libcurl
 # and the engine library for json/strbuf/sha256.  Its tests

@@ -7,11 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "test_env.h"
 #include "golden.h"
 #include "json.h"
 #include "tap.h"
 
-#define BIN "build/bin/llm-engine"
+#define BIN build_path("bin/llm-engine")
 
 typedef struct {
     int status;          /* exit code, or -1 */
