@@ -2,7 +2,8 @@
 # make test-asan: the C tests and the nginx tests against an engine, test
 # programs and nginx module built with AddressSanitizer and
 # UndefinedBehaviorSanitizer (gcc; CUDA=0, -O2) in build-asan/, so build/
-# is left alone.
+# is left alone.  Arguments are make targets instead of `test` (e.g.
+# tools/test_asan.sh test-nginx).
 #
 # Debian's /usr/sbin/nginx is not built with ASan; an ASan-built module
 # loads into it only when the ASan runtime is the first library of the
@@ -38,7 +39,7 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 
 rc=0
 make --no-print-directory BUILD=$build CUDA=0 OPT=-O2 EXTRA_CFLAGS="$san" \
-     MODULE_CFLAGS="$san" test || rc=$?
+     MODULE_CFLAGS="$san" "${@:-test}" || rc=$?
 
 reports=$(find "$logs" -type f -size +0 | sort)
 if [ -n "$reports" ]; then
