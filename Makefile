@@ -17,6 +17,8 @@ OPT      ?= -O2
 CFLAGS   := -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
             -fPIC $(INCS) $(EXTRA_CFLAGS)
 LDLIBS   := -lyajl -lyaml -lpcre2-8 -lm -lpthread -lrt
+# Extra compile+link flags for the nginx module (test-asan: sanitizers).
+MODULE_CFLAGS ?=
 
 ENGINE_SRC := $(filter-out engine/cli/main.c,$(wildcard $(LAYERS:%=engine/%/*.c))) \
               $(wildcard engine/ipc/*.c) $(wildcard kernels/cpu/*.c)
@@ -51,6 +53,11 @@ $(BUILD)/obj/kernels/cpu/qweight.o: CFLAGS += -O3
 
 LIB := $(BUILD)/libengine.a
 BIN := $(BUILD)/bin/llm-engine
+# The test binary: llm-engine plus the scripted runner and bench-ipc
+# (tests/engine_test/README.md); the only one tests start for a
+# model-free engine.
+ETEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/engine_test/*.c))
+ETEST_BIN := $(BUILD)/tests/llm-engine-test
 MOD := $(BUILD)/nginx/ngx_http_llm_module.so
 DEPS_STAMP := $(BUILD)/.deps-ok
 # llm-qualify (qualify/README.md); rules near the end.
@@ -60,7 +67,7 @@ QUALIFY_LIB  := $(BUILD)/libqualify.a
 QUALIFY_BIN  := $(BUILD)/bin/llm-qualify
 QUALIFY_FAKE := $(BUILD)/tests/qualify_fake_server
 
-.PHONY: all module test test-c test-nginx test-gpu gpu-tests run deps clean fuzz qualify
+.PHONY: all module test test-c test-nginx test-asan test-gpu gpu-tests run deps clean fuzz qualify
 all: $(BIN) $(QUALIFY_BIN)
 
 # Install Debian packages when one is missing (fast no-op otherwise).
@@ -83,6 +90,9 @@ $(LIB): $(ENGINE_OBJ) $(CU_OBJ)
 $(BIN): $(BUILD)/obj/engine/cli/main.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+$(ETEST_BIN): $(ETEST_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c tests/tap.h $(LIB)
 	@mkdir -p $(dir $@)
@@ -91,14 +101,21 @@ $(BUILD)/tests/%: tests/%.c tests/tap.h $(LIB)
 module: $(MOD)
 $(MOD): $(DEPS_STAMP) config $(wildcard ngx_module/*.c ngx_module/*.h \
         engine/ipc/*.c engine/ipc/*.h)
-	tools/build_module.sh $(BUILD)/nginx
+	tools/build_module.sh $(BUILD)/nginx "$(MODULE_CFLAGS)"
 
 test: $(DEPS_STAMP)
 	@$(MAKE) --no-print-directory test-c test-nginx
-test-c: $(BIN) $(TEST_BIN) $(QUALIFY_BIN) $(QUALIFY_FAKE)
-	prove -f --exec '' $(TEST_BIN)
-test-nginx: $(BIN) $(MOD)
-	prove -f t/
+# Tests find the programs under test in $LLM_BUILD_DIR (tests/build_dir.h).
+test-c: $(BIN) $(ETEST_BIN) $(TEST_BIN) $(QUALIFY_BIN) $(QUALIFY_FAKE)
+	LLM_BUILD_DIR=$(BUILD) prove -f --exec '' $(TEST_BIN)
+test-nginx: $(BIN) $(ETEST_BIN) $(QUALIFY_BIN) $(MOD)
+	LLM_BUILD_DIR=$(BUILD) prove -f t/
+
+# The same suites built with AddressSanitizer + UndefinedBehaviorSanitizer
+# in build-asan/ (engine, C tests, module; tools/test_asan.sh says how
+# Debian's nginx loads the module).  CI runs it after test.
+test-asan: $(DEPS_STAMP)
+	@tools/test_asan.sh
 
 # libFuzzer harness for the chat renderer and parser (clang; not in test):
 #   make fuzz && build/fuzz/fuzz_chat -max_total_time=300
@@ -124,7 +141,7 @@ run: $(BIN) $(MOD)
 	@tools/run.sh
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-asan
 
 # llm-qualify: the qualification gates as an HTTP client; links libcurl
 # and the engine library for json/strbuf/sha256.  Its tests
@@ -143,5 +160,5 @@ $(QUALIFY_FAKE): tests/qualify_fake_server.c tests/qualify_fake_tok.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< $(LIB) -o $@ $(LDLIBS)
 
--include $(ENGINE_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/obj/engine/cli/main.d $(QUALIFY_OBJ:.o=.d) \
+-include $(ENGINE_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/obj/engine/cli/main.d $(ETEST_OBJ:.o=.d) $(QUALIFY_OBJ:.o=.d) \
          $(BUILD)/obj/qualify/main.d

@@ -1355,6 +1355,7 @@ ngx_http_llm_process(ngx_http_llm_ctx_t *ctx)
 
         got = 1;
         off = 0;
+        rc = 0;
 
         while (!ctx->finished
                && (rc = llm_ipc_event_next(ngx_http_llm_evbuf, n, &off, &raw))

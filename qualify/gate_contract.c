@@ -49,7 +49,7 @@ static int write_contract(const char *path, const char *conv_hash, const struct 
     jw_end(&w);
     sb_putc(doc, '\n');
     FILE *f = fopen(path, "w");
-    int bad = !f || fwrite(doc->data, 1, doc->len, f) != doc->len;
+    int bad = !f || sb_fwrite(doc, f);
     if (f && fclose(f) != 0) bad = 1;
     if (bad) sb_printf(why, "cannot write %s", path);
     return bad ? -1 : 0;

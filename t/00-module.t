@@ -77,10 +77,22 @@ for my $b (@bad) {
 }
 
 # the example configuration stays valid
+# (with the module of the build under test: make test-asan's is its own)
 my $root = LLMTest::repo_root();
+mkdir "$root/build";
 mkdir "$root/build/run";
+open my $in, '<', "$root/conf/nginx.conf" or die $!;
+my $example = do { local $/; <$in> };
+close $in;
+my $mod = LLMTest::module_path();
+$example =~ s{^load_module \S+;}{load_module $mod;}m or die 'no load_module';
+open my $ex, '>', "$dir2/example.conf" or die $!;
+print $ex $example;
+close $ex;
+# its includes sit beside it
+system('cp', "$root/conf/llm_error_pages.conf", $dir2) == 0 or die 'cp llm_error_pages.conf';
 my $bin = LLMTest::nginx_bin();
-$out = `$bin -t -p $root -c conf/nginx.conf 2>&1`;
+$out = `$bin -t -p $root -c $dir2/example.conf 2>&1`;
 is($?, 0, 'conf/nginx.conf passes nginx -t') or diag($out);
 
 done_testing();

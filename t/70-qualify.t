@@ -10,11 +10,12 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use LLMTest qw(scratch_dir write_conf start_nginx stop_nginx http_json
                free_port engine_name start_engine stop_engine wait_for
-               repo_root api_server);
+               repo_root build_dir api_server);
 use JSON::PP;
 use Digest::SHA qw(sha256_hex);
 
 my $top = repo_root();
+my $bld = build_dir();
 my $dir = scratch_dir();
 my $port = free_port();
 my $name = engine_name('qual');
@@ -37,9 +38,9 @@ ok(wait_for(sub { http_json("GET", "$base/health")->{status} == 200 }, 30),
    'the demo engine is healthy behind nginx');
 
 my $out = "$dir/qual";
-my $cmd = "$top/build/bin/llm-qualify --base-url $base --model tiny-demo --out $out"
+my $cmd = "$bld/bin/llm-qualify --base-url $base --model tiny-demo --out $out"
         . " --admin-token qual-token --model-is-random --max-tokens 16"
-        . " --engine-bin $top/build/bin/llm-engine 2>$dir/qualify.log";
+        . " --engine-bin $bld/bin/llm-engine 2>$dir/qualify.log";
 system($cmd);
 my $rc = $? >> 8;
 is($rc, 0, 'llm-qualify exits 0: no required gate failed')

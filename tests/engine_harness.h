@@ -1,7 +1,8 @@
 /* Test harness for engine integration tests: a private run dir, unique
- * engine names, engines started with fork/exec of build/bin/llm-engine
- * (scripted test runner), and cleanup of processes, segments and files
- * even when a test fails or hangs (a 20 s alarm ends it).  Header-only;
+ * engine names, engines started with fork/exec (the scripted runner:
+ * build/tests/llm-engine-test; the model runner: build/bin/llm-engine),
+ * and cleanup of processes, segments and files
+ * even when a test fails or hangs (a 20 s alarm ends it, test_env.h).  Header-only;
  * include after tap.h. */
 #ifndef LLM_ENGINE_HARNESS_H
 #define LLM_ENGINE_HARNESS_H
@@ -19,13 +20,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "test_env.h"
 #include "event_json.h"
 #include "ipc/llm_ipc_client.h"
 #include "json.h"
 
 #define H_MAX_ENGINES 8
 #define H_MAX_CHILDREN 32
-#define H_ENGINE_BIN "build/bin/llm-engine"
+#define H_ENGINE_BIN build_path("bin/llm-engine")
+#define H_ENGINE_TEST_BIN build_path("tests/llm-engine-test")
 
 static char h_run_dir[256];
 static char h_names[H_MAX_ENGINES][64];
@@ -62,16 +65,18 @@ static inline void h_cleanup(void)
     }
 }
 
+static char h_alarm_msg[64];
+
 static inline void h_on_alarm(int sig)
 {
     (void)sig;
-    static const char msg[] = "not ok - test ran past its 20 s bound\n";
-    if (write(1, msg, sizeof msg - 1) < 0) _exit(2);
+    if (write(1, h_alarm_msg, strlen(h_alarm_msg)) < 0) _exit(2);
     h_cleanup();
     _exit(1);
 }
 
-/* Call first: private run dir, cleanup at exit, a 20 s bound. */
+/* Call first: private run dir, cleanup at exit, a 20 s bound (times
+ * $LLM_TEST_TIME_SCALE). */
 static inline void h_init(const char *test)
 {
     h_parent = getpid();
@@ -83,7 +88,9 @@ static inline void h_init(const char *test)
     atexit(h_cleanup);
     signal(SIGALRM, h_on_alarm);
     signal(SIGPIPE, SIG_IGN);
-    alarm(20);
+    unsigned bound = test_time_bound(20);
+    snprintf(h_alarm_msg, sizeof h_alarm_msg, "not ok - test ran past its %u s bound\n", bound);
+    alarm(bound);
 }
 
 /* A unique engine name for this test run ("t-<tag>-<pid>"). */
@@ -116,7 +123,8 @@ static inline int h_engine_index(pid_t pid)
     return -1;
 }
 
-/* fork/exec `llm-engine serve` with the given runner; stderr goes to
+/* fork/exec `llm-engine serve` with the given runner ("model": the
+ * production binary, else the test binary's test runner); stderr goes to
  * <run_dir>/<name>.log. */
 static inline pid_t h_start_engine_with(const char *name, const char *recipe, const char *runner)
 {
@@ -126,8 +134,11 @@ static inline pid_t h_start_engine_with(const char *name, const char *recipe, co
         snprintf(log, sizeof log, "%s/%s.log", h_run_dir, name);
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) dup2(fd, 2);
-        execl(H_ENGINE_BIN, H_ENGINE_BIN, "serve", "--recipe", recipe, "--test-runner", runner,
-              (char *)NULL);
+        if (!strcmp(runner, "model"))
+            execl(H_ENGINE_BIN, H_ENGINE_BIN, "serve", "--recipe", recipe, (char *)NULL);
+        else
+            execl(H_ENGINE_TEST_BIN, H_ENGINE_TEST_BIN, "serve", "--recipe", recipe,
+                  "--test-runner", runner, (char *)NULL);
         _exit(127);
     }
     int slot = h_engine_index(0);

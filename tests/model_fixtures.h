@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_env.h"
 #include "model.h"
 #include "tap.h"
 

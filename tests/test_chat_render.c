@@ -87,12 +87,12 @@ static void request_fails(const char *json, const char *param, const char *text)
 static void official_case(int n, bool thinking)
 {
     char rel[128];
-    snprintf(rel, sizeof rel, "golden/chat/deepseek-official/test_input_%d.json", n);
-    yajl_val in = load_shared_json(rel);
-    snprintf(rel, sizeof rel, "golden/chat/deepseek-official/test_output_%d.txt", n);
+    snprintf(rel, sizeof rel, "deepseek-official/test_input_%d.json", n);
+    yajl_val in = load_golden_json(rel);
+    snprintf(rel, sizeof rel, "deepseek-official/test_output_%d.txt", n);
     strbuf want;
     sb_init(&want);
-    if (!in || read_shared(rel, &want)) {
+    if (!in || read_golden(rel, &want)) {
         ok(0, "official case %d: golden files readable", n);
         yajl_tree_free(in);
         sb_free(&want);
@@ -124,7 +124,7 @@ static void official_case(int n, bool thinking)
 
 static void openai_cases(void)
 {
-    yajl_val g = load_shared_json("golden/chat/v4-0731-openai.json");
+    yajl_val g = load_golden_json("v4-0731-openai.json");
     yajl_val cases = json_get(g, "render");
     if (!ok(cases && YAJL_IS_ARRAY(cases) && cases->u.array.len >= 20,
             "v4-0731-openai.json has render cases")) {
@@ -436,8 +436,6 @@ static void error_checks(void)
 
 int main(void)
 {
-    ok(shared_dir() != NULL, "shared golden directory found (%s)",
-       shared_dir() ? shared_dir() : "set LLM_SHARED_DIR");
     official_case(1, true);
     official_case(2, true);
     official_case(3, true);

@@ -296,6 +296,21 @@ static void test_cli(void)
     sb_free(&out);
 }
 
+/* The test hooks live only in build/tests/llm-engine-test: the production
+ * binary refuses --test-runner and has no bench-ipc. */
+static void test_no_hooks_in_production(void)
+{
+    char recipe[320];
+    snprintf(recipe, sizeof recipe, "%s/%s.yaml", h_run_dir, name);
+    strbuf out;
+    sb_init(&out);
+    const char *serve[] = { "serve", "--recipe", recipe, "--test-runner", "scripted", NULL };
+    is_int(h_run_cli(&out, serve), 2, "llm-engine serve --test-runner: usage error (exit 2)");
+    const char *bench[] = { "bench-ipc", "--iters", "1", NULL };
+    is_int(h_run_cli(&out, bench), 2, "llm-engine bench-ipc: unknown command (exit 2)");
+    sb_free(&out);
+}
+
 int main(void)
 {
     h_init("serve");
@@ -310,6 +325,7 @@ int main(void)
     test_processes(&c);
     test_heartbeat(&c);
     test_cli();
+    test_no_hooks_in_production();
     is_int(h_slots_in(&c, LLM_SLOT_FREE), 16, "every slot is free at the end");
     llm_ipc_detach(&c);
     return exit_status();

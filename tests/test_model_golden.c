@@ -161,8 +161,8 @@ static void fixture(const char *name)
     strbuf cmd;
     sb_init(&cmd);
     int cli_tp = max_tp < 2 ? max_tp : 2;
-    sb_printf(&cmd, "build/bin/llm-engine logits --model %s --backend %s --tp %d "
-              "--mode incremental --ids ", dir, backend, cli_tp);
+    sb_printf(&cmd, "%s logits --model %s --backend %s --tp %d "
+              "--mode incremental --ids ", build_path("bin/llm-engine"), dir, backend, cli_tp);
     for (int i = 0; i < n; i++) sb_printf(&cmd, "%s%d", i ? "," : "", ids[i]);
     char tmp[] = "/tmp/golden_logits.XXXXXX";
     int fd = mkstemp(tmp);

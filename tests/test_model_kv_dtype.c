@@ -145,8 +145,8 @@ static void fixture(const char *name)
         char tmp[] = "/tmp/kv_dtype_logits.XXXXXX";
         int fd = mkstemp(tmp);
         if (fd >= 0) close(fd);
-        sb_printf(&cmd, "build/bin/llm-engine logits --model %s --backend %s --kv-cache-dtype fp8 "
-                  "--out %s --ids ", dir, backend, tmp);
+        sb_printf(&cmd, "%s logits --model %s --backend %s --kv-cache-dtype fp8 "
+                  "--out %s --ids ", build_path("bin/llm-engine"), dir, backend, tmp);
         for (int i = 0; i < n; i++) sb_printf(&cmd, "%s%d", i ? "," : "", ids[i]);
         int rc = system(cmd.data);
         size_t nc = 0;
@@ -156,8 +156,8 @@ static void fixture(const char *name)
         free(cli);
         remove(tmp);
         sb_reset(&cmd);
-        sb_printf(&cmd, "build/bin/llm-engine logits --model %s --kv-cache-dtype fp16 --ids 1 "
-                  "--out %s 2>%s", dir, tmp, tmp);
+        sb_printf(&cmd, "%s logits --model %s --kv-cache-dtype fp16 --ids 1 "
+                  "--out %s 2>%s", build_path("bin/llm-engine"), dir, tmp, tmp);
         rc = system(cmd.data);
         strbuf msg;
         sb_init(&msg);

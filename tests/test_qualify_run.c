@@ -20,11 +20,12 @@
 
 #include "ipc/llm_ipc.h"
 #include "artifacts.h"
+#include "test_env.h"
 #include "json.h"
 #include "tap.h"
 
-#define QUALIFY "build/bin/llm-qualify"
-#define FAKE "build/tests/qualify_fake_server"
+#define QUALIFY build_path("bin/llm-qualify")
+#define FAKE build_path("tests/qualify_fake_server")
 
 static char tmp[256];
 static pid_t fakes[8];
@@ -55,7 +56,7 @@ static void cleanup(void)
 static void on_alarm(int sig)
 {
     (void)sig;
-    static const char msg[] = "not ok - test ran past its 30 s bound\n";
+    static const char msg[] = "not ok - test ran past its bound (30 s x $LLM_TEST_TIME_SCALE)\n";
     if (write(1, msg, sizeof msg - 1) < 0) _exit(2);
     cleanup();
     _exit(1);
@@ -454,8 +455,8 @@ static void kv_from_engine(void)
     if (eng == 0) {
         int fd = open("/dev/null", O_WRONLY);
         dup2(fd, 2);
-        execl("build/bin/llm-engine", "llm-engine", "serve", "--recipe", recipe, "--test-runner",
-              "scripted", (char *)NULL);
+        execl(build_path("tests/llm-engine-test"), "llm-engine-test", "serve", "--recipe", recipe,
+              "--test-runner", "scripted", (char *)NULL);
         _exit(127);
     }
     fakes[n_fakes++] = eng;   /* killed with the fakes */
@@ -541,8 +542,8 @@ static void managed_start(void)
     int port = free_port();
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
-    snprintf(cmd, sizeof cmd, "exec " FAKE " --port %d --model tiny --startup-delay-ms 400 --lifetime 30",
-             port);
+    snprintf(cmd, sizeof cmd, "exec %s --port %d --model tiny --startup-delay-ms 400 --lifetime 30",
+             FAKE, port);
     snprintf(out, sizeof out, "%s/start", tmp);
     const char *a[] = { "--start-cmd", cmd, "--gates", "cold_start,kv_allocation", NULL };
     is_int(qualify(out, url, a), 0, "managed start: exit 0");
@@ -600,7 +601,7 @@ int main(void)
     }
     atexit(cleanup);
     signal(SIGALRM, on_alarm);
-    alarm(30);
+    alarm(test_time_bound(30));
     clean_run();
     defects();
     kv_from_engine();

@@ -4,10 +4,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "test_env.h"
 #include "tap.h"
 #include "tokenizer.h"
 
-static const char *BIN = "build/bin/llm-engine";
+#define BIN build_path("bin/llm-engine")
 static const char *TOK = "tests/fixtures/tokenizer/tokenizer.json";
 
 /* Run `BIN args` with input on stdin; capture stdout and stderr. */

@@ -50,7 +50,7 @@ static bool ids_equal(const tok_ids *got, yajl_val want, const char *what)
 
 static bool text_equal(const strbuf *got, const char *want, size_t n, const char *what)
 {
-    if (got->len == n && !memcmp(got->data, want, n)) return true;
+    if (got->len == n && (n == 0 || !memcmp(got->data, want, n))) return true;
     size_t i = 0;
     while (i < n && i < got->len && got->data[i] == want[i]) i++;
     diag("%s: %zu bytes, want %zu; first difference at byte %zu", what, got->len, n, i);

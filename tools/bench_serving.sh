@@ -1,8 +1,9 @@
 #!/bin/bash
 # What nginx and the module add on top of the engine (docs/PERFORMANCE.md).
 #
-# An engine with the scripted test runner (no model: its cost is the
-# protocol and the scheduler) behind nginx with the module.  Measures:
+# An engine with the scripted test runner (build/tests/llm-engine-test;
+# no model: its cost is the protocol and the scheduler) behind nginx with
+# the module.  Measures:
 #   - GET /health through nginx (wrk)
 #   - 1-token chat requests: through nginx (wrk, one connection) and
 #     through the client library directly (llm-engine client --repeat);
@@ -37,7 +38,7 @@ model:
 max_model_len: 1000000
 max_num_seqs: 8
 EOF
-build/bin/llm-engine serve --recipe "$dir/r.yaml" --test-runner scripted 2>"$dir/engine.log" &
+build/tests/llm-engine-test serve --recipe "$dir/r.yaml" --test-runner scripted 2>"$dir/engine.log" &
 epid=$!
 user=""
 [ "$(id -u)" -eq 0 ] && user="user root;"

@@ -3,13 +3,14 @@
 #ifndef LLM_CLI_H
 #define LLM_CLI_H
 
+#include <stddef.h>
+
 int cmd_check(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_client(int argc, char **argv);
 int cmd_janitor(int argc, char **argv);
-int cmd_bench_ipc(int argc, char **argv);
 int cmd_render(int argc, char **argv);
 int cmd_parse(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
@@ -19,5 +20,16 @@ int cmd_bench_mask(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+
+/* One subcommand: its name, entry point and usage line. */
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *usage;
+} cli_command;
+
+/* The llm-engine dispatcher (cli_main.c): the built-in commands, then the
+ * n_extra commands of extra (the test binary adds its own). */
+int cli_main(int argc, char **argv, const cli_command *extra, size_t n_extra);
 
 #endif

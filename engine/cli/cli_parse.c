@@ -45,7 +45,7 @@ int cmd_parse(int argc, char **argv)
         sb_init(&out);
         parsed_message_json(&m, &out);
         sb_putc(&out, '\n');
-        fwrite(out.data, 1, out.len, stdout);
+        sb_fwrite(&out, stdout);
         sb_free(&out);
         if (fflush(stdout)) {
             perror("parse: stdout");

@@ -43,7 +43,7 @@ static int print_ids(const char *tok_path, const chat_prompt *p)
         sb_printf(&out, "{\"prompt_tokens\":%zu,\"fingerprint\":\"%s\",\"ids\":[", ids.len, fp.hex);
         for (size_t i = 0; i < ids.len; i++) sb_printf(&out, "%s%d", i ? "," : "", ids.data[i]);
         sb_puts(&out, "]}\n");
-        fwrite(out.data, 1, out.len, stdout);
+        sb_fwrite(&out, stdout);
         sb_free(&out);
     }
     tok_ids_free(&ids);
@@ -61,7 +61,7 @@ static int defaults_from_recipe(const char *path, chat_options *d)
     if (n) {
         fputs(errors.data, stderr);
     } else {
-        chat_options_from_recipe(d, &r);
+        recipe_chat_options(&r, d);
     }
     recipe_free(&r);
     sb_free(&errors);
@@ -118,7 +118,7 @@ int cmd_render(int argc, char **argv)
     yajl_tree_free(req);
     if (rc) fprintf(stderr, "render: %s: %s\n", request, err.message);
     else if (want_ids) rc = print_ids(tok_path, &p);
-    else fwrite(p.text.data, 1, p.text.len, stdout);
+    else sb_fwrite(&p.text, stdout);
     chat_prompt_free(&p);
     if (fflush(stdout)) {
         perror("render: stdout");

@@ -1,11 +1,13 @@
 /* llm-engine serve --recipe FILE [--run-dir DIR] [--name NAME]
  *
  * --test-runner NAME (not in the usage text) swaps the model runner for a
- * test runner such as "scripted"; it exists for the test suite only. */
+ * test runner such as "scripted"; it is accepted only by the test binary
+ * (build/tests/llm-engine-test), which registers test runners. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "runner.h"
 #include "server.h"
 #include "ipc/llm_ipc.h"
 
@@ -18,7 +20,9 @@ int cmd_serve(int argc, char **argv)
         if (!strcmp(argv[i], "--recipe") && i + 1 < argc) o.recipe_path = argv[++i];
         else if (!strcmp(argv[i], "--run-dir") && i + 1 < argc) o.run_dir = argv[++i];
         else if (!strcmp(argv[i], "--name") && i + 1 < argc) o.name = argv[++i];
-        else if (!strcmp(argv[i], "--test-runner") && i + 1 < argc) o.runner = argv[++i];
+        else if (!strcmp(argv[i], "--test-runner") && i + 1 < argc
+                 && runner_have_test_runners())
+            o.runner = argv[++i];
         else {
             fprintf(stderr, "serve: unexpected argument '%s'\n%s", argv[i], usage_text);
             return 2;

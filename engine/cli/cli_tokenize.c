@@ -106,7 +106,7 @@ int cmd_tokenize(int argc, char **argv)
         sb_init(&out);
         for (size_t i = 0; i < ids.len; i++) sb_printf(&out, i ? " %d" : "%d", ids.data[i]);
         sb_putc(&out, '\n');
-        fwrite(out.data, 1, out.len, stdout);
+        sb_fwrite(&out, stdout);
         sb_free(&out);
     }
     tok_ids_free(&ids);
@@ -149,12 +149,12 @@ int cmd_detokenize(int argc, char **argv)
             rc = 1;
         }
         /* Stream complete text out as it forms. */
-        fwrite(out.data, 1, out.len, stdout);
+        sb_fwrite(&out, stdout);
         sb_reset(&out);
     }
     if (!rc) {
         tok_stream_finish(&s, &out);
-        fwrite(out.data, 1, out.len, stdout);
+        sb_fwrite(&out, stdout);
     }
     sb_free(&out);
     sb_free(&in);

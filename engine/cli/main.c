@@ -1,49 +1,9 @@
-/* llm-engine: one binary, many subcommands (ARCHITECTURE.md §6). */
-#include <stdio.h>
-#include <string.h>
-
+/* build/bin/llm-engine: one binary, many subcommands (cli_main.c).  No
+ * test runner is registered here: `serve --test-runner` and `bench-ipc`
+ * exist only in build/tests/llm-engine-test (tests/engine_test/). */
 #include "cli.h"
-
-static const struct {
-    const char *name;
-    int (*fn)(int, char **);
-    const char *usage;
-} commands[] = {
-    { "check", cmd_check, "check --recipe FILE          validate a recipe" },
-    { "version", cmd_version, "version                      build identity and devices" },
-    { "serve", cmd_serve, "serve --recipe FILE [--run-dir DIR] [--name NAME]   run the engine daemon" },
-    { "status", cmd_status, "status --run-dir DIR --name NAME   an engine's state and counters as JSON" },
-    { "client", cmd_client, "client --run-dir DIR --name NAME --request FILE [--kind KIND]   one request, events as JSON lines" },
-    { "janitor", cmd_janitor, "janitor --run-dir DIR        one scan for orphaned engine segments" },
-    { "bench-ipc", cmd_bench_ipc, "bench-ipc [--iters N]        protocol round trip and scheduler overhead" },
-    { "render", cmd_render, "render --request FILE        OpenAI chat request -> prompt text" },
-    { "parse", cmd_parse, "parse --mode thinking|chat   completion on stdin -> message JSON" },
-    { "tokenize", cmd_tokenize, "tokenize --tokenizer FILE [--special]   text (stdin) -> ids" },
-    { "detokenize", cmd_detokenize, "detokenize --tokenizer FILE [--skip-special]   ids (stdin) -> text" },
-    { "bench-mask", cmd_bench_mask, "bench-mask --tokenizer FILE --request FILE [--walks N]   constrained decoding cost per token" },
-    { "bench-tokenizer", cmd_bench_tokenizer, "bench-tokenizer --tokenizer FILE --text FILE [--repeat N]" },
-    { "logits", cmd_logits, "logits --model DIR --ids 1,2,3 [--tp N] [--mode full|incremental] --out FILE" },
-    { "bench", cmd_bench, "bench --model DIR | --synthetic CONFIG [--backend B] [--tp N] [--prompts N,..]  prefill/decode tokens/s" },
-    { "synth", cmd_synth, "synth --out DIR [--preset tiny|mid]   write a synthetic V4 checkpoint" },
-};
-
-#define NCOMMANDS (sizeof commands / sizeof commands[0])
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: llm-engine COMMAND [ARGS]\n\ncommands:\n");
-    for (size_t i = 0; i < NCOMMANDS; i++) fprintf(f, "  %s\n", commands[i].usage);
-}
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
-    }
-    for (size_t i = 0; i < NCOMMANDS; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "llm-engine: unknown command '%s'\n", argv[1]);
-    usage(stderr);
-    return 2;
+    return cli_main(argc, argv, NULL, 0);
 }

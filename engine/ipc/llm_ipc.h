@@ -332,7 +332,6 @@ const char *llm_ipc_event_name(uint32_t type);       /* "content_delta", ... */
 const char *llm_ipc_finish_name(uint32_t reason);    /* "stop", ... */
 const char *llm_ipc_state_name(uint32_t state);      /* "ready", ... */
 const char *llm_ipc_slot_state_name(uint32_t state); /* "running", ... */
-const char *llm_ipc_kind_name(uint32_t kind);        /* "chat", ... */
 const char *llm_ipc_counter_name(uint32_t i);        /* "running", ... */
 int llm_ipc_kind_from_name(const char *name);        /* 0 if unknown */
 
@@ -374,8 +373,6 @@ static inline char *llm_ipc_request_at(llm_ipc_header *h, uint32_t k)
  * The caller rings the consumer when llm_ipc_ring_wake() says so. */
 int llm_ipc_ring_put(llm_ipc_slot *s, unsigned char *ring, uint32_t ring_bytes,
                      const void *rec, size_t len);
-/* Free bytes the producer could use now (ignoring wraparound padding). */
-uint64_t llm_ipc_ring_space(const llm_ipc_slot *s, uint32_t ring_bytes);
 /* After one or more puts: returns 1 if the consumer armed the doorbell
  * (found the ring empty) and must be rung now; disarms it. */
 int llm_ipc_ring_wake(llm_ipc_slot *s);

@@ -321,7 +321,6 @@ const char *llm_ipc_event_name(uint32_t type) { return NAME_IN(event_names, type
 const char *llm_ipc_finish_name(uint32_t reason) { return NAME_IN(finish_names, reason); }
 const char *llm_ipc_state_name(uint32_t state) { return NAME_IN(state_names, state); }
 const char *llm_ipc_slot_state_name(uint32_t state) { return NAME_IN(slot_names, state); }
-const char *llm_ipc_kind_name(uint32_t kind) { return NAME_IN(kind_names, kind); }
 
 int llm_ipc_kind_from_name(const char *name)
 {

@@ -65,13 +65,6 @@ uint64_t llm_ipc_layout(uint32_t n_slots, uint32_t ring_bytes, uint64_t max_requ
     return off + (uint64_t)n_slots * *request_stride;
 }
 
-uint64_t llm_ipc_ring_space(const llm_ipc_slot *s, uint32_t ring_bytes)
-{
-    uint64_t head = atomic_load_explicit(&s->head, memory_order_relaxed);
-    uint64_t tail = atomic_load_explicit(&s->tail, memory_order_acquire);
-    return ring_bytes - (head - tail);
-}
-
 int llm_ipc_ring_put(llm_ipc_slot *s, unsigned char *ring, uint32_t ring_bytes,
                      const void *rec, size_t len)
 {

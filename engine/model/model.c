@@ -7,7 +7,6 @@
 
 const v4_config *v4_model_config(const v4_model *m) { return &m->cfg; }
 int v4_model_tp(const v4_model *m) { return m->tp; }
-int v4_model_threads(const v4_model *m) { return m->threads; }
 
 static int default_threads(int tp)
 {

@@ -71,7 +71,6 @@ long long v4_model_graph_kernels(v4_model *m);
 void v4_model_free(v4_model *m);
 const v4_config *v4_model_config(const v4_model *m);
 int v4_model_tp(const v4_model *m);
-int v4_model_threads(const v4_model *m);   /* kernel threads per rank */
 
 typedef struct {
     enum kv_dtype dtype;        /* storage of the cache */

@@ -83,7 +83,7 @@ static int write_range(const st_writer *w, size_t i0, size_t i1, const char *pat
     }
     uint8_t len[8];
     for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)h.len >> (8 * i));
-    int bad = fwrite(len, 1, 8, f) != 8 || fwrite(h.data, 1, h.len, f) != h.len;
+    int bad = fwrite(len, 1, 8, f) != 8 || sb_fwrite(&h, f);
     for (size_t i = i0; i < i1 && !bad; i++)
         bad = fwrite(w->t[i].data, 1, w->t[i].nbytes, f) != w->t[i].nbytes;
     bad |= fclose(f) != 0;
@@ -131,7 +131,7 @@ int stw_write_dir(const st_writer *w, const char *dir, int nshards, strbuf *err)
         sb_reset(&p);
         sb_printf(&p, "%s/model.safetensors.index.json", dir);
         FILE *f = fopen(p.data, "w");
-        if (!f || fwrite(idx.data, 1, idx.len, f) != idx.len) {
+        if (!f || sb_fwrite(&idx, f)) {
             sb_printf(err, "%s: cannot write\n", p.data);
             rc = -1;
         }

@@ -322,7 +322,7 @@ int synth_write_dir(const synth_spec *s, uint64_t seed, const char *dir, int nsh
     sb_printf(&path, "%s/config.json", dir);
     FILE *f = fopen(path.data, "w");
     int rc = 0;
-    if (!f || fwrite(cfg.data, 1, cfg.len, f) != cfg.len) {
+    if (!f || sb_fwrite(&cfg, f)) {
         sb_printf(err, "%s: cannot write\n", path.data);
         rc = -1;
     }

@@ -92,8 +92,6 @@ void tp_group_free(tp_group *g)
     free(g);
 }
 
-int tp_size(const tp_group *g) { return g->n; }
-
 void tp_run(tp_group *g, tp_fn fn, void *ctx)
 {
     if (g->n == 1) { fn(ctx, 0); return; }

@@ -591,3 +591,11 @@ void recipe_fingerprint(const recipe *r, const backend_modes *modes, char *out, 
 const char *backend_name(enum backend_kind b) { return backends[b]; }
 
 const char *kv_cache_dtype_name(enum kv_cache_dtype d) { return kv_dtypes[d]; }
+
+void recipe_chat_options(const recipe *r, chat_options *o)
+{
+    o->thinking = r->thinking;
+    o->drop_thinking = r->drop_thinking;
+    o->effort = CHAT_EFFORT_LOW;
+    if (r->reasoning_effort) chat_effort_from_name(r->reasoning_effort, &o->effort);
+}

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "backend_modes.h"
+#include "chat_render.h"
 #include "ipc/llm_ipc.h"   /* LLM_IPC_MODELS_MAX */
 #include "strbuf.h"
 
@@ -75,5 +76,8 @@ void recipe_fingerprint(const recipe *r, const backend_modes *modes, char *out, 
 
 const char *backend_name(enum backend_kind b);
 const char *kv_cache_dtype_name(enum kv_cache_dtype d);
+
+/* The recipe's default_chat_template_kwargs as chat request defaults. */
+void recipe_chat_options(const recipe *r, chat_options *o);
 
 #endif

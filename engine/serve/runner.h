@@ -1,8 +1,8 @@
 /* The runner seam: what the scheduler (scheduler.c) asks of whatever turns
  * requests into tokens.  The real runner (chat renderer + tokenizer +
  * model + sampler + output parser) implements runner_ops; the scripted
- * test runner (runner_scripted.c) implements it without a model so the
- * protocol, scheduling and fault handling can be tested.
+ * test runner (tests/engine_test/runner_scripted.c) implements it without
+ * a model so the protocol, scheduling and fault handling can be tested.
  *
  * Threading: every call comes from the engine's main thread, one at a
  * time.  A runner may use its own threads inside step().
@@ -104,9 +104,12 @@ typedef struct runner_ops {
     void (*unload)(void *self);
 } runner_ops;
 
-/* Runners built into this binary, by name ("scripted", ...); NULL if
- * absent.  The serving runner is "model". */
+/* Runners of this binary, by name; NULL if absent.  The serving runner
+ * is "model"; test runners are only those the test binary registered
+ * (runner_register_test, before serving). */
 const runner_ops *runner_lookup(const char *name);
+void runner_register_test(const runner_ops *ops);
+int  runner_have_test_runners(void);
 
 /* ---- events: what runners emit (req_output.c) ------------------------- */
 

@@ -250,7 +250,7 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     }
     R->bos = tok_bos_id(R->tok) >= 0 ? tok_bos_id(R->tok) : cfg->bos_id;
     R->eos = tok_eos_id(R->tok) >= 0 ? tok_eos_id(R->tok) : cfg->eos_id;
-    chat_options_from_recipe(&R->chat_defaults, rc);
+    recipe_chat_options(rc, &R->chat_defaults);
     R->logits = malloc((size_t)R->max_batch * (size_t)R->vocab * sizeof *R->logits);
     R->items = calloc((size_t)R->max_batch, sizeof *R->items);
     R->forked = malloc(2 * (size_t)R->vocab * sizeof *R->forked);

@@ -9,7 +9,7 @@ typedef struct {
     const char *recipe_path;
     const char *run_dir;      /* overrides the recipe's run_dir when set */
     const char *name;         /* overrides the recipe's name when set */
-    const char *runner;       /* runner_lookup() name: "model", or "scripted" in tests */
+    const char *runner;       /* runner_lookup() name: "model" (the test binary: "scripted") */
 } server_opts;
 
 /* Runs until drained or failed.  Returns the process exit code:

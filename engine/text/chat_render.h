@@ -19,7 +19,6 @@
 #include <stddef.h>
 #include <yajl/yajl_tree.h>
 
-#include "recipe.h"
 #include "strbuf.h"
 
 /* Hard limit on a rendered prompt (and so on any one message): far above
@@ -153,9 +152,6 @@ int chat_render(const chat_conversation *c, const chat_options *o,
  * else onto a new empty system message put first. */
 int chat_render_request(yajl_val request, const chat_options *defaults,
                         chat_prompt *p, chat_error *err);
-
-/* A recipe's default_chat_template_kwargs as request defaults. */
-void chat_options_from_recipe(chat_options *o, const recipe *r);
 
 /* reasoning_effort names: minimal/low -> low, medium/high -> high,
  * xhigh/max -> max, anything else -> low.  Returns false for "none", which

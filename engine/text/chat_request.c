@@ -93,14 +93,6 @@ static bool load_response_format(yajl_val req, yajl_val *out, chat_error *err)
     return true;
 }
 
-void chat_options_from_recipe(chat_options *o, const recipe *r)
-{
-    o->thinking = r->thinking;
-    o->drop_thinking = r->drop_thinking;
-    o->effort = CHAT_EFFORT_LOW;
-    if (r->reasoning_effort) chat_effort_from_name(r->reasoning_effort, &o->effort);
-}
-
 int chat_render_request(yajl_val req, const chat_options *defaults,
                         chat_prompt *p, chat_error *err)
 {

@@ -81,3 +81,8 @@ int sb_read_file(strbuf *sb, const char *path)
     if (err) { errno = err; return -1; }
     return 0;
 }
+
+int sb_fwrite(const strbuf *sb, FILE *f)
+{
+    return sb->len && fwrite(sb->data, 1, sb->len, f) != sb->len ? -1 : 0;
+}

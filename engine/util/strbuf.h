@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 
 typedef struct {
     char  *data;
@@ -23,6 +24,10 @@ void sb_printf(strbuf *sb, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void sb_vprintf(strbuf *sb, const char *fmt, va_list ap);
 char *sb_steal(strbuf *sb);                  /* caller frees; sb emptied */
+
+/* Write sb's bytes to f (nothing for an empty sb, whose data may be
+ * NULL).  Returns 0, or -1 when f took fewer bytes. */
+int sb_fwrite(const strbuf *sb, FILE *f);
 
 /* Read a whole file (or stdin when path is "-") into sb.  Returns 0, or -1
  * with errno set. */

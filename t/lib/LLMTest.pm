@@ -14,7 +14,7 @@ use Cwd qw(abs_path);
 use JSON::PP ();
 use File::Basename qw(dirname);
 
-our @EXPORT_OK = qw(repo_root nginx_bin module_path free_port scratch_dir
+our @EXPORT_OK = qw(repo_root build_dir nginx_bin module_path free_port scratch_dir
                     write_conf api_server nginx_test start_nginx stop_nginx http
                     engine_name start_engine stop_engine kill_engine
                     engine_status wait_for raw_open raw_response sse_read
@@ -22,7 +22,12 @@ our @EXPORT_OK = qw(repo_root nginx_bin module_path free_port scratch_dir
 
 sub repo_root { abs_path(dirname(__FILE__) . '/../..') }
 sub nginx_bin { $ENV{NGINX} // '/usr/sbin/nginx' }
-sub module_path { repo_root() . '/build/nginx/ngx_http_llm_module.so' }
+# the build under test: $LLM_BUILD_DIR (make sets it: build, build-asan)
+sub build_dir {
+    my $d = $ENV{LLM_BUILD_DIR} // 'build';
+    return $d =~ m{^/} ? $d : repo_root() . "/$d";
+}
+sub module_path { build_dir() . '/nginx/ngx_http_llm_module.so' }
 
 sub free_port {
     my $s = IO::Socket::INET->new(Listen => 1, LocalAddr => '127.0.0.1',
@@ -151,7 +156,9 @@ sub http {
 
 my %engines;          # pid => [name, dir]
 
-sub engine_bin { repo_root() . '/build/bin/llm-engine' }
+sub engine_bin { build_dir() . '/bin/llm-engine' }
+# the test binary: llm-engine plus the scripted runner (tests/engine_test/)
+sub engine_test_bin { build_dir() . '/tests/llm-engine-test' }
 
 # engine_name($tag): unique per test run; segments are global (/dev/shm)
 sub engine_name { my ($tag) = @_; return "t$$-$tag" }
@@ -165,7 +172,8 @@ sub start_engine {
     # model => DIR serves a real checkpoint with the model runner;
     # otherwise the scripted test runner plays request scripts
     my $model = $o{model} // "/nonexistent/$name";
-    my @runner = $o{model} ? () : ('--test-runner', 'scripted');
+    my @cmd = $o{model} ? (engine_bin(), 'serve')
+                        : (engine_test_bin(), 'serve', '--test-runner', 'scripted');
     open my $f, '>', "$dir/$name.yaml" or die $!;
     print $f <<"YAML";
 name: $name
@@ -186,7 +194,7 @@ YAML
     if ($pid == 0) {
         open STDERR, '>>', "$dir/logs/$name.log";
         open STDOUT, '>', '/dev/null';
-        exec engine_bin(), 'serve', '--recipe', "$dir/$name.yaml", @runner;
+        exec @cmd, '--recipe', "$dir/$name.yaml";
         exit 127;
     }
     $engines{$pid} = [$name, $dir];

@@ -1,5 +1,6 @@
-/* llm-engine bench-ipc [--iters N]: protocol and scheduler overheads
- * (docs/PERFORMANCE.md).  Not part of `make test`.
+/* llm-engine-test bench-ipc [--iters N]: protocol and scheduler overheads
+ * (docs/PERFORMANCE.md).  Not part of `make test`; in the test binary
+ * because it drives the scheduler with the scripted runner.
  *
  * 1. Event round trip: a worker process (client library) rings "slot
  *    submitted" on a SOCK_SEQPACKET doorbell; an engine process wakes,
@@ -22,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "engine_test.h"
 #include "ipc/llm_ipc_client.h"
 #include "recipe.h"
 #include "runner.h"
@@ -201,7 +202,7 @@ static int bench_scheduler(const char *name, int batch, int steps)
     r.max_model_len = 65536;
     r.max_tokens = 60000;
     r.kv_cache_memory_bytes = 16ll << 30;
-    const runner_ops *ops = runner_lookup("scripted");
+    const runner_ops *ops = &runner_scripted;
     void *runner;
     runner_capacity cap;
     if (ops->load(&runner, &r, &cap, &err) < 0) return 1;

@@ -1,8 +1,9 @@
 /* The scripted runner: TEST-ONLY.  It has no model; each request carries
  * its own script and the runner plays it back through the real scheduler
  * and protocol, so scheduling, cancellation, slow readers, draining and
- * faults can be tested without weights.  Selected only by the hidden
- * `llm-engine serve --test-runner scripted`; no recipe key enables it.
+ * faults can be tested without weights.  Linked only into the test
+ * binary (build/tests/llm-engine-test, main.c here), selected by its
+ * `serve --test-runner scripted`; no recipe key enables it.
  *
  * A token is one Unicode code point.  The request may hold
  *
