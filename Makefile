@@ -54,14 +54,16 @@ BIN := $(BUILD)/bin/llm-engine
 MOD := $(BUILD)/nginx/ngx_http_llm_module.so
 DEPS_STAMP := $(BUILD)/.deps-ok
 # llm-qualify (qualify/README.md); rules near the end.
-QUALIFY_SRC  := $(filter-out qualify/main.c,$(wildcard qualify/*.c))
+QUALIFY_SRC  := $(filter-out qualify/main.c qualify/bench_serve.c,$(wildcard qualify/*.c))
 QUALIFY_OBJ  := $(QUALIFY_SRC:%.c=$(BUILD)/obj/%.o)
 QUALIFY_LIB  := $(BUILD)/libqualify.a
 QUALIFY_BIN  := $(BUILD)/bin/llm-qualify
 QUALIFY_FAKE := $(BUILD)/tests/qualify_fake_server
+# llm-bench-serve: the serving benchmark, on qualify's HTTP and SSE code.
+BENCH_SERVE_BIN := $(BUILD)/bin/llm-bench-serve
 
 .PHONY: all module test test-c test-nginx test-gpu gpu-tests run deps clean fuzz qualify
-all: $(BIN) $(QUALIFY_BIN)
+all: $(BIN) $(QUALIFY_BIN) $(BENCH_SERVE_BIN)
 
 # Install Debian packages when one is missing (fast no-op otherwise).
 deps:
@@ -97,7 +99,7 @@ test: $(DEPS_STAMP)
 	@$(MAKE) --no-print-directory test-c test-nginx
 test-c: $(BIN) $(TEST_BIN) $(QUALIFY_BIN) $(QUALIFY_FAKE)
 	prove -f --exec '' $(TEST_BIN)
-test-nginx: $(BIN) $(MOD)
+test-nginx: $(BIN) $(MOD) $(BENCH_SERVE_BIN)
 	prove -f t/
 
 # libFuzzer harness for the chat renderer and parser (clang; not in test):
@@ -135,6 +137,9 @@ $(QUALIFY_LIB): $(QUALIFY_OBJ)
 $(QUALIFY_BIN): $(BUILD)/obj/qualify/main.o $(QUALIFY_LIB) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lcurl
+$(BENCH_SERVE_BIN): $(BUILD)/obj/qualify/bench_serve.o $(QUALIFY_LIB) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lcurl
 $(BUILD)/tests/test_qualify_%: tests/test_qualify_%.c tests/tap.h $(QUALIFY_LIB) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -Iqualify $< $(QUALIFY_LIB) $(LIB) -o $@ $(LDLIBS) -lcurl
@@ -143,4 +148,4 @@ $(QUALIFY_FAKE): tests/qualify_fake_server.c tests/qualify_fake_tok.h $(LIB)
 	$(CC) $(CFLAGS) -Itests $< $(LIB) -o $@ $(LDLIBS)
 
 -include $(ENGINE_OBJ:.o=.d) $(BUILD)/obj/engine/cli/main.d $(QUALIFY_OBJ:.o=.d) \
-         $(BUILD)/obj/qualify/main.d
+         $(BUILD)/obj/qualify/main.d $(BUILD)/obj/qualify/bench_serve.d
