@@ -171,13 +171,19 @@ static int usage(void)
     return 2;
 }
 
+static void load_log(void *user, const char *line)
+{
+    (void)user;
+    fprintf(stderr, "llm-engine bench: %s\n", line);
+}
+
 int cmd_bench(int argc, char **argv)
 {
     const char *model = NULL;
     int prompts[8] = { 128 }, nprompts = 1, decode = 32, chunk = 8192;
     int batches[8] = { 1 }, nbatches = 1;
     double peak_gbs = 4300, peak_tflops = 788;
-    v4_options opt = { .tp = 1 };
+    v4_options opt = { .tp = 1, .log = load_log };
     if (argc % 2 == 0) return usage();
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];

@@ -165,6 +165,12 @@ static void make_fingerprint(const recipe *rc, char out[LLM_IPC_FINGERPRINT])
 static void mr_unload(void *self);
 static void *prep_thread(void *arg);
 
+/* Load progress, in the server log's form. */
+static void load_log(void *user, const char *line)
+{
+    fprintf(stderr, "llm-engine[%s]: %s\n", (const char *)user, line);
+}
+
 static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *err)
 {
     struct model_runner *R = calloc(1, sizeof *R);
@@ -197,6 +203,8 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
         .backend = backend_name(rc->backend),
         .kv_dtype = rc->kv_cache_dtype == KV_DTYPE_FP8 ? KV_FP8
                     : rc->kv_cache_dtype == KV_DTYPE_BF16 ? KV_BF16 : KV_F32,
+        .log = load_log,
+        .log_user = (void *)rc->name,
     };
     strbuf merr;
     sb_init(&merr);
