@@ -33,13 +33,29 @@ if [ "$mode" = pack ]; then
     cp tools/gpu_serving.sh "$dest/tools/"
     cp conf/models/*.json "$dest/conf/models/"
     cp conf/recipes/v4-flash-6l-1gpu.yaml "$dest/conf/recipes/"
-    cp tests/fixtures/demo/tokenizer.json tests/fixtures/demo/config.json "$dest/fixtures/"
-    # every shared library but the C library's own, for an image that
-    # lacks Debian's (nginx's, libcurl's and their dependencies)
+    cp tests/fixtures/demo/tokenizer.json "$dest/fixtures/tokenizer-demo.json"
+    cp tests/fixtures/demo/config.json "$dest/fixtures/"
+    # The demo tokenizer with every id up to V4's vocab_size decodable
+    # ("x<id>"): a random model's tokens then all stream text, so each
+    # token is a chunk the benchmark times (out-of-range ids stream none).
+    python3 - "$dest/fixtures" <<'PY'
+import json, sys
+d = sys.argv[1]
+t = json.load(open(d + "/tokenizer-demo.json"))
+n = json.load(open("conf/models/deepseek-v4-flash.json"))["vocab_size"]
+vocab = t["model"]["vocab"]
+used = set(vocab.values()) | {a["id"] for a in t["added_tokens"]}
+for i in range(n):
+    if i not in used:
+        vocab["x%d" % i] = i
+json.dump(t, open(d + "/tokenizer.json", "w"), ensure_ascii=False)
+PY
+    # every shared library but the C and C++ runtimes and CUDA's, for an
+    # image that lacks Debian's (nginx's, libcurl's and their dependencies)
     for b in "$build/bin/llm-engine" "$build/bin/llm-bench-serve" /usr/sbin/nginx \
              build/nginx/ngx_http_llm_module.so; do
         ldd "$b" | awk '$3 ~ /^\// {print $3}'
-    done | sort -u | grep -vE '/(libc|libm|libpthread|libdl|librt|libresolv)\.so' |
+    done | sort -u | grep -vE '/(libc|libm|libpthread|libdl|librt|libresolv|libstdc\+\+|libgcc_s)\.so|^/usr/local/cuda' |
         while read -r l; do cp -L "$l" "$dest/lib/"; done
     du -sh "$dest"
     exit 0
@@ -76,7 +92,9 @@ trap 'exit 1' INT TERM
 "$b/llm-engine" version > "$out/version.txt" 2>&1
 
 config=conf/models/deepseek-v4-flash.json layers=6 backend=cuda
-[ "${LOCAL:-0}" = 1 ] && config=fixtures/config.json layers=3 backend=cpu
+tokenizer=fixtures/tokenizer.json
+[ "${LOCAL:-0}" = 1 ] && config=fixtures/config.json layers=3 backend=cpu \
+    tokenizer=fixtures/tokenizer-demo.json
 
 # 1. batched decode, rank6 shapes, 8K context
 if [ "$backend" = cuda ] && [ "$(left)" -gt 120 ]; then
@@ -110,7 +128,7 @@ if [ "$(left)" -gt 150 ]; then
     log "synth $layers layers of $config"
     t0=$(now)
     timeout 200 "$b/llm-engine" synth --config $config --layers $layers \
-        --shards 8 --tokenizer fixtures/tokenizer.json --out "$ckpt" > "$out/synth.log" 2>&1
+        --shards 8 --tokenizer $tokenizer --out "$ckpt" > "$out/synth.log" 2>&1
     echo "exit $? after $(since "$t0") s; $(du -sb "$ckpt" | cut -f1) bytes" >> "$out/synth.log"
     cat "$out/synth.log"
     sync
@@ -161,7 +179,7 @@ http {
 }
 EOF
     "$top/bin/nginx" -e "$work/error.log" -p "$work" -c "$work/nginx.conf" > "$out/nginx.txt" 2>&1
-    python3 - "$port" >> "$out/nginx.txt" 2>&1 <<'PY'
+    env -u LD_LIBRARY_PATH python3 - "$port" >> "$out/nginx.txt" 2>&1 <<'PY'
 import sys, time, urllib.request
 for _ in range(100):
     try:
