@@ -111,9 +111,12 @@ serve_ready() {   # $1 label: start serve, wait for "ready", log the seconds
     t0=$(now)
     "$b/llm-engine" serve --recipe "$work/r.yaml" 2> "$out/serve-$1.log" &
     epid=$!
-    while kill -0 $epid 2>/dev/null && ! grep -q 'ready:' "$out/serve-$1.log"; do sleep 0.1; done
+    n=0
+    while kill -0 $epid 2>/dev/null && ! grep -q 'ready:' "$out/serve-$1.log" &&
+          [ $n -lt 1500 ]; do sleep 0.1; n=$((n + 1)); done
     if grep -q 'ready:' "$out/serve-$1.log"; then echo "$1: process start to ready $(since "$t0") s"
-    else echo "$1: engine exited before ready"; tail -5 "$out/serve-$1.log"; fi >> "$out/$1.txt"
+    else echo "$1: not ready (exited, or 150 s passed)"; tail -5 "$out/serve-$1.log"
+    fi >> "$out/$1.txt"
     cat "$out/$1.txt"
 }
 stop_engine() {
