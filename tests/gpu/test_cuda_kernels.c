@@ -48,7 +48,7 @@
 #include "tp.h"
 
 #define TOL 1e-5
-#define LT_MIN_T 64             /* backend_cuda.cu: prefill GEMMs from this many tokens */
+#define LT_MIN_T 64             /* backend_cuda.cuh: prefill GEMMs from this many tokens */
 
 static backend *C, *G;
 /* G's prefill GEMMs (LLM_CUDA_GEMM), and the bound u on the relative

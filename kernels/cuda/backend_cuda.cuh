@@ -1,0 +1,223 @@
+// The CUDA backend's state and the functions its files share (private to
+// kernels/cuda: backend_cuda.cu and the cuda_*.cu files beside it).
+#pragma once
+
+#include <math.h>
+#include <cublasLt.h>
+#include <nccl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+extern "C" {
+#include "backend.h"
+}
+#include "kernels.cuh"
+
+// Where a weight view's device copy is (qweight.dev).
+struct cuda_qw {
+    const uint8_t *data, *scale;
+    long long ld, sld, estride, sestride;
+    int row0, col0;             // copy origin in the stored tensor
+};
+
+#define NSTAGE 32
+#define NGRAPH 16       // step shapes kept as graphs per rank
+#define NPUT 64         // host arrays deduplicated in the arena per step
+#define ARENA_BYTES ((size_t)4 << 20)
+
+// Graph modes of a step under graph_begin.
+enum { G_OFF, G_WARM, G_CAPTURE, G_RECORD };
+
+struct graph_ent {
+    uint64_t key;
+    cudaGraphExec_t exec;
+    unsigned long long gen;     // memory generation the graph was captured in
+    unsigned long long warm_gen;
+    bool warm;                  // ran once as usual at warm_gen
+    size_t arena_len;
+    unsigned long long used;
+};
+
+struct arena_put_ent {
+    const void *host;
+    size_t bytes, reserve, off;
+};
+
+struct stage_ent {
+    void *host, *dev;           // pinned copy of the content, device copy
+    size_t bytes, cap;
+    unsigned long long used;
+    cudaEvent_t ev;             // the copy out of `host` is done
+};
+
+// Device scratch that grows on demand (stream-ordered allocations).
+struct grow_buf {
+    void *p;
+    size_t cap;
+};
+
+// LLM_CUDA_PROFILE=1: every op (and the phases of the larger ones) is a
+// span between two events recorded in the stream, read when the stream is
+// waited for anyway (gather_cols) or the spans run out, so the ops still
+// run back to back (graphs are off: each op is launched on its own).
+// Totals per op are printed when the backend is destroyed.
+#define NPROF 32
+#define NSPAN 2048
+struct prof_ent {
+    const char *op;
+    long long calls;
+    double ms;
+};
+
+// cuBLASLt's algorithm for a GEMM shape, the token count rounded up to a
+// power of two (MoE experts see every count): choosing one costs more
+// host time than launching it.
+#define NALGO 128
+#define ALGO_KEY 10
+struct lt_algo {
+    int key[ALGO_KEY];
+    cublasLtMatmulAlgo_t algo;
+};
+
+struct cu_impl {
+    int dev, rank, nranks;
+    bool profile;
+    cudaEvent_t *spans;         // [2 * NSPAN]: start and end of each span
+    const char *span_op[NSPAN];
+    int nspan;
+    prof_ent prof[NPROF];
+    cudaStream_t st;
+    ncclComm_t comm;
+    ar_peers ar;                // one-shot all-reduce (ar.tp > 1: ready)
+    void *ar_mem;
+    char err[512];
+    bool failed;
+    void **owned;               // uploads, freed at destroy
+    size_t nowned, capowned;
+    cuda_qw **descs;
+    size_t ndescs, capdescs;
+    stage_ent stage[NSTAGE];
+    unsigned long long tick, fills;
+    grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
+        iscores, ikeys, wdeq, hcm, xbf, apart;
+    cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t lt_op;
+    void *lt_ws;
+    int gemm;                   // LLM_CUDA_GEMM: GEMM_BF16X2 (default), GEMM_BF16, GEMM_F32
+    int attn_tokens;            // LLM_CUDA_ATTN_TOKENS: query tokens per tensor-core attention block
+    lt_algo algos[NALGO];
+    int nalgos;                 // ever chosen (the cache is a ring)
+    double expert_host_ms;      // profiling: host time queuing the expert GEMMs
+    bool moe_lt;                // LLM_CUDA_MOE=cublaslt: experts through cuBLASLt in every mode
+    // graph replay
+    bool graphs;                // LLM_CUDA_GRAPHS is not 0 and not profiling
+    int gmode;
+    bool gbad;                  // this capture cannot be used (ran short of something)
+    unsigned long long gen, gtick;
+    graph_ent graph[NGRAPH], *gcur;
+    long long ncaptures, nreplays;
+    char *arena_h, *arena_d;    // pinned host / device, same layout
+    size_t arena_cap, arena_len;
+    arena_put_ent put[NPUT];
+    int nput;
+};
+
+#define LT_WS_BYTES (32u << 20)
+#define LT_MIN_T 64     // prefill matmuls of at least this many tokens go to cuBLASLt
+#define WCHUNK_BYTES ((size_t)512 << 20)    // experts' weights dequantized at a time
+
+// Prefill GEMM operands.  Weights are exact in bf16 (FP8, E2M1, BF16
+// values times powers of two); activations are not: bf16x2 splits each
+// into hi = bf16(x) and lo = bf16(x - hi) (x - hi - lo within 2^-16 |x|)
+// and accumulates W hi + W lo, bf16 rounds x once (2^-8), f32 keeps
+// float32 operands (no tensor cores).
+enum { GEMM_BF16X2, GEMM_BF16, GEMM_F32 };
+extern const char *const gemm_names[];
+#define IDX_MMA_MIN_T 64    // indexer steps of at least this many tokens score on tensor cores
+#define ATT_MMA_MIN_T 64    // attention of steps of at least this many tokens on tensor cores
+
+static inline cu_impl *impl(backend *b) { return (cu_impl *)b->impl; }
+static inline size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+#define CK(c, call)                                                                              \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) fail(c, "%s:%d: %s: %s", __FILE__, __LINE__, #call,               \
+                                    cudaGetErrorString(e_));                                     \
+    } while (0)
+
+static inline bool in_graph(cu_impl *c)
+{
+    return c->gmode == G_CAPTURE || c->gmode == G_RECORD;
+}
+// Replaying: an op only records its changing values, launches nothing.
+static inline bool recording(cu_impl *c) { return c->gmode == G_RECORD; }
+
+// A GEMM operand: float32 or bf16 elements, rows ld elements apart;
+// stride: bytes between packed experts; lo: activations split in two,
+// the low parts lo elements after the high ones.
+struct gemm_op {
+    const void *p;
+    long long ld;
+    bool bf16;
+    long long stride;
+    int lo;
+};
+
+// The prefill GEMMs of weight q run in bf16 unless LLM_CUDA_GEMM=f32 or
+// the weight is float32 (not exact in bf16).
+static inline bool use_bf16(cu_impl *c, const dqw &q)
+{
+    return c->gemm != GEMM_F32 && q.type != QT_F32;
+}
+
+// backend_cuda.cu
+void fail(cu_impl *c, const char *fmt, ...);
+backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen);
+
+// cuda_profile.cu: every op starts with enter and ends with launched;
+// phase closes a span inside an op (LLM_CUDA_PROFILE).
+cu_impl *enter(backend *b);
+void prof_flush(cu_impl *c);
+void launched(cu_impl *c, const char *op);
+void phase(cu_impl *c, const char *op);
+void print_profile(cu_impl *c);
+
+// cuda_arena.cu: scratch, the graph arena, staging of host inputs.
+void *grow(cu_impl *c, grow_buf *g, size_t bytes);
+const void *arena_put(cu_impl *c, const void *host, size_t bytes, size_t reserve);
+const dstep *step_values(cu_impl *c, int pos0, const void *ptr);
+int pos_end(cu_impl *c, int pos0, int n);
+const void *stage(cu_impl *c, const void *host, size_t bytes);
+void arena_free(cu_impl *c);
+void arena_grow(cu_impl *c, size_t bytes);
+
+// cuda_memory.cu: the seam's memory ops and weight upload.
+void *cu_alloc(backend *b, size_t bytes);
+void cu_release(backend *b, void *p);
+void cu_copy_rows(backend *b, float *dst, int ldd, const float *src, int lds, int rows, int n);
+void cu_write(backend *b, void *dst, const void *src, size_t bytes);
+void cu_read(backend *b, void *dst, const void *src, size_t bytes);
+void *cu_upload(backend *b, const void *host, size_t bytes);
+int cu_upload_weights(backend *b, qweight *w, int n);
+void cu_mem_info(backend *b, size_t *free_bytes, size_t *total_bytes);
+
+// cuda_gemm.cu: prefill GEMMs through cuBLASLt, algorithms cached per shape.
+bool lt_op_new(cu_impl *c);
+void lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy);
+gemm_op gemm_input(cu_impl *c, bool bf16, const float *x, int ldx, const int *rows, int div,
+                   int T, int K);
+void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y, int ldy);
+void expert_gemms(cu_impl *c, const dqw &w, int E, const int *ho, gemm_op x, float *y, int ldy);
+
+// cuda_graphs.cu: decode steps as CUDA graphs.
+void graph_drop(graph_ent *e);
+void cu_graph_begin(backend *b, uint64_t key);
+bool cu_graph_end(backend *b);
+void cu_graph_counts(backend *b, long long *captures, long long *replays);
+
+// cuda_comm.cu: the all-reduce op; the group's NCCL and peer setup.
+void cu_allreduce(backend *b, float *buf, size_t n);

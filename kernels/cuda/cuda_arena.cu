@@ -1,0 +1,137 @@
+// Device scratch, the graph arena and the staging of host inputs.
+#include "backend_cuda.cuh"
+
+void *grow(cu_impl *c, grow_buf *g, size_t bytes)
+{
+    if (bytes > g->cap) {
+        if (c->gmode == G_CAPTURE) {    // no allocation in a capture: the step runs as usual
+            c->gbad = true;
+            return g->p;
+        }
+        c->gen++;
+        if (g->p) CK(c, cudaFreeAsync(g->p, c->st));
+        g->p = NULL;
+        g->cap = 0;
+        size_t cap = bytes < 4096 ? 4096 : bytes + bytes / 4;
+        CK(c, cudaMallocAsync(&g->p, cap, c->st));
+        if (g->p) g->cap = cap;
+    }
+    return g->p;
+}
+
+// Under a graph: `reserve` bytes of the arena at the next offset (the
+// same from step to step for the same sequence of ops); NULL when the
+// arena is short (the step then runs again as usual, with a larger one).
+static char *arena_alloc(cu_impl *c, size_t reserve)
+{
+    size_t off = round_up(c->arena_len, 16);
+    c->arena_len = off + reserve;
+    if (c->arena_len > c->arena_cap) {
+        c->gbad = true;
+        return NULL;
+    }
+    return c->arena_h + off;
+}
+
+static const void *arena_dev(cu_impl *c, const char *h)
+{
+    return h ? c->arena_d + (h - c->arena_h) : c->arena_d;
+}
+
+// Under a graph: the device address where host[0..bytes) will be, in room
+// for `reserve` bytes; a host array given again (same reserve) is stored
+// once per step.
+const void *arena_put(cu_impl *c, const void *host, size_t bytes, size_t reserve)
+{
+    arena_put_ent *e = NULL;
+    for (int i = 0; i < c->nput && !e; i++)
+        if (c->put[i].host == host && c->put[i].reserve == reserve) e = &c->put[i];
+    if (!e) {
+        char *h = arena_alloc(c, reserve);
+        if (!h) return c->arena_d;
+        if (c->nput == NPUT) {
+            memcpy(h, host, bytes);
+            return arena_dev(c, h);
+        }
+        e = &c->put[c->nput++];
+        *e = arena_put_ent{ host, 0, reserve, (size_t)(h - c->arena_h) };
+    }
+    if (bytes > e->bytes) {
+        memcpy(c->arena_h + e->off, host, bytes);
+        e->bytes = bytes;
+    }
+    return c->arena_d + e->off;
+}
+
+// An op's per-step values: in the arena under a graph, else NULL (the
+// kernels take the by-value fields).
+const dstep *step_values(cu_impl *c, int pos0, const void *ptr)
+{
+    if (!in_graph(c)) return NULL;
+    dstep *h = (dstep *)arena_alloc(c, sizeof(dstep));
+    if (h) *h = dstep{ pos0, (void *)ptr };
+    return (const dstep *)arena_dev(c, (const char *)h);
+}
+
+// The bound on pos0 + n that sizes launches: exact, or under a graph the
+// key's (graph_pos_cap), so the launches repeat while positions move.
+int pos_end(cu_impl *c, int pos0, int n)
+{
+    return c->gmode == G_OFF ? pos0 + n : graph_pos_cap(pos0 + n);
+}
+
+// A device copy of host array `host` (bytes), valid for launches queued
+// on the stream from now until `host`'s content is staged NSTAGE more
+// times (under a graph: in the arena, for this step).
+const void *stage(cu_impl *c, const void *host, size_t bytes)
+{
+    if (!bytes) return NULL;
+    if (in_graph(c)) return arena_put(c, host, bytes, bytes);
+    stage_ent *lru = &c->stage[0];
+    for (int i = 0; i < NSTAGE; i++) {
+        stage_ent *e = &c->stage[i];
+        if (e->bytes == bytes && !memcmp(e->host, host, bytes)) {
+            e->used = ++c->tick;
+            return e->dev;
+        }
+        if (e->used < lru->used) lru = e;
+    }
+    stage_ent *e = lru;
+    CK(c, cudaEventSynchronize(e->ev));
+    if (bytes > e->cap) {
+        if (e->host) CK(c, cudaFreeHost(e->host));
+        if (e->dev) CK(c, cudaFreeAsync(e->dev, c->st));
+        e->host = e->dev = NULL;
+        e->cap = e->bytes = 0;
+        size_t cap = bytes < 1024 ? 1024 : 2 * bytes;
+        CK(c, cudaMallocHost(&e->host, cap));
+        CK(c, cudaMallocAsync(&e->dev, cap, c->st));
+        if (!e->host || !e->dev) return NULL;
+        e->cap = cap;
+    }
+    memcpy(e->host, host, bytes);
+    e->bytes = bytes;
+    e->used = ++c->tick;
+    CK(c, cudaMemcpyAsync(e->dev, e->host, bytes, cudaMemcpyHostToDevice, c->st));
+    CK(c, cudaEventRecord(e->ev, c->st));
+    return e->dev;
+}
+
+void arena_free(cu_impl *c)
+{
+    if (c->arena_h) cudaFreeHost(c->arena_h);
+    if (c->arena_d) cudaFree(c->arena_d);
+    c->arena_h = c->arena_d = NULL;
+    c->arena_cap = 0;
+}
+
+// Outside any capture; every graph holds the old arena's address.
+void arena_grow(cu_impl *c, size_t bytes)
+{
+    CK(c, cudaStreamSynchronize(c->st));
+    arena_free(c);
+    c->gen++;
+    CK(c, cudaMallocHost(&c->arena_h, bytes));
+    CK(c, cudaMalloc(&c->arena_d, bytes));
+    if (!c->failed) c->arena_cap = bytes;
+}

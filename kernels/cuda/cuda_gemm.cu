@@ -1,0 +1,211 @@
+// Prefill GEMMs through cuBLASLt: operands in bf16 (split in two) or
+// float32, algorithms cached per shape, MoE experts a GEMM per expert.
+#include "backend_cuda.cuh"
+
+const char *const gemm_names[] = { "bf16x2", "bf16", "f32" };
+
+static unsigned align_of(const void *p)
+{
+    unsigned a = 256;
+    while (a > 2 && (uintptr_t)p % a) a /= 2;
+    return a;
+}
+
+#define LTK(call)                                                                                \
+    do {                                                                                         \
+        cublasStatus_t s_ = (call);                                                              \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                       \
+            fail(c, "%s:%d: %s: cuBLASLt status %d", __FILE__, __LINE__, #call, (int)s_);        \
+            ok = false;                                                                          \
+        }                                                                                        \
+    } while (0)
+
+static const void *byte_off(const void *p, long long bytes) { return (const char *)p + bytes; }
+
+static bool lt_heuristic(cu_impl *c, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
+                         cublasLtMatrixLayout_t C, const uint32_t *align,
+                         cublasLtMatmulAlgo_t *algo)
+{
+    bool ok = true;
+    uint64_t ws = LT_WS_BYTES;
+    cublasLtMatmulPreference_t pref = NULL;
+    LTK(cublasLtMatmulPreferenceCreate(&pref));
+    LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof ws));
+    cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES
+    };
+    for (int i = 0; i < 4; i++)
+        LTK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i < 3 ? i : 2],
+                                                 sizeof align[0]));
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    if (ok) LTK(cublasLtMatmulAlgoGetHeuristic(c->lt, c->lt_op, A, B, C, C, pref, 1, &res, &nres));
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (ok && nres < 1) return false;
+    if (ok) *algo = res.algo;
+    return ok;
+}
+
+// y[T][N] = x[T][K] . W[N][K]^T, float32 accumulation and output (no
+// TF32): column-major, that is Y'[N][T] = W'^T X' with W' = W as K x N.
+// The pointers' actual alignments go into the algorithm's choice
+// (activation views are offset).
+void lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy)
+{
+    bool ok = true;
+    cudaDataType_t dt = w.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    int tb = 16;
+    while (tb < T) tb *= 2;
+    const void *xlo = byte_off(x.p, (long long)x.lo * 2);
+    uint32_t align[3] = { align_of(w.p), align_of(x.p), align_of(y) };
+    if (x.lo && align_of(xlo) < align[1]) align[1] = align_of(xlo);
+    int key[ALGO_KEY] = { w.bf16, N, K, (int)w.ld, (int)x.ld, ldy, tb, (int)align[0],
+                          (int)align[1], (int)align[2] };
+    cublasLtMatrixLayout_t A = NULL, B = NULL, C = NULL;
+    LTK(cublasLtMatrixLayoutCreate(&A, dt, K, N, w.ld));
+    LTK(cublasLtMatrixLayoutCreate(&B, dt, K, T, x.ld));
+    LTK(cublasLtMatrixLayoutCreate(&C, CUDA_R_32F, N, T, ldy));
+    lt_algo *a = NULL;
+    for (int i = 0; i < c->nalgos && i < NALGO && !a; i++)
+        if (!memcmp(c->algos[i].key, key, sizeof key)) a = &c->algos[i];
+    if (ok && !a) {     // chosen for the bucket's largest count
+        cublasLtMatrixLayout_t Bb = NULL, Cb = NULL;
+        LTK(cublasLtMatrixLayoutCreate(&Bb, dt, K, tb, x.ld));
+        LTK(cublasLtMatrixLayoutCreate(&Cb, CUDA_R_32F, N, tb, ldy));
+        cublasLtMatmulAlgo_t algo;
+        if (ok && lt_heuristic(c, A, Bb, Cb, align, &algo)) {
+            a = &c->algos[c->nalgos++ % NALGO];
+            memcpy(a->key, key, sizeof key);
+            a->algo = algo;
+        }
+        if (Cb) cublasLtMatrixLayoutDestroy(Cb);
+        if (Bb) cublasLtMatrixLayoutDestroy(Bb);
+    }
+    cublasLtMatmulAlgo_t exact;
+    for (int part = 0; part < (x.lo ? 2 : 1) && ok; part++) {
+        float alpha = 1, beta = part;   // the low parts add to the high parts' product
+        const void *xp = part ? xlo : x.p;
+        cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
+        if (a)
+            st = cublasLtMatmul(c->lt, c->lt_op, &alpha, w.p, A, xp, B, &beta, y, C, y, C,
+                                &a->algo, c->lt_ws, LT_WS_BYTES, c->st);
+        if (st == CUBLAS_STATUS_SUCCESS) continue;
+        // Not for this count: choose for it.
+        if (lt_heuristic(c, A, B, C, align, &exact)) {
+            a = NULL;
+            LTK(cublasLtMatmul(c->lt, c->lt_op, &alpha, w.p, A, xp, B, &beta, y, C, y, C, &exact,
+                               c->lt_ws, LT_WS_BYTES, c->st));
+        } else {
+            fail(c, "cuBLASLt: no %s algorithm for %dx%d by %d tokens",
+                 w.bf16 ? "bf16" : "float32", N, K, T);
+            ok = false;
+        }
+    }
+    if (C) cublasLtMatrixLayoutDestroy(C);
+    if (B) cublasLtMatrixLayoutDestroy(B);
+    if (A) cublasLtMatrixLayoutDestroy(A);
+}
+
+// Weights of nexp packed experts from q on as a GEMM operand: in stored
+// form when that is the GEMM's type, else dequantized (exactly) into
+// scratch.
+static gemm_op gemm_weights(cu_impl *c, bool bf16, const dqw &q, int nexp)
+{
+    int es = bf16 ? 2 : 4;
+    if (q.type == (bf16 ? QT_BF16 : QT_F32))
+        return gemm_op{ byte_off(q.data, ((long long)q.r0 * q.ld + q.c0) * es), q.ld, bf16,
+                        q.estride, 0 };
+    long long ld = round_up(q.cols, 8), stride = q.rows * ld * es;
+    void *p = grow(c, &c->wdeq, (size_t)nexp * stride);
+    if (!c->failed) cu_dequant(c->st, q, nexp, bf16, p, ld);
+    return gemm_op{ p, ld, bf16, stride, 0 };
+}
+
+// Activations x[T][K] (rows rows[t] / div of x when rows is set, then
+// ldx == K) as a GEMM operand: bf16 in scratch (split in two under
+// bf16x2: each row's high parts, then its low parts), or float32
+// (gathered into scratch when rows is set).
+gemm_op gemm_input(cu_impl *c, bool bf16, const float *x, int ldx, const int *rows,
+                          int div, int T, int K)
+{
+    if (bf16) {
+        int ld = round_up(K, 8), lo = c->gemm == GEMM_BF16X2 ? ld : 0;
+        uint16_t *p = (uint16_t *)grow(c, &c->xbf, (size_t)T * (ld + lo) * 2);
+        if (!c->failed) cu_round_bf16(c->st, x, ldx, rows, div, T, K, p, ld + lo, lo);
+        return gemm_op{ p, ld + lo, true, 0, lo };
+    }
+    if (!rows) return gemm_op{ x, ldx, false, 0, 0 };
+    float *p = (float *)grow(c, &c->xs, (size_t)T * K * sizeof(float));
+    if (!c->failed) cu_rows_gather(c->st, x, K, rows, div, T, p);
+    return gemm_op{ p, K, false, 0, 0 };
+}
+
+// Prefill matmul: y = x W^T through cuBLASLt (bf16 or float32 operands).
+void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
+                         int ldy)
+{
+    if (q.rows <= 0 || T <= 0) return;
+    if (q.cols <= 0) {      // an empty slice (more ranks than units) adds nothing
+        CK(c, cudaMemset2DAsync(y, ldy * sizeof(float), 0, q.rows * sizeof(float), T, c->st));
+        return;
+    }
+    bool bf = use_bf16(c, q);
+    gemm_op w = gemm_weights(c, bf, q, 1);
+    gemm_op in = gemm_input(c, bf, x, ldx, NULL, 1, T, q.cols);
+    if (!c->failed) lt_gemm(c, w, q.rows, q.cols, in, T, y, ldy);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+// MoE rows sorted by expert (expert e's: ho[e] .. ho[e + 1], host memory):
+// y of each = its x . W_e^T, a cuBLASLt GEMM per expert, the weights
+// dequantized a chunk of experts at a time.  x: gemm_input's, same type.
+void expert_gemms(cu_impl *c, const dqw &w, int E, const int *ho, gemm_op x, float *y,
+                         int ldy)
+{
+    int ns = ho[E];
+    if (w.rows <= 0 || ns <= 0) return;
+    if (w.cols <= 0) {
+        CK(c, cudaMemset2DAsync(y, ldy * sizeof(float), 0, w.rows * sizeof(float), ns, c->st));
+        return;
+    }
+    double t0 = c->profile ? now_ms() : 0;
+    size_t per = (size_t)w.rows * round_up(w.cols, 8) * (x.bf16 ? 2 : 4);
+    int chunk = (int)(WCHUNK_BYTES / per);
+    chunk = chunk < 1 ? 1 : chunk > E ? E : chunk;
+    for (int e0 = 0; e0 < E && !c->failed; e0 += chunk) {
+        int n = E - e0 < chunk ? E - e0 : chunk;
+        if (ho[e0 + n] == ho[e0]) continue;
+        dqw q = w;
+        q.data += e0 * w.estride;
+        if (q.scale) q.scale += e0 * w.sestride;
+        gemm_op wc = gemm_weights(c, x.bf16, q, n);
+        for (int e = e0; e < e0 + n && !c->failed; e++) {
+            int o = ho[e], m = ho[e + 1] - o;
+            if (!m) continue;
+            gemm_op we = { byte_off(wc.p, (e - e0) * wc.stride), wc.ld, x.bf16, 0, 0 };
+            gemm_op xe = { byte_off(x.p, o * x.ld * (x.bf16 ? 2 : 4)), x.ld, x.bf16, 0, x.lo };
+            lt_gemm(c, we, w.rows, w.cols, xe, m, y + (size_t)o * ldy, ldy);
+        }
+    }
+    if (c->profile) c->expert_host_ms += now_ms() - t0;
+}
+
+// Every GEMM: float32 accumulation (no TF32 for float32 operands),
+// W' transposed (lt_gemm).
+bool lt_op_new(cu_impl *c)
+{
+    bool ok = true;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    LTK(cublasLtMatmulDescCreate(&c->lt_op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LTK(cublasLtMatmulDescSetAttribute(c->lt_op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LTK(cublasLtMatmulDescSetAttribute(c->lt_op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    return ok;
+}

@@ -1,0 +1,103 @@
+// Decode steps are replayed as CUDA graphs (graph_begin/graph_end,
+// backend.h): one graph per step shape holds every launch of the step,
+// the all-reduces included.  Under a graph, an op's host inputs and its
+// per-step values (dstep: pos0, the sequence's state or ring) go to an
+// arena at offsets that repeat from step to step; replaying a step is the
+// ops writing the arena, one copy of it to the device, one graph launch.
+// Graphs hold raw device addresses: any release or reallocation of device
+// memory (gen) retires them.
+#include "backend_cuda.cuh"
+
+void graph_drop(graph_ent *e)
+{
+    if (e->exec) cudaGraphExecDestroy(e->exec);
+    *e = graph_ent{};
+}
+
+void cu_graph_begin(backend *b, uint64_t key)
+{
+    cu_impl *c = enter(b);
+    c->gmode = G_OFF;
+    if (!c->graphs || c->failed) return;
+    graph_ent *e = NULL, *lru = &c->graph[0];
+    for (int i = 0; i < NGRAPH && !e; i++) {
+        if (c->graph[i].used && c->graph[i].key == key) e = &c->graph[i];
+        else if (c->graph[i].used < lru->used) lru = &c->graph[i];
+    }
+    if (!e) {
+        e = lru;
+        graph_drop(e);
+        e->key = key;
+    }
+    e->used = ++c->gtick;
+    if (e->exec && e->gen != c->gen) {
+        cudaGraphExecDestroy(e->exec);
+        e->exec = NULL;
+    }
+    c->gcur = e;
+    c->nput = 0;
+    c->arena_len = 0;
+    c->gbad = false;
+    if (e->exec) {
+        c->gmode = G_RECORD;
+    } else if (e->warm && e->warm_gen == c->gen) {
+        CK(c, cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
+        c->gmode = c->failed ? G_OFF : G_CAPTURE;
+    } else {
+        c->gmode = G_WARM;
+    }
+}
+
+static void graph_launch(cu_impl *c, graph_ent *e)
+{
+    CK(c, cudaMemcpyAsync(c->arena_d, c->arena_h, c->arena_len, cudaMemcpyHostToDevice, c->st));
+    CK(c, cudaGraphLaunch(e->exec, c->st));
+}
+
+bool cu_graph_end(backend *b)
+{
+    cu_impl *c = enter(b);
+    graph_ent *e = c->gcur;
+    int mode = c->gmode;
+    c->gmode = G_OFF;
+    if (mode == G_OFF) return false;
+    if (mode == G_WARM) {
+        e->warm = true;
+        e->warm_gen = c->gen;
+        return false;
+    }
+    if (mode == G_CAPTURE) {
+        cudaGraph_t g = NULL;
+        CK(c, cudaStreamEndCapture(c->st, &g));
+        if (!c->failed && !c->gbad && c->gen == e->warm_gen) {
+            CK(c, cudaGraphInstantiate(&e->exec, g, 0));
+            e->gen = c->gen;
+            e->arena_len = c->arena_len;
+            if (!c->failed) c->ncaptures++;
+        }
+        if (g) cudaGraphDestroy(g);
+        if (c->failed) return false;
+        if (e->exec) {
+            graph_launch(c, e);
+            return false;
+        }
+    } else if (!c->gbad && c->arena_len == e->arena_len) {
+        graph_launch(c, e);
+        c->nreplays++;
+        return false;
+    }
+    // The ops did not run: once more as usual, after growing what ran short.
+    if (c->arena_len > c->arena_cap) arena_grow(c, 2 * c->arena_len);
+    if (e->exec) cudaGraphExecDestroy(e->exec);
+    e->exec = NULL;
+    e->warm = false;
+    c->gmode = G_WARM;
+    return true;
+}
+
+void cu_graph_counts(backend *b, long long *captures, long long *replays)
+{
+    cu_impl *c = impl(b);
+    *captures = c->ncaptures;
+    *replays = c->nreplays;
+}

@@ -1,0 +1,154 @@
+// The backend's memory ops and weight upload.
+#include "backend_cuda.cuh"
+
+void *cu_alloc(backend *b, size_t bytes)
+{
+    cu_impl *c = enter(b);
+    void *p = NULL;
+    cudaError_t e = cudaMallocAsync(&p, bytes ? bytes : 256, c->st);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        fail(c, "out of device memory allocating %zu bytes", bytes);
+        return NULL;
+    }
+    CK(c, cudaMemsetAsync(p, 0, bytes, c->st));
+    return p;
+}
+
+void cu_release(backend *b, void *p)
+{
+    if (!p) return;
+    cu_impl *c = enter(b);
+    c->gen++;
+    CK(c, cudaFreeAsync(p, c->st));
+}
+
+void cu_copy_rows(backend *b, float *dst, int ldd, const float *src, int lds, int rows,
+                         int n)
+{
+    cu_impl *c = enter(b);
+    if (rows <= 0 || n <= 0 || recording(c)) return;
+    CK(c, cudaMemcpy2DAsync(dst, ldd * sizeof(float), src, lds * sizeof(float), n * sizeof(float),
+                            rows, cudaMemcpyDeviceToDevice, c->st));
+    launched(c, "copy_rows");
+}
+
+void cu_write(backend *b, void *dst, const void *src, size_t bytes)
+{
+    cu_impl *c = enter(b);
+    CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->st));
+    CK(c, cudaStreamSynchronize(c->st));
+}
+
+void cu_read(backend *b, void *dst, const void *src, size_t bytes)
+{
+    cu_impl *c = enter(b);
+    CK(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->st));
+    CK(c, cudaStreamSynchronize(c->st));
+}
+
+static void own(cu_impl *c, void *p)
+{
+    if (c->nowned == c->capowned) {
+        c->capowned = c->capowned ? 2 * c->capowned : 256;
+        c->owned = (void **)realloc(c->owned, c->capowned * sizeof *c->owned);
+    }
+    c->owned[c->nowned++] = p;
+}
+
+static void *dev_alloc(cu_impl *c, size_t bytes)
+{
+    void *p = NULL;
+    if (bytes < 256) bytes = 256;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        fail(c, "out of device memory uploading %zu bytes", bytes);
+        return NULL;
+    }
+    own(c, p);
+    CK(c, cudaMemsetAsync(p, 0, bytes, c->st));
+    return p;
+}
+
+void *cu_upload(backend *b, const void *host, size_t bytes)
+{
+    cu_impl *c = enter(b);
+    void *p = dev_alloc(c, bytes);
+    if (!p) return NULL;
+    CK(c, cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, c->st));
+    CK(c, cudaStreamSynchronize(c->st));
+    return c->failed ? NULL : p;
+}
+
+// The rectangle of stored rows/columns covering the view, its origin
+// aligned to the scale blocks (FP8 128x128, MXFP4 1x32) and to 16 bytes,
+// each row padded to 16 bytes; n views packed one after another.
+int cu_upload_weights(backend *b, qweight *w, int n)
+{
+    cu_impl *c = enter(b);
+    const qweight *q = &w[0];
+    int ra = 1, ca, es;         // row / column alignment, bits per element
+    switch (q->type) {
+    case QT_F32: ca = 4; es = 32; break;
+    case QT_BF16: ca = 8; es = 16; break;
+    case QT_FP8: ra = 128; ca = 128; es = 8; break;
+    default: ca = 32; es = 4; break;
+    }
+    int pad = 128 / es;         // elements per 16 bytes
+    int R0 = q->row0 / ra * ra, C0 = q->col0 / ca * ca;
+    long long nr = q->row0 + q->rows - R0, nc = q->col0 + q->cols - C0;
+    long long ld = round_up(nc, pad);
+    size_t row_bytes = ld * es / 8, src_pitch = q->ld * es / 8, width = (nc * es + 7) / 8;
+    size_t data_bytes = round_up(nr * row_bytes, 256);
+    long long srows = 0, scols = 0, sr0 = 0, sc0 = 0;
+    if (q->type == QT_FP8) {
+        srows = (nr + 127) / 128, scols = (nc + 127) / 128, sr0 = R0 / 128, sc0 = C0 / 128;
+    } else if (q->type == QT_MXFP4) {
+        srows = nr, scols = (nc + 31) / 32, sr0 = R0, sc0 = C0 / 32;
+    }
+    size_t scale_bytes = round_up(srows * scols, 256);
+    uint8_t *data = (uint8_t *)dev_alloc(c, (size_t)n * data_bytes);
+    uint8_t *scale = scale_bytes ? (uint8_t *)dev_alloc(c, (size_t)n * scale_bytes) : NULL;
+    if (!data || (scale_bytes && !scale)) return -1;
+    if (!q->data) {     // synthetic: values of the format, std about 1/sqrt(cols)
+        static const int kinds[] = { FILL_F32, FILL_BF16, FILL_FP8, FILL_BYTES };
+        float amp = sqrtf(3.0f / (q->cols > 0 ? q->cols : 1));
+        cu_fill(c->st, data, (size_t)n * data_bytes, kinds[q->type], amp, 0,
+                ((unsigned long long)c->rank << 48) ^ ++c->fills);
+        // FP8 codes average about 1, E2M1 about 2: scales 2^-6 and 2^-7.
+        if (scale) cu_fill(c->st, scale, (size_t)n * scale_bytes, FILL_CONST, 0,
+                           q->type == QT_FP8 ? 121 : 120, 0);
+        launched(c, "synthetic weights");
+    }
+    for (int i = 0; i < n; i++) {
+        const uint8_t *src = (const uint8_t *)w[i].data + (size_t)R0 * src_pitch + C0 * es / 8;
+        if (q->data && nr > 0 && width > 0)
+            CK(c, cudaMemcpy2DAsync(data + i * data_bytes, row_bytes, src, src_pitch, width, nr,
+                                    cudaMemcpyHostToDevice, c->st));
+        if (q->data && scale_bytes)
+            CK(c, cudaMemcpy2DAsync(scale + i * scale_bytes, scols,
+                                    w[i].scale + sr0 * w[i].scale_ld + sc0, w[i].scale_ld, scols,
+                                    srows, cudaMemcpyHostToDevice, c->st));
+        cuda_qw *d = (cuda_qw *)calloc(1, sizeof *d);
+        *d = cuda_qw{ data + i * data_bytes, scale ? scale + i * scale_bytes : NULL, ld, scols,
+                      (long long)data_bytes, (long long)scale_bytes, R0, C0 };
+        if (c->ndescs == c->capdescs) {
+            c->capdescs = c->capdescs ? 2 * c->capdescs : 256;
+            c->descs = (cuda_qw **)realloc(c->descs, c->capdescs * sizeof *c->descs);
+        }
+        c->descs[c->ndescs++] = d;
+        w[i].dev = d;
+    }
+    CK(c, cudaStreamSynchronize(c->st));
+    return c->failed ? -1 : 0;
+}
+
+void cu_mem_info(backend *b, size_t *free_bytes, size_t *total_bytes)
+{
+    cu_impl *c = enter(b);
+    CK(c, cudaStreamSynchronize(c->st));
+    // Memory released to the stream-ordered pool counts as free.
+    cudaMemPool_t pool;
+    if (cudaDeviceGetDefaultMemPool(&pool, c->dev) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
+    CK(c, cudaMemGetInfo(free_bytes, total_bytes));
+}
