@@ -11,7 +11,8 @@
 #   2. synth the 6-layer full-shape V4-Flash checkpoint (8 shards), then
 #      `serve` it with conf/recipes/v4-flash-6l-1gpu.yaml twice: after
 #      dropping the files from the page cache (cold) and again (warm);
-#      process start -> "ready" in the log, the loader's GB/s lines
+#      process start -> "ready" in the log, the loader's GB/s lines; warm
+#      once more with LLM_CUDA_UPLOAD=register (the mapping pinned)
 #   3. nginx (the binary carried from here) + the module in front of the
 #      warm engine; llm-bench-serve at concurrency 1, 8, 32, 64
 # Logs and JSON go to OUT (logs.tgz plus a summary on stdout).  LOCAL=1
@@ -107,9 +108,9 @@ if [ "$backend" = cuda ] && [ "$(left)" -gt 120 ]; then
 fi
 
 # 2. checkpoint files, cold and warm start
-serve_ready() {   # $1 label: start serve, wait for "ready", log the seconds
+serve_ready() {   # $1 label [$2 VAR=VALUE]: start serve, wait for "ready", log the seconds
     t0=$(now)
-    "$b/llm-engine" serve --recipe "$work/r.yaml" 2> "$out/serve-$1.log" &
+    env ${2:-} "$b/llm-engine" serve --recipe "$work/r.yaml" 2> "$out/serve-$1.log" &
     epid=$!
     n=0
     while kill -0 $epid 2>/dev/null && ! grep -q 'ready:' "$out/serve-$1.log" &&
@@ -150,6 +151,12 @@ if [ "$(left)" -gt 150 ]; then
     echo "page cache dropped by $how in $(since "$t0") s; $(res) bytes resident" > "$out/cold.txt"
     serve_ready cold
     grep -E 'checkpoint:|weights:|KV cache' "$out/serve-cold.log"
+    stop_engine
+fi
+if [ -d "$ckpt" ] && [ "$backend" = cuda ] && [ "$(left)" -gt 200 ]; then
+    # the same from the page cache with the mapping pinned for the upload
+    serve_ready warm-register LLM_CUDA_UPLOAD=register
+    grep -E 'checkpoint:|weights:|KV cache' "$out/serve-warm-register.log"
     stop_engine
 fi
 if [ -d "$ckpt" ] && [ "$(left)" -gt 60 ]; then
