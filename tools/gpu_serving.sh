@@ -153,7 +153,7 @@ if [ "$(left)" -gt 150 ]; then
     grep -E 'checkpoint:|weights:|KV cache' "$out/serve-cold.log"
     stop_engine
 fi
-if [ -d "$ckpt" ] && [ "$backend" = cuda ] && [ "$(left)" -gt 200 ]; then
+if [ -d "$ckpt" ] && [ "$backend" = cuda ] && [ "$(left)" -gt 150 ]; then
     # the same from the page cache with the mapping pinned for the upload
     serve_ready warm-register LLM_CUDA_UPLOAD=register
     grep -E 'checkpoint:|weights:|KV cache' "$out/serve-warm-register.log"
