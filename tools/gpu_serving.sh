@@ -191,7 +191,7 @@ EOF
     "$top/bin/nginx" -e "$work/error.log" -p "$work" -c "$work/nginx.conf" > "$out/nginx.txt" 2>&1
     env -u LD_LIBRARY_PATH python3 - "$port" >> "$out/nginx.txt" 2>&1 <<'PY'
 import sys, time, urllib.request
-for _ in range(100):
+for _ in range(300):
     try:
         if urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=2).status == 200:
             print("health 200"); break
