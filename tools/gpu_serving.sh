@@ -11,8 +11,7 @@
 #   2. synth the 6-layer full-shape V4-Flash checkpoint (8 shards), then
 #      `serve` it with conf/recipes/v4-flash-6l-1gpu.yaml twice: after
 #      dropping the files from the page cache (cold) and again (warm);
-#      process start -> "ready" in the log, the loader's GB/s lines; warm
-#      once more with LLM_CUDA_UPLOAD=register (the mapping pinned)
+#      process start -> "ready" in the log, the loader's GB/s lines
 #   3. nginx (the binary carried from here) + the module in front of the
 #      warm engine; llm-bench-serve at concurrency 1, 8, 32, 64
 # Logs and JSON go to OUT (logs.tgz plus a summary on stdout).  LOCAL=1
@@ -151,12 +150,6 @@ if [ "$(left)" -gt 150 ]; then
     echo "page cache dropped by $how in $(since "$t0") s; $(res) bytes resident" > "$out/cold.txt"
     serve_ready cold
     grep -E 'checkpoint:|weights:|KV cache' "$out/serve-cold.log"
-    stop_engine
-fi
-if [ -d "$ckpt" ] && [ "$backend" = cuda ] && [ "$(left)" -gt 150 ]; then
-    # the same from the page cache with the mapping pinned for the upload
-    serve_ready warm-register LLM_CUDA_UPLOAD=register
-    grep -E 'checkpoint:|weights:|KV cache' "$out/serve-warm-register.log"
     stop_engine
 fi
 if [ -d "$ckpt" ] && [ "$(left)" -gt 60 ]; then

@@ -151,12 +151,6 @@ struct backend {
      * Both owned by the backend; -1 / NULL on failure (see error). */
     int (*upload_weights)(backend *b, qweight *w, int n);
     void *(*upload)(backend *b, const void *host, size_t bytes);
-    /* Optional (NULL: none).  Pin host memory that uploads will read (a
-     * checkpoint file's mapping) so they copy by DMA, without staging;
-     * 0, or -1 when the backend does not (uploads then copy from pageable
-     * memory, as without it).  host_unregister undoes a 0. */
-    int (*host_register)(backend *b, const void *p, size_t bytes);
-    void (*host_unregister)(backend *b, const void *p);
     /* The first failure since creation, or NULL.  After one, outputs are
      * undefined: the step that saw it must be discarded. */
     const char *(*error)(backend *b);

@@ -240,27 +240,12 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
         v4_weights_shard(&m->w, c, &sh[r], &R->w);
         R->be = cuda ? bes[r] : backend_cpu_new(threads, m->group, r);
     }
-    /* Files pinned for the upload where the backend does that (rank 0's
-     * registration serves every rank); pages the readers have not reached
-     * yet are read by the pinning. */
-    backend *be0 = m->ranks[0].be;
-    bool pinned[64] = { false };
-    for (int f = 0; f < m->st.nfiles && f < 64 && be0->host_register; f++)
-        pinned[f] = be0->host_register(be0, m->st.files[f].map, m->st.files[f].size) == 0;
-    if (o.log && pinned[0]) {
-        char line[96];
-        snprintf(line, sizeof line, "checkpoint: files pinned for the upload after %.1f s",
-                 now_s() - t_load);
-        o.log(o.log_user, line);
-    }
-    rc = be0->upload_weights ? upload_all(m, err) : 0;
-    for (int f = 0; f < m->st.nfiles && f < 64; f++)
-        if (pinned[f]) be0->host_unregister(be0, m->st.files[f].map);
-    st_prefetch_finish(pf);
-    if (rc) {
+    if (m->ranks[0].be->upload_weights && upload_all(m, err)) {
+        st_prefetch_finish(pf);
         v4_model_free(m);
         return -1;
     }
+    st_prefetch_finish(pf);
     if (o.log && m->ranks[0].be->upload_weights) {
         char line[160];
         snprintf(line, sizeof line, "weights: on %d %s device%s %.1f s after the headers were read",

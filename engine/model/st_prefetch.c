@@ -28,7 +28,7 @@ struct st_prefetch {
     atomic_size_t next;         /* next chunk to read */
     atomic_size_t done;         /* bytes read */
     atomic_int stop;
-    double t0;
+    double t0, t_done;          /* start; the last chunk read (under mu) */
     int nthreads;
     pthread_t threads[MAX_THREADS], reporter;
     bool have_reporter;
@@ -74,7 +74,12 @@ static void *reader(void *arg)
         size_t i = atomic_fetch_add(&p->next, 1);
         if (i >= p->nchunks || atomic_load(&p->stop)) break;
         populate(p->chunks[i].base, p->chunks[i].len);
-        atomic_fetch_add(&p->done, p->chunks[i].len);
+        if (atomic_fetch_add(&p->done, p->chunks[i].len) + p->chunks[i].len == p->total) {
+            pthread_mutex_lock(&p->mu);
+            p->t_done = now_s();
+            pthread_cond_broadcast(&p->cv);     /* the reporter stops */
+            pthread_mutex_unlock(&p->mu);
+        }
     }
     return NULL;
 }
@@ -88,7 +93,7 @@ static void *report(void *arg)
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 2;
         pthread_cond_timedwait(&p->cv, &p->mu, &ts);
-        if (atomic_load(&p->stop)) break;
+        if (atomic_load(&p->stop) || p->t_done > 0) break;
         double t = now_s() - p->t0, d = (double)atomic_load(&p->done);
         double rate = d / t, left = (double)p->total - d;
         say(p, "checkpoint: %.1f of %.1f GB read, %.2f GB/s, ETA %.0f s", d / 1e9,
@@ -141,7 +146,7 @@ void st_prefetch_finish(st_prefetch *p)
 {
     if (!p) return;
     for (int i = 0; i < p->nthreads; i++) pthread_join(p->threads[i], NULL);
-    double t = now_s() - p->t0;
+    double t = (p->t_done > 0 ? p->t_done : now_s()) - p->t0;
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->cv);

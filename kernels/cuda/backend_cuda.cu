@@ -461,10 +461,6 @@ backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
     const char *me = getenv("LLM_CUDA_MOE");
     c->moe_lt = me && !strcmp(me, "cublaslt");
     if (me && *me && !c->moe_lt) fail(c, "LLM_CUDA_MOE=%s: expected cublaslt (or unset)", me);
-    const char *ue = getenv("LLM_CUDA_UPLOAD");
-    c->upload_register = ue && !strcmp(ue, "register");
-    if (ue && *ue && !c->upload_register)
-        fail(c, "LLM_CUDA_UPLOAD=%s: expected register (or unset)", ue);
     // Tensor-core attention: one query token per block (the default:
     // measured faster on 2 x H200, run L6 of docs/GPU_NOTES.md), or 2
     // sharing the window and HCA keys of each tile.
@@ -496,8 +492,6 @@ backend *cu_new(int dev, int rank, int nranks, char *err, size_t errlen)
     b->read = cu_read;
     b->upload_weights = cu_upload_weights;
     b->upload = cu_upload;
-    b->host_register = cu_host_register;
-    b->host_unregister = cu_host_unregister;
     b->error = cu_error;
     b->mem_info = cu_mem_info;
     b->matmul = cu_matmul_op;

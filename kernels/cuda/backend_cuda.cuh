@@ -112,7 +112,6 @@ struct cu_impl {
     int nalgos;                 // ever chosen (the cache is a ring)
     double expert_host_ms;      // profiling: host time queuing the expert GEMMs
     bool moe_lt;                // LLM_CUDA_MOE=cublaslt: experts through cuBLASLt in every mode
-    bool upload_register;       // LLM_CUDA_UPLOAD=register: uploads DMA from the pinned mapping
     // graph replay
     bool graphs;                // LLM_CUDA_GRAPHS is not 0 and not profiling
     int gmode;
@@ -204,8 +203,6 @@ void cu_write(backend *b, void *dst, const void *src, size_t bytes);
 void cu_read(backend *b, void *dst, const void *src, size_t bytes);
 void *cu_upload(backend *b, const void *host, size_t bytes);
 int cu_upload_weights(backend *b, qweight *w, int n);
-int cu_host_register(backend *b, const void *p, size_t bytes);
-void cu_host_unregister(backend *b, const void *p);
 void cu_mem_info(backend *b, size_t *free_bytes, size_t *total_bytes);
 
 // cuda_gemm.cu: prefill GEMMs through cuBLASLt, algorithms cached per shape.

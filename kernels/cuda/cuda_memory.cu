@@ -80,27 +80,6 @@ void *cu_upload(backend *b, const void *host, size_t bytes)
     return c->failed ? NULL : p;
 }
 
-// LLM_CUDA_UPLOAD=register: the checkpoint's mapping pinned (read-only,
-// portable over the ranks' contexts) while the weights upload, so each
-// copy is one DMA from the page cache instead of a staged pageable copy.
-int cu_host_register(backend *b, const void *p, size_t bytes)
-{
-    cu_impl *c = enter(b);
-    if (!c->upload_register) return -1;
-    if (cudaHostRegister((void *)p, bytes,
-                         cudaHostRegisterPortable | cudaHostRegisterReadOnly) != cudaSuccess) {
-        cudaGetLastError();     // not sticky: uploads copy as usual
-        return -1;
-    }
-    return 0;
-}
-
-void cu_host_unregister(backend *b, const void *p)
-{
-    enter(b);
-    if (cudaHostUnregister((void *)p) != cudaSuccess) cudaGetLastError();
-}
-
 // The rectangle of stored rows/columns covering the view, its origin
 // aligned to the scale blocks (FP8 128x128, MXFP4 1x32) and to 16 bytes,
 // each row padded to 16 bytes; n views packed one after another.
