@@ -61,14 +61,16 @@ ETEST_BIN := $(BUILD)/tests/llm-engine-test
 MOD := $(BUILD)/nginx/ngx_http_llm_module.so
 DEPS_STAMP := $(BUILD)/.deps-ok
 # llm-qualify (qualify/README.md); rules near the end.
-QUALIFY_SRC  := $(filter-out qualify/main.c,$(wildcard qualify/*.c))
+QUALIFY_SRC  := $(filter-out qualify/main.c qualify/bench_serve.c,$(wildcard qualify/*.c))
 QUALIFY_OBJ  := $(QUALIFY_SRC:%.c=$(BUILD)/obj/%.o)
 QUALIFY_LIB  := $(BUILD)/libqualify.a
 QUALIFY_BIN  := $(BUILD)/bin/llm-qualify
 QUALIFY_FAKE := $(BUILD)/tests/qualify_fake_server
+# llm-bench-serve: the serving benchmark, on qualify's HTTP and SSE code.
+BENCH_SERVE_BIN := $(BUILD)/bin/llm-bench-serve
 
 .PHONY: all module test test-c test-nginx test-asan test-gpu gpu-tests run deps clean fuzz qualify
-all: $(BIN) $(QUALIFY_BIN)
+all: $(BIN) $(QUALIFY_BIN) $(BENCH_SERVE_BIN)
 
 # Install Debian packages when one is missing (fast no-op otherwise).
 deps:
@@ -108,7 +110,7 @@ test: $(DEPS_STAMP)
 # Tests find the programs under test in $LLM_BUILD_DIR (tests/build_dir.h).
 test-c: $(BIN) $(ETEST_BIN) $(TEST_BIN) $(QUALIFY_BIN) $(QUALIFY_FAKE)
 	LLM_BUILD_DIR=$(BUILD) prove -f --exec '' $(TEST_BIN)
-test-nginx: $(BIN) $(ETEST_BIN) $(QUALIFY_BIN) $(MOD)
+test-nginx: $(BIN) $(ETEST_BIN) $(QUALIFY_BIN) $(MOD) $(BENCH_SERVE_BIN)
 	LLM_BUILD_DIR=$(BUILD) prove -f t/
 
 # The same suites built with AddressSanitizer + UndefinedBehaviorSanitizer
@@ -153,6 +155,9 @@ $(QUALIFY_LIB): $(QUALIFY_OBJ)
 $(QUALIFY_BIN): $(BUILD)/obj/qualify/main.o $(QUALIFY_LIB) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lcurl
+$(BENCH_SERVE_BIN): $(BUILD)/obj/qualify/bench_serve.o $(QUALIFY_LIB) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lcurl
 $(BUILD)/tests/test_qualify_%: tests/test_qualify_%.c tests/tap.h $(QUALIFY_LIB) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -Iqualify $< $(QUALIFY_LIB) $(LIB) -o $@ $(LDLIBS) -lcurl
@@ -161,4 +166,4 @@ $(QUALIFY_FAKE): tests/qualify_fake_server.c tests/qualify_fake_tok.h $(LIB)
 	$(CC) $(CFLAGS) -Itests $< $(LIB) -o $@ $(LDLIBS)
 
 -include $(ENGINE_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/obj/engine/cli/main.d $(ETEST_OBJ:.o=.d) $(QUALIFY_OBJ:.o=.d) \
-         $(BUILD)/obj/qualify/main.d
+         $(BUILD)/obj/qualify/main.d $(BUILD)/obj/qualify/bench_serve.d

@@ -47,8 +47,9 @@ int main(void)
     const char *shipped[] = {
         "conf/recipes/r33-control-131k.yaml", "conf/recipes/r33-candidate-393k.yaml",
         "conf/recipes/v4-flash-1m.yaml", "conf/recipes/tiny-demo.yaml",
+        "conf/recipes/v4-flash-6l-1gpu.yaml",
     };
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < sizeof shipped / sizeof *shipped; i++) {
         recipe r;
         strbuf e;
         sb_init(&e);

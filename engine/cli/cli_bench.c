@@ -1,13 +1,18 @@
 /* llm-engine bench --model DIR | --synthetic CONFIG.json
  *                  [--backend cpu|cuda] [--tp N] [--threads N]
- *                  [--prompt N | --prompts N,N,...] [--chunk N] [--decode N]
+ *                  [--prompt N | --prompts N,N,...] [--batch B,B,...]
+ *                  [--chunk N] [--decode N]
  *                  [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U]
  *                  [--kv-cache-dtype auto|bf16|fp8]
  * Per prompt length: one sequence, the prompt of pseudo-random tokens
  * prefilled in steps of at most --chunk tokens (default 8192, the
  * recipes' max_num_batched_tokens; time to first token = their sum), then
- * greedy decoding token by token at that context (the first WARM_STEPS
- * timed apart).  --synthetic builds random weights of the
+ * decoding token by token at that context (the first WARM_STEPS timed
+ * apart).  --batch B: B sequences, each with its own prompt of that
+ * length, decode together (one step carries a token of each): aggregate
+ * tokens/s, ms/token per sequence, and the bandwidth floor of the bytes a
+ * step reads (weights once, the routed experts being the expected union
+ * of the batch's choices, and every sequence's cache).  --synthetic builds random weights of the
  * config's exact shapes and dtypes on the GPUs (no files; cuda only).
  * Prints a table with load time, memory, cache capacity at 128K/384K/1M
  * positions, and roofline fractions: prefill FLOPs per GPU-second over
@@ -55,10 +60,38 @@ static double ncomp(const v4_config *c, int l, double p)
     return c->attn[l] == V4_ATTN_CSA ? fmin(nvis, c->index_topk) : nvis;
 }
 
-/* Bytes one decode token at position p reads on rank s: its weights
- * (routed experts: the topk chosen) and the cache it attends over, stored
- * as t. */
-static double decode_bytes(const v4_config *c, const v4_shard *s, enum kv_dtype t, double p)
+/* Cache bytes one decode token at position p reads on one rank (all
+ * layers), stored as t. */
+static double cache_bytes(const v4_config *c, enum kv_dtype t, double p)
+{
+    double b = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        int ratio = v4_layer_ratio(c, l);
+        if (c->attn[l] == V4_ATTN_CSA)
+            b += (double)kv_row_bytes(t, c->index_head_dim) * floor((p + 1) / ratio);
+        b += (double)kv_row_bytes(t, c->head_dim) * (fmin(c->sliding_window, p + 1) + ncomp(c, l, p));
+    }
+    return b;
+}
+
+/* One routed expert's bytes in one layer on rank s. */
+static double expert_bytes(const v4_config *c, const v4_shard *s)
+{
+    return 3 * qbytes(QT_MXFP4, s->ni, c->hidden_size);
+}
+
+/* Expected distinct routed experts per layer that B tokens choose, each
+ * topk of n_experts uniformly (what random weights and tokens give):
+ * E (1 - (1 - k/E)^B); exactly topk for one token. */
+static double experts_read(const v4_config *c, int B)
+{
+    double E = c->n_experts;
+    return B == 1 ? c->topk : E * (1 - pow(1 - c->topk / E, B));
+}
+
+/* Weight bytes one decode step reads on rank s, routed experts excluded
+ * (the head, embeddings and every dense projection, once per step). */
+static double dense_bytes(const v4_config *c, const v4_shard *s)
 {
     int H = c->hidden_size, hc = c->hc_mult, hd = c->head_dim, qlr = c->q_lora_rank;
     int mix = (2 + hc) * hc, ihd = c->index_head_dim, ih = c->index_heads;
@@ -74,12 +107,19 @@ static double decode_bytes(const v4_config *c, const v4_shard *s, enum kv_dtype 
         if (ratio) b += 2 * qbytes(QT_BF16, (csa ? 2 : 1) * hd, H);
         if (csa)
             b += 2 * qbytes(QT_BF16, 2 * ihd, H) + qbytes(QT_FP8, (double)ih * ihd, qlr) +
-                 qbytes(QT_BF16, ih, H) + (double)kv_row_bytes(t, ihd) * floor((p + 1) / ratio);
-        b += qbytes(QT_BF16, c->n_experts, H) + c->topk * 3 * qbytes(QT_MXFP4, s->ni, H) +
-             3 * qbytes(QT_FP8, s->ni, H);
-        b += (double)kv_row_bytes(t, hd) * (fmin(c->sliding_window, p + 1) + ncomp(c, l, p));
+                 qbytes(QT_BF16, ih, H);
+        b += qbytes(QT_BF16, c->n_experts, H) + 3 * qbytes(QT_FP8, s->ni, H);
     }
     return b;
+}
+
+/* Bytes one decode step of B sequences at position p reads on rank s:
+ * the weights once (routed experts: the expected union of the batch's
+ * choices) and each sequence's cache. */
+static double step_bytes(const v4_config *c, const v4_shard *s, enum kv_dtype t, int B, double p)
+{
+    return dense_bytes(c, s) + c->n_layers * experts_read(c, B) * expert_bytes(c, s) +
+           B * cache_bytes(c, t, p);
 }
 
 /* Floating-point operations of the whole model (all ranks) for the
@@ -126,17 +166,24 @@ static int usage(void)
 {
     fprintf(stderr, "usage: llm-engine bench --model DIR | --synthetic CONFIG.json "
             "[--backend cpu|cuda] [--tp N] [--threads N] [--prompt N | --prompts N,N,...] "
-            "[--chunk N] [--decode N] [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U] "
+            "[--batch B,B,...] [--chunk N] [--decode N] [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U] "
             "[--kv-cache-dtype auto|bf16|fp8]\n");
     return 2;
+}
+
+static void load_log(void *user, const char *line)
+{
+    (void)user;
+    fprintf(stderr, "llm-engine bench: %s\n", line);
 }
 
 int cmd_bench(int argc, char **argv)
 {
     const char *model = NULL;
     int prompts[8] = { 128 }, nprompts = 1, decode = 32, chunk = 8192;
+    int batches[8] = { 1 }, nbatches = 1;
     double peak_gbs = 4300, peak_tflops = 788;
-    v4_options opt = { .tp = 1 };
+    v4_options opt = { .tp = 1, .log = load_log };
     if (argc % 2 == 0) return usage();
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
@@ -146,6 +193,7 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(a, "--threads")) opt.threads_per_rank = atoi(v);
         else if (!strcmp(a, "--prompt")) prompts[0] = atoi(v), nprompts = prompts[0] > 0;
         else if (!strcmp(a, "--prompts")) nprompts = parse_list(v, prompts, 8);
+        else if (!strcmp(a, "--batch")) nbatches = parse_list(v, batches, 8);
         else if (!strcmp(a, "--decode")) decode = atoi(v);
         else if (!strcmp(a, "--chunk")) chunk = atoi(v);
         else if (!strcmp(a, "--backend")) opt.backend = v;
@@ -156,14 +204,18 @@ int cmd_bench(int argc, char **argv)
             opt.kv_dtype = (enum kv_dtype)v4_kv_dtype_parse(v);
         else return usage();
     }
-    if (!model || nprompts < 1 || decode < 0 || chunk < 1 || opt.tp < 1 || peak_gbs <= 0 || peak_tflops <= 0 ||
+    if (!model || nprompts < 1 || nbatches < 1 || decode < 0 || chunk < 1 || opt.tp < 1 || peak_gbs <= 0 || peak_tflops <= 0 ||
         opt.gpu_memory_utilization < 0 || opt.gpu_memory_utilization > 1)
         return usage();
     if (opt.synthetic && !opt.backend) opt.backend = "cuda";
     int maxp = 0;
     for (int i = 0; i < nprompts; i++) maxp = prompts[i] > maxp ? prompts[i] : maxp;
-    opt.cache_tokens = maxp + decode;
+    int maxb = 0;
+    for (int i = 0; i < nbatches; i++) maxb = batches[i] > maxb ? batches[i] : maxb;
+    opt.max_seqs = maxb;
+    opt.cache_tokens = (int64_t)maxb * (maxp + decode);
     opt.max_step_tokens = maxp < chunk ? maxp : chunk;
+    if (opt.max_step_tokens < maxb) opt.max_step_tokens = maxb;
     strbuf err;
     sb_init(&err);
     v4_model *m = NULL;
@@ -181,70 +233,87 @@ int cmd_bench(int argc, char **argv)
     printf("load             %.2f s\n", t_load);
     fflush(stdout);
 
-    int32_t *ids = malloc(maxp * sizeof *ids), *dec = malloc((decode + 1) * sizeof *dec);
-    uint64_t x = 88172645463325252ULL;
-    for (int i = 0; i < maxp; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        ids[i] = (int32_t)(x % (uint64_t)V);
-    }
-    float *logits = malloc((size_t)V * sizeof *logits);
+    int32_t *ids = malloc(maxp * sizeof *ids), *dec = malloc(maxb * sizeof *dec);
+    float *logits = malloc((size_t)maxb * V * sizeof *logits);
+    v4_seq **seqs = calloc(maxb, sizeof *seqs);
+    v4_step_item *items = malloc(maxb * sizeof *items);
     v4_shard sh;
     v4_shard_plan(c, tp, 0, &sh, &err);
     int rc = 1;
-    for (int pi = 0; pi < nprompts; pi++) {
-        int n = prompts[pi];
-        v4_seq *seq = v4_seq_new(m, &err);
-        if (!seq) goto out;
-        v4_step_item it;
-        t0 = now();
-        for (int p = 0; p < n; p += chunk) {
-            it = (v4_step_item){ seq, ids + p, n - p < chunk ? n - p : chunk, logits, false };
-            if (v4_step(m, &it, 1, &err)) { v4_seq_free(m, seq); goto out; }
+    for (int pi = 0; pi < nprompts; pi++)
+    for (int bi = 0; bi < nbatches; bi++) {
+        int n = prompts[pi], B = batches[bi];
+        /* Each sequence its own pseudo-random prompt (the first one's is
+         * the same at every B), prefilled one sequence at a time. */
+        double tp0 = 0;
+        for (int j = 0; j < B; j++) {
+            uint64_t x = 88172645463325252ULL + 0x9E3779B97F4A7C15ULL * (uint64_t)j;
+            for (int i = 0; i < n; i++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                ids[i] = (int32_t)(x % (uint64_t)V);
+            }
+            if (!(seqs[j] = v4_seq_new(m, &err))) goto out;
+            t0 = now();
+            for (int p = 0; p < n; p += chunk) {
+                v4_step_item it = { seqs[j], ids + p, n - p < chunk ? n - p : chunk,
+                                    logits + (size_t)j * V, false };
+                if (v4_step(m, &it, 1, &err)) goto out;
+            }
+            tp0 += now() - t0;
         }
-        double t = now() - t0, fl = 0;
+        double t = tp0 / B, fl = 0;
         for (int p = 0; p < n; p++) fl += token_flops(c, p);
         double per_gpu = fl / t / tp;
         int nonfinite = 0;
-        for (int v = 0; v < V; v++) nonfinite += !isfinite(logits[v]);
-        printf("prefill %-8d %.3f s = %.0f tokens/s, TTFT %.1f ms (%d steps); %.1f TFLOP, %.1f "
-               "TFLOP/s per GPU = %.2f%% of %.0f%s\n", n, t, n / t, t * 1e3, (n + chunk - 1) / chunk,
-               fl / 1e12, per_gpu / 1e12,
-               100 * per_gpu / 1e12 / peak_tflops, peak_tflops,
-               nonfinite ? " (logits NOT finite)" : "");
+        for (size_t v = 0; v < (size_t)B * V; v++) nonfinite += !isfinite(logits[v]);
+        if (B == 1 || bi == 0)
+            printf("prefill %-8d %.3f s = %.0f tokens/s, TTFT %.1f ms (%d steps); %.1f TFLOP, "
+                   "%.1f TFLOP/s per GPU = %.2f%% of %.0f%s\n", n, t, n / t, t * 1e3,
+                   (n + chunk - 1) / chunk, fl / 1e12, per_gpu / 1e12,
+                   100 * per_gpu / 1e12 / peak_tflops, peak_tflops,
+                   nonfinite ? " (logits NOT finite)" : "");
+        else if (nonfinite)
+            printf("prefill          %d sequences: logits NOT finite\n", B);
         fflush(stdout);
         if (decode) {
             /* The first WARM steps run op by op and capture a graph (on
-             * backends with graphs): timed apart. */
+             * backends with graphs): timed apart.  Each step feeds every
+             * sequence a pseudo-random token (greedy choice would cost a
+             * host pass over B x vocabulary logits per step and routes
+             * no differently on random weights). */
             double bytes = 0, t_warm = 0;
             int warm = decode > 2 * WARM_STEPS ? WARM_STEPS : 0;
+            uint64_t x = 0x2545F4914F6CDD1DULL;
             t0 = now();
             for (int i = 0; i < decode; i++) {
                 if (i == warm) t_warm = now() - t0, t0 = now();
-                int best = 0;
-                for (int v = 1; v < V; v++) best = logits[v] > logits[best] ? v : best;
-                dec[i] = best;
-                if (i >= warm) bytes += decode_bytes(c, &sh, opt.kv_dtype, n + i);
-                it = (v4_step_item){ seq, dec + i, 1, logits, false };
-                if (v4_step(m, &it, 1, &err)) { v4_seq_free(m, seq); goto out; }
+                for (int j = 0; j < B; j++) {
+                    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                    dec[j] = (int32_t)(x % (uint64_t)V);
+                    items[j] = (v4_step_item){ seqs[j], dec + j, 1, logits + (size_t)j * V, false };
+                }
+                if (i >= warm) bytes += step_bytes(c, &sh, opt.kv_dtype, B, n + i);
+                if (v4_step(m, items, B, &err)) goto out;
             }
             int nd = decode - warm;
             double td = now() - t0, floor_s = bytes / nd / (peak_gbs * 1e9);
             long long ncap, nrep;
             v4_model_graph_counts(m, &ncap, &nrep);
-            printf("decode           %d tokens at context %d: %.2f ms/token = %.2f tokens/s; "
-                   "%.2f GB per token per rank, floor %.3f ms = %.2f%% of %.0f GB/s\n", nd,
-                   n + warm, td * 1e3 / nd, nd / td, bytes / nd / 1e9, floor_s * 1e3,
-                   100 * floor_s / (td / nd), peak_gbs);
-            printf("decode warm-up   first %d tokens %.1f ms; graphs: %lld captured, %lld "
-                   "replays (over the ranks)\n", warm, t_warm * 1e3, ncap, nrep);
+            printf("decode B=%-3d     %d steps at context %d: %.2f ms/token per sequence = "
+                   "%.2f tokens/s aggregate; %.2f GB per step per rank (%.1f of %d experts "
+                   "per layer), floor %.3f ms = %.2f%% of %.0f GB/s\n", B, nd, n + warm,
+                   td * 1e3 / nd, (double)B * nd / td, bytes / nd / 1e9, experts_read(c, B),
+                   c->n_experts, floor_s * 1e3, 100 * floor_s / (td / nd), peak_gbs);
+            printf("decode warm-up   first %d steps %.1f ms; graphs: %lld captured, %lld "
+                   "replays (over the ranks, so far)\n", warm, t_warm * 1e3, ncap, nrep);
             long long nk = v4_model_graph_kernels(m);
             if (nk)
-                printf("decode launches  %lld kernels per token on rank 0 = %.1f per layer over "
+                printf("decode launches  %lld kernels per step on rank 0 = %.1f per layer over "
                        "%d layers (embedding and head included)\n", nk,
                        (double)nk / c->n_layers, c->n_layers);
             fflush(stdout);
         }
-        v4_seq_free(m, seq);
+        for (int j = 0; j < B; j++) v4_seq_free(m, seqs[j]), seqs[j] = NULL;
     }
 
     v4_cache_info ci;
@@ -276,7 +345,11 @@ int cmd_bench(int argc, char **argv)
     rc = 0;
 out:
     if (rc) fprintf(stderr, "llm-engine bench: %s", err.data);
+    for (int j = 0; j < maxb; j++)
+        if (seqs[j]) v4_seq_free(m, seqs[j]);
     v4_model_free(m);
+    free(seqs);
+    free(items);
     free(ids);
     free(dec);
     free(logits);

@@ -246,11 +246,12 @@ static void forward_ops(v4_model *M, v4_rank *R, const v4_batch *B)
     be->matmul(be, &R->w.head, s->head_in, H, B->nout, s->logits, R->shard.nv);
 }
 
-/* Decode steps (one new token per sequence, a few sequences) repeat the
+/* Decode steps (one new token per sequence, up to 64 sequences: the
+ * batches `bench --batch` and the recipes' max_num_seqs run) repeat the
  * same launches with new positions: the backend may replay them as a
  * graph.  The key: the token count and each sequence's position bound
  * (graph_pos_cap); 0 when the step is not one of those. */
-#define GRAPH_MAX_TOKENS 32
+#define GRAPH_MAX_TOKENS 64
 
 static uint64_t graph_key(const v4_batch *B, const backend *be)
 {

@@ -1,9 +1,12 @@
 /* Model loading, the cache pool and the step driver (model.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "model_internal.h"
+#include "st_prefetch.h"
 
 const v4_config *v4_model_config(const v4_model *m) { return &m->cfg; }
 int v4_model_tp(const v4_model *m) { return m->tp; }
@@ -13,6 +16,13 @@ static int default_threads(int tp)
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     int t = (int)(n > 0 ? n : 1) / tp;
     return t < 1 ? 1 : t;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* Each rank copies its shard to its backend, all at once. */
@@ -216,6 +226,10 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
         free(m);
         return -1;
     }
+    double t_load = now_s();
+    st_prefetch *pf = o.synthetic ? NULL
+                      : st_prefetch_start(&m->st, o.read_threads > 0 ? o.read_threads : 8,
+                                          o.log, o.log_user);
 
     int np = c->rope_dim / 2;
     m->inv_main = malloc(np * sizeof(float));
@@ -259,8 +273,16 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
         if (!cuda && m->modes.gemm == BACKEND_GEMM_FP8) backend_cpu_set_fp8(R->be, true);
     }
     if (m->ranks[0].be->upload_weights && upload_all(m, err)) {
+        st_prefetch_finish(pf);
         v4_model_free(m);
         return -1;
+    }
+    st_prefetch_finish(pf);
+    if (o.log && m->ranks[0].be->upload_weights) {
+        char line[160];
+        snprintf(line, sizeof line, "weights: on %d %s device%s %.1f s after the headers were read",
+                 tp, o.backend, tp > 1 ? "s" : "", now_s() - t_load);
+        o.log(o.log_user, line);
     }
 
     if (pool_init(m, &o, cuda, max_seqs, err)) {

@@ -49,6 +49,10 @@ typedef struct {
     bool synthetic;         /* benchmarks: the load path is a config.json and
                                the weights are random, of its exact shapes and
                                dtypes, made on the device (cuda only) */
+    int read_threads;       /* threads reading the checkpoint files ahead of
+                               the upload (st_prefetch.h); 0: 8 */
+    void (*log)(void *user, const char *line);  /* load progress; NULL: none */
+    void *log_user;
 } v4_options;
 
 int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf *err);

@@ -36,6 +36,44 @@ int synth_preset(synth_spec *s, const char *name)
     return -1;
 }
 
+int synth_spec_from_config(synth_spec *s, const v4_config *c, int layers, strbuf *err)
+{
+    memset(s, 0, sizeof *s);
+    int L = layers > 0 && layers < c->n_layers ? layers : c->n_layers;
+    if (L > SYNTH_MAX_LAYERS) {
+        sb_printf(err, "%d layers: at most %d (--layers N takes the first N)\n", L,
+                  SYNTH_MAX_LAYERS);
+        return -1;
+    }
+    if (c->n_shared_experts != 1 || c->scoring != V4_SCORE_SQRTSOFTPLUS || c->topk > 64) {
+        sb_printf(err, "the config has %d shared experts, %s scores and top-%d routing; "
+                  "synth writes 1 shared expert, sqrtsoftplus, top-k <= 64\n",
+                  c->n_shared_experts, c->scoring == V4_SCORE_SIGMOID ? "sigmoid" : "sqrtsoftplus",
+                  c->topk);
+        return -1;
+    }
+    *s = (synth_spec){ .vocab = c->vocab_size, .hidden = c->hidden_size, .layers = L,
+                       .heads = c->n_heads, .head_dim = c->head_dim, .rope_dim = c->rope_dim,
+                       .q_lora = c->q_lora_rank, .o_groups = c->o_groups,
+                       .o_lora = c->o_lora_rank, .experts = c->n_experts, .topk = c->topk,
+                       .moe_inter = c->moe_inter, .sliding_window = c->sliding_window,
+                       .index_heads = c->index_heads, .index_head_dim = c->index_head_dim,
+                       .index_topk = c->index_topk, .hc_mult = c->hc_mult,
+                       .sinkhorn_iters = c->hc_sinkhorn_iters, .swiglu_limit = c->swiglu_limit,
+                       .routed_scale = c->routed_scale, .codes = true };
+    for (int l = 0; l < L; l++) {
+        s->ratios[l] = c->ratio[l];
+        if (c->hash_moe[l]) s->hash_layers = l + 1;
+        if ((c->attn[l] == V4_ATTN_CSA) != (c->ratio[l] == 4)) {
+            sb_printf(err, "layer %d: compress ratio %d with %s attention; synth writes CSA "
+                      "exactly for ratio 4\n", l, c->ratio[l],
+                      c->attn[l] == V4_ATTN_CSA ? "CSA" : "other");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 void synth_config_json(const synth_spec *s, strbuf *o)
 {
     sb_printf(o, "{\n  \"architectures\": [\"DeepseekV4ForCausalLM\"],\n"
@@ -73,7 +111,8 @@ void synth_config_json(const synth_spec *s, strbuf *o)
 
 /* ---- random numbers (xorshift64*, Box-Muller) ---- */
 
-typedef struct { uint64_t s; } rng;
+/* codes: synth_spec.codes (weights drawn as codes of their format). */
+typedef struct { uint64_t s; bool codes; } rng;
 
 static uint64_t next_u64(rng *r)
 {
@@ -90,11 +129,44 @@ static float normal(rng *r, float std)
     return (float)(std * sqrt(-2 * log(uniform(r))) * cos(2 * M_PI * uniform(r)));
 }
 
+/* Normal values, or with r->codes uniform ones of the same mean and std
+ * (a hundred times cheaper than Box-Muller at full shapes). */
 static float *randn(rng *r, size_t n, float mean, float std)
 {
     float *v = malloc(n * sizeof *v);
-    for (size_t i = 0; i < n; i++) v[i] = mean + normal(r, std);
+    if (!v) abort();
+    if (r->codes) {
+        float a = std * sqrtf(3.0f) / 2147483648.0f;
+        for (size_t i = 0; i < n; i++) v[i] = mean + a * (float)((int64_t)(next_u64(r) >> 32) - 2147483648LL);
+    } else {
+        for (size_t i = 0; i < n; i++) v[i] = mean + normal(r, std);
+    }
     return v;
+}
+
+/* Random FP8 e4m3 codes of magnitude below 4 (0x00-0x47, no NaN) with
+ * one UE8M0 scale for std about 1/sqrt(C); their RMS is near 1.1. */
+static void codes_fp8(rng *r, uint8_t *q, uint8_t *sc, size_t n, size_t nscale, int C)
+{
+    for (size_t i = 0; i < n; i += 4) {
+        uint64_t x = next_u64(r);
+        for (size_t k = 0; k < 4 && i + k < n; k++, x >>= 16)
+            q[i + k] = (uint8_t)((((x & 0xff) * 72) >> 8) | (x & 0x100 ? 0x80 : 0));
+    }
+    memset(sc, 127 + (int)lrint(log2(1.0 / (sqrt((double)C) * 1.1))), nscale);
+}
+
+/* Random MXFP4 bytes (two uniform E2M1 codes, RMS near 2.93) with UE8M0
+ * scales for std about 1/sqrt(C). */
+static void codes_fp4(rng *r, uint8_t *q, uint8_t *sc, size_t n, size_t nscale, int C)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x = next_u64(r);
+        memcpy(q + i, &x, 8);
+    }
+    for (; i < n; i++) q[i] = (uint8_t)next_u64(r);
+    memset(sc, 127 + (int)lrint(log2(1.0 / (sqrt((double)C) * 2.93))), nscale);
 }
 
 /* Power-of-two scale exponent that brings amax within the format's max. */
@@ -181,6 +253,20 @@ static void linear(st_writer *w, rng *r, enum store st, int R, int C, const char
     va_start(ap, fmt);
     vsnprintf(p, sizeof p, fmt, ap);
     va_end(ap);
+    if (r->codes && st != S_BF16) {
+        char n[176];
+        int64_t shape[2] = { R, st == S_FP8 ? C : C / 2 };
+        int64_t sshape[2] = { st == S_FP8 ? (R + 127) / 128 : R,
+                              st == S_FP8 ? (C + 127) / 128 : C / 32 };
+        snprintf(n, sizeof n, "%s.weight", p);
+        stw_tensor *t = stw_add(w, n, st == S_FP8 ? ST_F8_E4M3 : ST_I8, 2, shape);
+        uint8_t *q = t->data;   /* t moves when the next tensor is added */
+        size_t nq = t->nbytes;
+        snprintf(n, sizeof n, "%s.scale", p);
+        t = stw_add(w, n, ST_F8_E8M0, 2, sshape);
+        (st == S_FP8 ? codes_fp8 : codes_fp4)(r, q, t->data, nq, t->nbytes, C);
+        return;
+    }
     float *v = randn(r, (size_t)R * C, 0, 1.0f / sqrtf((float)C));
     if (st == S_FP8) put_fp8(w, p, R, C, v);
     else if (st == S_FP4) put_fp4(w, p, R, C, v);
@@ -231,7 +317,7 @@ static void compressor(st_writer *w, rng *r, const char *p, int ratio, int coff,
 
 void synth_tensors(const synth_spec *s, uint64_t seed, st_writer *w)
 {
-    rng r = { seed * 0x9E3779B97F4A7C15ULL + 1 };
+    rng r = { seed * 0x9E3779B97F4A7C15ULL + 1, s->codes };
     int H = s->hidden, hc = s->hc_mult, hd = s->head_dim, E = s->experts, I = s->moe_inter;
     char p[128];
     float *emb = randn(&r, (size_t)s->vocab * H, 0, 1.0f);

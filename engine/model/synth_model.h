@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "model_config.h"
 #include "safetensors.h"
 #include "strbuf.h"
 
@@ -22,11 +23,19 @@ typedef struct {
     double swiglu_limit, routed_scale;
     int ratios[SYNTH_MAX_LAYERS];   /* per layer: 0 sliding, 4 CSA, else HCA window */
     bool tid_i32;                   /* tid2eid as I32 instead of I64 */
+    bool codes;                     /* weights as random codes of their format
+                                       (FP8, MXFP4) and uniform values, not
+                                       quantized normals: full shapes in
+                                       seconds, for benchmarks */
 } synth_spec;
 
 /* "tiny": every layer kind in a few KB; "mid": a benchmark-sized model;
  * returns -1 for an unknown name. */
 int synth_preset(synth_spec *s, const char *name);
+
+/* The shapes of a model config (its first `layers` layers; 0: all),
+ * with codes set; -1 with a message when they do not fit a spec. */
+int synth_spec_from_config(synth_spec *s, const v4_config *c, int layers, strbuf *err);
 
 void synth_config_json(const synth_spec *s, strbuf *out);
 /* All tensors of the checkpoint into w (initialized by the caller). */

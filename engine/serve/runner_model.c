@@ -194,6 +194,12 @@ static void free_model_req(struct model_req *q)
 static void mr_unload(void *self);
 static void *prep_thread(void *arg);
 
+/* Load progress, in the server log's form. */
+static void load_log(void *user, const char *line)
+{
+    fprintf(stderr, "llm-engine[%s]: %s\n", (const char *)user, line);
+}
+
 static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *err)
 {
     struct model_runner *R = calloc(1, sizeof *R);
@@ -229,6 +235,8 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
         .kv_dtype = rc->kv_cache_dtype == KV_DTYPE_FP8 ? KV_FP8
                     : rc->kv_cache_dtype == KV_DTYPE_BF16 ? KV_BF16 : KV_F32,
         .modes = rc->modes,
+        .log = load_log,
+        .log_user = (void *)rc->name,
     };
     strbuf merr;
     sb_init(&merr);

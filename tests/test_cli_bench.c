@@ -1,0 +1,73 @@
+/* llm-engine bench --batch on the CPU with the demo model: every batch
+ * size decodes and reports, the experts a step reads grow from topk to
+ * at most all of them, the aggregate rate is B / per-sequence time, and a
+ * bad list is a usage error.  Never asserts speed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "strbuf.h"
+#include "tap.h"
+
+static const char *BIN = "build/bin/llm-engine";
+
+static int run(const char *args, strbuf *out)
+{
+    strbuf cmd;
+    sb_init(&cmd);
+    sb_printf(&cmd, "%s %s 2>&1", BIN, args);
+    FILE *p = popen(cmd.data, "r");
+    sb_free(&cmd);
+    sb_reset(out);
+    if (!p) return -1;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) sb_append(out, buf, n);
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int main(void)
+{
+    strbuf out;
+    sb_init(&out);
+    int rc = run("bench --model tests/fixtures/demo --batch 1,3,8 --prompt 24 --decode 8 "
+                 "--threads 1", &out);
+    is_int(rc, 0, "bench --batch 1,3,8 exits 0");
+    if (rc) diag("%s", out.data);
+    ok(!strstr(out.data, "NOT finite"), "every sequence's logits are finite");
+    const int bs[] = { 1, 3, 8 };
+    double prev_experts = 0;
+    for (int i = 0; i < 3; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "decode B=%-3d", bs[i]);
+        const char *l = strstr(out.data, key);
+        ok(l != NULL, "a decode line for B=%d", bs[i]);
+        if (!l) continue;
+        int steps = 0, ctx = 0, E = 0;
+        double ms = 0, agg = 0, gb = 0, experts = 0;
+        int got = sscanf(l + strlen(key), " %d steps at context %d: %lf ms/token per sequence = "
+                         "%lf tokens/s aggregate; %lf GB per step per rank (%lf of %d experts",
+                         &steps, &ctx, &ms, &agg, &gb, &experts, &E);
+        is_int(got, 7, "B=%d: the line parses", bs[i]);
+        is_int(steps, 6, "B=%d: 6 timed steps after 2 warm-up steps", bs[i]);
+        is_int(ctx, 26, "B=%d: at context prompt + warm-up", bs[i]);
+        ok(ms > 0 && agg > 0 && gb > 0, "B=%d: positive times, rate and bytes", bs[i]);
+        double want = bs[i] * 1000.0 / ms;
+        ok(agg > want * 0.99 && agg < want * 1.01,
+           "B=%d: aggregate %.1f tokens/s = B / per-sequence time (%.1f)", bs[i], agg, want);
+        if (bs[i] == 1) ok(experts == 2, "B=1 reads topk = 2 experts per layer (%.1f)", experts);
+        else ok(experts > prev_experts && experts <= E,
+                "B=%d reads more experts (%.2f) than a smaller batch, at most all %d", bs[i],
+                experts, E);
+        prev_experts = experts;
+    }
+
+    rc = run("bench --model tests/fixtures/demo --batch 0 --prompt 8", &out);
+    is_int(rc, 2, "--batch 0 is a usage error");
+    rc = run("bench --model tests/fixtures/demo --batch 2,x --prompt 8", &out);
+    is_int(rc, 2, "--batch 2,x is a usage error");
+    sb_free(&out);
+    return exit_status();
+}
