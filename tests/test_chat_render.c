@@ -126,10 +126,7 @@ static void openai_cases(void)
 {
     yajl_val g;
     yajl_val cases = openai_golden_cases("render", 20, &g);
-    if (!cases) {
-        yajl_tree_free(g);
-        return;
-    }
+    if (!cases) return;
     for (size_t i = 0; i < cases->u.array.len; i++) {
         yajl_val c = cases->u.array.values[i];
         const char *name = json_string(json_get(c, "name"));

@@ -110,10 +110,7 @@ static void parse_goldens(void)
 {
     yajl_val g;
     yajl_val cases = openai_golden_cases("parse", 6, &g);
-    if (!cases) {
-        yajl_tree_free(g);
-        return;
-    }
+    if (!cases) return;
     for (size_t i = 0; i < json_len(cases); i++) {
         yajl_val c = cases->u.array.values[i];
         const char *name = json_string(json_get(c, "name"));
