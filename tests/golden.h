@@ -9,6 +9,7 @@
 
 #include "json.h"
 #include "strbuf.h"
+#include "tap.h"
 
 #define GOLDEN_DIR "tests/fixtures/chat"
 
@@ -38,6 +39,22 @@ static inline yajl_val load_golden_json(const char *rel)
     }
     sb_free(&sb);
     return v;
+}
+
+/* The "render" or "parse" cases of v4-0731-openai.json, at least min of
+ * them (one test says so), with *root the tree to free; or NULL after a
+ * failed test, with nothing to free. */
+static inline yajl_val openai_golden_cases(const char *key, size_t min, yajl_val *root)
+{
+    *root = load_golden_json("v4-0731-openai.json");
+    yajl_val cases = json_get(*root, key);
+    if (!ok(cases && YAJL_IS_ARRAY(cases) && cases->u.array.len >= min,
+            "v4-0731-openai.json has %zu+ %s cases", min, key)) {
+        yajl_tree_free(*root);
+        *root = NULL;
+        return NULL;
+    }
+    return cases;
 }
 
 #endif

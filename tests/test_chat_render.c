@@ -124,13 +124,9 @@ static void official_case(int n, bool thinking)
 
 static void openai_cases(void)
 {
-    yajl_val g = load_golden_json("v4-0731-openai.json");
-    yajl_val cases = json_get(g, "render");
-    if (!ok(cases && YAJL_IS_ARRAY(cases) && cases->u.array.len >= 20,
-            "v4-0731-openai.json has render cases")) {
-        yajl_tree_free(g);
-        return;
-    }
+    yajl_val g;
+    yajl_val cases = openai_golden_cases("render", 20, &g);
+    if (!cases) return;
     for (size_t i = 0; i < cases->u.array.len; i++) {
         yajl_val c = cases->u.array.values[i];
         const char *name = json_string(json_get(c, "name"));

@@ -81,8 +81,8 @@ static void render_fails(const char *body, size_t len, int status, const char *t
 
 static void render_goldens(void)
 {
-    yajl_val g = load_golden_json("v4-0731-openai.json");
-    yajl_val cases = json_get(g, "render");
+    yajl_val g;
+    yajl_val cases = openai_golden_cases("render", 20, &g);
     int good = 0, n = (int)json_len(cases);
     for (int i = 0; i < n; i++) {
         yajl_val c = cases->u.array.values[i];
@@ -108,12 +108,9 @@ static void render_goldens(void)
 
 static void parse_goldens(void)
 {
-    yajl_val g = load_golden_json("v4-0731-openai.json");
-    yajl_val cases = json_get(g, "parse");
-    if (!ok(json_len(cases) >= 6, "v4-0731-openai.json has parse cases")) {
-        yajl_tree_free(g);
-        return;
-    }
+    yajl_val g;
+    yajl_val cases = openai_golden_cases("parse", 6, &g);
+    if (!cases) return;
     for (size_t i = 0; i < json_len(cases); i++) {
         yajl_val c = cases->u.array.values[i];
         const char *name = json_string(json_get(c, "name"));

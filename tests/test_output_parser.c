@@ -173,13 +173,9 @@ static void expect_message(const char *name, bool thinking, const char *text,
 
 static void golden_cases(void)
 {
-    yajl_val g = load_golden_json("v4-0731-openai.json");
-    yajl_val cases = json_get(g, "parse");
-    if (!ok(cases && YAJL_IS_ARRAY(cases) && cases->u.array.len >= 6,
-            "v4-0731-openai.json has parse cases")) {
-        yajl_tree_free(g);
-        return;
-    }
+    yajl_val g;
+    yajl_val cases = openai_golden_cases("parse", 6, &g);
+    if (!cases) return;
     for (size_t i = 0; i < cases->u.array.len; i++) {
         yajl_val c = cases->u.array.values[i];
         const char *name = json_string(json_get(c, "name"));
