@@ -31,7 +31,7 @@ my $base = "http://127.0.0.1:$port";
 ok(wait_for(sub { http_json("GET", "$base/health")->{status} == 200 }, 30),
    'the demo engine is healthy behind nginx');
 
-my $bin = "$top/build/bin/llm-bench-serve";
+my $bin = LLMTest::build_dir() . "/bin/llm-bench-serve";
 my ($n, $c, $in, $out) = (8, 4, 48, 8);
 my $json = "$dir/bench.json";
 my $cmd = "$bin --base-url $base --model tiny-demo --num-prompts $n --concurrency $c"
