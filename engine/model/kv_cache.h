@@ -44,15 +44,24 @@ void cache_layout_free(cache_layout *L);
  * the overlap rows when coff == 2). */
 size_t comp_state_floats(int ratio, int coff, int d);
 
+/* Blocks carry reference counts: a sequence's hold is one, and the prefix
+ * cache (prefix_cache.h) adds one for a block it keeps, so a cached block
+ * is shared read-only by the sequences that start from it. */
 typedef struct {
     int64_t nblocks, nfree;
     int32_t *free_blocks;   /* stack */
+    int32_t *ref;           /* [nblocks] holders of each block, 0 when free */
     int nslots, nfree_slots;
     int *free_slots;
 } block_pool;
 
 void block_pool_init(block_pool *p, int nslots, int64_t nblocks);
 void block_pool_free(block_pool *p);
+/* A free block with one holder, or -1 when none is free. */
+int32_t block_take(block_pool *p);
+/* One holder more; one less, the block free again when none is left. */
+void block_ref(block_pool *p, int32_t b);
+void block_unref(block_pool *p, int32_t b);
 
 /* Per-sequence bookkeeping. */
 typedef struct {
