@@ -78,6 +78,18 @@ static ngx_http_llm_family_t  ngx_http_llm_engine_families[] = {
     { "llm_engine_prefix_cache_hit_tokens", "counter",
       "Prompt tokens served from the prefix cache.", "",
       LLM_CTR_PREFIX_CACHE_HITS },
+    { "llm_engine_prefix_cache_queries", "counter",
+      "Admitted prompts looked up in the prefix cache.", "",
+      LLM_CTR_PREFIX_CACHE_QUERIES },
+    { "llm_engine_prefix_cache_query_tokens", "counter",
+      "Prompt tokens of the prefix cache lookups.", "",
+      LLM_CTR_PREFIX_CACHE_QUERY_TOKENS },
+    { "llm_engine_prefix_cache_hits", "counter",
+      "Prefix cache lookups that reused a cached prefix.", "",
+      LLM_CTR_PREFIX_CACHE_HIT_QUERIES },
+    { "llm_engine_prefix_cache_blocks", "gauge",
+      "KV cache blocks the prefix cache holds (entries and snapshots).", "",
+      LLM_CTR_PREFIX_CACHE_BLOCKS },
     { NULL, NULL, NULL, NULL, 0 }
 };
 

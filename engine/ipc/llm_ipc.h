@@ -77,6 +77,10 @@ enum llm_ipc_counter {
     LLM_CTR_STEPS,              /* scheduler steps that ran a batch */
     LLM_CTR_STEP_OVERHEAD_NS,   /* last step: scheduler time outside the runner */
     LLM_CTR_CONNECTIONS,        /* doorbell connections open */
+    LLM_CTR_PREFIX_CACHE_QUERIES,       /* admitted prompts looked up in the cache */
+    LLM_CTR_PREFIX_CACHE_QUERY_TOKENS,  /* their prompt tokens */
+    LLM_CTR_PREFIX_CACHE_HIT_QUERIES,   /* lookups that reused a prefix */
+    LLM_CTR_PREFIX_CACHE_BLOCKS,        /* pool blocks the cache holds now */
     LLM_CTR_N
 };
 #define LLM_IPC_COUNTERS_MAX 32  /* room to add counters without a new version */

@@ -62,6 +62,8 @@ typedef struct {
 typedef struct {
     int64_t kv_blocks_used;
     int64_t prefix_cache_hits;    /* cumulative prompt tokens served from cache */
+    int64_t prefix_cache_queries, prefix_cache_query_tokens, prefix_cache_hit_queries;
+    int64_t prefix_cache_blocks;  /* blocks the cache holds now */
 } runner_stats;
 
 typedef struct runner_ops {

@@ -462,10 +462,14 @@ int sched_step(sched *S, strbuf *err)
     ctr_set(S, LLM_CTR_WAITING, (uint64_t)S->n_waiting);
     ctr_set(S, LLM_CTR_PAUSED, (uint64_t)paused);
     if (S->cfg.ops->stats) {
-        runner_stats st = { 0, 0 };
+        runner_stats st = { 0 };
         S->cfg.ops->stats(S->cfg.runner, &st);
         ctr_set(S, LLM_CTR_KV_BLOCKS_USED, (uint64_t)st.kv_blocks_used);
         ctr_set(S, LLM_CTR_PREFIX_CACHE_HITS, (uint64_t)st.prefix_cache_hits);
+        ctr_set(S, LLM_CTR_PREFIX_CACHE_QUERIES, (uint64_t)st.prefix_cache_queries);
+        ctr_set(S, LLM_CTR_PREFIX_CACHE_QUERY_TOKENS, (uint64_t)st.prefix_cache_query_tokens);
+        ctr_set(S, LLM_CTR_PREFIX_CACHE_HIT_QUERIES, (uint64_t)st.prefix_cache_hit_queries);
+        ctr_set(S, LLM_CTR_PREFIX_CACHE_BLOCKS, (uint64_t)st.prefix_cache_blocks);
     }
     if (n) {
         ctr_add(S, LLM_CTR_STEPS, 1);
