@@ -11,14 +11,15 @@
  *     one (the next turn of a conversation) resumes at its last boundary;
  *   - two sequences share a prefix's blocks while a third, in a small
  *     pool, evicts everything else: the shared blocks survive;
+ *   - the warm sequence's state slot is poisoned (NaN) before it starts:
+ *     the snapshot restores all a continuation reads;
  *   - the bookkeeping: a chain under another seed (another kv dtype,
  *     another model) or with another parent never matches, tails are
  *     evicted before heads. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
-#include "prefix_cache.h"
+#include "model_internal.h"
 #include "tap.h"
 
 #define DEMO "tests/fixtures/demo"
@@ -62,6 +63,21 @@ static int feed(v4_model *m, v4_seq *s, const int32_t *prompt, int from, int n, 
     return rc;
 }
 
+/* All 0xff (NaN in float32, fp8 and bf16) in s's state slot on every
+ * rank: a warm start restores only what a continuation reads, so nothing
+ * else of the slot may matter. */
+static void poison_slot(v4_model *m, v4_seq *s)
+{
+    size_t n = m->layout.state_bytes;
+    char *junk = malloc(n);
+    memset(junk, 0xff, n);
+    for (int r = 0; r < m->tp; r++) {
+        backend *be = m->ranks[r].be;
+        be->write(be, m->ranks[r].state_mem + (size_t)s->c.slot * n, junk, n);
+    }
+    free(junk);
+}
+
 /* Logits of the prompt's last position and of DECODE greedy steps after
  * it: [DECODE + 1][vocab].  With `attach`, the sequence starts from the
  * cache; *cached gets the positions it reused. */
@@ -72,6 +88,7 @@ static float *run(v4_model *m, const int32_t *prompt, int n, bool attach, int64_
     sb_init(&err);
     float *out = calloc((size_t)(DECODE + 1) * vocab, sizeof *out);
     v4_seq *s = v4_seq_new(m, &err);
+    if (s && attach) poison_slot(m, s);
     int64_t got = s && attach ? v4_seq_prefix_attach(m, s, prompt, n) : 0;
     if (cached) *cached = got;
     if (!s || v4_seq_reserve(m, s, n + DECODE, &err) || feed(m, s, prompt, (int)got, n, 100, out)) {

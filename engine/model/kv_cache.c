@@ -52,6 +52,23 @@ void cache_layout_init(cache_layout *L, const v4_config *c, enum kv_dtype t)
     L->block_bytes = blk;
 }
 
+int cache_live_ranges(const cache_layout *L, const v4_config *c, size_t *off, size_t *len)
+{
+    int n = 0;
+    for (int l = 0; l < L->n_layers; l++) {
+        off[n] = L->ring_off[l];
+        len[n++] = kv_region_bytes(L->dtype, c->sliding_window, c->head_dim);
+        if (c->attn[l] != V4_ATTN_CSA) continue;
+        int r = v4_layer_ratio(c, l);
+        /* the overlap follows the window rows (comp_state_floats) */
+        off[n] = L->comp_off[l] + (size_t)r * 2 * 2 * c->head_dim * sizeof(float);
+        len[n++] = (size_t)r * 2 * c->head_dim * sizeof(float);
+        off[n] = L->icomp_off[l] + (size_t)r * 2 * 2 * c->index_head_dim * sizeof(float);
+        len[n++] = (size_t)r * 2 * c->index_head_dim * sizeof(float);
+    }
+    return n;
+}
+
 void cache_layout_free(cache_layout *L)
 {
     free(L->ring_off);

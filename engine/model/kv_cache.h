@@ -40,6 +40,12 @@ typedef struct {
 
 void cache_layout_init(cache_layout *L, const v4_config *c, enum kv_dtype t);
 void cache_layout_free(cache_layout *L);
+/* The bytes of a state slot that a continuation from a position that
+ * starts a window of every compressor (a block boundary) reads: each
+ * layer's ring and, for CSA, the overlap rows of the compressor and the
+ * indexer's compressor (the window rows are written again before they are
+ * read).  Up to 3 * n_layers ranges into off/len; returns their count. */
+int cache_live_ranges(const cache_layout *L, const v4_config *c, size_t *off, size_t *len);
 /* Floats of a compressor's window state (ratio rows of kv and gate, plus
  * the overlap rows when coff == 2). */
 size_t comp_state_floats(int ratio, int coff, int d);

@@ -2,9 +2,9 @@
  * mean in cache bytes.  A block is entered once a sequence has fed all its
  * positions (its compressed entries and indexer keys are final then and
  * never written again: later windows start in later blocks); a snapshot
- * copies the sequence's whole state slot (ring, compressor windows and
- * overlaps) at a block boundary; a new sequence shares the blocks and
- * copies the snapshot back.  docs/MODEL.md, "Prefix caching". */
+ * copies what of the sequence's state slot a continuation from a block
+ * boundary reads (the rings and the CSA overlaps: cache_live_ranges); a
+ * new sequence shares the blocks and copies the snapshot back.  docs/MODEL.md, "Prefix caching". */
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,29 +45,41 @@ static uint64_t prefix_seed(const v4_model *m, const v4_options *o, const char *
 void prefix_init(v4_model *m, const v4_options *o, const char *dir)
 {
     const cache_layout *L = &m->layout;
-    int snap = L->block_bytes ? (int)((L->state_bytes + L->block_bytes - 1) / L->block_bytes) : 0;
+    size_t *off = malloc(3 * (size_t)L->n_layers * sizeof *off);
+    size_t *len = malloc(3 * (size_t)L->n_layers * sizeof *len), bytes = 0;
+    int nr = cache_live_ranges(L, &m->cfg, off, len);
+    for (int i = 0; i < nr; i++) bytes += len[i];
+    int snap = L->block_bytes ? (int)((bytes + L->block_bytes - 1) / L->block_bytes) : 0;
     int every = o->prefix_snapshot_every > 0 ? o->prefix_snapshot_every
                 : 4 * snap > 16 ? 4 * snap : 16;
     pc_init(&m->pc, o->prefix_cache && L->block_bytes / 4 <= INT32_MAX, m->pool.nblocks,
             L->block_tokens, snap, every, prefix_seed(m, o, dir));
+    m->pc.nrange = nr;
+    m->pc.range_off = off;
+    m->pc.range_len = len;
 }
 
-/* The state slot of s and a snapshot's blocks, one direction or the other,
- * on every rank (stream-ordered before the next step). */
+/* The live ranges of s's state slot (cache_live_ranges), packed one after
+ * another into a snapshot's blocks, or back, on every rank (stream-ordered
+ * before the next step). */
 static void snap_copy(v4_model *m, const v4_seq *s, const int32_t *snap, bool save)
 {
     const cache_layout *L = &m->layout;
+    const prefix_cache *pc = &m->pc;
     for (int r = 0; r < m->tp; r++) {
         v4_rank *R = &m->ranks[r];
         char *slot = R->state_mem + (size_t)s->c.slot * L->state_bytes;
-        for (int k = 0; k < m->pc.snap_blocks; k++) {
-            size_t off = (size_t)k * L->block_bytes;
-            size_t n = L->state_bytes - off < L->block_bytes ? L->state_bytes - off
-                                                             : L->block_bytes;
-            char *blk = R->block_mem + (size_t)snap[k] * L->block_bytes;
-            if (save) copy_bytes(R->be, blk, slot + off, n);
-            else copy_bytes(R->be, slot + off, blk, n);
-        }
+        size_t at = 0;      /* in the packed stream */
+        for (int i = 0; i < pc->nrange; i++)
+            for (size_t done = 0, n; done < pc->range_len[i]; done += n, at += n) {
+                size_t k = at / L->block_bytes, in = at % L->block_bytes;
+                n = pc->range_len[i] - done < L->block_bytes - in ? pc->range_len[i] - done
+                                                                  : L->block_bytes - in;
+                char *blk = R->block_mem + (size_t)snap[k] * L->block_bytes + in;
+                char *st = slot + pc->range_off[i] + done;
+                if (save) copy_bytes(R->be, blk, st, n);
+                else copy_bytes(R->be, st, blk, n);
+            }
     }
 }
 

@@ -58,6 +58,8 @@ void pc_free(prefix_cache *pc)
     free(pc->e);
     free(pc->bucket);
     free(pc->entry_of);
+    free(pc->range_off);
+    free(pc->range_len);
     memset(pc, 0, sizeof *pc);
 }
 

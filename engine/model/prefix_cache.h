@@ -47,6 +47,8 @@ typedef struct {
     int32_t free_head;
     int32_t lru_head, lru_tail;     /* head: least recently used */
     int32_t *entry_of;      /* [nblocks] entry holding a block, or -1 */
+    int nrange;             /* the state slot's bytes a snapshot packs */
+    size_t *range_off, *range_len;     /* (the model sets them; freed here) */
     int64_t snaps;          /* entries with a snapshot */
     /* cumulative */
     uint64_t queries, query_tokens, hits, hit_tokens;
