@@ -90,6 +90,12 @@ static ngx_http_llm_family_t  ngx_http_llm_engine_families[] = {
     { "llm_engine_prefix_cache_blocks", "gauge",
       "KV cache blocks the prefix cache holds (entries and snapshots).", "",
       LLM_CTR_PREFIX_CACHE_BLOCKS },
+    { "llm_engine_prefix_cache_host_bytes", "gauge",
+      "Bytes in the prefix cache's host-memory tier.", "",
+      LLM_CTR_PREFIX_CACHE_HOST_BYTES },
+    { "llm_engine_prefix_cache_host_copies", "counter",
+      "Prefix cache entries copied to or from the host-memory tier.", "",
+      LLM_CTR_PREFIX_CACHE_HOST_COPIES },
     { NULL, NULL, NULL, NULL, 0 }
 };
 

@@ -13,6 +13,8 @@
  *     pool, evicts everything else: the shared blocks survive;
  *   - the warm sequence's state slot is poisoned (NaN) before it starts:
  *     the snapshot restores all a continuation reads;
+ *   - with a host tier, entries evicted from the pool come back from host
+ *     memory and still match bit for bit;
  *   - the bookkeeping: a chain under another seed (another kv dtype,
  *     another model) or with another parent never matches, tails are
  *     evicted before heads. */
@@ -27,6 +29,8 @@
 
 static int vocab;
 
+static size_t host_bytes;      /* the next load's host tier */
+
 static v4_model *load(int tp, const char *dtype, bool cache, int every, int64_t tokens)
 {
     v4_model *m = NULL;
@@ -34,7 +38,7 @@ static v4_model *load(int tp, const char *dtype, bool cache, int every, int64_t 
     sb_init(&err);
     v4_options o = { .tp = tp, .max_seqs = 4, .kv_dtype = v4_kv_dtype_parse(dtype),
                      .prefix_cache = cache, .prefix_snapshot_every = every,
-                     .cache_tokens = tokens };
+                     .cache_tokens = tokens, .prefix_host_bytes = host_bytes };
     if (v4_model_load(&m, DEMO, &o, &err)) {
         ok(0, "load the demo model (tp %d, %s): %s", tp, dtype, err.data);
         m = NULL;
@@ -251,6 +255,41 @@ static void sharing_under_eviction(int tp)
     v4_model_free(cold);
 }
 
+/* A pool too small for two prompts and a host tier: X's entries move to
+ * host memory when D needs the pool, and come back for Y, which shares
+ * X's prefix, bit for bit.  With a host tier too small for an entry they
+ * are dropped and Y starts cold. */
+static void host_tier(int tp, size_t budget, bool fits)
+{
+    host_bytes = budget;
+    v4_model *cold = load(tp, "auto", false, 0, 0), *m = load(tp, "auto", true, 1, 1000);
+    host_bytes = 0;
+    if (!cold || !m) { v4_model_free(cold); v4_model_free(m); return; }
+    int32_t x[600], d[1200];
+    random_ids(x, 500, 41);
+    random_ids(d, 1000, 42);
+    free(run(m, x, 500, true, NULL, NULL));
+    free(run(m, d, 900, true, NULL, NULL));
+    v4_prefix_stats s1, s2;
+    v4_prefix_stats_get(m, &s1);
+    int64_t got = -1;
+    float *warm = run(m, x, 450, true, &got, NULL), *ref = run(cold, x, 450, false, NULL, NULL);
+    v4_prefix_stats_get(m, &s2);
+    if (fits)
+        ok(s1.spills > 0 && s1.host_entries > 0 && s1.host_bytes <= budget && got == 384
+           && s2.fills >= 3 && same(warm, ref),
+           "tp %d: the host tier takes %lld evicted entries (%zu bytes) and gives back %llu: "
+           "a warm start from it matches a cold engine bit for bit", tp,
+           (long long)s1.host_entries, s1.host_bytes, (unsigned long long)(s2.fills - s1.fills));
+    else
+        ok(s1.spills == 0 && s1.host_entries == 0 && got == 0 && same(warm, ref),
+           "tp %d: a host tier smaller than an entry keeps nothing; the prompt runs cold", tp);
+    free(warm);
+    free(ref);
+    v4_model_free(m);
+    v4_model_free(cold);
+}
+
 static void seeds(void)
 {
     v4_model *a = load(1, "auto", true, 0, 0), *b = load(1, "bf16", true, 0, 0);
@@ -293,12 +332,12 @@ static void bookkeeping(void)
     pc_touch(&pc, e1);
     pc_touch(&pc, e0);      /* as a sequence's end does: the tail is older */
     int64_t free0 = p.nfree;
-    ok(pc_reclaimable(&pc, &p) == 2 && pc_make_room(&pc, &p, free0 + 1, -1)
+    ok(pc_reclaimable(&pc, &p) == 2 && pc_make_room(&pc, &p, free0 + 1)
        && pc_find(&pc, h0, t1) < 0 && pc_find(&pc, pc.seed, t0) == e0,
        "eviction takes the tail of a chain before its head");
     ok(pc_snap_alloc(&pc, &p, e0) == 0 && pc_blocks_held(&pc) == 2, "a snapshot takes its blocks");
     block_ref(&p, b0);      /* a sequence holds the head: only its snapshot can go */
-    ok(pc_make_room(&pc, &p, 8, -1) == false && pc.e[e0].snap == NULL
+    ok(pc_make_room(&pc, &p, 8) == false && pc.e[e0].snap == NULL
        && pc_find(&pc, pc.seed, t0) == e0, "an entry in use keeps its block, loses its snapshot");
     block_unref(&p, b0);
     pc_clear(&pc, &p);
@@ -316,5 +355,8 @@ int main(void)
     cases(2, "fp8");
     sharing_under_eviction(1);
     sharing_under_eviction(2);
+    host_tier(1, 64 << 20, true);
+    host_tier(2, 64 << 20, true);
+    host_tier(1, 1000, false);
     return exit_status();
 }

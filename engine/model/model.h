@@ -51,6 +51,9 @@ typedef struct {
                                last boundary); 0: the default, so that
                                snapshots cost at most a quarter of the
                                blocks they stand at the end of */
+    size_t prefix_host_bytes;   /* host-memory tier of the prefix cache, over
+                               all ranks: entries evicted from the pool are
+                               copied there and back when reused; 0: none */
 } v4_options;
 
 int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf *err);
@@ -121,6 +124,9 @@ typedef struct {
     uint64_t queries, query_tokens;     /* attach calls and their prompt tokens */
     uint64_t hits, hit_tokens;          /* attaches that reused, and positions */
     uint64_t evicted;           /* blocks given back to make room */
+    int64_t host_entries;       /* blocks (with snapshots) in the host tier */
+    size_t host_bytes, host_budget;
+    uint64_t spills, fills;     /* entries copied to and from the host tier */
 } v4_prefix_stats;
 
 void v4_prefix_stats_get(v4_model *m, v4_prefix_stats *st);

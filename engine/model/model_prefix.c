@@ -42,6 +42,32 @@ static uint64_t prefix_seed(const v4_model *m, const v4_options *o, const char *
     return h;
 }
 
+/* An entry's pool blocks (its block, then its snapshot's) and its host
+ * copy, rank after rank, one direction or the other (synchronous copies). */
+static void host_copy(v4_model *m, const pc_entry *e, bool to_host)
+{
+    size_t bb = m->layout.block_bytes, nb = 1 + (e->snap ? (size_t)m->pc.snap_blocks : 0);
+    for (int r = 0; r < m->tp; r++) {
+        backend *be = m->ranks[r].be;
+        for (size_t k = 0; k < nb; k++) {
+            char *host = e->host + ((size_t)r * nb + k) * bb;
+            char *dev = m->ranks[r].block_mem + (size_t)(k ? e->snap[k - 1] : e->block) * bb;
+            if (to_host) be->read(be, host, dev, bb);
+            else be->write(be, dev, host, bb);
+        }
+    }
+}
+
+static void host_spill(void *ctx, prefix_cache *pc, int32_t e)
+{
+    host_copy(ctx, &pc->e[e], true);
+}
+
+static void host_fill(void *ctx, prefix_cache *pc, int32_t e)
+{
+    host_copy(ctx, &pc->e[e], false);
+}
+
 void prefix_init(v4_model *m, const v4_options *o, const char *dir)
 {
     const cache_layout *L = &m->layout;
@@ -57,6 +83,11 @@ void prefix_init(v4_model *m, const v4_options *o, const char *dir)
     m->pc.nrange = nr;
     m->pc.range_off = off;
     m->pc.range_len = len;
+    m->pc.host_budget = o->prefix_host_bytes;
+    m->pc.host_unit = (size_t)m->tp * L->block_bytes;
+    m->pc.ctx = m;
+    m->pc.spill = host_spill;
+    m->pc.fill = host_fill;
 }
 
 /* The live ranges of s's state slot (cache_live_ranges), packed one after
@@ -109,7 +140,7 @@ void prefix_seq_close(v4_model *m, v4_seq *s)
 
 bool prefix_make_room(v4_model *m, int64_t need)
 {
-    return pc_make_room(&m->pc, &m->pool, need, -1);
+    return pc_make_room(&m->pc, &m->pool, need);
 }
 
 static bool snapshot_at(const prefix_cache *pc, const seq_prefix *sp, int64_t len)
@@ -132,12 +163,14 @@ void prefix_after_step(v4_model *m, const v4_step_item *items, int n)
             pos++;
             if (sp->npart < B) continue;
             sp->npart = 0;
-            int32_t e = pc_find(pc, sp->hash, sp->part);
-            if (e < 0) e = pc_insert(pc, &m->pool, sp->hash, sp->part, s->c.blocks[pos / B - 1]);
+            int32_t e = pc_find(pc, sp->hash, sp->part), blk = s->c.blocks[pos / B - 1];
+            if (e < 0) e = pc_insert(pc, &m->pool, sp->hash, sp->part, blk);
+            else if (pc->e[e].block < 0) pc_adopt(pc, &m->pool, e, blk);
             sp->hash = pc_chain(sp->hash, sp->part, B);
             if (e < 0) continue;
             pc_touch(pc, e);
             if (pos == s->c.len && snapshot_at(pc, sp, pos) && !pc->e[e].snap
+                && pc->e[e].block >= 0
                 && pc_snap_alloc(pc, &m->pool, e) == 0)
                 snap_copy(m, s, pc->e[e].snap, true);
         }
@@ -165,8 +198,15 @@ int64_t v4_seq_prefix_attach(v4_model *m, v4_seq *s, const int32_t *prompt, int6
         if (e < 0) break;
         chain[k] = e;
         h = pc->e[e].hash;
-        if (pc->e[e].snap) best = k;
+        if (pc->e[e].snap || pc->e[e].host_snap) best = k;
     }
+    /* entries in the host tier come back first (pinned meanwhile, so
+     * making room for one never evicts another of the chain) */
+    bool filled = true;
+    for (int64_t k = 0; k <= best; k++) pc->e[chain[k]].pins++;
+    for (int64_t k = 0; k <= best && filled; k++) filled = pc_fill(pc, &m->pool, chain[k]) == 0;
+    for (int64_t k = 0; k <= best; k++) pc->e[chain[k]].pins--;
+    if (!filled) best = -1;
     int64_t got = 0;
     if (best >= 0) {
         seq_cache *c = &s->c;
@@ -209,7 +249,8 @@ void v4_prefix_stats_get(v4_model *m, v4_prefix_stats *st)
         .snapshot_every = pc->snap_every, .entries = pc->n, .snapshots = pc->snaps,
         .blocks_held = pc_blocks_held(pc), .queries = pc->queries,
         .query_tokens = pc->query_tokens, .hits = pc->hits, .hit_tokens = pc->hit_tokens,
-        .evicted = pc->evicted,
+        .evicted = pc->evicted, .host_entries = pc->nhost, .host_bytes = pc->host_used,
+        .host_budget = pc->host_budget, .spills = pc->spills, .fills = pc->fills,
     };
     pthread_mutex_unlock(&m->mu);
 }

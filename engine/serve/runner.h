@@ -64,6 +64,7 @@ typedef struct {
     int64_t prefix_cache_hits;    /* cumulative prompt tokens served from cache */
     int64_t prefix_cache_queries, prefix_cache_query_tokens, prefix_cache_hit_queries;
     int64_t prefix_cache_blocks;  /* blocks the cache holds now */
+    int64_t prefix_cache_host_bytes, prefix_cache_host_copies;
 } runner_stats;
 
 typedef struct runner_ops {

@@ -224,6 +224,7 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
         .kv_dtype = rc->kv_cache_dtype == KV_DTYPE_FP8 ? KV_FP8
                     : rc->kv_cache_dtype == KV_DTYPE_BF16 ? KV_BF16 : KV_F32,
         .prefix_cache = rc->enable_prefix_caching,
+        .prefix_host_bytes = (size_t)(rc->kv_offloading_size * 1073741824.0),
     };
     strbuf merr;
     sb_init(&merr);
@@ -983,6 +984,10 @@ static void mr_stats(void *self, runner_stats *st)
     st->prefix_cache_query_tokens = R->pc_query_tokens;
     st->prefix_cache_hit_queries = R->pc_hits;
     st->prefix_cache_blocks = ci.blocks_cached;
+    v4_prefix_stats ps;
+    v4_prefix_stats_get(R->model, &ps);
+    st->prefix_cache_host_bytes = (int64_t)ps.host_bytes;
+    st->prefix_cache_host_copies = (int64_t)(ps.spills + ps.fills);
 }
 
 const runner_ops runner_model = {

@@ -470,6 +470,8 @@ int sched_step(sched *S, strbuf *err)
         ctr_set(S, LLM_CTR_PREFIX_CACHE_QUERY_TOKENS, (uint64_t)st.prefix_cache_query_tokens);
         ctr_set(S, LLM_CTR_PREFIX_CACHE_HIT_QUERIES, (uint64_t)st.prefix_cache_hit_queries);
         ctr_set(S, LLM_CTR_PREFIX_CACHE_BLOCKS, (uint64_t)st.prefix_cache_blocks);
+        ctr_set(S, LLM_CTR_PREFIX_CACHE_HOST_BYTES, (uint64_t)st.prefix_cache_host_bytes);
+        ctr_set(S, LLM_CTR_PREFIX_CACHE_HOST_COPIES, (uint64_t)st.prefix_cache_host_copies);
     }
     if (n) {
         ctr_add(S, LLM_CTR_STEPS, 1);
