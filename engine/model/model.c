@@ -299,7 +299,7 @@ void v4_cache_info_get(v4_model *m, v4_cache_info *ci)
     *ci = (v4_cache_info){
         .dtype = m->layout.dtype, .block_tokens = m->layout.block_tokens, .block_bytes = m->layout.block_bytes,
         .state_bytes = m->layout.state_bytes, .blocks_total = m->pool.nblocks,
-        .blocks_used = m->pool.nblocks - m->pool.nfree - pc_reclaimable(&m->pc, &m->pool),
+        .blocks_used = m->pool.nblocks - m->pool.nfree - pc_reclaimable(&m->pc),
         .blocks_cached = pc_blocks_held(&m->pc), .seqs_total = m->pool.nslots,
         .seqs_used = m->pool.nslots - m->pool.nfree_slots,
     };
@@ -331,7 +331,7 @@ bool v4_can_admit(v4_model *m, int64_t n)
 {
     pthread_mutex_lock(&m->mu);
     bool ok = m->pool.nfree_slots > 0
-              && cache_blocks_for(&m->layout, n) <= m->pool.nfree + pc_reclaimable(&m->pc, &m->pool);
+              && cache_blocks_for(&m->layout, n) <= m->pool.nfree + pc_reclaimable(&m->pc);
     pthread_mutex_unlock(&m->mu);
     return ok;
 }

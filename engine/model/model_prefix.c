@@ -133,7 +133,7 @@ void prefix_seq_close(v4_model *m, v4_seq *s)
 {
     if (!s->p.part) return;
     /* last to first: the head of its chain outlives the tail */
-    for (int64_t b = s->c.nblocks - 1; b >= 0; b--) pc_touch(&m->pc, m->pc.entry_of[s->c.blocks[b]]);
+    pc_seq_release(&m->pc, &m->pool, s->c.blocks, s->c.nblocks);
     free(s->p.part);
     s->p = (seq_prefix){ 0 };
 }
@@ -214,7 +214,7 @@ int64_t v4_seq_prefix_attach(v4_model *m, v4_seq *s, const int32_t *prompt, int6
         c->blocks = realloc(c->blocks, (size_t)c->cap * sizeof *c->blocks);
         for (int64_t k = 0; k <= best; k++) {
             c->blocks[k] = pc->e[chain[k]].block;
-            block_ref(&m->pool, c->blocks[k]);
+            pc_seq_ref(pc, &m->pool, c->blocks[k]);
         }
         c->nblocks = best + 1;
         snap_copy(m, s, pc->e[chain[best]].snap, false);

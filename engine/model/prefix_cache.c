@@ -169,6 +169,7 @@ int32_t pc_insert(prefix_cache *pc, block_pool *p, uint64_t parent, const int32_
     *b = i;
     lru_append(pc, i);
     block_ref(p, block);
+    pc->inuse += p->ref[block] > 1;
     pc->entry_of[block] = i;
     pc->n++;
     return i;
@@ -211,6 +212,7 @@ static void forget(prefix_cache *pc, block_pool *p, int32_t i)
         drop_snap(pc, p, e);
         lru_unlink(pc, i);
         pc->entry_of[e->block] = -1;
+        pc->inuse -= p->ref[e->block] > 1;
         block_unref(p, e->block);
         pc->evicted++;
     } else {
@@ -285,8 +287,25 @@ void pc_adopt(prefix_cache *pc, block_pool *p, int32_t i, int32_t block)
     drop_host(pc, i);
     e->block = block;
     block_ref(p, block);
+    pc->inuse += p->ref[block] > 1;
     pc->entry_of[block] = i;
     lru_append(pc, i);
+}
+
+void pc_seq_ref(prefix_cache *pc, block_pool *p, int32_t block)
+{
+    block_ref(p, block);
+    if (pc->on && pc->entry_of[block] >= 0 && p->ref[block] == 2) pc->inuse++;
+}
+
+void pc_seq_release(prefix_cache *pc, const block_pool *p, const int32_t *blocks, int64_t n)
+{
+    for (int64_t b = n - 1; pc->on && b >= 0; b--) {
+        int32_t e = pc->entry_of[blocks[b]];
+        if (e < 0) continue;
+        pc->inuse -= p->ref[blocks[b]] == 2;
+        pc_touch(pc, e);
+    }
 }
 
 int pc_fill(prefix_cache *pc, block_pool *p, int32_t i)
@@ -320,12 +339,9 @@ int pc_fill(prefix_cache *pc, block_pool *p, int32_t i)
     return 0;
 }
 
-int64_t pc_reclaimable(const prefix_cache *pc, const block_pool *p)
+int64_t pc_reclaimable(const prefix_cache *pc)
 {
-    int64_t n = 0;
-    for (int32_t i = pc->on ? pc->lru_head : -1; i >= 0; i = pc->e[i].lru_next)
-        n += (p->ref[pc->e[i].block] == 1) + (pc->e[i].snap ? pc->snap_blocks : 0);
-    return n;
+    return pc->n - pc->nhost - pc->inuse + pc->snaps * pc->snap_blocks;
 }
 
 int64_t pc_blocks_held(const prefix_cache *pc)

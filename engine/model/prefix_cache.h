@@ -57,6 +57,7 @@ struct prefix_cache {
     int32_t host_head, host_tail;   /* host tier entries */
     int32_t *entry_of;      /* [nblocks] entry holding a block, or -1 */
     int64_t snaps;          /* pool entries with a snapshot */
+    int64_t inuse;          /* pool entries a sequence holds too (ref > 1) */
     int nrange;             /* the state slot's bytes a snapshot packs */
     size_t *range_off, *range_len;     /* (the model sets them; freed here) */
     /* host tier: set by the model */
@@ -100,6 +101,11 @@ void pc_adopt(prefix_cache *pc, block_pool *p, int32_t e, int32_t block);
 /* Bring a host-tier entry back into the pool; -1 when the blocks cannot
  * be had (it stays in the host tier). */
 int pc_fill(prefix_cache *pc, block_pool *p, int32_t e);
+/* A sequence takes a reference on a block, and gives back all of its
+ * blocks (touching their entries last to first); these keep the count
+ * of entries in use, which makes pc_reclaimable O(1). */
+void pc_seq_ref(prefix_cache *pc, block_pool *p, int32_t block);
+void pc_seq_release(prefix_cache *pc, const block_pool *p, const int32_t *blocks, int64_t n);
 /* Most recently used now (in its tier). */
 void pc_touch(prefix_cache *pc, int32_t e);
 /* Give `snap_blocks` free blocks to pool entry e's snapshot (evicting
@@ -109,7 +115,7 @@ int pc_snap_alloc(prefix_cache *pc, block_pool *p, int32_t e);
  * whether they are. */
 bool pc_make_room(prefix_cache *pc, block_pool *p, int64_t need);
 /* Blocks eviction could free now. */
-int64_t pc_reclaimable(const prefix_cache *pc, const block_pool *p);
+int64_t pc_reclaimable(const prefix_cache *pc);
 /* Pool blocks the cache holds (entries' blocks and snapshots). */
 int64_t pc_blocks_held(const prefix_cache *pc);
 /* Drop every entry, host tier included (sequences keep their blocks). */
