@@ -388,6 +388,58 @@ static void bookkeeping(void)
     block_pool_free(&p);
 }
 
+static int spilled, filled;
+static void fake_spill(void *ctx, prefix_cache *pc, int32_t e)
+{
+    (void)ctx;
+    memset(pc->e[e].host, pc->e[e].block, pc->host_unit);
+    spilled++;
+}
+static void fake_fill(void *ctx, prefix_cache *pc, int32_t e)
+{
+    (void)ctx;
+    (void)pc;
+    (void)e;
+    filled++;
+}
+
+/* The host tier's own budget and order, over a pool of 8 blocks. */
+static void host_bookkeeping(void)
+{
+    block_pool p;
+    block_pool_init(&p, 1, 8);
+    prefix_cache pc;
+    pc_init(&pc, true, 8, 4, 1, 1, 0x77);
+    pc.host_budget = 20;        /* two entries without snapshots */
+    pc.host_unit = 10;
+    pc.spill = fake_spill;
+    pc.fill = fake_fill;
+    int32_t t[3][4] = { { 1, 2, 3, 4 }, { 5, 6, 7, 8 }, { 9, 10, 11, 12 } }, b[3], e[3];
+    uint64_t parent[3];
+    for (int k = 0; k < 3; k++) {
+        parent[k] = k ? pc_chain(parent[k - 1], t[k - 1], 4) : pc.seed;
+        b[k] = block_take(&p);
+        e[k] = pc_insert(&pc, &p, parent[k], t[k], b[k]);
+    }
+    pc_seq_release(&pc, &p, b, 3);
+    for (int k = 0; k < 3; k++) block_unref(&p, b[k]);
+    bool room = pc_make_room(&pc, &p, 8);
+    ok(room && spilled == 3 && pc.nhost == 2 && pc.host_used == 20
+       && pc_find(&pc, parent[2], t[2]) < 0 && pc.e[pc_find(&pc, parent[0], t[0])].block < 0
+       && pc.e[e[0]].host[0] == (char)b[0],
+       "evicted entries go to the host tier; when it is full its oldest goes (the chain's tail)");
+    ok(pc_fill(&pc, &p, e[0]) == 0 && filled == 1 && pc.e[e[0]].block >= 0 && pc.nhost == 1
+       && pc.host_used == 10 && pc_blocks_held(&pc) == 1, "a fill brings an entry back");
+    pc.host_budget = 5;
+    ok(pc_make_room(&pc, &p, 8) && spilled == 3 && pc.nhost == 1
+       && pc_find(&pc, parent[0], t[0]) < 0 && pc_find(&pc, parent[1], t[1]) == e[1],
+       "an entry larger than the host budget is dropped without touching the tier");
+    pc_clear(&pc, &p);
+    ok(pc.n == 0 && pc.nhost == 0 && pc.host_used == 0 && p.nfree == 8, "clear empties both tiers");
+    pc_free(&pc);
+    block_pool_free(&p);
+}
+
 int main(void)
 {
     test_backend = getenv("LLM_TEST_BACKEND");
@@ -395,6 +447,7 @@ int main(void)
     if (getenv("LLM_TEST_MAX_TP")) max_tp = atoi(getenv("LLM_TEST_MAX_TP"));
     int tp2 = max_tp >= 2 ? 2 : 1;      /* one GPU: the TP=2 cases run at TP=1 */
     bookkeeping();
+    host_bookkeeping();
     seeds();
     cases(1, "auto");
     cases(tp2, "auto");

@@ -230,7 +230,7 @@ static void evict(prefix_cache *pc, block_pool *p, int32_t i)
 {
     pc_entry *e = &pc->e[i];
     size_t need = pc->host_unit * (1 + (e->snap ? (size_t)pc->snap_blocks : 0));
-    for (int32_t h = pc->host_head, next; pc->host_budget && h >= 0
+    for (int32_t h = pc->host_head, next; need <= pc->host_budget && h >= 0
          && pc->host_used + need > pc->host_budget; h = next) {
         next = pc->e[h].lru_next;
         if (!pc->e[h].pins) forget(pc, p, h);
