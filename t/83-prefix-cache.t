@@ -2,7 +2,8 @@
 # CPU): a conversation's next turn, which repeats the first turn's long
 # prompt, reports usage.prompt_tokens_details.cached_tokens > 0 and gives
 # the same greedy output as a cold engine (enable_prefix_caching: false);
-# so does the Responses API; the metrics count the hits.
+# so do the Responses API and Anthropic's Messages API (cache reads apart
+# from input_tokens); the metrics count the hits.
 use strict;
 use warnings;
 use Test::More;
@@ -21,7 +22,8 @@ start_engine($dir, $warm, model => "$top/tests/fixtures/demo", served => 'demo',
              extra => "kv_cache_memory_bytes: 64MiB");
 start_engine($dir, $cold, model => "$top/tests/fixtures/demo", served => 'cold',
              extra => "kv_cache_memory_bytes: 64MiB\nenable_prefix_caching: false");
-my $server = api_server($port, [qw(chat_completions responses health metrics)]);
+my $server = api_server($port, [qw(chat_completions responses messages health
+                                   metrics)]);
 write_conf($dir, <<"CONF");
     llm_engine $warm run_dir=$dir;
     llm_engine $cold run_dir=$dir;
@@ -77,6 +79,20 @@ cmp_ok($rw2->{json}{usage}{input_tokens_details}{cached_tokens} // 0, '>', 0,
 sub text_of { $_[0]{json}{output}[0]{content}[0]{text} }
 ok(defined text_of($rw2) && text_of($rw2) eq text_of($rc) && text_of($rw) eq text_of($rc),
    'responses: the same output as the cold engine');
+
+# Anthropic's Messages API counts cache reads apart from input_tokens
+my %ant = (max_tokens => 6, temperature => 0, system => $system,
+           messages => [{ role => 'user', content => 'How do I reset the pump?' }]);
+my $a1 = post('/v1/messages', { %ant, model => 'demo' });
+my $ac = post('/v1/messages', { %ant, model => 'cold' });
+my $au = $a1->{json}{usage} // {};
+is($a1->{status}, 200, 'messages: 200') or diag($a1->{content});
+cmp_ok($au->{cache_read_input_tokens} // 0, '>', 0,
+       'messages: cache_read_input_tokens of a repeated prompt');
+is(($au->{input_tokens} // 0) + ($au->{cache_read_input_tokens} // 0),
+   $ac->{json}{usage}{input_tokens}, 'messages: input + cache_read = the whole prompt');
+is($a1->{json}{content}[0]{text}, $ac->{json}{content}[0]{text},
+   'messages: the same output as the cold engine');
 
 my $m = http('GET', "$base/metrics")->{content};
 my ($hits) = $m =~ /^llm_engine_prefix_cache_hit_tokens\{engine="\Q$warm\E"\} (\d+)/m;
