@@ -135,7 +135,7 @@ $(BUILD)/fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c $(FUZZ_SRC)
 # it without running (to carry the binaries to a GPU machine).
 GPU_TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/gpu/*.c))
 gpu-tests: $(BIN) $(GPU_TEST_BIN) $(BUILD)/tests/test_model_golden $(BUILD)/tests/test_model_kv_dtype \
-           $(BUILD)/tests/test_model_fork
+           $(BUILD)/tests/test_model_fork $(BUILD)/tests/test_prefix_cache
 test-gpu: gpu-tests
 	@tools/test_gpu.sh
 

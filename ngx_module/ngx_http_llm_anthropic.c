@@ -937,14 +937,20 @@ ngx_http_llm_sse(ngx_http_llm_wbuf_t *out, const char *event)
 }
 
 
+/* Anthropic counts prompt tokens read from the cache apart: input_tokens
+ * are the others (input + cache_read = the whole prompt). */
 static void
 ngx_http_llm_usage_json(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
 {
+    uint64_t  cached;
+
+    cached = f->cached < f->prompt ? f->cached : f->prompt;
+
     ngx_http_llm_printf(out, "\"usage\":{\"input_tokens\":%uL,"
                         "\"output_tokens\":%uL,"
                         "\"cache_read_input_tokens\":%uL,"
                         "\"cache_creation_input_tokens\":0}",
-                        f->prompt, f->completion, f->cached);
+                        f->prompt - cached, f->completion, cached);
 }
 
 

@@ -82,8 +82,9 @@ static void ring_types(strbuf *out)
     }
 }
 
-/* One chat request through the model runner's ops: prepare, admit, one
- * step.  Returns the step's result; the ring's events in *events. */
+/* One chat request through the model runner's ops: prepare, admit, steps
+ * up to its first token.  Returns the last step's result; the ring's
+ * events in *events. */
 static int runner_request(const runner_ops *ops, void *R, const char *body, strbuf *events)
 {
     memset(&slot, 0, sizeof slot);
@@ -100,7 +101,11 @@ static int runner_request(const runner_ops *ops, void *R, const char *body, strb
             ops->poll(R);
         }
         llm_request *batch[1] = { &s };
-        if (!s.done && ops->admit(R, &s)) rc = ops->step(R, batch, 1, &err);
+        /* steps until one makes a token (prefill chunks end at the
+         * prefix cache's snapshot points) or the request ends */
+        if (!s.done && ops->admit(R, &s))
+            for (int k = 0; k < 8 && !s.done; k++)
+                if ((rc = ops->step(R, batch, 1, &err)) != 0) break;
     }
     req_out_flush(&out);
     ring_types(events);

@@ -96,9 +96,13 @@ int main(void)
         is_str(r.model_path, want, "relative model.path resolves against the recipe dir");
         is_str(r.served_model_name[0], "ckpt", "served name defaults to the model dir");
         is_str(r.name, "r", "engine name defaults to the file name");
+        ok(r.enable_prefix_caching, "prefix caching is on by default");
         recipe_free(&r);
         n = load_text(BASE "kv_cache_memory_bytes: 1.5GiB\n", &r, &e);
         ok(n == 0 && r.kv_cache_memory_bytes == 1610612736LL, "sizes with units");
+        recipe_free(&r);
+        n = load_text(BASE "enable_prefix_caching: false\n", &r, &e);
+        ok(n == 0 && !r.enable_prefix_caching, "enable_prefix_caching: false turns it off");
         recipe_free(&r);
         sb_free(&e);
     }
@@ -135,6 +139,8 @@ int main(void)
     expect_error("- a\n- b\n", "r.yaml:1: (top): a recipe is a YAML mapping", "top level not a mapping");
     expect_error(BASE "kv_offloading_filesystem: maybe\n",
                  "kv_offloading_filesystem: expected true or false", "bad bool");
+    expect_error(BASE "enable_prefix_caching: 1\n",
+                 "r.yaml:4: enable_prefix_caching: expected true or false", "bad prefix caching bool");
     expect_error(BASE "kv_cache_memory_bytes: lots\n", "kv_cache_memory_bytes: expected a size",
                  "bad size");
     expect_error(BASE "speculative_config:\n  method: mtp\n  num_speculative_tokens: 1\n",

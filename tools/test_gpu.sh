@@ -24,7 +24,7 @@ fi
 export LLM_TEST_MAX_TP=$([ "$n" -ge 2 ] && echo 2 || echo 1)
 LLM_TEST_BACKEND=cuda prove -v -f --exec '' build/tests/gpu/test_cuda_kernels \
     build/tests/gpu/test_cuda_model build/tests/test_model_golden build/tests/test_model_kv_dtype \
-    build/tests/test_model_fork
+    build/tests/test_model_fork build/tests/test_prefix_cache
 for g in bf16 f32 fp8; do
     LLM_CUDA_GEMM=$g LLM_TEST_BACKEND=cuda prove -v -f --exec '' build/tests/test_model_golden
 done

@@ -85,6 +85,12 @@ enum llm_ipc_counter {
      * visible, so a client that saw one end sees its seat free. */
     LLM_CTR_SEQS_FREE,
     LLM_CTR_KV_BLOCKS_FREE,
+    LLM_CTR_PREFIX_CACHE_QUERIES,       /* admitted prompts looked up in the cache */
+    LLM_CTR_PREFIX_CACHE_QUERY_TOKENS,  /* their prompt tokens */
+    LLM_CTR_PREFIX_CACHE_HIT_QUERIES,   /* lookups that reused a prefix */
+    LLM_CTR_PREFIX_CACHE_BLOCKS,        /* pool blocks the cache holds now */
+    LLM_CTR_PREFIX_CACHE_HOST_BYTES,    /* bytes in its host-memory tier now */
+    LLM_CTR_PREFIX_CACHE_HOST_COPIES,   /* entries copied to or from that tier */
     LLM_CTR_N
 };
 #define LLM_IPC_COUNTERS_MAX 32  /* room to add counters without a new version */

@@ -312,6 +312,9 @@ static const char *const counter_names[] = {
     "kv_blocks_total", "kv_capacity_tokens", "kv_capacity_bytes", "prefix_cache_hits",
     "requests_finished", "requests_failed", "requests_cancelled", "steps",
     "step_overhead_ns", "connections", "seqs_free", "kv_blocks_free",
+    "prefix_cache_queries", "prefix_cache_query_tokens",
+    "prefix_cache_hit_queries", "prefix_cache_blocks", "prefix_cache_host_bytes",
+    "prefix_cache_host_copies",
 };
 _Static_assert(sizeof counter_names / sizeof counter_names[0] == LLM_CTR_N,
                "one name per counter");

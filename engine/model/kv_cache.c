@@ -52,6 +52,23 @@ void cache_layout_init(cache_layout *L, const v4_config *c, enum kv_dtype t)
     L->block_bytes = blk;
 }
 
+int cache_live_ranges(const cache_layout *L, const v4_config *c, size_t *off, size_t *len)
+{
+    int n = 0;
+    for (int l = 0; l < L->n_layers; l++) {
+        off[n] = L->ring_off[l];
+        len[n++] = kv_region_bytes(L->dtype, c->sliding_window, c->head_dim);
+        if (c->attn[l] != V4_ATTN_CSA) continue;
+        int r = v4_layer_ratio(c, l);
+        /* the overlap follows the window rows (comp_state_floats) */
+        off[n] = L->comp_off[l] + (size_t)r * 2 * 2 * c->head_dim * sizeof(float);
+        len[n++] = (size_t)r * 2 * c->head_dim * sizeof(float);
+        off[n] = L->icomp_off[l] + (size_t)r * 2 * 2 * c->index_head_dim * sizeof(float);
+        len[n++] = (size_t)r * 2 * c->index_head_dim * sizeof(float);
+    }
+    return n;
+}
+
 void cache_layout_free(cache_layout *L)
 {
     free(L->ring_off);
@@ -67,6 +84,7 @@ void block_pool_init(block_pool *p, int nslots, int64_t nblocks)
     p->free_blocks = malloc((nblocks ? nblocks : 1) * sizeof *p->free_blocks);
     /* Pop order 0, 1, 2, ... from the top of the stack. */
     for (int64_t i = 0; i < nblocks; i++) p->free_blocks[i] = (int32_t)(nblocks - 1 - i);
+    p->ref = calloc(nblocks ? nblocks : 1, sizeof *p->ref);
     p->nslots = p->nfree_slots = nslots;
     p->free_slots = malloc((nslots ? nslots : 1) * sizeof *p->free_slots);
     for (int i = 0; i < nslots; i++) p->free_slots[i] = nslots - 1 - i;
@@ -75,7 +93,23 @@ void block_pool_init(block_pool *p, int nslots, int64_t nblocks)
 void block_pool_free(block_pool *p)
 {
     free(p->free_blocks);
+    free(p->ref);
     free(p->free_slots);
+}
+
+int32_t block_take(block_pool *p)
+{
+    if (!p->nfree) return -1;
+    int32_t b = p->free_blocks[--p->nfree];
+    p->ref[b] = 1;
+    return b;
+}
+
+void block_ref(block_pool *p, int32_t b) { p->ref[b]++; }
+
+void block_unref(block_pool *p, int32_t b)
+{
+    if (--p->ref[b] == 0) p->free_blocks[p->nfree++] = b;
 }
 
 int64_t cache_blocks_for(const cache_layout *L, int64_t n)
@@ -100,7 +134,7 @@ int seq_cache_open(block_pool *p, seq_cache *s)
 
 void seq_cache_close(block_pool *p, seq_cache *s)
 {
-    for (int64_t i = 0; i < s->nblocks; i++) p->free_blocks[p->nfree++] = s->blocks[i];
+    for (int64_t i = 0; i < s->nblocks; i++) block_unref(p, s->blocks[i]);
     p->free_slots[p->nfree_slots++] = s->slot;
     free(s->blocks);
     *s = (seq_cache){ .slot = -1 };
@@ -115,11 +149,11 @@ int seq_cache_reserve(block_pool *p, const cache_layout *L, seq_cache *s, int64_
         s->cap = (s->nblocks + need) * 2;
         s->blocks = realloc(s->blocks, s->cap * sizeof *s->blocks);
     }
-    while (need--) s->blocks[s->nblocks++] = p->free_blocks[--p->nfree];
+    while (need--) s->blocks[s->nblocks++] = block_take(p);
     return 0;
 }
 
 void seq_cache_trim(block_pool *p, seq_cache *s, int64_t keep)
 {
-    while (s->nblocks > keep) p->free_blocks[p->nfree++] = s->blocks[--s->nblocks];
+    while (s->nblocks > keep) block_unref(p, s->blocks[--s->nblocks]);
 }

@@ -40,19 +40,34 @@ typedef struct {
 
 void cache_layout_init(cache_layout *L, const v4_config *c, enum kv_dtype t);
 void cache_layout_free(cache_layout *L);
+/* The bytes of a state slot that a continuation from a position that
+ * starts a window of every compressor (a block boundary) reads: each
+ * layer's ring and, for CSA, the overlap rows of the compressor and the
+ * indexer's compressor (the window rows are written again before they are
+ * read).  Up to 3 * n_layers ranges into off/len; returns their count. */
+int cache_live_ranges(const cache_layout *L, const v4_config *c, size_t *off, size_t *len);
 /* Floats of a compressor's window state (ratio rows of kv and gate, plus
  * the overlap rows when coff == 2). */
 size_t comp_state_floats(int ratio, int coff, int d);
 
+/* Blocks carry reference counts: a sequence's hold is one, and the prefix
+ * cache (prefix_cache.h) adds one for a block it keeps, so a cached block
+ * is shared read-only by the sequences that start from it. */
 typedef struct {
     int64_t nblocks, nfree;
     int32_t *free_blocks;   /* stack */
+    int32_t *ref;           /* [nblocks] holders of each block, 0 when free */
     int nslots, nfree_slots;
     int *free_slots;
 } block_pool;
 
 void block_pool_init(block_pool *p, int nslots, int64_t nblocks);
 void block_pool_free(block_pool *p);
+/* A free block with one holder, or -1 when none is free. */
+int32_t block_take(block_pool *p);
+/* One holder more; one less, the block free again when none is left. */
+void block_ref(block_pool *p, int32_t b);
+void block_unref(block_pool *p, int32_t b);
 
 /* Per-sequence bookkeeping. */
 typedef struct {

@@ -289,6 +289,7 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
         v4_model_free(m);
         return -1;
     }
+    prefix_init(m, &o, dir);
     *out = m;
     return 0;
 }
@@ -312,6 +313,7 @@ void v4_model_free(v4_model *m)
     if (m->tp) pthread_mutex_destroy(&m->mu);
     free(m->ranks);
     tp_group_free(m->group);
+    pc_free(&m->pc);
     block_pool_free(&m->pool);
     cache_layout_free(&m->layout);
     free(m->inv_main);
@@ -359,7 +361,8 @@ void v4_cache_info_get(v4_model *m, v4_cache_info *ci)
     *ci = (v4_cache_info){
         .dtype = m->layout.dtype, .block_tokens = m->layout.block_tokens, .block_bytes = m->layout.block_bytes,
         .state_bytes = m->layout.state_bytes, .blocks_total = m->pool.nblocks,
-        .blocks_used = m->pool.nblocks - m->pool.nfree, .seqs_total = m->pool.nslots,
+        .blocks_used = m->pool.nblocks - m->pool.nfree - pc_reclaimable(&m->pc),
+        .blocks_cached = pc_blocks_held(&m->pc), .seqs_total = m->pool.nslots,
         .seqs_used = m->pool.nslots - m->pool.nfree_slots,
     };
     pthread_mutex_unlock(&m->mu);
@@ -389,7 +392,8 @@ double v4_cache_bytes_per_token(const v4_model *m)
 bool v4_can_admit(v4_model *m, int64_t n)
 {
     pthread_mutex_lock(&m->mu);
-    bool ok = m->pool.nfree_slots > 0 && cache_blocks_for(&m->layout, n) <= m->pool.nfree;
+    bool ok = m->pool.nfree_slots > 0
+              && cache_blocks_for(&m->layout, n) <= m->pool.nfree + pc_reclaimable(&m->pc);
     pthread_mutex_unlock(&m->mu);
     return ok;
 }
@@ -399,6 +403,7 @@ v4_seq *v4_seq_new(v4_model *m, strbuf *err)
     v4_seq *s = calloc(1, sizeof *s);
     pthread_mutex_lock(&m->mu);
     int rc = seq_cache_open(&m->pool, &s->c);
+    if (!rc) prefix_seq_open(m, s);
     pthread_mutex_unlock(&m->mu);
     if (rc) {
         sb_printf(err, "no free sequence slot (max_seqs %d)\n", m->pool.nslots);
@@ -411,6 +416,7 @@ v4_seq *v4_seq_new(v4_model *m, strbuf *err)
 int v4_seq_reserve(v4_model *m, v4_seq *s, int64_t n, strbuf *err)
 {
     pthread_mutex_lock(&m->mu);
+    prefix_make_room(m, cache_blocks_for(&m->layout, n) - s->c.nblocks);
     int rc = seq_cache_reserve(&m->pool, &m->layout, &s->c, n);
     if (rc)
         sb_printf(err, "cache pool: %lld blocks needed for %lld positions, %lld free\n",
@@ -424,6 +430,7 @@ void v4_seq_free(v4_model *m, v4_seq *s)
 {
     if (!s) return;
     pthread_mutex_lock(&m->mu);
+    prefix_seq_close(m, s);
     seq_cache_close(&m->pool, &s->c);
     pthread_mutex_unlock(&m->mu);
     free(s);
@@ -432,7 +439,7 @@ void v4_seq_free(v4_model *m, v4_seq *s)
 int64_t v4_seq_len(const v4_seq *s) { return s->c.len; }
 
 /* n bytes (a multiple of 4: pieces are 16-byte aligned) as one row */
-static void copy_bytes(backend *be, char *dst, const char *src, size_t n)
+void copy_bytes(backend *be, char *dst, const char *src, size_t n)
 {
     be->copy_rows(be, (float *)dst, (int)(n / 4), (const float *)src, (int)(n / 4), 1,
                   (int)(n / 4));
@@ -463,6 +470,9 @@ int v4_seq_fork(v4_model *m, v4_seq *dst, const v4_seq *src, strbuf *err)
         }
     }
     dst->c.len = src->c.len;
+    pthread_mutex_lock(&m->mu);
+    prefix_seq_fork(m, dst, src);
+    pthread_mutex_unlock(&m->mu);
     return 0;
 }
 
@@ -498,12 +508,16 @@ static int step_locked(v4_model *m, v4_step_item *items, int n, strbuf *err)
 {
     if (check_items(m, items, n, err)) return -1;
     /* Take every sequence's blocks first: all or nothing. */
-    int64_t *had = malloc(n * sizeof *had);
+    int64_t *had = malloc(n * sizeof *had), need = 0;
     if (!had) {
         sb_printf(err, "step: out of memory for %d sequences\n", n);
         return V4_STEP_NOMEM;
     }
-    for (int i = 0; i < n; i++) had[i] = items[i].seq->c.nblocks;
+    for (int i = 0; i < n; i++) {
+        had[i] = items[i].seq->c.nblocks;
+        need += cache_blocks_for(&m->layout, items[i].seq->c.len + items[i].n_tokens) - had[i];
+    }
+    prefix_make_room(m, need);
     for (int i = 0; i < n; i++) {
         seq_cache *sc = &items[i].seq->c;
         if (seq_cache_reserve(&m->pool, &m->layout, sc, sc->len + items[i].n_tokens)) {
@@ -580,6 +594,7 @@ static int step_locked(v4_model *m, v4_step_item *items, int n, strbuf *err)
         o += rows;
         items[i].seq->c.len += items[i].n_tokens;
     }
+    prefix_after_step(m, items, n);
 out:
     free(segs);
     free(ids);

@@ -53,6 +53,15 @@ typedef struct {
                                the upload (st_prefetch.h); 0: 8 */
     void (*log)(void *user, const char *line);  /* load progress; NULL: none */
     void *log_user;
+    bool prefix_cache;      /* automatic prefix caching (v4_seq_prefix_attach) */
+    int prefix_snapshot_every;  /* blocks between state snapshots of a
+                               prefill or decode (besides each prompt's
+                               last boundary); 0: the default, so that
+                               snapshots cost at most a quarter of the
+                               blocks they stand at the end of */
+    size_t prefix_host_bytes;   /* host-memory tier of the prefix cache, over
+                               all ranks: entries evicted from the pool are
+                               copied there and back when reused; 0: none */
 } v4_options;
 
 int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf *err);
@@ -81,7 +90,8 @@ typedef struct {
     int block_tokens;           /* positions per block */
     size_t block_bytes;         /* per rank */
     size_t state_bytes;         /* fixed state per sequence per rank */
-    int64_t blocks_total, blocks_used;
+    int64_t blocks_total, blocks_used;  /* used: held by sequences */
+    int64_t blocks_cached;      /* held by the prefix cache (some shared) */
     int seqs_total, seqs_used;
 } v4_cache_info;
 
@@ -106,6 +116,35 @@ int64_t v4_seq_len(const v4_seq *s);
  * (backend memory to backend memory, ordered before the next step), so dst
  * continues from src's prefill without computing it.  -1 with a message. */
 int v4_seq_fork(v4_model *m, v4_seq *dst, const v4_seq *src, strbuf *err);
+
+/* Prefix caching (docs/MODEL.md "Prefix caching").  On a fresh sequence
+ * (nothing fed, no blocks reserved), start from the longest cached prefix
+ * of the prompt that ends at a snapshot and leaves at least one prompt
+ * token to feed: its blocks are shared, its state copied on every rank.
+ * Returns the positions now in the cache (0: none); the caller feeds
+ * prompt[returned..n).  Also marks the prompt's last block boundary before
+ * n for a snapshot, so a later prompt with this prefix resumes there. */
+int64_t v4_seq_prefix_attach(v4_model *m, v4_seq *s, const int32_t *prompt, int64_t n);
+/* The most of the next n prompt tokens to feed in one step so that the
+ * chunk ends at a position the cache snapshots (n when none is near). */
+int v4_seq_prefix_chunk(v4_model *m, const v4_seq *s, int n);
+
+typedef struct {
+    bool on;
+    uint64_t seed;              /* the chain hash's seed (model, dtype, ...) */
+    int block_tokens, snapshot_every;
+    int64_t entries, snapshots, blocks_held;
+    uint64_t queries, query_tokens;     /* attach calls and their prompt tokens */
+    uint64_t hits, hit_tokens;          /* attaches that reused, and positions */
+    uint64_t evicted;           /* blocks given back to make room */
+    int64_t host_entries;       /* blocks (with snapshots) in the host tier */
+    size_t host_bytes, host_budget;
+    uint64_t spills, fills;     /* entries copied to and from the host tier */
+} v4_prefix_stats;
+
+void v4_prefix_stats_get(v4_model *m, v4_prefix_stats *st);
+/* Forget every cached prefix (running sequences keep their blocks). */
+void v4_prefix_clear(v4_model *m);
 
 typedef struct {
     v4_seq *seq;

@@ -9,6 +9,7 @@
 #include "kv_cache.h"
 #include "model.h"
 #include "model_weights.h"
+#include "prefix_cache.h"
 #include "safetensors.h"
 #include "tp.h"
 
@@ -46,6 +47,7 @@ struct v4_model {
     cache_layout layout;
     backend_modes modes;    /* in effect (cuda) */
     block_pool pool;
+    prefix_cache pc;        /* model_prefix.c */
     float *inv_main, *inv_comp;
     rope_table rope_main, rope_comp;
     pthread_mutex_t mu;
@@ -53,6 +55,7 @@ struct v4_model {
 
 struct v4_seq {
     seq_cache c;
+    seq_prefix p;           /* model_prefix.c */
 };
 
 /* One sequence's part of a step. */
@@ -72,6 +75,20 @@ typedef struct {
     const int32_t *out_tok;     /* [nout] token index of each logits row */
     float *logits;              /* [nout][vocab] host */
 } v4_batch;
+
+/* Prefix caching (model_prefix.c), called with the model's mutex held:
+ * set up after the pool (off unless o->prefix_cache); a sequence's chain
+ * state opened, copied by a fork and closed (its entries touched last to
+ * first); full blocks entered and snapshots taken after a step; room for
+ * `need` free blocks made by eviction. */
+void prefix_init(v4_model *m, const v4_options *o, const char *dir);
+void prefix_seq_open(v4_model *m, v4_seq *s);
+void prefix_seq_fork(v4_model *m, v4_seq *dst, const v4_seq *src);
+void prefix_seq_close(v4_model *m, v4_seq *s);
+void prefix_after_step(v4_model *m, const v4_step_item *items, int n);
+bool prefix_make_room(v4_model *m, int64_t need);
+/* n bytes (a multiple of 4) from src to dst in one rank's backend memory. */
+void copy_bytes(backend *be, char *dst, const char *src, size_t n);
 
 /* Forward pass of `rank` over the batch (a tp_fn). */
 void v4_forward_rank(void *batch, int rank);

@@ -95,6 +95,7 @@ static const struct field top_fields[] = {
     { "gpu_memory_utilization", F_FLOAT, OFF(gpu_memory_utilization), 0, 1, true, NULL, NULL },
     { "kv_cache_dtype", F_ENUM, OFF(kv_cache_dtype), 0, 0, false, kv_dtypes, NULL },
     { "kv_cache_memory_bytes", F_SIZE, OFF(kv_cache_memory_bytes), 0, 0, false, NULL, NULL },
+    { "enable_prefix_caching", F_BOOL, OFF(enable_prefix_caching), 0, 0, false, NULL, NULL },
     { "kv_offloading_size", F_FLOAT, OFF(kv_offloading_size), 0, 1 << 20, false, NULL, NULL },
     { "kv_offloading_filesystem", F_BOOL, OFF(kv_offloading_filesystem), 0, 0, false, NULL, NULL },
     { "cpu_threads", F_INT, OFF(cpu_threads), 0, 1024, false, NULL, NULL },
@@ -434,6 +435,7 @@ static void set_defaults(recipe *r)
     r->gpu_memory_utilization = 0.9;
     r->kv_cache_dtype = KV_DTYPE_AUTO;
     r->modes = (backend_modes)BACKEND_MODES_DEFAULT;
+    r->enable_prefix_caching = true;
     r->temperature = 1.0;
     r->top_p = 1.0;
     r->top_k = -1;

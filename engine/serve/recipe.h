@@ -37,6 +37,7 @@ typedef struct {
     double  gpu_memory_utilization;
     enum kv_cache_dtype kv_cache_dtype;
     int64_t kv_cache_memory_bytes;   /* 0: size from gpu_memory_utilization */
+    bool    enable_prefix_caching;   /* reuse cached prompt prefixes (default on) */
     double  kv_offloading_size;      /* GiB of host KV tier, 0 = off */
     bool    kv_offloading_filesystem;
     int     cpu_threads;             /* CPU backend threads per rank, 0 = auto */

@@ -71,6 +71,9 @@ typedef struct {
     int64_t kv_blocks_used;
     int64_t kv_blocks_free;       /* a user request may still reserve (probes' room excluded) */
     int64_t prefix_cache_hits;    /* cumulative prompt tokens served from cache */
+    int64_t prefix_cache_queries, prefix_cache_query_tokens, prefix_cache_hit_queries;
+    int64_t prefix_cache_blocks;  /* blocks the cache holds now */
+    int64_t prefix_cache_host_bytes, prefix_cache_host_copies;
 } runner_stats;
 
 typedef struct runner_ops {

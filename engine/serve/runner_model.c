@@ -53,6 +53,7 @@ struct model_runner {
     int64_t       blocks_total;
     int64_t       probe_blocks;   /* user sequences leave these free */
     int           max_batch;      /* max_num_seqs + LLM_IPC_PROBE_SEATS */
+    int64_t       pc_queries, pc_query_tokens, pc_hits, pc_hit_tokens;  /* admitted */
     float        *logits;         /* [max_batch][vocab] */
     float        *forked;         /* [2][vocab]: a prefill's logits, and a
                                    * copy a forked choice samples from */
@@ -96,6 +97,7 @@ struct model_req {
     int           budget, min_tokens;
     bool          ignore_eos;
     int           top_logprobs;   /* -1: none */
+    int           cached;         /* prompt tokens reused from the prefix cache */
     int           n;              /* choices */
     int           left;           /* choices still generating */
     struct mchoice *ch;           /* [n] */
@@ -237,6 +239,8 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
         .modes = rc->modes,
         .log = load_log,
         .log_user = (void *)rc->name,
+        .prefix_cache = rc->enable_prefix_caching,
+        .prefix_host_bytes = (size_t)(rc->kv_offloading_size * 1073741824.0),
     };
     strbuf merr;
     sb_init(&merr);
@@ -924,6 +928,10 @@ static int mr_admit(void *self, llm_request *s)
     int i;
     for (i = 0; i < q->n; i++) {
         v4_seq *vs = v4_seq_new(R->model, &err);
+        /* choice 0 starts from the longest cached prefix (the others fork) */
+        int64_t cached = vs && i == 0 ? v4_seq_prefix_attach(R->model, vs, q->prompt.data,
+                                                             (int64_t)q->prompt.len) : 0;
+        q->ch[i].fed = (int)cached;
         if (vs && v4_seq_reserve(R->model, vs, s->prompt_tokens + q->budget, &err)) {
             v4_seq_free(R->model, vs);
             vs = NULL;
@@ -932,7 +940,14 @@ static int mr_admit(void *self, llm_request *s)
         q->ch[i].vs = vs;
     }
     sb_free(&err);
-    if (i == q->n) return 1;
+    if (i == q->n) {
+        q->cached = q->ch[0].fed;
+        R->pc_queries++;
+        R->pc_query_tokens += (int64_t)q->prompt.len;
+        R->pc_hits += q->cached > 0;
+        R->pc_hit_tokens += q->cached;
+        return 1;
+    }
     /* wait until a running sequence gives blocks back: all or none */
     while (i-- > 0) {
         v4_seq_free(R->model, q->ch[i].vs);
@@ -990,7 +1005,7 @@ static void emit_usage(llm_request *s)
         .prompt_tokens = (uint32_t)s->prompt_tokens,
         .completion_tokens = 0,
         .reasoning_tokens = 0,
-        .cached_tokens = 0,
+        .cached_tokens = q ? (uint32_t)q->cached : 0,
     };
     for (int i = 0; q && q->ch && i < q->n; i++) {
         u.completion_tokens += (uint32_t)q->ch[i].generated;
@@ -1113,7 +1128,8 @@ static int mr_step(void *self, llm_request **batch, int n, strbuf *err)
                 } else {
                     int left = (int)m->prompt.len - q->fed;
                     it->tokens = m->prompt.data + q->fed;
-                    it->n_tokens = left < budget ? left : budget;
+                    it->n_tokens = v4_seq_prefix_chunk(R->model, q->vs,
+                                                       left < budget ? left : budget);
                 }
                 budget -= it->n_tokens;
                 it->seq = q->vs;
@@ -1213,7 +1229,15 @@ static void mr_stats(void *self, runner_stats *st)
     st->kv_blocks_used = ci.blocks_used;
     int64_t left = ci.blocks_total - ci.blocks_used - R->probe_blocks;
     st->kv_blocks_free = left > 0 ? left : 0;
-    st->prefix_cache_hits = 0;
+    st->prefix_cache_hits = R->pc_hit_tokens;
+    st->prefix_cache_queries = R->pc_queries;
+    st->prefix_cache_query_tokens = R->pc_query_tokens;
+    st->prefix_cache_hit_queries = R->pc_hits;
+    st->prefix_cache_blocks = ci.blocks_cached;
+    v4_prefix_stats ps;
+    v4_prefix_stats_get(R->model, &ps);
+    st->prefix_cache_host_bytes = (int64_t)ps.host_bytes;
+    st->prefix_cache_host_copies = (int64_t)(ps.spills + ps.fills);
 }
 
 const runner_ops runner_model = {

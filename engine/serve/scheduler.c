@@ -461,11 +461,17 @@ static void publish_capacity(sched *S)
     ctr_set(S, LLM_CTR_SEQS_FREE,
             busy < S->cfg.max_num_seqs ? (uint64_t)(S->cfg.max_num_seqs - busy) : 0);
     if (S->cfg.ops->stats) {
-        runner_stats st = { 0, 0, 0 };
+        runner_stats st = { 0 };
         S->cfg.ops->stats(S->cfg.runner, &st);
         ctr_set(S, LLM_CTR_KV_BLOCKS_USED, (uint64_t)st.kv_blocks_used);
         ctr_set(S, LLM_CTR_KV_BLOCKS_FREE, (uint64_t)st.kv_blocks_free);
         ctr_set(S, LLM_CTR_PREFIX_CACHE_HITS, (uint64_t)st.prefix_cache_hits);
+        ctr_set(S, LLM_CTR_PREFIX_CACHE_QUERIES, (uint64_t)st.prefix_cache_queries);
+        ctr_set(S, LLM_CTR_PREFIX_CACHE_QUERY_TOKENS, (uint64_t)st.prefix_cache_query_tokens);
+        ctr_set(S, LLM_CTR_PREFIX_CACHE_HIT_QUERIES, (uint64_t)st.prefix_cache_hit_queries);
+        ctr_set(S, LLM_CTR_PREFIX_CACHE_BLOCKS, (uint64_t)st.prefix_cache_blocks);
+        ctr_set(S, LLM_CTR_PREFIX_CACHE_HOST_BYTES, (uint64_t)st.prefix_cache_host_bytes);
+        ctr_set(S, LLM_CTR_PREFIX_CACHE_HOST_COPIES, (uint64_t)st.prefix_cache_host_copies);
     }
 }
 

@@ -1,0 +1,263 @@
+/* Prefix caching in the model: what the cache's entries (prefix_cache.c)
+ * mean in cache bytes.  A block is entered once a sequence has fed all its
+ * positions (its compressed entries and indexer keys are final then and
+ * never written again: later windows start in later blocks); a snapshot
+ * copies what of the sequence's state slot a continuation from a block
+ * boundary reads (the rings and the CSA overlaps: cache_live_ranges); a
+ * new sequence shares the blocks and copies the snapshot back.  docs/MODEL.md, "Prefix caching". */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_internal.h"
+#include "sha256.h"
+#include "version.h"
+
+/* The seed of every chain hash: what makes a cache's bytes what they are
+ * besides the tokens (the checkpoint's config and path, the cache dtype,
+ * the backend and its GEMM/MoE modes, the TP split, the engine version). */
+static uint64_t prefix_seed(const v4_model *m, const v4_options *o, const char *dir)
+{
+    sha256_ctx c;
+    sha256_init(&c);
+    strbuf sb;
+    sb_init(&sb);
+    if (o->synthetic) sb_puts(&sb, dir);
+    else sb_printf(&sb, "%s/config.json", dir);
+    strbuf cfg;
+    sb_init(&cfg);
+    if (sb_read_file(&cfg, sb.data) == 0) sha256_update(&c, cfg.data, cfg.len);
+    sb_free(&cfg);
+    const char *gemm = getenv("LLM_CUDA_GEMM"), *moe = getenv("LLM_CUDA_MOE");
+    bool cuda = o->backend && !strcmp(o->backend, "cuda");
+    sb_printf(&sb, "|prefix-v1|%s|%s|%s|tp%d|%s|%s|%s", LLM_ENGINE_VERSION,
+              v4_kv_dtype_name(m->layout.dtype), cuda ? "cuda" : "cpu", m->tp,
+              o->synthetic ? "synthetic" : "weights", cuda && gemm ? gemm : "",
+              cuda && moe ? moe : "");
+    sha256_update(&c, sb.data, sb.len);
+    sb_free(&sb);
+    uint8_t d[32];
+    sha256_final(&c, d);
+    uint64_t h = 0;
+    for (int i = 0; i < 8; i++) h |= (uint64_t)d[i] << (8 * i);
+    return h;
+}
+
+/* An entry's pool blocks (its block, then its snapshot's) and its host
+ * copy, rank after rank, one direction or the other (synchronous copies). */
+static void host_copy(v4_model *m, const pc_entry *e, bool to_host)
+{
+    size_t bb = m->layout.block_bytes, nb = 1 + (e->snap ? (size_t)m->pc.snap_blocks : 0);
+    for (int r = 0; r < m->tp; r++) {
+        backend *be = m->ranks[r].be;
+        for (size_t k = 0; k < nb; k++) {
+            char *host = e->host + ((size_t)r * nb + k) * bb;
+            char *dev = m->ranks[r].block_mem + (size_t)(k ? e->snap[k - 1] : e->block) * bb;
+            if (to_host) be->read(be, host, dev, bb);
+            else be->write(be, dev, host, bb);
+        }
+    }
+}
+
+static void host_spill(void *ctx, prefix_cache *pc, int32_t e)
+{
+    host_copy(ctx, &pc->e[e], true);
+}
+
+static void host_fill(void *ctx, prefix_cache *pc, int32_t e)
+{
+    host_copy(ctx, &pc->e[e], false);
+}
+
+void prefix_init(v4_model *m, const v4_options *o, const char *dir)
+{
+    const cache_layout *L = &m->layout;
+    size_t *off = malloc(3 * (size_t)L->n_layers * sizeof *off);
+    size_t *len = malloc(3 * (size_t)L->n_layers * sizeof *len), bytes = 0;
+    int nr = cache_live_ranges(L, &m->cfg, off, len);
+    for (int i = 0; i < nr; i++) bytes += len[i];
+    int snap = L->block_bytes ? (int)((bytes + L->block_bytes - 1) / L->block_bytes) : 0;
+    int every = o->prefix_snapshot_every > 0 ? o->prefix_snapshot_every
+                : 4 * snap > 16 ? 4 * snap : 16;
+    pc_init(&m->pc, o->prefix_cache && L->block_bytes / 4 <= INT32_MAX, m->pool.nblocks,
+            L->block_tokens, snap, every, prefix_seed(m, o, dir));
+    m->pc.nrange = nr;
+    m->pc.range_off = off;
+    m->pc.range_len = len;
+    m->pc.host_budget = o->prefix_host_bytes;
+    m->pc.host_unit = (size_t)m->tp * L->block_bytes;
+    m->pc.ctx = m;
+    m->pc.spill = host_spill;
+    m->pc.fill = host_fill;
+}
+
+/* The live ranges of s's state slot (cache_live_ranges), packed one after
+ * another into a snapshot's blocks, or back, on every rank (stream-ordered
+ * before the next step). */
+static void snap_copy(v4_model *m, const v4_seq *s, const int32_t *snap, bool save)
+{
+    const cache_layout *L = &m->layout;
+    const prefix_cache *pc = &m->pc;
+    for (int r = 0; r < m->tp; r++) {
+        v4_rank *R = &m->ranks[r];
+        char *slot = R->state_mem + (size_t)s->c.slot * L->state_bytes;
+        size_t at = 0;      /* in the packed stream */
+        for (int i = 0; i < pc->nrange; i++)
+            for (size_t done = 0, n; done < pc->range_len[i]; done += n, at += n) {
+                size_t k = at / L->block_bytes, in = at % L->block_bytes;
+                n = pc->range_len[i] - done < L->block_bytes - in ? pc->range_len[i] - done
+                                                                  : L->block_bytes - in;
+                char *blk = R->block_mem + (size_t)snap[k] * L->block_bytes + in;
+                char *st = slot + pc->range_off[i] + done;
+                if (save) copy_bytes(R->be, blk, st, n);
+                else copy_bytes(R->be, st, blk, n);
+            }
+    }
+}
+
+void prefix_seq_open(v4_model *m, v4_seq *s)
+{
+    if (!m->pc.on) return;
+    s->p = (seq_prefix){ .hash = m->pc.seed,
+                         .part = malloc((size_t)m->pc.block_tokens * sizeof *s->p.part) };
+}
+
+void prefix_seq_fork(v4_model *m, v4_seq *dst, const v4_seq *src)
+{
+    if (!dst->p.part || !src->p.part) return;
+    dst->p.hash = src->p.hash;
+    dst->p.npart = src->p.npart;
+    memcpy(dst->p.part, src->p.part, (size_t)m->pc.block_tokens * sizeof *dst->p.part);
+}
+
+void prefix_seq_close(v4_model *m, v4_seq *s)
+{
+    if (!s->p.part) return;
+    /* last to first: the head of its chain outlives the tail */
+    pc_seq_release(&m->pc, &m->pool, s->c.blocks, s->c.nblocks);
+    free(s->p.part);
+    s->p = (seq_prefix){ 0 };
+}
+
+bool prefix_make_room(v4_model *m, int64_t need)
+{
+    return pc_make_room(&m->pc, &m->pool, need);
+}
+
+static bool snapshot_at(const prefix_cache *pc, const seq_prefix *sp, int64_t len)
+{
+    return len > 0 && len % pc->block_tokens == 0
+           && (len / pc->block_tokens % pc->snap_every == 0 || len == sp->mark);
+}
+
+void prefix_after_step(v4_model *m, const v4_step_item *items, int n)
+{
+    prefix_cache *pc = &m->pc;
+    int B = pc->block_tokens;
+    for (int i = 0; i < n && pc->on; i++) {
+        v4_seq *s = items[i].seq;
+        seq_prefix *sp = &s->p;
+        if (!sp->part) continue;
+        int64_t pos = s->c.len - items[i].n_tokens;
+        for (int t = 0; t < items[i].n_tokens; t++) {
+            sp->part[sp->npart++] = items[i].tokens[t];
+            pos++;
+            if (sp->npart < B) continue;
+            sp->npart = 0;
+            int32_t e = pc_find(pc, sp->hash, sp->part), blk = s->c.blocks[pos / B - 1];
+            if (e < 0) e = pc_insert(pc, &m->pool, sp->hash, sp->part, blk);
+            else if (pc->e[e].block < 0) pc_adopt(pc, &m->pool, e, blk);
+            sp->hash = pc_chain(sp->hash, sp->part, B);
+            if (e < 0) continue;
+            pc_touch(pc, e);
+            if (pos == s->c.len && snapshot_at(pc, sp, pos) && !pc->e[e].snap
+                && pc->e[e].block >= 0
+                && pc_snap_alloc(pc, &m->pool, e) == 0)
+                snap_copy(m, s, pc->e[e].snap, true);
+        }
+    }
+}
+
+int64_t v4_seq_prefix_attach(v4_model *m, v4_seq *s, const int32_t *prompt, int64_t n)
+{
+    prefix_cache *pc = &m->pc;
+    pthread_mutex_lock(&m->mu);
+    if (!s->p.part || s->c.len || s->c.nblocks || n < 2) {
+        pthread_mutex_unlock(&m->mu);
+        return 0;
+    }
+    int B = pc->block_tokens;
+    int64_t nb = (n - 1) / B;       /* full blocks that leave a token to feed */
+    s->p.mark = nb * B;
+    pc->queries++;
+    pc->query_tokens += (uint64_t)n;
+    int32_t *chain = malloc((size_t)(nb ? nb : 1) * sizeof *chain);
+    int64_t best = -1;
+    uint64_t h = pc->seed;
+    for (int64_t k = 0; k < nb; k++) {
+        int32_t e = pc_find(pc, h, prompt + k * B);
+        if (e < 0) break;
+        chain[k] = e;
+        h = pc->e[e].hash;
+        if (pc->e[e].snap || pc->e[e].host_snap) best = k;
+    }
+    /* entries in the host tier come back first (pinned meanwhile, so
+     * making room for one never evicts another of the chain) */
+    bool filled = true;
+    for (int64_t k = 0; k <= best; k++) pc->e[chain[k]].pins++;
+    for (int64_t k = 0; k <= best && filled; k++) filled = pc_fill(pc, &m->pool, chain[k]) == 0;
+    for (int64_t k = 0; k <= best; k++) pc->e[chain[k]].pins--;
+    if (!filled) best = -1;
+    int64_t got = 0;
+    if (best >= 0) {
+        seq_cache *c = &s->c;
+        c->cap = best + 1;
+        c->blocks = realloc(c->blocks, (size_t)c->cap * sizeof *c->blocks);
+        for (int64_t k = 0; k <= best; k++) {
+            c->blocks[k] = pc->e[chain[k]].block;
+            pc_seq_ref(pc, &m->pool, c->blocks[k]);
+        }
+        c->nblocks = best + 1;
+        snap_copy(m, s, pc->e[chain[best]].snap, false);
+        got = c->len = (best + 1) * B;
+        s->p.hash = pc->e[chain[best]].hash;
+        s->p.npart = 0;
+        for (int64_t k = best; k >= 0; k--) pc_touch(pc, chain[k]);
+        pc->hits++;
+        pc->hit_tokens += (uint64_t)got;
+    }
+    free(chain);
+    pthread_mutex_unlock(&m->mu);
+    return got;
+}
+
+int v4_seq_prefix_chunk(v4_model *m, const v4_seq *s, int n)
+{
+    const prefix_cache *pc = &m->pc;
+    if (!s->p.part || n <= 0) return n;
+    int64_t len = s->c.len, every = (int64_t)pc->snap_every * pc->block_tokens;
+    int64_t next = (len / every + 1) * every;
+    if (s->p.mark > len && s->p.mark < next) next = s->p.mark;
+    return next < len + n ? (int)(next - len) : n;
+}
+
+void v4_prefix_stats_get(v4_model *m, v4_prefix_stats *st)
+{
+    pthread_mutex_lock(&m->mu);
+    const prefix_cache *pc = &m->pc;
+    *st = (v4_prefix_stats){
+        .on = pc->on, .seed = pc->seed, .block_tokens = pc->block_tokens,
+        .snapshot_every = pc->snap_every, .entries = pc->n, .snapshots = pc->snaps,
+        .blocks_held = pc_blocks_held(pc), .queries = pc->queries,
+        .query_tokens = pc->query_tokens, .hits = pc->hits, .hit_tokens = pc->hit_tokens,
+        .evicted = pc->evicted, .host_entries = pc->nhost, .host_bytes = pc->host_used,
+        .host_budget = pc->host_budget, .spills = pc->spills, .fills = pc->fills,
+    };
+    pthread_mutex_unlock(&m->mu);
+}
+
+void v4_prefix_clear(v4_model *m)
+{
+    pthread_mutex_lock(&m->mu);
+    pc_clear(&m->pc, &m->pool);
+    pthread_mutex_unlock(&m->mu);
+}
