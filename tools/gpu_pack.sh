@@ -11,7 +11,8 @@ rm -rf "$dest"
 mkdir -p "$dest/build/bin" "$dest/build/tests/gpu" "$dest/tools" "$dest/lib"
 cp build/bin/llm-engine "$dest/build/bin/"
 cp build/tests/gpu/test_cuda_* build/tests/gpu/bench_cuda_* build/tests/test_model_golden \
-    build/tests/test_model_kv_dtype "$dest/build/tests/" 2>/dev/null || true
+    build/tests/test_model_kv_dtype build/tests/test_model_fork build/tests/test_prefix_cache \
+    "$dest/build/tests/" 2>/dev/null || true
 mv "$dest"/build/tests/test_cuda_* "$dest"/build/tests/bench_cuda_* "$dest/build/tests/gpu/"
 cp tools/gpu_run.sh tools/gpu_serve_check.sh tools/test_gpu.sh "$dest/tools/"
 for l in libyajl.so.2 libyaml-0.so.2 libpcre2-8.so.0; do

@@ -47,6 +47,10 @@ LLM_CUDA_GEMM=fp8 LLM_TEST_BACKEND=cuda timeout 90 build/tests/test_model_kv_dty
 echo $? > "$out/kv_dtype-fp8.rc"
 LLM_TEST_BACKEND=cuda timeout 90 build/tests/test_model_kv_dtype > "$out/kv_dtype.log" 2>&1
 vrc=$?
+for t in test_model_fork test_prefix_cache; do
+    LLM_TEST_BACKEND=cuda timeout 120 build/tests/$t > "$out/$t.log" 2>&1
+    echo $? > "$out/$t.rc"
+done
 if [ $krc -ne 0 ] && command -v compute-sanitizer > /dev/null; then
     timeout 200 compute-sanitizer --print-limit 5 build/tests/gpu/test_cuda_kernels \
         > "$out/sanitizer.log" 2>&1
