@@ -460,7 +460,10 @@ ngx_http_llm_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
                     return NGX_HTTP_INTERNAL_SERVER_ERROR;
                 }
 
-                ngx_memcpy(p, ctx->body.data, ctx->body.len);
+                if (ctx->body.len) {
+                    ngx_memcpy(p, ctx->body.data, ctx->body.len);
+                }
+
                 ctx->body.data = p;
                 ctx->body_cap = cap;
             }

@@ -142,10 +142,15 @@ sub stop_nginx {
     kill 'KILL', $pid, @workers;
 }
 
+# Hang bounds (not timings) stretch under the sanitizers' slowdown:
+# make test-asan sets LLM_TEST_TIME_SCALE (tests/test_env.h does the same
+# for the C harness).
+sub time_scale { $ENV{LLM_TEST_TIME_SCALE} || 1 }
+
 # http($method, $url, $body, \%headers) -> HTTP::Tiny response hash
 sub http {
     my ($method, $url, $body, $headers) = @_;
-    my $ua = HTTP::Tiny->new(timeout => 10);
+    my $ua = HTTP::Tiny->new(timeout => 10 * time_scale());
     return $ua->request($method, $url, {
         headers => { 'Content-Type' => 'application/json', %{ $headers // {} } },
         defined $body ? (content => $body) : (),
@@ -259,7 +264,7 @@ END {
 sub wait_for {
     my ($cond, $secs) = @_;
     my $v;
-    for (1 .. ($secs // 5) * 50) {
+    for (1 .. ($secs // 5) * 50 * time_scale()) {
         $v = $cond->();
         return $v if $v;
         sleep 0.02;
