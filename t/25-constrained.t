@@ -23,7 +23,7 @@ my $pid = start_engine($dir, $name, model => "$top/tests/fixtures/demo",
                        served => 'tiny-demo', max_model_len => 2048,
                        max_num_seqs => 4,
                        extra => "kv_cache_memory_bytes: 64MiB");
-my $server = api_server($port, [qw(chat_completions completions responses
+my $server = api_server($port, [qw(chat_completions completions responses messages
                                    models tokenize health)]);
 write_conf($dir, <<"CONF");
     llm_engine $name run_dir=$dir;
@@ -287,6 +287,19 @@ $r = post('/v1/responses', { model => 'tiny-demo', input => 'weather?', max_outp
 my ($fc) = grep { $_->{type} eq 'function_call' } @{ $r->{json}{output} // [] };
 ok($fc && $fc->{name} eq 'get_weather' && valid($weather, $weather, eval { $json->decode($fc->{arguments}) }),
    'responses tool_choice named: a valid get_weather call') or diag($r->{content});
+
+# Anthropic's Messages API: tool_choice {type: tool} and {type: any} are
+# the forced calls, as a tool_use block whose input validates
+for my $tc ({ type => 'tool', name => 'get_weather' }, { type => 'any' }) {
+    $r = post('/v1/messages', { model => 'tiny-demo', max_tokens => 100,
+                                messages => [ { role => 'user', content => 'weather?' } ],
+                                tools => [ { name => 'get_weather', input_schema => $weather } ],
+                                tool_choice => $tc });
+    my ($tu) = grep { $_->{type} eq 'tool_use' } @{ $r->{json}{content} // [] };
+    ok($r->{status} == 200 && ($r->{json}{stop_reason} // '') eq 'tool_use' && $tu
+       && $tu->{name} eq 'get_weather' && valid($weather, $weather, $tu->{input}),
+       "messages tool_choice $tc->{type}: a tool_use block with valid input") or diag($r->{content});
+}
 
 # ---- logit_bias --------------------------------------------------------------
 # -100: the greedy reply's tokens, banned, never appear (compared by their
