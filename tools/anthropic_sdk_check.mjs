@@ -41,7 +41,7 @@ console.log('ok stream:', events, 'events,', final.usage.output_tokens, 'tokens,
 
 const tools = [{ name: 'get_weather', description: 'Current weather for a city',
   input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } }];
-const ts = client.messages.stream({ model, max_tokens: 64, messages: [{ role: 'user', content: 'Weather in Paris?' }],
+const ts = client.messages.stream({ model, max_tokens: 256, messages: [{ role: 'user', content: 'Weather in Paris?' }],
   tools, tool_choice: { type: 'tool', name: 'get_weather' },
   ...script({ tool_calls: [{ id: 'toolu_01', name: 'get_weather', arguments: '{"city":"Paris"}' }] }) });
 let partial = '';
