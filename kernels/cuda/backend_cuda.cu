@@ -325,11 +325,15 @@ static void cu_moe_op(backend *b, const moe_args *a)
         cu_act_quant_round(c->st, a->x, H, T, H, xq, H);
         xr = xq;
     }
-    if (T <= 8) {
-        // Four launches: the shared expert (w1 and w3 with SwiGLU, w2),
-        // the chosen experts' w1 and w3 with SwiGLU, then their w2 with
-        // the routing weights, summed over the experts and added to the
-        // shared expert's output.
+    if (T < GEMM_MODE_MIN_T) {
+        // Decode batches (and short steps): four launches, GEMVs that read
+        // each slot's expert: the shared expert (w1 and w3 with SwiGLU,
+        // w2), the chosen experts' w1 and w3 with SwiGLU, then their w2
+        // with the routing weights, summed over the experts and added to
+        // the shared expert's output.  Below GEMM_MODE_MIN_T no prefill
+        // mode quantizes, so this is the float32 math of every mode.  (The
+        // tiled kernel below computes 64-slot tiles that hold a slot or
+        // two at these sizes: 13x slower at 32 sequences, run S1.)
         if (!cu_gemv_swiglu(c->st, s1, s3, NULL, a->x, H, 1, T, a->limit, sg, I))
             fail(c, "moe: the shared expert's w1 and w3 differ in layout");
         cu_matmul(c->st, s2, sg, I, T, sy, H);

@@ -1125,6 +1125,10 @@ static void test_moes(void)
     /* a slice of 48 columns: w2's rows are not whole 16-byte loads */
     test_moe(2, false, 256, 8, 3, 96, 32, 48);
     test_moe(1, true, 256, 8, 3, 96, 32, 48);
+    /* decode batches up to 63 tokens: the per-slot GEMVs */
+    test_moe(16, false, 1024, 32, 6, 512, 256, 256);
+    test_moe(32, true, 1024, 32, 6, 512, 256, 256);
+    test_moe(63, false, 1024, 32, 6, 512, 256, 256);
     test_moe(40, false, 128, 8, 2, 128, 64, 64);
     test_moe(40, true, 128, 8, 2, 128, 64, 64);
     test_moe(100, false, 128, 8, 2, 128, 64, 64);  /* routed: tiles; shared expert: cuBLASLt */
