@@ -5,34 +5,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
+#include "cli_run.h"
 #include "strbuf.h"
 #include "tap.h"
-
-static const char *BIN = "build/bin/llm-engine";
-
-static int run(const char *args, strbuf *out)
-{
-    strbuf cmd;
-    sb_init(&cmd);
-    sb_printf(&cmd, "%s %s 2>&1", BIN, args);
-    FILE *p = popen(cmd.data, "r");
-    sb_free(&cmd);
-    sb_reset(out);
-    if (!p) return -1;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) sb_append(out, buf, n);
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 int main(void)
 {
     strbuf out;
     sb_init(&out);
-    int rc = run("bench --model tests/fixtures/demo --batch 1,3,8 --prompt 24 --decode 8 "
+    int rc = engine_cli("bench --model tests/fixtures/demo --batch 1,3,8 --prompt 24 --decode 8 "
                  "--threads 1", &out);
     is_int(rc, 0, "bench --batch 1,3,8 exits 0");
     if (rc) diag("%s", out.data);
@@ -64,9 +46,9 @@ int main(void)
         prev_experts = experts;
     }
 
-    rc = run("bench --model tests/fixtures/demo --batch 0 --prompt 8", &out);
+    rc = engine_cli("bench --model tests/fixtures/demo --batch 0 --prompt 8", &out);
     is_int(rc, 2, "--batch 0 is a usage error");
-    rc = run("bench --model tests/fixtures/demo --batch 2,x --prompt 8", &out);
+    rc = engine_cli("bench --model tests/fixtures/demo --batch 2,x --prompt 8", &out);
     is_int(rc, 2, "--batch 2,x is a usage error");
     sb_free(&out);
     return exit_status();

@@ -5,29 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "json.h"
 #include "model.h"
+#include "cli_run.h"
 #include "strbuf.h"
 #include "tap.h"
-
-static int run(const char *args, strbuf *out)
-{
-    strbuf cmd;
-    sb_init(&cmd);
-    sb_printf(&cmd, "build/bin/llm-engine %s 2>&1", args);
-    FILE *p = popen(cmd.data, "r");
-    sb_free(&cmd);
-    sb_reset(out);
-    if (!p) return -1;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) sb_append(out, buf, n);
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 int main(void)
 {
@@ -39,7 +23,7 @@ int main(void)
     sb_init(&path);
     sb_printf(&args, "synth --config tests/fixtures/demo/config.json --layers 3 --shards 2 "
               "--tokenizer tests/fixtures/demo/tokenizer.json --out %s/m", dir);
-    int rc = run(args.data, &out);
+    int rc = engine_cli(args.data, &out);
     is_int(rc, 0, "synth --config --layers 3 --shards 2 exits 0");
     if (rc) diag("%s", out.data);
     ok(strstr(out.data, "3 layers in 2 shards") != NULL, "it says what it wrote");
@@ -90,11 +74,11 @@ int main(void)
     }
     sb_free(&e);
 
-    rc = run("synth --layers 2 --out /tmp/x", &out);
+    rc = engine_cli("synth --layers 2 --out /tmp/x", &out);
     is_int(rc, 2, "--layers without --config is a usage error");
     sb_reset(&args);
     sb_printf(&args, "synth --config %s/none.json --out %s/n", dir, dir);
-    rc = run(args.data, &out);
+    rc = engine_cli(args.data, &out);
     is_int(rc, 1, "a missing config fails");
     ok(strstr(out.data, "none.json") != NULL, "naming the file: %s", out.data);
 
