@@ -100,6 +100,10 @@ struct cu_impl {
     cuda_qw **descs;
     size_t ndescs, capdescs;
     stage_ent stage[NSTAGE];
+    void *hargs;                // host: the per-sequence arguments of a batched op
+    size_t hargs_cap;
+    int *hidx;                  // the sequences of a batched op (one_token_segs)
+    size_t hidx_cap;
     unsigned long long tick, fills;
     grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
         iscores, ikeys, wdeq, hcm, xbf, apart, xq, x8, xsc, wsc;
@@ -109,6 +113,7 @@ struct cu_impl {
     void *lt_ws;
     int gemm;                   // gemm_mode: enum backend_gemm (backend_modes.h)
     int attn_tokens;            // attn_tokens: query tokens per tensor-core attention block
+    int gemv_max_t;             // dense matmuls of up to this many tokens on the GEMV kernel
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
     double expert_host_ms;      // profiling: host time queuing the expert GEMMs
@@ -208,6 +213,11 @@ const void *arena_put(cu_impl *c, const void *host, size_t bytes, size_t reserve
 const dstep *step_values(cu_impl *c, int pos0, const void *ptr);
 int pos_end(cu_impl *c, int pos0, int n);
 const void *stage(cu_impl *c, const void *host, size_t bytes);
+// Room for n structs of `size` bytes on the host (c->hargs), then their
+// device copy for this step's launches (staged; under a graph a fresh
+// place in the arena, as each op's array differs).
+void *host_args(cu_impl *c, int n, size_t size);
+const void *stage_args(cu_impl *c, const void *host, size_t bytes);
 void arena_free(cu_impl *c);
 void arena_grow(cu_impl *c, size_t bytes);
 

@@ -117,6 +117,30 @@ const void *stage(cu_impl *c, const void *host, size_t bytes)
     return e->dev;
 }
 
+void *host_args(cu_impl *c, int n, size_t size)
+{
+    size_t bytes = (size_t)n * size;
+    if (bytes > c->hargs_cap) {
+        void *p = realloc(c->hargs, bytes);
+        if (!p) {
+            fail(c, "out of host memory for the arguments of %d sequences", n);
+            return NULL;
+        }
+        c->hargs = p;
+        c->hargs_cap = bytes;
+    }
+    return c->hargs;
+}
+
+const void *stage_args(cu_impl *c, const void *host, size_t bytes)
+{
+    if (!in_graph(c)) return stage(c, host, bytes);
+    char *h = arena_alloc(c, bytes);
+    if (!h) return c->arena_d;
+    memcpy(h, host, bytes);
+    return arena_dev(c, h);
+}
+
 void arena_free(cu_impl *c)
 {
     if (c->arena_h) cudaFreeHost(c->arena_h);

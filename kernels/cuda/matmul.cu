@@ -155,6 +155,14 @@ struct gv_args {
     int S;                  // warps per row group, each a slice of the columns
     int vec;                // 16-byte weight loads possible (else element by element)
     int x4;                 // x staged as float4s (aligned rows, columns a multiple of 4)
+    int tok_fast;           // blockIdx.x: the token chunk, blockIdx.y: the rows (L2 reuse)
+    // Grouped by expert (PLAIN, SWIGLU): blockIdx.y is tile i of moe_sort's
+    // table (none past *ntiles), its slots j = tiles[i].y + t (t < tiles[i].z
+    // <= NT) of expert tiles[i].x; x row perm[j] / xdiv (gather) or j, y
+    // row j, or perm[j] (scatter).
+    const int4 *tiles;
+    const int *ntiles, *perm;
+    int scatter, tile_m;    // tile_m: slots per tile (1, 2, 4, 8); T is then the tiles' bound
 };
 
 // Matrix-vector products for a few tokens, the weights read once at
@@ -176,21 +184,40 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
     __shared__ float4 xs[NT * XT / 4];
     __shared__ float part[8][R][NT];
     __shared__ long long eoff[2][16];
+    __shared__ int xrow[NT], yrow[NT];  // token t's x and y rows, -1: none
     const dqw &w = a.w;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = a.S, sub = warp % S;
-    int n0 = (blockIdx.x * (8 / S) + warp / S) * RO, t0 = blockIdx.y * NT;
+    int rb = a.tok_fast ? blockIdx.y : blockIdx.x, tb = a.tok_fast ? blockIdx.x : blockIdx.y;
+    int n0 = (rb * (8 / S) + warp / S) * RO, t0 = tb * NT;
     int I = w.cols, Kv = MODE == GV_COMBINE ? a.K * I : I;
+    long long tile_e = -1;
+    if (MODE != GV_COMBINE && a.tiles) {
+        pdl_wait();         // the table comes from the kernel before
+        if (tb >= *a.ntiles) return;
+        int4 tl = a.tiles[tb];
+        tile_e = tl.x;
+        if (threadIdx.x < NT) {
+            int t = threadIdx.x, j = tl.y + t;
+            xrow[t] = t < tl.z ? (a.scatter ? j : a.perm[j] / a.xdiv) : -1;
+            yrow[t] = t < tl.z ? (a.scatter ? a.perm[j] : j) : -1;
+        }
+    } else if (threadIdx.x < NT) {
+        int t = t0 + threadIdx.x;
+        xrow[threadIdx.x] = t < a.T ? t / a.xdiv : -1;
+        yrow[threadIdx.x] = t < a.T ? t : -1;
+    }
+    __syncthreads();
 
     const uint8_t *bd[R], *bs[R];   // row r's matrix (expert applied), its row, scale row
     long long row[R];
     // Experts come from the kernel before: wait for it first.  Else the
     // first weights load while it finishes (pdl_wait below).
-    bool dense = MODE != GV_COMBINE && !a.experts;
+    bool dense = MODE != GV_COMBINE && !a.experts && !a.tiles;
     if (!dense) pdl_wait();
     {
         const uint8_t *d = w.data, *s = w.scale, *d3 = a.w3.data, *s3 = a.w3.scale;
-        if (MODE != GV_COMBINE && a.experts) {
-            long long e = a.experts[t0];
+        if (MODE != GV_COMBINE && (a.experts || a.tiles)) {
+            long long e = a.tiles ? tile_e : a.experts[t0];
             d += e * w.estride, s += e * w.sestride;
             d3 += e * a.w3.estride, s3 += e * a.w3.sestride;
         }
@@ -264,8 +291,8 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
                     float4 g = *(const float4 *)(a.x + sl * a.ldx + vc - k * I);
                     float f = a.wt[sl];
                     v[j] = make_float4(f * g.x, f * g.y, f * g.z, f * g.w);
-                } else if (t0 + t < a.T) {
-                    v[j] = *(const float4 *)(a.x + (long long)((t0 + t) / a.xdiv) * a.ldx + vc);
+                } else if (xrow[t] >= 0) {
+                    v[j] = *(const float4 *)(a.x + (long long)xrow[t] * a.ldx + vc);
                 }
             }
 #pragma unroll
@@ -281,8 +308,8 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
                     int k = vc / I;
                     long long sl = (long long)t0 * a.K + k;
                     v = a.wt[sl] * a.x[sl * a.ldx + vc - k * I];
-                } else if (t0 + t < a.T) {
-                    v = a.x[(long long)((t0 + t) / a.xdiv) * a.ldx + vc];
+                } else if (xrow[t] >= 0) {
+                    v = a.x[(long long)xrow[t] * a.ldx + vc];
                 }
                 xf[t * XT + xswz(q >> 2) * 4 + (q & 3)] = v;
             }
@@ -342,13 +369,15 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
     if (sub) return;
     for (int o = lane; o < RO * NT; o += 32) {
         int r = o / NT, t = o % NT, n = n0 + r;
-        if (n >= w.rows || t0 + t >= a.T) continue;
+        if (n >= w.rows || (MODE != GV_COMBINE && yrow[t] < 0) ||
+            (MODE == GV_COMBINE && t0 + t >= a.T))
+            continue;
         float v = 0, u = 0;
         for (int k = 0; k < S; k++) {
             v += part[warp + k][r][t];
             if (MODE == GV_SWIGLU) u += part[warp + k][r + RO][t];
         }
-        long long yi = (long long)(t0 + t) * a.ldy + n;
+        long long yi = (long long)(MODE == GV_COMBINE ? t0 + t : yrow[t]) * a.ldy + n;
         if (MODE == GV_SWIGLU) v = swiglu1(v, u, a.limit);
         if (MODE == GV_COMBINE && a.add) v += a.add[yi];
         a.y[yi] = v;
@@ -490,8 +519,13 @@ static void gemv_launch(cudaStream_t st, gv_args a)
 {
     const dqw &w = a.w;
     int VEC = vec_elems(w.type), Kv = MODE == GV_COMBINE ? a.K * w.cols : w.cols;
-    int NT = MODE == GV_COMBINE || a.experts ? 1 : a.T <= 1 ? 1 : a.T <= 2 ? 2 : a.T <= 4 ? 4 : 8;
-    int ny = MODE == GV_COMBINE || a.experts ? a.T : (a.T + NT - 1) / NT;
+    int NT = MODE == GV_COMBINE || a.experts ? 1
+             : a.tiles                       ? a.tile_m
+             : a.T <= 1                      ? 1
+             : a.T <= 2                      ? 2
+             : a.T <= 4                      ? 4
+                                             : 8;
+    int ny = MODE == GV_COMBINE || a.experts || a.tiles ? a.T : (a.T + NT - 1) / NT;
     int R = NT == 8 ? 2 : 4, RO = MODE == GV_SWIGLU ? R / 2 : R;
     long long target = 16LL * sm_count();
     auto slices = [&](int ro) {
@@ -508,6 +542,12 @@ static void gemv_launch(cudaStream_t st, gv_args a)
     }
     int groups = (w.rows + RO - 1) / RO, per_block = 8 / a.S;
     dim3 grid((groups + per_block - 1) / per_block, ny);
+    // More than 8 tokens: the chunks of a group of rows run one after the
+    // other, so all but the first read the rows from L2.
+    if (MODE == GV_PLAIN && !a.tiles && ny > 1 && grid.x <= 65535) {
+        a.tok_fast = 1;
+        grid = dim3(ny, grid.x);
+    }
     QT_DISPATCH(w.type, launch_qt<QT, MODE>(st, grid, a, NT, one_row));
 }
 
@@ -524,7 +564,7 @@ static gv_args gv_make(const dqw &w, const float *x, int ldx, int T, float *y, i
 void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y, int ldy)
 {
     if (w.rows <= 0 || T <= 0) return;
-    if (T <= 8) {
+    if (T <= CU_GEMV_MAX_T) {
         gemv_launch<GV_PLAIN>(st, gv_make(w, x, ldx, T, y, ldy));
     } else {
         dim3 grid((T + TM - 1) / TM, (w.rows + TN - 1) / TN);
@@ -555,6 +595,27 @@ bool cu_gemv_combine(cudaStream_t st, const dqw &w, const int *experts, int K, c
     a.experts = experts, a.K = K, a.wt = wt, a.add = add;
     a.vec = a.vec && w.cols % vec_elems(w.type) == 0;
     gemv_launch<GV_COMBINE>(st, a);
+    return true;
+}
+
+bool cu_gemv_tiles(cudaStream_t st, const dqw &w1, const dqw *w3, const int4 *tiles,
+                   const int *ntiles, int max_tiles, int tile_m, const int *perm, bool scatter,
+                   const float *x, int ldx, int xdiv, float limit, float *y, int ldy)
+{
+    if (w3 && (w1.type != w3->type || w1.rows != w3->rows || w1.cols != w3->cols ||
+               w1.ld != w3->ld || w1.sld != w3->sld || w1.r0 != w3->r0 || w1.c0 != w3->c0))
+        return false;
+    if (tile_m != 1 && tile_m != 2 && tile_m != 4 && tile_m != 8) return false;
+    if (w1.rows <= 0 || max_tiles <= 0) return true;
+    gv_args a = gv_make(w1, x, ldx, max_tiles, y, ldy);
+    a.tiles = tiles, a.ntiles = ntiles, a.perm = perm, a.scatter = scatter, a.tile_m = tile_m;
+    a.xdiv = xdiv, a.limit = limit;
+    if (w3) {
+        a.w3 = *w3;
+        gemv_launch<GV_SWIGLU>(st, a);
+    } else {
+        gemv_launch<GV_PLAIN>(st, a);
+    }
     return true;
 }
 
