@@ -54,15 +54,38 @@ static bool to_rope(cu_impl *c, const rope_table *rt, drope *r)
     return true;
 }
 
+// A batched op's staged buffer (stage_begin): its structs, then each
+// sequence's block addresses from `off` on (with a staged array per
+// sequence a large batch would outlast the staging entries).
+struct seg_pack {
+    char *host;
+    const char *dev;
+    size_t off;
+};
+
+// Room for the block addresses of rows [0, nrows_cap) of p.
+static size_t paged_bytes(const paged_rows *p, int nrows_cap)
+{
+    int ncap = nrows_cap > 0 ? (nrows_cap + p->per_block - 1) / p->per_block : 0;
+    return round_up(ncap * sizeof(char *), 16);
+}
+
 // Device block addresses for rows [0, nrows) of p (under a graph, in
-// room for rows [0, nrows_cap)).
-static bool to_paged(cu_impl *c, const paged_rows *p, int nrows, int nrows_cap, dpaged *d)
+// room for rows [0, nrows_cap)); into sp's buffer when given.
+static bool to_paged(cu_impl *c, const paged_rows *p, int nrows, int nrows_cap, dpaged *d,
+                     seg_pack *sp = NULL)
 {
     int nblk = nrows > 0 ? (nrows + p->per_block - 1) / p->per_block : 0;
     int ncap = nrows_cap > 0 ? (nrows_cap + p->per_block - 1) / p->per_block : 0;
-    d->blocks = (char *const *)(in_graph(c) ? arena_put(c, p->blocks, nblk * sizeof(char *),
-                                                        ncap * sizeof(char *))
-                                            : stage(c, p->blocks, nblk * sizeof(char *)));
+    if (sp) {
+        memcpy(sp->host + sp->off, p->blocks, nblk * sizeof(char *));
+        d->blocks = (char *const *)(sp->dev + sp->off);
+        sp->off += paged_bytes(p, nrows_cap);
+    } else {
+        d->blocks = (char *const *)(in_graph(c) ? arena_put(c, p->blocks, nblk * sizeof(char *),
+                                                            ncap * sizeof(char *))
+                                                : stage(c, p->blocks, nblk * sizeof(char *)));
+    }
     d->off = (long long)p->off;
     d->per_block = p->per_block;
     d->row_len = p->row_len;
@@ -228,12 +251,12 @@ template <class A> static int one_token_segs(cu_impl *c, const A *a, int nseg)
     return k;
 }
 
-static bool to_dcomp(cu_impl *c, const compress_args *a, dcomp *d)
+static bool to_dcomp(cu_impl *c, const compress_args *a, dcomp *d, seg_pack *sp = NULL)
 {
     *d = dcomp{ a->n, a->pos0, a->ratio, a->d, a->overlap, a->ld, a->kv, a->gate, a->ape,
                 a->norm, a->eps, a->state, {}, step_values(c, a->pos0, a->state) };
     return to_paged(c, &a->out, (a->pos0 + a->n) / a->ratio,
-                    pos_end(c, a->pos0, a->n) / a->ratio, &d->out);
+                    pos_end(c, a->pos0, a->n) / a->ratio, &d->out, sp);
 }
 
 static void cu_compress_op(backend *b, const compress_args *a, int nseg)
@@ -253,24 +276,29 @@ static void cu_compress_op(backend *b, const compress_args *a, int nseg)
         if (!recording(c)) cu_compress(c->st, d, r);
     }
     if (n1) {
-        dcomp *h = (dcomp *)host_args(c, n1, sizeof(dcomp));
-        if (!h) return;
-        for (int k = 0; k < n1; k++)
-            if (!to_dcomp(c, &a[one[k]], &h[k])) return;
-        const dcomp *dev = (const dcomp *)stage_args(c, h, n1 * sizeof(dcomp));
+        size_t head = round_up(n1 * sizeof(dcomp), 16), bytes = head;
+        for (int k = 0; k < n1; k++) {
+            const compress_args &x = a[one[k]];
+            bytes += paged_bytes(&x.out, pos_end(c, x.pos0, x.n) / x.ratio);
+        }
+        seg_pack sp = { NULL, NULL, head };
+        if (!(sp.host = stage_begin(c, bytes, &sp.dev))) return;
+        dcomp *h = (dcomp *)sp.host;
+        for (int k = 0; k < n1; k++) to_dcomp(c, &a[one[k]], &h[k], &sp);
         dcomp shape = h[0];
         shape.n = n1;
-        if (!c->failed && !recording(c)) cu_compress(c->st, shape, r, dev);
+        stage_end(c);
+        if (!c->failed && !recording(c)) cu_compress(c->st, shape, r, (const dcomp *)sp.dev);
     }
     launched(c, "compress");
 }
 
-static bool to_dindexer(cu_impl *c, const indexer_args *a, dindexer *d)
+static bool to_dindexer(cu_impl *c, const indexer_args *a, dindexer *d, seg_pack *sp = NULL)
 {
     int end = pos_end(c, a->pos0, a->n);
     *d = dindexer{ a->n, a->pos0, a->ratio, a->nheads, a->d, a->topk, a->q, a->w, {}, a->sel,
                    a->nsel, end, step_values(c, a->pos0, NULL) };
-    return to_paged(c, &a->keys, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d->keys);
+    return to_paged(c, &a->keys, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d->keys, sp);
 }
 
 // Scores of `rows` rows of up to maxvis entries, at most 64M floats at
@@ -313,15 +341,21 @@ static void cu_indexer_op(backend *b, const indexer_args *a, int nseg)
         indexer_one(c, &a[i]);
     }
     if (n1) {
-        dindexer *h = (dindexer *)host_args(c, n1, sizeof(dindexer));
-        if (!h) return;
-        dindexer shape;
+        size_t head = round_up(n1 * sizeof(dindexer), 16), bytes = head;
         for (int k = 0; k < n1; k++) {
-            if (!to_dindexer(c, &a[one[k]], &h[k])) return;
+            const indexer_args &x = a[one[k]];
+            bytes += paged_bytes(&x.keys, pos_end(c, x.pos0, x.n) / x.ratio);
+        }
+        seg_pack sp = { NULL, NULL, head };
+        if (!(sp.host = stage_begin(c, bytes, &sp.dev))) return;
+        dindexer *h = (dindexer *)sp.host, shape;
+        for (int k = 0; k < n1; k++) {
+            to_dindexer(c, &a[one[k]], &h[k], &sp);
             if (!k || h[k].pos_end > shape.pos_end) shape = h[k];
         }
         shape.n = n1;
-        const dindexer *dev = (const dindexer *)stage_args(c, h, n1 * sizeof(dindexer));
+        stage_end(c);
+        const dindexer *dev = (const dindexer *)sp.dev;
         if (recording(c)) return;
         size_t cap;
         float *sc = indexer_scores(c, n1, shape.pos_end / shape.ratio, true, &cap);
@@ -330,14 +364,14 @@ static void cu_indexer_op(backend *b, const indexer_args *a, int nseg)
     launched(c, "indexer");
 }
 
-static bool to_dattn(cu_impl *c, const attention_args *a, dattn *d)
+static bool to_dattn(cu_impl *c, const attention_args *a, dattn *d, seg_pack *sp = NULL)
 {
     int end = pos_end(c, a->pos0, a->n);
     *d = dattn{ a->n, a->pos0, a->nheads, a->head_dim, a->window, a->scale, a->q, a->kv,
                 (const char *)a->ring, (int)a->dtype, a->sinks, a->ratio, {}, a->sel, a->nsel,
                 a->sel_ld, a->out, end, step_values(c, a->pos0, a->ring) };
     return !a->ratio ||
-           to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d->comp);
+           to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d->comp, sp);
 }
 
 // The float32 kernel (flash-decoding partials in c->apart when the plan
@@ -380,16 +414,21 @@ static void cu_attention_op(backend *b, const attention_args *a, int nseg)
         attention_one(c, &a[i]);
     }
     if (n1) {
-        dattn *h = (dattn *)host_args(c, n1, sizeof(dattn));
-        if (!h) return;
-        dattn shape;
+        size_t head = round_up(n1 * sizeof(dattn), 16), bytes = head;
         for (int k = 0; k < n1; k++) {
-            if (!to_dattn(c, &a[one[k]], &h[k])) return;
+            const attention_args &x = a[one[k]];
+            if (x.ratio) bytes += paged_bytes(&x.comp, pos_end(c, x.pos0, x.n) / x.ratio);
+        }
+        seg_pack sp = { NULL, NULL, head };
+        if (!(sp.host = stage_begin(c, bytes, &sp.dev))) return;
+        dattn *h = (dattn *)sp.host, shape;
+        for (int k = 0; k < n1; k++) {
+            to_dattn(c, &a[one[k]], &h[k], &sp);
             if (!k || h[k].pos_end > shape.pos_end) shape = h[k];
         }
         shape.n = n1;
-        const dattn *dev = (const dattn *)stage_args(c, h, n1 * sizeof(dattn));
-        if (!c->failed && !recording(c)) attention_run(c, shape, dev);
+        stage_end(c);
+        if (!c->failed && !recording(c)) attention_run(c, shape, (const dattn *)sp.dev);
     }
     launched(c, "attention");
 }
@@ -411,15 +450,16 @@ static void cu_ring_store_op(backend *b, const ring_args *a, int nseg, enum kv_d
                           a[i].pos0, dyn);
     }
     if (n1) {
-        dring *h = (dring *)host_args(c, n1, sizeof(dring));
+        const char *dev;
+        dring *h = (dring *)stage_begin(c, n1 * sizeof(dring), &dev);
         if (!h) return;
         for (int k = 0; k < n1; k++) {
             const ring_args &r = a[one[k]];
             h[k] = dring{ (char *)r.ring, r.kv, r.pos0, step_values(c, r.pos0, r.ring) };
         }
-        const dring *dev = (const dring *)stage_args(c, h, n1 * sizeof(dring));
+        stage_end(c);
         if (!c->failed && !recording(c))
-            cu_ring_store_batch(c->st, dev, n1, (int)t, window, head_dim);
+            cu_ring_store_batch(c->st, (const dring *)dev, n1, (int)t, window, head_dim);
     }
     launched(c, "ring_store");
 }
@@ -609,7 +649,6 @@ static void cu_destroy(backend *b)
     if (c->comm) ncclCommDestroy(c->comm);
     if (c->ar_mem) cudaFree(c->ar_mem);
     cudaStreamDestroy(c->st);
-    free(c->hargs);
     free(c->hidx);
     free(c);
     free(b);

@@ -100,8 +100,7 @@ struct cu_impl {
     cuda_qw **descs;
     size_t ndescs, capdescs;
     stage_ent stage[NSTAGE];
-    void *hargs;                // host: the per-sequence arguments of a batched op
-    size_t hargs_cap;
+    stage_ent *filling;         // stage_begin's entry until stage_end
     int *hidx;                  // the sequences of a batched op (one_token_segs)
     size_t hidx_cap;
     unsigned long long tick, fills;
@@ -213,11 +212,12 @@ const void *arena_put(cu_impl *c, const void *host, size_t bytes, size_t reserve
 const dstep *step_values(cu_impl *c, int pos0, const void *ptr);
 int pos_end(cu_impl *c, int pos0, int n);
 const void *stage(cu_impl *c, const void *host, size_t bytes);
-// Room for n structs of `size` bytes on the host (c->hargs), then their
-// device copy for this step's launches (staged; under a graph a fresh
-// place in the arena, as each op's array differs).
-void *host_args(cu_impl *c, int n, size_t size);
-const void *stage_args(cu_impl *c, const void *host, size_t bytes);
+// Staging filled in place: `bytes` of pinned host memory to write (NULL
+// when short: under a graph the step then runs again), their device
+// address in *dev; stage_end copies them for this step's launches (under
+// a graph: a fresh place in the arena, copied with it).  One at a time.
+char *stage_begin(cu_impl *c, size_t bytes, const char **dev);
+void stage_end(cu_impl *c);
 void arena_free(cu_impl *c);
 void arena_grow(cu_impl *c, size_t bytes);
 

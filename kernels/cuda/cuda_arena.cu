@@ -117,28 +117,42 @@ const void *stage(cu_impl *c, const void *host, size_t bytes)
     return e->dev;
 }
 
-void *host_args(cu_impl *c, int n, size_t size)
+char *stage_begin(cu_impl *c, size_t bytes, const char **dev)
 {
-    size_t bytes = (size_t)n * size;
-    if (bytes > c->hargs_cap) {
-        void *p = realloc(c->hargs, bytes);
-        if (!p) {
-            fail(c, "out of host memory for the arguments of %d sequences", n);
-            return NULL;
-        }
-        c->hargs = p;
-        c->hargs_cap = bytes;
+    if (in_graph(c)) {
+        char *h = arena_alloc(c, bytes);
+        *dev = (const char *)arena_dev(c, h);
+        return h;
     }
-    return c->hargs;
+    stage_ent *e = &c->stage[0];
+    for (int i = 1; i < NSTAGE; i++)
+        if (c->stage[i].used < e->used) e = &c->stage[i];
+    CK(c, cudaEventSynchronize(e->ev));
+    if (bytes > e->cap) {
+        if (e->host) CK(c, cudaFreeHost(e->host));
+        if (e->dev) CK(c, cudaFreeAsync(e->dev, c->st));
+        e->host = e->dev = NULL;
+        e->cap = e->bytes = 0;
+        size_t cap = bytes < 1024 ? 1024 : 2 * bytes;
+        CK(c, cudaMallocHost(&e->host, cap));
+        CK(c, cudaMallocAsync(&e->dev, cap, c->st));
+        if (!e->host || !e->dev) return NULL;
+        e->cap = cap;
+    }
+    e->bytes = bytes;
+    e->used = ++c->tick;
+    c->filling = e;
+    *dev = (const char *)e->dev;
+    return (char *)e->host;
 }
 
-const void *stage_args(cu_impl *c, const void *host, size_t bytes)
+void stage_end(cu_impl *c)
 {
-    if (!in_graph(c)) return stage(c, host, bytes);
-    char *h = arena_alloc(c, bytes);
-    if (!h) return c->arena_d;
-    memcpy(h, host, bytes);
-    return arena_dev(c, h);
+    stage_ent *e = c->filling;
+    c->filling = NULL;
+    if (!e || in_graph(c)) return;
+    CK(c, cudaMemcpyAsync(e->dev, e->host, e->bytes, cudaMemcpyHostToDevice, c->st));
+    CK(c, cudaEventRecord(e->ev, c->st));
 }
 
 void arena_free(cu_impl *c)

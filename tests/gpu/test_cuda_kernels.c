@@ -942,8 +942,24 @@ static void dseq_free(dseq *q)
         free(q->nsel);
 }
 
-/* State and every entry of every sequence as the CPU's (bounds of
- * test_compress). */
+/* A stored entry's element g against the CPU's c, both encoded from
+ * float32 values equal to ~1e-7: equal, or (bf16) one rounding step apart,
+ * at most 2^-7 of the larger; (fp8) one e4m3 step at the coarser of two
+ * group scales that may differ by a power of two when the group's amax
+ * sits on a boundary: 2^-3 of the larger, or for subnormal codes 2^-9 of
+ * the scale, which is below 2 amax / 448. */
+static bool entry_close(enum kv_dtype t, float g, float c, float amax)
+{
+    double m = fmax(fabs(g), fabs(c)), e = fabs((double)g - c);
+    if (t == KV_BF16) return e <= 0x1p-7 * m;
+    return e <= 0x1p-3 * m + 0x1p-9 * 2 * amax / 448;
+}
+
+/* State and every entry of every sequence as the CPU's: the state within
+ * TOL; entries within TOL (f32 cache) or element by element within one
+ * rounding step of the cache format (entry_close; a batch may complete
+ * only one entry per sequence, too few for test_compress's L2 bounds over
+ * many). */
 static void test_compress_batch(int nseg, int ratio, bool overlap, int d, int maxpos,
                                 enum kv_dtype t)
 {
@@ -976,7 +992,8 @@ static void test_compress_batch(int nseg, int ratio, bool overlap, int d, int ma
     }
     C->compress(C, ca, nseg);
     G->compress(G, ga, nseg);
-    double worst_s = 0, worst_e = 0, etol = t == KV_F32 ? TOL : t == KV_BF16 ? 1e-4 : 2e-3;
+    double worst_s = 0, worst_e = 0;
+    size_t far = 0, nel = 0;
     for (int s = 0; s < nseg; s++) {
         dseq *q = &sq[s];
         float *gs = hcopy(q->dstate, sf * 4);
@@ -991,12 +1008,19 @@ static void test_compress_batch(int nseg, int ratio, bool overlap, int d, int ma
             kv_load(t, blocks + at, q->pg.per_block, d, e % q->pg.per_block, eg + (size_t)e * d);
         }
         if (ne) worst_e = fmax(worst_e, rel_err(eg, ec, (size_t)ne * d));
+        for (size_t i = 0; t != KV_F32 && i < (size_t)ne * d; i += KV_FP8_GROUP) {
+            size_t n = (size_t)ne * d - i < KV_FP8_GROUP ? (size_t)ne * d - i : KV_FP8_GROUP;
+            float amax = 0;
+            for (size_t j = i; j < i + n; j++) amax = fmaxf(amax, fmaxf(fabsf(eg[j]), fabsf(ec[j])));
+            for (size_t j = i; j < i + n; j++) far += !entry_close(t, eg[j], ec[j], amax);
+        }
+        nel += (size_t)ne * d;
         free(gs), free(blocks), free(ec), free(eg);
     }
-    ok(worst_s <= TOL && worst_e <= etol && !G->error(G),
+    ok(worst_s <= TOL && (t == KV_F32 ? worst_e <= TOL : !far) && !G->error(G),
        "compress, a batch of %d sequences (positions up to %d) ratio=%d %s d=%d %s: state rel "
-       "%.2e, entries rel %.2e (bound %.0e)", nseg, maxpos, ratio, overlap ? "CSA" : "HCA", d,
-       dname(t), worst_s, worst_e, etol);
+       "%.2e, entries rel %.2e, %zu of %zu elements past one rounding step", nseg, maxpos, ratio,
+       overlap ? "CSA" : "HCA", d, dname(t), worst_s, worst_e, far, nel);
     for (int s = 0; s < nseg; s++) dseq_free(&sq[s]);
     G->release(G, dape), G->release(G, dnorm);
     free(sq), free(ca), free(ga), free(inv), free(ape), free(norm);
