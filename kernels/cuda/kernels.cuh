@@ -48,9 +48,6 @@ bool cu_gemv_combine(cudaStream_t st, const dqw &w, const int *experts, int K, c
 bool cu_gemv_tiles(cudaStream_t st, const dqw &w1, const dqw *w3, const int4 *tiles,
                    const int *ntiles, int max_tiles, int tile_m, const int *perm, bool scatter,
                    const float *x, int ldx, int xdiv, float limit, float *y, int ldy);
-void cu_matmul_tiles(cudaStream_t st, const dqw &w, const int4 *tiles, const int *ntiles,
-                     int max_tiles, const int *perm, const float *x, int ldx, int xdiv, float *y,
-                     int ldy);
 
 // ---- moe_gemm.cu ----
 // The routed experts of a prefill step on tensor cores, one launch per

@@ -388,41 +388,24 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
 #define TN 64
 #define TK 32
 
-// 64 tokens x 64 output rows per block, 4x4 per thread.  Tokens are rows
-// m0.. of x, or (tiles) the slots of one expert's tile through perm.
+// 64 tokens x 64 output rows per block, 4x4 per thread: tokens m0.. of x.
 template <int QT>
 __global__ void __launch_bounds__(256)
-tiled_kernel(dqw w, const float *x, int ldx, int xdiv, int T, float *y, int ldy,
-             const int4 *tiles, const int *ntiles, const int *perm)
+tiled_kernel(dqw w, const float *x, int ldx, int T, float *y, int ldy)
 {
     pdl_wait();
     __shared__ __align__(16) float xs[TK][TM + 4];
     __shared__ __align__(16) float ws[TK][TN + 4];
     int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
-    int n0 = blockIdx.y * TN, m0 = 0, mcount;
+    int n0 = blockIdx.y * TN, m0 = blockIdx.x * TM, mcount = min(TM, T - m0);
     const uint8_t *data = w.data, *scale = w.scale;
-    const int *rows = NULL;
-    if (tiles) {
-        if ((int)blockIdx.x >= *ntiles) return;
-        int4 tl = tiles[blockIdx.x];
-        data += tl.x * w.estride;
-        scale += tl.x * w.sestride;
-        rows = perm + tl.y;
-        mcount = tl.z;
-    } else {
-        m0 = blockIdx.x * TM;
-        mcount = min(TM, T - m0);
-    }
     float acc[4][4] = {};
     for (int k0 = 0; k0 < w.cols; k0 += TK) {
 #pragma unroll
         for (int i = 0; i < TM * TK / 256; i++) {
             int idx = tid + i * 256, m = idx / TK, k = idx % TK;
             float v = 0;
-            if (m < mcount && k0 + k < w.cols) {
-                int tok = rows ? rows[m] : m0 + m;
-                v = x[(long long)(tok / xdiv) * ldx + k0 + k];
-            }
+            if (m < mcount && k0 + k < w.cols) v = x[(long long)(m0 + m) * ldx + k0 + k];
             xs[k][m] = v;
         }
 #pragma unroll
@@ -450,7 +433,7 @@ tiled_kernel(dqw w, const float *x, int ldx, int xdiv, int T, float *y, int ldy,
     for (int i = 0; i < 4; i++) {
         int m = ty * 4 + i;
         if (m >= mcount) continue;
-        long long tok = rows ? rows[m] : m0 + m;
+        long long tok = m0 + m;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             int n = n0 + tx * 4 + j;
@@ -568,8 +551,7 @@ void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, fl
         gemv_launch<GV_PLAIN>(st, gv_make(w, x, ldx, T, y, ldy));
     } else {
         dim3 grid((T + TM - 1) / TM, (w.rows + TN - 1) / TN);
-        QT_DISPATCH(w.type, cu_launch(tiled_kernel<QT>, grid, 256, 0, st, w, x, ldx, 1, T, y, ldy,
-                                      NULL, NULL, NULL));
+        QT_DISPATCH(w.type, cu_launch(tiled_kernel<QT>, grid, 256, 0, st, w, x, ldx, T, y, ldy));
     }
 }
 
@@ -617,16 +599,6 @@ bool cu_gemv_tiles(cudaStream_t st, const dqw &w1, const dqw *w3, const int4 *ti
         gemv_launch<GV_PLAIN>(st, a);
     }
     return true;
-}
-
-void cu_matmul_tiles(cudaStream_t st, const dqw &w, const int4 *tiles, const int *ntiles,
-                     int max_tiles, const int *perm, const float *x, int ldx, int xdiv, float *y,
-                     int ldy)
-{
-    if (w.rows <= 0 || max_tiles <= 0) return;
-    dim3 grid(max_tiles, (w.rows + TN - 1) / TN);
-    QT_DISPATCH(w.type, cu_launch(tiled_kernel<QT>, grid, 256, 0, st, w, x, ldx, xdiv, 0, y, ldy,
-                                  tiles, ntiles, perm));
 }
 
 // Operands of the prefill GEMMs (cuBLASLt, backend_cuda.cu): weights
