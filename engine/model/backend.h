@@ -109,6 +109,13 @@ typedef struct {
     float *out;             /* [n][nheads*head_dim] */
 } attention_args;
 
+/* One sequence's new keys for its ring (ring_store). */
+typedef struct {
+    void *ring;             /* region of `window` rows: position p at row p % window */
+    const float *kv;        /* [n][head_dim] */
+    int n, pos0;
+} ring_args;
+
 /* Mixture of experts over T tokens (this rank's slice of every expert). */
 typedef struct {
     int T, H;
@@ -196,13 +203,16 @@ struct backend {
                     const float *base, const float *scale, float hc_eps, float norm_eps,
                     float *out);
 
-    void (*compress)(backend *b, const compress_args *a);
-    void (*indexer)(backend *b, const indexer_args *a);
-    void (*attention)(backend *b, const attention_args *a);
-    /* Keep the last `window` keys of a chunk in the ring (a region of
-     * `window` rows stored as t). */
-    void (*ring_store)(backend *b, void *ring, enum kv_dtype t, int window, int head_dim,
-                       const float *kv, int n, int pos0);
+    /* compress, indexer, attention: the arguments of nseg sequences (an
+     * array, one per sequence of the step, in the step's order; each
+     * independent of the others), which a backend may run together. */
+    void (*compress)(backend *b, const compress_args *a, int nseg);
+    void (*indexer)(backend *b, const indexer_args *a, int nseg);
+    void (*attention)(backend *b, const attention_args *a, int nseg);
+    /* Keep the last `window` keys of each of nseg sequences' chunks in
+     * its ring (a region of `window` rows stored as t), as above. */
+    void (*ring_store)(backend *b, const ring_args *a, int nseg, enum kv_dtype t, int window,
+                       int head_dim);
     /* Round T rows of n floats to the values the cache stores as t (in
      * place; nothing for KV_F32). */
     void (*kv_round)(backend *b, float *x, int ld, int T, int n, enum kv_dtype t);

@@ -9,10 +9,11 @@
 #include "model_internal.h"
 
 /* Grow the rank's activation buffers to hold T tokens and nout logits rows. */
-/* The rank's buffers for a step of T tokens (nout logits rows) and its
- * block addresses; false when memory ran short (everything this step
- * would have used is released and the next step tries again). */
-static bool ensure_scratch(v4_model *M, v4_rank *R, int T, int nout, int64_t nb)
+/* The rank's buffers for a step of T tokens (nout logits rows), its
+ * block addresses and nseg sequences' op arguments; false when memory ran
+ * short (everything this step would have used is released and the next
+ * step tries again). */
+static bool ensure_scratch(v4_model *M, v4_rank *R, int T, int nout, int64_t nb, int nseg)
 {
     const v4_config *c = &M->cfg;
     v4_scratch *s = &R->s;
@@ -53,6 +54,18 @@ static bool ensure_scratch(v4_model *M, v4_rank *R, int T, int nout, int64_t nb)
         R->blockptr = p;
         R->cap_blockptr = nb;
     }
+    if (nseg > R->cap_args) {
+        compress_args *ca = realloc(R->cargs, nseg * sizeof *ca);
+        if (ca) R->cargs = ca;
+        indexer_args *ia = realloc(R->iargs, nseg * sizeof *ia);
+        if (ia) R->iargs = ia;
+        attention_args *aa = realloc(R->aargs, nseg * sizeof *aa);
+        if (aa) R->aargs = aa;
+        ring_args *ra = realloc(R->rargs, nseg * sizeof *ra);
+        if (ra) R->rargs = ra;
+        if (!ca || !ia || !aa || !ra) return false;
+        R->cap_args = nseg;
+    }
     return true;
 }
 
@@ -78,17 +91,18 @@ static void compress_all(v4_model *M, v4_rank *R, const v4_batch *B, const v4_co
     int ld = (csa ? 2 : 1) * d;
     size_t state_off = indexer ? M->layout.icomp_off[l] : M->layout.comp_off[l];
     size_t rows_off = indexer ? M->layout.ikey_off[l] : M->layout.entry_off[l];
+    compress_args *args = R->cargs;
     for (int i = 0; i < B->nseg; i++) {
         const v4_segment *g = &B->segs[i];
-        compress_args a = {
+        args[i] = (compress_args){
             .n = g->n, .pos0 = g->pos0, .ratio = ratio, .d = d, .overlap = csa,
             .kv = kv + (size_t)g->t0 * ld, .gate = gate + (size_t)g->t0 * ld, .ld = ld,
             .ape = cw->ape, .norm = cw->norm, .eps = (float)c->rms_eps, .rope = &M->rope_comp,
             .state = (float *)(seq_state(M, R, g) + state_off),
             .out = seg_rows(M, R, g, rows_off, ratio, d),
         };
-        R->be->compress(R->be, &a);
     }
+    R->be->compress(R->be, args, B->nseg);
 }
 
 /* Attention sublayer: x [T][H] -> partial output y [T][H] (this rank's heads). */
@@ -133,22 +147,25 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
         be->rope(be, s->qi, inh * ihd, T, inh, ihd, &M->rope_comp, B->pos, false);
         be->matmul(be, &L->iweights, s->x, H, T, s->iw, inh);
         be->scale(be, s->iw, inh, T, inh, (float)pow(inh, -0.5));
+        indexer_args *ia = R->iargs;
         for (int i = 0; i < B->nseg; i++) {
             const v4_segment *g = &B->segs[i];
-            indexer_args a = {
+            ia[i] = (indexer_args){
                 .n = g->n, .pos0 = g->pos0, .ratio = ratio, .nheads = inh, .d = ihd,
                 .topk = c->index_topk, .q = s->qi + (size_t)g->t0 * inh * ihd,
                 .w = s->iw + (size_t)g->t0 * inh,
                 .keys = seg_rows(M, R, g, M->layout.ikey_off[l], ratio, ihd),
                 .sel = s->sel + (size_t)g->t0 * c->index_topk, .nsel = s->nsel + g->t0,
             };
-            be->indexer(be, &a);
         }
+        be->indexer(be, ia, B->nseg);
     }
 
+    attention_args *aa = R->aargs;
     for (int i = 0; i < B->nseg; i++) {
         const v4_segment *g = &B->segs[i];
-        attention_args a = {
+        attention_args *a = &aa[i];
+        *a = (attention_args){
             .n = g->n, .pos0 = g->pos0, .nheads = nh, .head_dim = hd,
             .window = c->sliding_window, .scale = (float)pow(hd, -0.5),
             .q = s->q + (size_t)g->t0 * qd, .kv = s->kv + (size_t)g->t0 * hd,
@@ -156,19 +173,20 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
             .sinks = L->sink, .ratio = ratio,
             .out = s->attn + (size_t)g->t0 * qd,
         };
-        if (ratio) a.comp = seg_rows(M, R, g, M->layout.entry_off[l], ratio, hd);
+        if (ratio) a->comp = seg_rows(M, R, g, M->layout.entry_off[l], ratio, hd);
         if (csa) {
-            a.sel = s->sel + (size_t)g->t0 * c->index_topk;
-            a.nsel = s->nsel + g->t0;
-            a.sel_ld = c->index_topk;
+            a->sel = s->sel + (size_t)g->t0 * c->index_topk;
+            a->nsel = s->nsel + g->t0;
+            a->sel_ld = c->index_topk;
         }
-        be->attention(be, &a);
     }
+    be->attention(be, aa, B->nseg);
     for (int i = 0; i < B->nseg; i++) {
         const v4_segment *g = &B->segs[i];
-        be->ring_store(be, seq_state(M, R, g) + M->layout.ring_off[l], M->layout.dtype,
-                       c->sliding_window, hd, s->kv + (size_t)g->t0 * hd, g->n, g->pos0);
+        R->rargs[i] = (ring_args){ seq_state(M, R, g) + M->layout.ring_off[l],
+                                   s->kv + (size_t)g->t0 * hd, g->n, g->pos0 };
     }
+    be->ring_store(be, R->rargs, B->nseg, M->layout.dtype, c->sliding_window, hd);
 
     /* K = V carried RoPE into the output: rotate it back at the query
      * position, then the grouped output projection. */
@@ -274,7 +292,7 @@ void v4_forward_rank(void *batch, int rank)
     backend *be = R->be;
     int64_t nb = 0;
     for (int i = 0; i < B->nseg; i++) nb += B->segs[i].seq->c.nblocks;
-    R->short_of_memory = !ensure_scratch(M, R, B->T, B->nout, nb);
+    R->short_of_memory = !ensure_scratch(M, R, B->T, B->nout, nb, B->nseg);
     /* All ranks run the step or none: they meet in all-reduces. */
     tp_barrier(M->group);
     for (int r = 0; r < M->tp; r++)

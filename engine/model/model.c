@@ -308,6 +308,10 @@ void v4_model_free(v4_model *m)
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->release(be, bufs[i]);
         be->destroy(be);
         free(R->blockptr);
+        free(R->cargs);
+        free(R->iargs);
+        free(R->aargs);
+        free(R->rargs);
         v4_weights_free(&R->w);
     }
     if (m->tp) pthread_mutex_destroy(&m->mu);

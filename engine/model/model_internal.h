@@ -34,6 +34,12 @@ typedef struct {
     v4_scratch s;
     char **blockptr;        /* per step: block addresses of every segment */
     int64_t cap_blockptr;
+    /* per step: each sequence's arguments of compress, indexer, attention */
+    compress_args *cargs;
+    indexer_args *iargs;
+    attention_args *aargs;
+    ring_args *rargs;
+    int cap_args;
     bool short_of_memory;   /* this step: scratch or blockptr not had */
 } v4_rank;
 

@@ -221,7 +221,7 @@ static void cpu_hc_post(backend *b, float *h, const float *y, const float *post,
 
 /* ---- compressor ---- */
 
-static void cpu_compress(backend *b, const compress_args *a)
+static void cpu_compress1(backend *b, const compress_args *a)
 {
     int m = a->ratio, d = a->d, coff = a->overlap ? 2 : 1, wd = coff * d;
     float *win = a->state;                          /* m rows of [kv wd | gate wd] */
@@ -317,7 +317,7 @@ static void indexer_task(void *ctx, int i)
     free(score);
 }
 
-static void cpu_indexer(backend *b, const indexer_args *a)
+static void cpu_indexer1(backend *b, const indexer_args *a)
 {
     indexer_job J = { a, b->impl };
     threadpool_run(pool_of(b), indexer_task, &J, a->n);
@@ -374,20 +374,24 @@ static void attention_task(void *ctx, int task)
     free(mem);
 }
 
-static void cpu_attention(backend *b, const attention_args *a)
+static void cpu_attention1(backend *b, const attention_args *a)
 {
     int hchunks = (a->nheads + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
     attention_job J = { a, b->impl };
     threadpool_run(pool_of(b), attention_task, &J, a->n * hchunks);
 }
 
-static void cpu_ring_store(backend *b, void *ring, enum kv_dtype t, int window, int head_dim,
-                           const float *kv, int n, int pos0)
+static void cpu_ring_store(backend *b, const ring_args *a, int nseg, enum kv_dtype t, int window,
+                           int head_dim)
 {
     (void)b;
-    int from = pos0 + n - window > pos0 ? pos0 + n - window : pos0;
-    for (int j = from; j < pos0 + n; j++)
-        kv_store(t, ring, window, head_dim, j % window, kv + (size_t)(j - pos0) * head_dim);
+    for (int i = 0; i < nseg; i++) {
+        int pos0 = a[i].pos0, n = a[i].n;
+        int from = pos0 + n - window > pos0 ? pos0 + n - window : pos0;
+        for (int j = from; j < pos0 + n; j++)
+            kv_store(t, a[i].ring, window, head_dim, j % window,
+                     a[i].kv + (size_t)(j - pos0) * head_dim);
+    }
 }
 
 static void cpu_kv_round(backend *b, float *x, int ld, int T, int n, enum kv_dtype t)
@@ -502,6 +506,22 @@ static void cpu_destroy(backend *b)
 }
 
 void backend_cpu_set_fp8(backend *b, bool on) { ((cpu_impl *)b->impl)->fp8 = on; }
+
+/* The sequences of a step one after the other. */
+static void cpu_compress(backend *b, const compress_args *a, int nseg)
+{
+    for (int i = 0; i < nseg; i++) cpu_compress1(b, &a[i]);
+}
+
+static void cpu_indexer(backend *b, const indexer_args *a, int nseg)
+{
+    for (int i = 0; i < nseg; i++) cpu_indexer1(b, &a[i]);
+}
+
+static void cpu_attention(backend *b, const attention_args *a, int nseg)
+{
+    for (int i = 0; i < nseg; i++) cpu_attention1(b, &a[i]);
+}
 
 backend *backend_cpu_new(int threads, tp_group *g, int rank)
 {

@@ -55,12 +55,14 @@ struct comp_src {
     }
 };
 
-// Block i: window wfirst + i, if the chunk completes it.
-__global__ void compress_entry_kernel(comp_src S, drope rt)
+// Block i: window wfirst + i, if the chunk completes it (of sequence
+// blockIdx.y under segs: cu_compress).
+__global__ void compress_entry_kernel(comp_src S, drope rt, const dcomp *segs)
 {
     pdl_wait();
     extern __shared__ float entry[];
     __shared__ double shd[32];
+    if (segs) S.a = segs[blockIdx.y];
     S.resolve();
     const dcomp &a = S.a;
     int w = S.wfirst + blockIdx.x, m = S.m, d = S.d;
@@ -94,10 +96,11 @@ __global__ void compress_entry_kernel(comp_src S, drope rt)
 }
 
 // ovl = [Ca | Ga] rows of the last window the chunk completes, if any.
-__global__ void compress_ovl_kernel(comp_src S)
+__global__ void compress_ovl_kernel(comp_src S, const dcomp *segs)
 {
     pdl_wait();
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (segs) S.a = segs[blockIdx.y];
     S.resolve();
     if (idx >= (long long)S.m * S.d || S.wlast < S.wfirst) return;
     int j = idx / S.d, c = idx % S.d, W = S.wlast;
@@ -109,11 +112,12 @@ __global__ void compress_ovl_kernel(comp_src S)
 }
 
 // win rows of the chunk's last `count` positions.
-__global__ void compress_win_kernel(comp_src S, int count)
+__global__ void compress_win_kernel(comp_src S, int count, const dcomp *segs)
 {
     pdl_wait();
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long long)count * S.wd) return;
+    if (segs) S.a = segs[blockIdx.y];
     S.resolve();
     int p = S.a.pos0 + S.a.n - count + idx / S.wd, cc = idx % S.wd, s = p % S.m;
     const dcomp &a = S.a;
@@ -123,7 +127,7 @@ __global__ void compress_win_kernel(comp_src S, int count)
     row[S.wd + cc] = a.gate[o] + a.ape[(long long)s * S.wd + cc];
 }
 
-void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt)
+void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt, const dcomp *segs)
 {
     if (a.n <= 0) return;
     comp_src S = {};
@@ -131,13 +135,17 @@ void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt)
     S.m = a.ratio;
     S.d = a.d;
     S.wd = (a.overlap ? 2 : 1) * a.d;
+    // Batched: one token of each of a.n sequences (block rows).
+    int n = segs ? 1 : a.n, ny = segs ? a.n : 1;
     // A chunk of n completes at most ceil(n / ratio) windows.
-    cu_launch(compress_entry_kernel, (a.n + a.ratio - 1) / a.ratio, 128, a.d * sizeof(float), st, S,
-              rt);
+    cu_launch(compress_entry_kernel, dim3((n + a.ratio - 1) / a.ratio, ny), 128,
+              a.d * sizeof(float), st, S, rt, segs);
     if (a.overlap)
-        cu_launch(compress_ovl_kernel, blocks_for((long long)S.m * S.d, 256), 256, 0, st, S);
-    int count = a.n < a.ratio ? a.n : a.ratio;
-    cu_launch(compress_win_kernel, blocks_for((long long)count * S.wd, 256), 256, 0, st, S, count);
+        cu_launch(compress_ovl_kernel, dim3(blocks_for((long long)S.m * S.d, 256), ny), 256, 0, st,
+                  S, segs);
+    int count = n < a.ratio ? n : a.ratio;
+    cu_launch(compress_win_kernel, dim3(blocks_for((long long)count * S.wd, 256), ny), 256, 0, st,
+              S, count, segs);
 }
 
 // ---- lightning indexer ----
@@ -149,11 +157,14 @@ void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt)
 // banks), one warp per entry with the key in shared memory, lanes over
 // heads; V4: 16-byte shared loads (d a multiple of 4).
 template <bool V4>
-__global__ void indexer_scores_kernel(dindexer a, int t0, float smul, float *scores, long long ldsc)
+__global__ void indexer_scores_kernel(dindexer a, int t0, float smul, float *scores, long long ldsc,
+                                      const dindexer *segs)
 {
     pdl_wait();
     extern __shared__ __align__(16) float sm[];
-    int i = t0 + blockIdx.y, p = (a.dyn ? a.dyn->pos0 : a.pos0) + i, nvis = (p + 1) / a.ratio;
+    int i = t0 + blockIdx.y;
+    if (segs) a = segs[blockIdx.y], i = 0;     // sequence t0 + blockIdx.y of a batch
+    int p = (a.dyn ? a.dyn->pos0 : a.pos0) + i, nvis = (p + 1) / a.ratio;
     int s0 = blockIdx.x * IDX_ENTRIES;
     if (nvis <= a.topk || s0 >= nvis) return;
     int d = a.d, nh = a.nheads, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -201,13 +212,16 @@ __device__ __forceinline__ unsigned fkey(float f)
 // One block per token: the k-th largest key by 4 rounds of 8-bit radix
 // select, then every larger entry and the lowest-indexed equal ones, in
 // ascending index order.
-__global__ void indexer_topk_kernel(dindexer a, int t0, const float *scores, long long ldsc)
+__global__ void indexer_topk_kernel(dindexer a, int t0, const float *scores, long long ldsc,
+                                    const dindexer *segs)
 {
     pdl_wait();
     __shared__ int hist[256], scan_sh[32];
     __shared__ unsigned s_prefix;
     __shared__ int s_krem;
-    int i = t0 + blockIdx.x, p = (a.dyn ? a.dyn->pos0 : a.pos0) + i, nvis = (p + 1) / a.ratio;
+    int i = t0 + blockIdx.x;
+    if (segs) a = segs[blockIdx.x], i = 0;
+    int p = (a.dyn ? a.dyn->pos0 : a.pos0) + i, nvis = (p + 1) / a.ratio;
     int k = a.topk;
     int *out = a.sel + (long long)i * k;
     if (nvis <= k) {
@@ -261,7 +275,7 @@ __global__ void indexer_topk_kernel(dindexer a, int t0, const float *scores, lon
 }
 
 void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
-                uint16_t *keys)
+                uint16_t *keys, const dindexer *segs)
 {
     if (a.n <= 0) return;
     int maxvis = a.pos_end / a.ratio;
@@ -277,16 +291,17 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
     float smul = (float)pow(a.d, -0.5);
     for (int t0 = 0; t0 < a.n; t0 += chunk) {
         int nt = a.n - t0 < chunk ? a.n - t0 : chunk;
-        if (maxvis > a.topk && keys) {
+        const dindexer *sg = segs ? segs + t0 : NULL;
+        if (maxvis > a.topk && keys && !segs) {
             cu_indexer_mma(st, a, t0, nt, scores, ldsc, keys, CU_INDEXER_KTILE);
         } else if (maxvis > a.topk) {
             dim3 grid(blocks_for(maxvis, IDX_ENTRIES), nt);
             if (v4) cu_launch(indexer_scores_kernel<true>, grid, 256, smem, st, a, t0, smul, scores,
-                              ldsc);
+                              ldsc, sg);
             else cu_launch(indexer_scores_kernel<false>, grid, 256, smem, st, a, t0, smul, scores,
-                           ldsc);
+                           ldsc, sg);
         }
-        cu_launch(indexer_topk_kernel, nt, 512, 0, st, a, t0, scores, ldsc);
+        cu_launch(indexer_topk_kernel, nt, 512, 0, st, a, t0, scores, ldsc, sg);
     }
 }
 
@@ -306,12 +321,15 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
 // (max, sum, unnormalized output) to part[token][head][split] for
 // attention_combine_kernel; a split past nk writes max -inf, sum 0.
 template <int HPB>
-__global__ void __launch_bounds__(256) attention_kernel(dattn a, int chunk, float *part)
+__global__ void __launch_bounds__(256) attention_kernel(dattn a, int chunk, float *part,
+                                                        const dattn *segs)
 {
     pdl_wait();
     extern __shared__ __align__(16) unsigned char smem[];
+    int i = blockIdx.x;
+    if (segs) a = segs[blockIdx.x], i = 0;     // the one token of sequence blockIdx.x
     if (a.dyn) a.pos0 = a.dyn->pos0, a.ring = (const char *)a.dyn->ptr;
-    int i = blockIdx.x, h0 = blockIdx.y * HPB, hd = a.hd;
+    int h0 = blockIdx.y * HPB, hd = a.hd;
     int nh = min(HPB, a.nheads - h0);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int nk;
@@ -391,7 +409,8 @@ __global__ void __launch_bounds__(256) attention_kernel(dattn a, int chunk, floa
 #pragma unroll
         for (int hh = 0; hh < HPB; hh++) {
             if (hh >= nh) break;
-            float *pp = part + (((long long)i * a.nheads + h0 + hh) * gridDim.z + blockIdx.z) * ps;
+            float *pp =
+                part + (((long long)blockIdx.x * a.nheads + h0 + hh) * gridDim.z + blockIdx.z) * ps;
             if (threadIdx.x == 0) pp[0] = mrun[hh], pp[1] = lrun[hh];
 #pragma unroll
             for (int k = 0; k < ATT_MAXC; k++) {
@@ -423,12 +442,13 @@ static size_t attention_smem(int hd)
 }
 
 // Block (token, head): the splits' partials merged with the sink.
-__global__ void attention_combine_kernel(dattn a, int splits, const float *part)
+__global__ void attention_combine_kernel(dattn a, int splits, const float *part, const dattn *segs)
 {
     pdl_wait();
     int i = blockIdx.x, h = blockIdx.y, hd = a.hd;
+    if (segs) a = segs[blockIdx.x], i = 0;
     long long ps = hd + 2;
-    const float *pp = part + ((long long)i * a.nheads + h) * splits * ps;
+    const float *pp = part + ((long long)blockIdx.x * a.nheads + h) * splits * ps;
     float sink = a.sinks[h], m = sink;
     for (int s = 0; s < splits; s++) m = fmaxf(m, pp[s * ps]);
     float sum = expf(sink - m);
@@ -442,15 +462,16 @@ __global__ void attention_combine_kernel(dattn a, int splits, const float *part)
 }
 
 template <int HPB>
-static bool attention_launch(cudaStream_t st, const dattn &a, int splits, int chunk, float *part)
+static bool attention_launch(cudaStream_t st, const dattn &a, int splits, int chunk, float *part,
+                             const dattn *segs)
 {
     size_t smem = attention_smem<HPB>(a.hd);
     if (smem > 200 * 1024 || a.hd > ATT_MAXC * 256) return false;
     smem_attr<HPB>(attention_kernel<HPB>, smem);
     dim3 grid(a.n, (a.nheads + HPB - 1) / HPB, splits);
-    cu_launch(attention_kernel<HPB>, grid, 256, smem, st, a, chunk, part);
+    cu_launch(attention_kernel<HPB>, grid, 256, smem, st, a, chunk, part, segs);
     if (splits > 1) cu_launch(attention_combine_kernel, dim3(a.n, a.nheads), 128, 0, st, a, splits,
-                              part);
+                              part, segs);
     return true;
 }
 
@@ -477,13 +498,13 @@ void cu_attention_plan(const dattn &a, int *hpb, int *splits, int *chunk)
     }
 }
 
-bool cu_attention(cudaStream_t st, const dattn &a, float *part)
+bool cu_attention(cudaStream_t st, const dattn &a, float *part, const dattn *segs)
 {
     if (a.n <= 0 || a.nheads <= 0) return true;
     int hpb, splits, chunk;
     cu_attention_plan(a, &hpb, &splits, &chunk);
-    if (hpb == 8) return attention_launch<8>(st, a, splits, chunk, part);
-    if (hpb == 4) return attention_launch<4>(st, a, splits, chunk, part);
-    if (hpb == 2) return attention_launch<2>(st, a, splits, chunk, part);
-    return attention_launch<1>(st, a, splits, chunk, part);
+    if (hpb == 8) return attention_launch<8>(st, a, splits, chunk, part, segs);
+    if (hpb == 4) return attention_launch<4>(st, a, splits, chunk, part, segs);
+    if (hpb == 2) return attention_launch<2>(st, a, splits, chunk, part, segs);
+    return attention_launch<1>(st, a, splits, chunk, part, segs);
 }

@@ -54,15 +54,38 @@ static bool to_rope(cu_impl *c, const rope_table *rt, drope *r)
     return true;
 }
 
+// A batched op's staged buffer (stage_begin): its structs, then each
+// sequence's block addresses from `off` on (with a staged array per
+// sequence a large batch would outlast the staging entries).
+struct seg_pack {
+    char *host;
+    const char *dev;
+    size_t off;
+};
+
+// Room for the block addresses of rows [0, nrows_cap) of p.
+static size_t paged_bytes(const paged_rows *p, int nrows_cap)
+{
+    int ncap = nrows_cap > 0 ? (nrows_cap + p->per_block - 1) / p->per_block : 0;
+    return round_up(ncap * sizeof(char *), 16);
+}
+
 // Device block addresses for rows [0, nrows) of p (under a graph, in
-// room for rows [0, nrows_cap)).
-static bool to_paged(cu_impl *c, const paged_rows *p, int nrows, int nrows_cap, dpaged *d)
+// room for rows [0, nrows_cap)); into sp's buffer when given.
+static bool to_paged(cu_impl *c, const paged_rows *p, int nrows, int nrows_cap, dpaged *d,
+                     seg_pack *sp = NULL)
 {
     int nblk = nrows > 0 ? (nrows + p->per_block - 1) / p->per_block : 0;
     int ncap = nrows_cap > 0 ? (nrows_cap + p->per_block - 1) / p->per_block : 0;
-    d->blocks = (char *const *)(in_graph(c) ? arena_put(c, p->blocks, nblk * sizeof(char *),
-                                                        ncap * sizeof(char *))
-                                            : stage(c, p->blocks, nblk * sizeof(char *)));
+    if (sp) {
+        memcpy(sp->host + sp->off, p->blocks, nblk * sizeof(char *));
+        d->blocks = (char *const *)(sp->dev + sp->off);
+        sp->off += paged_bytes(p, nrows_cap);
+    } else {
+        d->blocks = (char *const *)(in_graph(c) ? arena_put(c, p->blocks, nblk * sizeof(char *),
+                                                            ncap * sizeof(char *))
+                                                : stage(c, p->blocks, nblk * sizeof(char *)));
+    }
     d->off = (long long)p->off;
     d->per_block = p->per_block;
     d->row_len = p->row_len;
@@ -76,16 +99,33 @@ static const char *cu_error(backend *b)
     return c->failed ? c->err : NULL;
 }
 
-// Few tokens: our kernels read the weights in stored precision.  Many:
-// the view dequantized once into float32, then cuBLASLt's float32 GEMM.
+// Up to gemv_max_t tokens (decode batches) the GEMV kernel reads the
+// weights in stored precision (under fp8, from GEMM_MODE_MIN_T tokens on,
+// times act_quant(x): the products of the CPU's fp8 mode).  More: the
+// prefill GEMMs (dense_matmul: cuBLASLt).
+static void matmul_any(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
+                       int ldy)
+{
+    if (T > c->gemv_max_t) {
+        dense_matmul(c, q, x, ldx, T, y, ldy);
+        return;
+    }
+    if (fp8_quantized(c, q.type, T) && q.cols > 0) {
+        float *xq = (float *)grow(c, &c->xq, (size_t)T * q.cols * sizeof(float));
+        if (c->failed) return;
+        cu_act_quant_round(c->st, x, ldx, T, q.cols, xq, q.cols);
+        x = xq, ldx = q.cols;
+    }
+    cu_matmul(c->st, q, x, ldx, T, y, ldy);
+}
+
 static void cu_matmul_op(backend *b, const qweight *w, const float *x, int ldx, int T, float *y,
                          int ldy)
 {
     cu_impl *c = enter(b);
     dqw q;
     if (recording(c) || !to_dqw(c, w, &q)) return;
-    if (T >= LT_MIN_T) dense_matmul(c, q, x, ldx, T, y, ldy);
-    else cu_matmul(c->st, q, x, ldx, T, y, ldy);
+    matmul_any(c, q, x, ldx, T, y, ldy);
     launched(c, "matmul");
 }
 
@@ -191,34 +231,93 @@ static void cu_hc_post_op(backend *b, float *h, const float *y, const float *pos
     launched(c, "hc_post");
 }
 
-static void cu_compress_op(backend *b, const compress_args *a)
+// The sequences of a step that add one token each (decode) run in one
+// launch of each kernel when there are several: their indices in a, in
+// order (c->hidx), and their count; 0 when fewer than two.
+template <class A> static int one_token_segs(cu_impl *c, const A *a, int nseg)
+{
+    int k = 0;
+    for (int i = 0; i < nseg; i++) k += a[i].n == 1;
+    if (k < 2) return 0;
+    if ((size_t)nseg > c->hidx_cap) {
+        int *p = (int *)realloc(c->hidx, nseg * sizeof(int));
+        if (!p) return 0;   // one launch per sequence then
+        c->hidx = p;
+        c->hidx_cap = nseg;
+    }
+    k = 0;
+    for (int i = 0; i < nseg; i++)
+        if (a[i].n == 1) c->hidx[k++] = i;
+    return k;
+}
+
+static bool to_dcomp(cu_impl *c, const compress_args *a, dcomp *d, seg_pack *sp = NULL)
+{
+    *d = dcomp{ a->n, a->pos0, a->ratio, a->d, a->overlap, a->ld, a->kv, a->gate, a->ape,
+                a->norm, a->eps, a->state, {}, step_values(c, a->pos0, a->state) };
+    return to_paged(c, &a->out, (a->pos0 + a->n) / a->ratio,
+                    pos_end(c, a->pos0, a->n) / a->ratio, &d->out, sp);
+}
+
+static void cu_compress_op(backend *b, const compress_args *a, int nseg)
 {
     cu_impl *c = enter(b);
+    if (nseg <= 0) return;
     drope r;
-    dcomp d = { a->n, a->pos0, a->ratio, a->d, a->overlap, a->ld, a->kv, a->gate, a->ape,
-                a->norm, a->eps, a->state, {}, step_values(c, a->pos0, a->state) };
-    if (!to_rope(c, a->rope, &r) ||
-        !to_paged(c, &a->out, (a->pos0 + a->n) / a->ratio,
-                  pos_end(c, a->pos0, a->n) / a->ratio, &d.out) ||
-        recording(c))
-        return;
-    cu_compress(c->st, d, r);
+    int n1 = one_token_segs(c, a, nseg), *one = c->hidx;
+    if (!to_rope(c, a->rope, &r)) return;
+    for (int i = 0, k = 0; i < nseg; i++) {
+        if (k < n1 && one[k] == i) {
+            k++;
+            continue;
+        }
+        dcomp d;
+        if (!to_dcomp(c, &a[i], &d)) return;
+        if (!recording(c)) cu_compress(c->st, d, r);
+    }
+    if (n1) {
+        size_t head = round_up(n1 * sizeof(dcomp), 16), bytes = head;
+        for (int k = 0; k < n1; k++) {
+            const compress_args &x = a[one[k]];
+            bytes += paged_bytes(&x.out, pos_end(c, x.pos0, x.n) / x.ratio);
+        }
+        seg_pack sp = { NULL, NULL, head };
+        if (!(sp.host = stage_begin(c, bytes, &sp.dev))) return;
+        dcomp *h = (dcomp *)sp.host;
+        for (int k = 0; k < n1; k++) to_dcomp(c, &a[one[k]], &h[k], &sp);
+        dcomp shape = h[0];
+        shape.n = n1;
+        stage_end(c);
+        if (!c->failed && !recording(c)) cu_compress(c->st, shape, r, (const dcomp *)sp.dev);
+    }
     launched(c, "compress");
 }
 
-static void cu_indexer_op(backend *b, const indexer_args *a)
+static bool to_dindexer(cu_impl *c, const indexer_args *a, dindexer *d, seg_pack *sp = NULL)
 {
-    cu_impl *c = enter(b);
-    int end = pos_end(c, a->pos0, a->n), maxvis = end / a->ratio;
-    dindexer d = { a->n, a->pos0, a->ratio, a->nheads, a->d, a->topk, a->q, a->w, {}, a->sel,
+    int end = pos_end(c, a->pos0, a->n);
+    *d = dindexer{ a->n, a->pos0, a->ratio, a->nheads, a->d, a->topk, a->q, a->w, {}, a->sel,
                    a->nsel, end, step_values(c, a->pos0, NULL) };
-    if (!to_paged(c, &a->keys, (a->pos0 + a->n) / a->ratio, maxvis, &d.keys) || recording(c))
-        return;
-    // Scores of up to 64M entries at once (token chunks beyond that).
-    size_t want = (size_t)a->n * (maxvis > 0 ? maxvis : 1);
-    size_t cap = want < ((size_t)64 << 20) ? want : ((size_t)64 << 20);
-    if (cap < (size_t)maxvis) cap = maxvis;
-    float *sc = (float *)grow(c, &c->iscores, cap * sizeof(float));
+    return to_paged(c, &a->keys, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d->keys, sp);
+}
+
+// Scores of `rows` rows of up to maxvis entries, at most 64M floats at
+// once (token chunks beyond that; a batch of sequences always at once).
+static float *indexer_scores(cu_impl *c, size_t rows, int maxvis, bool whole, size_t *cap)
+{
+    size_t want = rows * (maxvis > 0 ? maxvis : 1);
+    *cap = whole || want < ((size_t)64 << 20) ? want : ((size_t)64 << 20);
+    if (*cap < (size_t)maxvis) *cap = maxvis;
+    return (float *)grow(c, &c->iscores, *cap * sizeof(float));
+}
+
+static void indexer_one(cu_impl *c, const indexer_args *a)
+{
+    dindexer d;
+    if (!to_dindexer(c, a, &d) || recording(c)) return;
+    int maxvis = d.pos_end / a->ratio;
+    size_t cap;
+    float *sc = indexer_scores(c, a->n, maxvis, false, &cap);
     // Many tokens: tensor-core scores over keys gathered as bf16, in
     // scratch of a fixed size (the profile step at load allocates it).
     uint16_t *keys = NULL;
@@ -227,48 +326,141 @@ static void cu_indexer_op(backend *b, const indexer_args *a)
         keys = (uint16_t *)grow(c, &c->ikeys, (size_t)CU_INDEXER_KTILE * a->d * sizeof(uint16_t));
     if (c->failed) return;
     cu_indexer(c->st, d, sc, cap, keys);
+}
+
+static void cu_indexer_op(backend *b, const indexer_args *a, int nseg)
+{
+    cu_impl *c = enter(b);
+    if (nseg <= 0) return;
+    int n1 = one_token_segs(c, a, nseg), *one = c->hidx;
+    for (int i = 0, k = 0; i < nseg; i++) {
+        if (k < n1 && one[k] == i) {
+            k++;
+            continue;
+        }
+        indexer_one(c, &a[i]);
+    }
+    if (n1) {
+        size_t head = round_up(n1 * sizeof(dindexer), 16), bytes = head;
+        for (int k = 0; k < n1; k++) {
+            const indexer_args &x = a[one[k]];
+            bytes += paged_bytes(&x.keys, pos_end(c, x.pos0, x.n) / x.ratio);
+        }
+        seg_pack sp = { NULL, NULL, head };
+        if (!(sp.host = stage_begin(c, bytes, &sp.dev))) return;
+        dindexer *h = (dindexer *)sp.host, shape;
+        for (int k = 0; k < n1; k++) {
+            to_dindexer(c, &a[one[k]], &h[k], &sp);
+            if (!k || h[k].pos_end > shape.pos_end) shape = h[k];
+        }
+        shape.n = n1;
+        stage_end(c);
+        const dindexer *dev = (const dindexer *)sp.dev;
+        if (recording(c)) return;
+        size_t cap;
+        float *sc = indexer_scores(c, n1, shape.pos_end / shape.ratio, true, &cap);
+        if (!c->failed) cu_indexer(c->st, shape, sc, cap, NULL, dev);
+    }
     launched(c, "indexer");
 }
 
-static void cu_attention_op(backend *b, const attention_args *a)
+static bool to_dattn(cu_impl *c, const attention_args *a, dattn *d, seg_pack *sp = NULL)
 {
-    cu_impl *c = enter(b);
     int end = pos_end(c, a->pos0, a->n);
-    dattn d = { a->n, a->pos0, a->nheads, a->head_dim, a->window, a->scale, a->q, a->kv,
+    *d = dattn{ a->n, a->pos0, a->nheads, a->head_dim, a->window, a->scale, a->q, a->kv,
                 (const char *)a->ring, (int)a->dtype, a->sinks, a->ratio, {}, a->sel, a->nsel,
                 a->sel_ld, a->out, end, step_values(c, a->pos0, a->ring) };
-    if (a->ratio &&
-        !to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d.comp))
-        return;
-    if (recording(c)) return;
-    if (!in_graph(c) && a->n >= ATT_MMA_MIN_T && tensor_core_keys(c, a->dtype) &&
-        cu_attention_mma(c->st, d, c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8,
-                         c->attn_tokens)) {
-        launched(c, "attention");
-        return;
-    }
+    return !a->ratio ||
+           to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d->comp, sp);
+}
+
+// The float32 kernel (flash-decoding partials in c->apart when the plan
+// splits the keys); segs: a batch of sequences (cu_attention).
+static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
+{
     int hpb, splits, chunk;
     cu_attention_plan(d, &hpb, &splits, &chunk);
     float *part = NULL;
     if (splits > 1) {
         part = (float *)grow(c, &c->apart,
-                             (size_t)a->n * a->nheads * splits * (a->head_dim + 2) * sizeof(float));
+                             (size_t)d.n * d.nheads * splits * (d.hd + 2) * sizeof(float));
         if (c->failed) return;
     }
-    if (!cu_attention(c->st, d, part)) {
-        fail(c, "attention: head_dim %d is too large for the kernel", a->head_dim);
+    if (!cu_attention(c->st, d, part, segs))
+        fail(c, "attention: head_dim %d is too large for the kernel", d.hd);
+}
+
+static void attention_one(cu_impl *c, const attention_args *a)
+{
+    dattn d;
+    if (!to_dattn(c, a, &d) || recording(c)) return;
+    if (!in_graph(c) && a->n >= ATT_MMA_MIN_T && tensor_core_keys(c, a->dtype) &&
+        cu_attention_mma(c->st, d, c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8,
+                         c->attn_tokens))
         return;
+    attention_run(c, d, NULL);
+}
+
+static void cu_attention_op(backend *b, const attention_args *a, int nseg)
+{
+    cu_impl *c = enter(b);
+    if (nseg <= 0) return;
+    int n1 = one_token_segs(c, a, nseg), *one = c->hidx;
+    for (int i = 0, k = 0; i < nseg; i++) {
+        if (k < n1 && one[k] == i) {
+            k++;
+            continue;
+        }
+        attention_one(c, &a[i]);
+    }
+    if (n1) {
+        size_t head = round_up(n1 * sizeof(dattn), 16), bytes = head;
+        for (int k = 0; k < n1; k++) {
+            const attention_args &x = a[one[k]];
+            if (x.ratio) bytes += paged_bytes(&x.comp, pos_end(c, x.pos0, x.n) / x.ratio);
+        }
+        seg_pack sp = { NULL, NULL, head };
+        if (!(sp.host = stage_begin(c, bytes, &sp.dev))) return;
+        dattn *h = (dattn *)sp.host, shape;
+        for (int k = 0; k < n1; k++) {
+            to_dattn(c, &a[one[k]], &h[k], &sp);
+            if (!k || h[k].pos_end > shape.pos_end) shape = h[k];
+        }
+        shape.n = n1;
+        stage_end(c);
+        if (!c->failed && !recording(c)) attention_run(c, shape, (const dattn *)sp.dev);
     }
     launched(c, "attention");
 }
 
-static void cu_ring_store_op(backend *b, void *ring, enum kv_dtype t, int window, int head_dim,
-                             const float *kv, int n, int pos0)
+static void cu_ring_store_op(backend *b, const ring_args *a, int nseg, enum kv_dtype t,
+                             int window, int head_dim)
 {
     cu_impl *c = enter(b);
-    const dstep *dyn = step_values(c, pos0, ring);
-    if (recording(c)) return;
-    cu_ring_store(c->st, (char *)ring, (int)t, window, head_dim, kv, n, pos0, dyn);
+    if (nseg <= 0) return;
+    int n1 = one_token_segs(c, a, nseg), *one = c->hidx;
+    for (int i = 0, k = 0; i < nseg; i++) {
+        if (k < n1 && one[k] == i) {
+            k++;
+            continue;
+        }
+        const dstep *dyn = step_values(c, a[i].pos0, a[i].ring);
+        if (!recording(c))
+            cu_ring_store(c->st, (char *)a[i].ring, (int)t, window, head_dim, a[i].kv, a[i].n,
+                          a[i].pos0, dyn);
+    }
+    if (n1) {
+        const char *dev;
+        dring *h = (dring *)stage_begin(c, n1 * sizeof(dring), &dev);
+        if (!h) return;
+        for (int k = 0; k < n1; k++) {
+            const ring_args &r = a[one[k]];
+            h[k] = dring{ (char *)r.ring, r.kv, r.pos0, step_values(c, r.pos0, r.ring) };
+        }
+        stage_end(c);
+        if (!c->failed && !recording(c))
+            cu_ring_store_batch(c->st, (const dring *)dev, n1, (int)t, window, head_dim);
+    }
     launched(c, "ring_store");
 }
 
@@ -325,15 +517,13 @@ static void cu_moe_op(backend *b, const moe_args *a)
         cu_act_quant_round(c->st, a->x, H, T, H, xq, H);
         xr = xq;
     }
-    if (T < GEMM_MODE_MIN_T) {
-        // Decode batches (and short steps): four launches, GEMVs that read
-        // each slot's expert: the shared expert (w1 and w3 with SwiGLU,
-        // w2), the chosen experts' w1 and w3 with SwiGLU, then their w2
-        // with the routing weights, summed over the experts and added to
-        // the shared expert's output.  Below GEMM_MODE_MIN_T no prefill
-        // mode quantizes, so this is the float32 math of every mode.  (The
-        // tiled kernel below computes 64-slot tiles that hold a slot or
-        // two at these sizes: 13x slower at 32 sequences, run S1.)
+    if (T <= 8) {
+        // A few tokens: four launches, GEMVs that read each slot's expert:
+        // the shared expert (w1 and w3 with SwiGLU, w2), the chosen
+        // experts' w1 and w3 with SwiGLU, then their w2 with the routing
+        // weights, summed over the experts and added to the shared
+        // expert's output.  Below GEMM_MODE_MIN_T no prefill mode
+        // quantizes, so this is the float32 math of every mode.
         if (!cu_gemv_swiglu(c->st, s1, s3, NULL, a->x, H, 1, T, a->limit, sg, I))
             fail(c, "moe: the shared expert's w1 and w3 differ in layout");
         cu_matmul(c->st, s2, sg, I, T, sy, H);
@@ -344,13 +534,18 @@ static void cu_moe_op(backend *b, const moe_args *a)
         launched(c, "moe experts");
         return;
     } else {
-        int max_tiles = ns / CU_TILE_M + E;
+        // Slots sorted by expert into tiles: of a few slots for the GEMVs
+        // (decode batches, short steps: few slots per expert), else of
+        // CU_TILE_M for the GEMMs.
+        bool gv = ns < 32 * E;
+        int tm = !gv ? CU_TILE_M : ns > 4 * E ? 8 : 4;
+        int max_tiles = ns / tm + (E < ns ? E : ns);
         int *perm = (int *)grow(c, &c->perm, ns * sizeof(int));
         int4 *tiles = (int4 *)grow(c, &c->tiles, max_tiles * sizeof(int4));
         int *ntiles = (int *)grow(c, &c->ntiles, sizeof(int));
         int *offs = (int *)grow(c, &c->offs, (E + 1) * sizeof(int));
         if (c->failed) return;
-        cu_moe_sort(c->st, idx, ns, E, perm, tiles, ntiles, offs);
+        cu_moe_sort(c->st, idx, ns, E, perm, tiles, ntiles, offs, tm);
         // Tensor cores: w1 and w3 with SwiGLU into g (slots sorted by
         // expert), then w2 scattered back to slot order.
         dmoe_gemm m13 = { w1, w3, true, a->limit, tiles, ntiles, perm, xr, H, K, g, I,
@@ -358,12 +553,17 @@ static void cu_moe_op(backend *b, const moe_args *a)
         dmoe_gemm m2 = { w2, {}, false, 0, tiles, ntiles, perm, g, I, 0, ys, H, true, false,
                          false };
         bool split = !quant && (c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8);
-        if (ns < 32 * E) {  // few rows per expert: tiles read each expert once
-            cu_matmul_tiles(c->st, w1, tiles, ntiles, max_tiles, perm, xr, H, K, g, I);
-            cu_matmul_tiles(c->st, w3, tiles, ntiles, max_tiles, perm, xr, H, K, u, I);
-            cu_swiglu(c->st, g, u, (long long)ns * I, a->limit);
+        if (gv) {
+            // Each tile's expert read once (w1 and w3 with SwiGLU into g
+            // in sorted order, then w2 scattered back to slot order),
+            // rather than float32 tiles of 64 slots that hold one or two
+            // here (run S1: 13x slower at 32 sequences).
+            if (!cu_gemv_tiles(c->st, w1, &w3, tiles, ntiles, max_tiles, tm, perm, false, xr, H,
+                               K, a->limit, g, I))
+                fail(c, "moe: the experts' w1 and w3 differ in layout");
             if (quant) cu_act_quant_round(c->st, g, I, ns, I, g, I);
-            cu_matmul_tiles(c->st, w2, tiles, ntiles, max_tiles, perm, g, I, 1, ys, H);
+            cu_gemv_tiles(c->st, w2, NULL, tiles, ntiles, max_tiles, tm, perm, true, g, I, 1, 0,
+                          ys, H);
         } else if (c->gemm != BACKEND_GEMM_F32 && !c->moe_lt && w2.type == QT_MXFP4 &&
                    cu_moe_gemm(c->st, m13, max_tiles, split)) {
             if (quant) cu_act_quant_round(c->st, g, I, ns, I, g, I);
@@ -394,16 +594,10 @@ static void cu_moe_op(backend *b, const moe_args *a)
         }
     }
     phase(c, "moe experts");
-    if (T >= LT_MIN_T) {
-        dense_matmul(c, s1, a->x, H, T, sg, I);
-        dense_matmul(c, s3, a->x, H, T, su, I);
-    } else {
-        cu_matmul(c->st, s1, a->x, H, T, sg, I);
-        cu_matmul(c->st, s3, a->x, H, T, su, I);
-    }
+    matmul_any(c, s1, a->x, H, T, sg, I);
+    matmul_any(c, s3, a->x, H, T, su, I);
     cu_swiglu(c->st, sg, su, (long long)T * I, a->limit);
-    if (T >= LT_MIN_T) dense_matmul(c, s2, sg, I, T, sy, H);
-    else cu_matmul(c->st, s2, sg, I, T, sy, H);
+    matmul_any(c, s2, sg, I, T, sy, H);
     cu_moe_combine(c->st, ys, wt, ord, T, K, H, sy, a->out);
     launched(c, "moe shared");
 }
@@ -455,6 +649,7 @@ static void cu_destroy(backend *b)
     if (c->comm) ncclCommDestroy(c->comm);
     if (c->ar_mem) cudaFree(c->ar_mem);
     cudaStreamDestroy(c->st);
+    free(c->hidx);
     free(c);
     free(b);
 }
@@ -482,6 +677,16 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     c->gemm = modes->gemm;
     c->moe_lt = modes->moe == BACKEND_MOE_CUBLASLT;
     c->attn_tokens = modes->attn_tokens;
+    // Dense matmuls of up to this many tokens on the GEMV kernel (decode
+    // batches), more through cuBLASLt; LLM_CUDA_GEMV_MAX_T: comparisons.
+    c->gemv_max_t = LT_MIN_T - 1;
+    if (const char *gm = getenv("LLM_CUDA_GEMV_MAX_T")) {
+        char *end;
+        long v = strtol(gm, &end, 10);
+        if (end == gm || *end || v < 0 || v > CU_GEMV_MAX_T)
+            fail(c, "LLM_CUDA_GEMV_MAX_T=%s: expected 0 to %d tokens", gm, CU_GEMV_MAX_T);
+        else c->gemv_max_t = (int)v;
+    }
     if (c->gemm < 0 || c->gemm >= BACKEND_GEMM_N)
         fail(c, "gemm_mode %d: unknown", c->gemm);
     if (c->attn_tokens < 1 || c->attn_tokens > BACKEND_ATTN_TOKENS_MAX)

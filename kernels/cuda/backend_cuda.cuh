@@ -100,6 +100,9 @@ struct cu_impl {
     cuda_qw **descs;
     size_t ndescs, capdescs;
     stage_ent stage[NSTAGE];
+    stage_ent *filling;         // stage_begin's entry until stage_end
+    int *hidx;                  // the sequences of a batched op (one_token_segs)
+    size_t hidx_cap;
     unsigned long long tick, fills;
     grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
         iscores, ikeys, wdeq, hcm, xbf, apart, xq, x8, xsc, wsc;
@@ -109,6 +112,7 @@ struct cu_impl {
     void *lt_ws;
     int gemm;                   // gemm_mode: enum backend_gemm (backend_modes.h)
     int attn_tokens;            // attn_tokens: query tokens per tensor-core attention block
+    int gemv_max_t;             // dense matmuls of up to this many tokens on the GEMV kernel
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
     double expert_host_ms;      // profiling: host time queuing the expert GEMMs
@@ -208,6 +212,12 @@ const void *arena_put(cu_impl *c, const void *host, size_t bytes, size_t reserve
 const dstep *step_values(cu_impl *c, int pos0, const void *ptr);
 int pos_end(cu_impl *c, int pos0, int n);
 const void *stage(cu_impl *c, const void *host, size_t bytes);
+// Staging filled in place: `bytes` of pinned host memory to write (NULL
+// when short: under a graph the step then runs again), their device
+// address in *dev; stage_end copies them for this step's launches (under
+// a graph: a fresh place in the arena, copied with it).  One at a time.
+char *stage_begin(cu_impl *c, size_t bytes, const char **dev);
+void stage_end(cu_impl *c);
 void arena_free(cu_impl *c);
 void arena_grow(cu_impl *c, size_t bytes);
 

@@ -117,6 +117,44 @@ const void *stage(cu_impl *c, const void *host, size_t bytes)
     return e->dev;
 }
 
+char *stage_begin(cu_impl *c, size_t bytes, const char **dev)
+{
+    if (in_graph(c)) {
+        char *h = arena_alloc(c, bytes);
+        *dev = (const char *)arena_dev(c, h);
+        return h;
+    }
+    stage_ent *e = &c->stage[0];
+    for (int i = 1; i < NSTAGE; i++)
+        if (c->stage[i].used < e->used) e = &c->stage[i];
+    CK(c, cudaEventSynchronize(e->ev));
+    if (bytes > e->cap) {
+        if (e->host) CK(c, cudaFreeHost(e->host));
+        if (e->dev) CK(c, cudaFreeAsync(e->dev, c->st));
+        e->host = e->dev = NULL;
+        e->cap = e->bytes = 0;
+        size_t cap = bytes < 1024 ? 1024 : 2 * bytes;
+        CK(c, cudaMallocHost(&e->host, cap));
+        CK(c, cudaMallocAsync(&e->dev, cap, c->st));
+        if (!e->host || !e->dev) return NULL;
+        e->cap = cap;
+    }
+    e->bytes = bytes;
+    e->used = ++c->tick;
+    c->filling = e;
+    *dev = (const char *)e->dev;
+    return (char *)e->host;
+}
+
+void stage_end(cu_impl *c)
+{
+    stage_ent *e = c->filling;
+    c->filling = NULL;
+    if (!e || in_graph(c)) return;
+    CK(c, cudaMemcpyAsync(e->dev, e->host, e->bytes, cudaMemcpyHostToDevice, c->st));
+    CK(c, cudaEventRecord(e->ev, c->st));
+}
+
 void arena_free(cu_impl *c)
 {
     if (c->arena_h) cudaFreeHost(c->arena_h);

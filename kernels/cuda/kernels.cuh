@@ -9,7 +9,11 @@
 #include "common.cuh"
 
 // ---- matmul.cu ----
-// y[t][0..w.rows) = x[t] . W^T for T tokens.
+// y[t][0..w.rows) = x[t] . W^T for T tokens: up to CU_GEMV_MAX_T (decode
+// batches) the GEMV kernel, 8 tokens per block (the weights read once per
+// 8 tokens, all but once from L2 when the matrix fits there), else 64 x 64
+// float32 tiles.
+#define CU_GEMV_MAX_T 64
 void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y, int ldy);
 // The view (nexp packed experts from w.data on) dequantized into [rows][ldo]
 // matrices one after another, float32 or bf16 (ldo a multiple of 8 >= cols,
@@ -32,12 +36,18 @@ bool cu_gemv_swiglu(cudaStream_t st, const dqw &w1, const dqw &w3, const int *ex
 // for T tokens (add NULL: nothing added).  false: K > 16.
 bool cu_gemv_combine(cudaStream_t st, const dqw &w, const int *experts, int K, const float *wt,
                      const float *x, int ldx, int T, const float *add, float *y, int ldy);
-// Grouped by expert in tiles of CU_TILE_M slots (moe_sort's table): tile i
-// holds slots perm[tiles[i].y ..+ tiles[i].z) of expert tiles[i].x.
+// Grouped by expert in tiles (moe_sort's table, tiles of tile_m slots):
+// tile i holds slots perm[tiles[i].y ..+ tiles[i].z) of expert tiles[i].x.
 #define CU_TILE_M 64
-void cu_matmul_tiles(cudaStream_t st, const dqw &w, const int4 *tiles, const int *ntiles,
-                     int max_tiles, const int *perm, const float *x, int ldx, int xdiv, float *y,
-                     int ldy);
+// The GEMV kernel over such tiles of tile_m = 1, 2, 4 or 8 slots (each
+// expert's weights read once per tile; max_tiles bounds *ntiles): with w3,
+// y[j] = swiglu(x_j . w1[e], x_j . w3[e], limit) for sorted position j
+// and x_j = x[perm[j] / xdiv]; without, y[perm[j]] = x[j] . w1[e]^T when
+// scatter (else y[j] = x[perm[j] / xdiv] . w1[e]^T).  false: w1 and w3
+// differ in shape or layout, or tile_m is not one of those.
+bool cu_gemv_tiles(cudaStream_t st, const dqw &w1, const dqw *w3, const int4 *tiles,
+                   const int *ntiles, int max_tiles, int tile_m, const int *perm, bool scatter,
+                   const float *x, int ldx, int xdiv, float limit, float *y, int ldy);
 
 // ---- moe_gemm.cu ----
 // The routed experts of a prefill step on tensor cores, one launch per
@@ -108,6 +118,15 @@ void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, co
 // (graph replay), or NULL.
 void cu_ring_store(cudaStream_t st, char *ring, int t, int window, int head_dim, const float *kv,
                    int n, int pos0, const dstep *dyn);
+// The same for nseg sequences of one new key each, in one launch.
+struct dring {
+    char *ring;
+    const float *kv;        // the key, [head_dim]
+    int pos0;
+    const dstep *dyn;       // pos0 and ring, or NULL
+};
+void cu_ring_store_batch(cudaStream_t st, const dring *segs, int nseg, int t, int window,
+                         int head_dim);
 // x[r][0..n) = the values the cache stores as t, for T rows of stride ld.
 void cu_kv_round(cudaStream_t st, float *x, int ld, int T, int n, int t);
 void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float limit);
@@ -116,10 +135,10 @@ void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float lim
 void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, bool sigmoid,
                   const float *bias, const void *tid2eid, bool tid_i64, const int *ids,
                   float routed_scale, int *idx, float *wt, int *order);
-// Slots (t*K + k) grouped by expert: perm, tiles of CU_TILE_M, and offs
-// [E + 1]: where each expert's slots start in perm.
+// Slots (t*K + k) grouped by expert: perm, tiles of tile_m slots, and
+// offs [E + 1]: where each expert's slots start in perm.
 void cu_moe_sort(cudaStream_t st, const int *idx, int nslots, int E, int *perm, int4 *tiles,
-                 int *ntiles, int *offs);
+                 int *ntiles, int *offs, int tile_m = CU_TILE_M);
 // dst[i] = src[map[i] / div] (rows of H floats), and dst[map[i]] = src[i].
 void cu_rows_gather(cudaStream_t st, const float *src, int H, const int *map, int div, int n,
                     float *dst);
@@ -147,7 +166,12 @@ struct dcomp {
     dpaged out;
     const dstep *dyn;       // pos0 and state, or NULL
 };
-void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt);
+// Sequences batched into one launch (every op below): segs, NULL or nseg
+// sequences' arguments in device memory, one new token each (decode
+// steps); block (or block row) s works on segs[s].  `a` then gives the
+// launch its shape: the fields the sequences share, n = nseg, pos_end
+// their largest.
+void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt, const dcomp *segs = NULL);
 
 // pos_end sizes the launches: pos0 + n, or a bound of it under graph replay.
 struct dindexer {
@@ -163,7 +187,7 @@ struct dindexer {
 // of CU_INDEXER_KTILE * d bf16 for the tensor-core scores (indexer_mma.cu;
 // cu_indexer_mma_fits, not under graph capture: dyn must be NULL).
 void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
-                uint16_t *keys);
+                uint16_t *keys, const dindexer *segs = NULL);
 
 // ---- indexer_mma.cu ----
 // Keys gathered per tile of at most this many entries (bf16 scratch).
@@ -195,7 +219,7 @@ struct dattn {
 void cu_attention_plan(const dattn &a, int *hpb, int *splits, int *chunk);
 // part: scratch of n * nheads * splits * (hd + 2) floats when the plan
 // splits the keys.  Returns false when head_dim is too large for the kernel.
-bool cu_attention(cudaStream_t st, const dattn &a, float *part);
+bool cu_attention(cudaStream_t st, const dattn &a, float *part, const dattn *segs = NULL);
 // The same on tensor cores (attention_mma.cu: keys in BF16, queries and
 // probabilities in BF16, or split in two BF16 parts when `split`; float32
 // sums), for prefill chunks; `tokens` (1 or 2) query tokens per block

@@ -155,6 +155,14 @@ struct gv_args {
     int S;                  // warps per row group, each a slice of the columns
     int vec;                // 16-byte weight loads possible (else element by element)
     int x4;                 // x staged as float4s (aligned rows, columns a multiple of 4)
+    int tok_fast;           // blockIdx.x: the token chunk, blockIdx.y: the rows (L2 reuse)
+    // Grouped by expert (PLAIN, SWIGLU): blockIdx.y is tile i of moe_sort's
+    // table (none past *ntiles), its slots j = tiles[i].y + t (t < tiles[i].z
+    // <= NT) of expert tiles[i].x; x row perm[j] / xdiv (gather) or j, y
+    // row j, or perm[j] (scatter).
+    const int4 *tiles;
+    const int *ntiles, *perm;
+    int scatter, tile_m;    // tile_m: slots per tile (1, 2, 4, 8); T is then the tiles' bound
 };
 
 // Matrix-vector products for a few tokens, the weights read once at
@@ -176,21 +184,40 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
     __shared__ float4 xs[NT * XT / 4];
     __shared__ float part[8][R][NT];
     __shared__ long long eoff[2][16];
+    __shared__ int xrow[NT], yrow[NT];  // token t's x and y rows, -1: none
     const dqw &w = a.w;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = a.S, sub = warp % S;
-    int n0 = (blockIdx.x * (8 / S) + warp / S) * RO, t0 = blockIdx.y * NT;
+    int rb = a.tok_fast ? blockIdx.y : blockIdx.x, tb = a.tok_fast ? blockIdx.x : blockIdx.y;
+    int n0 = (rb * (8 / S) + warp / S) * RO, t0 = tb * NT;
     int I = w.cols, Kv = MODE == GV_COMBINE ? a.K * I : I;
+    long long tile_e = -1;
+    if (MODE != GV_COMBINE && a.tiles) {
+        pdl_wait();         // the table comes from the kernel before
+        if (tb >= *a.ntiles) return;
+        int4 tl = a.tiles[tb];
+        tile_e = tl.x;
+        if (threadIdx.x < NT) {
+            int t = threadIdx.x, j = tl.y + t;
+            xrow[t] = t < tl.z ? (a.scatter ? j : a.perm[j] / a.xdiv) : -1;
+            yrow[t] = t < tl.z ? (a.scatter ? a.perm[j] : j) : -1;
+        }
+    } else if (threadIdx.x < NT) {
+        int t = t0 + threadIdx.x;
+        xrow[threadIdx.x] = t < a.T ? t / a.xdiv : -1;
+        yrow[threadIdx.x] = t < a.T ? t : -1;
+    }
+    __syncthreads();
 
     const uint8_t *bd[R], *bs[R];   // row r's matrix (expert applied), its row, scale row
     long long row[R];
     // Experts come from the kernel before: wait for it first.  Else the
     // first weights load while it finishes (pdl_wait below).
-    bool dense = MODE != GV_COMBINE && !a.experts;
+    bool dense = MODE != GV_COMBINE && !a.experts && !a.tiles;
     if (!dense) pdl_wait();
     {
         const uint8_t *d = w.data, *s = w.scale, *d3 = a.w3.data, *s3 = a.w3.scale;
-        if (MODE != GV_COMBINE && a.experts) {
-            long long e = a.experts[t0];
+        if (MODE != GV_COMBINE && (a.experts || a.tiles)) {
+            long long e = a.tiles ? tile_e : a.experts[t0];
             d += e * w.estride, s += e * w.sestride;
             d3 += e * a.w3.estride, s3 += e * a.w3.sestride;
         }
@@ -264,8 +291,8 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
                     float4 g = *(const float4 *)(a.x + sl * a.ldx + vc - k * I);
                     float f = a.wt[sl];
                     v[j] = make_float4(f * g.x, f * g.y, f * g.z, f * g.w);
-                } else if (t0 + t < a.T) {
-                    v[j] = *(const float4 *)(a.x + (long long)((t0 + t) / a.xdiv) * a.ldx + vc);
+                } else if (xrow[t] >= 0) {
+                    v[j] = *(const float4 *)(a.x + (long long)xrow[t] * a.ldx + vc);
                 }
             }
 #pragma unroll
@@ -281,8 +308,8 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
                     int k = vc / I;
                     long long sl = (long long)t0 * a.K + k;
                     v = a.wt[sl] * a.x[sl * a.ldx + vc - k * I];
-                } else if (t0 + t < a.T) {
-                    v = a.x[(long long)((t0 + t) / a.xdiv) * a.ldx + vc];
+                } else if (xrow[t] >= 0) {
+                    v = a.x[(long long)xrow[t] * a.ldx + vc];
                 }
                 xf[t * XT + xswz(q >> 2) * 4 + (q & 3)] = v;
             }
@@ -342,13 +369,15 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
     if (sub) return;
     for (int o = lane; o < RO * NT; o += 32) {
         int r = o / NT, t = o % NT, n = n0 + r;
-        if (n >= w.rows || t0 + t >= a.T) continue;
+        if (n >= w.rows || (MODE != GV_COMBINE && yrow[t] < 0) ||
+            (MODE == GV_COMBINE && t0 + t >= a.T))
+            continue;
         float v = 0, u = 0;
         for (int k = 0; k < S; k++) {
             v += part[warp + k][r][t];
             if (MODE == GV_SWIGLU) u += part[warp + k][r + RO][t];
         }
-        long long yi = (long long)(t0 + t) * a.ldy + n;
+        long long yi = (long long)(MODE == GV_COMBINE ? t0 + t : yrow[t]) * a.ldy + n;
         if (MODE == GV_SWIGLU) v = swiglu1(v, u, a.limit);
         if (MODE == GV_COMBINE && a.add) v += a.add[yi];
         a.y[yi] = v;
@@ -359,41 +388,24 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
 #define TN 64
 #define TK 32
 
-// 64 tokens x 64 output rows per block, 4x4 per thread.  Tokens are rows
-// m0.. of x, or (tiles) the slots of one expert's tile through perm.
+// 64 tokens x 64 output rows per block, 4x4 per thread: tokens m0.. of x.
 template <int QT>
 __global__ void __launch_bounds__(256)
-tiled_kernel(dqw w, const float *x, int ldx, int xdiv, int T, float *y, int ldy,
-             const int4 *tiles, const int *ntiles, const int *perm)
+tiled_kernel(dqw w, const float *x, int ldx, int T, float *y, int ldy)
 {
     pdl_wait();
     __shared__ __align__(16) float xs[TK][TM + 4];
     __shared__ __align__(16) float ws[TK][TN + 4];
     int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
-    int n0 = blockIdx.y * TN, m0 = 0, mcount;
+    int n0 = blockIdx.y * TN, m0 = blockIdx.x * TM, mcount = min(TM, T - m0);
     const uint8_t *data = w.data, *scale = w.scale;
-    const int *rows = NULL;
-    if (tiles) {
-        if ((int)blockIdx.x >= *ntiles) return;
-        int4 tl = tiles[blockIdx.x];
-        data += tl.x * w.estride;
-        scale += tl.x * w.sestride;
-        rows = perm + tl.y;
-        mcount = tl.z;
-    } else {
-        m0 = blockIdx.x * TM;
-        mcount = min(TM, T - m0);
-    }
     float acc[4][4] = {};
     for (int k0 = 0; k0 < w.cols; k0 += TK) {
 #pragma unroll
         for (int i = 0; i < TM * TK / 256; i++) {
             int idx = tid + i * 256, m = idx / TK, k = idx % TK;
             float v = 0;
-            if (m < mcount && k0 + k < w.cols) {
-                int tok = rows ? rows[m] : m0 + m;
-                v = x[(long long)(tok / xdiv) * ldx + k0 + k];
-            }
+            if (m < mcount && k0 + k < w.cols) v = x[(long long)(m0 + m) * ldx + k0 + k];
             xs[k][m] = v;
         }
 #pragma unroll
@@ -421,7 +433,7 @@ tiled_kernel(dqw w, const float *x, int ldx, int xdiv, int T, float *y, int ldy,
     for (int i = 0; i < 4; i++) {
         int m = ty * 4 + i;
         if (m >= mcount) continue;
-        long long tok = rows ? rows[m] : m0 + m;
+        long long tok = m0 + m;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             int n = n0 + tx * 4 + j;
@@ -490,8 +502,13 @@ static void gemv_launch(cudaStream_t st, gv_args a)
 {
     const dqw &w = a.w;
     int VEC = vec_elems(w.type), Kv = MODE == GV_COMBINE ? a.K * w.cols : w.cols;
-    int NT = MODE == GV_COMBINE || a.experts ? 1 : a.T <= 1 ? 1 : a.T <= 2 ? 2 : a.T <= 4 ? 4 : 8;
-    int ny = MODE == GV_COMBINE || a.experts ? a.T : (a.T + NT - 1) / NT;
+    int NT = MODE == GV_COMBINE || a.experts ? 1
+             : a.tiles                       ? a.tile_m
+             : a.T <= 1                      ? 1
+             : a.T <= 2                      ? 2
+             : a.T <= 4                      ? 4
+                                             : 8;
+    int ny = MODE == GV_COMBINE || a.experts || a.tiles ? a.T : (a.T + NT - 1) / NT;
     int R = NT == 8 ? 2 : 4, RO = MODE == GV_SWIGLU ? R / 2 : R;
     long long target = 16LL * sm_count();
     auto slices = [&](int ro) {
@@ -508,6 +525,12 @@ static void gemv_launch(cudaStream_t st, gv_args a)
     }
     int groups = (w.rows + RO - 1) / RO, per_block = 8 / a.S;
     dim3 grid((groups + per_block - 1) / per_block, ny);
+    // More than 8 tokens: the chunks of a group of rows run one after the
+    // other, so all but the first read the rows from L2.
+    if (MODE == GV_PLAIN && !a.tiles && ny > 1 && grid.x <= 65535) {
+        a.tok_fast = 1;
+        grid = dim3(ny, grid.x);
+    }
     QT_DISPATCH(w.type, launch_qt<QT, MODE>(st, grid, a, NT, one_row));
 }
 
@@ -524,12 +547,11 @@ static gv_args gv_make(const dqw &w, const float *x, int ldx, int T, float *y, i
 void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y, int ldy)
 {
     if (w.rows <= 0 || T <= 0) return;
-    if (T <= 8) {
+    if (T <= CU_GEMV_MAX_T) {
         gemv_launch<GV_PLAIN>(st, gv_make(w, x, ldx, T, y, ldy));
     } else {
         dim3 grid((T + TM - 1) / TM, (w.rows + TN - 1) / TN);
-        QT_DISPATCH(w.type, cu_launch(tiled_kernel<QT>, grid, 256, 0, st, w, x, ldx, 1, T, y, ldy,
-                                      NULL, NULL, NULL));
+        QT_DISPATCH(w.type, cu_launch(tiled_kernel<QT>, grid, 256, 0, st, w, x, ldx, T, y, ldy));
     }
 }
 
@@ -558,14 +580,25 @@ bool cu_gemv_combine(cudaStream_t st, const dqw &w, const int *experts, int K, c
     return true;
 }
 
-void cu_matmul_tiles(cudaStream_t st, const dqw &w, const int4 *tiles, const int *ntiles,
-                     int max_tiles, const int *perm, const float *x, int ldx, int xdiv, float *y,
-                     int ldy)
+bool cu_gemv_tiles(cudaStream_t st, const dqw &w1, const dqw *w3, const int4 *tiles,
+                   const int *ntiles, int max_tiles, int tile_m, const int *perm, bool scatter,
+                   const float *x, int ldx, int xdiv, float limit, float *y, int ldy)
 {
-    if (w.rows <= 0 || max_tiles <= 0) return;
-    dim3 grid(max_tiles, (w.rows + TN - 1) / TN);
-    QT_DISPATCH(w.type, cu_launch(tiled_kernel<QT>, grid, 256, 0, st, w, x, ldx, xdiv, 0, y, ldy,
-                                  tiles, ntiles, perm));
+    if (w3 && (w1.type != w3->type || w1.rows != w3->rows || w1.cols != w3->cols ||
+               w1.ld != w3->ld || w1.sld != w3->sld || w1.r0 != w3->r0 || w1.c0 != w3->c0))
+        return false;
+    if (tile_m != 1 && tile_m != 2 && tile_m != 4 && tile_m != 8) return false;
+    if (w1.rows <= 0 || max_tiles <= 0) return true;
+    gv_args a = gv_make(w1, x, ldx, max_tiles, y, ldy);
+    a.tiles = tiles, a.ntiles = ntiles, a.perm = perm, a.scatter = scatter, a.tile_m = tile_m;
+    a.xdiv = xdiv, a.limit = limit;
+    if (w3) {
+        a.w3 = *w3;
+        gemv_launch<GV_SWIGLU>(st, a);
+    } else {
+        gemv_launch<GV_PLAIN>(st, a);
+    }
+    return true;
 }
 
 // Operands of the prefill GEMMs (cuBLASLt, backend_cuda.cu): weights

@@ -361,9 +361,13 @@ void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, co
 // The chunk's last `count` keys (positions pos0 + n - count ...).
 // Block b: ring row of the chunk's position pos0 + n - count + b.
 __global__ void ring_store_kernel(char *ring, int t, int window, int hd, const float *kv, int n,
-                                  int pos0, int count, const dstep *dyn)
+                                  int pos0, int count, const dstep *dyn, const dring *segs)
 {
     pdl_wait();
+    if (segs) {     // sequence blockIdx.y of a batch (n = count = 1)
+        const dring &r = segs[blockIdx.y];
+        ring = r.ring, kv = r.kv, pos0 = r.pos0, dyn = r.dyn;
+    }
     if (dyn) pos0 = dyn->pos0, ring = (char *)dyn->ptr;
     int j = pos0 + n - count + blockIdx.x;
     kv_put_row(t, kv + (long long)(j - pos0) * hd, hd, ring, window, j % window, NULL);
@@ -375,7 +379,15 @@ void cu_ring_store(cudaStream_t st, char *ring, int t, int window, int head_dim,
     int count = n < window ? n : window;
     if (count <= 0) return;
     cu_launch(ring_store_kernel, count, 256, 0, st, ring, t, window, head_dim, kv, n, pos0, count,
-              dyn);
+              dyn, (const dring *)NULL);
+}
+
+void cu_ring_store_batch(cudaStream_t st, const dring *segs, int nseg, int t, int window,
+                         int head_dim)
+{
+    if (nseg <= 0 || window <= 0) return;
+    cu_launch(ring_store_kernel, dim3(1, nseg), 256, 0, st, (char *)NULL, t, window, head_dim,
+              (const float *)NULL, 1, 0, 1, (const dstep *)NULL, segs);
 }
 
 __global__ void kv_round_kernel(float *x, int ld, int n, int t)
@@ -492,7 +504,7 @@ void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, boo
 // One block: count slots per expert, lay out the tiles, scatter the slots;
 // offs[0..E] gets each expert's first position in perm.
 __global__ void moe_sort_kernel(const int *idx, int nslots, int E, int *perm, int4 *tiles,
-                                int *ntiles, int *offs)
+                                int *ntiles, int *offs, int tm)
 {
     pdl_wait();
     extern __shared__ int sh[];
@@ -505,8 +517,8 @@ __global__ void moe_sort_kernel(const int *idx, int nslots, int E, int *perm, in
         int o = 0, nt = 0;
         for (int e = 0; e < E; e++) {
             off[e] = o;
-            for (int s = 0; s < cnt[e]; s += CU_TILE_M)
-                tiles[nt++] = make_int4(e, o + s, min(CU_TILE_M, cnt[e] - s), 0);
+            for (int s = 0; s < cnt[e]; s += tm)
+                tiles[nt++] = make_int4(e, o + s, min(tm, cnt[e] - s), 0);
             o += cnt[e];
         }
         *ntiles = nt;
@@ -523,10 +535,10 @@ __global__ void moe_sort_kernel(const int *idx, int nslots, int E, int *perm, in
 }
 
 void cu_moe_sort(cudaStream_t st, const int *idx, int nslots, int E, int *perm, int4 *tiles,
-                 int *ntiles, int *offs)
+                 int *ntiles, int *offs, int tile_m)
 {
     cu_launch(moe_sort_kernel, 1, 1024, 2 * E * sizeof(int), st, idx, nslots, E, perm, tiles,
-              ntiles, offs);
+              ntiles, offs, tile_m);
 }
 
 __global__ void rows_kernel(const float *src, float *dst, int n, int H, const int *map, int div,

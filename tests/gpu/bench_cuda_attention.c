@@ -110,10 +110,10 @@ static void bench(const char *name, int ratio, int topk, int pos0, int n)
                          .comp = { blocks, 0, PER_BLOCK, HD, KV_FP8 }, .sel = dsel,
                          .nsel = dnsel, .sel_ld = topk, .out = dout };
     float one;
-    G->attention(G, &a);
+    G->attention(G, &a, 1);
     G->read(G, &one, dout, sizeof one);
     double t0 = now();
-    for (int r = 0; r < REPS; r++) G->attention(G, &a);
+    for (int r = 0; r < REPS; r++) G->attention(G, &a, 1);
     G->read(G, &one, dout, sizeof one);
     double s = (now() - t0) / REPS;
     /* 2 matmuls of 2 flop per head, key and channel */

@@ -22,6 +22,7 @@
 
 #define DEMO "tests/fixtures/demo"
 #define NIDS 1200
+#define NBATCH 12   /* the script's largest decode batch */
 
 static int32_t ids[NIDS];
 static int V;       /* the demo's vocabulary */
@@ -30,7 +31,7 @@ static v4_model *load(int tp, bool graphs, const v4_options *extra)
 {
     if (graphs) unsetenv("LLM_CUDA_GRAPHS");
     else setenv("LLM_CUDA_GRAPHS", "0", 1);
-    v4_options o = { .tp = tp, .max_seqs = 4, .cache_tokens = 4 * 2048, .backend = "cuda" };
+    v4_options o = { .tp = tp, .max_seqs = 16, .cache_tokens = 16 * 1024, .backend = "cuda" };
     if (extra) o = *extra;
     v4_model *m = NULL;
     strbuf err;
@@ -51,7 +52,7 @@ typedef struct {
 
 static void step(script *S, v4_seq **seqs, const int *start, const int *n, int nitems)
 {
-    v4_step_item it[4];
+    v4_step_item it[NBATCH];
     for (int i = 0; i < nitems; i++) {
         it[i] = (v4_step_item){ seqs[i], ids + start[i], n[i], S->out + S->rows * S->V, false };
         S->rows++;
@@ -66,7 +67,10 @@ static void step(script *S, v4_seq **seqs, const int *start, const int *n, int n
 }
 
 /* A and B: prefills, 20 steps of [A, B], 6 of [B], 6 of [A], 4 of [B, A];
- * C: a prefill of 1010, then 30 steps crossing position 1024. */
+ * C: a prefill of 1010, then 30 steps crossing position 1024; then
+ * NBATCH sequences with prompts of 10, 13, ... tokens decoding together
+ * (more than 8 tokens a step: the GEMVs in token chunks, the MoE on
+ * tiles by expert, attention of the batch in one launch). */
 static int run_script(v4_model *m, float *out, size_t *rows)
 {
     script S = { m, out, 0, V, 0 };
@@ -99,6 +103,25 @@ static int run_script(v4_model *m, float *out, size_t *rows)
     v4_seq_free(m, A);
     v4_seq_free(m, B);
     v4_seq_free(m, C);
+    v4_seq *D[NBATCH];
+    int d[NBATCH], nd[NBATCH], ones[NBATCH];
+    for (int k = 0; k < NBATCH; k++) {
+        D[k] = v4_seq_new(m, &err);
+        if (!D[k]) {
+            diag("seq: %s", err.data);
+            S.rc = -1;
+            for (int j = 0; j < k; j++) v4_seq_free(m, D[j]);
+            sb_free(&err);
+            return S.rc;
+        }
+        d[k] = 100 + 60 * k, nd[k] = 10 + 3 * k, ones[k] = 1;
+        step(&S, &D[k], &d[k], &nd[k], 1), d[k] += nd[k];
+    }
+    for (int i = 0; i < 8; i++) {
+        step(&S, D, d, ones, NBATCH);
+        for (int k = 0; k < NBATCH; k++) d[k]++;
+    }
+    for (int k = 0; k < NBATCH; k++) v4_seq_free(m, D[k]);
     sb_free(&err);
     *rows = S.rows;
     return S.rc;
@@ -106,7 +129,7 @@ static int run_script(v4_model *m, float *out, size_t *rows)
 
 static void test_graphs(int tp)
 {
-    size_t cap = 100 * (size_t)V;
+    size_t cap = 250 * (size_t)V;
     float *eager = malloc(cap * sizeof(float)), *graph = malloc(cap * sizeof(float));
     size_t re = 0, rg = 0;
     long long cap_e = -1, rep_e = -1, cap_g = 0, rep_g = 0;
