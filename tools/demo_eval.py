@@ -86,16 +86,21 @@ def score(e, ans):
 
 
 def table(rows, sources):
-    print("| kind | metric | " + " | ".join(sources) + " |")
-    print("| --- | --- | " + " | ".join("---" for _ in sources) + " |")
+    """One column per source; with both, also the engine on the prompts
+    transformers answered (its time budget may stop it early)."""
+    cols = [(s, s, lambda r: True) for s in sources]
+    if len(sources) == 2:
+        cols.insert(1, ("engine, same prompts", "engine", lambda r: "transformers" in r["scores"]))
+    print("| kind | metric | " + " | ".join(c[0] for c in cols) + " |")
+    print("| --- | --- | " + " | ".join("---" for _ in cols) + " |")
     for k in KINDS:
         mine = [r for r in rows if r["kind"] == k]
         if not mine:
             continue
         for m in mine[0]["scores"][sources[0]]:
             cells = []
-            for s in sources:
-                got = [r["scores"][s][m] for r in mine if s in r["scores"]]
+            for _, s, keep in cols:
+                got = [r["scores"][s][m] for r in mine if s in r["scores"] and keep(r)]
                 cells.append(f"{sum(got)}/{len(got)}")
             print(f"| {k} | {m} | " + " | ".join(cells) + " |")
 
