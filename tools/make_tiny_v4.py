@@ -647,30 +647,39 @@ def hf_state_arrays(ckpt, p):
     return sd
 
 
+INV_TOP = {v: k for k, v in TOP_RENAMES.items()}
+INV_LAYER = {v: k for k, v in LAYER_RENAMES.items()}
+FUSED_EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
+
+
+def released_name(name):
+    """(layer or None, released name) of a transformers tensor name; for
+    the fused routed experts, (layer, the transformers suffix)."""
+    if name in INV_TOP:
+        return None, INV_TOP[name]
+    m = re.match(r"^model\.layers\.(\d+)\.(.+)$", name)
+    check(m and (m.group(2) in INV_LAYER or m.group(2) in FUSED_EXPERTS),
+          f"{name}: no released name")
+    i, rest = m.group(1), m.group(2)
+    return i, rest if rest in FUSED_EXPERTS else f"layers.{i}.{INV_LAYER[rest]}"
+
+
 def released_arrays(sd, p):
     """The inverse of hf_state_arrays: a transformers state dict (numpy,
     float) -> {released name: float array}, routed experts split back into
     w1/w3 ([I, H] each) and w2 ([H, I]).  mtp.* are not in transformers."""
-    inv_top = {v: k for k, v in TOP_RENAMES.items()}
-    inv_layer = {v: k for k, v in LAYER_RENAMES.items()}
     inter, out = p["moe_intermediate_size"], {}
     for name, v in sd.items():
-        if name in inv_top:
-            out[inv_top[name]] = v
-            continue
-        m = re.match(r"^model\.layers\.(\d+)\.(.+)$", name)
-        check(m, f"{name}: no released name")
-        i, rest = m.group(1), m.group(2)
-        if rest == "mlp.experts.gate_up_proj":
+        i, rel = released_name(name)
+        if rel == "mlp.experts.gate_up_proj":
             for e, w in enumerate(v):
                 out[f"layers.{i}.ffn.experts.{e}.w1.weight"] = w[:inter]
                 out[f"layers.{i}.ffn.experts.{e}.w3.weight"] = w[inter:]
-        elif rest == "mlp.experts.down_proj":
+        elif rel == "mlp.experts.down_proj":
             for e, w in enumerate(v):
                 out[f"layers.{i}.ffn.experts.{e}.w2.weight"] = w
         else:
-            check(rest in inv_layer, f"{name}: no released name")
-            out[f"layers.{i}.{inv_layer[rest]}"] = v
+            out[rel] = v
     return out
 
 

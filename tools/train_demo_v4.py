@@ -54,22 +54,13 @@ def quant_kinds(model, template):
     """{parameter name: 'fp8' | 'fp4' | 'bf16'} from the released dtypes
     (F32 parameters stay float)."""
     kinds = {}
-    names = [n for n, _ in model.named_parameters()]
-    inv_layer = {v: k for k, v in mt.LAYER_RENAMES.items()}
-    inv_top = {v: k for k, v in mt.TOP_RENAMES.items()}
-    for n in names:
-        if n.endswith("mlp.experts.gate_up_proj") or n.endswith("mlp.experts.down_proj"):
+    for n, _ in model.named_parameters():
+        _, rel = mt.released_name(n)
+        if rel in mt.FUSED_EXPERTS:
             kinds[n] = "fp4"
-            continue
-        if n in inv_top:
-            rel = inv_top[n]
-        else:
-            i, rest = n.split(".", 3)[2], n.split(".", 3)[3]
-            rel = f"layers.{i}.{inv_layer[rest]}"
-        dt = template[rel][0]
-        if dt == "F8_E4M3":
+        elif template[rel][0] == "F8_E4M3":
             kinds[n] = "fp8"
-        elif dt == "BF16":
+        elif template[rel][0] == "BF16":
             kinds[n] = "bf16"
     return kinds
 
