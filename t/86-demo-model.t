@@ -2,20 +2,21 @@
 # seed, and tests/fixtures/demo-trained, served through nginx on the CPU at
 # TP=2 as `make run` serves it, answers held-out questions greedily: an
 # operand pair the generator never trained on, a tool call with the city
-# from the user's words, and a continuation that uses the tool's result.
+# from the user's words, and a continuation that uses the tool's result;
+# llm-qualify's functional preflight passes without --model-is-random.
 use strict;
 use warnings;
 use Test::More;
 use FindBin;
 use lib "$FindBin::Bin/lib";
-use LLMTest qw(repo_root scratch_dir write_conf start_nginx http http_json
+use LLMTest qw(repo_root build_dir scratch_dir write_conf start_nginx http http_json
                free_port engine_name start_engine wait_for api_server);
 use JSON::PP;
 
 my $top = repo_root();
 my $dir = scratch_dir();
 my $gen = "python3 $top/tools/demo_data.py";
-my $bld = $ENV{LLM_BUILD_DIR} // "$top/build";
+my $bld = build_dir();
 my $engine_opt = "--engine $bld/bin/llm-engine";
 
 sub slurp { local (@ARGV, $/) = @_; <> }
@@ -64,7 +65,7 @@ start_engine($dir, $name, model => "$top/tests/fixtures/demo-trained", served =>
 write_conf($dir, <<"CONF");
     llm_engine $name run_dir=$dir;
     llm_health interval=100ms passes=1;
-@{[ api_server($port, [qw(chat_completions health)]) ]}
+@{[ api_server($port, [qw(chat_completions responses models tokenize health)]) ]}
 CONF
 start_nginx($dir, $port);
 my $base = "http://127.0.0.1:$port";
@@ -100,5 +101,15 @@ my $result = { role => 'tool', tool_call_id => 'call_1',
                content => '{"city": "Paris", "temperature_c": 21, "sky": "clear"}' };
 like(chat(messages => [$ask, $call, $result], tools => $tools)->{content}, qr/\b21\b/,
      'the continuation uses the tool result');
+
+# ---- llm-qualify's functional preflight, for real (no --model-is-random) ----
+my $out = "$dir/qual";
+system("$bld/bin/llm-qualify --base-url $base --model tiny-demo --out $out --gates functional"
+       . " --max-tokens 128 --tool-calls 4 2>$dir/qualify.log");
+is($? >> 8, 0, 'llm-qualify --gates functional exits 0') or diag(`tail -20 $dir/qualify.log`);
+my $status = eval { decode_json(slurp("$out/qualification-status.json")) } // {};
+my ($fn) = grep { $_->{id} eq 'functional' } @{ $status->{gates} // [] };
+is($fn && $fn->{status}, 'pass', 'the functional preflight passes on the trained model')
+    or diag(explain($fn));
 
 done_testing();
