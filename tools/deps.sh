@@ -3,7 +3,7 @@
 # Idempotent and quiet: when everything is present it costs one dpkg-query.
 set -e
 PKGS="nginx nginx-dev libyajl-dev libyaml-dev libpcre2-dev libcurl4-openssl-dev curl
-      perl make gcc"
+      perl make gcc python3"
 missing=""
 for p in $PKGS; do
     s=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)

@@ -160,11 +160,11 @@ def bf16_value(bits):
     return (np.asarray(bits, "<u2").astype("<u4") << 16).view("<f4")
 
 
-def fp8_block_quant(w, rng):
+def fp8_block_quant(w, rng=None):
     """Weight [out, in] -> (E4M3 codes [out, in], E8M0 scales
     [ceil(out/128), ceil(in/128)]).  Each block's exponent is the smallest
-    that fits its amax, plus a random 0..3 so blocks differ and small codes
-    (subnormals) occur."""
+    that fits its amax, plus (with rng, for test fixtures) a random 0..3 so
+    blocks differ and small codes (subnormals) occur."""
     out, inn = w.shape
     nbo, nbi = -(-out // FP8_BLOCK), -(-inn // FP8_BLOCK)
     codes = np.empty((out, inn), np.uint8)
@@ -175,7 +175,8 @@ def fp8_block_quant(w, rng):
             cs = slice(j * FP8_BLOCK, (j + 1) * FP8_BLOCK)
             blk = w[rs, cs]
             amax = max(float(np.abs(blk).max()), 1e-30)
-            e = math.ceil(math.log2(amax / 448.0)) + int(rng.integers(0, 4))
+            e = math.ceil(math.log2(amax / 448.0))
+            e += int(rng.integers(0, 4)) if rng is not None else 0
             scale[i, j] = e + 127
             codes[rs, cs] = fp8_e4m3_encode(blk / 2.0 ** e)
     return codes, scale
@@ -191,16 +192,17 @@ def fp8_block_dequant(codes, scale):
     return v.astype(np.float32)
 
 
-def mxfp4_quant(w, rng):
+def mxfp4_quant(w, rng=None):
     """Weight [out, in] -> (packed int8 [out, in/2], low nibble = even
     column; E8M0 scales [out, in/32]).  Exponent per 32-group: smallest that
-    fits the amax, plus a random 0..1."""
+    fits the amax, plus (with rng) a random 0..1."""
     out, inn = w.shape
     check(inn % MXFP4_GROUP == 0, f"MXFP4 needs in % 32 == 0, got {inn}")
     g = w.reshape(out, inn // MXFP4_GROUP, MXFP4_GROUP)
     amax = np.maximum(np.abs(g).max(-1), 1e-30)
     e = np.ceil(np.log2(amax / 6.0)).astype(np.int64)
-    e += rng.integers(0, 2, size=e.shape)
+    if rng is not None:
+        e += rng.integers(0, 2, size=e.shape)
     codes = fp4_e2m1_encode(g / 2.0 ** e[..., None]).reshape(out, inn)
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
     return packed.view(np.int8), (e + 127).astype(np.uint8)
@@ -643,6 +645,75 @@ def hf_state_arrays(ckpt, p):
         sd[pre + "down_proj"] = np.stack(w["w2"])
     check(not experts, f"expert tensors for unknown layers: {sorted(experts)[:3]}")
     return sd
+
+
+INV_TOP = {v: k for k, v in TOP_RENAMES.items()}
+INV_LAYER = {v: k for k, v in LAYER_RENAMES.items()}
+FUSED_EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
+
+
+def released_name(name):
+    """(layer or None, released name) of a transformers tensor name; for
+    the fused routed experts, (layer, the transformers suffix)."""
+    if name in INV_TOP:
+        return None, INV_TOP[name]
+    m = re.match(r"^model\.layers\.(\d+)\.(.+)$", name)
+    check(m and (m.group(2) in INV_LAYER or m.group(2) in FUSED_EXPERTS),
+          f"{name}: no released name")
+    i, rest = m.group(1), m.group(2)
+    return i, rest if rest in FUSED_EXPERTS else f"layers.{i}.{INV_LAYER[rest]}"
+
+
+def released_arrays(sd, p):
+    """The inverse of hf_state_arrays: a transformers state dict (numpy,
+    float) -> {released name: float array}, routed experts split back into
+    w1/w3 ([I, H] each) and w2 ([H, I]).  mtp.* are not in transformers."""
+    inter, out = p["moe_intermediate_size"], {}
+    for name, v in sd.items():
+        i, rel = released_name(name)
+        if rel == "mlp.experts.gate_up_proj":
+            for e, w in enumerate(v):
+                out[f"layers.{i}.ffn.experts.{e}.w1.weight"] = w[:inter]
+                out[f"layers.{i}.ffn.experts.{e}.w3.weight"] = w[inter:]
+        elif rel == "mlp.experts.down_proj":
+            for e, w in enumerate(v):
+                out[f"layers.{i}.ffn.experts.{e}.w2.weight"] = w
+        else:
+            out[rel] = v
+    return out
+
+
+def encode_like(template, values):
+    """Released tensors for float `values` ({released name: array}), each in
+    the storage form its `template` entry has (FP8 blocks and MXFP4 groups
+    with the smallest exponent that fits, BF16 rounded to nearest even,
+    F32, integers as they are).  Names only in the template (mtp.*) keep
+    the template's tensors."""
+    out = {}
+    for name, (dt, arr) in template.items():
+        if name.endswith(".scale"):
+            continue
+        if name not in values:
+            out[name] = (dt, arr)
+            sname = name[:-7] + ".scale"
+            if name.endswith(".weight") and sname in template:
+                out[sname] = template[sname]
+            continue
+        v = np.asarray(values[name], np.float64)
+        check(v.shape == arr.shape or dt == "I8",
+              f"{name}: shape {v.shape} != checkpoint {arr.shape}")
+        if dt in ("F8_E4M3", "I8"):
+            codes, scale = (fp8_block_quant if dt == "F8_E4M3" else mxfp4_quant)(v)
+            out[name] = (dt, codes)
+            out[name[:-7] + ".scale"] = ("F8_E8M0", scale)
+        elif dt == "BF16":
+            out[name] = (dt, bf16_bits(v))
+        elif dt == "F32":
+            out[name] = (dt, v.astype("<f4"))
+        else:
+            out[name] = (dt, np.asarray(v, arr.dtype))
+    check(set(values) <= set(out), f"not in the checkpoint: {sorted(set(values) - set(out))[:3]}")
+    return out
 
 
 # ------------------------------------------------------------- tokenizer --

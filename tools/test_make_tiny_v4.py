@@ -453,6 +453,44 @@ class Checkpoints(unittest.TestCase):
                 sd["model.embed_tokens.weight"].ravel().view(np.uint32),
                 emb << 16))
 
+    def test_encode_trained_weights(self):
+        """released_arrays inverts hf_state_arrays, and encode_like writes
+        float weights (what training produces) back into the released
+        storage with the smallest exponent per block/group: values already
+        on the grid come back exactly, and every block uses its top
+        codes."""
+        for name in self.dirs:
+            p = dict(mt.PRESETS[name])
+            ckpt = mt.read_checkpoint(self.dirs[name])
+            sd = mt.hf_state_arrays(ckpt, p)
+            rel = mt.released_arrays(sd, p)
+            self.assertEqual(sorted(rel), sorted(
+                n for n in ckpt if not n.startswith("mtp.") and not n.endswith(".scale")))
+            enc = mt.encode_like(ckpt, rel)
+            self.assertEqual(sorted(enc), sorted(ckpt))
+            self.assertEqual({n: v[0] for n, v in enc.items()},
+                             {n: v[0] for n, v in ckpt.items()})
+            back = mt.dequantize(enc)
+            for n, v in mt.dequantize(ckpt).items():
+                self.assertTrue(np.array_equal(back[n], v), n)
+            c8, s8 = enc["layers.0.attn.wq_b.weight"][1], enc["layers.0.attn.wq_b.scale"][1]
+            self.assertEqual(s8.shape, ckpt["layers.0.attn.wq_b.scale"][1].shape)
+            for i in range(s8.shape[0]):
+                for j in range(s8.shape[1]):
+                    blk = c8[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128]
+                    self.assertGreaterEqual(np.abs(FP8_REF[blk]).max(), 224, (i, j))
+            b = enc["layers.0.ffn.experts.0.w2.weight"][1].view(np.uint8)
+            codes = np.stack([b & 15, b >> 4], -1).reshape(b.shape[0], -1, 32)
+            mags = np.array(E2M1_REF)[codes & 7].max(-1)
+            self.assertTrue(np.all(mags >= 3), "an MXFP4 group could use a smaller exponent")
+            # off-grid float weights round to the nearest code
+            w = rel["layers.0.attn.wq_b.weight"] * 1.01
+            codes, scale = mt.fp8_block_quant(w)
+            err = np.abs(mt.fp8_block_dequant(codes, scale) - w)
+            step = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(w), 1e-30))) - 3)
+            self.assertTrue(np.all(err <= np.maximum(step, 2.0 ** -9 * 2.0 ** (
+                scale.astype(float).max() - 127)) / 2 + 1e-12))
+
     def test_deterministic(self):
         with tempfile.TemporaryDirectory() as d:
             self.assertEqual(generate(d, "--preset", "tiny-b").returncode, 0)
