@@ -198,13 +198,19 @@ static void cases(int tp, const char *dtype)
         ok(st.on && st.queries == 2 && st.hits == 1 && st.hit_tokens == 256
            && st.query_tokens == 830, "tp %d %s: stats count 2 queries, 1 hit of 256 tokens",
            tp, dtype);
-        v4_prefix_clear(m);
-        v4_cache_info ci;
+        v4_cache_info c0, ci;
+        v4_cache_info_get(m, &c0);
+        v4_prefix_cleared cl;
+        v4_prefix_clear(m, &cl);
         v4_cache_info_get(m, &ci);
         int64_t c3 = -1;
         free(run(m, x, 530, true, &c3, NULL));
         ok(c3 == 0 && ci.blocks_cached == 0 && ci.blocks_used == 0,
            "tp %d %s: after a clear nothing is cached or reused", tp, dtype);
+        ok(cl.entries == st.entries && cl.blocks == c0.blocks_cached && cl.blocks > 0
+           && cl.host_entries == 0 && cl.host_bytes == 0,
+           "tp %d %s: the clear reports what it freed (%lld entries, %lld blocks)", tp, dtype,
+           (long long)cl.entries, (long long)cl.blocks);
         v4_model_free(m);
     }
     v4_model_free(cold);

@@ -143,8 +143,17 @@ typedef struct {
 } v4_prefix_stats;
 
 void v4_prefix_stats_get(v4_model *m, v4_prefix_stats *st);
-/* Forget every cached prefix (running sequences keep their blocks). */
-void v4_prefix_clear(v4_model *m);
+/* What a clear dropped: entries in the pool and in the host tier, the pool
+ * blocks given back (blocks running sequences share stay theirs), and the
+ * host tier's bytes. */
+typedef struct {
+    int64_t entries, blocks, host_entries;
+    size_t host_bytes;
+} v4_prefix_cleared;
+
+/* Forget every cached prefix (running sequences keep their blocks); out
+ * (may be NULL) says what went. */
+void v4_prefix_clear(v4_model *m, v4_prefix_cleared *out);
 
 typedef struct {
     v4_seq *seq;

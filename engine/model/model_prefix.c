@@ -255,9 +255,14 @@ void v4_prefix_stats_get(v4_model *m, v4_prefix_stats *st)
     pthread_mutex_unlock(&m->mu);
 }
 
-void v4_prefix_clear(v4_model *m)
+void v4_prefix_clear(v4_model *m, v4_prefix_cleared *out)
 {
     pthread_mutex_lock(&m->mu);
-    pc_clear(&m->pc, &m->pool);
+    prefix_cache *pc = &m->pc;
+    v4_prefix_cleared c = { .entries = pc->n - pc->nhost, .host_entries = pc->nhost,
+                            .host_bytes = pc->host_used, .blocks = -m->pool.nfree };
+    pc_clear(pc, &m->pool);
+    c.blocks += m->pool.nfree;
     pthread_mutex_unlock(&m->mu);
+    if (out) *out = c;
 }

@@ -1221,6 +1221,33 @@ static void mr_release(void *self, llm_request *s)
     s->state = NULL;
 }
 
+/* /admin/reset_prefix_cache: forget every cached prefix, say what went. */
+static void mr_admin(void *self, llm_request *s)
+{
+    struct model_runner *R = self;
+    char perr[128];
+    yajl_val req = json_parse(s->request, s->request_len, perr, sizeof perr);
+    const char *op = json_string(json_get(req, "op"));
+    if (!op || strcmp(op, "reset_prefix_cache")) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "unknown admin operation%s%.64s%s: the engine has "
+                 "reset_prefix_cache", op ? " '" : "", op ? op : "", op ? "'" : "");
+        fail(s, 400, "invalid_request_error", "op", msg);
+    } else {
+        v4_prefix_cleared c;
+        v4_prefix_clear(R->model, &c);
+        strbuf sb;
+        sb_init(&sb);
+        sb_printf(&sb, "{\"entries\":%lld,\"blocks\":%lld,\"host_entries\":%lld,"
+                  "\"host_bytes\":%zu}", (long long)c.entries, (long long)c.blocks,
+                  (long long)c.host_entries, c.host_bytes);
+        req_emit_text(s, LLM_EV_CONTENT_DELTA, sb.data, sb.len);
+        req_emit_finish(s, LLM_FINISH_STOP);
+        sb_free(&sb);
+    }
+    yajl_tree_free(req);
+}
+
 static void mr_stats(void *self, runner_stats *st)
 {
     struct model_runner *R = self;
@@ -1250,6 +1277,7 @@ const runner_ops runner_model = {
     .step = mr_step,
     .cancel = mr_cancel,
     .release = mr_release,
+    .admin = mr_admin,
     .stats = mr_stats,
     .unload = mr_unload,
 };
