@@ -14,7 +14,9 @@
  *   - the warm sequence's state slot is poisoned (NaN) before it starts:
  *     the snapshot restores all a continuation reads;
  *   - with a host tier, entries evicted from the pool come back from host
- *     memory and still match bit for bit;
+ *     memory and still match bit for bit; the round trip through it keeps
+ *     every byte, and a warm start from it equals one from the pool bit
+ *     for bit on every backend (CUDA: pinned memory, asynchronous copies);
  *   - the bookkeeping: a chain under another seed (another kv dtype,
  *     another model) or with another parent never matches, tails are
  *     evicted before heads.
@@ -323,6 +325,96 @@ static void host_tier(int tp, size_t budget, bool fits)
     v4_model_free(cold);
 }
 
+/* Every rank's bytes of an entry's pool blocks (its block, then its
+ * snapshot's), one after another. */
+static char *entry_bytes(v4_model *m, const pc_entry *e, size_t *len)
+{
+    size_t bb = m->layout.block_bytes;
+    int nb = 1 + (e->snap ? m->pc.snap_blocks : 0);
+    *len = (size_t)m->tp * (size_t)nb * bb;
+    char *out = malloc(*len), *at = out;
+    for (int r = 0; r < m->tp; r++)
+        for (int k = 0; k < nb; k++, at += bb) {
+            backend *be = m->ranks[r].be;
+            be->read(be, at, m->ranks[r].block_mem + (size_t)(k ? e->snap[k - 1] : e->block) * bb,
+                     bb);
+        }
+    return out;
+}
+
+/* The round trip through the host tier is exact on every backend: a
+ * prompt's entries (blocks and snapshots), all spilled to host memory at
+ * once (v4_prefix_offload) and filled back after every free pool block was poisoned, hold the
+ * same bytes as before, and a warm start from them gives the logits of a
+ * warm start from the pool bit for bit (the same ops on the same bytes).
+ * On CUDA the copies are asynchronous, from pinned memory, on a copy
+ * stream: the poison is written by the compute stream after the spill's
+ * fence, so a copy that was not ordered before it would carry poison. */
+static void host_roundtrip(int tp)
+{
+    enum { NB = 3 };
+    host_bytes = 64 << 20;
+    v4_model *m = load(tp, "auto", true, 1, 0);     /* room for every snapshot */
+    host_bytes = 0;
+    if (!m) return;
+    int32_t x[500];
+    random_ids(x, 500, 51);
+    free(run(m, x, 500, true, NULL, NULL));
+    int32_t ch[NB];
+    char *before[NB] = { 0 };
+    size_t len[NB];
+    bool found = true;
+    uint64_t h = m->pc.seed;
+    for (int k = 0; k < NB && found; k++) {
+        ch[k] = pc_find(&m->pc, h, x + k * m->pc.block_tokens);
+        found = ch[k] >= 0 && m->pc.e[ch[k]].block >= 0 && m->pc.e[ch[k]].snap;
+        if (found) {
+            h = m->pc.e[ch[k]].hash;
+            before[k] = entry_bytes(m, &m->pc.e[ch[k]], &len[k]);
+        }
+    }
+    int64_t g1 = -1, g2 = -1;
+    float *w1 = run(m, x, 450, true, &g1, NULL);
+    v4_prefix_stats s0, s1, s2;
+    v4_prefix_stats_get(m, &s0);
+    int64_t moved = v4_prefix_offload(m);
+    bool emptied = m->pool.nfree == m->pool.nblocks;
+    size_t bb = m->layout.block_bytes;
+    char *junk = malloc(bb);
+    memset(junk, 0xff, bb);
+    for (int64_t i = 0; i < m->pool.nfree; i++)
+        for (int r = 0; r < m->tp; r++)
+            m->ranks[r].be->write(m->ranks[r].be,
+                                  m->ranks[r].block_mem + (size_t)m->pool.free_blocks[i] * bb,
+                                  junk, bb);
+    free(junk);
+    v4_prefix_stats_get(m, &s1);
+    float *w2 = run(m, x, 450, true, &g2, NULL);
+    v4_prefix_stats_get(m, &s2);
+    bool same_bytes = found;
+    for (int k = 0; k < NB && same_bytes; k++) {
+        size_t n;
+        const pc_entry *e = &m->pc.e[ch[k]];
+        char *after = e->block >= 0 && e->snap ? entry_bytes(m, e, &n) : NULL;
+        same_bytes = after && n == len[k] && !memcmp(after, before[k], n);
+        free(after);
+    }
+    ok(found && emptied && moved == s0.entries && s1.blocks_held == 0
+       && s1.host_entries == s0.entries && s1.spills - s0.spills == (uint64_t)s0.entries,
+       "tp %d: all %lld entries (blocks and snapshots) spill to the host tier at once", tp,
+       (long long)s0.entries);
+    ok(same_bytes && s2.fills - s1.fills == NB,
+       "tp %d: filled back into poisoned pool blocks they hold the same bytes", tp);
+    ok(g1 == 384 && g2 == 384 && w1 && w2
+       && !memcmp(w1, w2, sizeof(float) * (size_t)(DECODE + 1) * vocab),
+       "tp %d: a warm start from the host tier gives a warm start from the pool's logits and "
+       "%d decode steps bit for bit", tp, DECODE);
+    for (int k = 0; k < NB; k++) free(before[k]);
+    free(w1);
+    free(w2);
+    v4_model_free(m);
+}
+
 /* pc_reclaimable (kept by counting) against a walk over the entries. */
 static bool reclaimable_ok(v4_model *m)
 {
@@ -398,7 +490,7 @@ static int spilled, filled;
 static void fake_spill(void *ctx, prefix_cache *pc, int32_t e)
 {
     (void)ctx;
-    memset(pc->e[e].host, pc->e[e].block, pc->host_unit);
+    memset(pc_host_at(pc, &pc->e[e], 0), pc->e[e].block, pc->host_unit);
     spilled++;
 }
 static void fake_fill(void *ctx, prefix_cache *pc, int32_t e)
@@ -409,15 +501,15 @@ static void fake_fill(void *ctx, prefix_cache *pc, int32_t e)
     filled++;
 }
 
-/* The host tier's own budget and order, over a pool of 8 blocks. */
+/* The host tier's own units and order, over a pool of 8 blocks. */
 static void host_bookkeeping(void)
 {
     block_pool p;
     block_pool_init(&p, 1, 8);
     prefix_cache pc;
-    pc_init(&pc, true, 8, 4, 1, 1, 0x77);
-    pc.host_budget = 20;        /* two entries without snapshots */
-    pc.host_unit = 10;
+    char mem[25];
+    pc_init(&pc, true, 8, 4, 2, 1, 0x77);
+    pc_host_init(&pc, 25, 10, mem);     /* two units: two entries without snapshots */
     pc.spill = fake_spill;
     pc.fill = fake_fill;
     int32_t t[3][4] = { { 1, 2, 3, 4 }, { 5, 6, 7, 8 }, { 9, 10, 11, 12 } }, b[3], e[3];
@@ -430,16 +522,16 @@ static void host_bookkeeping(void)
     pc_seq_release(&pc, &p, b, 3);
     for (int k = 0; k < 3; k++) block_unref(&p, b[k]);
     bool room = pc_make_room(&pc, &p, 8);
-    ok(room && spilled == 3 && pc.nhost == 2 && pc.host_used == 20
+    ok(room && spilled == 3 && pc.nhost == 2 && pc.host_used == 20 && pc.host_budget == 20
        && pc_find(&pc, parent[2], t[2]) < 0 && pc.e[pc_find(&pc, parent[0], t[0])].block < 0
-       && pc.e[e[0]].host[0] == (char)b[0],
+       && *pc_host_at(&pc, &pc.e[e[0]], 0) == (char)b[0],
        "evicted entries go to the host tier; when it is full its oldest goes (the chain's tail)");
     ok(pc_fill(&pc, &p, e[0]) == 0 && filled == 1 && pc.e[e[0]].block >= 0 && pc.nhost == 1
        && pc.host_used == 10 && pc_blocks_held(&pc) == 1, "a fill brings an entry back");
-    pc.host_budget = 5;
-    ok(pc_make_room(&pc, &p, 8) && spilled == 3 && pc.nhost == 1
-       && pc_find(&pc, parent[0], t[0]) < 0 && pc_find(&pc, parent[1], t[1]) == e[1],
-       "an entry larger than the host budget is dropped without touching the tier");
+    ok(pc_snap_alloc(&pc, &p, e[0]) == 0 && pc_make_room(&pc, &p, 8) && spilled == 3
+       && pc.nhost == 1 && pc_find(&pc, parent[0], t[0]) < 0 && pc_find(&pc, parent[1], t[1]) == e[1],
+       "an entry larger than the host tier (a block and a 2-block snapshot: 3 units) is dropped "
+       "without touching the tier");
     pc_clear(&pc, &p);
     ok(pc.n == 0 && pc.nhost == 0 && pc.host_used == 0 && p.nfree == 8, "clear empties both tiers");
     pc_free(&pc);
@@ -463,5 +555,7 @@ int main(void)
     host_tier(1, 64 << 20, true);
     host_tier(tp2, 64 << 20, true);
     host_tier(1, 1000, false);
+    host_roundtrip(1);
+    host_roundtrip(tp2);
     return exit_status();
 }

@@ -143,6 +143,12 @@ typedef struct {
 } v4_prefix_stats;
 
 void v4_prefix_stats_get(v4_model *m, v4_prefix_stats *st);
+/* Move every cached entry no sequence holds from the pool to the host
+ * tier, as eviction would (what does not fit there is dropped): a later
+ * prompt with such a prefix restores it from host memory (benchmarks,
+ * tests).  Returns the entries moved. */
+int64_t v4_prefix_offload(v4_model *m);
+
 /* What a clear dropped: entries in the pool and in the host tier, the pool
  * blocks given back (blocks running sequences share stay theirs), and the
  * host tier's bytes. */

@@ -43,19 +43,34 @@ static uint64_t prefix_seed(const v4_model *m, const v4_options *o, const char *
 }
 
 /* An entry's pool blocks (its block, then its snapshot's) and its host
- * copy, rank after rank, one direction or the other (synchronous copies). */
+ * units, rank r's block at offset r * block_bytes of a unit, one direction
+ * or the other: on a backend with asynchronous copies queued on its copy
+ * stream (prefix_fence orders them before later ops), else synchronous. */
 static void host_copy(v4_model *m, const pc_entry *e, bool to_host)
 {
     size_t bb = m->layout.block_bytes, nb = 1 + (e->snap ? (size_t)m->pc.snap_blocks : 0);
     for (int r = 0; r < m->tp; r++) {
         backend *be = m->ranks[r].be;
         for (size_t k = 0; k < nb; k++) {
-            char *host = e->host + ((size_t)r * nb + k) * bb;
+            char *host = pc_host_at(&m->pc, e, (int)k) + (size_t)r * bb;
             char *dev = m->ranks[r].block_mem + (size_t)(k ? e->snap[k - 1] : e->block) * bb;
-            if (to_host) be->read(be, host, dev, bb);
+            if (be->copy_async) be->copy_async(be, to_host ? host : dev, to_host ? dev : host,
+                                               bb, to_host);
+            else if (to_host) be->read(be, host, dev, bb);
             else be->write(be, dev, host, bb);
         }
+        m->copies_pending |= be->copy_async != NULL;
     }
+}
+
+/* Ops issued from here on wait for the host-tier copies issued so far: a
+ * spilled block is reused, a filled one read, only after its copy.  The
+ * host does not wait. */
+static void prefix_fence(v4_model *m)
+{
+    if (!m->copies_pending) return;
+    for (int r = 0; r < m->tp; r++) m->ranks[r].be->copy_fence(m->ranks[r].be);
+    m->copies_pending = false;
 }
 
 static void host_spill(void *ctx, prefix_cache *pc, int32_t e)
@@ -68,7 +83,7 @@ static void host_fill(void *ctx, prefix_cache *pc, int32_t e)
     host_copy(ctx, &pc->e[e], false);
 }
 
-void prefix_init(v4_model *m, const v4_options *o, const char *dir)
+int prefix_init(v4_model *m, const v4_options *o, const char *dir, strbuf *err)
 {
     const cache_layout *L = &m->layout;
     size_t *off = malloc(3 * (size_t)L->n_layers * sizeof *off);
@@ -83,11 +98,34 @@ void prefix_init(v4_model *m, const v4_options *o, const char *dir)
     m->pc.nrange = nr;
     m->pc.range_off = off;
     m->pc.range_len = len;
-    m->pc.host_budget = o->prefix_host_bytes;
-    m->pc.host_unit = (size_t)m->tp * L->block_bytes;
     m->pc.ctx = m;
     m->pc.spill = host_spill;
     m->pc.fill = host_fill;
+    /* the host tier: all of it at once, pinned where the backend can */
+    size_t unit = (size_t)m->tp * L->block_bytes;
+    size_t units = m->pc.on && unit ? o->prefix_host_bytes / unit : 0;
+    if (units > INT32_MAX / 2) units = INT32_MAX / 2;
+    size_t hbytes = units * unit;
+    backend *be = m->ranks[0].be;
+    char *mem = !hbytes ? NULL : be->host_alloc ? be->host_alloc(be, hbytes) : malloc(hbytes);
+    if (hbytes && !mem) {
+        sb_printf(err, "kv_offloading_size: cannot allocate %.2f GiB of %shost memory for the "
+                  "prefix cache's host tier", (double)hbytes / 1073741824.0,
+                  be->host_alloc ? "pinned " : "");
+        return -1;
+    }
+    pc_host_init(&m->pc, hbytes, unit, mem);
+    return 0;
+}
+
+void prefix_free(v4_model *m)
+{
+    if (m->pc.host_mem) {
+        backend *be = m->ranks[0].be;
+        if (be->host_free) be->host_free(be, m->pc.host_mem);
+        else free(m->pc.host_mem);
+    }
+    pc_free(&m->pc);
 }
 
 /* The live ranges of s's state slot (cache_live_ranges), packed one after
@@ -140,7 +178,9 @@ void prefix_seq_close(v4_model *m, v4_seq *s)
 
 bool prefix_make_room(v4_model *m, int64_t need)
 {
-    return pc_make_room(&m->pc, &m->pool, need);
+    bool room = pc_make_room(&m->pc, &m->pool, need);
+    prefix_fence(m);
+    return room;
 }
 
 static bool snapshot_at(const prefix_cache *pc, const seq_prefix *sp, int64_t len)
@@ -171,8 +211,10 @@ void prefix_after_step(v4_model *m, const v4_step_item *items, int n)
             pc_touch(pc, e);
             if (pos == s->c.len && snapshot_at(pc, sp, pos) && !pc->e[e].snap
                 && pc->e[e].block >= 0
-                && pc_snap_alloc(pc, &m->pool, e) == 0)
+                && pc_snap_alloc(pc, &m->pool, e) == 0) {
+                prefix_fence(m);    /* its blocks may have been spilled just now */
                 snap_copy(m, s, pc->e[e].snap, true);
+            }
         }
     }
 }
@@ -217,6 +259,7 @@ int64_t v4_seq_prefix_attach(v4_model *m, v4_seq *s, const int32_t *prompt, int6
             pc_seq_ref(pc, &m->pool, c->blocks[k]);
         }
         c->nblocks = best + 1;
+        prefix_fence(m);
         snap_copy(m, s, pc->e[chain[best]].snap, false);
         got = c->len = (best + 1) * B;
         s->p.hash = pc->e[chain[best]].hash;
@@ -253,6 +296,15 @@ void v4_prefix_stats_get(v4_model *m, v4_prefix_stats *st)
         .host_budget = pc->host_budget, .spills = pc->spills, .fills = pc->fills,
     };
     pthread_mutex_unlock(&m->mu);
+}
+
+int64_t v4_prefix_offload(v4_model *m)
+{
+    pthread_mutex_lock(&m->mu);
+    int64_t n = pc_offload(&m->pc, &m->pool);
+    prefix_fence(m);
+    pthread_mutex_unlock(&m->mu);
+    return n;
 }
 
 void v4_prefix_clear(v4_model *m, v4_prefix_cleared *out)
