@@ -69,7 +69,7 @@ static void host_copy(v4_model *m, const pc_entry *e, bool to_host)
 static void prefix_fence(v4_model *m)
 {
     if (!m->copies_pending) return;
-    for (int r = 0; r < m->tp; r++) m->ranks[r].be->copy_fence(m->ranks[r].be);
+    for (int r = 0; r < m->tp; r++) m->ranks[r].be->copy_fence(m->ranks[r].be, false);
     m->copies_pending = false;
 }
 
@@ -122,6 +122,8 @@ void prefix_free(v4_model *m)
 {
     if (m->pc.host_mem) {
         backend *be = m->ranks[0].be;
+        for (int r = 0; r < m->tp; r++)     /* no copy of any rank in flight */
+            if (m->ranks[r].be->copy_fence) m->ranks[r].be->copy_fence(m->ranks[r].be, true);
         if (be->host_free) be->host_free(be, m->pc.host_mem);
         else free(m->pc.host_mem);
     }
@@ -248,6 +250,7 @@ int64_t v4_seq_prefix_attach(v4_model *m, v4_seq *s, const int32_t *prompt, int6
     for (int64_t k = 0; k <= best; k++) pc->e[chain[k]].pins++;
     for (int64_t k = 0; k <= best && filled; k++) filled = pc_fill(pc, &m->pool, chain[k]) == 0;
     for (int64_t k = 0; k <= best; k++) pc->e[chain[k]].pins--;
+    prefix_fence(m);    /* every copy issued here, whether the chain came back or not */
     if (!filled) best = -1;
     int64_t got = 0;
     if (best >= 0) {
@@ -259,7 +262,6 @@ int64_t v4_seq_prefix_attach(v4_model *m, v4_seq *s, const int32_t *prompt, int6
             pc_seq_ref(pc, &m->pool, c->blocks[k]);
         }
         c->nblocks = best + 1;
-        prefix_fence(m);
         snap_copy(m, s, pc->e[chain[best]].snap, false);
         got = c->len = (best + 1) * B;
         s->p.hash = pc->e[chain[best]].hash;

@@ -130,7 +130,6 @@ struct cu_impl {
     cudaStream_t cst;
     cudaEvent_t cev[2];
     bool cpend;
-    unsigned long long ncopies, copy_bytes;
 };
 
 #define LT_WS_BYTES (32u << 20)
@@ -229,7 +228,7 @@ void cu_mem_info(backend *b, size_t *free_bytes, size_t *total_bytes);
 void *cu_host_alloc(backend *b, size_t bytes);
 void cu_host_free(backend *b, void *p);
 void cu_copy_async(backend *b, void *dst, const void *src, size_t bytes, bool to_host);
-void cu_copy_fence(backend *b);
+void cu_copy_fence(backend *b, bool wait);
 void copies_free(cu_impl *c);
 
 // cuda_gemm.cu: prefill GEMMs through cuBLASLt, algorithms cached per shape.

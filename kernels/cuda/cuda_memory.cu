@@ -56,13 +56,12 @@ void cu_read(backend *b, void *dst, const void *src, size_t bytes)
 // reused, only after its copy); the host waits for neither.
 void *cu_host_alloc(backend *b, size_t bytes)
 {
-    cu_impl *c = enter(b);
+    enter(b);
     void *p = NULL;
     if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable) != cudaSuccess) {
         cudaGetLastError();
         return NULL;
     }
-    (void)c;
     return p;
 }
 
@@ -70,7 +69,6 @@ void cu_host_free(backend *b, void *p)
 {
     if (!p) return;
     cu_impl *c = enter(b);
-    if (c->cst) CK(c, cudaStreamSynchronize(c->cst));
     CK(c, cudaFreeHost(p));
 }
 
@@ -90,17 +88,17 @@ void cu_copy_async(backend *b, void *dst, const void *src, size_t bytes, bool to
     }
     CK(c, cudaMemcpyAsync(dst, src, bytes,
                           to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, c->cst));
-    c->ncopies++;
-    c->copy_bytes += bytes;
 }
 
-void cu_copy_fence(backend *b)
+void cu_copy_fence(backend *b, bool wait)
 {
     cu_impl *c = enter(b);
-    if (!c->cpend) return;
-    CK(c, cudaEventRecord(c->cev[1], c->cst));
-    CK(c, cudaStreamWaitEvent(c->st, c->cev[1], 0));
-    c->cpend = false;
+    if (c->cpend) {
+        CK(c, cudaEventRecord(c->cev[1], c->cst));
+        CK(c, cudaStreamWaitEvent(c->st, c->cev[1], 0));
+        c->cpend = false;
+    }
+    if (wait && c->cst) CK(c, cudaStreamSynchronize(c->cst));
 }
 
 void copies_free(cu_impl *c)

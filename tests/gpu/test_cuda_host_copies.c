@@ -51,7 +51,7 @@ static void order(backend *b, backend *host_owner, const char *what)
     memset(h, 0xff, N);
     compute_copy(b, x, y);
     b->copy_async(b, h, x, N, true);
-    b->copy_fence(b);
+    b->copy_fence(b, false);
     b->read(b, got, x, 4);      /* the compute stream waits for the copy */
     ok(!memcmp(h, want, N), "%s: a copy to the host reads what the op before it wrote", what);
 
@@ -59,7 +59,7 @@ static void order(backend *b, backend *host_owner, const char *what)
     fill(want, n, 3);
     memcpy(h, want, N);
     b->copy_async(b, x, h, N, false);
-    b->copy_fence(b);
+    b->copy_fence(b, false);
     compute_copy(b, y, x);
     memset(got, 0xff, N);
     b->read(b, got, y, N);
@@ -69,12 +69,18 @@ static void order(backend *b, backend *host_owner, const char *what)
     /* device -> host, then a compute op that overwrites the source */
     memset(h, 0xff, N);
     b->copy_async(b, h, x, N, true);
-    b->copy_fence(b);
+    b->copy_fence(b, false);
     fill(got, n, 4);
     b->write(b, x, got, N);
     b->read(b, got, x, 4);
     ok(!memcmp(h, want, N) && b->error(b) == NULL,
        "%s: an op after the fence overwrites a copy's source only after the copy", what);
+
+    /* a fence that waits: the host finds the copy done */
+    memset(h, 0xff, N);
+    b->copy_async(b, h, x, N, true);
+    b->copy_fence(b, true);
+    ok(!memcmp(h, got, N), "%s: after a waiting fence the host reads the copy", what);
 out:
     b->release(b, x);
     b->release(b, y);
