@@ -26,9 +26,13 @@
  * differ by chunk size, the continuation's logits are compared within
  * the bound test_model_kv_dtype uses for incremental vs full (rel L2
  * CUDA_REL), not bit for bit. */
+#include <dirent.h>
+#include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model_internal.h"
 #include "tap.h"
@@ -42,6 +46,15 @@ static bool cpu = true;
 static const char *test_backend;
 
 static size_t host_bytes;      /* the next load's host tier */
+static const char *disk_dir;   /* ... and disk tier */
+static char logged[8192];      /* what the models logged */
+
+static void capture_log(void *user, const char *line)
+{
+    (void)user;
+    size_t n = strlen(logged);
+    snprintf(logged + n, sizeof logged - n, "%s\n", line);
+}
 static bool reclaimable_ok(v4_model *m);
 
 static v4_model *load(int tp, const char *dtype, bool cache, int every, int64_t tokens)
@@ -52,7 +65,9 @@ static v4_model *load(int tp, const char *dtype, bool cache, int every, int64_t 
     v4_options o = { .tp = tp, .max_seqs = 4, .kv_dtype = v4_kv_dtype_parse(dtype),
                      .backend = test_backend,
                      .prefix_cache = cache, .prefix_snapshot_every = every,
-                     .cache_tokens = tokens, .prefix_host_bytes = host_bytes };
+                     .cache_tokens = tokens, .prefix_host_bytes = host_bytes,
+                     .prefix_disk_dir = disk_dir, .prefix_disk_bytes = 1 << 30,
+                     .log = disk_dir ? capture_log : NULL };
     if (v4_model_load(&m, DEMO, &o, &err)) {
         ok(0, "load the demo model (tp %d, %s): %s", tp, dtype, err.data);
         m = NULL;
@@ -415,6 +430,124 @@ static void host_roundtrip(int tp)
     v4_model_free(m);
 }
 
+/* The disk tier's file of the k-th block of ids (chain from the seed). */
+static void block_file(const char *dir, uint64_t seed, const int32_t *ids, int k, int B,
+                       char *out, size_t cap)
+{
+    uint64_t h = seed;
+    for (int i = 0; i <= k; i++) h = pc_chain(h, ids + i * B, B);
+    snprintf(out, cap, "%s/%016" PRIx64 "/%016" PRIx64 ".kv", dir, seed, h);
+}
+
+/* Change `n` bytes at `off` of a file (from its end when off < 0). */
+static bool patch(const char *path, long off, const void *bytes, size_t n)
+{
+    FILE *f = fopen(path, "r+b");
+    bool done = f && !fseek(f, off, off < 0 ? SEEK_END : SEEK_SET) && fwrite(bytes, 1, n, f) == n;
+    if (f) fclose(f);
+    return done;
+}
+
+/* A warm start from model m (prompt x's first 450 tokens) against the cold
+ * engine: positions reused, and whether the logits match bit for bit. */
+static bool warm_matches(v4_model *m, v4_model *cold, const int32_t *x, int64_t *got)
+{
+    float *w = run(m, x, 450, true, got, NULL), *ref = run(cold, x, 450, false, NULL, NULL);
+    bool same_logits = w && ref && same(w, ref);
+    free(w);
+    free(ref);
+    return same_logits;
+}
+
+/* The disk tier (kv_offloading_filesystem): a host tier of one entry
+ * overflows to files, which outlive the model (the host tier's last entry
+ * is written when it is freed); a restarted model (same settings, same
+ * directory) finds them and resumes from them, matching a cold engine bit
+ * for bit; a corrupt file and a foreign one (another seed in its header)
+ * are ignored with a log line, the chain stopping before them; a clear
+ * deletes the files. */
+static void disk_tier(int tp)
+{
+    v4_model *cold = load(tp, "auto", false, 0, 0), *probe = load(tp, "auto", true, 1, 0);
+    char tmpl[] = "/tmp/llm-prefix-disk-XXXXXX";
+    if (!cold || !probe || !mkdtemp(tmpl)) {
+        ok(0, "tp %d: disk tier set-up", tp);
+        v4_model_free(cold);
+        v4_model_free(probe);
+        return;
+    }
+    int B = probe->pc.block_tokens;
+    host_bytes = (size_t)tp * probe->layout.block_bytes * (1 + (size_t)probe->pc.snap_blocks);
+    v4_model_free(probe);
+    disk_dir = tmpl;
+    logged[0] = 0;
+    int32_t x[500];
+    random_ids(x, 500, 61);
+    v4_prefix_stats st;
+
+    v4_model *m = load(tp, "auto", true, 1, 0);
+    uint64_t seed = m ? m->pc.seed : 0;
+    free(run(m, x, 500, true, NULL, NULL));
+    v4_prefix_offload(m);
+    v4_prefix_stats_get(m, &st);
+    ok(st.host_entries == 1 && st.disk_writes == 2 && st.disk_files == 2,
+       "tp %d: a host tier of one entry sends the 2 older ones to disk (%llu written)", tp,
+       (unsigned long long)st.disk_writes);
+    v4_model_free(m);
+
+    m = load(tp, "auto", true, 1, 0);       /* a restart */
+    v4_prefix_stats_get(m, &st);
+    int64_t got = -1;
+    bool match = warm_matches(m, cold, x, &got);
+    v4_prefix_stats s2;
+    v4_prefix_stats_get(m, &s2);
+    ok(st.disk_files == 3 && got == 3 * B && s2.disk_reads == 3 && match,
+       "tp %d: after a restart all 3 blocks come back from disk (%lld files): resumes at %lld, "
+       "logits bit for bit", tp, (long long)st.disk_files, (long long)got);
+    v4_model_free(m);
+
+    char path[512];
+    block_file(tmpl, seed, x, 1, B, path, sizeof path);
+    unsigned char junk = 0x5a;
+    bool patched = patch(path, -100, &junk, 1);
+    m = load(tp, "auto", true, 1, 0);
+    match = warm_matches(m, cold, x, &got);
+    v4_prefix_stats_get(m, &st);
+    ok(patched && got == B && st.disk_rejected == 1 && match && strstr(logged, "checksum"),
+       "tp %d: a corrupt file is ignored with a log line; the chain resumes before it (%lld), "
+       "bit for bit", tp, (long long)got);
+    v4_model_free(m);
+
+    block_file(tmpl, seed, x, 0, B, path, sizeof path);
+    uint64_t other = seed ^ 1;
+    patched = patch(path, 8, &other, sizeof other);
+    logged[0] = 0;
+    m = load(tp, "auto", true, 1, 0);
+    match = warm_matches(m, cold, x, &got);
+    v4_prefix_stats_get(m, &st);
+    ok(patched && got == 0 && st.disk_rejected == 1 && match
+       && strstr(logged, "another model or settings"),
+       "tp %d: a foreign file (another seed in its header) is ignored with a log line", tp);
+    v4_model_free(m);
+
+    m = load(tp, "auto", true, 1, 0);
+    v4_prefix_cleared cl;
+    v4_prefix_clear(m, &cl);
+    snprintf(path, sizeof path, "%s/%016" PRIx64, tmpl, seed);
+    int left = 0;
+    DIR *d = opendir(path);
+    for (struct dirent *de; d && (de = readdir(d));) left += de->d_name[0] != '.';
+    if (d) closedir(d);
+    ok(cl.disk_files == 3 && cl.disk_bytes > 0 && left == 0,
+       "tp %d: a clear deletes the disk tier's %lld files", tp, (long long)cl.disk_files);
+    v4_model_free(m);
+    rmdir(path);
+    rmdir(tmpl);
+    disk_dir = NULL;
+    host_bytes = 0;
+    v4_model_free(cold);
+}
+
 /* pc_reclaimable (kept by counting) against a walk over the entries. */
 static bool reclaimable_ok(v4_model *m)
 {
@@ -557,5 +690,7 @@ int main(void)
     host_tier(1, 1000, false);
     host_roundtrip(1);
     host_roundtrip(tp2);
+    disk_tier(1);
+    disk_tier(tp2);
     return exit_status();
 }

@@ -10,6 +10,7 @@
 #include "model.h"
 #include "model_weights.h"
 #include "prefix_cache.h"
+#include "prefix_disk.h"
 #include "safetensors.h"
 #include "tp.h"
 
@@ -49,6 +50,7 @@ struct v4_model {
     block_pool pool;
     prefix_cache pc;        /* model_prefix.c */
     bool copies_pending;    /* host-tier copies issued since the last fence */
+    prefix_disk disk;       /* the disk tier (disk.dir NULL: none) */
     float *inv_main, *inv_comp;
     rope_table rope_main, rope_comp;
     pthread_mutex_t mu;

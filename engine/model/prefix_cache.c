@@ -246,6 +246,21 @@ static void forget(prefix_cache *pc, block_pool *p, int32_t i)
     pc->n--;
 }
 
+/* Free host units until `units` are (older unpinned host entries go, to
+ * the disk tier first); whether they are. */
+static bool host_room(prefix_cache *pc, block_pool *p, int units)
+{
+    block_pool *hp = &pc->hpool;
+    for (int32_t h = pc->host_head, next; units <= hp->nblocks && h >= 0 && hp->nfree < units;
+         h = next) {
+        next = pc->e[h].lru_next;
+        if (pc->e[h].pins) continue;
+        if (pc->retire) pc->retire(pc->ctx, pc, h);
+        forget(pc, p, h);
+    }
+    return hp->nfree >= units;
+}
+
 /* A pool entry nobody else holds leaves the pool: to the host tier when it
  * fits there (older host entries go first), else for good. */
 static void evict(prefix_cache *pc, block_pool *p, int32_t i)
@@ -253,12 +268,7 @@ static void evict(prefix_cache *pc, block_pool *p, int32_t i)
     pc_entry *e = &pc->e[i];
     int units = 1 + (e->snap ? pc->snap_blocks : 0);
     block_pool *hp = &pc->hpool;
-    for (int32_t h = pc->host_head, next; units <= hp->nblocks && h >= 0 && hp->nfree < units;
-         h = next) {
-        next = pc->e[h].lru_next;
-        if (!pc->e[h].pins) forget(pc, p, h);
-    }
-    int32_t *copy = hp->nfree >= units ? malloc((size_t)units * sizeof *copy) : NULL;
+    int32_t *copy = host_room(pc, p, units) ? malloc((size_t)units * sizeof *copy) : NULL;
     if (!copy) {
         forget(pc, p, i);
         return;
@@ -288,6 +298,32 @@ bool pc_make_room(prefix_cache *pc, block_pool *p, int64_t need)
         else drop_snap(pc, p, &pc->e[i]);   /* in use: only its snapshot can go */
     }
     return p->nfree >= need;
+}
+
+int32_t pc_insert_host(prefix_cache *pc, block_pool *p, uint64_t parent, const int32_t *tokens,
+                       bool snap)
+{
+    int units = 1 + (snap ? pc->snap_blocks : 0);
+    if (!pc->on || pc_find(pc, parent, tokens) >= 0 || !host_room(pc, p, units)
+        || (pc->free_head < 0 && !grow(pc)))
+        return -1;
+    int32_t i = pc->free_head;
+    pc_entry *e = &pc->e[i];
+    pc->free_head = e->next;
+    *e = (pc_entry){ .hash = pc_chain(parent, tokens, pc->block_tokens), .parent = parent,
+                     .block = -1, .host_snap = snap,
+                     .tokens = malloc((size_t)pc->block_tokens * sizeof *tokens),
+                     .host = malloc((size_t)units * sizeof *e->host) };
+    memcpy(e->tokens, tokens, (size_t)pc->block_tokens * sizeof *tokens);
+    for (int k = 0; k < units; k++) e->host[k] = block_take(&pc->hpool);
+    int32_t *b = bucket_of(pc, e->hash);
+    e->next = *b;
+    *b = i;
+    lru_append(pc, i);
+    pc->host_used += (size_t)units * pc->host_unit;
+    pc->nhost++;
+    pc->n++;
+    return i;
 }
 
 int64_t pc_offload(prefix_cache *pc, block_pool *p)

@@ -73,6 +73,9 @@ struct prefix_cache {
     void *ctx;
     void (*spill)(void *ctx, prefix_cache *pc, int32_t e);  /* pool -> e->host */
     void (*fill)(void *ctx, prefix_cache *pc, int32_t e);   /* e->host -> pool */
+    /* a host-tier entry leaves for good to make room (NULL: nothing to do;
+     * the model writes it to its disk tier) */
+    void (*retire)(void *ctx, prefix_cache *pc, int32_t e);
     /* cumulative */
     uint64_t queries, query_tokens, hits, hit_tokens;
     uint64_t evicted;       /* pool blocks given back to make room */
@@ -105,6 +108,11 @@ int32_t pc_find(const prefix_cache *pc, uint64_t parent, const int32_t *tokens);
  * an entry for it exists already. */
 int32_t pc_insert(prefix_cache *pc, block_pool *p, uint64_t parent, const int32_t *tokens,
                   int32_t block);
+/* Enter a block straight into the host tier (read back from disk): its
+ * units (1, or 1 + snap_blocks with a snapshot) for the caller to fill;
+ * -1 when an entry exists already or the tier has no room. */
+int32_t pc_insert_host(prefix_cache *pc, block_pool *p, uint64_t parent, const int32_t *tokens,
+                       bool snap);
 /* A host-tier entry takes a sequence's pool block with the same contents
  * instead (its host copy is dropped). */
 void pc_adopt(prefix_cache *pc, block_pool *p, int32_t e, int32_t block);

@@ -241,6 +241,8 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
         .log_user = (void *)rc->name,
         .prefix_cache = rc->enable_prefix_caching,
         .prefix_host_bytes = (size_t)(rc->kv_offloading_size * 1073741824.0),
+        .prefix_disk_dir = rc->kv_offloading_filesystem ? rc->kv_offloading_path : NULL,
+        .prefix_disk_bytes = (uint64_t)(rc->kv_offloading_filesystem_size * 1073741824.0),
     };
     strbuf merr;
     sb_init(&merr);
@@ -1239,8 +1241,9 @@ static void mr_admin(void *self, llm_request *s)
         strbuf sb;
         sb_init(&sb);
         sb_printf(&sb, "{\"entries\":%lld,\"blocks\":%lld,\"host_entries\":%lld,"
-                  "\"host_bytes\":%zu}", (long long)c.entries, (long long)c.blocks,
-                  (long long)c.host_entries, c.host_bytes);
+                  "\"host_bytes\":%zu,\"disk_files\":%lld,\"disk_bytes\":%llu}",
+                  (long long)c.entries, (long long)c.blocks, (long long)c.host_entries,
+                  c.host_bytes, (long long)c.disk_files, (unsigned long long)c.disk_bytes);
         req_emit_text(s, LLM_EV_CONTENT_DELTA, sb.data, sb.len);
         req_emit_finish(s, LLM_FINISH_STOP);
         sb_free(&sb);
