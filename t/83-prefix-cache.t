@@ -114,7 +114,8 @@ my $x = reset_cache("?engine=$warm");
 is($x->{status}, 200, 'reset: 200') or diag($x->{content});
 my $freed = $x->{json}{freed} // {};
 ok($x->{json}{engine} eq $warm && $freed->{entries} > 0 && $freed->{blocks} > 0
-   && defined $freed->{host_entries} && defined $freed->{host_bytes},
+   && defined $freed->{host_entries} && defined $freed->{host_bytes}
+   && defined $freed->{disk_files},
    "reset: says what it freed ($freed->{entries} entries, $freed->{blocks} blocks)")
     or diag($x->{content});
 my $w2 = post('/v1/chat/completions', { %gen, model => 'demo', messages => \@turn2 });

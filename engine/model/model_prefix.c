@@ -189,18 +189,20 @@ void prefix_free(v4_model *m)
 {
     if (m->pc.host_mem) {
         backend *be = m->ranks[0].be;
-        copies_wait(m);     /* no copy of any rank in flight */
-        if (m->disk.dir) {  /* what the host tier holds outlives the process */
+        if (m->disk.dir) {  /* what the cache holds outlives the process */
             uint64_t w = m->disk.writes;
+            pc_offload(&m->pc, &m->pool);   /* the pool's entries through the host tier */
+            copies_wait(m);
             for (int32_t i = m->pc.host_head; i >= 0; i = m->pc.e[i].lru_next)
                 disk_write(m, &m->pc.e[i]);
             if (m->disk.writes > w && m->disk.log) {
                 char line[160];
-                snprintf(line, sizeof line, "prefix cache: %llu host-tier entries written to "
-                         "the disk tier", (unsigned long long)(m->disk.writes - w));
+                snprintf(line, sizeof line, "prefix cache: %llu entries written to the disk "
+                         "tier at exit", (unsigned long long)(m->disk.writes - w));
                 m->disk.log(m->disk.log_user, line);
             }
         }
+        copies_wait(m);     /* no copy of any rank in flight */
         if (be->host_free) be->host_free(be, m->pc.host_mem);
         else free(m->pc.host_mem);
     }
