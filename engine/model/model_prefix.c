@@ -123,6 +123,7 @@ static int32_t disk_fetch(v4_model *m, uint64_t parent, const int32_t *tokens,
         for (int64_t k = 0; k < found; k++) pc_fill(pc, &m->pool, chain[k]);
         e = pc_insert_host(pc, &m->pool, parent, tokens, n > 1);
     }
+    copies_wait(m);     /* its units' last copies (a fill reading them) have landed */
     for (int k = 0; e >= 0 && k < n; k++)
         memcpy(pc_host_at(pc, &pc->e[e], k), data + (size_t)k * pc->host_unit, pc->host_unit);
     free(data);
