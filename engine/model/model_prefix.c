@@ -167,7 +167,7 @@ int prefix_init(v4_model *m, const v4_options *o, const char *dir, strbuf *err)
     char *mem = !hbytes ? NULL : be->host_alloc ? be->host_alloc(be, hbytes) : malloc(hbytes);
     if (hbytes && !mem) {
         sb_printf(err, "kv_offloading_size: cannot allocate %.2f GiB of %shost memory for the "
-                  "prefix cache's host tier", (double)hbytes / 1073741824.0,
+                  "prefix cache's host tier\n", (double)hbytes / 1073741824.0,
                   be->host_alloc ? "pinned " : "");
         return -1;
     }
