@@ -1,6 +1,7 @@
 /*
  * Informational and admin endpoints: /v1/models, /health, the catch-all
- * 404, and /admin/{status,drain,resume,promote}.  The admin location is
+ * 404, and /admin/{status,drain,resume,promote,reset_prefix_cache}.  The
+ * admin location is
  * restricted by nginx itself (allow/deny) and by a bearer token
  * (llm_admin_token); without a token it is disabled.
  */
@@ -13,6 +14,24 @@ typedef struct {
     ngx_http_llm_probe_t       probe;
     ngx_str_t                  route;
 } ngx_http_llm_promote_t;
+
+
+/* an admin operation the engine itself answers (LLM_KIND_ADMIN) */
+typedef struct {
+    ngx_http_request_t        *request;
+    ngx_http_llm_main_conf_t  *lmcf;
+    ngx_str_t                  engine;
+    ngx_http_llm_seq_t         seq;
+    ngx_event_t                timer;
+    ngx_http_llm_wbuf_t        answer;      /* content: the engine's JSON */
+    ngx_uint_t                 status;      /* an error event's status */
+    ngx_str_t                  message;     /* ... its message, or ours */
+    ngx_str_t                  code;
+    unsigned                   running:1;
+} ngx_http_llm_control_t;
+
+/* the most answer bytes kept from the engine */
+#define NGX_HTTP_LLM_CONTROL_MAX  4096
 
 
 static ngx_int_t
@@ -282,10 +301,263 @@ ngx_http_llm_admin_promote(ngx_http_request_t *r)
 }
 
 
+static void
+ngx_http_llm_control_abort(void *data)
+{
+    ngx_http_llm_control_t  *ct = data;
+
+    if (!ct->running) {
+        return;
+    }
+
+    ct->running = 0;
+
+    if (ct->timer.timer_set) {
+        ngx_del_timer(&ct->timer);
+    }
+
+    ngx_http_llm_seq_release(&ct->seq);
+}
+
+
+/* the engine answered, failed, went away or took too long */
+static void
+ngx_http_llm_control_end(ngx_http_llm_control_t *ct)
+{
+    ngx_int_t              rc;
+    ngx_str_t              err, where;
+    ngx_connection_t      *c;
+    ngx_http_request_t    *r;
+    ngx_http_llm_json_t   *v;
+    ngx_http_llm_wbuf_t    w;
+
+    r = ct->request;
+    c = r->connection;
+
+    ngx_http_llm_control_abort(ct);
+
+    if (ct->status) {
+        rc = ngx_http_llm_send_error_str(r, ct->status, &ct->message, NULL,
+                                         &ct->code);
+        goto done;
+    }
+
+    v = NULL;
+
+    if (!ct->answer.failed && ngx_http_llm_wbuf_len(&ct->answer) > 0) {
+        v = ngx_http_llm_json_parse(r->pool, ct->answer.start,
+                                    ngx_http_llm_wbuf_len(&ct->answer),
+                                    &err, &where);
+    }
+
+    if (v == NULL || v->type != NGX_HTTP_LLM_JSON_OBJECT) {
+        rc = ngx_http_llm_send_error(r, NGX_HTTP_BAD_GATEWAY,
+                                     "the engine's answer is not a JSON "
+                                     "object", NULL, "bad_engine_answer");
+        goto done;
+    }
+
+    ngx_http_llm_wbuf_init(&w, r->pool);
+    ngx_http_llm_puts(&w, "{\"engine\":");
+    ngx_http_llm_put_string(&w, ct->engine.data, ct->engine.len);
+    ngx_http_llm_puts(&w, ",\"freed\":");
+    ngx_http_llm_put_json(&w, v);
+    ngx_http_llm_puts(&w, "}");
+
+    rc = ngx_http_llm_send_json(r, NGX_HTTP_OK, &w);
+
+done:
+
+    ngx_http_finalize_request(r, rc);
+    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_llm_control_fail(ngx_http_llm_control_t *ct, ngx_uint_t status,
+    const char *code, const char *message)
+{
+    ct->status = status;
+    ct->code.data = (u_char *) code;
+    ct->code.len = ngx_strlen(code);
+    ct->message.data = (u_char *) message;
+    ct->message.len = ngx_strlen(message);
+}
+
+
+static void
+ngx_http_llm_control_events(ngx_http_llm_seq_t *seq)
+{
+    long                     n;
+    size_t                   off, room;
+    llm_ipc_event            ev;
+    ngx_pool_t              *pool;
+    ngx_http_llm_control_t  *ct = seq->data;
+
+    pool = ct->request->pool;
+
+    for ( ;; ) {
+        n = ngx_http_llm_seq_read(seq, ngx_http_llm_evbuf,
+                                  NGX_HTTP_LLM_EVBUF);
+        if (n < 0) {
+            ngx_http_llm_control_fail(ct, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                      "engine_unavailable",
+                                      llm_ipc_strerror((int) n));
+            ngx_http_llm_control_end(ct);
+            return;
+        }
+
+        if (n == 0) {
+            break;
+        }
+
+        off = 0;
+
+        while (llm_ipc_event_next(ngx_http_llm_evbuf, n, &off, &ev) == 1) {
+
+            switch (ev.type) {
+
+            case LLM_EV_CONTENT_DELTA:
+                room = NGX_HTTP_LLM_CONTROL_MAX
+                       - ngx_http_llm_wbuf_len(&ct->answer);
+                ngx_http_llm_put(&ct->answer, ev.text,
+                                 ngx_min(ev.text_len, room));
+                break;
+
+            case LLM_EV_ERROR:
+                if (ct->status) {
+                    break;
+                }
+
+                ct->status = ev.status >= 400 && ev.status < 600
+                             ? ev.status : NGX_HTTP_INTERNAL_SERVER_ERROR;
+                ct->message.data = ngx_pnalloc(pool, ev.text_len + 1);
+                ct->code.data = ngx_pnalloc(pool, ev.code_len + 1);
+
+                if (ct->message.data == NULL || ct->code.data == NULL) {
+                    ngx_http_llm_control_fail(ct,
+                                              NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                              "server_error",
+                                              "out of memory");
+                    break;
+                }
+
+                ct->message.len = ev.text_len;
+                ngx_memcpy(ct->message.data, ev.text, ev.text_len);
+                ct->code.len = ev.code_len;
+                ngx_memcpy(ct->code.data, ev.code, ev.code_len);
+                break;
+
+            case LLM_EV_FINISH:
+                ngx_http_llm_control_end(ct);
+                return;
+
+            default:
+                break;
+            }
+        }
+    }
+
+    if (seq->dead) {
+        ngx_http_llm_control_fail(ct, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                  "engine_unavailable",
+                                  "the engine went away before it "
+                                  "answered");
+        ngx_http_llm_control_end(ct);
+    }
+}
+
+
+static void
+ngx_http_llm_control_timeout(ngx_event_t *ev)
+{
+    ngx_http_llm_control_t  *ct = ev->data;
+
+    ngx_http_llm_control_fail(ct, NGX_HTTP_SERVICE_UNAVAILABLE,
+                              "engine_timeout",
+                              "the engine did not answer in time "
+                              "(llm_health probe_timeout)");
+    ngx_http_llm_control_end(ct);
+}
+
+
+/*
+ * An operation the engine answers itself, now only reset_prefix_cache:
+ * it forgets every cached prefix and says what it freed.
+ */
+static ngx_int_t
+ngx_http_llm_admin_control(ngx_http_request_t *r, const char *op)
+{
+    u_char                    *last;
+    ngx_int_t                  e, rc;
+    ngx_str_t                  req, why;
+    ngx_str_t                  code = ngx_string("engine_unavailable");
+    ngx_pool_cleanup_t        *cln;
+    ngx_http_llm_control_t    *ct;
+    ngx_http_llm_main_conf_t  *lmcf;
+
+    lmcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+
+    ct = ngx_pcalloc(r->pool, sizeof(ngx_http_llm_control_t));
+    if (ct == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    e = ngx_http_llm_admin_engine(r, &ct->engine, &rc);
+    if (e == -1) {
+        return rc;
+    }
+
+    req.data = ngx_pnalloc(r->pool, ngx_strlen(op) + 16);
+    if (req.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    last = ngx_sprintf(req.data, "{\"op\":\"%s\"}", op);
+    req.len = last - req.data;
+
+    ct->request = r;
+    ct->lmcf = lmcf;
+    ngx_http_llm_wbuf_init(&ct->answer, r->pool);
+    ct->seq.handler = ngx_http_llm_control_events;
+    ct->seq.data = ct;
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_llm_control_abort;
+    cln->data = ct;
+
+    if (ngx_http_llm_seq_submit(&ct->seq, ngx_http_llm_link(e),
+                                LLM_KIND_ADMIN, &req, &why)
+        != NGX_OK)
+    {
+        return ngx_http_llm_send_error_str(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                           &why, NULL, &code);
+    }
+
+    ct->running = 1;
+
+    ct->timer.handler = ngx_http_llm_control_timeout;
+    ct->timer.data = ct;
+    ct->timer.log = r->connection->log;
+    ct->timer.cancelable = 1;
+
+    ngx_add_timer(&ct->timer, lmcf->probe_timeout);
+
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
 static ngx_int_t
 ngx_http_llm_admin(ngx_http_request_t *r)
 {
     ngx_str_t                 *uri, op;
+    ngx_uint_t                 reset;
     ngx_http_llm_loc_conf_t   *llcf;
 
     llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
@@ -335,13 +607,18 @@ ngx_http_llm_admin(ngx_http_request_t *r)
         return ngx_http_llm_admin_status(r);
     }
 
+    reset = (op.len == sizeof("reset_prefix_cache") - 1
+             && ngx_strncmp(op.data, "reset_prefix_cache", op.len) == 0);
+
     if (!((op.len == 5 && ngx_strncmp(op.data, "drain", 5) == 0)
           || (op.len == 6 && ngx_strncmp(op.data, "resume", 6) == 0)
-          || (op.len == 7 && ngx_strncmp(op.data, "promote", 7) == 0)))
+          || (op.len == 7 && ngx_strncmp(op.data, "promote", 7) == 0)
+          || reset))
     {
         return ngx_http_llm_send_error(r, NGX_HTTP_NOT_FOUND,
                                        "no such admin operation: use "
-                                       "status, drain, resume or promote",
+                                       "status, drain, resume, promote or "
+                                       "reset_prefix_cache",
                                        NULL, "not_found");
     }
 
@@ -349,6 +626,10 @@ ngx_http_llm_admin(ngx_http_request_t *r)
         return ngx_http_llm_send_error(r, NGX_HTTP_NOT_ALLOWED,
                                        "this operation answers POST", NULL,
                                        "method_not_allowed");
+    }
+
+    if (reset) {
+        return ngx_http_llm_admin_control(r, "reset_prefix_cache");
     }
 
     if (op.data[0] == 'd') {

@@ -64,6 +64,10 @@ is(http('GET', "$base/admin/status", undef,
 is(http('GET', "$base/admin/drain?engine=$na", undef, $auth)->{status}, 405,
    'drain needs POST');
 is(admin('drain?engine=nope')->{status}, 404, 'unknown engine: 404');
+my $rp = admin("reset_prefix_cache?engine=$na");
+ok($rp->{status} == 400 && ($rp->{json}{error}{message} // '') =~ /no admin operations/,
+   'reset_prefix_cache on an engine without a prefix cache (the test runner): 400')
+    or diag($rp->{content});
 
 # ---- promote -----------------------------------------------------------------
 my $r = admin("promote?route=demo&engine=$nb");

@@ -3,7 +3,8 @@
 # prompt, reports usage.prompt_tokens_details.cached_tokens > 0 and gives
 # the same greedy output as a cold engine (enable_prefix_caching: false);
 # so do the Responses API and Anthropic's Messages API (cache reads apart
-# from input_tokens); the metrics count the hits.
+# from input_tokens); the metrics count the hits; /admin/reset_prefix_cache
+# empties the cache (the next repeat reuses nothing and answers the same).
 use strict;
 use warnings;
 use Test::More;
@@ -23,11 +24,12 @@ start_engine($dir, $warm, model => "$top/tests/fixtures/demo", served => 'demo',
 start_engine($dir, $cold, model => "$top/tests/fixtures/demo", served => 'cold',
              extra => "kv_cache_memory_bytes: 64MiB\nenable_prefix_caching: false");
 my $server = api_server($port, [qw(chat_completions responses messages health
-                                   metrics)]);
+                                   metrics admin)]);
 write_conf($dir, <<"CONF");
     llm_engine $warm run_dir=$dir;
     llm_engine $cold run_dir=$dir;
     llm_health interval=100ms passes=1;
+    llm_admin_token sekrit;
 $server
 CONF
 start_nginx($dir, $port);
@@ -99,5 +101,35 @@ my ($hits) = $m =~ /^llm_engine_prefix_cache_hit_tokens\{engine="\Q$warm\E"\} (\
 my ($queries) = $m =~ /^llm_engine_prefix_cache_queries\{engine="\Q$warm\E"\} (\d+)/m;
 ok(defined $hits && $hits >= $cached && $queries >= 4,
    'metrics: hit tokens and queries') or diag($m);
+
+# /admin/reset_prefix_cache: authenticated, POST, one engine
+my $auth = { Authorization => 'Bearer sekrit' };
+sub reset_cache { http_json('POST', "$base/admin/reset_prefix_cache$_[0]", '', $_[1] // $auth) }
+is(reset_cache("?engine=$warm", {})->{status}, 401, 'reset: the admin token is required');
+is(http('GET', "$base/admin/reset_prefix_cache?engine=$warm", undef, $auth)->{status}, 405,
+   'reset: GET is refused');
+is(reset_cache('')->{status}, 400, 'reset: the engine must be named');
+is(reset_cache('?engine=nope')->{status}, 404, 'reset: an unknown engine is a 404');
+my $x = reset_cache("?engine=$warm");
+is($x->{status}, 200, 'reset: 200') or diag($x->{content});
+my $freed = $x->{json}{freed} // {};
+ok($x->{json}{engine} eq $warm && $freed->{entries} > 0 && $freed->{blocks} > 0
+   && defined $freed->{host_entries} && defined $freed->{host_bytes}
+   && defined $freed->{disk_files},
+   "reset: says what it freed ($freed->{entries} entries, $freed->{blocks} blocks)")
+    or diag($x->{content});
+my $w2 = post('/v1/chat/completions', { %gen, model => 'demo', messages => \@turn2 });
+is($w2->{json}{usage}{prompt_tokens_details}{cached_tokens}, 0,
+   'after the reset the repeated prompt reuses nothing');
+is($w2->{json}{choices}[0]{message}{content}, $c->{json}{choices}[0]{message}{content},
+   'and answers as the cold engine does');
+my $w3 = post('/v1/chat/completions', { %gen, model => 'demo', messages => \@turn2 });
+cmp_ok($w3->{json}{usage}{prompt_tokens_details}{cached_tokens} // 0, '>', 0,
+       'the cache fills again after a reset');
+my $again = reset_cache("?engine=$warm")->{json}{freed} // {};
+my $none = reset_cache("?engine=$cold");
+ok($again->{entries} > 0 && $none->{status} == 200 && $none->{json}{freed}{entries} == 0
+   && $none->{json}{freed}{blocks} == 0, 'a second reset frees the new entries; an engine '
+   . 'without prefix caching frees nothing') or diag($none->{content});
 
 done_testing();

@@ -1,7 +1,10 @@
 /* llm-engine bench --batch on the CPU with the demo model: every batch
  * size decodes and reports, the experts a step reads grow from topk to
  * at most all of them, the aggregate rate is B / per-sequence time, and a
- * bad list is a usage error.  Never asserts speed. */
+ * bad list is a usage error.  bench --prefix-repeat: every round reports
+ * a cold TTFT and the repeat's from the pool and from the host tier, each
+ * resuming at the prompt's last block boundary, the host one after
+ * copying entries back.  Never asserts speed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +48,29 @@ int main(void)
                 experts, E);
         prev_experts = experts;
     }
+
+    rc = engine_cli("bench --model tests/fixtures/demo --prompt 300 --prefix-repeat 40 "
+                    "--rounds 2 --chunk 128 --kv-offloading-size 0.05 --threads 1", &out);
+    is_int(rc, 0, "bench --prefix-repeat exits 0");
+    if (rc) diag("%s", out.data);
+    for (int r = 1; r <= 2; r++) {
+        char key[16];
+        snprintf(key, sizeof key, "\n| %d | ", r);
+        const char *l = strstr(out.data, key);
+        double cold = 0, gpu = 0, gpct = 0, host = 0, hpct = 0, mb = 0;
+        long long gc = -1, hc = -1, fills = -1;
+        int got = l ? sscanf(l + strlen(key), "%lf | %lf | %lld | %lf%% | %lf | %lld | %lf%% | "
+                             "%lld, %lf |", &cold, &gpu, &gc, &gpct, &host, &hc, &hpct, &fills,
+                             &mb) : 0;
+        is_int(got, 9, "prefix-repeat round %d: the row parses", r);
+        ok(cold > 0 && gpu > 0 && host > 0 && gc == 256 && hc == 256,
+           "round %d: both repeats resume at the prompt's last boundary (256 of 300)", r);
+        ok(fills == 2 && mb > 0, "round %d: the host-tier repeat copies its 2 blocks back (%lld, "
+           "%.2f MB)", r, fills, mb);
+    }
+    ok(strstr(out.data, "best of 2: cold ") != NULL, "a best-of line");
+    rc = engine_cli("bench --model tests/fixtures/demo --prompts 100,200 --prefix-repeat 10", &out);
+    is_int(rc, 2, "--prefix-repeat with two prompt lengths is a usage error");
 
     rc = engine_cli("bench --model tests/fixtures/demo --batch 0 --prompt 8", &out);
     is_int(rc, 2, "--batch 0 is a usage error");

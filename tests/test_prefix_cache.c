@@ -14,7 +14,9 @@
  *   - the warm sequence's state slot is poisoned (NaN) before it starts:
  *     the snapshot restores all a continuation reads;
  *   - with a host tier, entries evicted from the pool come back from host
- *     memory and still match bit for bit;
+ *     memory and still match bit for bit; the round trip through it keeps
+ *     every byte, and a warm start from it equals one from the pool bit
+ *     for bit on every backend (CUDA: pinned memory, asynchronous copies);
  *   - the bookkeeping: a chain under another seed (another kv dtype,
  *     another model) or with another parent never matches, tails are
  *     evicted before heads.
@@ -24,9 +26,13 @@
  * differ by chunk size, the continuation's logits are compared within
  * the bound test_model_kv_dtype uses for incremental vs full (rel L2
  * CUDA_REL), not bit for bit. */
+#include <dirent.h>
+#include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model_internal.h"
 #include "tap.h"
@@ -40,6 +46,15 @@ static bool cpu = true;
 static const char *test_backend;
 
 static size_t host_bytes;      /* the next load's host tier */
+static const char *disk_dir;   /* ... and disk tier */
+static char logged[8192];      /* what the models logged */
+
+static void capture_log(void *user, const char *line)
+{
+    (void)user;
+    size_t n = strlen(logged);
+    snprintf(logged + n, sizeof logged - n, "%s\n", line);
+}
 static bool reclaimable_ok(v4_model *m);
 
 static v4_model *load(int tp, const char *dtype, bool cache, int every, int64_t tokens)
@@ -50,7 +65,9 @@ static v4_model *load(int tp, const char *dtype, bool cache, int every, int64_t 
     v4_options o = { .tp = tp, .max_seqs = 4, .kv_dtype = v4_kv_dtype_parse(dtype),
                      .backend = test_backend,
                      .prefix_cache = cache, .prefix_snapshot_every = every,
-                     .cache_tokens = tokens, .prefix_host_bytes = host_bytes };
+                     .cache_tokens = tokens, .prefix_host_bytes = host_bytes,
+                     .prefix_disk_dir = disk_dir, .prefix_disk_bytes = 1 << 30,
+                     .log = disk_dir ? capture_log : NULL };
     if (v4_model_load(&m, DEMO, &o, &err)) {
         ok(0, "load the demo model (tp %d, %s): %s", tp, dtype, err.data);
         m = NULL;
@@ -198,13 +215,19 @@ static void cases(int tp, const char *dtype)
         ok(st.on && st.queries == 2 && st.hits == 1 && st.hit_tokens == 256
            && st.query_tokens == 830, "tp %d %s: stats count 2 queries, 1 hit of 256 tokens",
            tp, dtype);
-        v4_prefix_clear(m);
-        v4_cache_info ci;
+        v4_cache_info c0, ci;
+        v4_cache_info_get(m, &c0);
+        v4_prefix_cleared cl;
+        v4_prefix_clear(m, &cl);
         v4_cache_info_get(m, &ci);
         int64_t c3 = -1;
         free(run(m, x, 530, true, &c3, NULL));
         ok(c3 == 0 && ci.blocks_cached == 0 && ci.blocks_used == 0,
            "tp %d %s: after a clear nothing is cached or reused", tp, dtype);
+        ok(cl.entries == st.entries && cl.blocks == c0.blocks_cached && cl.blocks > 0
+           && cl.host_entries == 0 && cl.host_bytes == 0,
+           "tp %d %s: the clear reports what it freed (%lld entries, %lld blocks)", tp, dtype,
+           (long long)cl.entries, (long long)cl.blocks);
         v4_model_free(m);
     }
     v4_model_free(cold);
@@ -317,6 +340,214 @@ static void host_tier(int tp, size_t budget, bool fits)
     v4_model_free(cold);
 }
 
+/* Every rank's bytes of an entry's pool blocks (its block, then its
+ * snapshot's), one after another. */
+static char *entry_bytes(v4_model *m, const pc_entry *e, size_t *len)
+{
+    size_t bb = m->layout.block_bytes;
+    int nb = 1 + (e->snap ? m->pc.snap_blocks : 0);
+    *len = (size_t)m->tp * (size_t)nb * bb;
+    char *out = malloc(*len), *at = out;
+    for (int r = 0; r < m->tp; r++)
+        for (int k = 0; k < nb; k++, at += bb) {
+            backend *be = m->ranks[r].be;
+            be->read(be, at, m->ranks[r].block_mem + (size_t)(k ? e->snap[k - 1] : e->block) * bb,
+                     bb);
+        }
+    return out;
+}
+
+/* The round trip through the host tier is exact on every backend: a
+ * prompt's entries (blocks and snapshots), all spilled to host memory at
+ * once (v4_prefix_offload) and filled back after every free pool block was poisoned, hold the
+ * same bytes as before, and a warm start from them gives the logits of a
+ * warm start from the pool bit for bit (the same ops on the same bytes).
+ * On CUDA the copies are asynchronous, from pinned memory, on a copy
+ * stream: the poison is written by the compute stream after the spill's
+ * fence, so a copy that was not ordered before it would carry poison. */
+static void host_roundtrip(int tp)
+{
+    enum { NB = 3 };
+    host_bytes = 64 << 20;
+    v4_model *m = load(tp, "auto", true, 1, 0);     /* room for every snapshot */
+    host_bytes = 0;
+    if (!m) return;
+    int32_t x[500];
+    random_ids(x, 500, 51);
+    free(run(m, x, 500, true, NULL, NULL));
+    int32_t ch[NB];
+    char *before[NB] = { 0 };
+    size_t len[NB];
+    bool found = true;
+    uint64_t h = m->pc.seed;
+    for (int k = 0; k < NB && found; k++) {
+        ch[k] = pc_find(&m->pc, h, x + k * m->pc.block_tokens);
+        found = ch[k] >= 0 && m->pc.e[ch[k]].block >= 0 && m->pc.e[ch[k]].snap;
+        if (found) {
+            h = m->pc.e[ch[k]].hash;
+            before[k] = entry_bytes(m, &m->pc.e[ch[k]], &len[k]);
+        }
+    }
+    int64_t g1 = -1, g2 = -1;
+    float *w1 = run(m, x, 450, true, &g1, NULL);
+    v4_prefix_stats s0, s1, s2;
+    v4_prefix_stats_get(m, &s0);
+    int64_t moved = v4_prefix_offload(m);
+    bool emptied = m->pool.nfree == m->pool.nblocks;
+    size_t bb = m->layout.block_bytes;
+    char *junk = malloc(bb);
+    memset(junk, 0xff, bb);
+    for (int64_t i = 0; i < m->pool.nfree; i++)
+        for (int r = 0; r < m->tp; r++)
+            m->ranks[r].be->write(m->ranks[r].be,
+                                  m->ranks[r].block_mem + (size_t)m->pool.free_blocks[i] * bb,
+                                  junk, bb);
+    free(junk);
+    v4_prefix_stats_get(m, &s1);
+    float *w2 = run(m, x, 450, true, &g2, NULL);
+    v4_prefix_stats_get(m, &s2);
+    bool same_bytes = found;
+    for (int k = 0; k < NB && same_bytes; k++) {
+        size_t n;
+        const pc_entry *e = &m->pc.e[ch[k]];
+        char *after = e->block >= 0 && e->snap ? entry_bytes(m, e, &n) : NULL;
+        same_bytes = after && n == len[k] && !memcmp(after, before[k], n);
+        free(after);
+    }
+    ok(found && emptied && moved == s0.entries && s1.blocks_held == 0
+       && s1.host_entries == s0.entries && s1.spills - s0.spills == (uint64_t)s0.entries,
+       "tp %d: all %lld entries (blocks and snapshots) spill to the host tier at once", tp,
+       (long long)s0.entries);
+    ok(same_bytes && s2.fills - s1.fills == NB,
+       "tp %d: filled back into poisoned pool blocks they hold the same bytes", tp);
+    ok(g1 == 384 && g2 == 384 && w1 && w2
+       && !memcmp(w1, w2, sizeof(float) * (size_t)(DECODE + 1) * vocab),
+       "tp %d: a warm start from the host tier gives a warm start from the pool's logits and "
+       "%d decode steps bit for bit", tp, DECODE);
+    for (int k = 0; k < NB; k++) free(before[k]);
+    free(w1);
+    free(w2);
+    v4_model_free(m);
+}
+
+/* The disk tier's file of the k-th block of ids (chain from the seed). */
+static void block_file(const char *dir, uint64_t seed, const int32_t *ids, int k, int B,
+                       char *out, size_t cap)
+{
+    uint64_t h = seed;
+    for (int i = 0; i <= k; i++) h = pc_chain(h, ids + i * B, B);
+    snprintf(out, cap, "%s/%016" PRIx64 "/%016" PRIx64 ".kv", dir, seed, h);
+}
+
+/* Change `n` bytes at `off` of a file (from its end when off < 0). */
+static bool patch(const char *path, long off, const void *bytes, size_t n)
+{
+    FILE *f = fopen(path, "r+b");
+    bool done = f && !fseek(f, off, off < 0 ? SEEK_END : SEEK_SET) && fwrite(bytes, 1, n, f) == n;
+    if (f) fclose(f);
+    return done;
+}
+
+/* A warm start from model m (prompt x's first 450 tokens) against the cold
+ * engine: positions reused, and whether the logits match bit for bit. */
+static bool warm_matches(v4_model *m, v4_model *cold, const int32_t *x, int64_t *got)
+{
+    float *w = run(m, x, 450, true, got, NULL), *ref = run(cold, x, 450, false, NULL, NULL);
+    bool same_logits = w && ref && same(w, ref);
+    free(w);
+    free(ref);
+    return same_logits;
+}
+
+/* The disk tier (kv_offloading_filesystem): a host tier of one entry
+ * overflows to files, which outlive the model (the host tier's last entry
+ * is written when it is freed); a restarted model (same settings, same
+ * directory) finds them and resumes from them, matching a cold engine bit
+ * for bit; a corrupt file and a foreign one (another seed in its header)
+ * are ignored with a log line, the chain stopping before them; a clear
+ * deletes the files. */
+static void disk_tier(int tp)
+{
+    v4_model *cold = load(tp, "auto", false, 0, 0), *probe = load(tp, "auto", true, 1, 0);
+    char tmpl[] = "/tmp/llm-prefix-disk-XXXXXX";
+    if (!cold || !probe || !mkdtemp(tmpl)) {
+        ok(0, "tp %d: disk tier set-up", tp);
+        v4_model_free(cold);
+        v4_model_free(probe);
+        return;
+    }
+    int B = probe->pc.block_tokens;
+    host_bytes = (size_t)tp * probe->layout.block_bytes * (1 + (size_t)probe->pc.snap_blocks);
+    v4_model_free(probe);
+    disk_dir = tmpl;
+    logged[0] = 0;
+    int32_t x[500];
+    random_ids(x, 500, 61);
+    v4_prefix_stats st;
+
+    v4_model *m = load(tp, "auto", true, 1, 0);
+    uint64_t seed = m ? m->pc.seed : 0;
+    free(run(m, x, 500, true, NULL, NULL));
+    v4_prefix_offload(m);
+    v4_prefix_stats_get(m, &st);
+    ok(st.host_entries == 1 && st.disk_writes == 2 && st.disk_files == 2,
+       "tp %d: a host tier of one entry sends the 2 older ones to disk (%llu written)", tp,
+       (unsigned long long)st.disk_writes);
+    v4_model_free(m);
+
+    m = load(tp, "auto", true, 1, 0);       /* a restart */
+    v4_prefix_stats_get(m, &st);
+    int64_t got = -1;
+    bool match = warm_matches(m, cold, x, &got);
+    v4_prefix_stats s2;
+    v4_prefix_stats_get(m, &s2);
+    ok(st.disk_files == 3 && got == 3 * B && s2.disk_reads == 3 && match,
+       "tp %d: after a restart all 3 blocks come back from disk (%lld files): resumes at %lld, "
+       "logits bit for bit", tp, (long long)st.disk_files, (long long)got);
+    v4_model_free(m);
+
+    char path[512];
+    block_file(tmpl, seed, x, 1, B, path, sizeof path);
+    unsigned char junk = 0x5a;
+    bool patched = patch(path, -100, &junk, 1);
+    m = load(tp, "auto", true, 1, 0);
+    match = warm_matches(m, cold, x, &got);
+    v4_prefix_stats_get(m, &st);
+    ok(patched && got == B && st.disk_rejected == 1 && match && strstr(logged, "checksum"),
+       "tp %d: a corrupt file is ignored with a log line; the chain resumes before it (%lld), "
+       "bit for bit", tp, (long long)got);
+    v4_model_free(m);
+
+    block_file(tmpl, seed, x, 0, B, path, sizeof path);
+    uint64_t other = seed ^ 1;
+    patched = patch(path, 8, &other, sizeof other);
+    logged[0] = 0;
+    m = load(tp, "auto", true, 1, 0);
+    match = warm_matches(m, cold, x, &got);
+    v4_prefix_stats_get(m, &st);
+    ok(patched && got == 0 && st.disk_rejected == 1 && match
+       && strstr(logged, "another model or settings"),
+       "tp %d: a foreign file (another seed in its header) is ignored with a log line", tp);
+    v4_model_free(m);
+
+    m = load(tp, "auto", true, 1, 0);
+    v4_prefix_cleared cl;
+    v4_prefix_clear(m, &cl);
+    snprintf(path, sizeof path, "%s/%016" PRIx64, tmpl, seed);
+    int left = 0;
+    DIR *d = opendir(path);
+    for (struct dirent *de; d && (de = readdir(d));) left += de->d_name[0] != '.';
+    if (d) closedir(d);
+    ok(cl.disk_files == 3 && cl.disk_bytes > 0 && left == 0,
+       "tp %d: a clear deletes the disk tier's %lld files", tp, (long long)cl.disk_files);
+    v4_model_free(m);
+    rmdir(path);
+    rmdir(tmpl);
+    disk_dir = NULL;
+    host_bytes = 0;
+    v4_model_free(cold);
+}
+
 /* pc_reclaimable (kept by counting) against a walk over the entries. */
 static bool reclaimable_ok(v4_model *m)
 {
@@ -392,7 +623,7 @@ static int spilled, filled;
 static void fake_spill(void *ctx, prefix_cache *pc, int32_t e)
 {
     (void)ctx;
-    memset(pc->e[e].host, pc->e[e].block, pc->host_unit);
+    memset(pc_host_at(pc, &pc->e[e], 0), pc->e[e].block, pc->host_unit);
     spilled++;
 }
 static void fake_fill(void *ctx, prefix_cache *pc, int32_t e)
@@ -403,15 +634,15 @@ static void fake_fill(void *ctx, prefix_cache *pc, int32_t e)
     filled++;
 }
 
-/* The host tier's own budget and order, over a pool of 8 blocks. */
+/* The host tier's own units and order, over a pool of 8 blocks. */
 static void host_bookkeeping(void)
 {
     block_pool p;
     block_pool_init(&p, 1, 8);
     prefix_cache pc;
-    pc_init(&pc, true, 8, 4, 1, 1, 0x77);
-    pc.host_budget = 20;        /* two entries without snapshots */
-    pc.host_unit = 10;
+    char mem[25];
+    pc_init(&pc, true, 8, 4, 2, 1, 0x77);
+    pc_host_init(&pc, 25, 10, mem);     /* two units: two entries without snapshots */
     pc.spill = fake_spill;
     pc.fill = fake_fill;
     int32_t t[3][4] = { { 1, 2, 3, 4 }, { 5, 6, 7, 8 }, { 9, 10, 11, 12 } }, b[3], e[3];
@@ -424,16 +655,16 @@ static void host_bookkeeping(void)
     pc_seq_release(&pc, &p, b, 3);
     for (int k = 0; k < 3; k++) block_unref(&p, b[k]);
     bool room = pc_make_room(&pc, &p, 8);
-    ok(room && spilled == 3 && pc.nhost == 2 && pc.host_used == 20
+    ok(room && spilled == 3 && pc.nhost == 2 && pc.host_used == 20 && pc.host_budget == 20
        && pc_find(&pc, parent[2], t[2]) < 0 && pc.e[pc_find(&pc, parent[0], t[0])].block < 0
-       && pc.e[e[0]].host[0] == (char)b[0],
+       && *pc_host_at(&pc, &pc.e[e[0]], 0) == (char)b[0],
        "evicted entries go to the host tier; when it is full its oldest goes (the chain's tail)");
     ok(pc_fill(&pc, &p, e[0]) == 0 && filled == 1 && pc.e[e[0]].block >= 0 && pc.nhost == 1
        && pc.host_used == 10 && pc_blocks_held(&pc) == 1, "a fill brings an entry back");
-    pc.host_budget = 5;
-    ok(pc_make_room(&pc, &p, 8) && spilled == 3 && pc.nhost == 1
-       && pc_find(&pc, parent[0], t[0]) < 0 && pc_find(&pc, parent[1], t[1]) == e[1],
-       "an entry larger than the host budget is dropped without touching the tier");
+    ok(pc_snap_alloc(&pc, &p, e[0]) == 0 && pc_make_room(&pc, &p, 8) && spilled == 3
+       && pc.nhost == 1 && pc_find(&pc, parent[0], t[0]) < 0 && pc_find(&pc, parent[1], t[1]) == e[1],
+       "an entry larger than the host tier (a block and a 2-block snapshot: 3 units) is dropped "
+       "without touching the tier");
     pc_clear(&pc, &p);
     ok(pc.n == 0 && pc.nhost == 0 && pc.host_used == 0 && p.nfree == 8, "clear empties both tiers");
     pc_free(&pc);
@@ -457,5 +688,9 @@ int main(void)
     host_tier(1, 64 << 20, true);
     host_tier(tp2, 64 << 20, true);
     host_tier(1, 1000, false);
+    host_roundtrip(1);
+    host_roundtrip(tp2);
+    disk_tier(1);
+    disk_tier(tp2);
     return exit_status();
 }

@@ -139,6 +139,13 @@ int main(void)
     expect_error("- a\n- b\n", "r.yaml:1: (top): a recipe is a YAML mapping", "top level not a mapping");
     expect_error(BASE "kv_offloading_filesystem: maybe\n",
                  "kv_offloading_filesystem: expected true or false", "bad bool");
+    expect_error(BASE "kv_offloading_size: 1\nkv_offloading_filesystem: true\n",
+                 "kv_offloading_path: missing", "a disk tier needs its directory");
+    expect_error(BASE "kv_offloading_filesystem: true\nkv_offloading_path: /tmp/x\n",
+                 "kv_offloading_filesystem: needs the host tier", "a disk tier needs a host tier");
+    expect_error(BASE "kv_offloading_size: 1\nkv_offloading_filesystem: true\n"
+                 "kv_offloading_path: /tmp/x\nkv_offloading_filesystem_size: 0\n",
+                 "kv_offloading_filesystem_size:", "a disk tier of 0 GiB");
     expect_error(BASE "enable_prefix_caching: 1\n",
                  "r.yaml:4: enable_prefix_caching: expected true or false", "bad prefix caching bool");
     expect_error(BASE "kv_cache_memory_bytes: lots\n", "kv_cache_memory_bytes: expected a size",

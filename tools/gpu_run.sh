@@ -4,11 +4,15 @@
 # shared libraries that machine lacks (docs/GPU_NOTES.md says how):
 #   sh tools/gpu_run.sh OUTDIR [bench]
 #   sh tools/gpu_run.sh OUTDIR long [ENGINE BENCH OPTIONS...]
+#   sh tools/gpu_run.sh OUTDIR prefix [ENGINE BENCH OPTIONS...]
 # Logs go to OUTDIR (as logs.tgz); a short summary is printed last.  BENCH_LONG=1 adds
 # the 32K-token prefill to the benchmark.  `long` skips the tests and runs
 # V4-Flash at 8K, 32K and 119,503-token prompts (the r33 report's longest),
 # decoding at each context, with the extra options given (e.g.
-# --kv-cache-dtype fp8).
+# --kv-cache-dtype fp8).  `prefix` skips the tests and measures prefix
+# caching on rank6 shapes (issue 17): TTFT of a 100,000-token prompt cold,
+# then of it + 1,000 new tokens from the GPU tier and from the host tier
+# (bench --prefix-repeat; about a minute).
 out=${1:-/tmp/gpu-out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0     # never NVLink multicast
@@ -27,6 +31,14 @@ if [ "$2" = long ]; then
     echo "== long-context bench $*"
     build/bin/llm-engine bench --synthetic conf/models/deepseek-v4-flash.json --tp 2 \
         --prompts 8192,32768,119503 --decode 32 "$@" 2>&1 | tee "$out/long.log"
+    exit 0
+fi
+if [ "$2" = prefix ]; then
+    shift 2
+    echo "== prefix caching TTFT $*"
+    timeout 170 build/bin/llm-engine bench --synthetic conf/models/deepseek-v4-flash-rank6.json \
+        --tp 1 --kv-cache-dtype fp8 --prompt 100000 --prefix-repeat 1000 --rounds 3 \
+        --kv-offloading-size 4 "$@" 2>&1 | tee "$out/prefix.log"
     exit 0
 fi
 timeout 150 build/tests/gpu/test_cuda_kernels > "$out/kernels.log" 2>&1
@@ -51,6 +63,8 @@ for t in test_model_fork test_prefix_cache; do
     LLM_TEST_BACKEND=cuda timeout 120 build/tests/$t > "$out/$t.log" 2>&1
     echo $? > "$out/$t.rc"
 done
+timeout 60 build/tests/gpu/test_cuda_host_copies > "$out/host_copies.log" 2>&1
+echo $? > "$out/host_copies.rc"
 if [ $krc -ne 0 ] && command -v compute-sanitizer > /dev/null; then
     timeout 200 compute-sanitizer --print-limit 5 build/tests/gpu/test_cuda_kernels \
         > "$out/sanitizer.log" 2>&1
@@ -110,6 +124,10 @@ echo "== kv_dtype exit $vrc: $(grep -c '^ok' "$out/kv_dtype.log") ok, $(grep -c 
 grep -E '^not ok|^#|^ok' "$out/kv_dtype.log" | head -30
 echo "== model exit $mrc: $(grep -c '^ok' "$out/model.log") ok, $(grep -c '^not ok' "$out/model.log") not ok"
 grep -E '^not ok|^#|^ok' "$out/model.log" | head -20
+for t in test_model_fork test_prefix_cache host_copies; do
+    echo "== $t exit $(cat "$out/$t.rc"): $(grep -c '^ok' "$out/$t.log") ok, $(grep -c '^not ok' "$out/$t.log") not ok"
+    grep -E '^not ok' "$out/$t.log" | head -10
+done
 grep '^== serve' "$out/serve.log"
 [ -f "$out/sanitizer.log" ] && { echo "== sanitizer"; grep -E 'ERROR|Invalid|at 0x|by thread' "$out/sanitizer.log" | head -20; }
 [ -f "$out/bench.log" ] && { echo "== ceilings"; cat "$out/ceilings.txt" | tail -3; echo "== bench"; cat "$out/bench.log"; }

@@ -10,6 +10,9 @@
 #                                      bf16x2 prefill GEMMs, then
 #                                      LLM_CUDA_GEMM=bf16, f32 and fp8
 #   test_model_kv_dtype (backend cuda)  every cache dtype, default and fp8
+#   build/tests/gpu/test_cuda_host_copies  the prefix cache's host-tier copies
+#                                      (pinned memory, a copy stream) keep
+#                                      their order against the compute stream
 # Verbose TAP, so the measured errors are in the log.
 set -e
 export NCCL_NVLS_ENABLE=0     # never NVLink multicast (see cuda_comm.cu)
@@ -23,7 +26,7 @@ fi
 # One GPU: the TP=2 cases are skipped (they say so).
 export LLM_TEST_MAX_TP=$([ "$n" -ge 2 ] && echo 2 || echo 1)
 LLM_TEST_BACKEND=cuda prove -v -f --exec '' build/tests/gpu/test_cuda_kernels \
-    build/tests/gpu/test_cuda_model build/tests/test_model_golden build/tests/test_model_kv_dtype \
+    build/tests/gpu/test_cuda_model build/tests/gpu/test_cuda_host_copies build/tests/test_model_golden build/tests/test_model_kv_dtype \
     build/tests/test_model_fork build/tests/test_prefix_cache
 for g in bf16 f32 fp8; do
     LLM_CUDA_GEMM=$g LLM_TEST_BACKEND=cuda prove -v -f --exec '' build/tests/test_model_golden

@@ -21,6 +21,12 @@ int cmd_logits(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 
+/* bench --prefix-repeat NEW (cli_bench_prefix.c): TTFT of a prompt of n
+ * tokens cold, then of it plus `fresh` new tokens from the prefix cache's
+ * GPU tier and from its host tier, `rounds` times; prints a table. */
+struct v4_model;
+int bench_prefix(struct v4_model *m, int n, int fresh, int rounds, int chunk);
+
 /* One subcommand: its name, entry point and usage line. */
 typedef struct {
     const char *name;

@@ -4,6 +4,7 @@
  *                  [--chunk N] [--decode N]
  *                  [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U]
  *                  [--kv-cache-dtype auto|bf16|fp8]
+ *                  [--prefix-repeat NEW [--rounds R] [--kv-offloading-size GIB]]
  * Per prompt length: one sequence, the prompt of pseudo-random tokens
  * prefilled in steps of at most --chunk tokens (default 8192, the
  * recipes' max_num_batched_tokens; time to first token = their sum), then
@@ -21,7 +22,10 @@
  * 788 TFLOP/s dense bf16 and 4300 GB/s device copy, KINDS.md).
  * --gpu-memory-utilization sizes the cache pool as the server does (a
  * profile step of the longest prompt at load) and reports that pool's
- * capacity instead of the free memory's. */
+ * capacity instead of the free memory's.  --prefix-repeat NEW measures
+ * prefix caching instead (cli_bench_prefix.c): TTFT of the --prompt cold,
+ * and of it plus NEW tokens from the cache's GPU tier and its host tier
+ * (--kv-offloading-size GiB, default 4), --rounds times (default 3). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,7 +171,8 @@ static int usage(void)
     fprintf(stderr, "usage: llm-engine bench --model DIR | --synthetic CONFIG.json "
             "[--backend cpu|cuda] [--tp N] [--threads N] [--prompt N | --prompts N,N,...] "
             "[--batch B,B,...] [--chunk N] [--decode N] [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U] "
-            "[--kv-cache-dtype auto|bf16|fp8]\n");
+            "[--kv-cache-dtype auto|bf16|fp8] "
+            "[--prefix-repeat NEW [--rounds R] [--kv-offloading-size GIB]]\n");
     return 2;
 }
 
@@ -182,7 +187,8 @@ int cmd_bench(int argc, char **argv)
     const char *model = NULL;
     int prompts[8] = { 128 }, nprompts = 1, decode = 32, chunk = 8192;
     int batches[8] = { 1 }, nbatches = 1;
-    double peak_gbs = 4300, peak_tflops = 788;
+    double peak_gbs = 4300, peak_tflops = 788, host_gib = 4;
+    int repeat = 0, rounds = 3;
     v4_options opt = { .tp = 1, .log = load_log };
     if (argc % 2 == 0) return usage();
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -200,12 +206,17 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(a, "--peak-gbs")) peak_gbs = atof(v);
         else if (!strcmp(a, "--peak-tflops")) peak_tflops = atof(v);
         else if (!strcmp(a, "--gpu-memory-utilization")) opt.gpu_memory_utilization = atof(v);
+        else if (!strcmp(a, "--prefix-repeat")) repeat = atoi(v);
+        else if (!strcmp(a, "--rounds")) rounds = atoi(v);
+        else if (!strcmp(a, "--kv-offloading-size")) host_gib = atof(v);
         else if (!strcmp(a, "--kv-cache-dtype") && v4_kv_dtype_parse(v) >= 0)
             opt.kv_dtype = (enum kv_dtype)v4_kv_dtype_parse(v);
         else return usage();
     }
     if (!model || nprompts < 1 || nbatches < 1 || decode < 0 || chunk < 1 || opt.tp < 1 || peak_gbs <= 0 || peak_tflops <= 0 ||
-        opt.gpu_memory_utilization < 0 || opt.gpu_memory_utilization > 1)
+        opt.gpu_memory_utilization < 0 || opt.gpu_memory_utilization > 1 || repeat < 0 ||
+        rounds < 1 || !(host_gib >= 0 && host_gib <= 1 << 20) ||
+        (repeat && (nprompts != 1 || nbatches != 1 || prompts[0] < 2)))
         return usage();
     if (opt.synthetic && !opt.backend) opt.backend = "cuda";
     int maxp = 0;
@@ -216,6 +227,12 @@ int cmd_bench(int argc, char **argv)
     opt.cache_tokens = (int64_t)maxb * (maxp + decode);
     opt.max_step_tokens = maxp < chunk ? maxp : chunk;
     if (opt.max_step_tokens < maxb) opt.max_step_tokens = maxb;
+    if (repeat) {
+        /* the prompt and two extensions cached, snapshots beside them */
+        opt.prefix_cache = true;
+        opt.cache_tokens = 3 * ((int64_t)maxp + repeat);
+        opt.prefix_host_bytes = (size_t)(host_gib * 1073741824.0);
+    }
     strbuf err;
     sb_init(&err);
     v4_model *m = NULL;
@@ -232,6 +249,12 @@ int cmd_bench(int argc, char **argv)
     printf("backend          %s, tp %d\n", opt.backend ? opt.backend : "cpu", tp);
     printf("load             %.2f s\n", t_load);
     fflush(stdout);
+    if (repeat) {
+        int prc = bench_prefix(m, prompts[0], repeat, rounds, chunk);
+        v4_model_free(m);
+        sb_free(&err);
+        return prc;
+    }
 
     int32_t *ids = malloc(maxp * sizeof *ids), *dec = malloc(maxb * sizeof *dec);
     float *logits = malloc((size_t)maxb * V * sizeof *logits);

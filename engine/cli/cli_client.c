@@ -25,7 +25,7 @@
 
 static const char usage_text[] =
     "usage: llm-engine client --run-dir DIR --name NAME --request FILE [--kind KIND] [--repeat N]\n"
-    "  KIND: chat (default), completions, responses, tokenize, detokenize, probe\n";
+    "  KIND: chat (default), completions, responses, tokenize, detokenize, probe, admin\n";
 
 /* Read what is in the ring; print it unless quiet.  Returns the finish
  * reason once seen, 0 before, -1 on a protocol error. */

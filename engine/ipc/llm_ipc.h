@@ -166,6 +166,8 @@ enum llm_ipc_kind {
     LLM_KIND_TOKENIZE    = 4,  /* /tokenize: answers with tokens events */
     LLM_KIND_DETOKENIZE  = 5,  /* /detokenize: answers with content_delta */
     LLM_KIND_PROBE       = 6,  /* health probe: one-token generation */
+    LLM_KIND_ADMIN       = 7,  /* /admin operation {"op": NAME}: answers with one
+                                * content_delta holding a JSON object */
 };
 
 /* Probes run in seats of their own beyond max_num_seqs, ahead of the

@@ -310,7 +310,7 @@ int llm_ipc_submit(llm_ipc_client *c, const llm_ipc_handle *h,
     int rc = owned(c, h, &s, &w);
     if (rc) return rc;
     if (LLM_SLOT_STATE(w) != LLM_SLOT_CLAIMED || !len || kind < LLM_KIND_CHAT
-        || kind > LLM_KIND_PROBE)
+        || kind > LLM_KIND_ADMIN)
         return LLM_IPC_EINVAL;
     if (len > c->hdr->max_request_bytes) return LLM_IPC_ETOOBIG;
     if (c->dead) return LLM_IPC_EDEAD;

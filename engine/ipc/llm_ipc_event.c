@@ -304,7 +304,7 @@ static const char *const slot_names[] = {
     "free", "claimed", "submitted", "running", "finished", "cancelled",
 };
 static const char *const kind_names[] = {
-    NULL, "chat", "completions", "responses", "tokenize", "detokenize", "probe",
+    NULL, "chat", "completions", "responses", "tokenize", "detokenize", "probe", "admin",
 };
 
 static const char *const counter_names[] = {

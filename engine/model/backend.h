@@ -172,6 +172,20 @@ struct backend {
      * scratch memory the backend has forgotten (the step is discarded,
      * the backend goes on); false, or NULL, when the backend is unusable. */
     bool (*recover)(backend *b);
+    /* The prefix cache's host tier (NULL on the CPU backend, which uses
+     * malloc'd memory and read/write).  host_alloc: host memory the
+     * backend copies fastest (pinned), usable by every rank's backend
+     * (NULL when it cannot be had); free it only when no copy of any rank
+     * is in flight.  copy_async: `bytes` between backend memory and such
+     * host memory, on a copy stream of the backend's own: after the ops
+     * issued before it and the copies before it, without the host
+     * waiting.  copy_fence: the ops issued after it wait (on the device)
+     * for the copies issued before it; with `wait` the host waits for
+     * them too. */
+    void *(*host_alloc)(backend *b, size_t bytes);
+    void (*host_free)(backend *b, void *p);
+    void (*copy_async)(backend *b, void *dst, const void *src, size_t bytes, bool to_host);
+    void (*copy_fence)(backend *b, bool wait);
     /* Free and total bytes of the backend's memory (NULL: not told). */
     void (*mem_info)(backend *b, size_t *free_bytes, size_t *total_bytes);
 

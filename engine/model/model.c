@@ -289,7 +289,10 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
         v4_model_free(m);
         return -1;
     }
-    prefix_init(m, &o, dir);
+    if (prefix_init(m, &o, dir, err)) {
+        v4_model_free(m);
+        return -1;
+    }
     *out = m;
     return 0;
 }
@@ -297,6 +300,7 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
 void v4_model_free(v4_model *m)
 {
     if (!m) return;
+    prefix_free(m);     /* the host tier's memory is the backends' */
     for (int r = 0; m->ranks && r < m->tp; r++) {
         v4_rank *R = &m->ranks[r];
         backend *be = R->be;
@@ -317,7 +321,6 @@ void v4_model_free(v4_model *m)
     if (m->tp) pthread_mutex_destroy(&m->mu);
     free(m->ranks);
     tp_group_free(m->group);
-    pc_free(&m->pc);
     block_pool_free(&m->pool);
     cache_layout_free(&m->layout);
     free(m->inv_main);

@@ -59,6 +59,9 @@ typedef struct {
                                last boundary); 0: the default, so that
                                snapshots cost at most a quarter of the
                                blocks they stand at the end of */
+    const char *prefix_disk_dir;    /* a disk tier under the host tier (NULL: none):
+                                     * files that survive restarts, docs/MODEL.md */
+    uint64_t prefix_disk_bytes;     /* what it may hold */
     size_t prefix_host_bytes;   /* host-memory tier of the prefix cache, over
                                all ranks: entries evicted from the pool are
                                copied there and back when reused; 0: none */
@@ -140,11 +143,31 @@ typedef struct {
     int64_t host_entries;       /* blocks (with snapshots) in the host tier */
     size_t host_bytes, host_budget;
     uint64_t spills, fills;     /* entries copied to and from the host tier */
+    int64_t disk_files;         /* the disk tier's files now, and their bytes */
+    uint64_t disk_bytes;
+    uint64_t disk_writes, disk_reads, disk_rejected;   /* files written, read back,
+                                                        * ignored (a failed check) */
 } v4_prefix_stats;
 
 void v4_prefix_stats_get(v4_model *m, v4_prefix_stats *st);
-/* Forget every cached prefix (running sequences keep their blocks). */
-void v4_prefix_clear(v4_model *m);
+/* Move every cached entry no sequence holds from the pool to the host
+ * tier, as eviction would (what does not fit there is dropped): a later
+ * prompt with such a prefix restores it from host memory (benchmarks,
+ * tests).  Returns the entries moved. */
+int64_t v4_prefix_offload(v4_model *m);
+
+/* What a clear dropped: entries in the pool and in the host tier, the pool
+ * blocks given back (blocks running sequences share stay theirs), the
+ * host tier's bytes, and the disk tier's files (deleted) and bytes. */
+typedef struct {
+    int64_t entries, blocks, host_entries, disk_files;
+    size_t host_bytes;
+    uint64_t disk_bytes;
+} v4_prefix_cleared;
+
+/* Forget every cached prefix (running sequences keep their blocks); out
+ * (may be NULL) says what went. */
+void v4_prefix_clear(v4_model *m, v4_prefix_cleared *out);
 
 typedef struct {
     v4_seq *seq;

@@ -10,6 +10,7 @@
 #include "model.h"
 #include "model_weights.h"
 #include "prefix_cache.h"
+#include "prefix_disk.h"
 #include "safetensors.h"
 #include "tp.h"
 
@@ -54,6 +55,8 @@ struct v4_model {
     backend_modes modes;    /* in effect (cuda) */
     block_pool pool;
     prefix_cache pc;        /* model_prefix.c */
+    bool copies_pending;    /* host-tier copies issued since the last fence */
+    prefix_disk disk;       /* the disk tier (disk.dir NULL: none) */
     float *inv_main, *inv_comp;
     rope_table rope_main, rope_comp;
     pthread_mutex_t mu;
@@ -87,7 +90,8 @@ typedef struct {
  * state opened, copied by a fork and closed (its entries touched last to
  * first); full blocks entered and snapshots taken after a step; room for
  * `need` free blocks made by eviction. */
-void prefix_init(v4_model *m, const v4_options *o, const char *dir);
+int prefix_init(v4_model *m, const v4_options *o, const char *dir, strbuf *err);
+void prefix_free(v4_model *m);      /* the host tier's memory, then the cache */
 void prefix_seq_open(v4_model *m, v4_seq *s);
 void prefix_seq_fork(v4_model *m, v4_seq *dst, const v4_seq *src);
 void prefix_seq_close(v4_model *m, v4_seq *s);

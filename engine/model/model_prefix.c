@@ -43,19 +43,91 @@ static uint64_t prefix_seed(const v4_model *m, const v4_options *o, const char *
 }
 
 /* An entry's pool blocks (its block, then its snapshot's) and its host
- * copy, rank after rank, one direction or the other (synchronous copies). */
+ * units, rank r's block at offset r * block_bytes of a unit, one direction
+ * or the other: on a backend with asynchronous copies queued on its copy
+ * stream (prefix_fence orders them before later ops), else synchronous. */
 static void host_copy(v4_model *m, const pc_entry *e, bool to_host)
 {
     size_t bb = m->layout.block_bytes, nb = 1 + (e->snap ? (size_t)m->pc.snap_blocks : 0);
     for (int r = 0; r < m->tp; r++) {
         backend *be = m->ranks[r].be;
         for (size_t k = 0; k < nb; k++) {
-            char *host = e->host + ((size_t)r * nb + k) * bb;
+            char *host = pc_host_at(&m->pc, e, (int)k) + (size_t)r * bb;
             char *dev = m->ranks[r].block_mem + (size_t)(k ? e->snap[k - 1] : e->block) * bb;
-            if (to_host) be->read(be, host, dev, bb);
+            if (be->copy_async) be->copy_async(be, to_host ? host : dev, to_host ? dev : host,
+                                               bb, to_host);
+            else if (to_host) be->read(be, host, dev, bb);
             else be->write(be, dev, host, bb);
         }
+        m->copies_pending |= be->copy_async != NULL;
     }
+}
+
+/* Ops issued from here on wait for the host-tier copies issued so far: a
+ * spilled block is reused, a filled one read, only after its copy.  The
+ * host does not wait. */
+static void prefix_fence(v4_model *m)
+{
+    if (!m->copies_pending) return;
+    for (int r = 0; r < m->tp; r++) m->ranks[r].be->copy_fence(m->ranks[r].be, false);
+    m->copies_pending = false;
+}
+
+/* The host waits for every rank's host-tier copies (before it reads or
+ * frees host memory). */
+static void copies_wait(v4_model *m)
+{
+    for (int r = 0; r < m->tp; r++)
+        if (m->ranks[r].be->copy_fence) m->ranks[r].be->copy_fence(m->ranks[r].be, true);
+    m->copies_pending = false;
+}
+
+/* A host-tier entry to its file (pd_write; an entry on disk already is
+ * left alone). */
+static void disk_write(v4_model *m, const pc_entry *e)
+{
+    const prefix_cache *pc = &m->pc;
+    int n = 1 + (e->host_snap ? pc->snap_blocks : 0);
+    char **units = pd_has(&m->disk, e->hash) ? NULL : malloc((size_t)n * sizeof *units);
+    if (!units) return;
+    for (int k = 0; k < n; k++) units[k] = pc_host_at(pc, e, k);
+    pd_write(&m->disk, e->hash, e->parent, e->tokens, pc->block_tokens, units, n, pc->host_unit);
+    free(units);
+}
+
+static void disk_retire(void *ctx, prefix_cache *pc, int32_t e)
+{
+    v4_model *m = ctx;
+    copies_wait(m);     /* its spill may still be on its way */
+    disk_write(m, &pc->e[e]);
+}
+
+/* The entry for the block of `tokens` after parent, read back from the
+ * disk tier into the host tier; -1 when there is none (or none that
+ * passes its checks, or no room).  The host tier is where a file lands:
+ * when it is full of the chain found so far (chain[0..found), pinned),
+ * those entries move on to the pool first. */
+static int32_t disk_fetch(v4_model *m, uint64_t parent, const int32_t *tokens,
+                          const int32_t *chain, int64_t found)
+{
+    prefix_cache *pc = &m->pc;
+    uint64_t h = pc_chain(parent, tokens, pc->block_tokens);
+    char *data;
+    int n;
+    if (!pd_has(&m->disk, h)
+        || pd_read(&m->disk, h, parent, tokens, pc->block_tokens, pc->host_unit,
+                   pc->snap_blocks, &data, &n))
+        return -1;
+    int32_t e = pc_insert_host(pc, &m->pool, parent, tokens, n > 1);
+    if (e < 0 && pc_find(pc, parent, tokens) < 0) {
+        for (int64_t k = 0; k < found; k++) pc_fill(pc, &m->pool, chain[k]);
+        e = pc_insert_host(pc, &m->pool, parent, tokens, n > 1);
+    }
+    copies_wait(m);     /* its units' last copies (a fill reading them) have landed */
+    for (int k = 0; e >= 0 && k < n; k++)
+        memcpy(pc_host_at(pc, &pc->e[e], k), data + (size_t)k * pc->host_unit, pc->host_unit);
+    free(data);
+    return e;
 }
 
 static void host_spill(void *ctx, prefix_cache *pc, int32_t e)
@@ -68,7 +140,7 @@ static void host_fill(void *ctx, prefix_cache *pc, int32_t e)
     host_copy(ctx, &pc->e[e], false);
 }
 
-void prefix_init(v4_model *m, const v4_options *o, const char *dir)
+int prefix_init(v4_model *m, const v4_options *o, const char *dir, strbuf *err)
 {
     const cache_layout *L = &m->layout;
     size_t *off = malloc(3 * (size_t)L->n_layers * sizeof *off);
@@ -83,11 +155,60 @@ void prefix_init(v4_model *m, const v4_options *o, const char *dir)
     m->pc.nrange = nr;
     m->pc.range_off = off;
     m->pc.range_len = len;
-    m->pc.host_budget = o->prefix_host_bytes;
-    m->pc.host_unit = (size_t)m->tp * L->block_bytes;
     m->pc.ctx = m;
     m->pc.spill = host_spill;
     m->pc.fill = host_fill;
+    /* the host tier: all of it at once, pinned where the backend can */
+    size_t unit = (size_t)m->tp * L->block_bytes;
+    size_t units = m->pc.on && unit ? o->prefix_host_bytes / unit : 0;
+    if (units > INT32_MAX / 2) units = INT32_MAX / 2;
+    size_t hbytes = units * unit;
+    backend *be = m->ranks[0].be;
+    char *mem = !hbytes ? NULL : be->host_alloc ? be->host_alloc(be, hbytes) : malloc(hbytes);
+    if (hbytes && !mem) {
+        sb_printf(err, "kv_offloading_size: cannot allocate %.2f GiB of %shost memory for the "
+                  "prefix cache's host tier\n", (double)hbytes / 1073741824.0,
+                  be->host_alloc ? "pinned " : "");
+        return -1;
+    }
+    pc_host_init(&m->pc, hbytes, unit, mem);
+    if (o->prefix_disk_dir && m->pc.on) {
+        if (!m->pc.host_budget) {
+            sb_puts(err, "kv_offloading_filesystem: the disk tier needs a host tier "
+                    "(kv_offloading_size of at least one block on every rank)\n");
+            return -1;
+        }
+        if (pd_open(&m->disk, o->prefix_disk_dir, m->pc.seed, o->prefix_disk_bytes, o->log,
+                    o->log_user, err))
+            return -1;
+        m->pc.retire = disk_retire;
+    }
+    return 0;
+}
+
+void prefix_free(v4_model *m)
+{
+    if (m->pc.host_mem) {
+        backend *be = m->ranks[0].be;
+        if (m->disk.dir) {  /* what the cache holds outlives the process */
+            uint64_t w = m->disk.writes;
+            pc_offload(&m->pc, &m->pool);   /* the pool's entries through the host tier */
+            copies_wait(m);
+            for (int32_t i = m->pc.host_head; i >= 0; i = m->pc.e[i].lru_next)
+                disk_write(m, &m->pc.e[i]);
+            if (m->disk.writes > w && m->disk.log) {
+                char line[160];
+                snprintf(line, sizeof line, "prefix cache: %llu entries written to the disk "
+                         "tier at exit", (unsigned long long)(m->disk.writes - w));
+                m->disk.log(m->disk.log_user, line);
+            }
+        }
+        copies_wait(m);     /* no copy of any rank in flight */
+        if (be->host_free) be->host_free(be, m->pc.host_mem);
+        else free(m->pc.host_mem);
+    }
+    pd_close(&m->disk);
+    pc_free(&m->pc);
 }
 
 /* The live ranges of s's state slot (cache_live_ranges), packed one after
@@ -140,7 +261,9 @@ void prefix_seq_close(v4_model *m, v4_seq *s)
 
 bool prefix_make_room(v4_model *m, int64_t need)
 {
-    return pc_make_room(&m->pc, &m->pool, need);
+    bool room = pc_make_room(&m->pc, &m->pool, need);
+    prefix_fence(m);
+    return room;
 }
 
 static bool snapshot_at(const prefix_cache *pc, const seq_prefix *sp, int64_t len)
@@ -171,8 +294,10 @@ void prefix_after_step(v4_model *m, const v4_step_item *items, int n)
             pc_touch(pc, e);
             if (pos == s->c.len && snapshot_at(pc, sp, pos) && !pc->e[e].snap
                 && pc->e[e].block >= 0
-                && pc_snap_alloc(pc, &m->pool, e) == 0)
+                && pc_snap_alloc(pc, &m->pool, e) == 0) {
+                prefix_fence(m);    /* its blocks may have been spilled just now */
                 snap_copy(m, s, pc->e[e].snap, true);
+            }
         }
     }
 }
@@ -193,19 +318,23 @@ int64_t v4_seq_prefix_attach(v4_model *m, v4_seq *s, const int32_t *prompt, int6
     int32_t *chain = malloc((size_t)(nb ? nb : 1) * sizeof *chain);
     int64_t best = -1;
     uint64_t h = pc->seed;
-    for (int64_t k = 0; k < nb; k++) {
-        int32_t e = pc_find(pc, h, prompt + k * B);
+    /* the chain's entries are pinned as they are found, so bringing one
+     * in from disk or back to the pool never evicts another of it */
+    int64_t found = 0;
+    for (; found < nb; found++) {
+        int32_t e = pc_find(pc, h, prompt + found * B);
+        if (e < 0 && m->disk.dir) e = disk_fetch(m, h, prompt + found * B, chain, found);
         if (e < 0) break;
-        chain[k] = e;
+        chain[found] = e;
+        pc->e[e].pins++;
         h = pc->e[e].hash;
-        if (pc->e[e].snap || pc->e[e].host_snap) best = k;
+        if (pc->e[e].snap || pc->e[e].host_snap) best = found;
     }
-    /* entries in the host tier come back first (pinned meanwhile, so
-     * making room for one never evicts another of the chain) */
+    /* entries in the host tier come back first */
     bool filled = true;
-    for (int64_t k = 0; k <= best; k++) pc->e[chain[k]].pins++;
     for (int64_t k = 0; k <= best && filled; k++) filled = pc_fill(pc, &m->pool, chain[k]) == 0;
-    for (int64_t k = 0; k <= best; k++) pc->e[chain[k]].pins--;
+    for (int64_t k = 0; k < found; k++) pc->e[chain[k]].pins--;
+    prefix_fence(m);    /* every copy issued here, whether the chain came back or not */
     if (!filled) best = -1;
     int64_t got = 0;
     if (best >= 0) {
@@ -251,13 +380,32 @@ void v4_prefix_stats_get(v4_model *m, v4_prefix_stats *st)
         .query_tokens = pc->query_tokens, .hits = pc->hits, .hit_tokens = pc->hit_tokens,
         .evicted = pc->evicted, .host_entries = pc->nhost, .host_bytes = pc->host_used,
         .host_budget = pc->host_budget, .spills = pc->spills, .fills = pc->fills,
+        .disk_files = (int64_t)m->disk.n, .disk_bytes = m->disk.used,
+        .disk_writes = m->disk.writes, .disk_reads = m->disk.reads,
+        .disk_rejected = m->disk.rejected,
     };
     pthread_mutex_unlock(&m->mu);
 }
 
-void v4_prefix_clear(v4_model *m)
+int64_t v4_prefix_offload(v4_model *m)
 {
     pthread_mutex_lock(&m->mu);
-    pc_clear(&m->pc, &m->pool);
+    int64_t n = pc_offload(&m->pc, &m->pool);
+    prefix_fence(m);
     pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
+void v4_prefix_clear(v4_model *m, v4_prefix_cleared *out)
+{
+    pthread_mutex_lock(&m->mu);
+    prefix_cache *pc = &m->pc;
+    v4_prefix_cleared c = { .entries = pc->n - pc->nhost, .host_entries = pc->nhost,
+                            .host_bytes = pc->host_used, .blocks = -m->pool.nfree };
+    pc_clear(pc, &m->pool);
+    c.blocks += m->pool.nfree;
+    c.disk_files = (int64_t)m->disk.n;
+    c.disk_bytes = pd_clear(&m->disk);
+    pthread_mutex_unlock(&m->mu);
+    if (out) *out = c;
 }

@@ -86,8 +86,23 @@ void pc_init(prefix_cache *pc, bool on, int64_t nblocks, int block_tokens, int s
     for (int64_t i = 0; i < nblocks; i++) pc->entry_of[i] = -1;
 }
 
+void pc_host_init(prefix_cache *pc, size_t budget, size_t unit, char *mem)
+{
+    size_t units = pc->on && unit ? budget / unit : 0;
+    block_pool_init(&pc->hpool, 0, (int64_t)units);
+    pc->host_unit = unit;
+    pc->host_budget = units * unit;
+    pc->host_mem = units ? mem : NULL;
+}
+
+char *pc_host_at(const prefix_cache *pc, const pc_entry *e, int k)
+{
+    return pc->host_mem + (size_t)e->host[k] * pc->host_unit;
+}
+
 void pc_free(prefix_cache *pc)
 {
+    block_pool_free(&pc->hpool);
     for (int32_t i = 0; pc->e && i < pc->cap; i++) {
         free(pc->e[i].tokens);
         free(pc->e[i].snap);
@@ -190,16 +205,23 @@ static void drop_snap(prefix_cache *pc, block_pool *p, pc_entry *e)
     pc->snaps--;
 }
 
-/* A host-tier entry's copy goes (it leaves the host list). */
-static void drop_host(prefix_cache *pc, int32_t i)
+/* An entry's host copy gives its units back (it has left the host list). */
+static void free_host(prefix_cache *pc, pc_entry *e)
 {
-    pc_entry *e = &pc->e[i];
-    lru_unlink(pc, i);
+    int n = 1 + (e->host_snap ? pc->snap_blocks : 0);
+    for (int k = 0; k < n; k++) block_unref(&pc->hpool, e->host[k]);
     pc->host_used -= host_bytes(pc, e);
     pc->nhost--;
     free(e->host);
     e->host = NULL;
     e->host_snap = false;
+}
+
+/* A host-tier entry's copy goes (it leaves the host list). */
+static void drop_host(prefix_cache *pc, int32_t i)
+{
+    lru_unlink(pc, i);
+    free_host(pc, &pc->e[i]);
 }
 
 /* The entry is forgotten, in whichever tier it is. */
@@ -224,22 +246,34 @@ static void forget(prefix_cache *pc, block_pool *p, int32_t i)
     pc->n--;
 }
 
+/* Free host units until `units` are (older unpinned host entries go, to
+ * the disk tier first); whether they are. */
+static bool host_room(prefix_cache *pc, block_pool *p, int units)
+{
+    block_pool *hp = &pc->hpool;
+    for (int32_t h = pc->host_head, next; units <= hp->nblocks && h >= 0 && hp->nfree < units;
+         h = next) {
+        next = pc->e[h].lru_next;
+        if (pc->e[h].pins) continue;
+        if (pc->retire) pc->retire(pc->ctx, pc, h);
+        forget(pc, p, h);
+    }
+    return hp->nfree >= units;
+}
+
 /* A pool entry nobody else holds leaves the pool: to the host tier when it
  * fits there (older host entries go first), else for good. */
 static void evict(prefix_cache *pc, block_pool *p, int32_t i)
 {
     pc_entry *e = &pc->e[i];
-    size_t need = pc->host_unit * (1 + (e->snap ? (size_t)pc->snap_blocks : 0));
-    for (int32_t h = pc->host_head, next; need <= pc->host_budget && h >= 0
-         && pc->host_used + need > pc->host_budget; h = next) {
-        next = pc->e[h].lru_next;
-        if (!pc->e[h].pins) forget(pc, p, h);
-    }
-    char *copy = pc->host_budget && pc->host_used + need <= pc->host_budget ? malloc(need) : NULL;
+    int units = 1 + (e->snap ? pc->snap_blocks : 0);
+    block_pool *hp = &pc->hpool;
+    int32_t *copy = host_room(pc, p, units) ? malloc((size_t)units * sizeof *copy) : NULL;
     if (!copy) {
         forget(pc, p, i);
         return;
     }
+    for (int k = 0; k < units; k++) copy[k] = block_take(hp);
     e->host = copy;
     e->host_snap = e->snap != NULL;
     pc->spill(pc->ctx, pc, i);
@@ -250,7 +284,7 @@ static void evict(prefix_cache *pc, block_pool *p, int32_t i)
     pc->evicted++;
     e->block = -1;
     lru_append(pc, i);
-    pc->host_used += need;
+    pc->host_used += (size_t)units * pc->host_unit;
     pc->nhost++;
     pc->spills++;
 }
@@ -264,6 +298,42 @@ bool pc_make_room(prefix_cache *pc, block_pool *p, int64_t need)
         else drop_snap(pc, p, &pc->e[i]);   /* in use: only its snapshot can go */
     }
     return p->nfree >= need;
+}
+
+int32_t pc_insert_host(prefix_cache *pc, block_pool *p, uint64_t parent, const int32_t *tokens,
+                       bool snap)
+{
+    int units = 1 + (snap ? pc->snap_blocks : 0);
+    if (!pc->on || pc_find(pc, parent, tokens) >= 0 || !host_room(pc, p, units)
+        || (pc->free_head < 0 && !grow(pc)))
+        return -1;
+    int32_t i = pc->free_head;
+    pc_entry *e = &pc->e[i];
+    pc->free_head = e->next;
+    *e = (pc_entry){ .hash = pc_chain(parent, tokens, pc->block_tokens), .parent = parent,
+                     .block = -1, .host_snap = snap,
+                     .tokens = malloc((size_t)pc->block_tokens * sizeof *tokens),
+                     .host = malloc((size_t)units * sizeof *e->host) };
+    memcpy(e->tokens, tokens, (size_t)pc->block_tokens * sizeof *tokens);
+    for (int k = 0; k < units; k++) e->host[k] = block_take(&pc->hpool);
+    int32_t *b = bucket_of(pc, e->hash);
+    e->next = *b;
+    *b = i;
+    lru_append(pc, i);
+    pc->host_used += (size_t)units * pc->host_unit;
+    pc->nhost++;
+    pc->n++;
+    return i;
+}
+
+int64_t pc_offload(prefix_cache *pc, block_pool *p)
+{
+    uint64_t spills = pc->spills;
+    for (int32_t i = pc->on ? pc->lru_head : -1, next; i >= 0; i = next) {
+        next = pc->e[i].lru_next;      /* eviction touches only the host list besides i */
+        if (!pc->e[i].pins && p->ref[pc->e[i].block] == 1) evict(pc, p, i);
+    }
+    return (int64_t)(pc->spills - spills);
 }
 
 int pc_snap_alloc(prefix_cache *pc, block_pool *p, int32_t i)
@@ -327,11 +397,9 @@ int pc_fill(prefix_cache *pc, block_pool *p, int32_t i)
     e->block = b;
     e->snap = s;
     pc->fill(pc->ctx, pc, i);
-    pc->host_used -= host_bytes(pc, e);
-    pc->nhost--;
-    free(e->host);
-    e->host = NULL;
-    e->host_snap = false;
+    /* the units go back now: a later spill into them is a copy queued
+     * after this one's (the model's copies keep their order) */
+    free_host(pc, e);
     pc->snaps += s != NULL;
     pc->entry_of[b] = i;
     lru_append(pc, i);

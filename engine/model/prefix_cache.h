@@ -18,7 +18,8 @@
  * tail of a chain goes before its head.  With a host tier (host_budget >
  * 0) an evicted entry's bytes are first copied to host memory (spill) and
  * the entry stays findable; using it copies them back (fill).  The host
- * tier has its own LRU order and budget.  Pinned entries are never
+ * tier has its own LRU order and a pool of its own: units of one pool
+ * block (all ranks), an entry taking one per block it copies.  Pinned entries are never
  * evicted nor lose their snapshot.  The bytes themselves are copied by the
  * model (model_prefix.c) through the spill/fill callbacks. */
 #ifndef LLM_PREFIX_CACHE_H
@@ -34,7 +35,8 @@ typedef struct {
     uint64_t hash, parent;  /* chain hash through this block, and before it */
     int32_t block;          /* pool block; -1: the entry is in host memory */
     int32_t *snap;          /* [snap_blocks] state at the block's end, or NULL */
-    char *host;             /* host tier copy (block, then snapshot blocks, per rank) */
+    int32_t *host;          /* host tier units holding the block, then its
+                             * snapshot's blocks (pc_host_at); NULL: none */
     bool host_snap;         /* the host copy carries a snapshot */
     int32_t pins;
     int32_t *tokens;        /* [block_tokens]; NULL: a free entry */
@@ -60,14 +62,20 @@ struct prefix_cache {
     int64_t inuse;          /* pool entries a sequence holds too (ref > 1) */
     int nrange;             /* the state slot's bytes a snapshot packs */
     size_t *range_off, *range_len;     /* (the model sets them; freed here) */
-    /* host tier: set by the model */
-    size_t host_budget;     /* bytes; 0: no host tier */
-    size_t host_unit;       /* host bytes of one pool block (all ranks) */
+    /* host tier (pc_host_init): units of host_unit bytes, each one pool
+     * block of every rank, at host_mem (the model's memory) */
+    size_t host_budget;     /* bytes of all units; 0: no host tier */
+    size_t host_unit;
     size_t host_used;
+    char *host_mem;
+    block_pool hpool;       /* the units, as blocks of a pool */
     int64_t nhost;
     void *ctx;
     void (*spill)(void *ctx, prefix_cache *pc, int32_t e);  /* pool -> e->host */
     void (*fill)(void *ctx, prefix_cache *pc, int32_t e);   /* e->host -> pool */
+    /* a host-tier entry leaves for good to make room (NULL: nothing to do;
+     * the model writes it to its disk tier) */
+    void (*retire)(void *ctx, prefix_cache *pc, int32_t e);
     /* cumulative */
     uint64_t queries, query_tokens, hits, hit_tokens;
     uint64_t evicted;       /* pool blocks given back to make room */
@@ -88,6 +96,11 @@ uint64_t pc_chain(uint64_t parent, const int32_t *tokens, int n);
 void pc_init(prefix_cache *pc, bool on, int64_t nblocks, int block_tokens, int snap_blocks,
              int snap_every, uint64_t seed);
 void pc_free(prefix_cache *pc);
+/* A host tier of budget / unit units of `unit` bytes at mem (the caller's,
+ * at least that many units long). */
+void pc_host_init(prefix_cache *pc, size_t budget, size_t unit, char *mem);
+/* Unit k (0: the block, 1..: its snapshot's blocks) of an entry's host copy. */
+char *pc_host_at(const prefix_cache *pc, const pc_entry *e, int k);
 /* The entry for the block of `tokens` after the chain hash parent (in the
  * pool or the host tier), or -1. */
 int32_t pc_find(const prefix_cache *pc, uint64_t parent, const int32_t *tokens);
@@ -95,6 +108,11 @@ int32_t pc_find(const prefix_cache *pc, uint64_t parent, const int32_t *tokens);
  * an entry for it exists already. */
 int32_t pc_insert(prefix_cache *pc, block_pool *p, uint64_t parent, const int32_t *tokens,
                   int32_t block);
+/* Enter a block straight into the host tier (read back from disk): its
+ * units (1, or 1 + snap_blocks with a snapshot) for the caller to fill;
+ * -1 when an entry exists already or the tier has no room. */
+int32_t pc_insert_host(prefix_cache *pc, block_pool *p, uint64_t parent, const int32_t *tokens,
+                       bool snap);
 /* A host-tier entry takes a sequence's pool block with the same contents
  * instead (its host copy is dropped). */
 void pc_adopt(prefix_cache *pc, block_pool *p, int32_t e, int32_t block);
@@ -114,6 +132,9 @@ int pc_snap_alloc(prefix_cache *pc, block_pool *p, int32_t e);
 /* Evict in LRU order until `need` blocks are free or nothing more can go;
  * whether they are. */
 bool pc_make_room(prefix_cache *pc, block_pool *p, int64_t need);
+/* Evict every pool entry nobody else holds (to the host tier when there
+ * is one, as pc_make_room would); the entries that went there. */
+int64_t pc_offload(prefix_cache *pc, block_pool *p);
 /* Blocks eviction could free now. */
 int64_t pc_reclaimable(const prefix_cache *pc);
 /* Pool blocks the cache holds (entries' blocks and snapshots). */

@@ -98,6 +98,9 @@ static const struct field top_fields[] = {
     { "enable_prefix_caching", F_BOOL, OFF(enable_prefix_caching), 0, 0, false, NULL, NULL },
     { "kv_offloading_size", F_FLOAT, OFF(kv_offloading_size), 0, 1 << 20, false, NULL, NULL },
     { "kv_offloading_filesystem", F_BOOL, OFF(kv_offloading_filesystem), 0, 0, false, NULL, NULL },
+    { "kv_offloading_path", F_PATH, OFF(kv_offloading_path), 0, 0, false, NULL, NULL },
+    { "kv_offloading_filesystem_size", F_FLOAT, OFF(kv_offloading_filesystem_size), 0, 1 << 24,
+      true, NULL, NULL },
     { "cpu_threads", F_INT, OFF(cpu_threads), 0, 1024, false, NULL, NULL },
     { "gemm_mode", F_ENUM, OFF(modes.gemm), 0, 0, false, backend_gemm_names, NULL },
     { "moe_kernel", F_ENUM, OFF(modes.moe), 0, 0, false, backend_moe_names, NULL },
@@ -436,6 +439,7 @@ static void set_defaults(recipe *r)
     r->kv_cache_dtype = KV_DTYPE_AUTO;
     r->modes = (backend_modes)BACKEND_MODES_DEFAULT;
     r->enable_prefix_caching = true;
+    r->kv_offloading_filesystem_size = 64;
     r->temperature = 1.0;
     r->top_p = 1.0;
     r->top_k = -1;
@@ -458,9 +462,14 @@ static void check_relations(struct loader *L)
         problem(L, NULL, "speculative_config",
                 "speculative decoding (%s) is not supported by this engine yet; use null",
                 r->speculative_method);
-    if (r->kv_offloading_filesystem)
+    if (r->kv_offloading_filesystem && !r->kv_offloading_path)
+        problem(L, NULL, "kv_offloading_path",
+                "missing: kv_offloading_filesystem needs the directory it writes to");
+    if (r->kv_offloading_filesystem && !(r->kv_offloading_size > 0))
         problem(L, NULL, "kv_offloading_filesystem",
-                "a filesystem KV tier is not supported; set false");
+                "needs the host tier it lies under: set kv_offloading_size (GiB) above 0");
+    if (r->kv_offloading_filesystem && !r->enable_prefix_caching)
+        problem(L, NULL, "kv_offloading_filesystem", "needs enable_prefix_caching");
     if (r->slots && r->slots < r->max_num_seqs)
         problem(L, NULL, "slots", "must be at least max_num_seqs (%d), got %d",
                 r->max_num_seqs, r->slots);
@@ -550,6 +559,7 @@ void recipe_free(recipe *r)
     free(r->path);
     free(r->name);
     free(r->run_dir);
+    free(r->kv_offloading_path);
     free(r->model_path);
     free(r->tokenizer_path);
     for (int i = 0; i < r->n_served; i++) free(r->served_model_name[i]);

@@ -39,7 +39,9 @@ typedef struct {
     int64_t kv_cache_memory_bytes;   /* 0: size from gpu_memory_utilization */
     bool    enable_prefix_caching;   /* reuse cached prompt prefixes (default on) */
     double  kv_offloading_size;      /* GiB of host KV tier, 0 = off */
-    bool    kv_offloading_filesystem;
+    bool    kv_offloading_filesystem; /* a disk tier under the host tier */
+    char   *kv_offloading_path;      /* its directory */
+    double  kv_offloading_filesystem_size;  /* GiB it may hold (default 64) */
     int     cpu_threads;             /* CPU backend threads per rank, 0 = auto */
     backend_modes modes;             /* gemm_mode, moe_kernel, attn_tokens (cuda) */
 

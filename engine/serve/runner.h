@@ -23,6 +23,9 @@
  *                     finish(LLM_FINISH_CANCELLED) now
  *   release(s)        always last (after finish, after cancel, or when the
  *                     owner vanished): free everything s holds
+ *
+ * An admin request (LLM_KIND_ADMIN) gets admin(s) instead, once: it is
+ * answered there and never prepared, admitted or stepped.
  */
 #ifndef LLM_RUNNER_H
 #define LLM_RUNNER_H
@@ -102,6 +105,11 @@ typedef struct runner_ops {
     int  (*step)(void *self, llm_request **batch, int n, strbuf *err);
     void (*cancel)(void *self, llm_request *s);
     void (*release)(void *self, llm_request *s);
+    /* An admin request (LLM_KIND_ADMIN, {"op": NAME}), answered at once
+     * between steps: one content_delta holding a JSON object, then finish;
+     * or error + finish (400 naming `op` for an operation it lacks).  May
+     * be NULL: the scheduler answers that there are none. */
+    void (*admin)(void *self, llm_request *s);
     /* Live KV and prefix-cache numbers, read after every step.  May be NULL. */
     void (*stats)(void *self, runner_stats *st);
     void (*unload)(void *self);

@@ -241,6 +241,8 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
         .log_user = (void *)rc->name,
         .prefix_cache = rc->enable_prefix_caching,
         .prefix_host_bytes = (size_t)(rc->kv_offloading_size * 1073741824.0),
+        .prefix_disk_dir = rc->kv_offloading_filesystem ? rc->kv_offloading_path : NULL,
+        .prefix_disk_bytes = (uint64_t)(rc->kv_offloading_filesystem_size * 1073741824.0),
     };
     strbuf merr;
     sb_init(&merr);
@@ -1221,6 +1223,34 @@ static void mr_release(void *self, llm_request *s)
     s->state = NULL;
 }
 
+/* /admin/reset_prefix_cache: forget every cached prefix, say what went. */
+static void mr_admin(void *self, llm_request *s)
+{
+    struct model_runner *R = self;
+    char perr[128];
+    yajl_val req = json_parse(s->request, s->request_len, perr, sizeof perr);
+    const char *op = json_string(json_get(req, "op"));
+    if (!op || strcmp(op, "reset_prefix_cache")) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "unknown admin operation%s%.64s%s: the engine has "
+                 "reset_prefix_cache", op ? " '" : "", op ? op : "", op ? "'" : "");
+        fail(s, 400, "invalid_request_error", "op", msg);
+    } else {
+        v4_prefix_cleared c;
+        v4_prefix_clear(R->model, &c);
+        strbuf sb;
+        sb_init(&sb);
+        sb_printf(&sb, "{\"entries\":%lld,\"blocks\":%lld,\"host_entries\":%lld,"
+                  "\"host_bytes\":%zu,\"disk_files\":%lld,\"disk_bytes\":%llu}",
+                  (long long)c.entries, (long long)c.blocks, (long long)c.host_entries,
+                  c.host_bytes, (long long)c.disk_files, (unsigned long long)c.disk_bytes);
+        req_emit_text(s, LLM_EV_CONTENT_DELTA, sb.data, sb.len);
+        req_emit_finish(s, LLM_FINISH_STOP);
+        sb_free(&sb);
+    }
+    yajl_tree_free(req);
+}
+
 static void mr_stats(void *self, runner_stats *st)
 {
     struct model_runner *R = self;
@@ -1250,6 +1280,7 @@ const runner_ops runner_model = {
     .step = mr_step,
     .cancel = mr_cancel,
     .release = mr_release,
+    .admin = mr_admin,
     .stats = mr_stats,
     .unload = mr_unload,
 };

@@ -256,7 +256,7 @@ static void take(sched *S, uint32_t k, uint64_t w)
         end_with_error(S, (int)k, 503, "engine_restarted", msg);
         return;
     }
-    if (!len || len > h->max_request_bytes || s->kind < LLM_KIND_CHAT || s->kind > LLM_KIND_PROBE) {
+    if (!len || len > h->max_request_bytes || s->kind < LLM_KIND_CHAT || s->kind > LLM_KIND_ADMIN) {
         snprintf(msg, sizeof msg, "bad submission: request length %llu (limit %llu), kind %u",
                  (unsigned long long)len, (unsigned long long)h->max_request_bytes, s->kind);
         end_with_error(S, (int)k, 400, "invalid_request", msg);
@@ -283,6 +283,13 @@ static void take(sched *S, uint32_t k, uint64_t w)
         uint64_t off = (uint64_t)(area - (const char *)h) + LLM_IPC_REQ_RESERVED;
         fallocate(S->cfg.shm_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
                   (off_t)(h->request_stride - LLM_IPC_REQ_RESERVED));
+    }
+    if (q->pub.kind == LLM_KIND_ADMIN) {
+        if (S->cfg.ops->admin) S->cfg.ops->admin(S->cfg.runner, &q->pub);
+        if (!q->pub.done)
+            end_with_error(S, (int)k, 400, "invalid_request",
+                           "this engine has no admin operations");
+        return;
     }
     q->prepared = true;   /* from here on the runner gets release() */
     if (S->cfg.ops->prepare(S->cfg.runner, &q->pub) == 0 || q->pub.done) return;

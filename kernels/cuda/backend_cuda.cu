@@ -648,6 +648,7 @@ static void cu_destroy(backend *b)
     free(c->descs);
     if (c->comm) ncclCommDestroy(c->comm);
     if (c->ar_mem) cudaFree(c->ar_mem);
+    copies_free(c);
     cudaStreamDestroy(c->st);
     free(c->hidx);
     free(c);
@@ -717,6 +718,10 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     b->upload = cu_upload;
     b->error = cu_error;
     b->mem_info = cu_mem_info;
+    b->host_alloc = cu_host_alloc;
+    b->host_free = cu_host_free;
+    b->copy_async = cu_copy_async;
+    b->copy_fence = cu_copy_fence;
     b->matmul = cu_matmul_op;
     b->embed = cu_embed_op;
     b->rmsnorm = cu_rmsnorm_op;

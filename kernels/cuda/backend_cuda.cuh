@@ -129,6 +129,11 @@ struct cu_impl {
     size_t arena_cap, arena_len;
     arena_put_ent put[NPUT];
     int nput;
+    // host-tier copies (cuda_memory.cu): their stream, the events that
+    // order it against st, copies issued since the last fence
+    cudaStream_t cst;
+    cudaEvent_t cev[2];
+    bool cpend;
 };
 
 #define LT_WS_BYTES (32u << 20)
@@ -230,6 +235,11 @@ void cu_read(backend *b, void *dst, const void *src, size_t bytes);
 void *cu_upload(backend *b, const void *host, size_t bytes);
 int cu_upload_weights(backend *b, qweight *w, int n);
 void cu_mem_info(backend *b, size_t *free_bytes, size_t *total_bytes);
+void *cu_host_alloc(backend *b, size_t bytes);
+void cu_host_free(backend *b, void *p);
+void cu_copy_async(backend *b, void *dst, const void *src, size_t bytes, bool to_host);
+void cu_copy_fence(backend *b, bool wait);
+void copies_free(cu_impl *c);
 
 // cuda_gemm.cu: prefill GEMMs through cuBLASLt, algorithms cached per shape.
 bool lt_op_new(cu_impl *c);

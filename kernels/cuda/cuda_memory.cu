@@ -47,6 +47,70 @@ void cu_read(backend *b, void *dst, const void *src, size_t bytes)
     CK(c, cudaStreamSynchronize(c->st));
 }
 
+// The prefix cache's host tier (backend.h): pinned memory every device
+// can reach, and copies on a stream of their own (created on first use),
+// so queuing them never waits for the compute stream and their transfers
+// run beside its kernels.  The copy stream waits for the ops issued before
+// the first copy of a batch (a spilled block is final), the compute stream
+// for the batch at copy_fence (a filled block is read, a spilled one
+// reused, only after its copy); the host waits for neither.
+void *cu_host_alloc(backend *b, size_t bytes)
+{
+    enter(b);
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+void cu_host_free(backend *b, void *p)
+{
+    if (!p) return;
+    cu_impl *c = enter(b);
+    CK(c, cudaFreeHost(p));
+}
+
+void cu_copy_async(backend *b, void *dst, const void *src, size_t bytes, bool to_host)
+{
+    cu_impl *c = enter(b);
+    if (!c->cst) {
+        CK(c, cudaStreamCreateWithFlags(&c->cst, cudaStreamNonBlocking));
+        CK(c, cudaEventCreateWithFlags(&c->cev[0], cudaEventDisableTiming));
+        CK(c, cudaEventCreateWithFlags(&c->cev[1], cudaEventDisableTiming));
+        if (c->failed) return;
+    }
+    if (!c->cpend) {
+        CK(c, cudaEventRecord(c->cev[0], c->st));
+        CK(c, cudaStreamWaitEvent(c->cst, c->cev[0], 0));
+        c->cpend = true;
+    }
+    CK(c, cudaMemcpyAsync(dst, src, bytes,
+                          to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, c->cst));
+}
+
+void cu_copy_fence(backend *b, bool wait)
+{
+    cu_impl *c = enter(b);
+    if (c->cpend) {
+        CK(c, cudaEventRecord(c->cev[1], c->cst));
+        CK(c, cudaStreamWaitEvent(c->st, c->cev[1], 0));
+        c->cpend = false;
+    }
+    if (wait && c->cst) CK(c, cudaStreamSynchronize(c->cst));
+}
+
+void copies_free(cu_impl *c)
+{
+    if (!c->cst) return;
+    cudaStreamSynchronize(c->cst);
+    cudaEventDestroy(c->cev[0]);
+    cudaEventDestroy(c->cev[1]);
+    cudaStreamDestroy(c->cst);
+    c->cst = NULL;
+}
+
 static void own(cu_impl *c, void *p)
 {
     if (c->nowned == c->capowned) {
