@@ -332,6 +332,173 @@ void cu_hc_collapse(cudaStream_t st, const float *h, int T, int hc, int H, const
                   post, comb, collapsed, head);
 }
 
+// hc_pre and the RMSNorm of its collapsed row in one launch, for a few
+// tokens and hc * hc <= 32.  Blocks (j, t) compute logit j of token t as
+// hc_logits_kernel does; the block of token t that finishes last (count[t]
+// says, and that block resets it for the next launch) computes pre and
+// post, the Sinkhorn on its first warp (an element per lane, sums through
+// shuffles in hc_collapse_kernel's order) while its other warps collapse
+// the streams, then the RMSNorm of the collapsed row (rmsnorm_kernel's
+// operations).  One launch instead of three, and the Sinkhorn's chain of
+// divisions overlaps the collapse.
+__global__ void __launch_bounds__(512) hc_pre_norm_kernel(const float *h, int hc, int H,
+                                                          const float *fn, const float *base,
+                                                          const float *scale, int iters,
+                                                          float hc_eps, float norm_eps,
+                                                          const float *nw, float *m, int *count,
+                                                          float *post, float *comb,
+                                                          float *col, float *out)
+{
+    pdl_wait();
+    __shared__ double shd[32];
+    __shared__ float shf[32];
+    __shared__ float pre[HC_MAX];
+    __shared__ bool last;
+    int j = blockIdx.x, t = blockIdx.y, nmix = gridDim.x, n = hc * H;
+    const float *ht = h + (long long)t * n, *f = fn + (long long)j * n;
+    double ss = 0;
+    float a = 0;
+    int n4 = (n % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)fn % 16 == 0) ? n / 4 : 0;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        float4 hv = ((const float4 *)ht)[i], fv = ((const float4 *)f)[i];
+        ss += (double)hv.x * hv.x + (double)hv.y * hv.y + (double)hv.z * hv.z +
+              (double)hv.w * hv.w;
+        a += hv.x * fv.x + hv.y * fv.y + hv.z * fv.z + hv.w * fv.w;
+    }
+    for (int i = 4 * n4 + threadIdx.x; i < n; i += blockDim.x) {
+        float hv = ht[i];
+        ss += (double)hv * hv;
+        a += hv * f[i];
+    }
+    ss = block_sum(ss, shd);
+    a = block_sum(a, shf);
+    float *mt = m + (long long)t * nmix;
+    if (threadIdx.x == 0) {
+        mt[j] = a * (1.0f / sqrtf((float)(ss / n) + norm_eps));
+        __threadfence();
+        last = atomicAdd(&count[t], 1) == nmix - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    int e = threadIdx.x;
+    if (e == 0) count[t] = 0;
+    if (e < hc) {
+        pre[e] = sigmoidf_(__ldcg(mt + e) * scale[0] + base[e]) + hc_eps;
+        post[(long long)t * hc + e] = 2.0f * sigmoidf_(__ldcg(mt + hc + e) * scale[1] + base[hc + e]);
+    }
+    __syncthreads();
+    double s2 = 0;
+    const float *hs = h + (long long)t * n;
+    float *ct = col + (long long)t * H;
+    if (e < 32) {
+        // Row i's softmax, then rounds of row and column normalization;
+        // lanes past hc * hc compute on zeros and store nothing.
+        bool own = e < hc * hc;
+        int i = own ? e / hc : 0, jj = own ? e % hc : 0;
+        float v = own ? __ldcg(mt + 2 * hc + e) * scale[2] + base[2 * hc + e] : 0.0f;
+        float mx = -INFINITY;
+        for (int k = 0; k < hc; k++) {
+            float o = __shfl_sync(0xffffffffu, v, i * hc + k);
+            if (o > mx) mx = o;
+        }
+        v = expf(v - mx);
+        float sum = 0;
+        for (int k = 0; k < hc; k++) sum += __shfl_sync(0xffffffffu, v, i * hc + k);
+        v = v / sum + hc_eps;
+        for (int it = 0; it < iters; it++) {
+            for (int c = it > 0 ? 0 : 1; c < 2; c++) {
+                sum = 0;
+                for (int k = 0; k < hc; k++)
+                    sum += __shfl_sync(0xffffffffu, v, c ? k * hc + jj : i * hc + k);
+                v /= sum + hc_eps;
+            }
+        }
+        if (own) comb[(long long)t * hc * hc + e] = v;
+    } else {
+        for (int d = e - 32; d < H; d += blockDim.x - 32) {
+            float sv = 0;
+            for (int k = 0; k < hc; k++) sv += pre[k] * hs[(long long)k * H + d];
+            ct[d] = sv;
+            s2 += (double)sv * sv;
+        }
+    }
+    s2 = block_sum(s2, shd);
+    float r = 1.0f / sqrtf((float)(s2 / H) + norm_eps);
+    float *o = out + (long long)t * H;
+    for (int d = e - 32; e >= 32 && d < H; d += blockDim.x - 32)
+        o[d] = nw ? nw[d] * (ct[d] * r) : ct[d] * r;
+}
+
+bool cu_hc_pre_norm(cudaStream_t st, const float *h, int T, int hc, int H, const float *fn,
+                    const float *base, const float *scale, int iters, float hc_eps,
+                    float norm_eps, const float *nw, float *m, int *count, float *post,
+                    float *comb, float *collapsed, float *out)
+{
+    if (hc * hc > 32 || T > HC_FUSED_MAX_T) return false;
+    if (T > 0)
+        cu_launch(hc_pre_norm_kernel, dim3((2 + hc) * hc, T), 512, 0, st, h, hc, H, fn, base,
+                  scale, iters, hc_eps, norm_eps, nw, m, count, post, comb, collapsed, out);
+    return true;
+}
+
+// The queries and key of an attention layer (qk_args, backend.h), a block
+// per (head, token): heads [0, nh) of q, then kv, then [0, inh) of qi.
+// Each row staged in shared memory: RMSNorm (rmsnorm_kernel's operations,
+// at its 128 threads), RoPE pair by pair (rope_pair), kv stored rounded
+// (kv_put_row), the indexer weights scaled by kv's block.
+__global__ void __launch_bounds__(128) qk_prep_kernel(float *q, int nh, int hd, float *kv,
+                                                      const float *kv_norm, float eps, drope rt,
+                                                      int dtype, float *qi, int inh, int ihd,
+                                                      drope irt, float *iw, float iw_scale,
+                                                      const int *pos)
+{
+    pdl_wait();
+    extern __shared__ float xs[];
+    __shared__ double sh[32];
+    int b = blockIdx.x, t = blockIdx.y;
+    bool isq = b < nh, iskv = b == nh;
+    float *row = isq ? q + ((long long)t * nh + b) * hd
+               : iskv ? kv + (long long)t * hd
+                      : qi + ((long long)t * inh + b - nh - 1) * ihd;
+    int n = isq || iskv ? hd : ihd;
+    const drope &r = isq || iskv ? rt : irt;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = row[i];
+    if (isq || iskv) {
+        const float *w = iskv ? kv_norm : NULL;
+        double ss = 0;
+#pragma unroll 4
+        for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xs[i] * xs[i];
+        ss = block_sum(ss, sh);
+        float rs = 1.0f / sqrtf((float)(ss / n) + eps);
+        for (int i = threadIdx.x; i < n; i += blockDim.x)
+            xs[i] = w ? w[i] * (xs[i] * rs) : xs[i] * rs;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < r.npairs; i += blockDim.x)
+        rope_pair(xs + n - 2 * r.npairs, i, r, pos[t], false);
+    __syncthreads();
+    if (iskv && dtype != KV_F32) {
+        kv_put_row(dtype, xs, n, NULL, 0, 0, row);
+    } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = xs[i];
+    }
+    if (iskv && qi)
+        for (int i = threadIdx.x; i < inh; i += blockDim.x) iw[(long long)t * inh + i] *= iw_scale;
+}
+
+void cu_qk_prep(cudaStream_t st, int T, float *q, int nh, int hd, float *kv, const float *kv_norm,
+                float eps, const drope &rt, int dtype, float *qi, int inh, int ihd,
+                const drope &irt, float *iw, float iw_scale, const int *pos)
+{
+    if (T <= 0) return;
+    int n = qi && ihd > hd ? ihd : hd;
+    dim3 grid(nh + 1 + (qi ? inh : 0), T);
+    cu_launch(qk_prep_kernel, grid, 128, (size_t)n * sizeof(float), st, q, nh, hd, kv, kv_norm,
+              eps, rt, dtype, qi, inh, ihd, irt, iw, iw_scale, pos);
+}
+
 __global__ void hc_post_kernel(float *h, const float *y, const float *post, const float *comb,
                                int T, int hc, int H)
 {
