@@ -221,13 +221,14 @@ struct backend {
     /* h[k] = post[k] * y + sum_j comb[j][k] * h[j] */
     void (*hc_post)(backend *b, float *h, const float *y, const float *post,
                     const float *comb, int T, int hc, int H);
-    /* Optional (NULL: the model calls hc_pre, then rmsnorm of collapsed
-     * into normed): hc_pre and the RMSNorm (weight norm_w, eps norm_eps)
-     * of its collapsed rows, normed [T][H]. */
-    void (*hc_pre_norm)(backend *b, const float *h, int T, int hc, int H, const float *fn,
-                        const float *base, const float *scale, int iters, float hc_eps,
-                        float norm_eps, float *post, float *comb, float *collapsed,
-                        const float *norm_w, float *normed);
+    /* Optional (NULL: the model calls hc_post when y is not NULL, hc_pre,
+     * then rmsnorm of collapsed into normed): with y, first the previous
+     * sublayer's hc_post(h, y, post, comb); then hc_pre and the RMSNorm
+     * (weight norm_w, eps norm_eps) of its collapsed rows, normed [T][H]. */
+    void (*hc_pre_norm)(backend *b, float *h, const float *y, int T, int hc, int H,
+                        const float *fn, const float *base, const float *scale, int iters,
+                        float hc_eps, float norm_eps, float *post, float *comb,
+                        float *collapsed, const float *norm_w, float *normed);
     /* Final collapse with sigmoid weights (hc_head). */
     void (*hc_head)(backend *b, const float *h, int T, int hc, int H, const float *fn,
                     const float *base, const float *scale, float hc_eps, float norm_eps,

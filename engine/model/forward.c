@@ -250,8 +250,9 @@ static void ffn(v4_model *M, v4_rank *R, const v4_batch *B, int l)
     R->be->moe(R->be, &a);
 }
 
-/* One hyper-connected sublayer: collapse the streams, normalize, run the
- * sublayer, all-reduce its partial output, expand back into the streams. */
+/* One hyper-connected sublayer: expand the previous sublayer's output into
+ * the streams (first: none), collapse them, normalize, run the sublayer,
+ * all-reduce its partial output (left in s->y for the next one). */
 static void sublayer(v4_model *M, v4_rank *R, const v4_batch *B, int l, bool is_ffn)
 {
     const v4_config *c = &M->cfg;
@@ -264,10 +265,12 @@ static void sublayer(v4_model *M, v4_rank *R, const v4_batch *B, int l, bool is_
     const float *scale = is_ffn ? L->hc_ffn_scale : L->hc_attn_scale;
     const float *norm = is_ffn ? L->ffn_norm : L->attn_norm;
     float eps = (float)c->rms_eps;
+    const float *y = l || is_ffn ? s->y : NULL;
     if (be->hc_pre_norm) {
-        be->hc_pre_norm(be, s->h, T, hc, H, fn, base, scale, c->hc_sinkhorn_iters,
+        be->hc_pre_norm(be, s->h, y, T, hc, H, fn, base, scale, c->hc_sinkhorn_iters,
                         (float)c->hc_eps, eps, s->post, s->comb, s->col, norm, s->x);
     } else {
+        if (y) be->hc_post(be, s->h, y, s->post, s->comb, T, hc, H);
         be->hc_pre(be, s->h, T, hc, H, fn, base, scale, c->hc_sinkhorn_iters,
                    (float)c->hc_eps, eps, s->post, s->comb, s->col);
         be->rmsnorm(be, s->col, H, T, H, norm, eps, s->x, H);
@@ -275,7 +278,6 @@ static void sublayer(v4_model *M, v4_rank *R, const v4_batch *B, int l, bool is_
     if (is_ffn) ffn(M, R, B, l);
     else attention(M, R, B, l);
     be->allreduce(be, s->y, (size_t)T * H);
-    be->hc_post(be, s->h, s->y, s->post, s->comb, T, hc, H);
 }
 
 /* Every op of the step from the embedding to this rank's logits slice. */
@@ -291,6 +293,7 @@ static void forward_ops(v4_model *M, v4_rank *R, const v4_batch *B)
         sublayer(M, R, B, l, false);
         sublayer(M, R, B, l, true);
     }
+    if (c->n_layers) be->hc_post(be, s->h, s->y, s->post, s->comb, T, hc, H);
 
     /* Only the rows whose logits are wanted go through the head (runs of
      * consecutive rows in one copy). */

@@ -195,19 +195,21 @@ static void cu_hc_pre_op(backend *b, const float *h, int T, int hc, int H, const
     launched(c, "hc_pre");
 }
 
-// Few tokens: one launch (cu_hc_pre_norm); else hc_pre, then the RMSNorm.
-static void cu_hc_pre_norm_op(backend *b, const float *h, int T, int hc, int H, const float *fn,
-                              const float *base, const float *scale, int iters, float hc_eps,
-                              float norm_eps, float *post, float *comb, float *collapsed,
-                              const float *norm_w, float *normed)
+// Few tokens: one launch (cu_hc_pre_norm); else hc_post (with y), hc_pre,
+// then the RMSNorm.
+static void cu_hc_pre_norm_op(backend *b, float *h, const float *y, int T, int hc, int H,
+                              const float *fn, const float *base, const float *scale, int iters,
+                              float hc_eps, float norm_eps, float *post, float *comb,
+                              float *collapsed, const float *norm_w, float *normed)
 {
     cu_impl *c = enter(b);
     if (recording(c) || !hc_ok(c, hc) || T <= 0) return;
     float *m = (float *)grow(c, &c->hcm, (size_t)T * ((2 + hc) * hc + 1) * sizeof(float));
     if (c->failed) return;
-    if (T >= LT_MIN_T || !cu_hc_pre_norm(c->st, h, T, hc, H, fn, base, scale, iters, hc_eps,
+    if (T >= LT_MIN_T || !cu_hc_pre_norm(c->st, h, y, T, hc, H, fn, base, scale, iters, hc_eps,
                                          norm_eps, norm_w, m, c->hc_count, post, comb, collapsed,
                                          normed)) {
+        if (y) cu_hc_post(c->st, h, y, post, comb, T, hc, H);
         hc_pre(c, h, T, hc, H, fn, base, scale, iters, hc_eps, norm_eps, post, comb, collapsed,
                false);
         cu_rmsnorm(c->st, collapsed, H, T, H, norm_w, norm_eps, normed, H);

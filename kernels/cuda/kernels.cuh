@@ -110,14 +110,16 @@ void cu_hc_collapse(cudaStream_t st, const float *h, int T, int hc, int H, const
 void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, const float *comb,
                 int T, int hc, int H);
 // hc_pre (few tokens: cu_hc_logits then cu_hc_collapse) and the RMSNorm
-// of the collapsed rows (weight nw or NULL) into out, in one launch; m
-// [T][(2 + hc) * hc] scratch, count [T] zeros (left zero).  false (nothing
-// launched): hc * hc > 32 or T > HC_FUSED_MAX_T.
+// of the collapsed rows (weight nw or NULL) into out, in one launch; y not
+// NULL: cu_hc_post(h, y, post, comb) first.  m [T][(2 + hc) * hc]
+// scratch, count [T] zeros (left zero).  false (nothing launched): hc >
+// HC_FUSED_MAX (the Sinkhorn on one warp) or T > HC_FUSED_MAX_T.
+#define HC_FUSED_MAX 5
 #define HC_FUSED_MAX_T 63
-bool cu_hc_pre_norm(cudaStream_t st, const float *h, int T, int hc, int H, const float *fn,
-                    const float *base, const float *scale, int iters, float hc_eps,
-                    float norm_eps, const float *nw, float *m, int *count, float *post,
-                    float *comb, float *collapsed, float *out);
+bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
+                    const float *fn, const float *base, const float *scale, int iters,
+                    float hc_eps, float norm_eps, const float *nw, float *m, int *count,
+                    float *post, float *comb, float *collapsed, float *out);
 // qk_args (backend.h) for T tokens at device positions pos: q and kv
 // normalized and rotated, kv rounded to dtype; qi (NULL: none) rotated and
 // iw [T][inh] scaled.  Heads of at most CU_QK_MAX_HD channels.

@@ -332,16 +332,69 @@ void cu_hc_collapse(cudaStream_t st, const float *h, int T, int hc, int H, const
                   post, comb, collapsed, head);
 }
 
+// Stream k of a column after hc_post (its operations in its order, the
+// multiply-adds fused explicitly so that every caller gets the same bits).
+__device__ __forceinline__ float hc_mixed(const float *o, int k, int hc, float y, const float *pp,
+                                          const float *cc)
+{
+    float sv = 0;
+#pragma unroll
+    for (int jj = 0; jj < HC_FUSED_MAX; jj++)
+        if (jj < hc) sv = __fmaf_rn(cc[jj * hc + k], o[jj], sv);
+    return __fmaf_rn(pp[k], y, sv);
+}
+
+// Columns [Wq, Wq + W) of a token's streams for hc_pre_norm_kernel (after
+// hc_post when yt is not NULL), added into the logit's dot product with f
+// and the sum of squares.
+template <int W>
+__device__ __forceinline__ void hc_cols(const float *ht, int hc, int H, int q, const float *yt,
+                                        const float *pp, const float *cc, const float *f,
+                                        float &a, double &ss)
+{
+    constexpr int HCF = HC_FUSED_MAX;
+    float o[HCF][W], yv[W];
+#pragma unroll
+    for (int k = 0; k < HCF; k++) {
+        if (k >= hc) break;
+        if (W == 4) *(float4 *)o[k] = ((const float4 *)(ht + (long long)k * H))[q];
+        else o[k][0] = ht[(long long)k * H + q];
+    }
+    if (yt) {
+        if (W == 4) *(float4 *)yv = ((const float4 *)yt)[q];
+        else yv[0] = yt[q];
+    }
+#pragma unroll
+    for (int k = 0; k < HCF; k++) {
+        if (k >= hc) break;
+        float v[W], fv[W];
+        if (W == 4) *(float4 *)fv = ((const float4 *)(f + (long long)k * H))[q];
+        else fv[0] = f[(long long)k * H + q];
+#pragma unroll
+        for (int c = 0; c < W; c++) {
+            float oc[HCF];
+#pragma unroll
+            for (int jj = 0; jj < HCF; jj++) oc[jj] = o[jj][c];
+            v[c] = yt ? hc_mixed(oc, k, hc, yv[c], pp, cc) : o[k][c];
+            ss += (double)v[c] * v[c];
+            a += v[c] * fv[c];
+        }
+    }
+}
+
 // hc_pre and the RMSNorm of its collapsed row in one launch, for a few
-// tokens and hc * hc <= 32.  Blocks (j, t) compute logit j of token t as
-// hc_logits_kernel does; the block of token t that finishes last (count[t]
-// says, and that block resets it for the next launch) computes pre and
-// post, the Sinkhorn on its first warp (an element per lane, sums through
-// shuffles in hc_collapse_kernel's order) while its other warps collapse
-// the streams, then the RMSNorm of the collapsed row (rmsnorm_kernel's
-// operations).  One launch instead of three, and the Sinkhorn's chain of
-// divisions overlaps the collapse.
-__global__ void __launch_bounds__(512) hc_pre_norm_kernel(const float *h, int hc, int H,
+// tokens and hc <= HC_FUSED_MAX; with y, the previous sublayer's hc_post
+// first.  Blocks (j, t) compute logit j of token t as hc_logits_kernel
+// does (with y: on the streams after hc_post, computed from the old ones
+// in registers; only the last block stores them); the block of token t that
+// finishes last (count[t] says, and that block resets it for the next
+// launch) computes pre and post, the Sinkhorn on its first warp (an
+// element per lane, sums through shuffles in hc_collapse_kernel's order)
+// while its other warps collapse the streams, then the RMSNorm of the
+// collapsed row (rmsnorm_kernel's operations).  One launch instead of
+// three or four, and the Sinkhorn's chain of divisions overlaps the
+// collapse.
+__global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float *y, int hc, int H,
                                                           const float *fn, const float *base,
                                                           const float *scale, int iters,
                                                           float hc_eps, float norm_eps,
@@ -352,29 +405,29 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(const float *h, int hc
     pdl_wait();
     __shared__ double shd[32];
     __shared__ float shf[32];
-    __shared__ float pre[HC_MAX];
+    __shared__ float pre[HC_MAX], pp[HC_FUSED_MAX], cc[HC_FUSED_MAX * HC_FUSED_MAX];
     __shared__ bool last;
-    int j = blockIdx.x, t = blockIdx.y, nmix = gridDim.x, n = hc * H;
-    const float *ht = h + (long long)t * n, *f = fn + (long long)j * n;
+    int j = blockIdx.x, t = blockIdx.y, nmix = gridDim.x, n = hc * H, e = threadIdx.x;
+    float *ht = h + (long long)t * n;   // old streams until the last block stores
+    const float *f = fn + (long long)j * n, *yt = y ? y + (long long)t * H : NULL;
+    if (y && e < hc) pp[e] = post[(long long)t * hc + e];
+    if (y && e < hc * hc) cc[e] = comb[(long long)t * hc * hc + e];
+    __syncthreads();
     double ss = 0;
     float a = 0;
-    int n4 = (n % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)fn % 16 == 0) ? n / 4 : 0;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
-        float4 hv = ((const float4 *)ht)[i], fv = ((const float4 *)f)[i];
-        ss += (double)hv.x * hv.x + (double)hv.y * hv.y + (double)hv.z * hv.z +
-              (double)hv.w * hv.w;
-        a += hv.x * fv.x + hv.y * fv.y + hv.z * fv.z + hv.w * fv.w;
-    }
-    for (int i = 4 * n4 + threadIdx.x; i < n; i += blockDim.x) {
-        float hv = ht[i];
-        ss += (double)hv * hv;
-        a += hv * f[i];
+    bool v4 = H % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)fn % 16 == 0 &&
+              (uintptr_t)y % 16 == 0;
+    if (v4) {
+        for (int q = e; q < H / 4; q += blockDim.x)
+            hc_cols<4>(ht, hc, H, q, yt, pp, cc, f, a, ss);
+    } else {
+        for (int q = e; q < H; q += blockDim.x)
+            hc_cols<1>(ht, hc, H, q, yt, pp, cc, f, a, ss);
     }
     ss = block_sum(ss, shd);
     a = block_sum(a, shf);
     float *mt = m + (long long)t * nmix;
-    if (threadIdx.x == 0) {
+    if (e == 0) {
         mt[j] = a * (1.0f / sqrtf((float)(ss / n) + norm_eps));
         __threadfence();
         last = atomicAdd(&count[t], 1) == nmix - 1;
@@ -382,7 +435,6 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(const float *h, int hc
     __syncthreads();
     if (!last) return;
     __threadfence();
-    int e = threadIdx.x;
     if (e == 0) count[t] = 0;
     if (e < hc) {
         pre[e] = sigmoidf_(__ldcg(mt + e) * scale[0] + base[e]) + hc_eps;
@@ -390,7 +442,6 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(const float *h, int hc
     }
     __syncthreads();
     double s2 = 0;
-    const float *hs = h + (long long)t * n;
     float *ct = col + (long long)t * H;
     if (e < 32) {
         // Row i's softmax, then rounds of row and column normalization;
@@ -417,9 +468,22 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(const float *h, int hc
         }
         if (own) comb[(long long)t * hc * hc + e] = v;
     } else {
+        // Every other block has read the old streams: store the new.
         for (int d = e - 32; d < H; d += blockDim.x - 32) {
-            float sv = 0;
-            for (int k = 0; k < hc; k++) sv += pre[k] * hs[(long long)k * H + d];
+            float o[HC_FUSED_MAX], sv = 0;
+#pragma unroll
+            for (int k = 0; k < HC_FUSED_MAX; k++)
+                if (k < hc) o[k] = ht[(long long)k * H + d];
+#pragma unroll
+            for (int k = 0; k < HC_FUSED_MAX; k++) {
+                if (k >= hc) break;
+                float v = o[k];
+                if (y) {
+                    v = hc_mixed(o, k, hc, yt[d], pp, cc);
+                    ht[(long long)k * H + d] = v;
+                }
+                sv += pre[k] * v;
+            }
             ct[d] = sv;
             s2 += (double)sv * sv;
         }
@@ -431,14 +495,14 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(const float *h, int hc
         o[d] = nw ? nw[d] * (ct[d] * r) : ct[d] * r;
 }
 
-bool cu_hc_pre_norm(cudaStream_t st, const float *h, int T, int hc, int H, const float *fn,
-                    const float *base, const float *scale, int iters, float hc_eps,
-                    float norm_eps, const float *nw, float *m, int *count, float *post,
-                    float *comb, float *collapsed, float *out)
+bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
+                    const float *fn, const float *base, const float *scale, int iters,
+                    float hc_eps, float norm_eps, const float *nw, float *m, int *count,
+                    float *post, float *comb, float *collapsed, float *out)
 {
-    if (hc * hc > 32 || T > HC_FUSED_MAX_T) return false;
+    if (hc > HC_FUSED_MAX || T > HC_FUSED_MAX_T) return false;
     if (T > 0)
-        cu_launch(hc_pre_norm_kernel, dim3((2 + hc) * hc, T), 512, 0, st, h, hc, H, fn, base,
+        cu_launch(hc_pre_norm_kernel, dim3((2 + hc) * hc, T), 512, 0, st, h, y, hc, H, fn, base,
                   scale, iters, hc_eps, norm_eps, nw, m, count, post, comb, collapsed, out);
     return true;
 }

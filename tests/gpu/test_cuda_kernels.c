@@ -577,48 +577,54 @@ static void test_hc(int T, int hc, int H)
     free(h), free(fn), free(base), free(scale), free(y), free(post), free(comb), free(col);
 }
 
-/* hc_pre_norm against the CPU's hc_pre then rmsnorm: post, comb,
+/* hc_pre_norm against the CPU's hc_post (with y: the previous sublayer's
+ * output, post and comb), hc_pre, then rmsnorm: the streams, post, comb,
  * collapsed and normed rows within TOL.  Run twice on fresh inputs with
  * outputs poisoned each time: the one-launch kernel's per-token counters
  * must be left ready for the next launch. */
-static void test_hc_pre_norm(int T, int hc, int H, bool weight)
+static void test_hc_pre_norm(int T, int hc, int H, bool weight, bool with_y)
 {
     int mix = (2 + hc) * hc, n = hc * H;
     for (int run = 0; run < 2; run++) {
         float *h = hrand((size_t)T * n, 1.0f), *fn = hrand((size_t)mix * n, 0.05f);
         float *base = hrand(mix, 0.5f), *scale = hrand(3, 1.0f), *w = weight ? hrand(H, 1.0f) : NULL;
-        float *post = malloc((size_t)T * hc * 4), *comb = malloc((size_t)T * hc * hc * 4);
+        float *y = hrand((size_t)T * H, 1.0f);
+        float *post = hrand((size_t)T * hc, 1.0f), *comb = hrand((size_t)T * hc * hc, 0.5f);
         float *col = malloc((size_t)T * H * 4), *xn = malloc((size_t)T * H * 4);
         float *dh = dcopy(h, (size_t)T * n * 4), *dfn = dcopy(fn, (size_t)mix * n * 4);
         float *dbase = dcopy(base, mix * 4), *dscale = dcopy(scale, 12);
-        float *dw = w ? dcopy(w, H * 4) : NULL;
-        float *dpost = G->alloc(G, (size_t)T * hc * 4), *dcomb = G->alloc(G, (size_t)T * hc * hc * 4);
+        float *dw = w ? dcopy(w, H * 4) : NULL, *dy = dcopy(y, (size_t)T * H * 4);
+        float *dpost = dcopy(post, (size_t)T * hc * 4), *dcomb = dcopy(comb, (size_t)T * hc * hc * 4);
         float *dcol = G->alloc(G, (size_t)T * H * 4), *dxn = G->alloc(G, (size_t)T * H * 4);
-        poison(dpost, (size_t)T * hc * 4);
-        poison(dcomb, (size_t)T * hc * hc * 4);
+        if (!with_y) {
+            poison(dpost, (size_t)T * hc * 4);
+            poison(dcomb, (size_t)T * hc * hc * 4);
+        }
         poison(dcol, (size_t)T * H * 4);
         poison(dxn, (size_t)T * H * 4);
+        if (with_y) C->hc_post(C, h, y, post, comb, T, hc, H);
         C->hc_pre(C, h, T, hc, H, fn, base, scale, 20, 1e-6f, 1e-6f, post, comb, col);
         C->rmsnorm(C, col, H, T, H, w, 1e-6f, xn, H);
-        G->hc_pre_norm(G, dh, T, hc, H, dfn, dbase, dscale, 20, 1e-6f, 1e-6f, dpost, dcomb, dcol,
-                       dw, dxn);
-        const float *want[] = { post, comb, col, xn };
-        float *dev[] = { dpost, dcomb, dcol, dxn };
-        size_t len[] = { (size_t)T * hc, (size_t)T * hc * hc, (size_t)T * H, (size_t)T * H };
-        const char *what[] = { "post", "comb (Sinkhorn)", "collapsed", "normed" };
-        for (int i = 0; i < 4; i++) {
-            char name[112];
+        G->hc_pre_norm(G, dh, with_y ? dy : NULL, T, hc, H, dfn, dbase, dscale, 20, 1e-6f, 1e-6f,
+                       dpost, dcomb, dcol, dw, dxn);
+        const float *want[] = { post, comb, col, xn, h };
+        float *dev[] = { dpost, dcomb, dcol, dxn, dh };
+        size_t len[] = { (size_t)T * hc, (size_t)T * hc * hc, (size_t)T * H, (size_t)T * H,
+                         (size_t)T * n };
+        const char *what[] = { "post", "comb (Sinkhorn)", "collapsed", "normed", "streams" };
+        for (int i = 0; i < 5; i++) {
+            char name[128];
             float *g = hcopy(dev[i], len[i] * 4);
-            snprintf(name, sizeof name, "hc_pre_norm %s T=%d hc=%d H=%d%s, run %d", what[i], T, hc,
-                     H, weight ? " weighted" : "", run + 1);
+            snprintf(name, sizeof name, "hc_pre_norm %s T=%d hc=%d H=%d%s%s, run %d", what[i], T,
+                     hc, H, weight ? " weighted" : "", with_y ? " after hc_post" : "", run + 1);
             check(name, g, want[i], len[i]);
             free(g);
         }
-        void *d[] = { dh, dfn, dbase, dscale, dw, dpost, dcomb, dcol, dxn };
+        void *d[] = { dh, dfn, dbase, dscale, dw, dy, dpost, dcomb, dcol, dxn };
         for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
             if (d[i]) G->release(G, d[i]);
-        free(h), free(fn), free(base), free(scale), free(w), free(post), free(comb), free(col),
-            free(xn);
+        free(h), free(fn), free(base), free(scale), free(w), free(y), free(post), free(comb),
+            free(col), free(xn);
     }
 }
 
@@ -1368,14 +1374,17 @@ int main(void)
     test_hc(100, 2, 128);
     test_hc(65, 3, 320);
     test_hc(64, 3, 100);
-    /* one launch (T <= 63, hc * hc <= 32) and the fallback (many tokens,
-     * hc 6) */
-    test_hc_pre_norm(1, 4, 4096, true);
-    test_hc_pre_norm(8, 4, 4096, true);
-    test_hc_pre_norm(3, 2, 130, false);
-    test_hc_pre_norm(63, 4, 1024, true);
-    test_hc_pre_norm(70, 4, 1024, true);
-    test_hc_pre_norm(2, 6, 256, true);
+    /* one launch (T <= 63, hc <= 5; H = 130: the scalar path) and the
+     * fallback (many tokens, hc 6), without and with hc_post first */
+    for (int wy = 0; wy < 2; wy++) {
+        test_hc_pre_norm(1, 4, 4096, true, wy);
+        test_hc_pre_norm(8, 4, 4096, true, wy);
+        test_hc_pre_norm(3, 2, 130, false, wy);
+        test_hc_pre_norm(2, 5, 96, true, wy);
+        test_hc_pre_norm(63, 4, 1024, true, wy);
+        test_hc_pre_norm(70, 4, 1024, true, wy);
+        test_hc_pre_norm(2, 6, 256, true, wy);
+    }
     int ch1[] = { 7, 1, 1, 13, 5, 1, 1, 1, 40, 2 };
     int ch2[] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
     int ch3[] = { 300, 1, 1, 100, 1 };
