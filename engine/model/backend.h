@@ -198,9 +198,10 @@ struct backend {
                    int ldy);
     /* Optional (NULL: one matmul each): y[i][t] = x[i][t] . W_i^T for n
      * matrices over the same T tokens, every x's rows ldx apart, y[i]'s
-     * ldy[i]. */
+     * ldy[i].  norm_w not NULL: every x[i] is the same x, multiplied as
+     * rmsnorm(x, norm_w, eps) (the rmsnorm op's values; x unchanged). */
     void (*matmuls)(backend *b, int n, const qweight *const *w, const float *const *x, int ldx,
-                    int T, float *const *y, const int *ldy);
+                    int T, float *const *y, const int *ldy, const float *norm_w, float eps);
     /* out[t] = dequantized row ids[t] of w */
     void (*embed)(backend *b, const qweight *w, const int32_t *ids, int T, float *out);
     /* RMSNorm of T rows of n: out = weight * (x / rms); weight NULL: none.

@@ -108,12 +108,16 @@ static void proj_add(proj_list *p, const qweight *w, const float *x, float *y, i
     p->n++;
 }
 
-static void proj_run(backend *be, const proj_list *p, int ldx, int T)
+/* norm_w not NULL: every x is xn, RMS-normalized first (in place when the
+ * backend has no matmuls). */
+static void proj_run(backend *be, const proj_list *p, int ldx, int T, float *xn,
+                     const float *norm_w, float eps)
 {
     if (be->matmuls) {
-        be->matmuls(be, p->n, p->w, p->x, ldx, T, p->y, p->ldy);
+        be->matmuls(be, p->n, p->w, p->x, ldx, T, p->y, p->ldy, norm_w, eps);
         return;
     }
+    if (norm_w) be->rmsnorm(be, xn, ldx, T, p->w[0]->cols, norm_w, eps, xn, ldx);
     for (int i = 0; i < p->n; i++) be->matmul(be, p->w[i], p->x[i], ldx, T, p->y[i], p->ldy[i]);
 }
 
@@ -147,7 +151,7 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
     const rope_table *rt = ratio ? &M->rope_comp : &M->rope_main;
 
     int ihd = c->index_head_dim, inh = c->index_heads, cd = (csa ? 2 : 1) * hd;
-    /* Every projection of x, then those of the normalized qr. */
+    /* Every projection of x, then those of qr normalized (q_norm). */
     proj_list px = { 0 }, pq = { 0 };
     proj_add(&px, &L->wq_a, s->x, s->qr, qlr);
     proj_add(&px, &L->wkv, s->x, s->kv, hd);
@@ -160,11 +164,10 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
         proj_add(&px, &L->icomp.wgate, s->x, s->ig, 2 * ihd);
         proj_add(&px, &L->iweights, s->x, s->iw, inh);
     }
-    proj_run(be, &px, H, T);
-    be->rmsnorm(be, s->qr, qlr, T, qlr, L->q_norm, eps, s->qr, qlr);
+    proj_run(be, &px, H, T, NULL, NULL, 0);
     proj_add(&pq, &L->wq_b, s->qr, s->q, qd);
     if (csa) proj_add(&pq, &L->iwq_b, s->qr, s->qi, inh * ihd);
-    proj_run(be, &pq, qlr, T);
+    proj_run(be, &pq, qlr, T, s->qr, L->q_norm, eps);
     /* The chunk's keys end rounded as the ring will hold them, so attention
      * sees the same values from the chunk as from the cache (DeepSeek's
      * reference rounds kv in place the same way). */
@@ -229,7 +232,7 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
             proj_add(&po, &wg[gi - g0], s->attn + (size_t)gi * gin, s->oa + (size_t)gi * olr,
                      ng * olr);
         }
-        proj_run(be, &po, qd, T);
+        proj_run(be, &po, qd, T, NULL, NULL, 0);
     }
     be->matmul(be, &L->wo_b, s->oa, ng * olr, T, s->y, H);
 }

@@ -90,23 +90,44 @@ static void cu_matmul_op(backend *b, const qweight *w, const float *x, int ldx, 
 }
 
 // Runs of consecutive matrices of one format and width in one GEMV launch
-// each (few tokens); the rest one by one as cu_matmul_op.
+// each (few tokens; with norm_w, all of them in one launch that normalizes
+// x on the way in, else x normalized once into scratch); the rest one by
+// one as cu_matmul_op.
 static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const float *const *x,
-                          int ldx, int T, float *const *y, const int *ldy)
+                          int ldx, int T, float *const *y, const int *ldy, const float *norm_w,
+                          float eps)
 {
     cu_impl *c = enter(b);
     if (recording(c)) return;
     dqw q[CU_MULTI_MAX];
+    const float *xs[CU_MULTI_MAX];
+    if (norm_w) {
+        bool one = n <= CU_MULTI_MAX && T < LT_MIN_T;
+        for (int i = 0; one && i < n; i++) {
+            if (!to_dqw(c, w[i], &q[i])) return;
+            one = q[i].type == q[0].type && q[i].cols == q[0].cols;
+        }
+        if (one && cu_matmul_multi(c->st, n, q, x, ldx, T, y, ldy, norm_w, eps)) {
+            launched(c, "matmuls");
+            return;
+        }
+        float *xn = (float *)grow(c, &c->xn, (size_t)T * ldx * sizeof(float));
+        if (c->failed) return;
+        cu_rmsnorm(c->st, x[0], ldx, T, w[0]->cols, norm_w, eps, xn, ldx);
+        for (int i = 0; i < CU_MULTI_MAX; i++) xs[i] = xn;
+    }
     for (int i = 0, k; i < n && !c->failed; i += k) {
+        const float *const *xi = norm_w ? xs : x + i;
         for (k = 0; k < CU_MULTI_MAX && i + k < n; k++) {
             if (!to_dqw(c, w[i + k], &q[k])) return;
             if (k && (q[k].type != q[0].type || q[k].cols != q[0].cols)) break;
         }
-        if (T < LT_MIN_T && k > 1 && cu_matmul_multi(c->st, k, q, x + i, ldx, T, y + i, ldy + i))
+        if (T < LT_MIN_T && k > 1 &&
+            cu_matmul_multi(c->st, k, q, xi, ldx, T, y + i, ldy + i, NULL, 0))
             continue;
         for (int j = 0; j < k; j++) {
-            if (T >= LT_MIN_T) dense_matmul(c, q[j], x[i + j], ldx, T, y[i + j], ldy[i + j]);
-            else cu_matmul(c->st, q[j], x[i + j], ldx, T, y[i + j], ldy[i + j]);
+            if (T >= LT_MIN_T) dense_matmul(c, q[j], xi[j], ldx, T, y[i + j], ldy[i + j]);
+            else cu_matmul(c->st, q[j], xi[j], ldx, T, y[i + j], ldy[i + j]);
         }
     }
     launched(c, "matmuls");
@@ -496,7 +517,7 @@ static void cu_destroy(backend *b)
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
                          &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->ikeys, &c->wdeq, &c->hcm,
                          &c->apart, &c->offs, &c->xs, &c->yss, &c->xbf, &c->xq, &c->x8,
-                         &c->xsc, &c->wsc };
+                         &c->xsc, &c->wsc, &c->xn };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->p) cudaFreeAsync(bufs[i]->p, c->st);
     for (int i = 0; i < NSTAGE; i++) {

@@ -28,10 +28,13 @@ void cu_round_bf16(cudaStream_t st, const float *x, int ldx, const int *rows, in
 // layout (nothing launched).
 // y[i] = x[i] . W[i]^T for n <= CU_MULTI_MAX matrices of one format and
 // width (T <= 8 tokens, rows of every x ldx apart, y[i]'s ldy[i] apart) in
-// one GEMV launch.  false (nothing launched): not such a list.
+// one GEMV launch; nw not NULL: x[i]'s rows RMS-normalized (weight nw,
+// eps) on the way in, x unchanged.  false (nothing launched): not such a
+// list, or with nw rows wider than one staged tile (8192 / tokens rounded
+// up to 1, 2, 4, 8).
 #define CU_MULTI_MAX 8
 bool cu_matmul_multi(cudaStream_t st, int n, const dqw *w, const float *const *x, int ldx, int T,
-                     float *const *y, const int *ldy);
+                     float *const *y, const int *ldy, const float *nw, float eps);
 bool cu_gemv_swiglu(cudaStream_t st, const dqw &w1, const dqw &w3, const int *experts,
                     const float *x, int ldx, int xdiv, int T, float limit, float *y, int ldy);
 // y[t] = add[t] + sum over k < K of wt[t*K+k] * (x[t*K+k] . W[experts[t*K+k]]^T)

@@ -152,6 +152,8 @@ struct gv_args {
     int ldx, xdiv, T;       // T: tokens (dense) or slots
     float *y[CU_MULTI_MAX];
     int ldy[CU_MULTI_MAX];
+    const float *nw;        // PLAIN: x's rows RMS-normalized with weight nw first (NULL: not)
+    float neps;
     int K;                  // COMBINE: slots per token
     const float *wt, *add;  // COMBINE: routing weights [T][K]; rows added [T][ldy] or NULL
     float limit;            // SWIGLU
@@ -296,6 +298,26 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(const __grid_constant__ gv
             }
         }
         __syncthreads();
+        if (MODE == GV_PLAIN && a.nw) {
+            // Each token's row is whole in this tile: its RMSNorm in place
+            // (rmsnorm_kernel's operations).
+            __shared__ double nsh[32];
+            for (int t = 0; t < NT; t++) {
+                float *xt = xf + t * XT;
+                double ss = 0;
+                for (int q = threadIdx.x; q < kn; q += blockDim.x) {
+                    float v = xt[xswz(q >> 2) * 4 + (q & 3)];
+                    ss += (double)v * v;
+                }
+                ss = block_sum(ss, nsh);
+                float r = 1.0f / sqrtf((float)(ss / kn) + a.neps);
+                for (int q = threadIdx.x; q < kn; q += blockDim.x) {
+                    float *v = &xt[xswz(q >> 2) * 4 + (q & 3)];
+                    *v = a.nw[q] * (*v * r);
+                }
+            }
+            __syncthreads();
+        }
         while (c < nch) {
 #pragma unroll
             for (int d = 0; d < D; d++) {
@@ -555,10 +577,13 @@ void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, fl
 }
 
 bool cu_matmul_multi(cudaStream_t st, int n, const dqw *w, const float *const *x, int ldx, int T,
-                     float *const *y, const int *ldy)
+                     float *const *y, const int *ldy, const float *nw, float eps)
 {
-    if (n < 1 || n > CU_MULTI_MAX || T < 1 || T > 8) return false;
+    int NT = T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
+    if (n < 1 || n > CU_MULTI_MAX || T < 1 || T > 8 || (nw && w[0].cols > 8192 / NT))
+        return false;
     gv_args a = gv_make(w[0], x[0], ldx, T, y[0], ldy[0]);
+    a.nw = nw, a.neps = eps;
     for (int i = 0; i < n; i++) {
         const gv_args b = gv_make(w[i], x[i], ldx, T, y[i], ldy[i]);
         if (w[i].type != w[0].type || w[i].cols != w[0].cols || w[i].rows <= 0 ||

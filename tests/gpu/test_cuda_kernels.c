@@ -321,13 +321,18 @@ static void mm_case(const char *what, const qweight *cw, const qweight *gw, int 
  * tokens take the GEMV; 20 the one-by-one fallback. */
 static void mms_case(const char *what, int n, const qweight *cw, const qweight *gw,
                      const int *xoff, int ldx, const int *yoff, const int *ldy, size_t ylen,
-                     bool stacked, int T)
+                     bool stacked, bool norm, int T)
 {
+    /* norm: x (one for all) RMS-normalized with a random weight first */
     /* stacked: y i starts at yoff[i] * T (its own rows), else at yoff[i] */
     int ym = stacked ? T : 1;
     float *x = hrand((size_t)T * ldx, 1.0f), *yc = calloc(ylen * T, sizeof *yc);
     float *dx = dcopy(x, (size_t)T * ldx * 4), *dy = G->alloc(G, ylen * T * 4);
     poison(dy, ylen * T * 4);
+    float *nw = norm ? hrand(cw[0].cols, 1.0f) : NULL, *dnw = norm ? dcopy(nw, cw[0].cols * 4) : NULL;
+    float *x0 = malloc((size_t)T * ldx * 4);
+    memcpy(x0, x, (size_t)T * ldx * 4);
+    if (norm) C->rmsnorm(C, x, ldx, T, cw[0].cols, nw, 1e-6f, x, ldx);
     const qweight *gp[8];
     const float *gx[8];
     float *gy[8];
@@ -335,8 +340,11 @@ static void mms_case(const char *what, int n, const qweight *cw, const qweight *
         C->matmul(C, &cw[i], x + xoff[i], ldx, T, yc + (size_t)yoff[i] * ym, ldy[i]);
         gp[i] = &gw[i], gx[i] = dx + xoff[i], gy[i] = dy + (size_t)yoff[i] * ym;
     }
-    G->matmuls(G, n, gp, gx, ldx, T, gy, ldy);
+    G->matmuls(G, n, gp, gx, ldx, T, gy, ldy, dnw, 1e-6f);
     float *yg = hcopy(dy, ylen * T * 4);
+    float *xg = hcopy(dx, (size_t)T * ldx * 4);
+    ok(!memcmp(xg, x0, (size_t)T * ldx * 4) && !G->error(G), "matmuls %s T=%d: x left as it was",
+       what, T);
     for (int i = 0; i < n; i++) {
         float *a = pack(yg + (size_t)yoff[i] * ym, T, cw[i].rows, ldy[i]);
         float *b = pack(yc + (size_t)yoff[i] * ym, T, cw[i].rows, ldy[i]);
@@ -347,7 +355,8 @@ static void mms_case(const char *what, int n, const qweight *cw, const qweight *
         free(a), free(b);
     }
     G->release(G, dx), G->release(G, dy);
-    free(x), free(yc), free(yg);
+    if (dnw) G->release(G, dnw);
+    free(x), free(x0), free(xg), free(nw), free(yc), free(yg);
 }
 
 static void test_matmuls(void)
@@ -364,7 +373,7 @@ static void test_matmuls(void)
         ylen += (size_t)ldy[i];
     }
     int Ts[] = { 1, 3, 8, 20 };
-    for (int k = 0; k < 4; k++) mms_case("mixed formats", n, cw, gw, xoff, K + 4, yoff, ldy, ylen, true, Ts[k]);
+    for (int k = 0; k < 4; k++) mms_case("mixed formats", n, cw, gw, xoff, K + 4, yoff, ldy, ylen, true, false, Ts[k]);
     /* four groups: rows 96g.. of a bf16 matrix times columns 256g.. of x,
      * into columns 96g.. of one y */
     qweight big = make_w(QT_BF16, 4 * 96, 256), gbig = up(&big);
@@ -373,7 +382,27 @@ static void test_matmuls(void)
         gw[g] = qweight_view(&gbig, g * 96, 96, 0, 256);
         xoff[g] = g * 256, yoff[g] = g * 96, ldy[g] = 4 * 96 + 3;
     }
-    for (int T = 1; T <= 8; T += 7) mms_case("groups", 4, cw, gw, xoff, 4 * 256 + 8, yoff, ldy, 4 * 96 + 3, false, T);
+    for (int T = 1; T <= 8; T += 7) mms_case("groups", 4, cw, gw, xoff, 4 * 256 + 8, yoff, ldy, 4 * 96 + 3, false, false, T);
+    /* x RMS-normalized on the way in (q_norm before wq_b and iwq_b): in
+     * the one launch (rows of up to 8192 / tokens), else through scratch
+     * (2048 columns at 5 tokens, 20 tokens, two formats) */
+    int nr[] = { 300, 200 }, nK[] = { 1024, 2048 };
+    for (int kk = 0; kk < 2; kk++) {
+        size_t yl = 0;
+        for (int i = 0; i < 2; i++) {
+            cw[i] = make_w(QT_FP8, nr[i], nK[kk]);
+            gw[i] = up(&cw[i]);
+            xoff[i] = 0, ldy[i] = nr[i] + 1, yoff[i] = (int)yl;
+            yl += (size_t)ldy[i];
+        }
+        int Tn[] = { 1, 3, 5, 8, 20 };
+        for (int k = 0; k < 5; k++)
+            mms_case("normalized x", 2, cw, gw, xoff, nK[kk] + 4, yoff, ldy, yl, true, true, Tn[k]);
+    }
+    cw[0] = make_w(QT_FP8, 300, 1024), gw[0] = up(&cw[0]);
+    cw[1] = make_w(QT_BF16, 64, 1024), gw[1] = up(&cw[1]);
+    ldy[0] = 301, ldy[1] = 64, yoff[0] = 0, yoff[1] = 301;
+    mms_case("normalized x, two formats", 2, cw, gw, xoff, 1024, yoff, ldy, 301 + 64, true, true, 2);
 }
 
 static void test_matmul(void)
