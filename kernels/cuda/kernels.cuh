@@ -116,7 +116,8 @@ void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, co
 // of the collapsed rows (weight nw or NULL) into out, in one launch; y not
 // NULL: cu_hc_post(h, y, post, comb) first.  m [T][(2 + hc) * hc]
 // scratch, count [T] zeros (left zero).  false (nothing launched): hc >
-// HC_FUSED_MAX (the Sinkhorn on one warp) or T > HC_FUSED_MAX_T.
+// HC_FUSED_MAX (the Sinkhorn on one warp), T > HC_FUSED_MAX_T or H > 12K
+// (the collapsed row in shared memory).
 #define HC_FUSED_MAX 5
 #define HC_FUSED_MAX_T 63
 bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, int H,

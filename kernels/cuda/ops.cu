@@ -382,6 +382,57 @@ __device__ __forceinline__ void hc_cols(const float *ht, int hc, int H, int q, c
     }
 }
 
+// Columns [Wq, Wq + W) of a token's streams in hc_pre_norm_kernel's last
+// block: after hc_post (yt not NULL; stored), collapsed with the pre
+// weights into col (global) and cs (shared), their sum of squares back.
+template <int W>
+__device__ __forceinline__ double hc_collapse_cols(float *ht, int hc, int H, int q,
+                                                   const float *yt, const float *pp,
+                                                   const float *cc, const float *pre,
+                                                   float *ct, float *cs)
+{
+    constexpr int HCF = HC_FUSED_MAX;
+    float o[HCF][W], yv[W], sv[W];
+#pragma unroll
+    for (int k = 0; k < HCF; k++) {
+        if (k >= hc) break;
+        if (W == 4) *(float4 *)o[k] = ((const float4 *)(ht + (long long)k * H))[q];
+        else o[k][0] = ht[(long long)k * H + q];
+    }
+    if (yt) {
+        if (W == 4) *(float4 *)yv = ((const float4 *)yt)[q];
+        else yv[0] = yt[q];
+    }
+#pragma unroll
+    for (int c = 0; c < W; c++) sv[c] = 0;
+#pragma unroll
+    for (int k = 0; k < HCF; k++) {
+        if (k >= hc) break;
+        float v[W];
+#pragma unroll
+        for (int c = 0; c < W; c++) {
+            float oc[HCF];
+#pragma unroll
+            for (int jj = 0; jj < HCF; jj++) oc[jj] = o[jj][c];
+            v[c] = yt ? hc_mixed(oc, k, hc, yv[c], pp, cc) : o[k][c];
+            sv[c] += pre[k] * v[c];
+        }
+        if (yt) {
+            if (W == 4) ((float4 *)(ht + (long long)k * H))[q] = *(float4 *)v;
+            else ht[(long long)k * H + q] = v[0];
+        }
+    }
+    double s2 = 0;
+#pragma unroll
+    for (int c = 0; c < W; c++) {
+        cs[W * q + c] = sv[c];
+        s2 += (double)sv[c] * sv[c];
+    }
+    if (W == 4) ((float4 *)ct)[q] = *(float4 *)sv;
+    else ct[q] = sv[0];
+    return s2;
+}
+
 // hc_pre and the RMSNorm of its collapsed row in one launch, for a few
 // tokens and hc <= HC_FUSED_MAX; with y, the previous sublayer's hc_post
 // first.  Blocks (j, t) compute logit j of token t as hc_logits_kernel
@@ -390,8 +441,9 @@ __device__ __forceinline__ void hc_cols(const float *ht, int hc, int H, int q, c
 // finishes last (count[t] says, and that block resets it for the next
 // launch) computes pre and post, the Sinkhorn on its first warp (an
 // element per lane, sums through shuffles in hc_collapse_kernel's order)
-// while its other warps collapse the streams, then the RMSNorm of the
-// collapsed row (rmsnorm_kernel's operations).  One launch instead of
+// while its other warps collapse the streams (16-byte accesses: one
+// block's latency-bound pass), then the RMSNorm of the collapsed row, kept
+// in shared memory (rmsnorm_kernel's operations).  One launch instead of
 // three or four, and the Sinkhorn's chain of divisions overlaps the
 // collapse.
 __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float *y, int hc, int H,
@@ -407,6 +459,7 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
     __shared__ float shf[32];
     __shared__ float pre[HC_MAX], pp[HC_FUSED_MAX], cc[HC_FUSED_MAX * HC_FUSED_MAX];
     __shared__ bool last;
+    extern __shared__ float cs[];       // [H] the collapsed row (last block)
     int j = blockIdx.x, t = blockIdx.y, nmix = gridDim.x, n = hc * H, e = threadIdx.x;
     float *ht = h + (long long)t * n;   // old streams until the last block stores
     const float *f = fn + (long long)j * n, *yt = y ? y + (long long)t * H : NULL;
@@ -416,7 +469,7 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
     double ss = 0;
     float a = 0;
     bool v4 = H % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)fn % 16 == 0 &&
-              (uintptr_t)y % 16 == 0;
+              (uintptr_t)y % 16 == 0 && (uintptr_t)col % 16 == 0;
     if (v4) {
         for (int q = e; q < H / 4; q += blockDim.x)
             hc_cols<4>(ht, hc, H, q, yt, pp, cc, f, a, ss);
@@ -449,50 +502,52 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
         bool own = e < hc * hc;
         int i = own ? e / hc : 0, jj = own ? e % hc : 0;
         float v = own ? __ldcg(mt + 2 * hc + e) * scale[2] + base[2 * hc + e] : 0.0f;
+        // (Loops unrolled to HC_FUSED_MAX, hc uniform over the warp: a
+        // round's shuffles issue together.)
         float mx = -INFINITY;
-        for (int k = 0; k < hc; k++) {
+#pragma unroll
+        for (int k = 0; k < HC_FUSED_MAX; k++) {
+            if (k >= hc) break;
             float o = __shfl_sync(0xffffffffu, v, i * hc + k);
             if (o > mx) mx = o;
         }
         v = expf(v - mx);
         float sum = 0;
-        for (int k = 0; k < hc; k++) sum += __shfl_sync(0xffffffffu, v, i * hc + k);
+#pragma unroll
+        for (int k = 0; k < HC_FUSED_MAX; k++) {
+            if (k >= hc) break;
+            sum += __shfl_sync(0xffffffffu, v, i * hc + k);
+        }
         v = v / sum + hc_eps;
         for (int it = 0; it < iters; it++) {
             for (int c = it > 0 ? 0 : 1; c < 2; c++) {
+                float o[HC_FUSED_MAX];
+#pragma unroll
+                for (int k = 0; k < HC_FUSED_MAX; k++)
+                    o[k] = __shfl_sync(0xffffffffu, v, (c ? k * hc + jj : i * hc + k) & 31);
                 sum = 0;
-                for (int k = 0; k < hc; k++)
-                    sum += __shfl_sync(0xffffffffu, v, c ? k * hc + jj : i * hc + k);
+#pragma unroll
+                for (int k = 0; k < HC_FUSED_MAX; k++)
+                    if (k < hc) sum += o[k];
                 v /= sum + hc_eps;
             }
         }
         if (own) comb[(long long)t * hc * hc + e] = v;
     } else {
         // Every other block has read the old streams: store the new.
-        for (int d = e - 32; d < H; d += blockDim.x - 32) {
-            float o[HC_FUSED_MAX], sv = 0;
-#pragma unroll
-            for (int k = 0; k < HC_FUSED_MAX; k++)
-                if (k < hc) o[k] = ht[(long long)k * H + d];
-#pragma unroll
-            for (int k = 0; k < HC_FUSED_MAX; k++) {
-                if (k >= hc) break;
-                float v = o[k];
-                if (y) {
-                    v = hc_mixed(o, k, hc, yt[d], pp, cc);
-                    ht[(long long)k * H + d] = v;
-                }
-                sv += pre[k] * v;
-            }
-            ct[d] = sv;
-            s2 += (double)sv * sv;
+        if (v4) {
+            for (int q = e - 32; q < H / 4; q += blockDim.x - 32)
+                s2 += hc_collapse_cols<4>(ht, hc, H, q, yt, pp, cc, pre, ct, cs);
+        } else {
+            for (int q = e - 32; q < H; q += blockDim.x - 32)
+                s2 += hc_collapse_cols<1>(ht, hc, H, q, yt, pp, cc, pre, ct, cs);
         }
     }
     s2 = block_sum(s2, shd);
     float r = 1.0f / sqrtf((float)(s2 / H) + norm_eps);
     float *o = out + (long long)t * H;
     for (int d = e - 32; e >= 32 && d < H; d += blockDim.x - 32)
-        o[d] = nw ? nw[d] * (ct[d] * r) : ct[d] * r;
+        o[d] = nw ? nw[d] * (cs[d] * r) : cs[d] * r;
 }
 
 bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
@@ -500,9 +555,10 @@ bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, in
                     float hc_eps, float norm_eps, const float *nw, float *m, int *count,
                     float *post, float *comb, float *collapsed, float *out)
 {
-    if (hc > HC_FUSED_MAX || T > HC_FUSED_MAX_T) return false;
+    if (hc > HC_FUSED_MAX || T > HC_FUSED_MAX_T || H > 12 * 1024) return false;
     if (T > 0)
-        cu_launch(hc_pre_norm_kernel, dim3((2 + hc) * hc, T), 512, 0, st, h, y, hc, H, fn, base,
+        cu_launch(hc_pre_norm_kernel, dim3((2 + hc) * hc, T), 512, (size_t)H * sizeof(float), st,
+                  h, y, hc, H, fn, base,
                   scale, iters, hc_eps, norm_eps, nw, m, count, post, comb, collapsed, out);
     return true;
 }
