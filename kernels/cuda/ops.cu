@@ -701,25 +701,19 @@ __device__ float route_act(float x, int sigmoid)
     return sigmoid ? sigmoidf_(x) : sqrtf(x > 20.0f ? x : log1pf(expf(x)));
 }
 
-// One warp per token: the scores and the biased scores once into shared
-// memory, then K rounds of arg-max over the biased ones (larger first, ties
-// to the lower expert), or the hash table's experts; the weights from the
-// chosen scores in shared memory (reading them again from global memory,
-// one dependent load after another, was half of a 12 us kernel: ncu, run
-// D9).
+// One warp per token: the biased scores once into shared memory, then K
+// rounds of arg-max over them (larger first, ties to the lower expert), or
+// the hash table's experts.
 __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmoid,
                              const float *bias, const void *tid2eid, int tid_i64, const int *ids,
                              float rscale, int *idx, float *wt, int *order)
 {
     pdl_wait();
-    extern __shared__ float rsh[];      // [warps][E] biased scores, [warps][E] scores, then
-                                        // [warps][E] taken flags
+    extern __shared__ float rsh[];      // [warps][E] scores, then [warps][E] taken flags
     int warp = threadIdx.x >> 5, t = blockIdx.x * (blockDim.x >> 5) + warp,
         lane = threadIdx.x & 31;
     if (t >= T) return;
     const float *sc = scores + (long long)t * E;
-    int nw = blockDim.x >> 5;
-    float *act = rsh + (long long)(nw + warp) * E;
     int sel[TOPK_MAX];
     if (tid2eid) {
         for (int k = 0; k < K; k++)
@@ -727,11 +721,10 @@ __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmo
                              : ((const int *)tid2eid)[(long long)ids[t] * K + k];
     } else {
         float *val = rsh + (long long)warp * E;
-        unsigned char *taken = (unsigned char *)(rsh + 2LL * nw * E) + (long long)warp * E;
-        batched<8>(lane, E, 32, [&](int e) { return route_act(sc[e], sigmoid); },
-                   [&](int e, float v) { act[e] = v, taken[e] = 0; });
-        batched<8>(lane, E, 32, [&](int e) { return bias[e]; },
-                   [&](int e, float b) { val[e] = act[e] + b; });
+        unsigned char *taken = (unsigned char *)(rsh + (long long)(blockDim.x >> 5) * E) +
+                               (long long)warp * E;
+        batched<8>(lane, E, 32, [&](int e) { return route_act(sc[e], sigmoid) + bias[e]; },
+                   [&](int e, float v) { val[e] = v, taken[e] = 0; });
         __syncwarp();
         for (int k = 0; k < K; k++) {
             float bv = 0;
@@ -752,14 +745,11 @@ __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmo
         }
     }
     if (lane) return;
-    float sum = 0, a[TOPK_MAX];
-    for (int k = 0; k < K; k++) {
-        a[k] = tid2eid ? route_act(sc[sel[k]], sigmoid) : act[sel[k]];
-        sum += a[k];
-    }
+    float sum = 0;
+    for (int k = 0; k < K; k++) sum += route_act(sc[sel[k]], sigmoid);
     for (int k = 0; k < K; k++) {
         idx[(long long)t * K + k] = sel[k];
-        wt[(long long)t * K + k] = a[k] / (sum + 1e-20f) * rscale;
+        wt[(long long)t * K + k] = route_act(sc[sel[k]], sigmoid) / (sum + 1e-20f) * rscale;
     }
     // The k's in ascending expert order (stable), the CPU's summation order.
     int ord[TOPK_MAX];
@@ -779,7 +769,7 @@ void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, boo
                   float routed_scale, int *idx, float *wt, int *order)
 {
     if (T <= 0) return;
-    size_t smem = tid2eid ? 0 : 8 * (size_t)E * (2 * sizeof(float) + 1);
+    size_t smem = tid2eid ? 0 : 8 * (size_t)E * (sizeof(float) + 1);
     if (smem > 48 * 1024)
         cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cu_launch(route_kernel, blocks_for(T, 8), 256, smem, st, scores, T, E, K, sigmoid, bias,
