@@ -491,7 +491,8 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
     if (e == 0) count[t] = 0;
     if (e < hc) {
         pre[e] = sigmoidf_(__ldcg(mt + e) * scale[0] + base[e]) + hc_eps;
-        post[(long long)t * hc + e] = 2.0f * sigmoidf_(__ldcg(mt + hc + e) * scale[1] + base[hc + e]);
+        float m1 = __ldcg(mt + hc + e);
+        post[(long long)t * hc + e] = 2.0f * sigmoidf_(m1 * scale[1] + base[hc + e]);
     }
     __syncthreads();
     double s2 = 0;

@@ -329,7 +329,8 @@ static void mms_case(const char *what, int n, const qweight *cw, const qweight *
     float *x = hrand((size_t)T * ldx, 1.0f), *yc = calloc(ylen * T, sizeof *yc);
     float *dx = dcopy(x, (size_t)T * ldx * 4), *dy = G->alloc(G, ylen * T * 4);
     poison(dy, ylen * T * 4);
-    float *nw = norm ? hrand(cw[0].cols, 1.0f) : NULL, *dnw = norm ? dcopy(nw, cw[0].cols * 4) : NULL;
+    float *nw = norm ? hrand(cw[0].cols, 1.0f) : NULL;
+    float *dnw = norm ? dcopy(nw, cw[0].cols * 4) : NULL;
     float *x0 = malloc((size_t)T * ldx * 4);
     memcpy(x0, x, (size_t)T * ldx * 4);
     if (norm) C->rmsnorm(C, x, ldx, T, cw[0].cols, nw, 1e-6f, x, ldx);
@@ -373,7 +374,8 @@ static void test_matmuls(void)
         ylen += (size_t)ldy[i];
     }
     int Ts[] = { 1, 3, 8, 20 };
-    for (int k = 0; k < 4; k++) mms_case("mixed formats", n, cw, gw, xoff, K + 4, yoff, ldy, ylen, true, false, Ts[k]);
+    for (int k = 0; k < 4; k++)
+        mms_case("mixed formats", n, cw, gw, xoff, K + 4, yoff, ldy, ylen, true, false, Ts[k]);
     /* four groups: rows 96g.. of a bf16 matrix times columns 256g.. of x,
      * into columns 96g.. of one y */
     qweight big = make_w(QT_BF16, 4 * 96, 256), gbig = up(&big);
@@ -382,7 +384,8 @@ static void test_matmuls(void)
         gw[g] = qweight_view(&gbig, g * 96, 96, 0, 256);
         xoff[g] = g * 256, yoff[g] = g * 96, ldy[g] = 4 * 96 + 3;
     }
-    for (int T = 1; T <= 8; T += 7) mms_case("groups", 4, cw, gw, xoff, 4 * 256 + 8, yoff, ldy, 4 * 96 + 3, false, false, T);
+    for (int T = 1; T <= 8; T += 7)
+        mms_case("groups", 4, cw, gw, xoff, 4 * 256 + 8, yoff, ldy, 4 * 96 + 3, false, false, T);
     /* x RMS-normalized on the way in (q_norm before wq_b and iwq_b): in
      * the one launch (rows of up to 8192 / tokens), else through scratch
      * (2048 columns at 5 tokens, 20 tokens, two formats) */
@@ -397,12 +400,14 @@ static void test_matmuls(void)
         }
         int Tn[] = { 1, 3, 5, 8, 20 };
         for (int k = 0; k < 5; k++)
-            mms_case("normalized x", 2, cw, gw, xoff, nK[kk] + 4, yoff, ldy, yl, true, true, Tn[k]);
+            mms_case("normalized x", 2, cw, gw, xoff, nK[kk] + 4, yoff, ldy, yl, true, true,
+                     Tn[k]);
     }
     cw[0] = make_w(QT_FP8, 300, 1024), gw[0] = up(&cw[0]);
     cw[1] = make_w(QT_BF16, 64, 1024), gw[1] = up(&cw[1]);
     ldy[0] = 301, ldy[1] = 64, yoff[0] = 0, yoff[1] = 301;
-    mms_case("normalized x, two formats", 2, cw, gw, xoff, 1024, yoff, ldy, 301 + 64, true, true, 2);
+    mms_case("normalized x, two formats", 2, cw, gw, xoff, 1024, yoff, ldy, 301 + 64, true, true,
+             2);
 }
 
 static void test_matmul(void)
@@ -616,14 +621,16 @@ static void test_hc_pre_norm(int T, int hc, int H, bool weight, bool with_y)
     int mix = (2 + hc) * hc, n = hc * H;
     for (int run = 0; run < 2; run++) {
         float *h = hrand((size_t)T * n, 1.0f), *fn = hrand((size_t)mix * n, 0.05f);
-        float *base = hrand(mix, 0.5f), *scale = hrand(3, 1.0f), *w = weight ? hrand(H, 1.0f) : NULL;
+        float *base = hrand(mix, 0.5f), *scale = hrand(3, 1.0f);
+        float *w = weight ? hrand(H, 1.0f) : NULL;
         float *y = hrand((size_t)T * H, 1.0f);
         float *post = hrand((size_t)T * hc, 1.0f), *comb = hrand((size_t)T * hc * hc, 0.5f);
         float *col = malloc((size_t)T * H * 4), *xn = malloc((size_t)T * H * 4);
         float *dh = dcopy(h, (size_t)T * n * 4), *dfn = dcopy(fn, (size_t)mix * n * 4);
         float *dbase = dcopy(base, mix * 4), *dscale = dcopy(scale, 12);
         float *dw = w ? dcopy(w, H * 4) : NULL, *dy = dcopy(y, (size_t)T * H * 4);
-        float *dpost = dcopy(post, (size_t)T * hc * 4), *dcomb = dcopy(comb, (size_t)T * hc * hc * 4);
+        float *dpost = dcopy(post, (size_t)T * hc * 4);
+        float *dcomb = dcopy(comb, (size_t)T * hc * hc * 4);
         float *dcol = G->alloc(G, (size_t)T * H * 4), *dxn = G->alloc(G, (size_t)T * H * 4);
         if (!with_y) {
             poison(dpost, (size_t)T * hc * 4);
@@ -1104,7 +1111,8 @@ static void test_qk_prep(int T, int nh, int hd, int npairs, int inh, int ihd, in
 {
     int qd = nh * hd, iqd = inh * ihd;
     float *q = hrand((size_t)T * qd, 2.0f), *kv = hrand((size_t)T * hd, 2.0f);
-    float *qi = inh ? hrand((size_t)T * iqd, 1.0f) : NULL, *iw = inh ? hrand((size_t)T * inh, 1.0f) : NULL;
+    float *qi = inh ? hrand((size_t)T * iqd, 1.0f) : NULL;
+    float *iw = inh ? hrand((size_t)T * inh, 1.0f) : NULL;
     float *kn = hrand(hd, 1.0f), *inv = malloc(npairs * 4), *iinv = malloc((ipairs + 1) * 4);
     for (int i = 0; i < npairs; i++) inv[i] = powf(10000.0f, -2.0f * i / (2 * npairs));
     for (int i = 0; i < ipairs; i++) iinv[i] = powf(160000.0f, -2.0f * i / (2 * ipairs));
@@ -1112,7 +1120,8 @@ static void test_qk_prep(int T, int nh, int hd, int npairs, int inh, int ihd, in
     int32_t *pos = malloc(T * 4);
     for (int i = 0; i < T; i++) pos[i] = rnd() % 1000000;
     float *dq = dcopy(q, (size_t)T * qd * 4), *dkv = dcopy(kv, (size_t)T * hd * 4);
-    float *dqi = inh ? dcopy(qi, (size_t)T * iqd * 4) : NULL, *diw = inh ? dcopy(iw, (size_t)T * inh * 4) : NULL;
+    float *dqi = inh ? dcopy(qi, (size_t)T * iqd * 4) : NULL;
+    float *diw = inh ? dcopy(iw, (size_t)T * inh * 4) : NULL;
     float *dkn = dcopy(kn, hd * 4);
     float sc = 1.0f / sqrtf((float)(inh ? inh : 1));
     C->rmsnorm(C, q, hd, T * nh, hd, NULL, 1e-6f, q, hd);
@@ -1139,7 +1148,8 @@ static void test_qk_prep(int T, int nh, int hd, int npairs, int inh, int ihd, in
     free(g);
     if (inh) {
         g = hcopy(dqi, (size_t)T * iqd * 4);
-        snprintf(name, sizeof name, "qk_prep qi T=%d heads=%d hd=%d pairs=%d", T, inh, ihd, ipairs);
+        snprintf(name, sizeof name, "qk_prep qi T=%d heads=%d hd=%d pairs=%d", T, inh, ihd,
+                 ipairs);
         check(name, g, qi, (size_t)T * iqd);
         free(g);
         g = hcopy(diw, (size_t)T * inh * 4);
