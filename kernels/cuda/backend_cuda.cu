@@ -225,7 +225,9 @@ static void cu_hc_pre_norm_op(backend *b, float *h, const float *y, int T, int h
 {
     cu_impl *c = enter(b);
     if (recording(c) || !hc_ok(c, hc) || T <= 0) return;
-    float *m = (float *)grow(c, &c->hcm, (size_t)T * ((2 + hc) * hc + 1) * sizeof(float));
+    int nmix = (2 + hc) * hc;
+    size_t bytes = HC_FUSED_SCRATCH(nmix, T), pre_bytes = (size_t)T * (nmix + 1) * sizeof(float);
+    void *m = grow(c, &c->hcm, bytes > pre_bytes ? bytes : pre_bytes);
     if (c->failed) return;
     if (T >= LT_MIN_T || !cu_hc_pre_norm(c->st, h, y, T, hc, H, fn, base, scale, iters, hc_eps,
                                          norm_eps, norm_w, m, c->hc_count, post, comb, collapsed,

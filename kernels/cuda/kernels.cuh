@@ -114,15 +114,20 @@ void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, co
                 int T, int hc, int H);
 // hc_pre (few tokens: cu_hc_logits then cu_hc_collapse) and the RMSNorm
 // of the collapsed rows (weight nw or NULL) into out, in one launch; y not
-// NULL: cu_hc_post(h, y, post, comb) first.  m [T][(2 + hc) * hc]
-// scratch, count [T] zeros (left zero).  false (nothing launched): hc >
-// HC_FUSED_MAX (the Sinkhorn on one warp), T > HC_FUSED_MAX_T or H > 12K
-// (the collapsed row in shared memory).
+// NULL: cu_hc_post(h, y, post, comb) first.  m: HC_FUSED_SCRATCH bytes of
+// scratch (8-byte aligned), count [T] zeros (left zero).  false (nothing
+// launched): hc > HC_FUSED_MAX (the Sinkhorn on one warp), T >
+// HC_FUSED_MAX_T or H > 12K (the collapsed row in shared memory).
 #define HC_FUSED_MAX 5
 #define HC_FUSED_MAX_T 63
+// Column slices per logit: about 128 blocks in all, at most 8.
+#define HC_SPLITS(nmix, T) \
+    ((nmix) * (T) >= 64 ? 1 : 128 / ((nmix) * (T)) < 8 ? 128 / ((nmix) * (T)) : 8)
+// Bytes of the scratch m for T tokens.
+#define HC_FUSED_SCRATCH(nmix, T) ((size_t)(T) * HC_SPLITS(nmix, T) * (8 + 4 * (size_t)(nmix)))
 bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
                     const float *fn, const float *base, const float *scale, int iters,
-                    float hc_eps, float norm_eps, const float *nw, float *m, int *count,
+                    float hc_eps, float norm_eps, const float *nw, void *m, int *count,
                     float *post, float *comb, float *collapsed, float *out);
 // qk_args (backend.h) for T tokens at device positions pos: q and kv
 // normalized and rotated, kv rounded to dtype; qi (NULL: none) rotated and

@@ -435,11 +435,13 @@ __device__ __forceinline__ double hc_collapse_cols(float *ht, int hc, int H, int
 
 // hc_pre and the RMSNorm of its collapsed row in one launch, for a few
 // tokens and hc <= HC_FUSED_MAX; with y, the previous sublayer's hc_post
-// first.  Blocks (j, t) compute logit j of token t as hc_logits_kernel
-// does (with y: on the streams after hc_post, computed from the old ones
-// in registers; only the last block stores them); the block of token t that
-// finishes last (count[t] says, and that block resets it for the next
-// launch) computes pre and post, the Sinkhorn on its first warp (an
+// first.  Blocks (j + nmix * split, t) compute logit j of token t over one
+// of S slices of the columns (S > 1 when few tokens leave SMs idle), as
+// hc_logits_kernel does (with y: on the streams after hc_post, computed
+// from the old ones in registers; only the last block stores them); the
+// block of token t that finishes last (count[t] says, and that block
+// resets it for the next launch) adds the slices in order, computes pre
+// and post, the Sinkhorn on its first warp (an
 // element per lane, sums through shuffles in hc_collapse_kernel's order)
 // while its other warps collapse the streams (16-byte accesses: one
 // block's latency-bound pass), then the RMSNorm of the collapsed row, kept
@@ -450,7 +452,8 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
                                                           const float *fn, const float *base,
                                                           const float *scale, int iters,
                                                           float hc_eps, float norm_eps,
-                                                          const float *nw, float *m, int *count,
+                                                          const float *nw, int nmix, int S,
+                                                          float *pa, double *pss, int *count,
                                                           float *post, float *comb,
                                                           float *col, float *out)
 {
@@ -458,9 +461,11 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
     __shared__ double shd[32];
     __shared__ float shf[32];
     __shared__ float pre[HC_MAX], pp[HC_FUSED_MAX], cc[HC_FUSED_MAX * HC_FUSED_MAX];
+    __shared__ float mt[(2 + HC_FUSED_MAX) * HC_FUSED_MAX];
     __shared__ bool last;
     extern __shared__ float cs[];       // [H] the collapsed row (last block)
-    int j = blockIdx.x, t = blockIdx.y, nmix = gridDim.x, n = hc * H, e = threadIdx.x;
+    int j = blockIdx.x % nmix, sp = blockIdx.x / nmix, t = blockIdx.y, n = hc * H;
+    int e = threadIdx.x;
     float *ht = h + (long long)t * n;   // old streams until the last block stores
     const float *f = fn + (long long)j * n, *yt = y ? y + (long long)t * H : NULL;
     if (y && e < hc) pp[e] = post[(long long)t * hc + e];
@@ -470,28 +475,42 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
     float a = 0;
     bool v4 = H % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)fn % 16 == 0 &&
               (uintptr_t)y % 16 == 0 && (uintptr_t)col % 16 == 0;
+    // This block's share of the columns: split sp of S.
+    int Q = v4 ? H / 4 : H;
+    int q0 = (int)((long long)Q * sp / S), q1 = (int)((long long)Q * (sp + 1) / S);
     if (v4) {
-        for (int q = e; q < H / 4; q += blockDim.x)
+        for (int q = q0 + e; q < q1; q += blockDim.x)
             hc_cols<4>(ht, hc, H, q, yt, pp, cc, f, a, ss);
     } else {
-        for (int q = e; q < H; q += blockDim.x)
+        for (int q = q0 + e; q < q1; q += blockDim.x)
             hc_cols<1>(ht, hc, H, q, yt, pp, cc, f, a, ss);
     }
     ss = block_sum(ss, shd);
     a = block_sum(a, shf);
-    float *mt = m + (long long)t * nmix;
     if (e == 0) {
-        mt[j] = a * (1.0f / sqrtf((float)(ss / n) + norm_eps));
+        pa[((long long)t * nmix + j) * S + sp] = a;
+        if (j == 0) pss[(long long)t * S + sp] = ss;
         __threadfence();
-        last = atomicAdd(&count[t], 1) == nmix - 1;
+        last = atomicAdd(&count[t], 1) == nmix * S - 1;
     }
     __syncthreads();
     if (!last) return;
     __threadfence();
     if (e == 0) count[t] = 0;
+    // The logits: the splits' parts added in split order.
+    if (e < nmix) {
+        double s2 = 0;
+        float aj = 0;
+        for (int k = 0; k < S; k++) {
+            s2 += __ldcg(pss + (long long)t * S + k);
+            aj += __ldcg(pa + ((long long)t * nmix + e) * S + k);
+        }
+        mt[e] = aj * (1.0f / sqrtf((float)(s2 / n) + norm_eps));
+    }
+    __syncthreads();
     if (e < hc) {
-        pre[e] = sigmoidf_(__ldcg(mt + e) * scale[0] + base[e]) + hc_eps;
-        float m1 = __ldcg(mt + hc + e);
+        pre[e] = sigmoidf_(mt[e] * scale[0] + base[e]) + hc_eps;
+        float m1 = mt[hc + e];
         post[(long long)t * hc + e] = 2.0f * sigmoidf_(m1 * scale[1] + base[hc + e]);
     }
     __syncthreads();
@@ -502,7 +521,7 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
         // lanes past hc * hc compute on zeros and store nothing.
         bool own = e < hc * hc;
         int i = own ? e / hc : 0, jj = own ? e % hc : 0;
-        float v = own ? __ldcg(mt + 2 * hc + e) * scale[2] + base[2 * hc + e] : 0.0f;
+        float v = own ? mt[2 * hc + e] * scale[2] + base[2 * hc + e] : 0.0f;
         // (Loops unrolled to HC_FUSED_MAX, hc uniform over the warp: a
         // round's shuffles issue together.)
         float mx = -INFINITY;
@@ -553,14 +572,17 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
 
 bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
                     const float *fn, const float *base, const float *scale, int iters,
-                    float hc_eps, float norm_eps, const float *nw, float *m, int *count,
+                    float hc_eps, float norm_eps, const float *nw, void *m, int *count,
                     float *post, float *comb, float *collapsed, float *out)
 {
     if (hc > HC_FUSED_MAX || T > HC_FUSED_MAX_T || H > 12 * 1024) return false;
+    int nmix = (2 + hc) * hc, S = HC_SPLITS(nmix, T);
+    double *pss = (double *)m;
+    float *pa = (float *)(pss + (long long)T * S);
     if (T > 0)
-        cu_launch(hc_pre_norm_kernel, dim3((2 + hc) * hc, T), 512, (size_t)H * sizeof(float), st,
-                  h, y, hc, H, fn, base,
-                  scale, iters, hc_eps, norm_eps, nw, m, count, post, comb, collapsed, out);
+        cu_launch(hc_pre_norm_kernel, dim3(nmix * S, T), 512, (size_t)H * sizeof(float), st, h,
+                  y, hc, H, fn, base, scale, iters, hc_eps, norm_eps, nw, nmix, S, pa, pss, count,
+                  post, comb, collapsed, out);
     return true;
 }
 

@@ -1413,10 +1413,12 @@ int main(void)
     test_hc(100, 2, 128);
     test_hc(65, 3, 320);
     test_hc(64, 3, 100);
-    /* one launch (T <= 63, hc <= 5; H = 130: the scalar path) and the
-     * fallback (many tokens, hc 6), without and with hc_post first */
+    /* one launch (T <= 63, hc <= 5; H = 130: the scalar path; the logits
+     * over 5, 2 and 1 column slices at T = 1, 2, 8) and the fallback (many
+     * tokens, hc 6), without and with hc_post first */
     for (int wy = 0; wy < 2; wy++) {
         test_hc_pre_norm(1, 4, 4096, true, wy);
+        test_hc_pre_norm(2, 4, 4096, true, wy);
         test_hc_pre_norm(8, 4, 4096, true, wy);
         test_hc_pre_norm(3, 2, 130, false, wy);
         test_hc_pre_norm(2, 5, 96, true, wy);
