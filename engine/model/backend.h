@@ -116,6 +116,31 @@ typedef struct {
     int n, pos0;
 } ring_args;
 
+/* An attention layer's queries and key after their projections, in place
+ * (T tokens at positions pos): q [T][nh*hd], an RMSNorm of each head
+ * (no weight) then RoPE (rope); kv [T][hd], RMSNorm (kv_norm) then RoPE
+ * (rope) then rounded to the cache's dtype (kv_round); when qi is not
+ * NULL, the indexer's queries qi [T][inh*ihd] get RoPE (irope) and its
+ * head weights iw [T][inh] are multiplied by iw_scale.  The ops rmsnorm,
+ * rope, kv_round and scale in that order compute the same (the model runs
+ * them where a backend has no qk_prep). */
+typedef struct {
+    int T;
+    const int32_t *pos;
+    float *q;
+    int nh, hd;
+    float *kv;
+    const float *kv_norm;
+    float eps;
+    const rope_table *rope;
+    enum kv_dtype dtype;
+    float *qi;              /* NULL: no indexer */
+    int inh, ihd;
+    const rope_table *irope;
+    float *iw;
+    float iw_scale;
+} qk_args;
+
 /* Mixture of experts over T tokens (this rank's slice of every expert). */
 typedef struct {
     int T, H;
@@ -192,6 +217,12 @@ struct backend {
     /* y[t][0..w->rows) = x[t] . W^T */
     void (*matmul)(backend *b, const qweight *w, const float *x, int ldx, int T, float *y,
                    int ldy);
+    /* Optional (NULL: one matmul each): y[i][t] = x[i][t] . W_i^T for n
+     * matrices over the same T tokens, every x's rows ldx apart, y[i]'s
+     * ldy[i].  norm_w not NULL: every x[i] is the same x, multiplied as
+     * rmsnorm(x, norm_w, eps) (the rmsnorm op's values; x unchanged). */
+    void (*matmuls)(backend *b, int n, const qweight *const *w, const float *const *x, int ldx,
+                    int T, float *const *y, const int *ldy, const float *norm_w, float eps);
     /* out[t] = dequantized row ids[t] of w */
     void (*embed)(backend *b, const qweight *w, const int32_t *ids, int T, float *out);
     /* RMSNorm of T rows of n: out = weight * (x / rms); weight NULL: none.
@@ -212,6 +243,14 @@ struct backend {
     /* h[k] = post[k] * y + sum_j comb[j][k] * h[j] */
     void (*hc_post)(backend *b, float *h, const float *y, const float *post,
                     const float *comb, int T, int hc, int H);
+    /* Optional (NULL: the model calls hc_post when y is not NULL, hc_pre,
+     * then rmsnorm of collapsed into normed): with y, first the previous
+     * sublayer's hc_post(h, y, post, comb); then hc_pre and the RMSNorm
+     * (weight norm_w, eps norm_eps) of its collapsed rows, normed [T][H]. */
+    void (*hc_pre_norm)(backend *b, float *h, const float *y, int T, int hc, int H,
+                        const float *fn, const float *base, const float *scale, int iters,
+                        float hc_eps, float norm_eps, float *post, float *comb,
+                        float *collapsed, const float *norm_w, float *normed);
     /* Final collapse with sigmoid weights (hc_head). */
     void (*hc_head)(backend *b, const float *h, int T, int hc, int H, const float *fn,
                     const float *base, const float *scale, float hc_eps, float norm_eps,
@@ -231,6 +270,8 @@ struct backend {
      * place; nothing for KV_F32). */
     void (*kv_round)(backend *b, float *x, int ld, int T, int n, enum kv_dtype t);
     void (*moe)(backend *b, const moe_args *a);
+    /* Optional (NULL: the model runs the ops qk_args names). */
+    void (*qk_prep)(backend *b, const qk_args *a);
 
     /* Collectives over the tensor-parallel group, as this backend's rank.
      * allreduce: buf[0..n) = sum over ranks.  gather_cols: put this rank's

@@ -105,6 +105,51 @@ static void compress_all(v4_model *M, v4_rank *R, const v4_batch *B, const v4_co
     R->be->compress(R->be, args, B->nseg);
 }
 
+/* Projections of one step run together: the backend's matmuls (which may
+ * launch matrices of one format as one kernel), or one matmul each. */
+#define PROJ_MAX 8
+typedef struct {
+    int n;
+    const qweight *w[PROJ_MAX];
+    const float *x[PROJ_MAX];
+    float *y[PROJ_MAX];
+    int ldy[PROJ_MAX];
+} proj_list;
+
+static void proj_add(proj_list *p, const qweight *w, const float *x, float *y, int ldy)
+{
+    p->w[p->n] = w, p->x[p->n] = x, p->y[p->n] = y, p->ldy[p->n] = ldy;
+    p->n++;
+}
+
+/* norm_w not NULL: every x is xn, RMS-normalized first (in place when the
+ * backend has no matmuls). */
+static void proj_run(backend *be, const proj_list *p, int ldx, int T, float *xn,
+                     const float *norm_w, float eps)
+{
+    if (be->matmuls) {
+        be->matmuls(be, p->n, p->w, p->x, ldx, T, p->y, p->ldy, norm_w, eps);
+        return;
+    }
+    if (norm_w) be->rmsnorm(be, xn, ldx, T, p->w[0]->cols, norm_w, eps, xn, ldx);
+    for (int i = 0; i < p->n; i++) be->matmul(be, p->w[i], p->x[i], ldx, T, p->y[i], p->ldy[i]);
+}
+
+/* qk_args' work through the plain ops (backends without qk_prep). */
+static void qk_prep_ops(backend *be, const qk_args *a)
+{
+    int T = a->T, qd = a->nh * a->hd, hd = a->hd;
+    be->rmsnorm(be, a->q, hd, T * a->nh, hd, NULL, a->eps, a->q, hd);
+    be->rope(be, a->q, qd, T, a->nh, hd, a->rope, a->pos, false);
+    be->rmsnorm(be, a->kv, hd, T, hd, a->kv_norm, a->eps, a->kv, hd);
+    be->rope(be, a->kv, hd, T, 1, hd, a->rope, a->pos, false);
+    if (a->dtype != KV_F32) be->kv_round(be, a->kv, hd, T, hd, a->dtype);
+    if (!a->qi) return;
+    int iqd = a->inh * a->ihd;
+    be->rope(be, a->qi, iqd, T, a->inh, a->ihd, a->irope, a->pos, false);
+    be->scale(be, a->iw, a->inh, T, a->inh, a->iw_scale);
+}
+
 /* Attention sublayer: x [T][H] -> partial output y [T][H] (this rank's heads). */
 static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
 {
@@ -119,34 +164,39 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
     float eps = (float)c->rms_eps;
     const rope_table *rt = ratio ? &M->rope_comp : &M->rope_main;
 
-    be->matmul(be, &L->wq_a, s->x, H, T, s->qr, qlr);
-    be->rmsnorm(be, s->qr, qlr, T, qlr, L->q_norm, eps, s->qr, qlr);
-    be->matmul(be, &L->wq_b, s->qr, qlr, T, s->q, qd);
-    be->rmsnorm(be, s->q, hd, T * nh, hd, NULL, eps, s->q, hd);
-    be->rope(be, s->q, qd, T, nh, hd, rt, B->pos, false);
-    be->matmul(be, &L->wkv, s->x, H, T, s->kv, hd);
-    be->rmsnorm(be, s->kv, hd, T, hd, L->kv_norm, eps, s->kv, hd);
-    be->rope(be, s->kv, hd, T, 1, hd, rt, B->pos, false);
-    /* The chunk's keys as the ring will hold them, so attention sees the
-     * same values from the chunk as from the cache (DeepSeek's reference
-     * rounds kv in place the same way). */
-    if (M->layout.dtype != KV_F32) be->kv_round(be, s->kv, hd, T, hd, M->layout.dtype);
-
+    int ihd = c->index_head_dim, inh = c->index_heads, cd = (csa ? 2 : 1) * hd;
+    /* Every projection of x, then those of qr normalized (q_norm). */
+    proj_list px = { 0 }, pq = { 0 };
+    proj_add(&px, &L->wq_a, s->x, s->qr, qlr);
+    proj_add(&px, &L->wkv, s->x, s->kv, hd);
     if (ratio) {
-        int cd = (csa ? 2 : 1) * hd;
-        be->matmul(be, &L->comp.wkv, s->x, H, T, s->ckv, cd);
-        be->matmul(be, &L->comp.wgate, s->x, H, T, s->cg, cd);
-        compress_all(M, R, B, &L->comp, l, false, s->ckv, s->cg);
+        proj_add(&px, &L->comp.wkv, s->x, s->ckv, cd);
+        proj_add(&px, &L->comp.wgate, s->x, s->cg, cd);
     }
     if (csa) {
-        int ihd = c->index_head_dim, inh = c->index_heads;
-        be->matmul(be, &L->icomp.wkv, s->x, H, T, s->ikv, 2 * ihd);
-        be->matmul(be, &L->icomp.wgate, s->x, H, T, s->ig, 2 * ihd);
+        proj_add(&px, &L->icomp.wkv, s->x, s->ikv, 2 * ihd);
+        proj_add(&px, &L->icomp.wgate, s->x, s->ig, 2 * ihd);
+        proj_add(&px, &L->iweights, s->x, s->iw, inh);
+    }
+    proj_run(be, &px, H, T, NULL, NULL, 0);
+    proj_add(&pq, &L->wq_b, s->qr, s->q, qd);
+    if (csa) proj_add(&pq, &L->iwq_b, s->qr, s->qi, inh * ihd);
+    proj_run(be, &pq, qlr, T, s->qr, L->q_norm, eps);
+    /* The chunk's keys end rounded as the ring will hold them, so attention
+     * sees the same values from the chunk as from the cache (DeepSeek's
+     * reference rounds kv in place the same way). */
+    qk_args qa = {
+        .T = T, .pos = B->pos, .q = s->q, .nh = nh, .hd = hd, .kv = s->kv,
+        .kv_norm = L->kv_norm, .eps = eps, .rope = rt, .dtype = M->layout.dtype,
+        .qi = csa ? s->qi : NULL, .inh = inh, .ihd = ihd, .irope = &M->rope_comp, .iw = s->iw,
+        .iw_scale = (float)pow(inh, -0.5),
+    };
+    if (be->qk_prep) be->qk_prep(be, &qa);
+    else qk_prep_ops(be, &qa);
+
+    if (ratio) compress_all(M, R, B, &L->comp, l, false, s->ckv, s->cg);
+    if (csa) {
         compress_all(M, R, B, &L->icomp, l, true, s->ikv, s->ig);
-        be->matmul(be, &L->iwq_b, s->qr, qlr, T, s->qi, inh * ihd);
-        be->rope(be, s->qi, inh * ihd, T, inh, ihd, &M->rope_comp, B->pos, false);
-        be->matmul(be, &L->iweights, s->x, H, T, s->iw, inh);
-        be->scale(be, s->iw, inh, T, inh, (float)pow(inh, -0.5));
         indexer_args *ia = R->iargs;
         for (int i = 0; i < B->nseg; i++) {
             const v4_segment *g = &B->segs[i];
@@ -192,10 +242,15 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
      * position, then the grouped output projection. */
     be->rope(be, s->attn, qd, T, nh, hd, rt, B->pos, true);
     int gin = (c->n_heads / c->o_groups) * hd;
-    for (int gi = 0; gi < ng; gi++) {
-        qweight wg = qweight_view(&L->wo_a, gi * olr, olr, 0, gin);
-        be->matmul(be, &wg, s->attn + (size_t)gi * gin, qd, T, s->oa + (size_t)gi * olr,
-                   ng * olr);
+    for (int g0 = 0; g0 < ng; g0 += PROJ_MAX) {
+        qweight wg[PROJ_MAX];
+        proj_list po = { 0 };
+        for (int gi = g0; gi < ng && gi < g0 + PROJ_MAX; gi++) {
+            wg[gi - g0] = qweight_view(&L->wo_a, gi * olr, olr, 0, gin);
+            proj_add(&po, &wg[gi - g0], s->attn + (size_t)gi * gin, s->oa + (size_t)gi * olr,
+                     ng * olr);
+        }
+        proj_run(be, &po, qd, T, NULL, NULL, 0);
     }
     be->matmul(be, &L->wo_b, s->oa, ng * olr, T, s->y, H);
 }
@@ -216,8 +271,9 @@ static void ffn(v4_model *M, v4_rank *R, const v4_batch *B, int l)
     R->be->moe(R->be, &a);
 }
 
-/* One hyper-connected sublayer: collapse the streams, normalize, run the
- * sublayer, all-reduce its partial output, expand back into the streams. */
+/* One hyper-connected sublayer: expand the previous sublayer's output into
+ * the streams (first: none), collapse them, normalize, run the sublayer,
+ * all-reduce its partial output (left in s->y for the next one). */
 static void sublayer(v4_model *M, v4_rank *R, const v4_batch *B, int l, bool is_ffn)
 {
     const v4_config *c = &M->cfg;
@@ -225,16 +281,24 @@ static void sublayer(v4_model *M, v4_rank *R, const v4_batch *B, int l, bool is_
     v4_scratch *s = &R->s;
     backend *be = R->be;
     int T = B->T, H = c->hidden_size, hc = c->hc_mult;
-    be->hc_pre(be, s->h, T, hc, H, is_ffn ? L->hc_ffn_fn : L->hc_attn_fn,
-               is_ffn ? L->hc_ffn_base : L->hc_attn_base,
-               is_ffn ? L->hc_ffn_scale : L->hc_attn_scale, c->hc_sinkhorn_iters,
-               (float)c->hc_eps, (float)c->rms_eps, s->post, s->comb, s->col);
-    be->rmsnorm(be, s->col, H, T, H, is_ffn ? L->ffn_norm : L->attn_norm, (float)c->rms_eps,
-                s->x, H);
+    const float *fn = is_ffn ? L->hc_ffn_fn : L->hc_attn_fn;
+    const float *base = is_ffn ? L->hc_ffn_base : L->hc_attn_base;
+    const float *scale = is_ffn ? L->hc_ffn_scale : L->hc_attn_scale;
+    const float *norm = is_ffn ? L->ffn_norm : L->attn_norm;
+    float eps = (float)c->rms_eps;
+    const float *y = l || is_ffn ? s->y : NULL;
+    if (be->hc_pre_norm) {
+        be->hc_pre_norm(be, s->h, y, T, hc, H, fn, base, scale, c->hc_sinkhorn_iters,
+                        (float)c->hc_eps, eps, s->post, s->comb, s->col, norm, s->x);
+    } else {
+        if (y) be->hc_post(be, s->h, y, s->post, s->comb, T, hc, H);
+        be->hc_pre(be, s->h, T, hc, H, fn, base, scale, c->hc_sinkhorn_iters,
+                   (float)c->hc_eps, eps, s->post, s->comb, s->col);
+        be->rmsnorm(be, s->col, H, T, H, norm, eps, s->x, H);
+    }
     if (is_ffn) ffn(M, R, B, l);
     else attention(M, R, B, l);
     be->allreduce(be, s->y, (size_t)T * H);
-    be->hc_post(be, s->h, s->y, s->post, s->comb, T, hc, H);
 }
 
 /* Every op of the step from the embedding to this rank's logits slice. */
@@ -250,6 +314,7 @@ static void forward_ops(v4_model *M, v4_rank *R, const v4_batch *B)
         sublayer(M, R, B, l, false);
         sublayer(M, R, B, l, true);
     }
+    if (c->n_layers) be->hc_post(be, s->h, s->y, s->post, s->comb, T, hc, H);
 
     /* Only the rows whose logits are wanted go through the head (runs of
      * consecutive rows in one copy). */

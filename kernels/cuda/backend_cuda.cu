@@ -129,6 +129,50 @@ static void cu_matmul_op(backend *b, const qweight *w, const float *x, int ldx, 
     launched(c, "matmul");
 }
 
+// Runs of consecutive matrices of one format and width in one GEMV launch
+// each (few tokens; with norm_w, all of them in one launch that normalizes
+// x on the way in, else x normalized once into scratch); the rest one by
+// one as cu_matmul_op.
+static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const float *const *x,
+                          int ldx, int T, float *const *y, const int *ldy, const float *norm_w,
+                          float eps)
+{
+    cu_impl *c = enter(b);
+    if (recording(c)) return;
+    dqw q[CU_MULTI_MAX];
+    const float *xs[CU_MULTI_MAX];
+    if (norm_w) {
+        bool one = n <= CU_MULTI_MAX && T < LT_MIN_T;
+        for (int i = 0; one && i < n; i++) {
+            if (!to_dqw(c, w[i], &q[i])) return;
+            one = q[i].type == q[0].type && q[i].cols == q[0].cols;
+        }
+        if (one && cu_matmul_multi(c->st, n, q, x, ldx, T, y, ldy, norm_w, eps)) {
+            launched(c, "matmuls");
+            return;
+        }
+        float *xn = (float *)grow(c, &c->xn, (size_t)T * ldx * sizeof(float));
+        if (c->failed) return;
+        cu_rmsnorm(c->st, x[0], ldx, T, w[0]->cols, norm_w, eps, xn, ldx);
+        for (int i = 0; i < CU_MULTI_MAX; i++) xs[i] = xn;
+    }
+    for (int i = 0, k; i < n && !c->failed; i += k) {
+        const float *const *xi = norm_w ? xs : x + i;
+        for (k = 0; k < CU_MULTI_MAX && i + k < n; k++) {
+            if (!to_dqw(c, w[i + k], &q[k])) return;
+            if (k && (q[k].type != q[0].type || q[k].cols != q[0].cols)) break;
+        }
+        if (T < LT_MIN_T && k > 1 &&
+            cu_matmul_multi(c->st, k, q, xi, ldx, T, y + i, ldy + i, NULL, 0))
+            continue;
+        for (int j = 0; j < k; j++) {
+            if (T >= LT_MIN_T) dense_matmul(c, q[j], xi[j], ldx, T, y[i + j], ldy[i + j]);
+            else cu_matmul(c->st, q[j], xi[j], ldx, T, y[i + j], ldy[i + j]);
+        }
+    }
+    launched(c, "matmuls");
+}
+
 static void cu_embed_op(backend *b, const qweight *w, const int32_t *ids, int T, float *out)
 {
     cu_impl *c = enter(b);
@@ -210,6 +254,30 @@ static void cu_hc_pre_op(backend *b, const float *h, int T, int hc, int H, const
     if (recording(c)) return;
     hc_pre(c, h, T, hc, H, fn, base, scale, iters, hc_eps, norm_eps, post, comb, collapsed, false);
     launched(c, "hc_pre");
+}
+
+// Few tokens: one launch (cu_hc_pre_norm); else hc_post (with y), hc_pre,
+// then the RMSNorm.
+static void cu_hc_pre_norm_op(backend *b, float *h, const float *y, int T, int hc, int H,
+                              const float *fn, const float *base, const float *scale, int iters,
+                              float hc_eps, float norm_eps, float *post, float *comb,
+                              float *collapsed, const float *norm_w, float *normed)
+{
+    cu_impl *c = enter(b);
+    if (recording(c) || !hc_ok(c, hc) || T <= 0) return;
+    int nmix = (2 + hc) * hc;
+    size_t bytes = HC_FUSED_SCRATCH(nmix, T), pre_bytes = (size_t)T * (nmix + 1) * sizeof(float);
+    void *m = grow(c, &c->hcm, bytes > pre_bytes ? bytes : pre_bytes);
+    if (c->failed) return;
+    if (T >= LT_MIN_T || !cu_hc_pre_norm(c->st, h, y, T, hc, H, fn, base, scale, iters, hc_eps,
+                                         norm_eps, norm_w, m, c->hc_count, post, comb, collapsed,
+                                         normed)) {
+        if (y) cu_hc_post(c->st, h, y, post, comb, T, hc, H);
+        hc_pre(c, h, T, hc, H, fn, base, scale, iters, hc_eps, norm_eps, post, comb, collapsed,
+               false);
+        cu_rmsnorm(c->st, collapsed, H, T, H, norm_w, norm_eps, normed, H);
+    }
+    launched(c, "hc_pre_norm");
 }
 
 static void cu_hc_head_op(backend *b, const float *h, int T, int hc, int H, const float *fn,
@@ -472,6 +540,22 @@ static void cu_kv_round_op(backend *b, float *x, int ld, int T, int n, enum kv_d
     launched(c, "kv_round");
 }
 
+static void cu_qk_prep_op(backend *b, const qk_args *a)
+{
+    cu_impl *c = enter(b);
+    drope r, ir = {};
+    if (a->hd > CU_QK_MAX_HD || (a->qi && a->ihd > CU_QK_MAX_HD)) {
+        fail(c, "qk_prep: heads of %d and %d channels (at most %d)", a->hd, a->ihd, CU_QK_MAX_HD);
+        return;
+    }
+    if (!to_rope(c, a->rope, &r) || (a->qi && !to_rope(c, a->irope, &ir))) return;
+    const int *d = (const int *)stage(c, a->pos, a->T * sizeof *a->pos);
+    if (c->failed || recording(c)) return;
+    cu_qk_prep(c->st, a->T, a->q, a->nh, a->hd, a->kv, a->kv_norm, a->eps, r, (int)a->dtype, a->qi,
+               a->inh, a->ihd, ir, a->iw, a->iw_scale, d);
+    launched(c, "qk_prep");
+}
+
 // Router, then the routed experts (one row per token and choice: slot
 // t*K + k) and the shared expert, then the weighted sum.  A few tokens:
 // fused matrix-vector products per slot reading its expert's weights;
@@ -629,7 +713,7 @@ static void cu_destroy(backend *b)
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
                          &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->ikeys, &c->wdeq, &c->hcm,
                          &c->apart, &c->offs, &c->xs, &c->yss, &c->xbf, &c->xq, &c->x8,
-                         &c->xsc, &c->wsc };
+                         &c->xsc, &c->wsc, &c->xn };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->p) cudaFreeAsync(bufs[i]->p, c->st);
     for (int i = 0; i < NSTAGE; i++) {
@@ -639,6 +723,7 @@ static void cu_destroy(backend *b)
     }
     cudaStreamSynchronize(c->st);
     if (c->lt_ws) cudaFree(c->lt_ws);
+    if (c->hc_count) cudaFree(c->hc_count);
     if (c->lt_op) cublasLtMatmulDescDestroy(c->lt_op);
     if (c->lt_op8) cublasLtMatmulDescDestroy(c->lt_op8);
     if (c->lt) cublasLtDestroy(c->lt);
@@ -672,6 +757,8 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
         CK(c, cudaEventCreateWithFlags(&c->stage[i].ev, cudaEventDisableTiming));
     if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) fail(c, "cuBLASLt: cannot create a handle");
     CK(c, cudaMalloc(&c->lt_ws, LT_WS_BYTES));
+    CK(c, cudaMalloc(&c->hc_count, HC_FUSED_MAX_T * sizeof(int)));
+    if (c->hc_count) CK(c, cudaMemset(c->hc_count, 0, HC_FUSED_MAX_T * sizeof(int)));
     lt_op_new(c);
     // Output-changing modes come from the recipe (and its LLM_CUDA_*
     // overrides, applied by the model loader): they are in the fingerprint.
@@ -723,11 +810,13 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     b->copy_async = cu_copy_async;
     b->copy_fence = cu_copy_fence;
     b->matmul = cu_matmul_op;
+    b->matmuls = cu_matmuls_op;
     b->embed = cu_embed_op;
     b->rmsnorm = cu_rmsnorm_op;
     b->rope = cu_rope_op;
     b->scale = cu_scale_op;
     b->hc_pre = cu_hc_pre_op;
+    b->hc_pre_norm = cu_hc_pre_norm_op;
     b->hc_post = cu_hc_post_op;
     b->hc_head = cu_hc_head_op;
     b->compress = cu_compress_op;
@@ -736,6 +825,7 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     b->ring_store = cu_ring_store_op;
     b->kv_round = cu_kv_round_op;
     b->moe = cu_moe_op;
+    b->qk_prep = cu_qk_prep_op;
     b->allreduce = cu_allreduce;
     b->gather_cols = cu_gather_cols;
     b->graph_begin = cu_graph_begin;

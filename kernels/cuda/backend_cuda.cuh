@@ -105,7 +105,8 @@ struct cu_impl {
     size_t hidx_cap;
     unsigned long long tick, fills;
     grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
-        iscores, ikeys, wdeq, hcm, xbf, apart, xq, x8, xsc, wsc;
+        iscores, ikeys, wdeq, hcm, xbf, apart, xq, x8, xsc, wsc, xn;
+    int *hc_count;              // [HC_FUSED_MAX_T] zeros: cu_hc_pre_norm's counters
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t lt_op;
     cublasLtMatmulDesc_t lt_op8;    // FP8 x FP8 with DeepSeek's block scales (lt_gemm)

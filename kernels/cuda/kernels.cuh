@@ -30,6 +30,15 @@ void cu_round_bf16(cudaStream_t st, const float *x, int ldx, const int *rows, in
 // tokens), x_i = x[i]; else i = slots 0..T-1 with their own experts,
 // experts[i], and x_i = x[i / xdiv].  false: w1 and w3 differ in shape or
 // layout (nothing launched).
+// y[i] = x[i] . W[i]^T for n <= CU_MULTI_MAX matrices of one format and
+// width (T <= 8 tokens, rows of every x ldx apart, y[i]'s ldy[i] apart) in
+// one GEMV launch; nw not NULL: x[i]'s rows RMS-normalized (weight nw,
+// eps) on the way in, x unchanged.  false (nothing launched): not such a
+// list, or with nw rows wider than one staged tile (8192 / tokens rounded
+// up to 1, 2, 4, 8).
+#define CU_MULTI_MAX 8
+bool cu_matmul_multi(cudaStream_t st, int n, const dqw *w, const float *const *x, int ldx, int T,
+                     float *const *y, const int *ldy, const float *nw, float eps);
 bool cu_gemv_swiglu(cudaStream_t st, const dqw &w1, const dqw &w3, const int *experts,
                     const float *x, int ldx, int xdiv, int T, float limit, float *y, int ldy);
 // y[t] = add[t] + sum over k < K of wt[t*K+k] * (x[t*K+k] . W[experts[t*K+k]]^T)
@@ -113,6 +122,30 @@ void cu_hc_collapse(cudaStream_t st, const float *h, int T, int hc, int H, const
                     float hc_eps, float *post, float *comb, float *collapsed, bool head);
 void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, const float *comb,
                 int T, int hc, int H);
+// hc_pre (few tokens: cu_hc_logits then cu_hc_collapse) and the RMSNorm
+// of the collapsed rows (weight nw or NULL) into out, in one launch; y not
+// NULL: cu_hc_post(h, y, post, comb) first.  m: HC_FUSED_SCRATCH bytes of
+// scratch (8-byte aligned), count [T] zeros (left zero).  false (nothing
+// launched): hc > HC_FUSED_MAX (the Sinkhorn on one warp), T >
+// HC_FUSED_MAX_T or H > 12K (the collapsed row in shared memory).
+#define HC_FUSED_MAX 5
+#define HC_FUSED_MAX_T 63
+// Column slices per logit: about 128 blocks in all, at most 8.
+#define HC_SPLITS(nmix, T) \
+    ((nmix) * (T) >= 64 ? 1 : 128 / ((nmix) * (T)) < 8 ? 128 / ((nmix) * (T)) : 8)
+// Bytes of the scratch m for T tokens.
+#define HC_FUSED_SCRATCH(nmix, T) ((size_t)(T) * HC_SPLITS(nmix, T) * (8 + 4 * (size_t)(nmix)))
+bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
+                    const float *fn, const float *base, const float *scale, int iters,
+                    float hc_eps, float norm_eps, const float *nw, void *m, int *count,
+                    float *post, float *comb, float *collapsed, float *out);
+// qk_args (backend.h) for T tokens at device positions pos: q and kv
+// normalized and rotated, kv rounded to dtype; qi (NULL: none) rotated and
+// iw [T][inh] scaled.  Heads of at most CU_QK_MAX_HD channels.
+#define CU_QK_MAX_HD 4096
+void cu_qk_prep(cudaStream_t st, int T, float *q, int nh, int hd, float *kv, const float *kv_norm,
+                float eps, const drope &rt, int dtype, float *qi, int inh, int ihd,
+                const drope &irt, float *iw, float iw_scale, const int *pos);
 // Store the chunk's last min(n, window) keys in the ring (a region of
 // `window` rows stored as t).  dyn: pos0 and ring from device memory
 // (graph replay), or NULL.

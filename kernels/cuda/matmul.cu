@@ -143,12 +143,17 @@ __device__ __forceinline__ void dot16(const uint4 (&u)[R], const float4 *xs, int
 enum { GV_PLAIN, GV_SWIGLU, GV_COMBINE };
 
 struct gv_args {
-    dqw w, w3;              // w3: SWIGLU's second matrix (same shape and layout as w)
+    // PLAIN: nm matrices of one format and width in one launch, matrix i
+    // (its x and y) owning blocks [mb[i], mb[i + 1]); else nm = 1.
+    int nm, mb[CU_MULTI_MAX + 1];
+    dqw w[CU_MULTI_MAX], w3;    // w3: SWIGLU's second matrix (same shape and layout as w)
     const int *experts;     // SWIGLU: per slot (blockIdx.y); COMBINE: [T][K]; NULL: dense
-    const float *x;
+    const float *x[CU_MULTI_MAX];
     int ldx, xdiv, T;       // T: tokens (dense) or slots
-    float *y;
-    int ldy;
+    float *y[CU_MULTI_MAX];
+    int ldy[CU_MULTI_MAX];
+    const float *nw;        // PLAIN: x's rows RMS-normalized with weight nw first (NULL: not)
+    float neps;
     int K;                  // COMBINE: slots per token
     const float *wt, *add;  // COMBINE: routing weights [T][K]; rows added [T][ldy] or NULL
     float limit;            // SWIGLU
@@ -175,7 +180,7 @@ struct gv_args {
 // K slots of token blockIdx.y as one row of K * cols columns (slot k's
 // columns read from its expert, its x scaled by its routing weight).
 template <int QT, int NT, int R, int MODE>
-__global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
+__global__ void __launch_bounds__(256, 2) gemv_kernel(const __grid_constant__ gv_args a)
 {
     constexpr int VEC = vec_of<QT>::n, XT = xtile<NT>::n, D = 8 / R;
     constexpr int RO = MODE == GV_SWIGLU ? R / 2 : R;
@@ -185,9 +190,14 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
     __shared__ float part[8][R][NT];
     __shared__ long long eoff[2][16];
     __shared__ int xrow[NT], yrow[NT];  // token t's x and y rows, -1: none
-    const dqw &w = a.w;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = a.S, sub = warp % S;
     int rb = a.tok_fast ? blockIdx.y : blockIdx.x, tb = a.tok_fast ? blockIdx.x : blockIdx.y;
+    int m = 0;
+    if (MODE == GV_PLAIN)
+        while (m + 1 < a.nm && rb >= a.mb[m + 1]) m++;
+    rb -= a.mb[m];
+    const dqw &w = a.w[m];
+    const float *ax = a.x[m];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = a.S, sub = warp % S;
     int n0 = (rb * (8 / S) + warp / S) * RO, t0 = tb * NT;
     int I = w.cols, Kv = MODE == GV_COMBINE ? a.K * I : I;
     long long tile_e = -1;
@@ -288,11 +298,11 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
                 if (MODE == GV_COMBINE) {
                     int k = vc / I;
                     long long sl = (long long)t0 * a.K + k;
-                    float4 g = *(const float4 *)(a.x + sl * a.ldx + vc - k * I);
+                    float4 g = *(const float4 *)(ax + sl * a.ldx + vc - k * I);
                     float f = a.wt[sl];
                     v[j] = make_float4(f * g.x, f * g.y, f * g.z, f * g.w);
                 } else if (xrow[t] >= 0) {
-                    v[j] = *(const float4 *)(a.x + (long long)xrow[t] * a.ldx + vc);
+                    v[j] = *(const float4 *)(ax + (long long)xrow[t] * a.ldx + vc);
                 }
             }
 #pragma unroll
@@ -307,14 +317,34 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
                 if (MODE == GV_COMBINE) {
                     int k = vc / I;
                     long long sl = (long long)t0 * a.K + k;
-                    v = a.wt[sl] * a.x[sl * a.ldx + vc - k * I];
+                    v = a.wt[sl] * ax[sl * a.ldx + vc - k * I];
                 } else if (xrow[t] >= 0) {
-                    v = a.x[(long long)xrow[t] * a.ldx + vc];
+                    v = ax[(long long)xrow[t] * a.ldx + vc];
                 }
                 xf[t * XT + xswz(q >> 2) * 4 + (q & 3)] = v;
             }
         }
         __syncthreads();
+        if (MODE == GV_PLAIN && a.nw) {
+            // Each token's row is whole in this tile: its RMSNorm in place
+            // (rmsnorm_kernel's operations).
+            __shared__ double nsh[32];
+            for (int t = 0; t < NT; t++) {
+                float *xt = xf + t * XT;
+                double ss = 0;
+                for (int q = threadIdx.x; q < kn; q += blockDim.x) {
+                    float v = xt[xswz(q >> 2) * 4 + (q & 3)];
+                    ss += (double)v * v;
+                }
+                ss = block_sum(ss, nsh);
+                float r = 1.0f / sqrtf((float)(ss / kn) + a.neps);
+                for (int q = threadIdx.x; q < kn; q += blockDim.x) {
+                    float *v = &xt[xswz(q >> 2) * 4 + (q & 3)];
+                    *v = a.nw[q] * (*v * r);
+                }
+            }
+            __syncthreads();
+        }
         while (c < nch) {
 #pragma unroll
             for (int d = 0; d < D; d++) {
@@ -377,10 +407,10 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(gv_args a)
             v += part[warp + k][r][t];
             if (MODE == GV_SWIGLU) u += part[warp + k][r + RO][t];
         }
-        long long yi = (long long)(MODE == GV_COMBINE ? t0 + t : yrow[t]) * a.ldy + n;
+        long long yi = (long long)(MODE == GV_COMBINE ? t0 + t : yrow[t]) * a.ldy[m] + n;
         if (MODE == GV_SWIGLU) v = swiglu1(v, u, a.limit);
         if (MODE == GV_COMBINE && a.add) v += a.add[yi];
-        a.y[yi] = v;
+        a.y[m][yi] = v;
     }
 }
 
@@ -497,10 +527,12 @@ static void launch_qt(cudaStream_t st, dim3 grid, const gv_args &a, int NT, bool
 // row when that leaves too few warps (short matrices); the columns split
 // over S warps until about two blocks per SM are busy (each lane still
 // reading at least one chunk of its slice).
+// A multi launch (nm > 1) takes the shape its matrices' rows together
+// would get, each matrix starting on a block of its own.
 template <int MODE>
 static void gemv_launch(cudaStream_t st, gv_args a)
 {
-    const dqw &w = a.w;
+    const dqw &w = a.w[0];
     int VEC = vec_elems(w.type), Kv = MODE == GV_COMBINE ? a.K * w.cols : w.cols;
     int NT = MODE == GV_COMBINE || a.experts ? 1
              : a.tiles                       ? a.tile_m
@@ -511,20 +543,30 @@ static void gemv_launch(cudaStream_t st, gv_args a)
     int ny = MODE == GV_COMBINE || a.experts || a.tiles ? a.T : (a.T + NT - 1) / NT;
     int R = NT == 8 ? 2 : 4, RO = MODE == GV_SWIGLU ? R / 2 : R;
     long long target = 16LL * sm_count();
+    auto ngroups = [&](int ro) {
+        long long g = 0;
+        for (int i = 0; i < a.nm; i++) g += (a.w[i].rows + ro - 1) / ro;
+        return g;
+    };
     auto slices = [&](int ro) {
-        long long groups = (w.rows + ro - 1) / ro;
+        long long groups = ngroups(ro);
         int S = 1;
         while (groups * S * ny < target && S < 8 && Kv / VEC >= 64 * S) S *= 2;
         return S;
     };
     a.S = slices(RO);
-    bool one_row = MODE == GV_PLAIN && (long long)(w.rows + RO - 1) / RO * a.S * ny < target / 2;
+    bool one_row = MODE == GV_PLAIN && ngroups(RO) * a.S * ny < target / 2;
     if (one_row) {
         RO = 1;
         a.S = slices(1);
     }
-    int groups = (w.rows + RO - 1) / RO, per_block = 8 / a.S;
-    dim3 grid((groups + per_block - 1) / per_block, ny);
+    int per_block = 8 / a.S;
+    a.mb[0] = 0;
+    for (int i = 0; i < a.nm; i++) {
+        int groups = (a.w[i].rows + RO - 1) / RO;
+        a.mb[i + 1] = a.mb[i] + (groups + per_block - 1) / per_block;
+    }
+    dim3 grid(a.mb[a.nm], ny);
     // More than 8 tokens: the chunks of a group of rows run one after the
     // other, so all but the first read the rows from L2.
     if (MODE == GV_PLAIN && !a.tiles && ny > 1 && grid.x <= 65535) {
@@ -537,8 +579,9 @@ static void gemv_launch(cudaStream_t st, gv_args a)
 static gv_args gv_make(const dqw &w, const float *x, int ldx, int T, float *y, int ldy)
 {
     gv_args a = {};
-    a.w = a.w3 = w;
-    a.x = x, a.ldx = ldx, a.xdiv = 1, a.T = T, a.y = y, a.ldy = ldy;
+    a.nm = 1;
+    a.w[0] = a.w3 = w;
+    a.x[0] = x, a.ldx = ldx, a.xdiv = 1, a.T = T, a.y[0] = y, a.ldy[0] = ldy;
     a.vec = w.c0 % vec_elems(w.type) == 0;
     a.x4 = (uintptr_t)x % 16 == 0 && ldx % 4 == 0 && w.cols % 4 == 0;
     return a;
@@ -553,6 +596,26 @@ void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, fl
         dim3 grid((T + TM - 1) / TM, (w.rows + TN - 1) / TN);
         QT_DISPATCH(w.type, cu_launch(tiled_kernel<QT>, grid, 256, 0, st, w, x, ldx, T, y, ldy));
     }
+}
+
+bool cu_matmul_multi(cudaStream_t st, int n, const dqw *w, const float *const *x, int ldx, int T,
+                     float *const *y, const int *ldy, const float *nw, float eps)
+{
+    int NT = T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
+    if (n < 1 || n > CU_MULTI_MAX || T < 1 || T > 8 || (nw && w[0].cols > 8192 / NT))
+        return false;
+    gv_args a = gv_make(w[0], x[0], ldx, T, y[0], ldy[0]);
+    a.nw = nw, a.neps = eps;
+    for (int i = 0; i < n; i++) {
+        const gv_args b = gv_make(w[i], x[i], ldx, T, y[i], ldy[i]);
+        if (w[i].type != w[0].type || w[i].cols != w[0].cols || w[i].rows <= 0 ||
+            b.vec != a.vec || b.x4 != a.x4)
+            return false;
+        a.w[i] = w[i], a.x[i] = x[i], a.y[i] = y[i], a.ldy[i] = ldy[i];
+    }
+    a.nm = n;
+    gemv_launch<GV_PLAIN>(st, a);
+    return true;
 }
 
 bool cu_gemv_swiglu(cudaStream_t st, const dqw &w1, const dqw &w3, const int *experts,

@@ -332,6 +332,316 @@ void cu_hc_collapse(cudaStream_t st, const float *h, int T, int hc, int H, const
                   post, comb, collapsed, head);
 }
 
+// Stream k of a column after hc_post (its operations in its order, the
+// multiply-adds fused explicitly so that every caller gets the same bits).
+__device__ __forceinline__ float hc_mixed(const float *o, int k, int hc, float y, const float *pp,
+                                          const float *cc)
+{
+    float sv = 0;
+#pragma unroll
+    for (int jj = 0; jj < HC_FUSED_MAX; jj++)
+        if (jj < hc) sv = __fmaf_rn(cc[jj * hc + k], o[jj], sv);
+    return __fmaf_rn(pp[k], y, sv);
+}
+
+// Columns [Wq, Wq + W) of a token's streams for hc_pre_norm_kernel (after
+// hc_post when yt is not NULL), added into the logit's dot product with f
+// and the sum of squares.
+template <int W>
+__device__ __forceinline__ void hc_cols(const float *ht, int hc, int H, int q, const float *yt,
+                                        const float *pp, const float *cc, const float *f,
+                                        float &a, double &ss)
+{
+    constexpr int HCF = HC_FUSED_MAX;
+    float o[HCF][W], yv[W];
+#pragma unroll
+    for (int k = 0; k < HCF; k++) {
+        if (k >= hc) break;
+        if (W == 4) *(float4 *)o[k] = ((const float4 *)(ht + (long long)k * H))[q];
+        else o[k][0] = ht[(long long)k * H + q];
+    }
+    if (yt) {
+        if (W == 4) *(float4 *)yv = ((const float4 *)yt)[q];
+        else yv[0] = yt[q];
+    }
+#pragma unroll
+    for (int k = 0; k < HCF; k++) {
+        if (k >= hc) break;
+        float v[W], fv[W];
+        if (W == 4) *(float4 *)fv = ((const float4 *)(f + (long long)k * H))[q];
+        else fv[0] = f[(long long)k * H + q];
+#pragma unroll
+        for (int c = 0; c < W; c++) {
+            float oc[HCF];
+#pragma unroll
+            for (int jj = 0; jj < HCF; jj++) oc[jj] = o[jj][c];
+            v[c] = yt ? hc_mixed(oc, k, hc, yv[c], pp, cc) : o[k][c];
+            ss += (double)v[c] * v[c];
+            a += v[c] * fv[c];
+        }
+    }
+}
+
+// Columns [Wq, Wq + W) of a token's streams in hc_pre_norm_kernel's last
+// block: after hc_post (yt not NULL; stored), collapsed with the pre
+// weights into col (global) and cs (shared), their sum of squares back.
+template <int W>
+__device__ __forceinline__ double hc_collapse_cols(float *ht, int hc, int H, int q,
+                                                   const float *yt, const float *pp,
+                                                   const float *cc, const float *pre,
+                                                   float *ct, float *cs)
+{
+    constexpr int HCF = HC_FUSED_MAX;
+    float o[HCF][W], yv[W], sv[W];
+#pragma unroll
+    for (int k = 0; k < HCF; k++) {
+        if (k >= hc) break;
+        if (W == 4) *(float4 *)o[k] = ((const float4 *)(ht + (long long)k * H))[q];
+        else o[k][0] = ht[(long long)k * H + q];
+    }
+    if (yt) {
+        if (W == 4) *(float4 *)yv = ((const float4 *)yt)[q];
+        else yv[0] = yt[q];
+    }
+#pragma unroll
+    for (int c = 0; c < W; c++) sv[c] = 0;
+#pragma unroll
+    for (int k = 0; k < HCF; k++) {
+        if (k >= hc) break;
+        float v[W];
+#pragma unroll
+        for (int c = 0; c < W; c++) {
+            float oc[HCF];
+#pragma unroll
+            for (int jj = 0; jj < HCF; jj++) oc[jj] = o[jj][c];
+            v[c] = yt ? hc_mixed(oc, k, hc, yv[c], pp, cc) : o[k][c];
+            sv[c] += pre[k] * v[c];
+        }
+        if (yt) {
+            if (W == 4) ((float4 *)(ht + (long long)k * H))[q] = *(float4 *)v;
+            else ht[(long long)k * H + q] = v[0];
+        }
+    }
+    double s2 = 0;
+#pragma unroll
+    for (int c = 0; c < W; c++) {
+        cs[W * q + c] = sv[c];
+        s2 += (double)sv[c] * sv[c];
+    }
+    if (W == 4) ((float4 *)ct)[q] = *(float4 *)sv;
+    else ct[q] = sv[0];
+    return s2;
+}
+
+// hc_pre and the RMSNorm of its collapsed row in one launch, for a few
+// tokens and hc <= HC_FUSED_MAX; with y, the previous sublayer's hc_post
+// first.  Blocks (j + nmix * split, t) compute logit j of token t over one
+// of S slices of the columns (S > 1 when few tokens leave SMs idle), as
+// hc_logits_kernel does (with y: on the streams after hc_post, computed
+// from the old ones in registers; only the last block stores them); the
+// block of token t that finishes last (count[t] says, and that block
+// resets it for the next launch) adds the slices in order, computes pre
+// and post, the Sinkhorn on its first warp (an
+// element per lane, sums through shuffles in hc_collapse_kernel's order)
+// while its other warps collapse the streams (16-byte accesses: one
+// block's latency-bound pass), then the RMSNorm of the collapsed row, kept
+// in shared memory (rmsnorm_kernel's operations).  One launch instead of
+// three or four, and the Sinkhorn's chain of divisions overlaps the
+// collapse.
+__global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float *y, int hc, int H,
+                                                          const float *fn, const float *base,
+                                                          const float *scale, int iters,
+                                                          float hc_eps, float norm_eps,
+                                                          const float *nw, int nmix, int S,
+                                                          float *pa, double *pss, int *count,
+                                                          float *post, float *comb,
+                                                          float *col, float *out)
+{
+    pdl_wait();
+    __shared__ double shd[32];
+    __shared__ float shf[32];
+    __shared__ float pre[HC_MAX], pp[HC_FUSED_MAX], cc[HC_FUSED_MAX * HC_FUSED_MAX];
+    __shared__ float mt[(2 + HC_FUSED_MAX) * HC_FUSED_MAX];
+    __shared__ bool last;
+    extern __shared__ float cs[];       // [H] the collapsed row (last block)
+    int j = blockIdx.x % nmix, sp = blockIdx.x / nmix, t = blockIdx.y, n = hc * H;
+    int e = threadIdx.x;
+    float *ht = h + (long long)t * n;   // old streams until the last block stores
+    const float *f = fn + (long long)j * n, *yt = y ? y + (long long)t * H : NULL;
+    if (y && e < hc) pp[e] = post[(long long)t * hc + e];
+    if (y && e < hc * hc) cc[e] = comb[(long long)t * hc * hc + e];
+    __syncthreads();
+    double ss = 0;
+    float a = 0;
+    bool v4 = H % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)fn % 16 == 0 &&
+              (uintptr_t)y % 16 == 0 && (uintptr_t)col % 16 == 0;
+    // This block's share of the columns: split sp of S.
+    int Q = v4 ? H / 4 : H;
+    int q0 = (int)((long long)Q * sp / S), q1 = (int)((long long)Q * (sp + 1) / S);
+    if (v4) {
+        for (int q = q0 + e; q < q1; q += blockDim.x)
+            hc_cols<4>(ht, hc, H, q, yt, pp, cc, f, a, ss);
+    } else {
+        for (int q = q0 + e; q < q1; q += blockDim.x)
+            hc_cols<1>(ht, hc, H, q, yt, pp, cc, f, a, ss);
+    }
+    ss = block_sum(ss, shd);
+    a = block_sum(a, shf);
+    if (e == 0) {
+        pa[((long long)t * nmix + j) * S + sp] = a;
+        if (j == 0) pss[(long long)t * S + sp] = ss;
+        __threadfence();
+        last = atomicAdd(&count[t], 1) == nmix * S - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (e == 0) count[t] = 0;
+    // The logits: the splits' parts added in split order.
+    if (e < nmix) {
+        double s2 = 0;
+        float aj = 0;
+        for (int k = 0; k < S; k++) {
+            s2 += __ldcg(pss + (long long)t * S + k);
+            aj += __ldcg(pa + ((long long)t * nmix + e) * S + k);
+        }
+        mt[e] = aj * (1.0f / sqrtf((float)(s2 / n) + norm_eps));
+    }
+    __syncthreads();
+    if (e < hc) {
+        pre[e] = sigmoidf_(mt[e] * scale[0] + base[e]) + hc_eps;
+        float m1 = mt[hc + e];
+        post[(long long)t * hc + e] = 2.0f * sigmoidf_(m1 * scale[1] + base[hc + e]);
+    }
+    __syncthreads();
+    double s2 = 0;
+    float *ct = col + (long long)t * H;
+    if (e < 32) {
+        // Row i's softmax, then rounds of row and column normalization;
+        // lanes past hc * hc compute on zeros and store nothing.
+        bool own = e < hc * hc;
+        int i = own ? e / hc : 0, jj = own ? e % hc : 0;
+        float v = own ? mt[2 * hc + e] * scale[2] + base[2 * hc + e] : 0.0f;
+        // (Loops unrolled to HC_FUSED_MAX, hc uniform over the warp: a
+        // round's shuffles issue together.)
+        float mx = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < HC_FUSED_MAX; k++) {
+            if (k >= hc) break;
+            float o = __shfl_sync(0xffffffffu, v, i * hc + k);
+            if (o > mx) mx = o;
+        }
+        v = expf(v - mx);
+        float sum = 0;
+#pragma unroll
+        for (int k = 0; k < HC_FUSED_MAX; k++) {
+            if (k >= hc) break;
+            sum += __shfl_sync(0xffffffffu, v, i * hc + k);
+        }
+        v = v / sum + hc_eps;
+        for (int it = 0; it < iters; it++) {
+            for (int c = it > 0 ? 0 : 1; c < 2; c++) {
+                float o[HC_FUSED_MAX];
+#pragma unroll
+                for (int k = 0; k < HC_FUSED_MAX; k++)
+                    o[k] = __shfl_sync(0xffffffffu, v, (c ? k * hc + jj : i * hc + k) & 31);
+                sum = 0;
+#pragma unroll
+                for (int k = 0; k < HC_FUSED_MAX; k++)
+                    if (k < hc) sum += o[k];
+                v /= sum + hc_eps;
+            }
+        }
+        if (own) comb[(long long)t * hc * hc + e] = v;
+    } else {
+        // Every other block has read the old streams: store the new.
+        if (v4) {
+            for (int q = e - 32; q < H / 4; q += blockDim.x - 32)
+                s2 += hc_collapse_cols<4>(ht, hc, H, q, yt, pp, cc, pre, ct, cs);
+        } else {
+            for (int q = e - 32; q < H; q += blockDim.x - 32)
+                s2 += hc_collapse_cols<1>(ht, hc, H, q, yt, pp, cc, pre, ct, cs);
+        }
+    }
+    s2 = block_sum(s2, shd);
+    float r = 1.0f / sqrtf((float)(s2 / H) + norm_eps);
+    float *o = out + (long long)t * H;
+    for (int d = e - 32; e >= 32 && d < H; d += blockDim.x - 32)
+        o[d] = nw ? nw[d] * (cs[d] * r) : cs[d] * r;
+}
+
+bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
+                    const float *fn, const float *base, const float *scale, int iters,
+                    float hc_eps, float norm_eps, const float *nw, void *m, int *count,
+                    float *post, float *comb, float *collapsed, float *out)
+{
+    if (hc > HC_FUSED_MAX || T > HC_FUSED_MAX_T || H > 12 * 1024) return false;
+    int nmix = (2 + hc) * hc, S = HC_SPLITS(nmix, T);
+    double *pss = (double *)m;
+    float *pa = (float *)(pss + (long long)T * S);
+    if (T > 0)
+        cu_launch(hc_pre_norm_kernel, dim3(nmix * S, T), 512, (size_t)H * sizeof(float), st, h,
+                  y, hc, H, fn, base, scale, iters, hc_eps, norm_eps, nw, nmix, S, pa, pss, count,
+                  post, comb, collapsed, out);
+    return true;
+}
+
+// The queries and key of an attention layer (qk_args, backend.h), a block
+// per (head, token): heads [0, nh) of q, then kv, then [0, inh) of qi.
+// Each row staged in shared memory: RMSNorm (rmsnorm_kernel's operations,
+// at its 128 threads), RoPE pair by pair (rope_pair), kv stored rounded
+// (kv_put_row), the indexer weights scaled by kv's block.
+__global__ void __launch_bounds__(128) qk_prep_kernel(float *q, int nh, int hd, float *kv,
+                                                      const float *kv_norm, float eps, drope rt,
+                                                      int dtype, float *qi, int inh, int ihd,
+                                                      drope irt, float *iw, float iw_scale,
+                                                      const int *pos)
+{
+    pdl_wait();
+    extern __shared__ float xs[];
+    __shared__ double sh[32];
+    int b = blockIdx.x, t = blockIdx.y;
+    bool isq = b < nh, iskv = b == nh;
+    float *row = isq ? q + ((long long)t * nh + b) * hd
+               : iskv ? kv + (long long)t * hd
+                      : qi + ((long long)t * inh + b - nh - 1) * ihd;
+    int n = isq || iskv ? hd : ihd;
+    const drope &r = isq || iskv ? rt : irt;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = row[i];
+    if (isq || iskv) {
+        const float *w = iskv ? kv_norm : NULL;
+        double ss = 0;
+#pragma unroll 4
+        for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xs[i] * xs[i];
+        ss = block_sum(ss, sh);
+        float rs = 1.0f / sqrtf((float)(ss / n) + eps);
+        for (int i = threadIdx.x; i < n; i += blockDim.x)
+            xs[i] = w ? w[i] * (xs[i] * rs) : xs[i] * rs;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < r.npairs; i += blockDim.x)
+        rope_pair(xs + n - 2 * r.npairs, i, r, pos[t], false);
+    __syncthreads();
+    if (iskv && dtype != KV_F32) {
+        kv_put_row(dtype, xs, n, NULL, 0, 0, row);
+    } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = xs[i];
+    }
+    if (iskv && qi)
+        for (int i = threadIdx.x; i < inh; i += blockDim.x) iw[(long long)t * inh + i] *= iw_scale;
+}
+
+void cu_qk_prep(cudaStream_t st, int T, float *q, int nh, int hd, float *kv, const float *kv_norm,
+                float eps, const drope &rt, int dtype, float *qi, int inh, int ihd,
+                const drope &irt, float *iw, float iw_scale, const int *pos)
+{
+    if (T <= 0) return;
+    int n = qi && ihd > hd ? ihd : hd;
+    dim3 grid(nh + 1 + (qi ? inh : 0), T);
+    cu_launch(qk_prep_kernel, grid, 128, (size_t)n * sizeof(float), st, q, nh, hd, kv, kv_norm,
+              eps, rt, dtype, qi, inh, ihd, irt, iw, iw_scale, pos);
+}
+
 __global__ void hc_post_kernel(float *h, const float *y, const float *post, const float *comb,
                                int T, int hc, int H)
 {

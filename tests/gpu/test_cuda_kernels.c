@@ -314,6 +314,102 @@ static void mm_case(const char *what, const qweight *cw, const qweight *gw, int 
     free(x), free(yc), free(yg), free(a), free(b);
 }
 
+/* matmuls (n matrices in one call, each with its x and y) against one
+ * CPU matmul each, within TOL: a list mixing formats (runs of one format
+ * and width share a launch), and views of one matrix whose x and y are
+ * column slices of one buffer (the grouped output projection).  Few
+ * tokens take the GEMV; 20 the one-by-one fallback. */
+static void mms_case(const char *what, int n, const qweight *cw, const qweight *gw,
+                     const int *xoff, int ldx, const int *yoff, const int *ldy, size_t ylen,
+                     bool stacked, bool norm, int T)
+{
+    /* norm: x (one for all) RMS-normalized with a random weight first */
+    /* stacked: y i starts at yoff[i] * T (its own rows), else at yoff[i] */
+    int ym = stacked ? T : 1;
+    float *x = hrand((size_t)T * ldx, 1.0f), *yc = calloc(ylen * T, sizeof *yc);
+    float *dx = dcopy(x, (size_t)T * ldx * 4), *dy = G->alloc(G, ylen * T * 4);
+    poison(dy, ylen * T * 4);
+    float *nw = norm ? hrand(cw[0].cols, 1.0f) : NULL;
+    float *dnw = norm ? dcopy(nw, cw[0].cols * 4) : NULL;
+    float *x0 = malloc((size_t)T * ldx * 4);
+    memcpy(x0, x, (size_t)T * ldx * 4);
+    if (norm) C->rmsnorm(C, x, ldx, T, cw[0].cols, nw, 1e-6f, x, ldx);
+    const qweight *gp[8];
+    const float *gx[8];
+    float *gy[8];
+    for (int i = 0; i < n; i++) {
+        C->matmul(C, &cw[i], x + xoff[i], ldx, T, yc + (size_t)yoff[i] * ym, ldy[i]);
+        gp[i] = &gw[i], gx[i] = dx + xoff[i], gy[i] = dy + (size_t)yoff[i] * ym;
+    }
+    G->matmuls(G, n, gp, gx, ldx, T, gy, ldy, dnw, 1e-6f);
+    float *yg = hcopy(dy, ylen * T * 4);
+    float *xg = hcopy(dx, (size_t)T * ldx * 4);
+    ok(!memcmp(xg, x0, (size_t)T * ldx * 4) && !G->error(G), "matmuls %s T=%d: x left as it was",
+       what, T);
+    for (int i = 0; i < n; i++) {
+        float *a = pack(yg + (size_t)yoff[i] * ym, T, cw[i].rows, ldy[i]);
+        float *b = pack(yc + (size_t)yoff[i] * ym, T, cw[i].rows, ldy[i]);
+        char name[160];
+        snprintf(name, sizeof name, "matmuls %s: matrix %d of %d (%s %dx%d) T=%d", what, i, n,
+                 tname(cw[i].type), cw[i].rows, cw[i].cols, T);
+        check(name, a, b, (size_t)T * cw[i].rows);
+        free(a), free(b);
+    }
+    G->release(G, dx), G->release(G, dy);
+    if (dnw) G->release(G, dnw);
+    free(x), free(x0), free(xg), free(nw), free(yc), free(yg);
+}
+
+static void test_matmuls(void)
+{
+    enum qtype ty[] = { QT_FP8, QT_FP8, QT_BF16, QT_BF16, QT_BF16, QT_MXFP4 };
+    int rows[] = { 1024, 512, 300, 64, 5, 70 }, K = 4096, n = 6;
+    qweight cw[8], gw[8];
+    int xoff[8], yoff[8], ldy[8];
+    size_t ylen = 0;
+    for (int i = 0; i < n; i++) {
+        cw[i] = make_w(ty[i], rows[i], K);
+        gw[i] = up(&cw[i]);
+        xoff[i] = 0, ldy[i] = rows[i] + i, yoff[i] = (int)ylen;
+        ylen += (size_t)ldy[i];
+    }
+    int Ts[] = { 1, 3, 8, 20 };
+    for (int k = 0; k < 4; k++)
+        mms_case("mixed formats", n, cw, gw, xoff, K + 4, yoff, ldy, ylen, true, false, Ts[k]);
+    /* four groups: rows 96g.. of a bf16 matrix times columns 256g.. of x,
+     * into columns 96g.. of one y */
+    qweight big = make_w(QT_BF16, 4 * 96, 256), gbig = up(&big);
+    for (int g = 0; g < 4; g++) {
+        cw[g] = qweight_view(&big, g * 96, 96, 0, 256);
+        gw[g] = qweight_view(&gbig, g * 96, 96, 0, 256);
+        xoff[g] = g * 256, yoff[g] = g * 96, ldy[g] = 4 * 96 + 3;
+    }
+    for (int T = 1; T <= 8; T += 7)
+        mms_case("groups", 4, cw, gw, xoff, 4 * 256 + 8, yoff, ldy, 4 * 96 + 3, false, false, T);
+    /* x RMS-normalized on the way in (q_norm before wq_b and iwq_b): in
+     * the one launch (rows of up to 8192 / tokens), else through scratch
+     * (2048 columns at 5 tokens, 20 tokens, two formats) */
+    int nr[] = { 300, 200 }, nK[] = { 1024, 2048 };
+    for (int kk = 0; kk < 2; kk++) {
+        size_t yl = 0;
+        for (int i = 0; i < 2; i++) {
+            cw[i] = make_w(QT_FP8, nr[i], nK[kk]);
+            gw[i] = up(&cw[i]);
+            xoff[i] = 0, ldy[i] = nr[i] + 1, yoff[i] = (int)yl;
+            yl += (size_t)ldy[i];
+        }
+        int Tn[] = { 1, 3, 5, 8, 20 };
+        for (int k = 0; k < 5; k++)
+            mms_case("normalized x", 2, cw, gw, xoff, nK[kk] + 4, yoff, ldy, yl, true, true,
+                     Tn[k]);
+    }
+    cw[0] = make_w(QT_FP8, 300, 1024), gw[0] = up(&cw[0]);
+    cw[1] = make_w(QT_BF16, 64, 1024), gw[1] = up(&cw[1]);
+    ldy[0] = 301, ldy[1] = 64, yoff[0] = 0, yoff[1] = 301;
+    mms_case("normalized x, two formats", 2, cw, gw, xoff, 1024, yoff, ldy, 301 + 64, true, true,
+             2);
+}
+
 static void test_matmul(void)
 {
     enum qtype types[] = { QT_F32, QT_BF16, QT_FP8, QT_MXFP4 };
@@ -513,6 +609,59 @@ static void test_hc(int T, int hc, int H)
     void *dev[] = { dh, dfn, dbase, dscale, dyy, dpost, dcomb, dcol };
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) G->release(G, dev[i]);
     free(h), free(fn), free(base), free(scale), free(y), free(post), free(comb), free(col);
+}
+
+/* hc_pre_norm against the CPU's hc_post (with y: the previous sublayer's
+ * output, post and comb), hc_pre, then rmsnorm: the streams, post, comb,
+ * collapsed and normed rows within TOL.  Run twice on fresh inputs with
+ * outputs poisoned each time: the one-launch kernel's per-token counters
+ * must be left ready for the next launch. */
+static void test_hc_pre_norm(int T, int hc, int H, bool weight, bool with_y)
+{
+    int mix = (2 + hc) * hc, n = hc * H;
+    for (int run = 0; run < 2; run++) {
+        float *h = hrand((size_t)T * n, 1.0f), *fn = hrand((size_t)mix * n, 0.05f);
+        float *base = hrand(mix, 0.5f), *scale = hrand(3, 1.0f);
+        float *w = weight ? hrand(H, 1.0f) : NULL;
+        float *y = hrand((size_t)T * H, 1.0f);
+        float *post = hrand((size_t)T * hc, 1.0f), *comb = hrand((size_t)T * hc * hc, 0.5f);
+        float *col = malloc((size_t)T * H * 4), *xn = malloc((size_t)T * H * 4);
+        float *dh = dcopy(h, (size_t)T * n * 4), *dfn = dcopy(fn, (size_t)mix * n * 4);
+        float *dbase = dcopy(base, mix * 4), *dscale = dcopy(scale, 12);
+        float *dw = w ? dcopy(w, H * 4) : NULL, *dy = dcopy(y, (size_t)T * H * 4);
+        float *dpost = dcopy(post, (size_t)T * hc * 4);
+        float *dcomb = dcopy(comb, (size_t)T * hc * hc * 4);
+        float *dcol = G->alloc(G, (size_t)T * H * 4), *dxn = G->alloc(G, (size_t)T * H * 4);
+        if (!with_y) {
+            poison(dpost, (size_t)T * hc * 4);
+            poison(dcomb, (size_t)T * hc * hc * 4);
+        }
+        poison(dcol, (size_t)T * H * 4);
+        poison(dxn, (size_t)T * H * 4);
+        if (with_y) C->hc_post(C, h, y, post, comb, T, hc, H);
+        C->hc_pre(C, h, T, hc, H, fn, base, scale, 20, 1e-6f, 1e-6f, post, comb, col);
+        C->rmsnorm(C, col, H, T, H, w, 1e-6f, xn, H);
+        G->hc_pre_norm(G, dh, with_y ? dy : NULL, T, hc, H, dfn, dbase, dscale, 20, 1e-6f, 1e-6f,
+                       dpost, dcomb, dcol, dw, dxn);
+        const float *want[] = { post, comb, col, xn, h };
+        float *dev[] = { dpost, dcomb, dcol, dxn, dh };
+        size_t len[] = { (size_t)T * hc, (size_t)T * hc * hc, (size_t)T * H, (size_t)T * H,
+                         (size_t)T * n };
+        const char *what[] = { "post", "comb (Sinkhorn)", "collapsed", "normed", "streams" };
+        for (int i = 0; i < 5; i++) {
+            char name[128];
+            float *g = hcopy(dev[i], len[i] * 4);
+            snprintf(name, sizeof name, "hc_pre_norm %s T=%d hc=%d H=%d%s%s, run %d", what[i], T,
+                     hc, H, weight ? " weighted" : "", with_y ? " after hc_post" : "", run + 1);
+            check(name, g, want[i], len[i]);
+            free(g);
+        }
+        void *d[] = { dh, dfn, dbase, dscale, dw, dy, dpost, dcomb, dcol, dxn };
+        for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+            if (d[i]) G->release(G, d[i]);
+        free(h), free(fn), free(base), free(scale), free(w), free(y), free(post), free(comb),
+            free(col), free(xn);
+    }
 }
 
 /* ---- paged rows on both sides ---- */
@@ -1194,6 +1343,66 @@ static void test_kv_round(int T, int n, int ld, enum kv_dtype t)
     free(x), free(g);
 }
 
+/* qk_prep against the CPU's ops in qk_args' order (rmsnorm, rope,
+ * kv_round, scale).  q, qi and iw within TOL; kv as test_compress's
+ * entries (float32 values equal to ~1e-7, then rounded to the cache's
+ * dtype): relative L2 1e-4 (bf16), 2e-3 (fp8). */
+static void test_qk_prep(int T, int nh, int hd, int npairs, int inh, int ihd, int ipairs,
+                         enum kv_dtype t)
+{
+    int qd = nh * hd, iqd = inh * ihd;
+    float *q = hrand((size_t)T * qd, 2.0f), *kv = hrand((size_t)T * hd, 2.0f);
+    float *qi = inh ? hrand((size_t)T * iqd, 1.0f) : NULL;
+    float *iw = inh ? hrand((size_t)T * inh, 1.0f) : NULL;
+    float *kn = hrand(hd, 1.0f), *inv = malloc(npairs * 4), *iinv = malloc((ipairs + 1) * 4);
+    for (int i = 0; i < npairs; i++) inv[i] = powf(10000.0f, -2.0f * i / (2 * npairs));
+    for (int i = 0; i < ipairs; i++) iinv[i] = powf(160000.0f, -2.0f * i / (2 * ipairs));
+    rope_table rt = { npairs, inv, 1.25f }, irt = { ipairs, iinv, 0.75f };
+    int32_t *pos = malloc(T * 4);
+    for (int i = 0; i < T; i++) pos[i] = rnd() % 1000000;
+    float *dq = dcopy(q, (size_t)T * qd * 4), *dkv = dcopy(kv, (size_t)T * hd * 4);
+    float *dqi = inh ? dcopy(qi, (size_t)T * iqd * 4) : NULL;
+    float *diw = inh ? dcopy(iw, (size_t)T * inh * 4) : NULL;
+    float *dkn = dcopy(kn, hd * 4);
+    float sc = 1.0f / sqrtf((float)(inh ? inh : 1));
+    C->rmsnorm(C, q, hd, T * nh, hd, NULL, 1e-6f, q, hd);
+    C->rope(C, q, qd, T, nh, hd, &rt, pos, false);
+    C->rmsnorm(C, kv, hd, T, hd, kn, 1e-6f, kv, hd);
+    C->rope(C, kv, hd, T, 1, hd, &rt, pos, false);
+    if (t != KV_F32) C->kv_round(C, kv, hd, T, hd, t);
+    if (inh) {
+        C->rope(C, qi, iqd, T, inh, ihd, &irt, pos, false);
+        C->scale(C, iw, inh, T, inh, sc);
+    }
+    qk_args a = { .T = T, .pos = pos, .q = dq, .nh = nh, .hd = hd, .kv = dkv, .kv_norm = dkn,
+                  .eps = 1e-6f, .rope = &rt, .dtype = t, .qi = dqi, .inh = inh, .ihd = ihd,
+                  .irope = &irt, .iw = diw, .iw_scale = sc };
+    G->qk_prep(G, &a);
+    char name[112];
+    float *g = hcopy(dq, (size_t)T * qd * 4);
+    snprintf(name, sizeof name, "qk_prep q T=%d heads=%d hd=%d pairs=%d", T, nh, hd, npairs);
+    check(name, g, q, (size_t)T * qd);
+    free(g);
+    g = hcopy(dkv, (size_t)T * hd * 4);
+    snprintf(name, sizeof name, "qk_prep kv T=%d hd=%d %s", T, hd, dname(t));
+    check_tol(name, g, kv, (size_t)T * hd, t == KV_FP8 ? 2e-3 : t == KV_BF16 ? 1e-4 : TOL);
+    free(g);
+    if (inh) {
+        g = hcopy(dqi, (size_t)T * iqd * 4);
+        snprintf(name, sizeof name, "qk_prep qi T=%d heads=%d hd=%d pairs=%d", T, inh, ihd,
+                 ipairs);
+        check(name, g, qi, (size_t)T * iqd);
+        free(g);
+        g = hcopy(diw, (size_t)T * inh * 4);
+        snprintf(name, sizeof name, "qk_prep iw T=%d heads=%d", T, inh);
+        check(name, g, iw, (size_t)T * inh);
+        free(g);
+        G->release(G, dqi), G->release(G, diw);
+    }
+    G->release(G, dq), G->release(G, dkv), G->release(G, dkn);
+    free(q), free(kv), free(qi), free(iw), free(kn), free(inv), free(iinv), free(pos);
+}
+
 /* ---- mixture of experts: rank 1's slice of every expert ---- */
 
 /* E experts of intermediate size I, this rank's slice [i0, i0 + ni); K
@@ -1512,6 +1721,7 @@ int main(void)
 
     G = g[GEMM_F32];
     test_matmul();
+    test_matmuls();
     test_embed();
     for (int inplace = 0; inplace < 2; inplace++) {
         test_rmsnorm(5, 64, 70, true, inplace);
@@ -1535,6 +1745,19 @@ int main(void)
     test_hc(100, 2, 128);
     test_hc(65, 3, 320);
     test_hc(64, 3, 100);
+    /* one launch (T <= 63, hc <= 5; H = 130: the scalar path; the logits
+     * over 5, 2 and 1 column slices at T = 1, 2, 8) and the fallback (many
+     * tokens, hc 6), without and with hc_post first */
+    for (int wy = 0; wy < 2; wy++) {
+        test_hc_pre_norm(1, 4, 4096, true, wy);
+        test_hc_pre_norm(2, 4, 4096, true, wy);
+        test_hc_pre_norm(8, 4, 4096, true, wy);
+        test_hc_pre_norm(3, 2, 130, false, wy);
+        test_hc_pre_norm(2, 5, 96, true, wy);
+        test_hc_pre_norm(63, 4, 1024, true, wy);
+        test_hc_pre_norm(70, 4, 1024, true, wy);
+        test_hc_pre_norm(2, 6, 256, true, wy);
+    }
     int ch1[] = { 7, 1, 1, 13, 5, 1, 1, 1, 40, 2 };
     int ch2[] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
     int ch3[] = { 300, 1, 1, 100, 1 };
@@ -1615,6 +1838,9 @@ int main(void)
         test_kv_round(1, 512, 512, t);
         test_kv_round(37, 100, 130, t);
         test_kv_round(300, 512, 512, t);
+        test_qk_prep(1, 32, 512, 32, 64, 128, 32, t);
+        test_qk_prep(8, 4, 512, 32, 0, 0, 0, t);
+        test_qk_prep(5, 3, 64, 8, 4, 32, 8, t);
     }
     test_moes();
     /* the same matmuls, MoE layers and prefill attention on tensor cores */
