@@ -2,12 +2,17 @@
 # Assemble what the GPU machine needs into DEST, a folder under the
 # checkout's ignored .xfer/ (it travels with `carry`): the engine and GPU
 # test binaries built here by `make CUDA=1 gpu-tests`, the scripts that run
-# them, and lib/ with the shared libraries the GPU image lacks.
+# them, and lib/ with the shared libraries the GPU image lacks, stripped
+# and packed as DEST/pack.tgz: unpacked they pass the 64 MiB a call may
+# carry (the CUDA kernels' code), packed they take ~30 MB.
 #   make CUDA=1 gpu-tests && sh tools/gpu_pack.sh .xfer/NAME
-# Then, on the GPU machine: cd .xfer/NAME && sh tools/gpu_run.sh $OUT [bench]
+# Then `run` with carry [".xfer/NAME"] and the command
+#   cd .xfer/NAME && tar xzf pack.tgz && cd pack && sh tools/gpu_run.sh $OUT [bench]
 set -e
 dest=${1:?usage: tools/gpu_pack.sh DEST}
 rm -rf "$dest"
+final=$dest
+dest=$dest/pack
 mkdir -p "$dest/build/bin" "$dest/build/tests/gpu" "$dest/tools" "$dest/lib"
 cp build/bin/llm-engine "$dest/build/bin/"
 cp build/tests/gpu/test_cuda_* build/tests/gpu/bench_cuda_* build/tests/test_model_golden \
@@ -18,4 +23,7 @@ cp tools/gpu_run.sh tools/gpu_serve_check.sh tools/test_gpu.sh "$dest/tools/"
 for l in libyajl.so.2 libyaml-0.so.2 libpcre2-8.so.0; do
     cp -L /usr/lib/x86_64-linux-gnu/$l "$dest/lib/"
 done
-du -sh "$dest"
+strip "$dest"/build/bin/* "$dest"/build/tests/test_* "$dest"/build/tests/gpu/*
+tar czf "$final/pack.tgz" -C "$final" pack
+rm -rf "$dest"
+du -sh "$final/pack.tgz"
