@@ -344,6 +344,25 @@ __device__ __forceinline__ float hc_mixed(const float *o, int k, int hc, float y
     return __fmaf_rn(pp[k], y, sv);
 }
 
+// Columns [W q, W q + W) of a token's hc streams ht [hc][H] into o, and
+// of y (yt, when not NULL) into yv.
+template <int W>
+__device__ __forceinline__ void hc_load_cols(const float *ht, int hc, int H, int q,
+                                             const float *yt, float (&o)[HC_FUSED_MAX][W],
+                                             float (&yv)[W])
+{
+#pragma unroll
+    for (int k = 0; k < HC_FUSED_MAX; k++) {
+        if (k >= hc) break;
+        if (W == 4) *(float4 *)o[k] = ((const float4 *)(ht + (long long)k * H))[q];
+        else o[k][0] = ht[(long long)k * H + q];
+    }
+    if (yt) {
+        if (W == 4) *(float4 *)yv = ((const float4 *)yt)[q];
+        else yv[0] = yt[q];
+    }
+}
+
 // Columns [Wq, Wq + W) of a token's streams for hc_pre_norm_kernel (after
 // hc_post when yt is not NULL), added into the logit's dot product with f
 // and the sum of squares.
@@ -354,16 +373,7 @@ __device__ __forceinline__ void hc_cols(const float *ht, int hc, int H, int q, c
 {
     constexpr int HCF = HC_FUSED_MAX;
     float o[HCF][W], yv[W];
-#pragma unroll
-    for (int k = 0; k < HCF; k++) {
-        if (k >= hc) break;
-        if (W == 4) *(float4 *)o[k] = ((const float4 *)(ht + (long long)k * H))[q];
-        else o[k][0] = ht[(long long)k * H + q];
-    }
-    if (yt) {
-        if (W == 4) *(float4 *)yv = ((const float4 *)yt)[q];
-        else yv[0] = yt[q];
-    }
+    hc_load_cols<W>(ht, hc, H, q, yt, o, yv);
 #pragma unroll
     for (int k = 0; k < HCF; k++) {
         if (k >= hc) break;
@@ -393,16 +403,7 @@ __device__ __forceinline__ double hc_collapse_cols(float *ht, int hc, int H, int
 {
     constexpr int HCF = HC_FUSED_MAX;
     float o[HCF][W], yv[W], sv[W];
-#pragma unroll
-    for (int k = 0; k < HCF; k++) {
-        if (k >= hc) break;
-        if (W == 4) *(float4 *)o[k] = ((const float4 *)(ht + (long long)k * H))[q];
-        else o[k][0] = ht[(long long)k * H + q];
-    }
-    if (yt) {
-        if (W == 4) *(float4 *)yv = ((const float4 *)yt)[q];
-        else yv[0] = yt[q];
-    }
+    hc_load_cols<W>(ht, hc, H, q, yt, o, yv);
 #pragma unroll
     for (int c = 0; c < W; c++) sv[c] = 0;
 #pragma unroll
