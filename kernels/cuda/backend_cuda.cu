@@ -319,6 +319,34 @@ template <class A> static int one_token_segs(cu_impl *c, const A *a, int nseg)
     return k;
 }
 
+// A batched op over a step's sequences: every sequence outside the
+// one-token batch by one(x) (false: stop), the batch's as structs D in one
+// staged buffer (then their block addresses: extra(x) bytes each), each
+// written by pack(x, &d, &sp), launched by batch(h, dev, n1) with the host
+// copy h to read the launch's shape from.
+template <class D, class A, class One, class Extra, class Pack, class Batch>
+static void run_segs(cu_impl *c, const A *a, int nseg, One one, Extra extra, Pack pack,
+                     Batch batch)
+{
+    int n1 = one_token_segs(c, a, nseg), *idx = c->hidx;
+    for (int i = 0, k = 0; i < nseg; i++) {
+        if (k < n1 && idx[k] == i) {
+            k++;
+            continue;
+        }
+        if (!one(a[i])) return;
+    }
+    if (!n1) return;
+    size_t head = round_up(n1 * sizeof(D), 16), bytes = head;
+    for (int k = 0; k < n1; k++) bytes += extra(a[idx[k]]);
+    seg_pack sp = { NULL, NULL, head };
+    if (!(sp.host = stage_begin(c, bytes, &sp.dev))) return;
+    D *h = (D *)sp.host;
+    for (int k = 0; k < n1; k++) pack(a[idx[k]], &h[k], &sp);
+    stage_end(c);
+    if (!c->failed && !recording(c)) batch((const D *)h, (const D *)sp.dev, n1);
+}
+
 static bool to_dcomp(cu_impl *c, const compress_args *a, dcomp *d, seg_pack *sp = NULL)
 {
     *d = dcomp{ a->n, a->pos0, a->ratio, a->d, a->overlap, a->ld, a->kv, a->gate, a->ape,
@@ -332,32 +360,24 @@ static void cu_compress_op(backend *b, const compress_args *a, int nseg)
     cu_impl *c = enter(b);
     if (nseg <= 0) return;
     drope r;
-    int n1 = one_token_segs(c, a, nseg), *one = c->hidx;
     if (!to_rope(c, a->rope, &r)) return;
-    for (int i = 0, k = 0; i < nseg; i++) {
-        if (k < n1 && one[k] == i) {
-            k++;
-            continue;
-        }
-        dcomp d;
-        if (!to_dcomp(c, &a[i], &d)) return;
-        if (!recording(c)) cu_compress(c->st, d, r);
-    }
-    if (n1) {
-        size_t head = round_up(n1 * sizeof(dcomp), 16), bytes = head;
-        for (int k = 0; k < n1; k++) {
-            const compress_args &x = a[one[k]];
-            bytes += paged_bytes(&x.out, pos_end(c, x.pos0, x.n) / x.ratio);
-        }
-        seg_pack sp = { NULL, NULL, head };
-        if (!(sp.host = stage_begin(c, bytes, &sp.dev))) return;
-        dcomp *h = (dcomp *)sp.host;
-        for (int k = 0; k < n1; k++) to_dcomp(c, &a[one[k]], &h[k], &sp);
-        dcomp shape = h[0];
-        shape.n = n1;
-        stage_end(c);
-        if (!c->failed && !recording(c)) cu_compress(c->st, shape, r, (const dcomp *)sp.dev);
-    }
+    run_segs<dcomp>(
+        c, a, nseg,
+        [&](const compress_args &x) {
+            dcomp d;
+            if (!to_dcomp(c, &x, &d)) return false;
+            if (!recording(c)) cu_compress(c->st, d, r);
+            return true;
+        },
+        [&](const compress_args &x) {
+            return paged_bytes(&x.out, pos_end(c, x.pos0, x.n) / x.ratio);
+        },
+        [&](const compress_args &x, dcomp *d, seg_pack *sp) { to_dcomp(c, &x, d, sp); },
+        [&](const dcomp *h, const dcomp *dev, int n1) {
+            dcomp shape = h[0];
+            shape.n = n1;
+            cu_compress(c->st, shape, r, dev);
+        });
     launched(c, "compress");
 }
 
@@ -396,39 +416,37 @@ static void indexer_one(cu_impl *c, const indexer_args *a)
     cu_indexer(c->st, d, sc, cap, keys);
 }
 
+// The launch shape of a batch: its first sequence's, with the largest
+// position bound and the batch's count.
+template <class D> static D batch_shape(const D *h, int n1)
+{
+    D shape = h[0];
+    for (int k = 1; k < n1; k++)
+        if (h[k].pos_end > shape.pos_end) shape = h[k];
+    shape.n = n1;
+    return shape;
+}
+
 static void cu_indexer_op(backend *b, const indexer_args *a, int nseg)
 {
     cu_impl *c = enter(b);
     if (nseg <= 0) return;
-    int n1 = one_token_segs(c, a, nseg), *one = c->hidx;
-    for (int i = 0, k = 0; i < nseg; i++) {
-        if (k < n1 && one[k] == i) {
-            k++;
-            continue;
-        }
-        indexer_one(c, &a[i]);
-    }
-    if (n1) {
-        size_t head = round_up(n1 * sizeof(dindexer), 16), bytes = head;
-        for (int k = 0; k < n1; k++) {
-            const indexer_args &x = a[one[k]];
-            bytes += paged_bytes(&x.keys, pos_end(c, x.pos0, x.n) / x.ratio);
-        }
-        seg_pack sp = { NULL, NULL, head };
-        if (!(sp.host = stage_begin(c, bytes, &sp.dev))) return;
-        dindexer *h = (dindexer *)sp.host, shape;
-        for (int k = 0; k < n1; k++) {
-            to_dindexer(c, &a[one[k]], &h[k], &sp);
-            if (!k || h[k].pos_end > shape.pos_end) shape = h[k];
-        }
-        shape.n = n1;
-        stage_end(c);
-        const dindexer *dev = (const dindexer *)sp.dev;
-        if (recording(c)) return;
-        size_t cap;
-        float *sc = indexer_scores(c, n1, shape.pos_end / shape.ratio, true, &cap);
-        if (!c->failed) cu_indexer(c->st, shape, sc, cap, NULL, dev);
-    }
+    run_segs<dindexer>(
+        c, a, nseg,
+        [&](const indexer_args &x) {
+            indexer_one(c, &x);
+            return true;
+        },
+        [&](const indexer_args &x) {
+            return paged_bytes(&x.keys, pos_end(c, x.pos0, x.n) / x.ratio);
+        },
+        [&](const indexer_args &x, dindexer *d, seg_pack *sp) { to_dindexer(c, &x, d, sp); },
+        [&](const dindexer *h, const dindexer *dev, int n1) {
+            dindexer shape = batch_shape(h, n1);
+            size_t cap;
+            float *sc = indexer_scores(c, n1, shape.pos_end / shape.ratio, true, &cap);
+            if (!c->failed) cu_indexer(c->st, shape, sc, cap, NULL, dev);
+        });
     launched(c, "indexer");
 }
 
@@ -473,31 +491,19 @@ static void cu_attention_op(backend *b, const attention_args *a, int nseg)
 {
     cu_impl *c = enter(b);
     if (nseg <= 0) return;
-    int n1 = one_token_segs(c, a, nseg), *one = c->hidx;
-    for (int i = 0, k = 0; i < nseg; i++) {
-        if (k < n1 && one[k] == i) {
-            k++;
-            continue;
-        }
-        attention_one(c, &a[i]);
-    }
-    if (n1) {
-        size_t head = round_up(n1 * sizeof(dattn), 16), bytes = head;
-        for (int k = 0; k < n1; k++) {
-            const attention_args &x = a[one[k]];
-            if (x.ratio) bytes += paged_bytes(&x.comp, pos_end(c, x.pos0, x.n) / x.ratio);
-        }
-        seg_pack sp = { NULL, NULL, head };
-        if (!(sp.host = stage_begin(c, bytes, &sp.dev))) return;
-        dattn *h = (dattn *)sp.host, shape;
-        for (int k = 0; k < n1; k++) {
-            to_dattn(c, &a[one[k]], &h[k], &sp);
-            if (!k || h[k].pos_end > shape.pos_end) shape = h[k];
-        }
-        shape.n = n1;
-        stage_end(c);
-        if (!c->failed && !recording(c)) attention_run(c, shape, (const dattn *)sp.dev);
-    }
+    run_segs<dattn>(
+        c, a, nseg,
+        [&](const attention_args &x) {
+            attention_one(c, &x);
+            return true;
+        },
+        [&](const attention_args &x) {
+            return x.ratio ? paged_bytes(&x.comp, pos_end(c, x.pos0, x.n) / x.ratio) : 0;
+        },
+        [&](const attention_args &x, dattn *d, seg_pack *sp) { to_dattn(c, &x, d, sp); },
+        [&](const dattn *h, const dattn *dev, int n1) {
+            attention_run(c, batch_shape(h, n1), dev);
+        });
     launched(c, "attention");
 }
 
@@ -506,29 +512,22 @@ static void cu_ring_store_op(backend *b, const ring_args *a, int nseg, enum kv_d
 {
     cu_impl *c = enter(b);
     if (nseg <= 0) return;
-    int n1 = one_token_segs(c, a, nseg), *one = c->hidx;
-    for (int i = 0, k = 0; i < nseg; i++) {
-        if (k < n1 && one[k] == i) {
-            k++;
-            continue;
-        }
-        const dstep *dyn = step_values(c, a[i].pos0, a[i].ring);
-        if (!recording(c))
-            cu_ring_store(c->st, (char *)a[i].ring, (int)t, window, head_dim, a[i].kv, a[i].n,
-                          a[i].pos0, dyn);
-    }
-    if (n1) {
-        const char *dev;
-        dring *h = (dring *)stage_begin(c, n1 * sizeof(dring), &dev);
-        if (!h) return;
-        for (int k = 0; k < n1; k++) {
-            const ring_args &r = a[one[k]];
-            h[k] = dring{ (char *)r.ring, r.kv, r.pos0, step_values(c, r.pos0, r.ring) };
-        }
-        stage_end(c);
-        if (!c->failed && !recording(c))
-            cu_ring_store_batch(c->st, (const dring *)dev, n1, (int)t, window, head_dim);
-    }
+    run_segs<dring>(
+        c, a, nseg,
+        [&](const ring_args &x) {
+            const dstep *dyn = step_values(c, x.pos0, x.ring);
+            if (!recording(c))
+                cu_ring_store(c->st, (char *)x.ring, (int)t, window, head_dim, x.kv, x.n, x.pos0,
+                              dyn);
+            return true;
+        },
+        [](const ring_args &) { return (size_t)0; },
+        [&](const ring_args &x, dring *d, seg_pack *) {
+            *d = dring{ (char *)x.ring, x.kv, x.pos0, step_values(c, x.pos0, x.ring) };
+        },
+        [&](const dring *, const dring *dev, int n1) {
+            cu_ring_store_batch(c->st, dev, n1, (int)t, window, head_dim);
+        });
     launched(c, "ring_store");
 }
 
