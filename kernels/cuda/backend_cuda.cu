@@ -460,19 +460,25 @@ static bool to_dattn(cu_impl *c, const attention_args *a, dattn *d, seg_pack *sp
            to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d->comp, sp);
 }
 
-// The float32 kernel (flash-decoding partials in c->apart when the plan
-// splits the keys); segs: a batch of sequences (cu_attention).
+// The float32 kernels (flash-decoding partials in c->apart when the plan
+// splits the keys); segs: a batch of sequences.  Up to CU_ATTD_MAX_T
+// query tokens (decode steps, short chunks): the one-launch decode kernel
+// (attention_decode.cu); more, a head_dim it does not take, or
+// LLM_CUDA_ATTN_DECODE=0: cu_attention and its combine.
 static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
 {
-    int hpb, splits, chunk;
-    cu_attention_plan(d, &hpb, &splits, &chunk);
+    int hpb = 0, splits, chunk;
+    bool dec = c->attn_decode && cu_attention_decode_fits(d);
+    if (dec) cu_attention_decode_plan(d, &splits, &chunk);
+    else cu_attention_plan(d, &hpb, &splits, &chunk);
     float *part = NULL;
     if (splits > 1) {
         part = (float *)grow(c, &c->apart,
                              (size_t)d.n * d.nheads * splits * (d.hd + 2) * sizeof(float));
         if (c->failed) return;
     }
-    if (!cu_attention(c->st, d, part, segs))
+    if (dec) cu_attention_decode(c->st, d, part, c->attn_count, segs);
+    else if (!cu_attention(c->st, d, part, segs))
         fail(c, "attention: head_dim %d is too large for the kernel", d.hd);
 }
 
@@ -723,6 +729,7 @@ static void cu_destroy(backend *b)
     cudaStreamSynchronize(c->st);
     if (c->lt_ws) cudaFree(c->lt_ws);
     if (c->hc_count) cudaFree(c->hc_count);
+    if (c->attn_count) cudaFree(c->attn_count);
     if (c->lt_op) cublasLtMatmulDescDestroy(c->lt_op);
     if (c->lt_op8) cublasLtMatmulDescDestroy(c->lt_op8);
     if (c->lt) cublasLtDestroy(c->lt);
@@ -758,12 +765,22 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     CK(c, cudaMalloc(&c->lt_ws, LT_WS_BYTES));
     CK(c, cudaMalloc(&c->hc_count, HC_FUSED_MAX_T * sizeof(int)));
     if (c->hc_count) CK(c, cudaMemset(c->hc_count, 0, HC_FUSED_MAX_T * sizeof(int)));
+    CK(c, cudaMalloc(&c->attn_count, CU_ATTD_COUNTERS * sizeof(int)));
+    if (c->attn_count) CK(c, cudaMemset(c->attn_count, 0, CU_ATTD_COUNTERS * sizeof(int)));
     lt_op_new(c);
     // Output-changing modes come from the recipe (and its LLM_CUDA_*
     // overrides, applied by the model loader): they are in the fingerprint.
     c->gemm = modes->gemm;
     c->moe_lt = modes->moe == BACKEND_MOE_CUBLASLT;
     c->attn_tokens = modes->attn_tokens;
+    // LLM_CUDA_ATTN_DECODE=0: decode attention on cu_attention and its
+    // combine (comparisons; the sums' order differs, within the kernels' bounds).
+    c->attn_decode = true;
+    if (const char *ad = getenv("LLM_CUDA_ATTN_DECODE")) {
+        if (strcmp(ad, "0") && strcmp(ad, "1"))
+            fail(c, "LLM_CUDA_ATTN_DECODE=%s: expected 0 or 1", ad);
+        c->attn_decode = strcmp(ad, "0") != 0;
+    }
     // Dense matmuls of up to this many tokens on the GEMV kernel (decode
     // batches), more through cuBLASLt; LLM_CUDA_GEMV_MAX_T: comparisons.
     c->gemv_max_t = LT_MIN_T - 1;

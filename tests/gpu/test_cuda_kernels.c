@@ -1080,6 +1080,13 @@ static void test_attention(int nheads, int hd, int window, int ratio, int topk, 
              mma ? ", tensor cores " : "", mma ? gemm_names[gemm_mode] : "",
              mma ? (attn_tokens == 1 ? ", 1 token per block" : ", 2 tokens per block") : "");
     check_tol(name, g, out, (size_t)n * nheads * hd, mma ? 4 * u + TOL : TOL);
+    /* again: the decode kernel's counters are left zero for the next launch */
+    poison(dout, (size_t)n * nheads * hd * 4);
+    G->attention(G, &a, 1);
+    G->read(G, g, dout, (size_t)n * nheads * hd * 4);
+    snprintf(name, sizeof name, "attention heads=%d hd=%d ratio=%d topk=%d pos0=%d n=%d cache %s, "
+             "run again", nheads, hd, ratio, topk, pos0, n, dname(t));
+    check_tol(name, g, out, (size_t)n * nheads * hd, mma ? 4 * u + TOL : TOL);
     if (reps > 0) {
         float one;
         G->attention(G, &a, 1);
@@ -1286,6 +1293,10 @@ static void test_attention_batch(int nseg, int nheads, int hd, int window, int r
              "hd=%d window=%d ratio=%d topk=%d cache %s", nseg, maxpos, nheads, hd, window, ratio,
              topk, dname(t));
     check(name, g, out, nseg * od);
+    poison(dout, nseg * od * 4);    /* again: the counters were left zero */
+    G->attention(G, ga, nseg);
+    G->read(G, g, dout, nseg * od * 4);
+    check("  the same batch again", g, out, nseg * od);
     for (int s = 0; s < nseg; s++) dseq_free(&sq[s]);
     G->release(G, dsinks), G->release(G, dout);
     free(sq), free(ca), free(ga), free(row), free(sinks), free(out), free(g);
@@ -1823,12 +1834,22 @@ int main(void)
         test_attention(32, 512, 128, 4, 512, 8000, 4, t, 0);
         test_attention(32, 512, 128, 128, 0, 300, 1, t, 0);
         test_attention(5, 64, 16, 4, 8, 10, 1, t, 0);
+        /* decode (attention_decode.cu) at 131K and 1M positions: CSA's
+         * 512 chosen + 128, HCA's 1,024 / 8,192 entries + 128 */
+        test_attention(32, 512, 128, 4, 512, 131071, 1, t, 20);
+        test_attention(32, 512, 128, 128, 0, 131071, 1, t, 20);
+        test_attention(32, 512, 128, 4, 512, 1048575, 1, t, 0);
+        test_attention(32, 512, 128, 128, 0, 1048575, 1, t, 0);
+        /* a head_dim the decode kernel does not take (not a multiple of
+         * 16; more than 512): cu_attention's splits and combine */
+        test_attention(4, 40, 16, 4, 8, 200, 1, t, 0);
+        test_attention(4, 1024, 32, 128, 0, 9000, 2, t, 0);
     }
     for (int t = KV_F32; t <= KV_FP8; t++) {
         /* decode batches at Flash's rank shapes (CSA, HCA, sliding only)
-         * and small ones; 2 sequences up to 64 */
-        int nb[] = { 2, 7, 33, 64 };
-        for (int i = 0; i < 4; i++) {
+         * and small ones; 1 sequence (the op's one-sequence path) up to 64 */
+        int nb[] = { 1, 2, 7, 33, 64 };
+        for (int i = 0; i < 5; i++) {
             test_compress_batch(nb[i], 4, true, 512, 9000, t);
             test_compress_batch(nb[i], 128, false, 512, 9000, t);
             test_compress_batch(nb[i], 4, true, 128, 300, t);
@@ -1843,6 +1864,10 @@ int main(void)
     }
     test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8);   /* 1M context: 262,144 entries */
     test_attention_batch(3, 32, 512, 128, 4, 512, 1048575, KV_FP8);
+    for (int t = KV_F32; t <= KV_FP8; t++) {   /* HCA's long contexts in a batch */
+        test_attention_batch(7, 32, 512, 128, 128, 0, 131071, t);
+        test_attention_batch(3, 32, 512, 128, 128, 0, 1048575, t);
+    }
     /* long: 100,000 HCA entries (12.8M positions), dense */
     test_attention(4, 512, 128, 128, 0, 100000 * 128 - 1, 1, KV_F32, 10);
     test_attention(4, 512, 128, 128, 0, 100000 * 128 - 1, 1, KV_FP8, 10);
