@@ -1509,11 +1509,16 @@ static void moe_bound_check(const char *name, const moe_args *a, const float *go
     free(ax), free(br), free(mr), free(bs), free(ms);
 }
 
-static void test_moe(int T, bool hash, int H, int E, int K, int I, int i0, int ni)
+/* Routing of test_moe: top-k of sqrt(softplus) scores (V4), the hash
+ * table (V4's first layers), top-k of sigmoid scores (V3). */
+enum { ROUTE_TOPK, ROUTE_HASH, ROUTE_SIGMOID };
+
+static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int ni)
 {
+    bool hash = routing == ROUTE_HASH;
     int vocab = 50;
     qweight gate = make_w(QT_BF16, E, H);
-    qweight w1[64], w2[64], w3[64], g1[64], g2[64], g3[64];
+    qweight w1[256], w2[256], w3[256], g1[256], g2[256], g3[256];
     for (int e = 0; e < E; e++) {
         qweight a = make_w(QT_MXFP4, I, H), b = make_w(QT_MXFP4, H, I), c = make_w(QT_MXFP4, I, H);
         g1[e] = w1[e] = qweight_view(&a, i0, ni, 0, H);
@@ -1551,7 +1556,8 @@ static void test_moe(int T, bool hash, int H, int E, int K, int I, int i0, int n
     poison(dout, (size_t)T * H * 4);
     moe_args a = { .T = T, .H = H, .x = x, .ids = ids, .gate = &gate,
                    .bias = hash ? NULL : bias, .tid2eid = hash ? tid : NULL, .n_experts = E,
-                   .topk = K, .routed_scale = 1.5f, .limit = 2.5f, .w1 = w1, .w2 = w2, .w3 = w3,
+                   .topk = K, .routed_scale = 1.5f, .limit = 2.5f,
+                   .sigmoid_scores = routing == ROUTE_SIGMOID, .w1 = w1, .w2 = w2, .w3 = w3,
                    .sw1 = &s1, .sw2 = &s2, .sw3 = &s3, .out = out };
     backend *ref = gemm_mode == GEMM_FP8 ? C8 : C;
     ref->moe(ref, &a);
@@ -1559,9 +1565,11 @@ static void test_moe(int T, bool hash, int H, int E, int K, int I, int i0, int n
     a.w1 = g1, a.w2 = g2, a.w3 = g3, a.sw1 = &gs1, a.sw2 = &gs2, a.sw3 = &gs3, a.out = dout;
     G->moe(G, &a);
     float *g = hcopy(dout, (size_t)T * H * 4);
-    char name[96];
+    char name[160];
+    const char *fe = getenv("LLM_CUDA_MOE_DECODE");
     snprintf(name, sizeof name, "moe %s routing T=%d H=%d (E=%d K=%d, rank slice %d+%d of %d "
-             "in MXFP4 experts)", hash ? "hash" : "top-k", T, H, E, K, i0, ni, I);
+             "in MXFP4 experts)%s", hash ? "hash" : routing == ROUTE_SIGMOID ? "sigmoid" : "top-k",
+             T, H, E, K, i0, ni, I, fe && !strcmp(fe, "0") ? " separate launches" : "");
     if (T >= LT_MIN_T && (gemm_mode == GEMM_BF16 || gemm_mode == GEMM_BF16X2)) {
         a.x = x, a.gate = &gate, a.w1 = w1, a.w2 = w2, a.w3 = w3;
         a.sw1 = &s1, a.sw2 = &s2, a.sw3 = &s3;
@@ -1675,9 +1683,24 @@ static void test_moes(void)
     test_moe(1, false, 128, 8, 2, 128, 64, 64);
     test_moe(1, true, 128, 8, 2, 128, 64, 64);
     test_moe(5, false, 128, 8, 2, 128, 64, 64);
-    /* decode sizes: the fused expert GEMVs, columns split over warps */
+    /* decode sizes, MXFP4 experts and an FP8 shared expert: the fused
+     * decode MoE (moe_decode.cuh: routing in the expert kernel's
+     * prologue, the shared expert in the same grids), every T <= 8, each
+     * routing, three draws of weights and inputs; then the separate
+     * launches it replaces (LLM_CUDA_MOE_DECODE=0), still the path of
+     * other formats */
+    for (int draw = 0; draw < 3; draw++)
+        for (int T = 1; T <= 8; T++)
+            for (int r = ROUTE_TOPK; r <= ROUTE_SIGMOID; r++)
+                test_moe(T, r, 1024, 32, 6, 512, 256, 256);
+    setenv("LLM_CUDA_MOE_DECODE", "0", 1);
     for (int T = 1; T <= 8; T++) test_moe(T, T % 2 == 0, 1024, 32, 6, 512, 256, 256);
+    test_moe(2, false, 256, 8, 3, 96, 32, 48);
+    unsetenv("LLM_CUDA_MOE_DECODE");
     test_moe(1, false, 4096, 16, 6, 256, 128, 128);
+    test_moe(8, true, 4096, 16, 6, 256, 128, 128);
+    /* E = 256 (V4's) with K = 6: the router's scratch in the kernel */
+    test_moe(3, false, 512, 256, 6, 128, 64, 64);
     /* a slice of 48 columns: w2's rows are not whole 16-byte loads */
     test_moe(2, false, 256, 8, 3, 96, 32, 48);
     test_moe(1, true, 256, 8, 3, 96, 32, 48);
