@@ -565,6 +565,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
 {
     cu_impl *c = enter(b);
     int T = a->T, H = a->H, E = a->n_experts, K = a->topk, I = a->w1[0].rows, ns = T * K;
+    int sgw = a->sw1->rows > I ? a->sw1->rows : I;    // sg rows: the shared or the routed width
     if (K > 16) {
         fail(c, "moe: %d experts per token (at most 16)", K);
         return;
@@ -583,7 +584,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
     float *g = (float *)grow(c, &c->g, (size_t)ns * I * sizeof(float) + 4);
     float *u = (float *)grow(c, &c->u, (size_t)ns * I * sizeof(float) + 4);
     float *ys = (float *)grow(c, &c->ys, (size_t)ns * H * sizeof(float));
-    float *sg = (float *)grow(c, &c->sg, (size_t)T * I * sizeof(float) + 4);
+    float *sg = (float *)grow(c, &c->sg, (size_t)T * sgw * sizeof(float) + 4);
     float *su = (float *)grow(c, &c->su, (size_t)T * I * sizeof(float) + 4);
     float *sy = (float *)grow(c, &c->sy, (size_t)T * H * sizeof(float));
     if (c->failed) return;

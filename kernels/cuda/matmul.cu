@@ -484,16 +484,18 @@ __global__ void __launch_bounds__(256, 2) moe_up_kernel(const __grid_constant__ 
         pdl_wait();     // scores from the gate's GEMV
         if (warp == 0) {
             // xs as the router's scratch until x is staged (E * 5 bytes)
-            int sel[TOPK_MAX];
+            // (the weights only where they are stored: off the others'
+            // path to their first weight load)
+            int sel[TOPK_MAX], k = slot - tok * a.K;
+            bool first = blockIdx.x == 0 && k == 0;
             float wt[TOPK_MAX];
             float *val = (float *)xs;
             route_warp(a.scores + (long long)tok * a.E, a.E, a.K, a.sigmoid, a.bias, a.tid2eid,
                        a.tid_i64, a.tid2eid ? a.ids[tok] : 0, a.rscale, val,
-                       (unsigned char *)(val + a.E), sel, wt);
-            int k = slot - tok * a.K;
+                       (unsigned char *)(val + a.E), sel, first, wt);
             if (lane == 0) {
                 ex = sel[k];
-                if (blockIdx.x == 0 && k == 0)
+                if (first)
                     for (int j = 0; j < a.K; j++) {
                         a.idx[(long long)tok * a.K + j] = sel[j];
                         a.rwt[(long long)tok * a.K + j] = wt[j];

@@ -15,15 +15,15 @@ __device__ __forceinline__ float route_act(float x, int sigmoid)
 }
 
 // Token scores sc[E] -> its K experts sel[] (every lane gets them) and,
-// on lane 0, their weights wt[] (the chosen scores normalized, times
-// rscale).  Scored: the biased scores once into val (E floats of shared
+// on lane 0 when want_wt, their weights wt[] (the chosen scores
+// normalized, times rscale).  Scored: the biased scores once into val (E floats of shared
 // memory, taken: E bytes), then K rounds of arg-max over them (larger
 // first, ties to the lower expert); hashed (tid2eid): the table's row id.
 __device__ __forceinline__ void route_warp(const float *sc, int E, int K, int sigmoid,
                                            const float *bias, const void *tid2eid, int tid_i64,
                                            int id, float rscale, float *val,
                                            unsigned char *taken, int (&sel)[TOPK_MAX],
-                                           float (&wt)[TOPK_MAX])
+                                           bool want_wt, float (&wt)[TOPK_MAX])
 {
     int lane = threadIdx.x & 31;
     if (tid2eid) {
@@ -52,7 +52,7 @@ __device__ __forceinline__ void route_warp(const float *sc, int E, int K, int si
             __syncwarp();
         }
     }
-    if (lane) return;
+    if (lane || !want_wt) return;
     float sum = 0;
     for (int k = 0; k < K; k++) sum += route_act(sc[sel[k]], sigmoid);
     for (int k = 0; k < K; k++) wt[k] = route_act(sc[sel[k]], sigmoid) / (sum + 1e-20f) * rscale;

@@ -746,7 +746,7 @@ __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmo
     route_warp(scores + (long long)t * E, E, K, sigmoid, bias, tid2eid, tid_i64,
                tid2eid ? ids[t] : 0, rscale, rsh + (long long)warp * E,
                (unsigned char *)(rsh + (long long)(blockDim.x >> 5) * E) + (long long)warp * E,
-               sel, w);
+               sel, true, w);
     if (lane) return;
     for (int k = 0; k < K; k++) {
         idx[(long long)t * K + k] = sel[k];
