@@ -8,6 +8,7 @@
 // the ops; the rest of the backend is in the cuda_*.cu files beside it
 // (kernels/cuda/README.md), its state in backend_cuda.cuh.
 #include "backend_cuda.cuh"
+#include "moe_decode.cuh"
 
 // Attention and the indexer of prefill steps on tensor cores, which take
 // keys as bf16: always under bf16; under bf16x2 only when the cache holds
@@ -569,6 +570,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
 {
     cu_impl *c = enter(b);
     int T = a->T, H = a->H, E = a->n_experts, K = a->topk, I = a->w1[0].rows, ns = T * K;
+    int sgw = a->sw1->rows > I ? a->sw1->rows : I;    // sg rows: the shared or the routed width
     if (K > 16) {
         fail(c, "moe: %d experts per token (at most 16)", K);
         return;
@@ -587,12 +589,26 @@ static void cu_moe_op(backend *b, const moe_args *a)
     float *g = (float *)grow(c, &c->g, (size_t)ns * I * sizeof(float) + 4);
     float *u = (float *)grow(c, &c->u, (size_t)ns * I * sizeof(float) + 4);
     float *ys = (float *)grow(c, &c->ys, (size_t)ns * H * sizeof(float));
-    float *sg = (float *)grow(c, &c->sg, (size_t)T * I * sizeof(float) + 4);
+    float *sg = (float *)grow(c, &c->sg, (size_t)T * sgw * sizeof(float) + 4);
     float *su = (float *)grow(c, &c->su, (size_t)T * I * sizeof(float) + 4);
     float *sy = (float *)grow(c, &c->sy, (size_t)T * H * sizeof(float));
     if (c->failed) return;
 
     cu_matmul(c->st, gate, a->x, H, T, sc, E);
+    const char *fe = getenv("LLM_CUDA_MOE_DECODE");
+    if (T <= 8 && !(fe && !strcmp(fe, "0"))) {
+        // A few tokens, MXFP4 experts and an FP8 shared expert (V4's):
+        // two launches after the gate's (moe_decode.cuh), the routing in
+        // the first one's prologue.  LLM_CUDA_MOE_DECODE=0: the separate
+        // launches below (comparisons).
+        cu_moe_dec m = { T, K, E, w1, w3, w2, s1, s3, s2, a->x, sc, a->bias, H, a->tid2eid,
+                         a->tid_i64, a->sigmoid_scores, ids, a->routed_scale, a->limit, idx, wt,
+                         g, sg, a->out };
+        if (cu_moe_decode(c->st, m)) {
+            launched(c, "moe");
+            return;
+        }
+    }
     cu_moe_route(c->st, sc, T, E, K, a->sigmoid_scores, a->bias, a->tid2eid, a->tid_i64, ids,
                  a->routed_scale, idx, wt, ord);
     phase(c, "moe router");
@@ -607,7 +623,8 @@ static void cu_moe_op(backend *b, const moe_args *a)
         xr = xq;
     }
     if (T <= 8) {
-        // A few tokens: four launches, GEMVs that read each slot's expert:
+        // A few tokens, other formats: four launches, GEMVs that read each
+        // slot's expert:
         // the shared expert (w1 and w3 with SwiGLU, w2), the chosen
         // experts' w1 and w3 with SwiGLU, then their w2 with the routing
         // weights, summed over the experts and added to the shared
