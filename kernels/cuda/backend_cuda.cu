@@ -595,12 +595,15 @@ static void cu_moe_op(backend *b, const moe_args *a)
     if (c->failed) return;
 
     cu_matmul(c->st, gate, a->x, H, T, sc, E);
+    // Up to LLM_CUDA_MOE_DECODE tokens (default 1, at most 8; 0: never),
+    // MXFP4 experts and an FP8 shared expert (V4's): two launches after
+    // the gate's (moe_decode.cuh), the routing in the first one's
+    // prologue.  Measured on the H200 (run W1, bench_cuda_moe): T = 1
+    // 55.3 us fused against 58.5 separate, T = 8 288 against 235 (the
+    // separate GEMVs share a row's loads over the 8 tokens better), so
+    // more tokens take the separate launches below.
     const char *fe = getenv("LLM_CUDA_MOE_DECODE");
-    if (T <= 8 && !(fe && !strcmp(fe, "0"))) {
-        // A few tokens, MXFP4 experts and an FP8 shared expert (V4's):
-        // two launches after the gate's (moe_decode.cuh), the routing in
-        // the first one's prologue.  LLM_CUDA_MOE_DECODE=0: the separate
-        // launches below (comparisons).
+    if (T <= (fe ? atoi(fe) : 1) && T <= 8) {
         cu_moe_dec m = { T, K, E, w1, w3, w2, s1, s3, s2, a->x, sc, a->bias, H, a->tid2eid,
                          a->tid_i64, a->sigmoid_scores, ids, a->routed_scale, a->limit, idx, wt,
                          g, sg, a->out };

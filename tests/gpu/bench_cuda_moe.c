@@ -97,7 +97,7 @@ static void dec_run(void *p, int i)
 static void bench_decode(int T, bool fused)
 {
     int H = 4096, E = 256, K = 6, I = 1024;
-    setenv("LLM_CUDA_MOE_DECODE", fused ? "1" : "0", 1);
+    setenv("LLM_CUDA_MOE_DECODE", fused ? "8" : "0", 1);
     backend *one[1];
     char err[256];
     backend_modes modes = BACKEND_MODES_DEFAULT;

@@ -1588,7 +1588,7 @@ static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int
     const char *fe = getenv("LLM_CUDA_MOE_DECODE");
     snprintf(name, sizeof name, "moe %s routing T=%d H=%d (E=%d K=%d, rank slice %d+%d of %d "
              "in MXFP4 experts)%s", hash ? "hash" : routing == ROUTE_SIGMOID ? "sigmoid" : "top-k",
-             T, H, E, K, i0, ni, I, fe && !strcmp(fe, "0") ? " separate launches" : "");
+             T, H, E, K, i0, ni, I, T <= 8 && T > (fe ? atoi(fe) : 1) ? " separate launches" : "");
     if (T >= LT_MIN_T && (gemm_mode == GEMM_BF16 || gemm_mode == GEMM_BF16X2)) {
         a.x = x, a.gate = &gate, a.w1 = w1, a.w2 = w2, a.w3 = w3;
         a.sw1 = &s1, a.sw2 = &s2, a.sw3 = &s3;
@@ -1708,7 +1708,8 @@ static void test_moes(void)
      * routing, three draws of weights and inputs (one in the prefill
      * modes' passes: no mode changes T <= 8); then the separate launches
      * it replaces (LLM_CUDA_MOE_DECODE=0), still the path of other
-     * formats */
+     * formats and by default of 2-8 tokens */
+    setenv("LLM_CUDA_MOE_DECODE", "8", 1);
     for (int draw = 0; draw < (gemm_mode == GEMM_F32 ? 3 : 1); draw++)
         for (int T = 1; T <= 8; T++)
             for (int r = ROUTE_TOPK; r <= ROUTE_SIGMOID; r++)
@@ -1716,9 +1717,10 @@ static void test_moes(void)
     setenv("LLM_CUDA_MOE_DECODE", "0", 1);
     for (int T = 1; T <= 8; T++) test_moe(T, T % 2 == 0, 1024, 32, 6, 512, 256, 256);
     test_moe(2, false, 256, 8, 3, 96, 32, 48);
-    unsetenv("LLM_CUDA_MOE_DECODE");
+    setenv("LLM_CUDA_MOE_DECODE", "8", 1);
     test_moe(1, false, 4096, 16, 6, 256, 128, 128);
     test_moe(8, true, 4096, 16, 6, 256, 128, 128);
+    unsetenv("LLM_CUDA_MOE_DECODE");
     /* E = 256 (V4's) with K = 6: the router's scratch in the kernel */
     test_moe(3, false, 512, 256, 6, 128, 64, 64);
     /* a slice of 48 columns: w2's rows are not whole 16-byte loads */
