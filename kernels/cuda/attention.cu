@@ -475,6 +475,8 @@ static bool attention_launch(cudaStream_t st, const dattn &a, int splits, int ch
     return true;
 }
 
+// (Decode steps of up to CU_ATTD_MAX_T tokens run attention_decode.cu
+// instead, unless LLM_CUDA_ATTN_DECODE=0 or head_dim rules it out.)
 // Many tokens (prefill): the most heads per block that leaves at least
 // 128 blocks, one split.  Few (decode): the keys are split too
 // (flash-decoding), at least a tile per split and at most 1024 blocks,

@@ -8,6 +8,7 @@
 // the ops; the rest of the backend is in the cuda_*.cu files beside it
 // (kernels/cuda/README.md), its state in backend_cuda.cuh.
 #include "backend_cuda.cuh"
+#include "moe_decode.cuh"
 
 // Attention and the indexer of prefill steps on tensor cores, which take
 // keys as bf16: always under bf16; under bf16x2 only when the cache holds
@@ -460,19 +461,25 @@ static bool to_dattn(cu_impl *c, const attention_args *a, dattn *d, seg_pack *sp
            to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d->comp, sp);
 }
 
-// The float32 kernel (flash-decoding partials in c->apart when the plan
-// splits the keys); segs: a batch of sequences (cu_attention).
+// The float32 kernels (flash-decoding partials in c->apart when the plan
+// splits the keys); segs: a batch of sequences.  Up to CU_ATTD_MAX_T
+// query tokens (decode steps, short chunks): the one-launch decode kernel
+// (attention_decode.cu); more, a head_dim it does not take, or
+// LLM_CUDA_ATTN_DECODE=0: cu_attention and its combine.
 static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
 {
-    int hpb, splits, chunk;
-    cu_attention_plan(d, &hpb, &splits, &chunk);
+    int hpb = 0, splits, chunk;
+    bool dec = c->attn_decode && cu_attention_decode_fits(d);
+    if (dec) cu_attention_decode_plan(d, &splits, &chunk);
+    else cu_attention_plan(d, &hpb, &splits, &chunk);
     float *part = NULL;
     if (splits > 1) {
         part = (float *)grow(c, &c->apart,
                              (size_t)d.n * d.nheads * splits * (d.hd + 2) * sizeof(float));
         if (c->failed) return;
     }
-    if (!cu_attention(c->st, d, part, segs))
+    if (dec) cu_attention_decode(c->st, d, part, c->attn_count, segs);
+    else if (!cu_attention(c->st, d, part, segs))
         fail(c, "attention: head_dim %d is too large for the kernel", d.hd);
 }
 
@@ -563,6 +570,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
 {
     cu_impl *c = enter(b);
     int T = a->T, H = a->H, E = a->n_experts, K = a->topk, I = a->w1[0].rows, ns = T * K;
+    int sgw = a->sw1->rows > I ? a->sw1->rows : I;    // sg rows: the shared or the routed width
     if (K > 16) {
         fail(c, "moe: %d experts per token (at most 16)", K);
         return;
@@ -581,12 +589,29 @@ static void cu_moe_op(backend *b, const moe_args *a)
     float *g = (float *)grow(c, &c->g, (size_t)ns * I * sizeof(float) + 4);
     float *u = (float *)grow(c, &c->u, (size_t)ns * I * sizeof(float) + 4);
     float *ys = (float *)grow(c, &c->ys, (size_t)ns * H * sizeof(float));
-    float *sg = (float *)grow(c, &c->sg, (size_t)T * I * sizeof(float) + 4);
+    float *sg = (float *)grow(c, &c->sg, (size_t)T * sgw * sizeof(float) + 4);
     float *su = (float *)grow(c, &c->su, (size_t)T * I * sizeof(float) + 4);
     float *sy = (float *)grow(c, &c->sy, (size_t)T * H * sizeof(float));
     if (c->failed) return;
 
     cu_matmul(c->st, gate, a->x, H, T, sc, E);
+    // Up to LLM_CUDA_MOE_DECODE tokens (default 1, at most 8; 0: never),
+    // MXFP4 experts and an FP8 shared expert (V4's): two launches after
+    // the gate's (moe_decode.cuh), the routing in the first one's
+    // prologue.  Measured on the H200 (run W1, bench_cuda_moe): T = 1
+    // 55.3 us fused against 58.5 separate, T = 8 288 against 235 (the
+    // separate GEMVs share a row's loads over the 8 tokens better), so
+    // more tokens take the separate launches below.
+    const char *fe = getenv("LLM_CUDA_MOE_DECODE");
+    if (T <= (fe ? atoi(fe) : 1) && T <= 8) {
+        cu_moe_dec m = { T, K, E, w1, w3, w2, s1, s3, s2, a->x, sc, a->bias, H, a->tid2eid,
+                         a->tid_i64, a->sigmoid_scores, ids, a->routed_scale, a->limit, idx, wt,
+                         g, sg, a->out };
+        if (cu_moe_decode(c->st, m)) {
+            launched(c, "moe");
+            return;
+        }
+    }
     cu_moe_route(c->st, sc, T, E, K, a->sigmoid_scores, a->bias, a->tid2eid, a->tid_i64, ids,
                  a->routed_scale, idx, wt, ord);
     phase(c, "moe router");
@@ -601,7 +626,8 @@ static void cu_moe_op(backend *b, const moe_args *a)
         xr = xq;
     }
     if (T <= 8) {
-        // A few tokens: four launches, GEMVs that read each slot's expert:
+        // A few tokens, other formats: four launches, GEMVs that read each
+        // slot's expert:
         // the shared expert (w1 and w3 with SwiGLU, w2), the chosen
         // experts' w1 and w3 with SwiGLU, then their w2 with the routing
         // weights, summed over the experts and added to the shared
@@ -723,6 +749,7 @@ static void cu_destroy(backend *b)
     cudaStreamSynchronize(c->st);
     if (c->lt_ws) cudaFree(c->lt_ws);
     if (c->hc_count) cudaFree(c->hc_count);
+    if (c->attn_count) cudaFree(c->attn_count);
     if (c->lt_op) cublasLtMatmulDescDestroy(c->lt_op);
     if (c->lt_op8) cublasLtMatmulDescDestroy(c->lt_op8);
     if (c->lt) cublasLtDestroy(c->lt);
@@ -758,12 +785,22 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     CK(c, cudaMalloc(&c->lt_ws, LT_WS_BYTES));
     CK(c, cudaMalloc(&c->hc_count, HC_FUSED_MAX_T * sizeof(int)));
     if (c->hc_count) CK(c, cudaMemset(c->hc_count, 0, HC_FUSED_MAX_T * sizeof(int)));
+    CK(c, cudaMalloc(&c->attn_count, CU_ATTD_COUNTERS * sizeof(int)));
+    if (c->attn_count) CK(c, cudaMemset(c->attn_count, 0, CU_ATTD_COUNTERS * sizeof(int)));
     lt_op_new(c);
     // Output-changing modes come from the recipe (and its LLM_CUDA_*
     // overrides, applied by the model loader): they are in the fingerprint.
     c->gemm = modes->gemm;
     c->moe_lt = modes->moe == BACKEND_MOE_CUBLASLT;
     c->attn_tokens = modes->attn_tokens;
+    // LLM_CUDA_ATTN_DECODE=0: decode attention on cu_attention and its
+    // combine (comparisons; the sums' order differs, within the kernels' bounds).
+    c->attn_decode = true;
+    if (const char *ad = getenv("LLM_CUDA_ATTN_DECODE")) {
+        if (strcmp(ad, "0") && strcmp(ad, "1"))
+            fail(c, "LLM_CUDA_ATTN_DECODE=%s: expected 0 or 1", ad);
+        c->attn_decode = strcmp(ad, "0") != 0;
+    }
     // Dense matmuls of up to this many tokens on the GEMV kernel (decode
     // batches), more through cuBLASLt; LLM_CUDA_GEMV_MAX_T: comparisons.
     c->gemv_max_t = LT_MIN_T - 1;
