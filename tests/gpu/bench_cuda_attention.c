@@ -74,18 +74,38 @@ static void *region(int rows)
     return h;
 }
 
-static void bench(const char *name, int ratio, int topk, int pos0, int n)
+/* The device cache every query reads: `nent` compressed entries in FP8
+ * blocks (one random block written to each) and the sliding ring. */
+typedef struct {
+    char *dcache, **blocks, *dring;
+} bench_cache;
+
+static bench_cache cache_new(int nent)
 {
-    int nent = ratio ? (pos0 + n) / ratio : 0, nblk = nent / PER_BLOCK + 1;
+    int nblk = nent / PER_BLOCK + 1;
     size_t bbytes = kv_region_bytes(KV_FP8, PER_BLOCK, HD);
     char *blk = region(PER_BLOCK), *ring = region(WINDOW);
-    char *dcache = G->alloc(G, nblk * bbytes), **blocks = malloc(nblk * sizeof *blocks);
+    bench_cache k = { G->alloc(G, nblk * bbytes), malloc(nblk * sizeof(char *)),
+                      G->alloc(G, kv_region_bytes(KV_FP8, WINDOW, HD)) };
     for (int b = 0; b < nblk; b++) {
-        blocks[b] = dcache + b * bbytes;
-        G->write(G, blocks[b], blk, bbytes);
+        k.blocks[b] = k.dcache + b * bbytes;
+        G->write(G, k.blocks[b], blk, bbytes);
     }
-    char *dring = G->alloc(G, kv_region_bytes(KV_FP8, WINDOW, HD));
-    G->write(G, dring, ring, kv_region_bytes(KV_FP8, WINDOW, HD));
+    G->write(G, k.dring, ring, kv_region_bytes(KV_FP8, WINDOW, HD));
+    free(blk), free(ring);
+    return k;
+}
+
+static void cache_free(bench_cache *k)
+{
+    G->release(G, k->dcache), G->release(G, k->dring);
+    free(k->blocks);
+}
+
+static void bench(const char *name, int ratio, int topk, int pos0, int n)
+{
+    bench_cache k = cache_new(ratio ? (pos0 + n) / ratio : 0);
+    char *dring = k.dring, **blocks = k.blocks;
     float *dq = dfill((size_t)n * HEADS * HD), *dkv = dfill((size_t)n * HD);
     float *dsinks = dfill(HEADS), *dout = G->alloc(G, (size_t)n * HEADS * HD * 4);
     G->kv_round(G, dkv, HD, n, HD, KV_FP8);
@@ -127,9 +147,10 @@ static void bench(const char *name, int ratio, int topk, int pos0, int n)
     printf("attention %-8s context %6d n=%d: %8.3f ms  %6.1f keys/token  %6.1f TFLOP/s  out[0] %g%s%s\n",
            name, pos0 + n, n, s * 1e3, (double)keys / n, tf, one, G->error(G) ? "  error: " : "",
            G->error(G) ? G->error(G) : "");
-    void *dev[] = { dcache, dring, dq, dkv, dsinks, dout, dsel, dnsel };
+    void *dev[] = { dq, dkv, dsinks, dout, dsel, dnsel };
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) if (dev[i]) G->release(G, dev[i]);
-    free(blk), free(ring), free(blocks), free(sel), free(nsel);
+    cache_free(&k);
+    free(sel), free(nsel);
 }
 
 #define NOPS 32         /* decode: attention ops (layers) per graph */
@@ -167,16 +188,8 @@ static double dec_timed(uint64_t key, const dec_ctx *c)
  * every sequence reads the same cache blocks and ring (times only). */
 static void bench_decode(const char *name, int ratio, int topk, int pos, int B)
 {
-    int nent = ratio ? (pos + 1) / ratio : 0, nblk = nent / PER_BLOCK + 1;
-    size_t bbytes = kv_region_bytes(KV_FP8, PER_BLOCK, HD);
-    char *blk = region(PER_BLOCK), *ring = region(WINDOW);
-    char *dcache = G->alloc(G, nblk * bbytes), **blocks = malloc(nblk * sizeof *blocks);
-    for (int b = 0; b < nblk; b++) {
-        blocks[b] = dcache + b * bbytes;
-        G->write(G, blocks[b], blk, bbytes);
-    }
-    char *dring = G->alloc(G, kv_region_bytes(KV_FP8, WINDOW, HD));
-    G->write(G, dring, ring, kv_region_bytes(KV_FP8, WINDOW, HD));
+    bench_cache k = cache_new(ratio ? (pos + 1) / ratio : 0);
+    char *dring = k.dring, **blocks = k.blocks;
     float *dq = dfill((size_t)B * HEADS * HD), *dkv = dfill((size_t)B * HD);
     float *dsinks = dfill(HEADS), *dout = G->alloc(G, (size_t)B * HEADS * HD * 4);
     G->kv_round(G, dkv, HD, B, HD, KV_FP8);
@@ -219,9 +232,10 @@ static void bench_decode(const char *name, int ratio, int topk, int pos, int B)
     printf("decode %-8s context %7d B=%2d: %8.2f us per op  %7.1f keys/seq  %6.1f GB/s of keys"
            "  out[0] %g%s%s\n", name, pos + 1, B, t * 1e6, (double)keys / B, gb / t, one,
            G->error(G) ? "  error: " : "", G->error(G) ? G->error(G) : "");
-    void *dev[] = { dcache, dring, dq, dkv, dsinks, dout, dsel, dnsel };
+    void *dev[] = { dq, dkv, dsinks, dout, dsel, dnsel };
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) if (dev[i]) G->release(G, dev[i]);
-    free(blk), free(ring), free(blocks), free(sel), free(nsel), free(a);
+    cache_free(&k);
+    free(sel), free(nsel), free(a);
 }
 
 int main(int argc, char **argv)
