@@ -382,12 +382,8 @@ __global__ void __launch_bounds__(256) attention_kernel(dattn a, int chunk, floa
                 sum += l[j];
             }
             sum = warp_sum(sum);
-            if (lane == 0) {
-                float r = expf(mold - mnew);    // 0 on the first tile
-                lrun[hh] = lrun[hh] * r + sum;
-                mrun[hh] = mnew;
-                resc[hh] = r;
-            }
+            if (lane == 0)
+                softmax_state_update(&lrun[hh], &mrun[hh], &resc[hh], mold, mnew, sum);
         }
         __syncthreads();
 #pragma unroll

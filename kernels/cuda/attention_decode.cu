@@ -178,12 +178,8 @@ __global__ void __launch_bounds__(ATTD_THREADS, 2) attention_decode_kernel(dattn
             float p = lane < tn ? expf(x - mnew) : 0.0f;
             if (lane < tn) l[lane * ATTD_HPB] = p;
             float sum = warp_sum(p);
-            if (lane == 0) {
-                float r = expf(mold - mnew);    // 0 on the first tile
-                lrun[warp] = lrun[warp] * r + sum;
-                mrun[warp] = mnew;
-                resc[warp] = r;
-            }
+            if (lane == 0)
+                softmax_state_update(&lrun[warp], &mrun[warp], &resc[warp], mold, mnew, sum);
         }
         __syncthreads();
         if (kp < kpar) {
