@@ -58,6 +58,11 @@ for g in bf16 f32 fp8; do
         > "$out/golden-$g.log" 2>&1
     echo $? > "$out/golden-$g.rc"
 done
+# Weights uploaded through 4 KB staging buffers: many chunks, rows wider
+# than a buffer copied straight (cuda_memory.cu's two paths).
+LLM_CUDA_UPLOAD_STAGE=4096 LLM_TEST_BACKEND=cuda timeout 120 build/tests/test_model_golden \
+    > "$out/golden-stage.log" 2>&1
+echo $? > "$out/golden-stage.rc"
 LLM_CUDA_GEMM=fp8 LLM_TEST_BACKEND=cuda timeout 90 build/tests/test_model_kv_dtype \
     > "$out/kv_dtype-fp8.log" 2>&1
 echo $? > "$out/kv_dtype-fp8.rc"
@@ -128,7 +133,7 @@ echo "== kv_dtype exit $vrc: $(grep -c '^ok' "$out/kv_dtype.log") ok, $(grep -c 
 grep -E '^not ok|^#|^ok' "$out/kv_dtype.log" | head -30
 echo "== model exit $mrc: $(grep -c '^ok' "$out/model.log") ok, $(grep -c '^not ok' "$out/model.log") not ok"
 grep -E '^not ok|^#|^ok' "$out/model.log" | head -20
-for t in test_model_fork test_prefix_cache host_copies; do
+for t in test_model_fork test_prefix_cache host_copies golden-stage; do
     echo "== $t exit $(cat "$out/$t.rc"): $(grep -c '^ok' "$out/$t.log") ok, $(grep -c '^not ok' "$out/$t.log") not ok"
     grep -E '^not ok' "$out/$t.log" | head -10
 done

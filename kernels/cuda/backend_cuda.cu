@@ -760,6 +760,7 @@ static void cu_destroy(backend *b)
     if (c->comm) ncclCommDestroy(c->comm);
     if (c->ar_mem) cudaFree(c->ar_mem);
     copies_free(c);
+    uploads_free(c);
     cudaStreamDestroy(c->st);
     free(c->hidx);
     free(c);
@@ -810,6 +811,17 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
         if (end == gm || *end || v < 0 || v > CU_GEMV_MAX_T)
             fail(c, "LLM_CUDA_GEMV_MAX_T=%s: expected 0 to %d tokens", gm, CU_GEMV_MAX_T);
         else c->gemv_max_t = (int)v;
+    }
+    // Weight uploads staged through pinned buffers of this many bytes;
+    // LLM_CUDA_UPLOAD_STAGE: comparisons (0: straight from the mapping)
+    // and tests (a small size: many chunks, rows wider than a buffer).
+    c->up_bytes = UP_STAGE_BYTES;
+    if (const char *us = getenv("LLM_CUDA_UPLOAD_STAGE")) {
+        char *end;
+        long long v = strtoll(us, &end, 10);
+        if (end == us || *end || v < 0 || v > (1ll << 32))
+            fail(c, "LLM_CUDA_UPLOAD_STAGE=%s: expected 0 to 4294967296 bytes", us);
+        else c->up_bytes = (size_t)v;
     }
     if (c->gemm < 0 || c->gemm >= BACKEND_GEMM_N)
         fail(c, "gemm_mode %d: unknown", c->gemm);

@@ -137,11 +137,20 @@ struct cu_impl {
     cudaStream_t cst;
     cudaEvent_t cev[2];
     bool cpend;
+    // weight uploads (cuda_memory.cu): two pinned staging buffers of
+    // up_bytes (0: copies straight from the pageable source), the event
+    // after each one's last transfer, the one to fill next
+    uint8_t *up_buf[2];
+    cudaEvent_t up_ev[2];
+    size_t up_bytes;
+    int up_next;
 };
 
 #define LT_WS_BYTES (32u << 20)
 #define LT_MIN_T GEMM_MODE_MIN_T    // prefill matmuls of at least this many tokens go to cuBLASLt
 #define WCHUNK_BYTES ((size_t)512 << 20)    // experts' weights dequantized at a time
+#define UP_STAGE_BYTES ((size_t)32 << 20)   // each of the two pinned upload buffers
+#define UP_THREADS 4                        // host threads packing a staging buffer
 
 // Prefill GEMM operands.  Weights are exact in bf16 (FP8, E2M1, BF16
 // values times powers of two); activations are not: bf16x2 splits each
@@ -243,6 +252,7 @@ void cu_host_free(backend *b, void *p);
 void cu_copy_async(backend *b, void *dst, const void *src, size_t bytes, bool to_host);
 void cu_copy_fence(backend *b, bool wait);
 void copies_free(cu_impl *c);
+void uploads_free(cu_impl *c);
 
 // cuda_gemm.cu: prefill GEMMs through cuBLASLt, algorithms cached per shape.
 bool lt_op_new(cu_impl *c);
