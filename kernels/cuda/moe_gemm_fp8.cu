@@ -173,16 +173,7 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
         long long r = W.r0 + (rok[i] ? wr : 0);
         crow[i] = W.data + tl.x * W.estride + (r * W.ld + W.c0) / 2;
         srow[i] = W.scale + tl.x * W.sestride + r * W.sld + W.c0 / 32;
-        int mx = 0;
-        if (rok[i])
-            for (int j = q; j < nb; j += 4) mx = max(mx, (int)srow[i][j]);
-        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        rbase[i] = mx - 13;
-        if (q == 0) rowf[(tid >> 2) + 64 * i] = ldexpf(1.0f, mx - 13 - 127);
     }
-    __syncthreads();    // xrow
-
     uint4 rc[4];
     uint32_t rs[4];
     auto load_w = [&](int kt) {
@@ -194,6 +185,31 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
             rs[i] = ok ? srow[i][j] : 0;
         }
     };
+    load_w(0);      // in flight while the rows' bases are found
+
+    // Each row's largest block exponent, over the 4 threads of the row:
+    // 16 scale bytes a load where the rows allow (G.wvec, set by the
+    // launcher), else byte by byte.
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int mx = 0;
+        if (rok[i] && G.wvec) {
+            uint32_t m4 = 0;
+            for (int j = 16 * q; j < nb; j += 64) {
+                uint4 v = *(const uint4 *)(srow[i] + j);
+                m4 = __vmaxu4(m4, __vmaxu4(__vmaxu4(v.x, v.y), __vmaxu4(v.z, v.w)));
+            }
+            mx = (int)max(max(m4 & 255, (m4 >> 8) & 255), max((m4 >> 16) & 255, m4 >> 24));
+        } else if (rok[i]) {
+            for (int j = q; j < nb; j += 4) mx = max(mx, (int)srow[i][j]);
+        }
+        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        rbase[i] = mx - 13;
+        if (q == 0) rowf[(tid >> 2) + 64 * i] = ldexpf(1.0f, mx - 13 - 127);
+    }
+    __syncthreads();    // xrow
+
     auto load_x = [&](int kt, int buf) {
         uint32_t A = sbase + buf * M8_STAGE;
 #pragma unroll
@@ -234,7 +250,6 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
 #pragma unroll
     for (int i = 0; i < 64; i++) acc[i] = 0.0f, P[i] = 0.0f;
 
-    load_w(0);
     load_x(0, 0);
     cp_commit();
     store_w(0);
@@ -310,12 +325,19 @@ bool cu_moe_gemm_fp8(cudaStream_t st, const dmoe_gemm8 &a, int max_tiles)
     if (a.g.w1.rows <= 0 || max_tiles <= 0) return true;
     int nout = a.g.swiglu ? M8_N / 2 : M8_N;
     dim3 grid((a.g.w1.rows + nout - 1) / nout, max_tiles);
+    // wvec: every row's scale bytes start 16-byte aligned and come in 16s
+    auto svec = [&](const dqw &w) {
+        return (uintptr_t)w.scale % 16 == 0 && w.sld % 16 == 0 && w.sestride % 16 == 0 &&
+               (w.c0 / 32) % 16 == 0 && w.cols % 512 == 0;
+    };
+    dmoe_gemm8 b = a;
+    b.g.wvec = svec(a.g.w1) && (!a.g.swiglu || svec(a.g.w3));
     if (a.g.swiglu) {
         smem_attr<16>(moe_gemm8_kernel<true>, M8_SMEM);
-        cu_launch(moe_gemm8_kernel<true>, grid, M8_THREADS, M8_SMEM, st, a);
+        cu_launch(moe_gemm8_kernel<true>, grid, M8_THREADS, M8_SMEM, st, b);
     } else {
         smem_attr<17>(moe_gemm8_kernel<false>, M8_SMEM);
-        cu_launch(moe_gemm8_kernel<false>, grid, M8_THREADS, M8_SMEM, st, a);
+        cu_launch(moe_gemm8_kernel<false>, grid, M8_THREADS, M8_SMEM, st, b);
     }
     return true;
 }

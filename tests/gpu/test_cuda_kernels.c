@@ -1758,11 +1758,14 @@ static void test_moes(void)
      * cases above with 32+ slots per expert ran there too, except the
      * slice starting inside a scale block: moe_gemm.cu's bf16 kernel),
      * one tile or less per expert (T = 64), partial tiles, several
-     * tiles per expert with odd counts (T = 1500: 281 slots each); then
+     * tiles per expert with odd counts (T = 1500: 290 slots each); then
      * the bf16 kernel they replace (LLM_CUDA_MOE_FP8=0) */
     test_moe(64, false, 256, 8, 6, 128, 64, 64);
     test_moe(100, true, 1024, 8, 4, 256, 128, 128);
     test_moe(1500, false, 1024, 32, 6, 512, 256, 256);
+    /* widths of 512: every matrix's scale rows read 16 bytes at a time
+     * (V4's rank shapes; w2's slice starts at column 512) */
+    test_moe(200, false, 512, 8, 4, 1024, 512, 512);
     setenv("LLM_CUDA_MOE_FP8", "0", 1);
     test_moe(300, true, 160, 8, 2, 192, 96, 96);
     test_moe(600, false, 1024, 32, 6, 512, 256, 256);
