@@ -26,8 +26,9 @@
 // K in stages of 128 columns, 3 in shared memory (128-byte swizzled, the
 // layout wgmma's descriptors read): x's codes by cp.async (zero-filled
 // past the width and past the tile's slots), the weights' codes loaded a
-// stage ahead into registers and re-encoded by every thread while the
-// tensor cores work on the current stage.
+// stage ahead into registers (and prefetched into L2 two stages before
+// that) and re-encoded by every thread while the tensor cores work on
+// the current stage.
 #include "moe_gemm_fp8.cuh"
 
 #define M8_M CU_TILE_M      // slots per block (one wgmma's M)
@@ -185,7 +186,17 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
             rs[i] = ok ? srow[i][j] : 0;
         }
     };
+    // stages 2 ahead of the registers' into L2 (a DRAM miss outlasts one
+    // stage; an expert's first tile reads its weights from DRAM)
+    auto prefetch_w = [&](int kt) {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            if (rok[i] && 4 * kt + q < nb)
+                asm volatile("prefetch.global.L2 [%0];\n" ::"l"(crow[i] + 16 * (4 * kt + q)));
+    };
     load_w(0);      // in flight while the rows' bases are found
+    prefetch_w(2);
+    prefetch_w(3);
 
     // Each row's largest block exponent, over the 4 threads of the row:
     // 16 scale bytes a load where the rows allow (G.wvec, set by the
@@ -277,6 +288,7 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
             load_w(kt + 2);
             load_x(kt + 2, (kt + 2) % M8_S);
         }
+        if (kt + 4 < nk) prefetch_w(kt + 4);
         cp_commit();
         settle();
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
