@@ -667,7 +667,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
         // GEMMs on moe_gemm.cu's bf16 kernel (comparison: the same
         // products, summed in another order and precision).
         const char *f8 = getenv("LLM_CUDA_MOE_FP8");
-        bool w4a8 = quant && !gv && !c->moe_lt && w2.type == QT_MXFP4 &&
+        bool w4a8 = quant && !gv && !c->moe_lt && w2.type == QT_MXFP4 && max_tiles <= 65535 &&
                     !(f8 && !strcmp(f8, "0")) && cu_moe_gemm_fp8_ok(m13) &&
                     cu_moe_gemm_fp8_ok(m2);
         if (quant && !w4a8) {
