@@ -45,18 +45,18 @@
  * but g, quantized again before w2, comes from float32 sums that differ
  * in their last bits, so a g value next to an e4m3 rounding boundary
  * lands on the other side on one of the two (one e4m3 step, 6-12% of that
- * value): measured 3.1e-3 for the 920K values of g at T=600, H=1024.
- * The grouped expert GEMMs of that mode (moe_gemm_fp8.cu: MXFP4 as exact
+ * value): measured 3.1e-3 for the 920K values of g at T=600, H=1024.  Relative errors add along the chain:
+ * at most u from the rounded x into w1 and w3, times 1.28 through SiLU
+ * for the gate's (its log-derivative 1 + g (1 - sigmoid g) peaks at
+ * 1.28), u from the up projection, u from the rounded SwiGLU output into
+ * w2: 3.3u; the shared expert the same.
+ * Under fp8 the grouped expert GEMMs (moe_gemm_fp8.cu: MXFP4 as exact
  * e5m2, x as act_quant's codes, wgmma with float32 promotion per 128
  * columns) multiply the same values with the tensor cores' running sums
  * over each 128-column group, the bound of cuBLASLt's FP8 GEMMs above
  * (2^-13 + 2 K 2^-24) sum_k |x8_k| |w_k| per GEMM; through the chain
  * the same 1e-2 (LLM_CUDA_MOE_FP8=0, moe_gemm.cu's bf16 kernel on the
- * quantized floats, is tested alike).  Relative errors add along the chain:
- * at most u from the rounded x into w1 and w3, times 1.28 through SiLU
- * for the gate's (its log-derivative 1 + g (1 - sigmoid g) peaks at
- * 1.28), u from the up projection, u from the rounded SwiGLU output into
- * w2: 3.3u; the shared expert the same.
+ * quantized floats, is tested alike).
  * Cache storage (kv_dtype): the ring and kv_round store the same bytes
  * as the CPU; the compressor's entries, rounded from float32 values that
  * differ in the last bits, may land on the other side of a rounding
