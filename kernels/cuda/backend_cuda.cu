@@ -9,6 +9,7 @@
 // (kernels/cuda/README.md), its state in backend_cuda.cuh.
 #include "backend_cuda.cuh"
 #include "moe_decode.cuh"
+#include "moe_gemm_fp8.cuh"
 
 // Attention and the indexer of prefill steps on tensor cores, which take
 // keys as bf16: always under bf16; under bf16x2 only when the cache holds
@@ -615,16 +616,16 @@ static void cu_moe_op(backend *b, const moe_args *a)
     cu_moe_route(c->st, sc, T, E, K, a->sigmoid_scores, a->bias, a->tid2eid, a->tid_i64, ids,
                  a->routed_scale, idx, wt, ord);
     phase(c, "moe router");
-    // fp8: the routed experts multiply act_quant(x) and act_quant(g), as
+    // fp8: the routed experts multiply act_quant(x) and act_quant(g): on
+    // FP8 tensor cores as codes and scales (moe_gemm_fp8.cu), else as
     // floats (exact in bf16: the tensor-core kernels take them unsplit).
     const float *xr = a->x;
     bool quant = fp8_quantized(c, w1.type, T);
-    if (quant) {
+    auto quantize_x = [&] {
         float *xq = (float *)grow(c, &c->xq, (size_t)T * H * sizeof(float));
-        if (c->failed) return;
-        cu_act_quant_round(c->st, a->x, H, T, H, xq, H);
+        if (!c->failed) cu_act_quant_round(c->st, a->x, H, T, H, xq, H);
         xr = xq;
-    }
+    };
     if (T <= 8) {
         // A few tokens, other formats: four launches, GEMVs that read each
         // slot's expert:
@@ -662,7 +663,34 @@ static void cu_moe_op(backend *b, const moe_args *a)
         dmoe_gemm m2 = { w2, {}, false, 0, tiles, ntiles, perm, g, I, 0, ys, H, true, false,
                          false };
         bool split = !quant && (c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8);
-        if (gv) {
+        // fp8 (W4A8): read at each MoE op, LLM_CUDA_MOE_FP8=0 keeps these
+        // GEMMs on moe_gemm.cu's bf16 kernel (comparison: the same
+        // products, summed in another order and precision).
+        const char *f8 = getenv("LLM_CUDA_MOE_FP8");
+        bool w4a8 = quant && !gv && !c->moe_lt && w2.type == QT_MXFP4 && max_tiles <= 65535 &&
+                    !(f8 && !strcmp(f8, "0")) && cu_moe_gemm_fp8_ok(m13) &&
+                    cu_moe_gemm_fp8_ok(m2);
+        if (quant && !w4a8) {
+            quantize_x();
+            m13.x = xr;
+            if (c->failed) return;
+        }
+        if (w4a8) {
+            // codes and scales of x, then of g (after w1 and w3 read x's)
+            size_t nq = (size_t)ns * I > (size_t)T * H ? (size_t)ns * I : (size_t)T * H;
+            size_t nsc = (size_t)((H + 127) / 128) * T > (size_t)((I + 127) / 128) * ns
+                             ? (size_t)((H + 127) / 128) * T
+                             : (size_t)((I + 127) / 128) * ns;
+            uint8_t *q8 = (uint8_t *)grow(c, &c->x8, nq);
+            float *s8 = (float *)grow(c, &c->xsc, nsc * sizeof(float));
+            if (c->failed) return;
+            cu_act_quant_fp8(c->st, a->x, H, T, H, q8, H, s8);
+            cu_moe_gemm_fp8(c->st, dmoe_gemm8{ m13, q8, s8, H, T }, max_tiles);
+            phase(c, "moe w1 w3");
+            cu_act_quant_fp8(c->st, g, I, ns, I, q8, I, s8);
+            cu_moe_gemm_fp8(c->st, dmoe_gemm8{ m2, q8, s8, I, ns }, max_tiles);
+            phase(c, "moe w2");
+        } else if (gv) {
             // Each tile's expert read once (w1 and w3 with SwiGLU into g
             // in sorted order, then w2 scattered back to slot order),
             // rather than float32 tiles of 64 slots that hold one or two

@@ -5,8 +5,9 @@
  * 256 MXFP4 experts, top-6, FP8 shared expert) for a step of T tokens,
  * synthetic weights.  Each prefill GEMM mode (LLM_CUDA_GEMM bf16x2,
  * bf16; fp8 with the grouped GEMMs only) with the grouped tensor-core expert GEMMs (moe_gemm.cu) and with
- * cuBLASLt per expert (LLM_CUDA_MOE=cublaslt); milliseconds per op,
- * host waits included.
+ * cuBLASLt per expert (LLM_CUDA_MOE=cublaslt); fp8 with the W4A8 kernel
+ * (moe_gemm_fp8.cu) and with moe_gemm.cu's (LLM_CUDA_MOE_FP8=0);
+ * milliseconds per op, host waits included.
  * T <= 8: the decode MoE instead (gate GEMV, then the fused routing and
  * expert kernels of moe_decode.cuh; LLM_CUDA_MOE_DECODE=0: the separate
  * router, shared-expert and expert GEMVs), in CUDA graphs of 32 ops over
@@ -14,7 +15,8 @@
  * op reads (gate, T * 6 expert slots, T shared-expert reads: each slot
  * reads its expert, so T > 1 counts an expert twice when two tokens pick
  * it; the unique bytes are at most that).
- *   build/tests/gpu/bench_cuda_moe [T]   (default 8192) */
+ *   build/tests/gpu/bench_cuda_moe [T [fp8]]   (default 8192; fp8: only
+ *   the two fp8 rows; LLM_CUDA_PROFILE=1 prints the GEMMs' own times) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,9 +66,13 @@ static void bench(const char *gemm, const char *moe, int T)
     sync(G, out);
     double ms = (now() - t0) / REPS * 1e3;
     double tflop = 2.0 * T * K * 3 * (double)I * H / 1e12;
-    printf("moe prefill T=%d (E=%d K=%d H=%d I=%d) %-6s experts %-20s: %8.2f ms "
+    const char *f8 = getenv("LLM_CUDA_MOE_FP8");
+    printf("moe prefill T=%d (E=%d K=%d H=%d I=%d) %-6s experts %-26s: %8.2f ms "
            "(%.0f TFLOP/s of routed products)\n", T, E, K, H, I, gemm,
-           moe ? "cuBLASLt per expert" : "grouped (moe_gemm)", ms, tflop / (ms * 1e-3));
+           moe ? "cuBLASLt per expert"
+           : strcmp(gemm, "fp8") || (f8 && !strcmp(f8, "0")) ? "grouped (moe_gemm)"
+                                                             : "grouped W4A8 (moe_gemm_fp8)",
+           ms, tflop / (ms * 1e-3));
     const char *e = G->error(G);
     if (e) printf("moe: %s\n", e);
     G->release(G, x), G->release(G, out), G->release(G, dbias);
@@ -146,10 +152,18 @@ int main(int argc, char **argv)
         bench_decode(T, true);
         return 0;
     }
-    bench("bf16x2", NULL, T);
-    bench("bf16x2", "cublaslt", T);
-    bench("bf16", NULL, T);
-    bench("bf16", "cublaslt", T);
+    bool fp8_only = argc > 2 && !strcmp(argv[2], "fp8");
+    if (!fp8_only) {
+        bench("bf16x2", NULL, T);
+        bench("bf16x2", "cublaslt", T);
+        bench("bf16", NULL, T);
+        bench("bf16", "cublaslt", T);
+    }
+    /* fp8: the W4A8 kernel, then moe_gemm.cu's bf16 one on the same
+     * quantized values (LLM_CUDA_MOE_FP8=0) */
     bench("fp8", NULL, T);
+    setenv("LLM_CUDA_MOE_FP8", "0", 1);
+    bench("fp8", NULL, T);
+    unsetenv("LLM_CUDA_MOE_FP8");
     return 0;
 }

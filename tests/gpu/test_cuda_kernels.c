@@ -50,6 +50,13 @@
  * for the gate's (its log-derivative 1 + g (1 - sigmoid g) peaks at
  * 1.28), u from the up projection, u from the rounded SwiGLU output into
  * w2: 3.3u; the shared expert the same.
+ * Under fp8 the grouped expert GEMMs (moe_gemm_fp8.cu: MXFP4 as exact
+ * e5m2, x as act_quant's codes, wgmma with float32 promotion per 128
+ * columns) multiply the same values with the tensor cores' running sums
+ * over each 128-column group, the bound of cuBLASLt's FP8 GEMMs above
+ * (2^-13 + 2 K 2^-24) sum_k |x8_k| |w_k| per GEMM; through the chain
+ * the same 1e-2 (LLM_CUDA_MOE_FP8=0, moe_gemm.cu's bf16 kernel on the
+ * quantized floats, is tested alike).
  * Cache storage (kv_dtype): the ring and kv_round store the same bytes
  * as the CPU; the compressor's entries, rounded from float32 values that
  * differ in the last bits, may land on the other side of a rounding
@@ -1586,9 +1593,11 @@ static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int
     float *g = hcopy(dout, (size_t)T * H * 4);
     char name[160];
     const char *fe = getenv("LLM_CUDA_MOE_DECODE");
+    const char *f8 = getenv("LLM_CUDA_MOE_FP8");
     snprintf(name, sizeof name, "moe %s routing T=%d H=%d (E=%d K=%d, rank slice %d+%d of %d "
-             "in MXFP4 experts)%s", hash ? "hash" : routing == ROUTE_SIGMOID ? "sigmoid" : "top-k",
-             T, H, E, K, i0, ni, I, T <= 8 && T > (fe ? atoi(fe) : 1) ? " separate launches" : "");
+             "in MXFP4 experts)%s%s", hash ? "hash" : routing == ROUTE_SIGMOID ? "sigmoid" : "top-k",
+             T, H, E, K, i0, ni, I, T <= 8 && T > (fe ? atoi(fe) : 1) ? " separate launches" : "",
+             gemm_mode == GEMM_FP8 && f8 && !strcmp(f8, "0") ? " bf16 expert kernel" : "");
     if (T >= LT_MIN_T && (gemm_mode == GEMM_BF16 || gemm_mode == GEMM_BF16X2)) {
         a.x = x, a.gate = &gate, a.w1 = w1, a.w2 = w2, a.w3 = w3;
         a.sw1 = &s1, a.sw2 = &s2, a.sw3 = &s3;
@@ -1744,6 +1753,23 @@ static void test_moes(void)
      * slice in a block) */
     test_moe(300, true, 160, 8, 2, 192, 96, 96);
     test_moe(300, false, 256, 8, 3, 96, 16, 48);
+    if (gemm_mode != GEMM_FP8) return;
+    /* fp8: the grouped GEMMs on FP8 tensor cores (moe_gemm_fp8.cu; the
+     * cases above with 32+ slots per expert ran there too, except the
+     * slice starting inside a scale block: moe_gemm.cu's bf16 kernel),
+     * one tile or less per expert (T = 64), partial tiles, several
+     * tiles per expert with odd counts (T = 1500: 290 slots each); then
+     * the bf16 kernel they replace (LLM_CUDA_MOE_FP8=0) */
+    test_moe(64, false, 256, 8, 6, 128, 64, 64);
+    test_moe(100, true, 1024, 8, 4, 256, 128, 128);
+    test_moe(1500, false, 1024, 32, 6, 512, 256, 256);
+    /* widths of 512: every matrix's scale rows read 16 bytes at a time
+     * (V4's rank shapes; w2's slice starts at column 512) */
+    test_moe(200, false, 512, 8, 4, 1024, 512, 512);
+    setenv("LLM_CUDA_MOE_FP8", "0", 1);
+    test_moe(300, true, 160, 8, 2, 192, 96, 96);
+    test_moe(600, false, 1024, 32, 6, 512, 256, 256);
+    unsetenv("LLM_CUDA_MOE_FP8");
 }
 
 /* A backend on device 0 whose prefill GEMMs are `gemm` (LLM_CUDA_GEMM). */

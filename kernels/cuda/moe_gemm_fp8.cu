@@ -1,0 +1,355 @@
+// The routed experts' GEMMs of prefill steps under the fp8 mode (W4A8) on
+// Hopper's FP8 tensor cores: wgmma m64n128k32, A = act_quant's e4m3 codes
+// of x (DeepSeek's per-token 1x128 groups), B = the MXFP4 weights
+// re-encoded as e5m2, float32 accumulation.  Same tiles, slot mapping and
+// outputs as moe_gemm.cu (w1 and w3 with SwiGLU; w2 scattered back).
+//
+// Numerics.  An E2M1 code times its block's 2^e is exact in e5m2 when the
+// block's exponent lies within 26 binades of its row's: each weight row
+// gets the base b = (largest e of the row) - 13, a block with r = e - b
+// in [-13, 13] is re-encoded exactly (|E2M1| <= 6 = 1.5 * 2^2, so
+// 6 * 2^13 < e5m2's 57344 and 0.5 * 2^-13 = 2^-14 its smallest normal),
+// and 2^(b - 127) multiplies the row's sums once at the end.  A block
+// more than 2^26 below its row's largest is flushed to zero (never on
+// checkpoints' weights; |change| < 2^-26 of the row's largest weight).
+// The products x8 * w5 are exact; the tensor cores sum one 128-column
+// group (four k32 steps, the scale group of x) with their limited
+// running precision (about 14 bits: DeepSeek-V3 report 3.3.2, the same
+// as cuBLASLt's block-scaled FP8 GEMMs of this mode), and each group's
+// sum times x's scale of that group is added in float32 (promotion every
+// 128 columns, as DeepGEMM does).
+//
+// A block: one tile (64 slots of one expert) x 256 weight rows (fused:
+// 128 outputs, their w1 and w3 rows), 2 warpgroups of 128 threads; each
+// warpgroup's wgmma takes the 64 slots x its 128 rows (fused: 64 of w1,
+// the same 64 of w3, so SwiGLU pairs sit in one thread's registers).
+// K in stages of 128 columns, 3 in shared memory (128-byte swizzled, the
+// layout wgmma's descriptors read): x's codes by cp.async (zero-filled
+// past the width and past the tile's slots), the weights' codes loaded a
+// stage ahead into registers (and prefetched into L2 two stages before
+// that) and re-encoded by every thread while the tensor cores work on
+// the current stage.
+#include "moe_gemm_fp8.cuh"
+
+#define M8_M CU_TILE_M      // slots per block (one wgmma's M)
+#define M8_N 256            // weight rows per block: 128 per warpgroup
+#define M8_K 128            // columns per stage (one x scale group, 128 bytes)
+#define M8_S 3              // stages
+#define M8_THREADS 256
+#define M8_A (M8_M * M8_K)              // bytes of x codes per stage
+#define M8_STAGE (M8_A + M8_N * M8_K)   // x codes, then the weights' e5m2
+#define M8_SMEM (1024 + M8_S * M8_STAGE + (M8_S * M8_M + M8_M + M8_N) * 4)
+
+static_assert(M8_M == 64, "one wgmma of M = 64 per warpgroup");
+
+bool cu_moe_gemm_fp8_ok(const dmoe_gemm &g)
+{
+    auto ok = [](const dqw &w) {
+        return w.type == QT_MXFP4 && w.c0 % 32 == 0 && w.ld % 32 == 0 &&
+               (uintptr_t)w.data % 16 == 0 && w.estride % 16 == 0;
+    };
+    return ok(g.w1) && g.w1.cols % 16 == 0 &&
+           (!g.swiglu || (ok(g.w3) && g.w3.rows == g.w1.rows && g.w3.cols == g.w1.cols));
+}
+
+// 32 E2M1 codes (16 bytes, element i in nibble i) of a block whose
+// exponent is r above its row's base, as 32 e5m2 bytes: the magnitude
+// through a byte permute of an 8-entry table of this r (code 1, 0.5, has
+// exponent r + 14; codes 2k and 2k + 1, 2^(k-1) and 1.5 * 2^(k-1), have
+// r + 14 + k with mantissa 0 or 2), the sign moved from bit 3 of the
+// nibble to bit 7 of the byte.
+__device__ __forceinline__ void m8_encode(uint4 c, int r, uint4 &o0, uint4 &o1)
+{
+    uint32_t t0 = 0, t1 = 0;
+    if (r >= -13) {
+        uint32_t d = (uint32_t)(r + 13) << 2;
+        t0 = 0x0A080400u + d * 0x01010100u;     // codes 0-3: 0, 0.5, 1, 1.5
+        t1 = 0x12100E0Cu + d * 0x01010101u;     // codes 4-7: 2, 3, 4, 6
+    }
+    auto enc = [&](uint32_t u, uint32_t &lo, uint32_t &hi) {
+        uint32_t m = u & 0x77777777u, a = u << 4;
+        lo = __byte_perm(t0, t1, m) | (__byte_perm(a, u, 0x5140) & 0x80808080u);
+        hi = __byte_perm(t0, t1, m >> 16) | (__byte_perm(a, u, 0x7362) & 0x80808080u);
+    };
+    enc(c.x, o0.x, o0.y);
+    enc(c.y, o0.z, o0.w);
+    enc(c.z, o1.x, o1.y);
+    enc(c.w, o1.z, o1.w);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ uint32_t m8_smem(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void m8_cp16(uint32_t dst, const void *src, bool ok)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(ok ? 16 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void m8_cp4(uint32_t dst, const void *src, bool ok)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(ok ? 4 : 0)
+                 : "memory");
+}
+
+// wgmma's shared-memory descriptor of a K-major tile in the 128-byte
+// swizzle (rows of 128 bytes, 16-byte chunk c of row r at c ^ (r & 7),
+// 8-row groups 1024 bytes apart, the tile 1024-byte aligned); a k32 step
+// inside the row starts 32 bytes further.
+__device__ __forceinline__ uint64_t m8_desc(uint32_t addr)
+{
+    return (uint64_t)((addr & 0x3ffff) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 |
+           (uint64_t)1 << 62;
+}
+
+// The compiler must keep the accumulators where wgmma left them.
+__device__ __forceinline__ void m8_pin(float (&d)[64])
+{
+#pragma unroll
+    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#define M8_F8(i)                                                                              \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]),                \
+        "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+
+// d (+)= A . B^T for A 64 x 32 e4m3 (x) and B 128 x 32 e5m2 (weights),
+// both K-major in shared memory; acc = 0: d is overwritten.
+__device__ __forceinline__ void m8_wgmma(float (&d)[64], uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "%64, %65, p, 1, 1;\n}\n"
+                 : M8_F8(0), M8_F8(8), M8_F8(16), M8_F8(24), M8_F8(32), M8_F8(40), M8_F8(48),
+                   M8_F8(56)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+#undef M8_F8
+#endif
+
+template <bool SWIGLU>
+__global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    pdl_wait();
+    const dmoe_gemm &G = a.g;
+    if ((int)blockIdx.y >= *G.ntiles) return;
+    extern __shared__ __align__(1024) uint8_t m8_raw[];
+    uint8_t *sh = m8_raw + ((1024 - (m8_smem(m8_raw) & 1023)) & 1023);
+    uint32_t sbase = m8_smem(sh);
+    float *sxs = (float *)(sh + M8_S * M8_STAGE);  // [M8_S][M8_M] x scales of a stage's slots
+    int *xrow = (int *)(sxs + M8_S * M8_M);        // [M8_M] each slot's row of x, -1: none
+    float *rowf = (float *)(xrow + M8_M);          // [M8_N] each weight row's 2^(b - 127)
+
+    int4 tl = G.tiles[blockIdx.y];
+    int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wi = (tid >> 5) & 3;
+    int gq = lane >> 2, t4 = lane & 3, q = tid & 3;
+    int cols = G.w1.cols, nrows = G.w1.rows, nb = (cols + 31) / 32, nk = (cols + M8_K - 1) / M8_K;
+    int n0 = blockIdx.x * (SWIGLU ? M8_N / 2 : M8_N);
+    if (tid < M8_M) {
+        int s = tl.y + tid;
+        xrow[tid] = tid >= tl.z ? -1 : G.xdiv ? G.perm[s] / G.xdiv : s;
+    }
+
+    // This thread's weight rows: B rows br_i = tid / 4 + 64 i, block q of
+    // each stage (4 threads a row, 16 bytes of codes each).  Fused: B rows
+    // 128 w .. 128 w + 63 are w1's n0 + 64 w + .., the next 64 w3's.
+    const uint8_t *crow[4], *srow[4];
+    int rbase[4];
+    bool rok[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const dqw &W = SWIGLU && (i & 1) ? G.w3 : G.w1;
+        int wr = n0 + (SWIGLU ? 64 * (i >> 1) : 64 * i) + (tid >> 2);
+        rok[i] = wr < nrows;
+        long long r = W.r0 + (rok[i] ? wr : 0);
+        crow[i] = W.data + tl.x * W.estride + (r * W.ld + W.c0) / 2;
+        srow[i] = W.scale + tl.x * W.sestride + r * W.sld + W.c0 / 32;
+    }
+    uint4 rc[4];
+    uint32_t rs[4];
+    auto load_w = [&](int kt) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int j = 4 * kt + q;
+            bool ok = rok[i] && j < nb;
+            rc[i] = ok ? *(const uint4 *)(crow[i] + 16 * j) : make_uint4(0, 0, 0, 0);
+            rs[i] = ok ? srow[i][j] : 0;
+        }
+    };
+    // stages 2 ahead of the registers' into L2 (a DRAM miss outlasts one
+    // stage; an expert's first tile reads its weights from DRAM)
+    auto prefetch_w = [&](int kt) {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            if (rok[i] && 4 * kt + q < nb)
+                asm volatile("prefetch.global.L2 [%0];\n" ::"l"(crow[i] + 16 * (4 * kt + q)));
+    };
+    load_w(0);      // in flight while the rows' bases are found
+    prefetch_w(2);
+    prefetch_w(3);
+
+    // Each row's largest block exponent, over the 4 threads of the row:
+    // 16 scale bytes a load where the rows allow (G.wvec, set by the
+    // launcher), else byte by byte.
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int mx = 0;
+        if (rok[i] && G.wvec) {
+            uint32_t m4 = 0;
+            for (int j = 16 * q; j < nb; j += 64) {
+                uint4 v = *(const uint4 *)(srow[i] + j);
+                m4 = __vmaxu4(m4, __vmaxu4(__vmaxu4(v.x, v.y), __vmaxu4(v.z, v.w)));
+            }
+            mx = (int)max(max(m4 & 255, (m4 >> 8) & 255), max((m4 >> 16) & 255, m4 >> 24));
+        } else if (rok[i]) {
+            for (int j = q; j < nb; j += 4) mx = max(mx, (int)srow[i][j]);
+        }
+        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        rbase[i] = mx - 13;
+        if (q == 0) rowf[(tid >> 2) + 64 * i] = ldexpf(1.0f, mx - 13 - 127);
+    }
+    __syncthreads();    // xrow
+
+    auto load_x = [&](int kt, int buf) {
+        uint32_t A = sbase + buf * M8_STAGE;
+#pragma unroll
+        for (int v = 0; v < 2; v++) {
+            int u = tid + M8_THREADS * v, r = u >> 3, c = u & 7, row = xrow[r];
+            int k = kt * M8_K + 16 * c;
+            bool ok = row >= 0 && k < cols;
+            m8_cp16(A + r * 128 + ((c ^ (r & 7)) << 4),
+                    ok ? a.xq + (long long)row * a.ldq + k : a.xq, ok);
+        }
+        if (tid < M8_M) {
+            int row = xrow[tid];
+            m8_cp4(m8_smem(sxs + buf * M8_M + tid),
+                   row >= 0 ? a.xs + (long long)kt * a.xs_ld + row : a.xs, row >= 0);
+        }
+    };
+    auto store_w = [&](int buf) {
+        uint8_t *B = sh + buf * M8_STAGE + M8_A;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int br = (tid >> 2) + 64 * i;
+            uint4 o0, o1;
+            m8_encode(rc[i], (int)rs[i] - rbase[i], o0, o1);
+            uint8_t *row = B + br * 128;
+            *(uint4 *)(row + (((2 * q) ^ (br & 7)) << 4)) = o0;
+            *(uint4 *)(row + (((2 * q + 1) ^ (br & 7)) << 4)) = o1;
+        }
+    };
+    auto cp_commit = [] { asm volatile("cp.async.commit_group;\n" ::: "memory"); };
+    // this thread's cp.async of the stage before the newest landed, and its
+    // shared stores made visible to the tensor cores (async proxy)
+    auto settle = [] {
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    };
+
+    float acc[64], P[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc[i] = 0.0f, P[i] = 0.0f;
+
+    load_x(0, 0);
+    cp_commit();
+    store_w(0);
+    if (nk > 1) {
+        load_w(1);
+        load_x(1, 1);
+    }
+    cp_commit();
+    settle();
+    __syncthreads();
+
+    int m0 = 16 * wi + gq;      // this thread's accumulator rows m0, m0 + 8
+    for (int kt = 0; kt < nk; kt++) {
+        int buf = kt % M8_S;
+        uint32_t A = sbase + buf * M8_STAGE, B = A + M8_A + wg * (128 * M8_K);
+        uint64_t da = m8_desc(A), db = m8_desc(B);
+        m8_pin(P);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) m8_wgmma(P, da + 2 * kk, db + 2 * kk, kk);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        m8_pin(P);
+        if (kt + 1 < nk) store_w((kt + 1) % M8_S);
+        if (kt + 2 < nk) {
+            load_w(kt + 2);
+            load_x(kt + 2, (kt + 2) % M8_S);
+        }
+        if (kt + 4 < nk) prefetch_w(kt + 4);
+        cp_commit();
+        settle();
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        m8_pin(P);
+        float s0 = sxs[buf * M8_M + m0], s1 = sxs[buf * M8_M + m0 + 8];
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            acc[4 * j] = fmaf(P[4 * j], s0, acc[4 * j]);
+            acc[4 * j + 1] = fmaf(P[4 * j + 1], s0, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(P[4 * j + 2], s1, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(P[4 * j + 3], s1, acc[4 * j + 3]);
+        }
+        __syncthreads();
+    }
+
+    // Accumulator (j, e, h): slot m0 + 8 h, the warpgroup's B row
+    // 8 j + 2 t4 + e (the wgmma D layout: 4 values per 8 columns).
+    const float *rf = rowf + 128 * wg;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int m = m0 + 8 * h;
+        if (m >= tl.z) continue;
+        int s = tl.y + m;
+        float *y = G.y + (long long)(G.scatter ? G.perm[s] : s) * G.ldy;
+#pragma unroll
+        for (int j = 0; j < (SWIGLU ? 8 : 16); j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = 8 * j + 2 * t4 + e;
+                int n = n0 + (SWIGLU ? 64 : 128) * wg + c;
+                if (n >= nrows) continue;
+                float v = acc[4 * j + 2 * h + e] * rf[c];
+                y[n] = SWIGLU ? swiglu1(v, acc[4 * (j + 8) + 2 * h + e] * rf[64 + c], G.limit) : v;
+            }
+    }
+#elif defined(__CUDA_ARCH__)
+    __trap();   // built for sm_90a only (wgmma)
+#endif
+}
+
+bool cu_moe_gemm_fp8(cudaStream_t st, const dmoe_gemm8 &a, int max_tiles)
+{
+    if (!cu_moe_gemm_fp8_ok(a.g) || max_tiles > 65535 || a.ldq % 16 != 0 ||
+        (uintptr_t)a.xq % 16 != 0)
+        return false;
+    if (a.g.w1.rows <= 0 || max_tiles <= 0) return true;
+    int nout = a.g.swiglu ? M8_N / 2 : M8_N;
+    dim3 grid((a.g.w1.rows + nout - 1) / nout, max_tiles);
+    // wvec: every row's scale bytes start 16-byte aligned and come in 16s
+    auto svec = [&](const dqw &w) {
+        return (uintptr_t)w.scale % 16 == 0 && w.sld % 16 == 0 && w.sestride % 16 == 0 &&
+               (w.c0 / 32) % 16 == 0 && w.cols % 512 == 0;
+    };
+    dmoe_gemm8 b = a;
+    b.g.wvec = svec(a.g.w1) && (!a.g.swiglu || svec(a.g.w3));
+    if (a.g.swiglu) {
+        smem_attr<16>(moe_gemm8_kernel<true>, M8_SMEM);
+        cu_launch(moe_gemm8_kernel<true>, grid, M8_THREADS, M8_SMEM, st, b);
+    } else {
+        smem_attr<17>(moe_gemm8_kernel<false>, M8_SMEM);
+        cu_launch(moe_gemm8_kernel<false>, grid, M8_THREADS, M8_SMEM, st, b);
+    }
+    return true;
+}
