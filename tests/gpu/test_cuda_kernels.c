@@ -1224,9 +1224,9 @@ static void test_compress_batch(int nseg, int ratio, bool overlap, int d, int ma
 
 /* Every sequence chooses the CPU's entries (float32 scores: exactly).
  * distinct > 0: keys repeat (pages_repeat).  graph: the op as a decode
- * step runs it, run, captured, then replayed (the positions read on the
- * device, sizes for the capped position bound): outputs poisoned before
- * the replay, which must have happened. */
+ * step runs it, under a graph key four times (run, captured, replayed:
+ * the positions read on the device, sizes for the capped position
+ * bound), outputs poisoned before the last, which must be a replay. */
 static void test_indexer_batch(int nseg, int nheads, int d, int topk, int maxpos, enum kv_dtype t,
                                int distinct, bool graph)
 {
@@ -1257,8 +1257,9 @@ static void test_indexer_batch(int nseg, int nheads, int d, int topk, int maxpos
     if (graph) {
         uint64_t key = 0x1D7B000000ull ^ ((uint64_t)maxpos << 8) ^ (uint64_t)nseg;
         G->graph_counts(G, &cap0, &rep0);
-        for (int r = 0; r < 3; r++) {   /* as usual, captured, replayed */
-            for (int s = 0; r == 2 && s < nseg; s++) {
+        /* as usual, captured (once more if the arena ran short), replayed */
+        for (int r = 0; r < 4; r++) {
+            for (int s = 0; r == 3 && s < nseg; s++) {
                 poison(sq[s].dsel, topk * 4);
                 poison(sq[s].dnsel, sizeof *sq[s].dnsel);
             }
@@ -1879,10 +1880,10 @@ int main(void)
         test_indexer(4, 64, 128, 512, 8000, 100, t, 0);
         /* the top-k over several blocks a token (IDX_TOPK_MULTI_MIN =
          * 16,384 entries, launches of up to 64 rows): tokens on both
-         * sides of the threshold in one op; ranges not a multiple of
-         * anything (40,000 entries: 8 blocks of 5,000; 20,000 at top 8:
-         * 50 of 400; 40,000 at top 2,048: 4 of 10,000); 70 tokens (one
-         * block each); Flash's shapes at 70,000 entries (11 blocks) */
+         * sides of the threshold in one op; ranges of uneven lengths
+         * (40,001 entries: 8 blocks of 5,000-5,001; 20,000 at top 8: 50
+         * of 400; 39,999 at top 2,048: 4 of 9,999-10,000); 70 tokens (one
+         * block each); Flash's shapes at 70,001 entries (11 blocks) */
         test_indexer(4, 8, 32, 512, 4 * 16384 - 20, 40, t, 0);
         test_indexer(4, 8, 32, 512, 4 * 40000 + 1, 3, t, 0);
         test_indexer(4, 8, 32, 8, 4 * 20000, 2, t, 0);
