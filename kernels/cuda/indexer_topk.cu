@@ -29,8 +29,9 @@ __device__ __forceinline__ unsigned fkey(float f)
 }
 
 // The top k (0 < k <= n) of entries 0..n-1 with keys key(s), larger key
-// first, then lower s: emit(r, s, key) for each, in ascending s, r its
-// place in that order (0..k-1).  Every thread of the block calls it.
+// first, then lower s: emit(r, s, key) for each, r its place among them
+// in ascending s (0..k-1).  Every thread of the block (whole warps, at
+// least 256 threads: one a histogram bin) calls it.
 // The k-th largest key by 4 rounds of 8-bit radix select (lanes of a
 // warp that count the same bin add once), then tiles of TOPK_ITEMS
 // consecutive entries per thread, one block scan per tile counting the
