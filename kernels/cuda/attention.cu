@@ -1,6 +1,6 @@
 // The attention side of DeepSeek V4 on the GPU: the compressor (windowed
 // softmax pooling, CSA's overlapping halves), the lightning indexer
-// (scores, then an exact top-k by radix select with the CPU's tie rule),
+// (scores, then the exact top-k of indexer_topk.cu),
 // and attention over the sliding window plus compressed entries with
 // per-head sinks.  kernels/cpu/backend_cpu.c is the reference.
 #include "attention_keys.cuh"
@@ -201,89 +201,34 @@ __global__ void indexer_scores_kernel(dindexer a, int t0, float smul, float *sco
     }
 }
 
-// Orderable key of a float (larger float, larger key; -0 is 0).
-__device__ __forceinline__ unsigned fkey(float f)
+// Tokens (rows of scores, ldsc apart) at a time.
+static int indexer_chunk(const dindexer &a, size_t scores_cap, long long *ldsc)
 {
-    unsigned u = __float_as_uint(f);
-    if (u == 0x80000000u) u = 0;
-    return u & 0x80000000u ? ~u : u | 0x80000000u;
-}
-
-// One block per token: the k-th largest key by 4 rounds of 8-bit radix
-// select, then every larger entry and the lowest-indexed equal ones, in
-// ascending index order.
-__global__ void indexer_topk_kernel(dindexer a, int t0, const float *scores, long long ldsc,
-                                    const dindexer *segs)
-{
-    pdl_wait();
-    __shared__ int hist[256], scan_sh[32];
-    __shared__ unsigned s_prefix;
-    __shared__ int s_krem;
-    int i = t0 + blockIdx.x;
-    if (segs) a = segs[blockIdx.x], i = 0;
-    int p = (a.dyn ? a.dyn->pos0 : a.pos0) + i, nvis = (p + 1) / a.ratio;
-    int k = a.topk;
-    int *out = a.sel + (long long)i * k;
-    if (nvis <= k) {
-        for (int s = threadIdx.x; s < nvis; s += blockDim.x) out[s] = s;
-        if (threadIdx.x == 0) a.nsel[i] = nvis;
-        return;
-    }
-    const float *sc = scores + blockIdx.x * ldsc;
-    unsigned prefix = 0, mask = 0;
-    int krem = k;
-    for (int pass = 0; pass < 4; pass++) {
-        int shift = 24 - 8 * pass;
-        for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
-        __syncthreads();
-        for (int s = threadIdx.x; s < nvis; s += blockDim.x) {
-            unsigned u = fkey(sc[s]);
-            if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255], 1);
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            int cum = 0;
-            for (int b = 255; b >= 0; b--) {
-                if (cum + hist[b] >= krem) {
-                    s_prefix = prefix | ((unsigned)b << shift);
-                    s_krem = krem - cum;
-                    break;
-                }
-                cum += hist[b];
-            }
-        }
-        __syncthreads();
-        prefix = s_prefix;
-        krem = s_krem;
-        mask |= 255u << shift;
-        __syncthreads();
-    }
-    int base = 0, eqbase = 0;
-    for (int c0 = 0; c0 < nvis; c0 += blockDim.x) {
-        int s = c0 + threadIdx.x;
-        unsigned u = s < nvis ? fkey(sc[s]) : 0;
-        int gt = s < nvis && u > prefix, eq = s < nvis && u == prefix;
-        int eqtot, tot;
-        int eqr = block_scan(eq, scan_sh, &eqtot);
-        int take = gt || (eq && eqbase + eqr < krem);
-        int r = block_scan(take, scan_sh, &tot);
-        if (take) out[base + r] = s;
-        base += tot;
-        eqbase += eqtot;
-    }
-    if (threadIdx.x == 0) a.nsel[i] = k;
-}
-
-void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
-                uint16_t *keys, const dindexer *segs)
-{
-    if (a.n <= 0) return;
     int maxvis = a.pos_end / a.ratio;
-    long long ldsc = maxvis > 0 ? maxvis : 1;
-    int chunk = (int)(scores_cap / ldsc);
+    *ldsc = maxvis > 0 ? maxvis : 1;
+    long long chunk = (long long)(scores_cap / *ldsc);
     if (chunk > a.n) chunk = a.n;
     if (chunk < 1) chunk = 1;
     if (chunk > 65535) chunk = 65535;   // grid.y of the score kernel
+    return (int)chunk;
+}
+
+size_t cu_indexer_cand_bytes(const dindexer &a, size_t scores_cap)
+{
+    long long ldsc;
+    int chunk = a.n > 0 ? indexer_chunk(a, scores_cap, &ldsc) : 0;
+    return (size_t)chunk * cu_indexer_topk_ld(a.pos_end / a.ratio, a.topk, chunk) *
+           sizeof(unsigned);
+}
+
+void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
+                unsigned *cand, uint16_t *keys, const dindexer *segs)
+{
+    if (a.n <= 0) return;
+    int maxvis = a.pos_end / a.ratio;
+    long long ldsc;
+    int chunk = indexer_chunk(a, scores_cap, &ldsc);
+    long long ldc = cand ? cu_indexer_topk_ld(maxvis, a.topk, chunk) : 0;
     bool v4 = a.d % 4 == 0;
     size_t smem = ((size_t)a.nheads * (a.d + (v4 ? 4 : 1)) + 8 * (size_t)a.d) * sizeof(float);
     smem_attr<1>(indexer_scores_kernel<true>, smem);
@@ -301,7 +246,7 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
             else cu_launch(indexer_scores_kernel<false>, grid, 256, smem, st, a, t0, smul, scores,
                            ldsc, sg);
         }
-        cu_launch(indexer_topk_kernel, nt, 512, 0, st, a, t0, scores, ldsc, sg);
+        cu_indexer_topk(st, a, t0, nt, scores, ldsc, ldc ? cand : NULL, ldc, sg);
     }
 }
 

@@ -401,6 +401,14 @@ static float *indexer_scores(cu_impl *c, size_t rows, int maxvis, bool whole, si
     return (float *)grow(c, &c->iscores, *cap * sizeof(float));
 }
 
+// The candidates of the top-k over several blocks a token (long contexts,
+// few rows), or NULL: not needed, or LLM_CUDA_TOPK_BLOCKS=0.
+static unsigned *indexer_cand(cu_impl *c, const dindexer &d, size_t scores_cap)
+{
+    size_t bytes = c->topk_blocks ? cu_indexer_cand_bytes(d, scores_cap) : 0;
+    return bytes ? (unsigned *)grow(c, &c->icand, bytes) : NULL;
+}
+
 static void indexer_one(cu_impl *c, const indexer_args *a)
 {
     dindexer d;
@@ -408,6 +416,7 @@ static void indexer_one(cu_impl *c, const indexer_args *a)
     int maxvis = d.pos_end / a->ratio;
     size_t cap;
     float *sc = indexer_scores(c, a->n, maxvis, false, &cap);
+    unsigned *cand = indexer_cand(c, d, cap);
     // Many tokens: tensor-core scores over keys gathered as bf16, in
     // scratch of a fixed size (the profile step at load allocates it).
     uint16_t *keys = NULL;
@@ -415,7 +424,7 @@ static void indexer_one(cu_impl *c, const indexer_args *a)
         tensor_core_keys(c, a->keys.dtype))
         keys = (uint16_t *)grow(c, &c->ikeys, (size_t)CU_INDEXER_KTILE * a->d * sizeof(uint16_t));
     if (c->failed) return;
-    cu_indexer(c->st, d, sc, cap, keys);
+    cu_indexer(c->st, d, sc, cap, cand, keys);
 }
 
 // The launch shape of a batch: its first sequence's, with the largest
@@ -447,7 +456,8 @@ static void cu_indexer_op(backend *b, const indexer_args *a, int nseg)
             dindexer shape = batch_shape(h, n1);
             size_t cap;
             float *sc = indexer_scores(c, n1, shape.pos_end / shape.ratio, true, &cap);
-            if (!c->failed) cu_indexer(c->st, shape, sc, cap, NULL, dev);
+            unsigned *cand = indexer_cand(c, shape, cap);
+            if (!c->failed) cu_indexer(c->st, shape, sc, cap, cand, NULL, dev);
         });
     launched(c, "indexer");
 }
@@ -764,7 +774,7 @@ static void cu_destroy(backend *b)
     for (int i = 0; i < NGRAPH; i++) graph_drop(&c->graph[i]);
     arena_free(c);
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
-                         &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->ikeys, &c->wdeq, &c->hcm,
+                         &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->icand, &c->ikeys, &c->wdeq, &c->hcm,
                          &c->apart, &c->offs, &c->xs, &c->yss, &c->xbf, &c->xq, &c->x8,
                          &c->xsc, &c->wsc, &c->xn };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -829,6 +839,14 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
         if (strcmp(ad, "0") && strcmp(ad, "1"))
             fail(c, "LLM_CUDA_ATTN_DECODE=%s: expected 0 or 1", ad);
         c->attn_decode = strcmp(ad, "0") != 0;
+    }
+    // LLM_CUDA_TOPK_BLOCKS=0: the indexer's top-k on one block a token
+    // also at long contexts (comparisons; the same entries either way).
+    c->topk_blocks = true;
+    if (const char *tb = getenv("LLM_CUDA_TOPK_BLOCKS")) {
+        if (strcmp(tb, "0") && strcmp(tb, "1"))
+            fail(c, "LLM_CUDA_TOPK_BLOCKS=%s: expected 0 or 1", tb);
+        c->topk_blocks = strcmp(tb, "0") != 0;
     }
     // Dense matmuls of up to this many tokens on the GEMV kernel (decode
     // batches), more through cuBLASLt; LLM_CUDA_GEMV_MAX_T: comparisons.

@@ -216,11 +216,30 @@ struct dindexer {
     const dstep *dyn;       // pos0, or NULL
 };
 // scores: scratch of at least chunk * ((pos0+n)/ratio) floats for some chunk >= 1.
+// cand: scratch of cu_indexer_cand_bytes(a, scores_cap) bytes (none when
+// 0) for the top-k over several blocks per token, or NULL: one block each.
 // keys: NULL, scores in float32 (decode; LLM_CUDA_GEMM=f32); or scratch
 // of CU_INDEXER_KTILE * d bf16 for the tensor-core scores (indexer_mma.cu;
 // cu_indexer_mma_fits, not under graph capture: dyn must be NULL).
 void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
-                uint16_t *keys, const dindexer *segs = NULL);
+                unsigned *cand, uint16_t *keys, const dindexer *segs = NULL);
+size_t cu_indexer_cand_bytes(const dindexer &a, size_t scores_cap);
+
+// ---- indexer_topk.cu ----
+// A token of at least IDX_TOPK_MULTI_MIN visible entries, in a launch of
+// at most IDX_TOPK_MULTI_MAX_T rows (decode: fewer blocks than SMs, one a
+// token), takes floor(sqrt(nvis / topk)) blocks for its top-k, then one.
+#define IDX_TOPK_MULTI_MIN 16384
+#define IDX_TOPK_MULTI_MAX_T 64
+// Candidates (unsigned) per row that launches of `rows` rows with tokens
+// of up to maxvis entries use: 0 when none spreads over blocks.
+long long cu_indexer_topk_ld(int maxvis, int topk, int rows);
+// The chosen entries of rows [t0, t0+nt) of the step (sequences t0.. of
+// segs: segs points at the first), scores row r - t0 at r * ldsc; cand
+// (NULL: one block per token) nt * ldc unsigned, ldc from
+// cu_indexer_topk_ld.
+void cu_indexer_topk(cudaStream_t st, const dindexer &a, int t0, int nt, const float *scores,
+                     long long ldsc, unsigned *cand, long long ldc, const dindexer *segs);
 
 // ---- indexer_mma.cu ----
 // Keys gathered per tile of at most this many entries (bf16 scratch).

@@ -13,7 +13,14 @@
  * batch is), one attention op per layer replayed as a CUDA graph of
  * NOPS ops (the decode step's way: no host work in the time), B = 1, 8,
  * 32, 64; LLM_CUDA_ATTN_DECODE=0 times the two-kernel path instead.
- *   build/tests/gpu/bench_cuda_attention decode   */
+ *   build/tests/gpu/bench_cuda_attention decode
+ * Indexer: the lightning indexer op of a decode step (scores and top-k)
+ * at rank6's shapes (64 heads of 128, top 512, ratio 4, FP8 keys, every
+ * key row random) for B = 1 and 8 sequences at contexts 131,072 and
+ * 1,048,576 (spread as above), NOPS ops a graph; LLM_CUDA_TOPK_BLOCKS=0
+ * times the top-k on one block a token.  The hash of the chosen entries
+ * must not change with the setting.
+ *   build/tests/gpu/bench_cuda_attention indexer   */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,15 +68,15 @@ static float *dfill(size_t count)
     return d;
 }
 
-/* `rows` FP8 rows of random values in a region of that many rows. */
-static void *region(int rows)
+/* `rows` FP8 rows of `width` random values in a region of that many rows. */
+static void *region(int rows, int width)
 {
-    size_t bytes = kv_region_bytes(KV_FP8, rows, HD);
+    size_t bytes = kv_region_bytes(KV_FP8, rows, width);
     char *h = malloc(bytes);
     float row[HD];
     for (int r = 0; r < rows; r++) {
-        for (int c = 0; c < HD; c++) row[c] = frand();
-        kv_store(KV_FP8, h, rows, HD, r, row);
+        for (int c = 0; c < width; c++) row[c] = frand();
+        kv_store(KV_FP8, h, rows, width, r, row);
     }
     return h;
 }
@@ -84,7 +91,7 @@ static bench_cache cache_new(int nent)
 {
     int nblk = nent / PER_BLOCK + 1;
     size_t bbytes = kv_region_bytes(KV_FP8, PER_BLOCK, HD);
-    char *blk = region(PER_BLOCK), *ring = region(WINDOW);
+    char *blk = region(PER_BLOCK, HD), *ring = region(WINDOW, HD);
     bench_cache k = { G->alloc(G, nblk * bbytes), malloc(nblk * sizeof(char *)),
                       G->alloc(G, kv_region_bytes(KV_FP8, WINDOW, HD)) };
     for (int b = 0; b < nblk; b++) {
@@ -238,10 +245,82 @@ static void bench_decode(const char *name, int ratio, int topk, int pos, int B)
     free(sel), free(nsel), free(a);
 }
 
+#define IX_HEADS 64     /* rank6: index_n_heads, index_head_dim, index_topk */
+#define IX_D 128
+#define IX_TOPK 512
+
+typedef struct {
+    int nseg;
+    const indexer_args *a;
+} ix_ctx;
+
+static void indexer_run(void *ctx, int i)
+{
+    const ix_ctx *c = ctx;
+    (void)i;
+    G->indexer(G, c->a, c->nseg);
+}
+
+/* The indexer op of B one-token sequences at positions up to pos (one
+ * at pos): keys of nent = (pos + 1) / 4 random FP8 rows, shared. */
+static void bench_indexer(int pos, int B)
+{
+    int nent = (pos + 1) / 4, nblk = nent / PER_BLOCK + 1;
+    size_t bbytes = kv_region_bytes(KV_FP8, PER_BLOCK, IX_D);
+    char *dkeys = G->alloc(G, nblk * bbytes), **blocks = malloc(nblk * sizeof(char *));
+    for (int b = 0; b < nblk; b++) {
+        char *h = region(PER_BLOCK, IX_D);
+        blocks[b] = dkeys + b * bbytes;
+        G->write(G, blocks[b], h, bbytes);
+        free(h);
+    }
+    float *q = malloc((size_t)B * IX_HEADS * IX_D * 4), *w = malloc((size_t)B * IX_HEADS * 4);
+    for (size_t i = 0; i < (size_t)B * IX_HEADS * IX_D; i++) q[i] = frand();
+    for (int i = 0; i < B * IX_HEADS; i++) w[i] = frand();
+    float *dq = G->alloc(G, (size_t)B * IX_HEADS * IX_D * 4), *dw = G->alloc(G, B * IX_HEADS * 4);
+    G->write(G, dq, q, (size_t)B * IX_HEADS * IX_D * 4);
+    G->write(G, dw, w, B * IX_HEADS * 4);
+    int32_t *dsel = G->alloc(G, (size_t)B * IX_TOPK * 4);
+    int *dnsel = G->alloc(G, B * sizeof(int));
+    indexer_args *a = calloc(B, sizeof *a);
+    long long ents = 0;
+    for (int s = 0; s < B; s++) {
+        int p = s == 0 ? pos : (int)((long long)pos * s / B);
+        ents += (p + 1) / 4;
+        a[s] = (indexer_args){ .n = 1, .pos0 = p, .ratio = 4, .nheads = IX_HEADS, .d = IX_D,
+                               .topk = IX_TOPK, .q = dq + (size_t)s * IX_HEADS * IX_D,
+                               .w = dw + (size_t)s * IX_HEADS,
+                               .keys = { blocks, 0, PER_BLOCK, IX_D, KV_FP8 },
+                               .sel = dsel + (size_t)s * IX_TOPK, .nsel = dnsel + s };
+    }
+    ix_ctx c = { B, a };
+    uint64_t key = 0x1D000000000ull ^ ((uint64_t)pos << 8) ^ (uint64_t)B;
+    double t = bench_graph(G, key, NOPS, DREPS, indexer_run, &c);
+    /* FNV-1a over every sequence's count and chosen entries */
+    int32_t *sel = malloc((size_t)B * IX_TOPK * 4);
+    int *nsel = malloc(B * sizeof *nsel);
+    G->read(G, sel, dsel, (size_t)B * IX_TOPK * 4);
+    G->read(G, nsel, dnsel, B * sizeof *nsel);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int s = 0; s < B; s++)
+        for (int k = -1; k < (nsel[s] < IX_TOPK ? nsel[s] : IX_TOPK); k++)
+            h = (h ^ (uint32_t)(k < 0 ? nsel[s] : sel[(size_t)s * IX_TOPK + k])) * 0x100000001b3ull;
+    /* key bytes read (codes and scales) and multiply-adds of the scores */
+    double gb = (double)ents * (IX_D + IX_D / 64) / 1e9, gmac = (double)ents * IX_HEADS * IX_D / 1e9;
+    printf("indexer context %7d B=%d: %8.2f us per op  %8.1f entries/seq  %6.1f GB/s of keys  "
+           "%6.1f TFLOP/s  selection hash %016llx%s%s\n", pos + 1, B, t * 1e6, (double)ents / B,
+           gb / t, 2 * gmac / t / 1e3, (unsigned long long)h, G->error(G) ? "  error: " : "",
+           G->error(G) ? G->error(G) : "");
+    G->release(G, dkeys), G->release(G, dq), G->release(G, dw), G->release(G, dsel),
+        G->release(G, dnsel);
+    free(blocks), free(q), free(w), free(a), free(sel), free(nsel);
+}
+
 int main(int argc, char **argv)
 {
     bool decode = argc > 1 && !strcmp(argv[1], "decode");
-    int n = argc > 1 && !decode ? atoi(argv[1]) : 8192;
+    bool indexer = argc > 1 && !strcmp(argv[1], "indexer");
+    int n = argc > 1 && !decode && !indexer ? atoi(argv[1]) : 8192;
     backend *one[1];
     char err[256];
     backend_modes modes = BACKEND_MODES_DEFAULT;   /* LLM_CUDA_* override */
@@ -253,6 +332,17 @@ int main(int argc, char **argv)
     G = one[0];
     const char *tk = getenv("LLM_CUDA_ATTN_TOKENS"), *gm = getenv("LLM_CUDA_GEMM");
     const char *ad = getenv("LLM_CUDA_ATTN_DECODE");
+    if (indexer) {
+        const char *tb = getenv("LLM_CUDA_TOPK_BLOCKS");
+        printf("LLM_CUDA_TOPK_BLOCKS=%s, %d ops per graph\n", tb ? tb : "", NOPS);
+        int ctx[] = { 131071, 1048575 };
+        for (int k = 0; k < 2; k++) {
+            bench_indexer(ctx[k], 1);
+            bench_indexer(ctx[k], 8);
+        }
+        G->destroy(G);
+        return 0;
+    }
     if (decode) {
         printf("LLM_CUDA_ATTN_DECODE=%s, %d ops per graph\n", ad ? ad : "", NOPS);
         int bs[] = { 1, 8, 32, 64 }, ctx[] = { 8191, 131071 };

@@ -737,6 +737,20 @@ static void pages_free(pages *p)
     free(p->hbase), free(p->hblocks), free(p->dblocks);
 }
 
+/* Every row one of `distinct` random rows (host and device): the
+ * indexer's scores of a token then take at most `distinct` values, each
+ * shared by about nrows / distinct entries spread over the whole range
+ * (exact ties on both backends: the same row, the same arithmetic). */
+static void pages_repeat(pages *p, int distinct)
+{
+    float *rows = hrand((size_t)distinct * p->row_len, 1.0f);
+    for (int r = 0; r < p->nblk * p->per_block; r++)
+        kv_store(p->dtype, p->hblocks[r / p->per_block] + p->off, p->per_block, p->row_len,
+                 r % p->per_block, rows + (size_t)(rnd() % distinct) * p->row_len);
+    G->write(G, p->dbase, p->hbase, (size_t)p->nblk * p->block_bytes);
+    free(rows);
+}
+
 /* ---- compressor: a sequence fed in chunks, state and entries compared
  * after every chunk ---- */
 
@@ -843,10 +857,13 @@ static void test_compress(int ratio, bool overlap, int d, int npairs, const int 
 
 /* ---- indexer ---- */
 
-static void test_indexer(int ratio, int nheads, int d, int topk, int pos0, int n, enum kv_dtype t)
+/* distinct > 0: keys repeat (pages_repeat), scores tie in groups. */
+static void test_indexer(int ratio, int nheads, int d, int topk, int pos0, int n, enum kv_dtype t,
+                         int distinct)
 {
     int nrows = (pos0 + n) / ratio;
     pages pg = pages_new(nrows, 5, d, true, t);
+    if (distinct) pages_repeat(&pg, distinct);
     float *q = hrand((size_t)n * nheads * d, 1.0f), *w = hrand((size_t)n * nheads, 1.0f);
     int32_t *sel = malloc((size_t)n * topk * 4);
     int *nsel = malloc(n * sizeof *nsel);
@@ -870,9 +887,9 @@ static void test_indexer(int ratio, int nheads, int d, int topk, int pos0, int n
         if (!same && first_bad < 0) first_bad = i;
         bad += !same;
     }
-    ok(!bad && !G->error(G), "indexer ratio=%d heads=%d d=%d topk=%d pos0=%d n=%d keys %s: %d of "
-       "%d tokens choose other entries (first %d)", ratio, nheads, d, topk, pos0, n, dname(t), bad,
-       n, first_bad);
+    ok(!bad && !G->error(G), "indexer ratio=%d heads=%d d=%d topk=%d pos0=%d n=%d keys %s%s: %d "
+       "of %d tokens choose other entries (first %d)", ratio, nheads, d, topk, pos0, n, dname(t),
+       distinct ? " (few distinct: ties)" : "", bad, n, first_bad);
     pages_free(&pg);
     G->release(G, dq), G->release(G, dw), G->release(G, dsel), G->release(G, dnsel);
     free(q), free(w), free(sel), free(nsel), free(gs), free(gn);
@@ -1212,8 +1229,13 @@ static void test_compress_batch(int nseg, int ratio, bool overlap, int d, int ma
     free(sq), free(ca), free(ga), free(inv), free(ape), free(norm);
 }
 
-/* Every sequence chooses the CPU's entries (float32 scores: exactly). */
-static void test_indexer_batch(int nseg, int nheads, int d, int topk, int maxpos, enum kv_dtype t)
+/* Every sequence chooses the CPU's entries (float32 scores: exactly).
+ * distinct > 0: keys repeat (pages_repeat).  graph: the op as a decode
+ * step runs it, under a graph key four times (run, captured, replayed:
+ * the positions read on the device, sizes for the capped position
+ * bound), outputs poisoned before the last, which must be a replay. */
+static void test_indexer_batch(int nseg, int nheads, int d, int topk, int maxpos, enum kv_dtype t,
+                               int distinct, bool graph)
 {
     int ratio = 4;
     dseq *sq = calloc(nseg, sizeof *sq);
@@ -1222,6 +1244,7 @@ static void test_indexer_batch(int nseg, int nheads, int d, int topk, int maxpos
         dseq *q = &sq[s];
         q->pos0 = dseq_pos(s, maxpos, ratio);
         q->pg = pages_new((q->pos0 + 1) / ratio, 5, d, true, t);
+        if (distinct) pages_repeat(&q->pg, distinct);
         q->q = hrand((size_t)nheads * d, 1.0f), q->w = hrand(nheads, 1.0f);
         q->dq = dcopy(q->q, (size_t)nheads * d * 4), q->dw = dcopy(q->w, nheads * 4);
         q->sel = malloc(topk * 4), q->nsel = malloc(sizeof *q->nsel);
@@ -1237,7 +1260,24 @@ static void test_indexer_batch(int nseg, int nheads, int d, int topk, int maxpos
         ga[s].sel = q->dsel, ga[s].nsel = q->dnsel;
     }
     C->indexer(C, ca, nseg);
-    G->indexer(G, ga, nseg);
+    long long cap0 = 0, rep0 = 0, cap1 = 0, rep1 = 0;
+    if (graph) {
+        uint64_t key = 0x1D7B000000ull ^ ((uint64_t)maxpos << 8) ^ (uint64_t)nseg;
+        G->graph_counts(G, &cap0, &rep0);
+        /* as usual, captured (once more if the arena ran short), replayed */
+        for (int r = 0; r < 4; r++) {
+            for (int s = 0; r == 3 && s < nseg; s++) {
+                poison(sq[s].dsel, topk * 4);
+                poison(sq[s].dnsel, sizeof *sq[s].dnsel);
+            }
+            G->graph_begin(G, key);
+            G->indexer(G, ga, nseg);
+            while (G->graph_end(G)) G->indexer(G, ga, nseg);
+        }
+        G->graph_counts(G, &cap1, &rep1);
+    } else {
+        G->indexer(G, ga, nseg);
+    }
     int bad = 0, first_bad = -1;
     for (int s = 0; s < nseg; s++) {
         dseq *q = &sq[s];
@@ -1250,9 +1290,11 @@ static void test_indexer_batch(int nseg, int nheads, int d, int topk, int maxpos
         bad += !same;
         free(gs);
     }
-    ok(!bad && !G->error(G), "indexer, a batch of %d sequences (positions up to %d) heads=%d "
-       "d=%d topk=%d keys %s: %d choose other entries (first %d)", nseg, maxpos, nheads, d, topk,
-       dname(t), bad, first_bad);
+    ok(!bad && !G->error(G) && (!graph || rep1 > rep0), "indexer, a batch of %d sequences "
+       "(positions up to %d) heads=%d d=%d topk=%d keys %s%s%s: %d choose other entries (first %d)"
+       "%s", nseg, maxpos, nheads, d, topk, dname(t), distinct ? " (few distinct: ties)" : "",
+       graph ? ", replayed as a graph" : "", bad, first_bad,
+       graph && rep1 <= rep0 ? "; the graph was not replayed" : "");
     for (int s = 0; s < nseg; s++) dseq_free(&sq[s]);
     free(sq), free(ca), free(ga);
 }
@@ -1856,12 +1898,31 @@ int main(void)
         test_compress(4, true, 128, 32, ch3, 5, t);
     }
     for (int t = KV_F32; t <= KV_FP8; t++) {
-        test_indexer(4, 8, 32, 8, 0, 40, t);
-        test_indexer(4, 8, 32, 8, 40, 24, t);
-        test_indexer(4, 64, 128, 64, 2000, 5, t);
-        test_indexer(4, 64, 128, 512, 8000, 3, t);
-        test_indexer(4, 16, 64, 32, 300, 300, t);
-        test_indexer(4, 64, 128, 512, 8000, 100, t);
+        test_indexer(4, 8, 32, 8, 0, 40, t, 0);
+        test_indexer(4, 8, 32, 8, 40, 24, t, 0);
+        test_indexer(4, 64, 128, 64, 2000, 5, t, 0);
+        test_indexer(4, 64, 128, 512, 8000, 3, t, 0);
+        test_indexer(4, 16, 64, 32, 300, 300, t, 0);
+        test_indexer(4, 64, 128, 512, 8000, 100, t, 0);
+        /* the top-k over several blocks a token (IDX_TOPK_MULTI_MIN =
+         * 16,384 entries, launches of up to 64 rows): tokens on both
+         * sides of the threshold in one op; ranges of uneven lengths
+         * (40,001 entries: 8 blocks of 5,000-5,001; 20,000 at top 8: 50
+         * of 400; 39,999 at top 2,048: 4 of 9,999-10,000); 70 tokens (one
+         * block each); Flash's shapes at 70,001 entries (11 blocks) */
+        test_indexer(4, 8, 32, 512, 4 * 16384 - 20, 40, t, 0);
+        test_indexer(4, 8, 32, 512, 4 * 40000 + 1, 3, t, 0);
+        test_indexer(4, 8, 32, 8, 4 * 20000, 2, t, 0);
+        test_indexer(4, 8, 32, 2048, 4 * 40000 - 2, 3, t, 0);
+        test_indexer(4, 8, 32, 512, 4 * 20000, 70, t, 0);
+        test_indexer(4, 64, 128, 512, 4 * 70000 + 3, 2, t, 0);
+        /* ties: 48 distinct keys (about 400 entries share each score, the
+         * k-th among them, across block ranges), 3 (all of the top k
+         * share the top score), at and past the threshold */
+        test_indexer(4, 8, 32, 512, 4 * 16384 - 20, 40, t, 48);
+        test_indexer(4, 8, 32, 512, 4 * 20000 + 1, 3, t, 48);
+        test_indexer(4, 8, 32, 512, 4 * 40000 + 1, 3, t, 3);
+        test_indexer(4, 8, 32, 8, 4 * 20000, 2, t, 48);
     }
     G = g[GEMM_BF16];      /* the op takes the tensor-core path for every cache dtype */
     test_indexer_mma(64, 64, 2000, 128, 48, 200, KV_F32);    /* key tiles and token chunks */
@@ -1913,8 +1974,8 @@ int main(void)
             test_compress_batch(nb[i], 4, true, 512, 9000, t);
             test_compress_batch(nb[i], 128, false, 512, 9000, t);
             test_compress_batch(nb[i], 4, true, 128, 300, t);
-            test_indexer_batch(nb[i], 64, 128, 512, 9000, t);
-            test_indexer_batch(nb[i], 8, 32, 8, 100, t);
+            test_indexer_batch(nb[i], 64, 128, 512, 9000, t, 0, false);
+            test_indexer_batch(nb[i], 8, 32, 8, 100, t, 0, false);
             test_attention_batch(nb[i], 32, 512, 128, 4, 512, 9000, t);
             test_attention_batch(nb[i], 32, 512, 128, 128, 0, 9000, t);
             test_attention_batch(nb[i], 32, 512, 128, 0, 0, 9000, t);
@@ -1922,7 +1983,23 @@ int main(void)
             test_ring_store_batch(nb[i], 128, 512, t);
         }
     }
-    test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8);   /* 1M context: 262,144 entries */
+    test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8, 0, false);  /* 1M context: 262,144 entries */
+    for (int t = KV_F32; t <= KV_FP8; t++) {
+        /* sequences below and above the top-k's threshold (16,384
+         * entries) in one batch (positions spread below 160,000: 40,000
+         * entries), without and with ties; 64 sequences (the most that
+         * spread over blocks), 65 (one block each) */
+        test_indexer_batch(7, 8, 32, 512, 160000, t, 0, false);
+        test_indexer_batch(7, 8, 32, 512, 160000, t, 48, false);
+        test_indexer_batch(7, 8, 32, 512, 160000, t, 3, false);
+        test_indexer_batch(64, 8, 32, 512, 100000, t, 0, false);
+        test_indexer_batch(65, 8, 32, 512, 100000, t, 48, false);
+    }
+    /* as a decode step runs it: one sequence (the op's one-token path)
+     * and a batch, replayed from a graph; 1M context with ties */
+    test_indexer_batch(1, 64, 128, 512, 131071, KV_FP8, 0, true);
+    test_indexer_batch(8, 64, 128, 512, 131071, KV_FP8, 0, true);
+    test_indexer_batch(3, 8, 32, 512, 1048575, KV_FP8, 48, true);
     test_attention_batch(3, 32, 512, 128, 4, 512, 1048575, KV_FP8);
     for (int t = KV_F32; t <= KV_FP8; t++) {   /* HCA's long contexts in a batch */
         test_attention_batch(7, 32, 512, 128, 128, 0, 131071, t);

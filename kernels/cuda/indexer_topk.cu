@@ -1,0 +1,192 @@
+// The lightning indexer's top-k: of a token's nvis scores (attention.cu,
+// indexer_mma.cu), the k best under the CPU's strict order (larger score
+// first, then the lower index: kernels/cpu/ops.c cpu_topk), written in
+// ascending index order.  One block of a token finds the k-th largest key
+// by radix select and emits every larger entry and the lowest-indexed
+// equal ones (block_topk).  A long context on few rows spreads a token
+// over G blocks: each selects the top k of its range of entries, which
+// holds every entry of the token's top k that lies in the range (fewer
+// than k entries of the range, all of them in the token, precede such an
+// entry), and one block then selects among the G·k candidates.
+#include "kernels.cuh"
+
+#define TOPK_THREADS 512
+#define TOPK_LOADS 8        // keys a thread loads before counting them (radix passes)
+#define TOPK_ITEMS 8        // consecutive entries a thread emits per tile
+
+struct topk_smem {
+    int hist[256], scan[32];
+    unsigned prefix;
+    int krem;
+};
+
+// Orderable key of a float (larger float, larger key; -0 is 0).
+__device__ __forceinline__ unsigned fkey(float f)
+{
+    unsigned u = __float_as_uint(f);
+    if (u == 0x80000000u) u = 0;
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+
+// The top k (0 < k <= n) of entries 0..n-1 with keys key(s), larger key
+// first, then lower s: emit(r, s, key) for each, r its place among them
+// in ascending s (0..k-1).  Every thread of the block (whole warps, at
+// least 256 threads: one a histogram bin) calls it.
+// The k-th largest key by 4 rounds of 8-bit radix select (lanes of a
+// warp that count the same bin add once), then tiles of TOPK_ITEMS
+// consecutive entries per thread, one block scan per tile counting the
+// larger (low 16 bits) and equal (high bits) entries before each thread;
+// the entries equal to the k-th key are taken while fewer than krem of
+// them have been.  Stops once k entries are out.
+template <class Key, class Emit>
+__device__ void block_topk(int n, int k, Key key, Emit emit, topk_smem &sm)
+{
+    int lane = threadIdx.x & 31;
+    unsigned prefix = 0, mask = 0;
+    int krem = k;       // entries with the key bits so far still to take
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = threadIdx.x; b < 256; b += blockDim.x) sm.hist[b] = 0;
+        __syncthreads();
+        for (int c0 = 0; c0 < n; c0 += TOPK_LOADS * blockDim.x) {
+            unsigned u[TOPK_LOADS];
+#pragma unroll
+            for (int j = 0; j < TOPK_LOADS; j++) {
+                int s = c0 + j * blockDim.x + threadIdx.x;
+                u[j] = s < n ? key(s) : 0;
+            }
+#pragma unroll
+            for (int j = 0; j < TOPK_LOADS; j++) {
+                bool in = c0 + j * (int)blockDim.x + (int)threadIdx.x < n && (u[j] & mask) == prefix;
+                unsigned act = __ballot_sync(0xffffffffu, in);
+                if (in) {
+                    unsigned bin = u[j] >> shift & 255u, peers = __match_any_sync(act, bin);
+                    if (lane == __ffs(peers) - 1) atomicAdd(&sm.hist[bin], __popc(peers));
+                }
+            }
+        }
+        __syncthreads();
+        // Bins from the top down over threads 0..255: the one where the
+        // count from the top reaches krem.
+        int b = 255 - (int)threadIdx.x, h = b >= 0 ? sm.hist[b] : 0, tot;
+        int above = block_scan(h, sm.scan, &tot);
+        if (b >= 0 && above < krem && above + h >= krem) {
+            sm.prefix = prefix | (unsigned)b << shift;
+            sm.krem = krem - above;
+        }
+        __syncthreads();
+        prefix = sm.prefix;
+        krem = sm.krem;
+        mask |= 255u << shift;
+    }
+    int base = 0, eqbase = 0;   // entries emitted, equal entries seen before the tile
+    for (int c0 = 0; c0 < n && base < k; c0 += TOPK_ITEMS * blockDim.x) {
+        int s0 = c0 + threadIdx.x * TOPK_ITEMS;
+        unsigned u[TOPK_ITEMS], gt = 0, eq = 0;     // bit j: entry s0 + j
+#pragma unroll
+        for (int j = 0; j < TOPK_ITEMS; j++) {
+            u[j] = s0 + j < n ? key(s0 + j) : 0;
+            gt |= (unsigned)(s0 + j < n && u[j] > prefix) << j;
+            eq |= (unsigned)(s0 + j < n && u[j] == prefix) << j;
+        }
+        int tot, before = block_scan(__popc(gt) | __popc(eq) << 16, sm.scan, &tot);
+        int eqfree = max(krem - eqbase, 0);         // equal entries still to take
+        int eqr = eqbase + (before >> 16);          // rank of this thread's first equal entry
+        int r = base + (before & 0xffff) + min(before >> 16, eqfree);
+#pragma unroll
+        for (int j = 0; j < TOPK_ITEMS; j++) {
+            bool take = gt >> j & 1;
+            if (eq >> j & 1) take = eqr++ < krem;
+            if (take) emit(r++, s0 + j, u[j]);
+        }
+        base += (tot & 0xffff) + min(tot >> 16, eqfree);
+        eqbase += tot >> 16;
+    }
+}
+
+// Blocks per token: 1 under IDX_TOPK_MULTI_MIN entries, else
+// floor(sqrt(nvis / k)), which makes a block's range (about sqrt(nvis k)
+// entries, at least k) as long as the G·k candidates.  Grows with nvis,
+// so the plan's maxvis bounds every token's.
+__host__ __device__ static int topk_blocks(int nvis, int k)
+{
+    if (nvis < IDX_TOPK_MULTI_MIN || k <= 0) return 1;
+    int q = nvis / k, g = (int)sqrtf((float)q);
+    while (g * g > q) g--;
+    while ((g + 1) * (g + 1) <= q) g++;
+    return g;
+}
+
+__device__ __forceinline__ int visible(const dindexer &a, int i)
+{
+    return ((a.dyn ? a.dyn->pos0 : a.pos0) + i + 1) / a.ratio;
+}
+
+// Block (b, row) of a token that spreads over G >= 2 blocks: the top k
+// of its range [b nvis / G, (b + 1) nvis / G) of entries into the row's
+// candidates (ldc apart): keys at b·k.., entry indices at G·k + b·k..,
+// in ascending entry order.  Rows are tokens t0.. of the step, or with
+// segs sequences (a block row each).
+__global__ void __launch_bounds__(TOPK_THREADS)
+    indexer_topk_part_kernel(dindexer a, int t0, const float *scores, long long ldsc,
+                             unsigned *cand, long long ldc, const dindexer *segs)
+{
+    pdl_wait();
+    __shared__ topk_smem sm;
+    int i = t0 + blockIdx.y;
+    if (segs) a = segs[blockIdx.y], i = 0;
+    int nvis = visible(a, i), k = a.topk, G = topk_blocks(nvis, k), b = blockIdx.x;
+    if (G < 2 || b >= G) return;
+    int lo = (int)((long long)b * nvis / G), hi = (int)((long long)(b + 1) * nvis / G);
+    const float *sc = scores + blockIdx.y * ldsc + lo;
+    unsigned *ck = cand + blockIdx.y * ldc + (long long)b * k, *ci = ck + (long long)G * k;
+    block_topk(hi - lo, k, [&](int s) { return fkey(sc[s]); },
+               [&](int r, int s, unsigned u) { ck[r] = u, ci[r] = lo + s; }, sm);
+}
+
+// A block per row: the token's chosen entries into a.sel (k of them, or
+// all nvis when nvis <= k) and their count into a.nsel; from the scores,
+// or with cand, for a token of G >= 2 blocks, from its G·k candidates
+// (in ascending entry order: the lower candidate is the lower entry).
+__global__ void __launch_bounds__(TOPK_THREADS)
+    indexer_topk_kernel(dindexer a, int t0, const float *scores, long long ldsc,
+                        const unsigned *cand, long long ldc, const dindexer *segs)
+{
+    pdl_wait();
+    __shared__ topk_smem sm;
+    int i = t0 + blockIdx.x;
+    if (segs) a = segs[blockIdx.x], i = 0;
+    int nvis = visible(a, i), k = a.topk;
+    int *out = a.sel + (long long)i * k;
+    if (nvis <= k || k <= 0) {
+        int m = k <= 0 ? 0 : nvis;
+        for (int s = threadIdx.x; s < m; s += blockDim.x) out[s] = s;
+        if (threadIdx.x == 0) a.nsel[i] = m;
+        return;
+    }
+    int G = cand ? topk_blocks(nvis, k) : 1;
+    if (G > 1) {
+        const unsigned *ck = cand + blockIdx.x * ldc, *ci = ck + (long long)G * k;
+        block_topk(G * k, k, [&](int j) { return ck[j]; },
+                   [&](int r, int j, unsigned) { out[r] = (int)ci[j]; }, sm);
+    } else {
+        const float *sc = scores + blockIdx.x * ldsc;
+        block_topk(nvis, k, [&](int s) { return fkey(sc[s]); },
+                   [&](int r, int s, unsigned) { out[r] = s; }, sm);
+    }
+    if (threadIdx.x == 0) a.nsel[i] = k;
+}
+
+long long cu_indexer_topk_ld(int maxvis, int topk, int rows)
+{
+    int G = topk_blocks(maxvis, topk);
+    return rows <= IDX_TOPK_MULTI_MAX_T && G > 1 ? 2LL * G * topk : 0;
+}
+
+void cu_indexer_topk(cudaStream_t st, const dindexer &a, int t0, int nt, const float *scores,
+                     long long ldsc, unsigned *cand, long long ldc, const dindexer *segs)
+{
+    if (cand)
+        cu_launch(indexer_topk_part_kernel, dim3(topk_blocks(a.pos_end / a.ratio, a.topk), nt),
+                  TOPK_THREADS, 0, st, a, t0, scores, ldsc, cand, ldc, segs);
+    cu_launch(indexer_topk_kernel, nt, TOPK_THREADS, 0, st, a, t0, scores, ldsc, cand, ldc, segs);
+}
