@@ -1775,6 +1775,11 @@ int main(void)
         return exit_status();
     }
     backend *g[4], *g1[4];      /* g1: one query token per tensor-core attention block */
+    /* g_hc4: mHC of 64+ tokens in the old four launches */
+    setenv("LLM_CUDA_HC_FUSED_MANY", "0", 1);
+    backend *g_hc4 = gpu_backend(gemm_names[GEMM_F32], "2");
+    unsetenv("LLM_CUDA_HC_FUSED_MANY");
+    if (!g_hc4) return exit_status();
     for (int m = 0; m < 4; m++)
         if (!(g[m] = gpu_backend(gemm_names[m], "2")) || !(g1[m] = gpu_backend(gemm_names[m], "1")))
             return exit_status();
@@ -1834,16 +1839,11 @@ int main(void)
     }
     /* the old sequence (LLM_CUDA_HC_FUSED_MANY=0): hc_post, the logits,
      * the collapse, the RMSNorm */
-    setenv("LLM_CUDA_HC_FUSED_MANY", "0", 1);
-    backend *g4 = gpu_backend(gemm_names[GEMM_F32], "2");
-    unsetenv("LLM_CUDA_HC_FUSED_MANY");
-    if (g4) {
-        G = g4, hc_variant = " (LLM_CUDA_HC_FUSED_MANY=0)";
-        test_hc(300, 4, 4096);
-        for (int wy = 0; wy < 2; wy++) test_hc_pre_norm(300, 4, 4096, true, wy);
-        G = g[GEMM_F32], hc_variant = "";
-        g4->destroy(g4);
-    }
+    G = g_hc4, hc_variant = " (LLM_CUDA_HC_FUSED_MANY=0)";
+    test_hc(300, 4, 4096);
+    for (int wy = 0; wy < 2; wy++) test_hc_pre_norm(300, 4, 4096, true, wy);
+    G = g[GEMM_F32], hc_variant = "";
+    g_hc4->destroy(g_hc4);
     int ch1[] = { 7, 1, 1, 13, 5, 1, 1, 1, 40, 2 };
     int ch2[] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
     int ch3[] = { 300, 1, 1, 100, 1 };
