@@ -221,10 +221,28 @@ static bool hc_ok(cu_impl *c, int hc)
     return hc <= BACKEND_HC_MAX;
 }
 
-// Few tokens: a block per (logit, token).  Many: a block per 32 tokens
-// with all the logits (or, for shapes that kernel does not take, the
-// logits as a float32 GEMM over the raw streams, scaled per token by the
-// rms factor).
+// Many tokens, unless LLM_CUDA_HC_FUSED_MANY=0 or the shapes do not fit
+// (cu_hc_post_logits): hc_post (y not NULL) with the logits in one pass
+// over the streams, then the mix, the collapse and (normed not NULL) the
+// RMSNorm in a second: two launches.  false: nothing launched.
+static bool hc_pre_many(cu_impl *c, float *h, const float *y, int T, int hc, int H,
+                        const float *fn, const float *base, const float *scale, int iters,
+                        float hc_eps, float norm_eps, float *m, float *post, float *comb,
+                        float *collapsed, const float *norm_w, float *normed)
+{
+    if (!c->hc_many || T < LT_MIN_T ||
+        !cu_hc_post_logits(c->st, h, y, T, hc, H, fn, post, comb, norm_eps, m))
+        return false;
+    phase(c, "hc_pre logits");
+    cu_hc_collapse_norm(c->st, h, T, hc, H, m, base, scale, iters, hc_eps, norm_eps, norm_w, post,
+                        comb, collapsed, normed);
+    return true;
+}
+
+// Few tokens: a block per (logit, token).  Many: hc_pre_many, or a block
+// per 32 tokens with all the logits (or, for shapes that kernel does not
+// take, the logits as a float32 GEMM over the raw streams, scaled per
+// token by the rms factor), then the collapse.
 static void hc_pre(cu_impl *c, const float *h, int T, int hc, int H, const float *fn,
                    const float *base, const float *scale, int iters, float hc_eps,
                    float norm_eps, float *post, float *comb, float *collapsed, bool head)
@@ -233,6 +251,9 @@ static void hc_pre(cu_impl *c, const float *h, int T, int hc, int H, const float
     int nmix = head ? hc : (2 + hc) * hc, n = hc * H;
     float *m = (float *)grow(c, &c->hcm, (size_t)T * (nmix + 1) * sizeof(float));
     if (c->failed) return;
+    if (!head && hc_pre_many(c, (float *)h, NULL, T, hc, H, fn, base, scale, iters, hc_eps,
+                             norm_eps, m, post, comb, collapsed, NULL, NULL))
+        return;
     float *r = NULL;
     bool many = T >= LT_MIN_T;
     if (many && !cu_hc_logits_many(c->st, h, T, n, fn, nmix, norm_eps, m)) {
@@ -258,8 +279,8 @@ static void cu_hc_pre_op(backend *b, const float *h, int T, int hc, int H, const
     launched(c, "hc_pre");
 }
 
-// Few tokens: one launch (cu_hc_pre_norm); else hc_post (with y), hc_pre,
-// then the RMSNorm.
+// Few tokens: one launch (cu_hc_pre_norm); many: two (hc_pre_many); else
+// hc_post (with y), hc_pre, then the RMSNorm.
 static void cu_hc_pre_norm_op(backend *b, float *h, const float *y, int T, int hc, int H,
                               const float *fn, const float *base, const float *scale, int iters,
                               float hc_eps, float norm_eps, float *post, float *comb,
@@ -271,9 +292,13 @@ static void cu_hc_pre_norm_op(backend *b, float *h, const float *y, int T, int h
     size_t bytes = HC_FUSED_SCRATCH(nmix, T), pre_bytes = (size_t)T * (nmix + 1) * sizeof(float);
     void *m = grow(c, &c->hcm, bytes > pre_bytes ? bytes : pre_bytes);
     if (c->failed) return;
-    if (T >= LT_MIN_T || !cu_hc_pre_norm(c->st, h, y, T, hc, H, fn, base, scale, iters, hc_eps,
-                                         norm_eps, norm_w, m, c->hc_count, post, comb, collapsed,
-                                         normed)) {
+    bool done = T < LT_MIN_T
+                    ? cu_hc_pre_norm(c->st, h, y, T, hc, H, fn, base, scale, iters, hc_eps,
+                                     norm_eps, norm_w, m, c->hc_count, post, comb, collapsed,
+                                     normed)
+                    : hc_pre_many(c, h, y, T, hc, H, fn, base, scale, iters, hc_eps, norm_eps,
+                                  (float *)m, post, comb, collapsed, norm_w, normed);
+    if (!done) {
         if (y) cu_hc_post(c->st, h, y, post, comb, T, hc, H);
         hc_pre(c, h, T, hc, H, fn, base, scale, iters, hc_eps, norm_eps, post, comb, collapsed,
                false);
@@ -805,6 +830,15 @@ static void cu_destroy(backend *b)
     free(b);
 }
 
+// An on/off comparison switch in the environment: unset or 1 is on, 0
+// off, anything else an error.
+static bool env_switch(cu_impl *c, const char *name)
+{
+    const char *v = getenv(name);
+    if (v && strcmp(v, "0") && strcmp(v, "1")) fail(c, "%s=%s: expected 0 or 1", name, v);
+    return !(v && !strcmp(v, "0"));
+}
+
 backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char *err,
                 size_t errlen)
 {
@@ -834,20 +868,13 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     c->attn_tokens = modes->attn_tokens;
     // LLM_CUDA_ATTN_DECODE=0: decode attention on cu_attention and its
     // combine (comparisons; the sums' order differs, within the kernels' bounds).
-    c->attn_decode = true;
-    if (const char *ad = getenv("LLM_CUDA_ATTN_DECODE")) {
-        if (strcmp(ad, "0") && strcmp(ad, "1"))
-            fail(c, "LLM_CUDA_ATTN_DECODE=%s: expected 0 or 1", ad);
-        c->attn_decode = strcmp(ad, "0") != 0;
-    }
+    c->attn_decode = env_switch(c, "LLM_CUDA_ATTN_DECODE");
     // LLM_CUDA_TOPK_BLOCKS=0: the indexer's top-k on one block a token
     // also at long contexts (comparisons; the same entries either way).
-    c->topk_blocks = true;
-    if (const char *tb = getenv("LLM_CUDA_TOPK_BLOCKS")) {
-        if (strcmp(tb, "0") && strcmp(tb, "1"))
-            fail(c, "LLM_CUDA_TOPK_BLOCKS=%s: expected 0 or 1", tb);
-        c->topk_blocks = strcmp(tb, "0") != 0;
-    }
+    c->topk_blocks = env_switch(c, "LLM_CUDA_TOPK_BLOCKS");
+    // LLM_CUDA_HC_FUSED_MANY=0: the mHC ops of steps of 64+ tokens as four
+    // launches (hc_post, logits, collapse, RMSNorm) instead of two.
+    c->hc_many = env_switch(c, "LLM_CUDA_HC_FUSED_MANY");
     // Dense matmuls of up to this many tokens on the GEMV kernel (decode
     // batches), more through cuBLASLt; LLM_CUDA_GEMV_MAX_T: comparisons.
     c->gemv_max_t = LT_MIN_T - 1;

@@ -139,6 +139,21 @@ bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, in
                     const float *fn, const float *base, const float *scale, int iters,
                     float hc_eps, float norm_eps, const float *nw, void *m, int *count,
                     float *post, float *comb, float *collapsed, float *out);
+// The same for many tokens in two launches (T >= 64, hc 2 to 4): first
+// cu_hc_post_logits, y not NULL: cu_hc_post(h, y, post, comb) with the
+// logits m [T][(2 + hc) hc] of the new streams in one pass over them (y
+// NULL: the logits of h, left as it is); then cu_hc_collapse_norm: per
+// token the mix, post, comb, collapsed, and (out not NULL) its RMSNorm,
+// over a second read of the streams.  false (nothing launched): hc not 2
+// to 4, H not a multiple of 4 or over 12K (the collapsed row in shared
+// memory), h or y not 16-byte aligned.
+bool cu_hc_post_logits(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
+                       const float *fn, const float *post, const float *comb, float norm_eps,
+                       float *m);
+void cu_hc_collapse_norm(cudaStream_t st, const float *h, int T, int hc, int H, const float *m,
+                         const float *base, const float *scale, int iters, float hc_eps,
+                         float norm_eps, const float *nw, float *post, float *comb,
+                         float *collapsed, float *out);
 // qk_args (backend.h) for T tokens at device positions pos: q and kv
 // normalized and rotated, kv rounded to dtype; qi (NULL: none) rotated and
 // iw [T][inh] scaled.  Heads of at most CU_QK_MAX_HD channels.

@@ -435,6 +435,85 @@ __device__ __forceinline__ double hc_collapse_cols(float *ht, int hc, int H, int
     return s2;
 }
 
+// The end of hc_pre and its RMSNorm for one token once its logits mt
+// (shared memory) are known, by a block of 64+ threads: pre and post
+// (postt), then the Sinkhorn (combt) on the first warp (an element per
+// lane, sums through shuffles in hc_collapse_kernel's order) while the
+// other warps collapse the streams ht into ct and cs [H] (after hc_post
+// when yt is not NULL: the new streams stored; 16-byte accesses when v4),
+// then, ot not NULL, the RMSNorm of the collapsed row kept in cs
+// (rmsnorm_kernel's operations) into ot.  The Sinkhorn's chain of
+// divisions overlaps the collapse.  pre: shared, [HC_MAX].
+__device__ __forceinline__ void hc_mix_collapse_norm(float *ht, const float *yt, int hc, int H,
+                                                     bool v4, const float *mt,
+                                                     const float *base, const float *scale,
+                                                     int iters, float hc_eps, float norm_eps,
+                                                     const float *nw, const float *pp,
+                                                     const float *cc, float *pre, double *shd,
+                                                     float *postt, float *combt, float *ct,
+                                                     float *cs, float *ot)
+{
+    int e = threadIdx.x;
+    if (e < hc) {
+        pre[e] = sigmoidf_(mt[e] * scale[0] + base[e]) + hc_eps;
+        float m1 = mt[hc + e];
+        postt[e] = 2.0f * sigmoidf_(m1 * scale[1] + base[hc + e]);
+    }
+    __syncthreads();
+    double s2 = 0;
+    if (e < 32) {
+        // Row i's softmax, then rounds of row and column normalization;
+        // lanes past hc * hc compute on zeros and store nothing.
+        bool own = e < hc * hc;
+        int i = own ? e / hc : 0, jj = own ? e % hc : 0;
+        float v = own ? mt[2 * hc + e] * scale[2] + base[2 * hc + e] : 0.0f;
+        // (Loops unrolled to HC_FUSED_MAX, hc uniform over the warp: a
+        // round's shuffles issue together.)
+        float mx = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < HC_FUSED_MAX; k++) {
+            if (k >= hc) break;
+            float o = __shfl_sync(0xffffffffu, v, i * hc + k);
+            if (o > mx) mx = o;
+        }
+        v = expf(v - mx);
+        float sum = 0;
+#pragma unroll
+        for (int k = 0; k < HC_FUSED_MAX; k++) {
+            if (k >= hc) break;
+            sum += __shfl_sync(0xffffffffu, v, i * hc + k);
+        }
+        v = v / sum + hc_eps;
+        for (int it = 0; it < iters; it++) {
+            for (int c = it > 0 ? 0 : 1; c < 2; c++) {
+                float o[HC_FUSED_MAX];
+#pragma unroll
+                for (int k = 0; k < HC_FUSED_MAX; k++)
+                    o[k] = __shfl_sync(0xffffffffu, v, (c ? k * hc + jj : i * hc + k) & 31);
+                sum = 0;
+#pragma unroll
+                for (int k = 0; k < HC_FUSED_MAX; k++)
+                    if (k < hc) sum += o[k];
+                v /= sum + hc_eps;
+            }
+        }
+        if (own) combt[e] = v;
+    } else {
+        if (v4) {
+            for (int q = e - 32; q < H / 4; q += blockDim.x - 32)
+                s2 += hc_collapse_cols<4>(ht, hc, H, q, yt, pp, cc, pre, ct, cs);
+        } else {
+            for (int q = e - 32; q < H; q += blockDim.x - 32)
+                s2 += hc_collapse_cols<1>(ht, hc, H, q, yt, pp, cc, pre, ct, cs);
+        }
+    }
+    if (!ot) return;
+    s2 = block_sum(s2, shd);
+    float r = 1.0f / sqrtf((float)(s2 / H) + norm_eps);
+    for (int d = e - 32; e >= 32 && d < H; d += blockDim.x - 32)
+        ot[d] = nw ? nw[d] * (cs[d] * r) : cs[d] * r;
+}
+
 // hc_pre and the RMSNorm of its collapsed row in one launch, for a few
 // tokens and hc <= HC_FUSED_MAX; with y, the previous sublayer's hc_post
 // first.  Blocks (j + nmix * split, t) compute logit j of token t over one
@@ -442,14 +521,9 @@ __device__ __forceinline__ double hc_collapse_cols(float *ht, int hc, int H, int
 // hc_logits_kernel does (with y: on the streams after hc_post, computed
 // from the old ones in registers; only the last block stores them); the
 // block of token t that finishes last (count[t] says, and that block
-// resets it for the next launch) adds the slices in order, computes pre
-// and post, the Sinkhorn on its first warp (an
-// element per lane, sums through shuffles in hc_collapse_kernel's order)
-// while its other warps collapse the streams (16-byte accesses: one
-// block's latency-bound pass), then the RMSNorm of the collapsed row, kept
-// in shared memory (rmsnorm_kernel's operations).  One launch instead of
-// three or four, and the Sinkhorn's chain of divisions overlaps the
-// collapse.
+// resets it for the next launch) adds the slices in order and finishes
+// (hc_mix_collapse_norm: one block's latency-bound pass over the
+// streams).  One launch instead of three or four.
 __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float *y, int hc, int H,
                                                           const float *fn, const float *base,
                                                           const float *scale, int iters,
@@ -510,66 +584,10 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
         mt[e] = aj * (1.0f / sqrtf((float)(s2 / n) + norm_eps));
     }
     __syncthreads();
-    if (e < hc) {
-        pre[e] = sigmoidf_(mt[e] * scale[0] + base[e]) + hc_eps;
-        float m1 = mt[hc + e];
-        post[(long long)t * hc + e] = 2.0f * sigmoidf_(m1 * scale[1] + base[hc + e]);
-    }
-    __syncthreads();
-    double s2 = 0;
-    float *ct = col + (long long)t * H;
-    if (e < 32) {
-        // Row i's softmax, then rounds of row and column normalization;
-        // lanes past hc * hc compute on zeros and store nothing.
-        bool own = e < hc * hc;
-        int i = own ? e / hc : 0, jj = own ? e % hc : 0;
-        float v = own ? mt[2 * hc + e] * scale[2] + base[2 * hc + e] : 0.0f;
-        // (Loops unrolled to HC_FUSED_MAX, hc uniform over the warp: a
-        // round's shuffles issue together.)
-        float mx = -INFINITY;
-#pragma unroll
-        for (int k = 0; k < HC_FUSED_MAX; k++) {
-            if (k >= hc) break;
-            float o = __shfl_sync(0xffffffffu, v, i * hc + k);
-            if (o > mx) mx = o;
-        }
-        v = expf(v - mx);
-        float sum = 0;
-#pragma unroll
-        for (int k = 0; k < HC_FUSED_MAX; k++) {
-            if (k >= hc) break;
-            sum += __shfl_sync(0xffffffffu, v, i * hc + k);
-        }
-        v = v / sum + hc_eps;
-        for (int it = 0; it < iters; it++) {
-            for (int c = it > 0 ? 0 : 1; c < 2; c++) {
-                float o[HC_FUSED_MAX];
-#pragma unroll
-                for (int k = 0; k < HC_FUSED_MAX; k++)
-                    o[k] = __shfl_sync(0xffffffffu, v, (c ? k * hc + jj : i * hc + k) & 31);
-                sum = 0;
-#pragma unroll
-                for (int k = 0; k < HC_FUSED_MAX; k++)
-                    if (k < hc) sum += o[k];
-                v /= sum + hc_eps;
-            }
-        }
-        if (own) comb[(long long)t * hc * hc + e] = v;
-    } else {
-        // Every other block has read the old streams: store the new.
-        if (v4) {
-            for (int q = e - 32; q < H / 4; q += blockDim.x - 32)
-                s2 += hc_collapse_cols<4>(ht, hc, H, q, yt, pp, cc, pre, ct, cs);
-        } else {
-            for (int q = e - 32; q < H; q += blockDim.x - 32)
-                s2 += hc_collapse_cols<1>(ht, hc, H, q, yt, pp, cc, pre, ct, cs);
-        }
-    }
-    s2 = block_sum(s2, shd);
-    float r = 1.0f / sqrtf((float)(s2 / H) + norm_eps);
-    float *o = out + (long long)t * H;
-    for (int d = e - 32; e >= 32 && d < H; d += blockDim.x - 32)
-        o[d] = nw ? nw[d] * (cs[d] * r) : cs[d] * r;
+    // Every other block has read the old streams: this one stores the new.
+    hc_mix_collapse_norm(ht, yt, hc, H, v4, mt, base, scale, iters, hc_eps, norm_eps, nw, pp, cc,
+                         pre, shd, post + (long long)t * hc, comb + (long long)t * hc * hc,
+                         col + (long long)t * H, cs, out + (long long)t * H);
 }
 
 bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
@@ -586,6 +604,202 @@ bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, in
                   y, hc, H, fn, base, scale, iters, hc_eps, norm_eps, nw, nmix, S, pa, pss, count,
                   post, comb, collapsed, out);
     return true;
+}
+
+// 4 bytes from global src to shared dst through cp.async (zeros when not
+// ok), in the group the next cp_async_commit closes.
+__device__ __forceinline__ void cp_async4(float *dst, const float *src, bool ok)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(ok ? 4 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Until at most the last group committed is in flight.
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+// hc_pre_norm of many tokens, first launch (hc = HC): for HCM_T tokens a
+// block, the previous sublayer's hc_post (y not NULL: hc_mixed, the new
+// streams stored) and the nmix logits of the new streams with their rms
+// (y NULL: of h as it is), in one pass over the columns in chunks of
+// HCM_C.  A thread per (token, 4 columns) loads the chunk's hc old
+// streams and y (the next chunk's loads in flight while a chunk is
+// multiplied), mixes and stores them, and stages them in shared memory as
+// rows (stream, column) of a lane per token.  fn's matching columns come
+// as [row][j] through cp.async, a chunk ahead into the other of two
+// buffers (a warp reads 32-byte runs of 4 logits' rows; rows FS = NMP + 4
+// floats apart, so the 8 rows x 4 logits of a warp's writes fall in
+// distinct banks).  Then as in hc_logits_tile_kernel: warp w takes rows w, w + 8,
+// ... with NMP sums and the sum of squares (double) per lane, and the
+// warps' partial sums are added in warp order at the end: m [T][nmix] as
+// cu_hc_logits_many leaves it.  Columns past H and tokens past T load as
+// zeros and store nothing.
+#define HCM_T 32
+#define HCM_C 32
+template <int HC>
+__global__ void __launch_bounds__(256, 2) hc_post_logits_kernel(float *h, const float *y, int T,
+                                                                int H, const float *fn,
+                                                                const float *post,
+                                                                const float *comb,
+                                                                float norm_eps, float *m)
+{
+    constexpr int NMIX = (2 + HC) * HC, NMP = (NMIX + 3) / 4 * 4, FS = NMP + 4, R = HC * HCM_C;
+    constexpr int FQ = NMP * R / 256;
+    static_assert(HCM_T * HCM_C / 4 == 256 && HCM_C == 32 && 2 * FQ == HC * NMP / 4,
+                  "a thread per (token, column quad); fn's copies even over the threads");
+    static_assert(HCM_T * (NMP + 1) <= R * (HCM_T + 1), "the warps' sums in hs");
+    __shared__ float hs[R][HCM_T + 1];
+    __shared__ __align__(16) float fs[2][R][FS];
+    __shared__ double rss[HCM_T];
+    __shared__ float pps[HCM_T][HC], ccs[HCM_T][HC * HC];   // (in registers they spill)
+    pdl_wait();
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int lt = tid / (HCM_C / 4), q = tid % (HCM_C / 4), t = blockIdx.x * HCM_T + lt;
+    long long n = (long long)HC * H;
+    bool live = t < T;
+    float *ht = h + (live ? t : 0) * n;
+    const float *yt = y ? y + (long long)(live ? t : 0) * H : NULL;
+    for (int i = tid; i < HCM_T * HC * HC; i += 256) {
+        int tt = i / (HC * HC), tg = blockIdx.x * HCM_T + tt;
+        ccs[tt][i % (HC * HC)] = y && tg < T ? comb[(long long)tg * HC * HC + i % (HC * HC)] : 0.0f;
+        if (i < HCM_T * HC) {
+            tt = i / HC, tg = blockIdx.x * HCM_T + tt;
+            pps[tt][i % HC] = y && tg < T ? post[(long long)tg * HC + i % HC] : 0.0f;
+        }
+    }
+    const float *pp = pps[lt], *cc = ccs[lt];
+    float4 o[HC], yv = make_float4(0, 0, 0, 0);
+    auto load = [&](int c0) {
+        bool in = live && c0 + 4 * q < H;
+#pragma unroll
+        for (int k = 0; k < HC; k++)
+            o[k] = in ? *(const float4 *)(ht + (long long)k * H + c0 + 4 * q) : make_float4(0, 0, 0, 0);
+        if (y) yv = in ? *(const float4 *)(yt + c0 + 4 * q) : make_float4(0, 0, 0, 0);
+    };
+    // fn's columns [c0, c0 + HCM_C) into fs[b]: a warp's copies are 4
+    // logits (lane / 8) x 8 columns (lane % 8) of one stream, the warp's
+    // 8-column group fixed, the stream and logit quad stepping with i (a
+    // loop: unrolled, its addresses would be kept in registers).
+    int fu = lane / 8, fc = warp % 4 * 8 + lane % 8;
+    auto fetch = [&](int c0, int b) {
+#pragma unroll 1
+        for (int i = 0; i < FQ; i++) {
+            int g = warp / 4 + 2 * i, k = g % HC, j = g / HC * 4 + fu;
+            bool ok = j < NMIX && c0 + fc < H;
+            cp_async4(&fs[b][k * HCM_C + fc][j],
+                      ok ? fn + j * n + (long long)k * H + c0 + fc : fn, ok);
+        }
+        cp_async_commit();
+    };
+    float acc[NMP];
+#pragma unroll
+    for (int j = 0; j < NMP; j++) acc[j] = 0;
+    double ss = 0;
+    fetch(0, 0);
+    load(0);
+    for (int c0 = 0, b = 0; c0 < H; c0 += HCM_C, b ^= 1) {
+        // Every warp is done with hs and with fs[b ^ 1] (the chunk before).
+        __syncthreads();
+        if (c0 + HCM_C < H) fetch(c0 + HCM_C, b ^ 1);
+        else cp_async_commit();     // (an empty group: wait1 then means this chunk's)
+        bool in = live && c0 + 4 * q < H;
+#pragma unroll
+        for (int k = 0; k < HC; k++) {
+            float v[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float oc[HC_FUSED_MAX] = {};
+#pragma unroll
+                for (int jj = 0; jj < HC; jj++) oc[jj] = ((const float *)&o[jj])[i];
+                v[i] = y ? hc_mixed(oc, k, HC, ((const float *)&yv)[i], pp, cc) : oc[k];
+                hs[k * HCM_C + 4 * q + i][lt] = v[i];
+            }
+            if (y && in) *(float4 *)(ht + (long long)k * H + c0 + 4 * q) = *(float4 *)v;
+        }
+        cp_async_wait1();
+        __syncthreads();
+        if (c0 + HCM_C < H) load(c0 + HCM_C);
+#pragma unroll 4
+        for (int kk = 0; kk < R / 8; kk++) {
+            int r = warp + 8 * kk;
+            float x = hs[r][lane];
+            ss += (double)x * x;
+#pragma unroll
+            for (int j = 0; j < NMP; j += 4) {
+                float4 f = *(const float4 *)&fs[b][r][j];
+                acc[j] += x * f.x, acc[j + 1] += x * f.y, acc[j + 2] += x * f.z, acc[j + 3] += x * f.w;
+            }
+        }
+    }
+    float (*red)[NMP + 1] = (float (*)[NMP + 1])&hs[0][0];
+    __syncthreads();
+    for (int w = 0; w < 8; w++) {
+        if (warp == w) {
+#pragma unroll
+            for (int j = 0; j < NMP; j++) red[lane][j] = w ? red[lane][j] + acc[j] : acc[j];
+            rss[lane] = w ? rss[lane] + ss : ss;
+        }
+        __syncthreads();
+    }
+    for (int i = tid; i < HCM_T * NMIX; i += 256) {
+        int tt = i / NMIX, j = i % NMIX, tg = blockIdx.x * HCM_T + tt;
+        if (tg < T)
+            m[(long long)tg * NMIX + j] =
+                red[tt][j] * (1.0f / sqrtf((float)(rss[tt] / n) + norm_eps));
+    }
+}
+
+bool cu_hc_post_logits(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
+                       const float *fn, const float *post, const float *comb, float norm_eps,
+                       float *m)
+{
+    if (hc < 2 || hc > 4 || H % 4 || H > 12 * 1024 || (uintptr_t)h % 16 || (uintptr_t)y % 16)
+        return false;
+    if (T <= 0) return true;
+    unsigned grid = blocks_for(T, HCM_T);
+    if (hc == 2)
+        cu_launch(hc_post_logits_kernel<2>, grid, 256, 0, st, h, y, T, H, fn, post, comb, norm_eps, m);
+    else if (hc == 3)
+        cu_launch(hc_post_logits_kernel<3>, grid, 256, 0, st, h, y, T, H, fn, post, comb, norm_eps, m);
+    else
+        cu_launch(hc_post_logits_kernel<4>, grid, 256, 0, st, h, y, T, H, fn, post, comb, norm_eps, m);
+    return true;
+}
+
+// hc_pre_norm of many tokens, second launch: a block per token finishes
+// from its logits (hc_post_logits_kernel's) as hc_pre_norm_kernel's last
+// block does (hc_mix_collapse_norm over the streams as stored).
+__global__ void __launch_bounds__(256) hc_collapse_norm_kernel(const float *h, int hc, int H,
+                                                               const float *m, const float *base,
+                                                               const float *scale, int iters,
+                                                               float hc_eps, float norm_eps,
+                                                               const float *nw, float *post,
+                                                               float *comb, float *col,
+                                                               float *out)
+{
+    pdl_wait();
+    __shared__ double shd[32];
+    __shared__ float pre[HC_MAX], mt[(2 + HC_FUSED_MAX) * HC_FUSED_MAX];
+    extern __shared__ float cs[];       // [H] the collapsed row
+    int t = blockIdx.x, e = threadIdx.x, nmix = (2 + hc) * hc;
+    if (e < nmix) mt[e] = m[(long long)t * nmix + e];
+    __syncthreads();
+    bool v4 = H % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)col % 16 == 0;
+    hc_mix_collapse_norm((float *)h + (long long)t * hc * H, NULL, hc, H, v4, mt, base, scale,
+                         iters, hc_eps, norm_eps, nw, NULL, NULL, pre, shd,
+                         post + (long long)t * hc, comb + (long long)t * hc * hc,
+                         col + (long long)t * H, cs, out ? out + (long long)t * H : NULL);
+}
+
+void cu_hc_collapse_norm(cudaStream_t st, const float *h, int T, int hc, int H, const float *m,
+                         const float *base, const float *scale, int iters, float hc_eps,
+                         float norm_eps, const float *nw, float *post, float *comb,
+                         float *collapsed, float *out)
+{
+    if (T > 0)
+        cu_launch(hc_collapse_norm_kernel, T, 256, (size_t)H * sizeof(float), st, h, hc, H, m,
+                  base, scale, iters, hc_eps, norm_eps, nw, post, comb, collapsed, out);
 }
 
 // The queries and key of an attention layer (qk_args, backend.h), a block

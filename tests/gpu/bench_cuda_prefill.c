@@ -3,10 +3,11 @@
  * shapes at TP=2 (conf/models/deepseek-v4-flash-rank6.json: hidden 4096,
  * q_lora 1024, 32 heads x 512, o_lora 1024 x 4 groups, indexer 64 x 128,
  * shared expert 1024), FP8 weights with synthetic values, for a step of
- * T tokens, in each prefill GEMM mode (LLM_CUDA_GEMM); and the mHC
- * logits + collapse (hc_pre, hc_mult 4) of the same step.  Milliseconds
- * per op (activation quantization or splitting included), TFLOP/s of the
- * matmul's products.
+ * T tokens, in each prefill GEMM mode (LLM_CUDA_GEMM); and the mHC ops
+ * of a sublayer of the same step (hc_pre; hc_pre_norm after hc_post;
+ * hc_mult 4) in two launches and as the old four (LLM_CUDA_HC_FUSED_MANY).
+ * Milliseconds per op (activation quantization or splitting included),
+ * TFLOP/s of the matmul's products.
  *   build/tests/gpu/bench_cuda_prefill [T]   (default 8192) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,25 +80,44 @@ static void bench_matmuls(const char *gemm, int T)
     G->destroy(G);
 }
 
-static void bench_hc(int T)
+/* The mHC ops of a sublayer (hc_mult 4): hc_pre alone, and hc_pre_norm
+ * after the previous sublayer's hc_post (what the model runs), by the
+ * two-launch path for many tokens (fused "1") or the old sequence (fused
+ * "0": hc_post, logits, collapse, RMSNorm; LLM_CUDA_HC_FUSED_MANY=0). */
+static void bench_hc(int T, const char *fused)
 {
+    setenv("LLM_CUDA_HC_FUSED_MANY", fused, 1);
     backend *G = make("bf16x2");
+    unsetenv("LLM_CUDA_HC_FUSED_MANY");
     if (!G) return;
     int hc = 4, H = 4096, mix = (2 + hc) * hc;
     float *h = random_dev(G, (size_t)T * hc * H, 1.0f), *fn = random_dev(G, (size_t)mix * hc * H, 0.01f);
     float *base = random_dev(G, mix, 0.5f), *scale = random_dev(G, 3, 1.0f);
+    float *y = random_dev(G, (size_t)T * H, 1.0f), *nw = random_dev(G, H, 1.0f);
     float *post = G->alloc(G, (size_t)T * hc * 4), *comb = G->alloc(G, (size_t)T * hc * hc * 4);
-    float *col = G->alloc(G, (size_t)T * H * 4);
+    float *col = G->alloc(G, (size_t)T * H * 4), *xn = G->alloc(G, (size_t)T * H * 4);
     G->hc_pre(G, h, T, hc, H, fn, base, scale, 20, 1e-6f, 1e-6f, post, comb, col);
     sync(G, col);
     double t0 = now();
     for (int r = 0; r < REPS; r++)
         G->hc_pre(G, h, T, hc, H, fn, base, scale, 20, 1e-6f, 1e-6f, post, comb, col);
     sync(G, col);
-    double ms = (now() - t0) / REPS * 1e3;
-    printf("  hc_pre (logits + Sinkhorn + collapse) T=%d hc=%d H=%d: %.3f ms (reads %.0f MB of "
-           "streams: %.0f GB/s)\n", T, hc, H, ms, T * (double)hc * H * 4 / 1e6,
-           T * (double)hc * H * 4 / 1e6 / ms);
+    double ms = (now() - t0) / REPS * 1e3, mb = T * (double)hc * H * 4 / 1e6;
+    printf("  LLM_CUDA_HC_FUSED_MANY=%s hc_pre (logits + Sinkhorn + collapse) T=%d hc=%d H=%d: "
+           "%.3f ms (reads %.0f MB of streams: %.0f GB/s)\n", fused, T, hc, H, ms, mb, mb / ms);
+    /* at least: the streams read, written and read again; y read,
+     * collapsed and normed written */
+    double mb2 = 3 * mb + 3 * T * (double)H * 4 / 1e6;
+    G->hc_pre_norm(G, h, y, T, hc, H, fn, base, scale, 20, 1e-6f, 1e-6f, post, comb, col, nw, xn);
+    sync(G, xn);
+    t0 = now();
+    for (int r = 0; r < REPS; r++)
+        G->hc_pre_norm(G, h, y, T, hc, H, fn, base, scale, 20, 1e-6f, 1e-6f, post, comb, col, nw,
+                       xn);
+    sync(G, xn);
+    ms = (now() - t0) / REPS * 1e3;
+    printf("  LLM_CUDA_HC_FUSED_MANY=%s hc_pre_norm after hc_post T=%d hc=%d H=%d: %.3f ms "
+           "(%.0f MB moved at least: %.0f GB/s)\n", fused, T, hc, H, ms, mb2, mb2 / ms);
     const char *e = G->error(G);
     if (e) printf("  hc: %s\n", e);
     G->destroy(G);
@@ -113,6 +133,7 @@ int main(int argc, char **argv)
     printf("dense FP8-weight matmuls of a rank6 layer, %d tokens:\n", T);
     const char *modes[] = { "bf16x2", "bf16", "fp8" };
     for (int m = 0; m < 3; m++) bench_matmuls(modes[m], T);
-    bench_hc(T);
+    bench_hc(T, "1");
+    bench_hc(T, "0");
     return 0;
 }

@@ -83,6 +83,8 @@
 #define LT_MIN_T 64             /* backend_cuda.cuh: prefill GEMMs from this many tokens */
 
 static backend *C, *G;
+/* appended to the hc tests' names: which sequence of launches G runs */
+static const char *hc_variant = "";
 /* G's prefill GEMMs (LLM_CUDA_GEMM), and the bound u on the relative
  * change of each activation they multiply */
 enum { GEMM_F32, GEMM_BF16, GEMM_BF16X2, GEMM_FP8 };
@@ -595,22 +597,22 @@ static void test_hc(int T, int hc, int H)
     G->hc_pre(G, dh, T, hc, H, dfn, dbase, dscale, 20, 1e-6f, 1e-6f, dpost, dcomb, dcol);
     char name[96];
     float *g = hcopy(dpost, (size_t)T * hc * 4);
-    snprintf(name, sizeof name, "hc_pre post T=%d hc=%d H=%d", T, hc, H);
+    snprintf(name, sizeof name, "hc_pre post T=%d hc=%d H=%d%s", T, hc, H, hc_variant);
     check(name, g, post, (size_t)T * hc);
     free(g);
     g = hcopy(dcomb, (size_t)T * hc * hc * 4);
-    snprintf(name, sizeof name, "hc_pre comb (Sinkhorn) T=%d hc=%d", T, hc);
+    snprintf(name, sizeof name, "hc_pre comb (Sinkhorn) T=%d hc=%d%s", T, hc, hc_variant);
     check(name, g, comb, (size_t)T * hc * hc);
     free(g);
     g = hcopy(dcol, (size_t)T * H * 4);
-    snprintf(name, sizeof name, "hc_pre collapsed T=%d hc=%d H=%d", T, hc, H);
+    snprintf(name, sizeof name, "hc_pre collapsed T=%d hc=%d H=%d%s", T, hc, H, hc_variant);
     check(name, g, col, (size_t)T * H);
     free(g);
 
     C->hc_post(C, h, y, post, comb, T, hc, H);
     G->hc_post(G, dh, dyy, dpost, dcomb, T, hc, H);
     g = hcopy(dh, (size_t)T * n * 4);
-    snprintf(name, sizeof name, "hc_post T=%d hc=%d H=%d", T, hc, H);
+    snprintf(name, sizeof name, "hc_post T=%d hc=%d H=%d%s", T, hc, H, hc_variant);
     check(name, g, h, (size_t)T * n);
     free(g);
 
@@ -618,7 +620,7 @@ static void test_hc(int T, int hc, int H)
     C->hc_head(C, h, T, hc, H, fn, base, scale, 1e-6f, 1e-6f, col);
     G->hc_head(G, dh, T, hc, H, dfn, dbase, dscale, 1e-6f, 1e-6f, dcol);
     g = hcopy(dcol, (size_t)T * H * 4);
-    snprintf(name, sizeof name, "hc_head T=%d hc=%d H=%d", T, hc, H);
+    snprintf(name, sizeof name, "hc_head T=%d hc=%d H=%d%s", T, hc, H, hc_variant);
     check(name, g, col, (size_t)T * H);
     free(g);
     void *dev[] = { dh, dfn, dbase, dscale, dyy, dpost, dcomb, dcol };
@@ -666,8 +668,9 @@ static void test_hc_pre_norm(int T, int hc, int H, bool weight, bool with_y)
         for (int i = 0; i < 5; i++) {
             char name[128];
             float *g = hcopy(dev[i], len[i] * 4);
-            snprintf(name, sizeof name, "hc_pre_norm %s T=%d hc=%d H=%d%s%s, run %d", what[i], T,
-                     hc, H, weight ? " weighted" : "", with_y ? " after hc_post" : "", run + 1);
+            snprintf(name, sizeof name, "hc_pre_norm %s T=%d hc=%d H=%d%s%s%s, run %d", what[i],
+                     T, hc, H, weight ? " weighted" : "", with_y ? " after hc_post" : "",
+                     hc_variant, run + 1);
             check(name, g, want[i], len[i]);
             free(g);
         }
@@ -1840,6 +1843,11 @@ int main(void)
         return exit_status();
     }
     backend *g[4], *g1[4];      /* g1: one query token per tensor-core attention block */
+    /* g_hc4: mHC of 64+ tokens in the old four launches */
+    setenv("LLM_CUDA_HC_FUSED_MANY", "0", 1);
+    backend *g_hc4 = gpu_backend(gemm_names[GEMM_F32], "2");
+    unsetenv("LLM_CUDA_HC_FUSED_MANY");
+    if (!g_hc4) return exit_status();
     for (int m = 0; m < 4; m++)
         if (!(g[m] = gpu_backend(gemm_names[m], "2")) || !(g1[m] = gpu_backend(gemm_names[m], "1")))
             return exit_status();
@@ -1866,16 +1874,21 @@ int main(void)
     test_hc(7, 4, 4096);
     test_hc(3, 2, 128);
     test_hc(70, 4, 1024);
-    /* many tokens: a block per 32 tokens (nmix 24 and 4, 8 and 2, 15 and
-     * 3 padded to 24 and 8, a last partial block), and n not a multiple
-     * of 64 (the GEMM path) */
+    /* many tokens: hc_pre in two launches (cu_hc_post_logits without y,
+     * cu_hc_collapse_norm without the norm; H = 100: a partial column
+     * chunk), hc_head's logits a block per 32 tokens (nmix 4, 2 and 3
+     * padded to 8, a last partial block), and n not a multiple of 64
+     * (hc_head's GEMM path) */
     test_hc(300, 4, 4096);
     test_hc(100, 2, 128);
     test_hc(65, 3, 320);
     test_hc(64, 3, 100);
     /* one launch (T <= 63, hc <= 5; H = 130: the scalar path; the logits
-     * over 5, 2 and 1 column slices at T = 1, 2, 8) and the fallback (many
-     * tokens, hc 6), without and with hc_post first */
+     * over 5, 2 and 1 column slices at T = 1, 2, 8) and the fallback (hc
+     * 6); 64+ tokens: two launches (hc 2 to 4: hc_post with the logits,
+     * then collapse and RMSNorm; token groups of 32 full, of 6 and of one;
+     * H not a multiple of the 32-column chunk: 1000, 996), or the old
+     * four (hc 5, H not a multiple of 4); without and with hc_post first */
     for (int wy = 0; wy < 2; wy++) {
         test_hc_pre_norm(1, 4, 4096, true, wy);
         test_hc_pre_norm(2, 4, 4096, true, wy);
@@ -1885,7 +1898,20 @@ int main(void)
         test_hc_pre_norm(63, 4, 1024, true, wy);
         test_hc_pre_norm(70, 4, 1024, true, wy);
         test_hc_pre_norm(2, 6, 256, true, wy);
+        test_hc_pre_norm(64, 4, 1000, true, wy);
+        test_hc_pre_norm(65, 3, 996, false, wy);
+        test_hc_pre_norm(300, 4, 4096, true, wy);
+        test_hc_pre_norm(1000, 2, 1000, true, wy);
+        test_hc_pre_norm(100, 5, 256, true, wy);
+        test_hc_pre_norm(70, 4, 130, true, wy);
     }
+    /* the old sequence (LLM_CUDA_HC_FUSED_MANY=0): hc_post, the logits,
+     * the collapse, the RMSNorm */
+    G = g_hc4, hc_variant = " (LLM_CUDA_HC_FUSED_MANY=0)";
+    test_hc(300, 4, 4096);
+    for (int wy = 0; wy < 2; wy++) test_hc_pre_norm(300, 4, 4096, true, wy);
+    G = g[GEMM_F32], hc_variant = "";
+    g_hc4->destroy(g_hc4);
     int ch1[] = { 7, 1, 1, 13, 5, 1, 1, 1, 40, 2 };
     int ch2[] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
     int ch3[] = { 300, 1, 1, 100, 1 };
