@@ -115,6 +115,7 @@ struct cu_impl {
     int gemm;                   // gemm_mode: enum backend_gemm (backend_modes.h)
     int attn_tokens;            // attn_tokens: query tokens per tensor-core attention block
     int gemv_max_t;             // dense matmuls of up to this many tokens on the GEMV kernel
+    bool small_mma;             // 9-64 tokens on cu_matmul_mma (LLM_CUDA_SMALL_MMA)
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)

@@ -15,6 +15,15 @@
 // float32 tiles.
 #define CU_GEMV_MAX_T 64
 void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y, int ldy);
+// ---- matmul_mma.cu ----
+// y[t][0..w.rows) = x[t] . W^T for T <= 64 tokens (decode batches) on
+// tensor cores, FP8 or BF16 weights read once: x in two bf16 parts
+// (split: hi = bf16(x), lo = bf16(x - hi)) or, at T > 48, rounded once;
+// weights exact in bf16, float32 sums in a fixed order.  false: nothing
+// launched (another format, a view whose columns or rows do not start on
+// 16 bytes, a shape the plan has no room for, a cluster that cannot run).
+bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y,
+                   int ldy, bool split);
 // The view (nexp packed experts from w.data on) dequantized into [rows][ldo]
 // matrices one after another, float32 or bf16 (ldo a multiple of 8 >= cols,
 // columns past cols zero).  Exact: every stored format is a float32 value

@@ -36,27 +36,9 @@ __device__ __forceinline__ uint4 ld_weights(const uint8_t *p)
     return u;
 }
 
-__device__ __forceinline__ uint32_t word(const uint4 &u, int j)
-{
-    return j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w;
-}
-
 __device__ __forceinline__ float comp(const float4 &v, int k)
 {
     return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
-}
-
-__device__ __forceinline__ float2 half2f(uint32_t h)
-{
-    return __half22float2(*reinterpret_cast<const __half2 *>(&h));
-}
-
-// Two e4m3 codes (the low 16 bits) as f16x2, exactly (0x7f: NaN).
-__device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t b)
-{
-    uint32_t h;
-    asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t; }" : "=r"(h) : "r"(b));
-    return h;
 }
 
 // a[r][t] += the 16 bytes u[r] decoded, without their block scale, times
