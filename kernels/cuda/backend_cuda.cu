@@ -101,16 +101,20 @@ static const char *cu_error(backend *b)
 }
 
 // Decode batches of 9-64 tokens, FP8 or BF16 weights, on tensor cores
-// (cu_matmul_mma; not under f32, nor with LLM_CUDA_SMALL_MMA=0): below
-// GEMM_MODE_MIN_T x split in two bf16 parts in every mode (within 2^-16
-// of each x: the bf16x2 bound of the float32 product these steps promise);
-// at 64 the prefill mode's x (bf16: rounded once; bf16x2: split; fp8:
-// act_quant(x) for FP8 weights, exact in bf16).  false: not taken.
+// (cu_matmul_mma; not under f32): below GEMM_MODE_MIN_T x split in two
+// bf16 parts in every mode (within 2^-16 of each x: the bf16x2 bound of
+// the float32 product these steps promise); at 64 the prefill mode's x
+// (bf16: rounded once; bf16x2: split; fp8: act_quant(x) for FP8 weights,
+// exact in bf16).  By default (SMALL_MMA_AUTO) only up to 32 tokens and
+// the plans run SM1 measured faster (cu_matmul_mma's `measured`); false:
+// not taken.
 static bool small_mma(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
                       int ldy)
 {
-    if (!c->small_mma || c->gemm == BACKEND_GEMM_F32 || T <= 8 || T > CU_GEMV_MAX_T ||
-        (q.type != QT_FP8 && q.type != QT_BF16) || q.rows <= 0 || q.cols <= 0)
+    bool all = c->small_mma == SMALL_MMA_ALL;
+    if (c->small_mma == SMALL_MMA_OFF || c->gemm == BACKEND_GEMM_F32 || T <= 8 ||
+        T > (all ? CU_GEMV_MAX_T : 32) || (q.type != QT_FP8 && q.type != QT_BF16) ||
+        q.rows <= 0 || q.cols <= 0)
         return false;
     bool quant = fp8_quantized(c, q.type, T);
     bool split = T < GEMM_MODE_MIN_T || (!quant && c->gemm != BACKEND_GEMM_BF16);
@@ -120,7 +124,7 @@ static bool small_mma(cu_impl *c, const dqw &q, const float *x, int ldx, int T, 
         cu_act_quant_round(c->st, x, ldx, T, q.cols, xq, q.cols);
         x = xq, ldx = q.cols;
     }
-    return cu_matmul_mma(c->st, q, x, ldx, T, y, ldy, split);
+    return cu_matmul_mma(c->st, q, x, ldx, T, y, ldy, split, !all);
 }
 
 // Up to gemv_max_t tokens (decode batches) the GEMV kernel reads the
@@ -833,13 +837,14 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
             fail(c, "LLM_CUDA_GEMV_MAX_T=%s: expected 0 to %d tokens", gm, CU_GEMV_MAX_T);
         else c->gemv_max_t = (int)v;
     }
-    // LLM_CUDA_SMALL_MMA=0: 9-64 tokens as before the tensor-core kernel
-    // (GEMV up to gemv_max_t, then cuBLASLt; comparisons).
-    c->small_mma = true;
+    // LLM_CUDA_SMALL_MMA: 0, 9-64 tokens as before the tensor-core kernel
+    // (GEMV up to gemv_max_t, then cuBLASLt; comparisons); 1, the kernel
+    // for every matmul it takes (tests, benches); unset, where measured faster.
+    c->small_mma = SMALL_MMA_AUTO;
     if (const char *sm = getenv("LLM_CUDA_SMALL_MMA")) {
         if (strcmp(sm, "0") && strcmp(sm, "1"))
             fail(c, "LLM_CUDA_SMALL_MMA=%s: expected 0 or 1", sm);
-        c->small_mma = strcmp(sm, "0") != 0;
+        c->small_mma = strcmp(sm, "0") ? SMALL_MMA_ALL : SMALL_MMA_OFF;
     }
     if (c->gemm < 0 || c->gemm >= BACKEND_GEMM_N)
         fail(c, "gemm_mode %d: unknown", c->gemm);

@@ -115,7 +115,7 @@ struct cu_impl {
     int gemm;                   // gemm_mode: enum backend_gemm (backend_modes.h)
     int attn_tokens;            // attn_tokens: query tokens per tensor-core attention block
     int gemv_max_t;             // dense matmuls of up to this many tokens on the GEMV kernel
-    bool small_mma;             // 9-64 tokens on cu_matmul_mma (LLM_CUDA_SMALL_MMA)
+    int small_mma;              // LLM_CUDA_SMALL_MMA: 9-64 tokens on cu_matmul_mma (enum below)
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
@@ -139,6 +139,10 @@ struct cu_impl {
     cudaEvent_t cev[2];
     bool cpend;
 };
+
+// cu_impl.small_mma: never; where run SM1 measured the kernel faster than
+// the path before it (default); every matmul it takes.
+enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL };
 
 #define LT_WS_BYTES (32u << 20)
 #define LT_MIN_T GEMM_MODE_MIN_T    // prefill matmuls of at least this many tokens go to cuBLASLt

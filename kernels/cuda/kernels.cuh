@@ -21,9 +21,11 @@ void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, fl
 // (split: hi = bf16(x), lo = bf16(x - hi)) or, at T > 48, rounded once;
 // weights exact in bf16, float32 sums in a fixed order.  false: nothing
 // launched (another format, a view whose columns or rows do not start on
-// 16 bytes, a shape the plan has no room for, a cluster that cannot run).
+// 16 bytes, a shape the plan has no room for, a cluster that cannot run;
+// with `measured`, a plan unlike those run SM1 measured faster than the
+// GEMV: blocks of 256 rows and at least 64 KB of weights, up to 32 tokens).
 bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y,
-                   int ldy, bool split);
+                   int ldy, bool split, bool measured);
 // The view (nexp packed experts from w.data on) dequantized into [rows][ldo]
 // matrices one after another, float32 or bf16 (ldo a multiple of 8 >= cols,
 // columns past cols zero).  Exact: every stored format is a float32 value

@@ -20,8 +20,9 @@
 // weight fragments (bf16x2, within 2^-16 of each x), or rounded once.
 // Columns are split over 8 / WM warps of a block and over the KS blocks
 // of a thread-block cluster; the partial sums meet in shared memory and,
-// across the cluster, through distributed shared memory, added in a fixed
-// order (deterministic, no atomics, no scratch, graph-capturable).
+// across the cluster, through distributed shared memory (each block
+// stores its sums into the block that owns them, which adds them), in a
+// fixed order (deterministic, no atomics, no scratch, graph-capturable).
 #include <cooperative_groups.h>
 
 #include "kernels.cuh"
@@ -229,12 +230,14 @@ __global__ void __launch_bounds__(SM_THREADS, 1) smm_kernel(const __grid_constan
         }
     }
     cp_async_wait<0>();     // no copy lands in what becomes the partial sums
-    __syncthreads();
+    // Every block of the cluster is past its loop: its x and weight stages
+    // are free for the partial sums and what the others send.
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
 
-    // Partial sums [wk][row][token] (rows TP + 1 floats apart), then the
-    // cluster's blocks each add a share of the outputs over all of them.
-    float *part = (float *)sm_sh;
+    // The warps' partial sums [wk][row][token] (rows PL floats apart) ...
     constexpr int PL = TP + 1;
+    float *part = (float *)sm_sh;
 #pragma unroll
     for (int m = 0; m < 2; m++)
 #pragma unroll
@@ -244,19 +247,27 @@ __global__ void __launch_bounds__(SM_THREADS, 1) smm_kernel(const __grid_constan
                 int r = wm * 32 + m * 16 + g + (e >> 1) * 8, tok = n * 8 + 2 * t + (e & 1);
                 part[(wk * BR + r) * PL + tok] = acc[m][n][e];
             }
-    cg::cluster_group cl = cg::this_cluster();
-    cl.sync();
+    __syncthreads();
+    // ... added over the warps, each output (token-major, e = tok * BR + row)
+    // stored into the block of the cluster that owns its share (rank e /
+    // per, at [this rank][e % per] of its recv): stores, which do not wait
+    // for the remote shared memory as loads would ...
     int KS = (int)cl.num_blocks(), q = (int)cl.block_rank(), per = BR * TP / KS;
+    float *recv = part + (size_t)8 * 32 * PL;
+    for (int e = threadIdx.x; e < BR * TP; e += SM_THREADS) {
+        int tok = e / BR, r = e - tok * BR, o = e / per;
+        float v = 0;
+        for (int k = 0; k < WK; k++) v += part[(k * BR + r) * PL + tok];
+        cl.map_shared_rank(recv, o)[q * per + e - o * per] = v;
+    }
+    cl.sync();
+    // ... then each block adds its share over the ranks, in rank order.
     for (int i = threadIdx.x; i < per; i += SM_THREADS) {
         int e = q * per + i, tok = e / BR, r = e - tok * BR;
         float v = 0;
-        for (int p = 0; p < KS; p++) {
-            const float *pp = cl.map_shared_rank(part, p);
-            for (int k = 0; k < WK; k++) v += pp[(k * BR + r) * PL + tok];
-        }
+        for (int p = 0; p < KS; p++) v += recv[p * per + i];
         if (tok < a.T && row0 + r < w.rows) a.y[(long long)tok * a.ldy + row0 + r] = v;
     }
-    cl.sync();      // the other blocks' reads of this one's partial sums are done
 }
 
 // A launch that could not start (no room for a cluster): its error cleared,
@@ -272,7 +283,7 @@ static bool smm_started(cudaError_t e)
 // staged and split once for them) whose grid still fills 7/8 of the SMs,
 // else the largest grid.
 bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y,
-                   int ldy, bool split)
+                   int ldy, bool split, bool measured)
 {
     int EB = w.type == QT_FP8 ? 1 : 2;
     int TP = (T + 15) / 16 * 16, pad = w.type == QT_FP8 ? 32 : 16;
@@ -297,10 +308,17 @@ bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T
             if (blocks > best) best = blocks, bWM = WM, bKS = KS, bKb = Kb;
             if (blocks >= nsm * 7 / 8) break;
         }
-    if (best < 0) return false;
+    // Run SM1 (docs/PERFORMANCE.md): faster than the GEMV in chunks of 8
+    // (1.2-3.8x) with 256-row blocks of 64+ KB of weights at 16 and 32
+    // tokens, slower (0.5-0.7x) with fewer rows or bytes a block and at 64
+    // tokens (but one shape) against cuBLASLt; a fixed cost per block that
+    // grows with the tokens, not yet explained (the cluster's reduction is
+    // the suspect), is what smaller blocks do not amortize.
+    if (best < 0 || (measured && (TP > 32 || bWM != 8 || 256LL * bKb * EB < 64 * 1024)))
+        return false;
     a.WM = bWM, a.Kb = bKb, a.xst = bKb * 4 + pad;
     size_t smem = (size_t)TP * a.xst + 8 * SM_STAGES * SM_STAGE_BYTES;
-    size_t psum = (size_t)(8 / bWM) * 32 * bWM * (TP + 1) * 4;
+    size_t psum = (size_t)8 * 32 * (TP + 1) * 4 + (size_t)32 * bWM * TP * 4;   // part, recv
     if (smem < psum) smem = psum;
     dim3 grid((unsigned)(best / bKS), bKS);
     cudaLaunchAttribute at[2];

@@ -51,8 +51,9 @@
  * 1.28), u from the up projection, u from the rounded SwiGLU output into
  * w2: 3.3u; the shared expert the same.
  * Decode batches of 9-64 tokens with FP8 or BF16 weights run on tensor
- * cores in every mode but f32 (matmul_mma.cu; LLM_CUDA_SMALL_MMA=0: the
- * GEMV): below 64 tokens x split in two bf16 parts in every such mode,
+ * cores in every mode but f32 (matmul_mma.cu; the backends here set
+ * LLM_CUDA_SMALL_MMA=1: wherever it can run, not only where it was
+ * measured faster; views it cannot take run on the GEMV): below 64 tokens x split in two bf16 parts in every such mode,
  * so the bf16x2 bound above (u = 2^-16) against the CPU's float32 product
  * (fp8 too: its reference quantizes nothing below 64 tokens); at 64 the
  * mode's own numerics and bound (bf16: x rounded once; fp8: act_quant(x),
@@ -1805,6 +1806,7 @@ static backend *gpu_backend(const char *gemm, const char *attn_tokens)
     backend_modes modes = BACKEND_MODES_DEFAULT;   /* LLM_CUDA_* override */
     setenv("LLM_CUDA_GEMM", gemm, 1);
     setenv("LLM_CUDA_ATTN_TOKENS", attn_tokens, 1);
+    setenv("LLM_CUDA_SMALL_MMA", "1", 1);  /* the tensor-core kernel wherever it can run */
     if (backend_modes_env(&modes, err, sizeof err)
         || backend_cuda_new_group(1, &modes, one, err, sizeof err)) {
         ok(0, "CUDA backend with LLM_CUDA_GEMM=%s LLM_CUDA_ATTN_TOKENS=%s: %s", gemm,
@@ -1814,7 +1816,9 @@ static backend *gpu_backend(const char *gemm, const char *attn_tokens)
     return one[0];
 }
 
-int main(void)
+/* `test_cuda_kernels matmul`: only the dense matmuls, in the tensor-core
+ * modes (bf16x2, fp8): a short run after a change to them. */
+int main(int argc, char **argv)
 {
     const char *seed = getenv("SEED");
     if (seed) rs ^= strtoull(seed, NULL, 0) * 0x2545F4914F6CDD1Dull;
@@ -1830,6 +1834,16 @@ int main(void)
     C8 = backend_cpu_new(4, NULL, 0);
     backend_cpu_set_fp8(C8, true);
 
+    if (argc > 1 && !strcmp(argv[1], "matmul")) {
+        for (gemm_mode = GEMM_BF16X2; gemm_mode <= GEMM_FP8; gemm_mode++) {
+            G = g[gemm_mode];
+            test_matmul();
+        }
+        for (int m = 0; m < 4; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
+        C->destroy(C);
+        C8->destroy(C8);
+        return exit_status();
+    }
     G = g[GEMM_F32];
     test_matmul();
     test_matmuls();
