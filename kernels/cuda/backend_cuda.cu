@@ -106,7 +106,7 @@ static const char *cu_error(backend *b)
 // the float32 product these steps promise); at 64 the prefill mode's x
 // (bf16: rounded once; bf16x2: split; fp8: act_quant(x) for FP8 weights,
 // exact in bf16).  By default (SMALL_MMA_AUTO) only up to 32 tokens and
-// the plans run SM1 measured faster (cu_matmul_mma's `measured`); false:
+// the plans run SM2 measured faster (cu_matmul_mma's `measured`); false:
 // not taken.
 static bool small_mma(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
                       int ldy)

@@ -140,7 +140,7 @@ struct cu_impl {
     bool cpend;
 };
 
-// cu_impl.small_mma: never; where run SM1 measured the kernel faster than
+// cu_impl.small_mma: never; where run SM2 measured the kernel faster than
 // the path before it (default); every matmul it takes.
 enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL };
 

@@ -635,7 +635,7 @@ static int vec_elems(int type)
     return type == QT_F32 ? 4 : type == QT_BF16 ? 8 : type == QT_FP8 ? 16 : 32;
 }
 
-static int sm_count()
+int cu_sm_count()
 {
     static int n[64];
     int dev = 0;
@@ -651,7 +651,7 @@ static int sm_count()
 // least one chunk of its slice).
 static int gv_slices(long long groups, int ny, int chunks)
 {
-    long long target = 16LL * sm_count();
+    long long target = 16LL * cu_sm_count();
     int S = 1;
     while (groups * S * ny < target && S < 8 && chunks >= 64 * S) S *= 2;
     return S;
@@ -703,7 +703,7 @@ static void gemv_launch(cudaStream_t st, gv_args a)
                                              : 8;
     int ny = MODE == GV_COMBINE || a.experts || a.tiles ? a.T : (a.T + NT - 1) / NT;
     int R = NT == 8 ? 2 : 4, RO = MODE == GV_SWIGLU ? R / 2 : R;
-    long long target = 16LL * sm_count();
+    long long target = 16LL * cu_sm_count();
     auto ngroups = [&](int ro) {
         long long g = 0;
         for (int i = 0; i < a.nm; i++) g += (a.w[i].rows + ro - 1) / ro;

@@ -291,9 +291,7 @@ bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T
         w.cols <= 0 || (w.c0 * EB) % 16 || (w.ld * EB) % 16 || (uintptr_t)w.data % 16 ||
         (!split && TP != 64))
         return false;
-    static int nsm = 0;
-    if (!nsm && cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess)
-        nsm = 132;
+    int nsm = cu_sm_count();
     smm_args a = { w, x, ldx, T, y, ldy, 0, 0, 0,
                    (uintptr_t)x % 16 == 0 && ldx % 4 == 0 };
     long long best = -1;
@@ -308,14 +306,12 @@ bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T
             if (blocks > best) best = blocks, bWM = WM, bKS = KS, bKb = Kb;
             if (blocks >= nsm * 7 / 8) break;
         }
-    // Run SM1 (docs/PERFORMANCE.md): faster than the GEMV in chunks of 8
-    // (1.2-3.8x) with 256-row blocks of 64+ KB of weights at 16 and 32
-    // tokens, slower (0.5-0.7x) with fewer rows or bytes a block and at 64
-    // tokens (but one shape) against cuBLASLt; a fixed cost per block that
-    // grows with the tokens, not yet explained (the cluster's reduction is
-    // the suspect), is what smaller blocks do not amortize.
-    if (best < 0 || (measured && (TP > 32 || bWM != 8 || 256LL * bKb * EB < 64 * 1024)))
-        return false;
+    // Run SM2 (docs/PERFORMANCE.md, rank6 shapes): 1.3-3.6x faster than
+    // the GEMV in chunks of 8 at 16 and 32 tokens wherever a block has 256+
+    // columns; 0.85x for 4096 x 1024 (blocks of 128 columns over a cluster
+    // of 8); at 64 tokens 0.4-0.7x of cuBLASLt (the head: 785 GB/s, 100
+    // TFLOP/s of bf16 products, far from either ceiling: not yet explained).
+    if (best < 0 || (measured && (TP > 32 || bKb < 256))) return false;
     a.WM = bWM, a.Kb = bKb, a.xst = bKb * 4 + pad;
     size_t smem = (size_t)TP * a.xst + 8 * SM_STAGES * SM_STAGE_BYTES;
     size_t psum = (size_t)8 * 32 * (TP + 1) * 4 + (size_t)32 * bWM * TP * 4;   // part, recv
