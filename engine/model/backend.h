@@ -301,7 +301,10 @@ struct backend {
 };
 
 /* Steps of at least this many tokens run their GEMMs in the backend's
- * prefill GEMM mode (LLM_CUDA_GEMM); fewer tokens multiply in float32. */
+ * prefill GEMM mode (LLM_CUDA_GEMM); fewer tokens multiply in float32
+ * (on the CUDA backend, 9 or more tokens of FP8 and BF16 weights in any
+ * mode but f32 may run on tensor cores with x in two bf16 parts, within
+ * 2^-16 of each x value: kernels/cuda/matmul_mma.cu). */
 #define GEMM_MODE_MIN_T 64
 
 struct tp_group;

@@ -101,13 +101,42 @@ static const char *cu_error(backend *b)
     return c->failed ? c->err : NULL;
 }
 
+// Decode batches of 9-64 tokens, FP8 or BF16 weights, on tensor cores
+// (cu_matmul_mma; not under f32): below GEMM_MODE_MIN_T x split in two
+// bf16 parts in every mode (within 2^-16 of each x: the bf16x2 bound of
+// the float32 product these steps promise); at 64 the prefill mode's x
+// (bf16: rounded once; bf16x2: split; fp8: act_quant(x) for FP8 weights,
+// exact in bf16).  By default (SMALL_MMA_AUTO) only up to 32 tokens and
+// the plans run SM2 measured faster (cu_matmul_mma's `measured`); false:
+// not taken.
+static bool small_mma(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
+                      int ldy)
+{
+    bool all = c->small_mma == SMALL_MMA_ALL;
+    if (c->small_mma == SMALL_MMA_OFF || c->gemm == BACKEND_GEMM_F32 || T <= 8 ||
+        T > (all ? CU_GEMV_MAX_T : 32) || (q.type != QT_FP8 && q.type != QT_BF16) ||
+        q.rows <= 0 || q.cols <= 0)
+        return false;
+    bool quant = fp8_quantized(c, q.type, T);
+    bool split = T < GEMM_MODE_MIN_T || (!quant && c->gemm != BACKEND_GEMM_BF16);
+    if (quant) {
+        float *xq = (float *)grow(c, &c->xq, (size_t)T * q.cols * sizeof(float));
+        if (c->failed) return true;
+        cu_act_quant_round(c->st, x, ldx, T, q.cols, xq, q.cols);
+        x = xq, ldx = q.cols;
+    }
+    return cu_matmul_mma(c->st, q, x, ldx, T, y, ldy, split, !all);
+}
+
 // Up to gemv_max_t tokens (decode batches) the GEMV kernel reads the
 // weights in stored precision (under fp8, from GEMM_MODE_MIN_T tokens on,
 // times act_quant(x): the products of the CPU's fp8 mode).  More: the
-// prefill GEMMs (dense_matmul: cuBLASLt).
+// prefill GEMMs (dense_matmul: cuBLASLt).  9-64 tokens of FP8 and BF16
+// weights: small_mma first.
 static void matmul_any(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
                        int ldy)
 {
+    if (small_mma(c, q, x, ldx, T, y, ldy)) return;
     if (T > c->gemv_max_t) {
         dense_matmul(c, q, x, ldx, T, y, ldy);
         return;
@@ -167,10 +196,7 @@ static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const floa
         if (T < LT_MIN_T && k > 1 &&
             cu_matmul_multi(c->st, k, q, xi, ldx, T, y + i, ldy + i, NULL, 0))
             continue;
-        for (int j = 0; j < k; j++) {
-            if (T >= LT_MIN_T) dense_matmul(c, q[j], xi[j], ldx, T, y[i + j], ldy[i + j]);
-            else cu_matmul(c->st, q[j], xi[j], ldx, T, y[i + j], ldy[i + j]);
-        }
+        for (int j = 0; j < k; j++) matmul_any(c, q[j], xi[j], ldx, T, y[i + j], ldy[i + j]);
     }
     launched(c, "matmuls");
 }
@@ -895,6 +921,15 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
         if (end == us || *end || v < 0 || v > (1ll << 32))
             fail(c, "LLM_CUDA_UPLOAD_STAGE=%s: expected 0 to 4294967296 bytes", us);
         else c->up_bytes = (size_t)v;
+    }
+    // LLM_CUDA_SMALL_MMA: 0, 9-64 tokens as before the tensor-core kernel
+    // (GEMV up to gemv_max_t, then cuBLASLt; comparisons); 1, the kernel
+    // for every matmul it takes (tests, benches); unset, where measured faster.
+    c->small_mma = SMALL_MMA_AUTO;
+    if (const char *sm = getenv("LLM_CUDA_SMALL_MMA")) {
+        if (strcmp(sm, "0") && strcmp(sm, "1"))
+            fail(c, "LLM_CUDA_SMALL_MMA=%s: expected 0 or 1", sm);
+        c->small_mma = strcmp(sm, "0") ? SMALL_MMA_ALL : SMALL_MMA_OFF;
     }
     if (c->gemm < 0 || c->gemm >= BACKEND_GEMM_N)
         fail(c, "gemm_mode %d: unknown", c->gemm);

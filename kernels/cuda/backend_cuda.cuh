@@ -115,6 +115,7 @@ struct cu_impl {
     int gemm;                   // gemm_mode: enum backend_gemm (backend_modes.h)
     int attn_tokens;            // attn_tokens: query tokens per tensor-core attention block
     int gemv_max_t;             // dense matmuls of up to this many tokens on the GEMV kernel
+    int small_mma;              // LLM_CUDA_SMALL_MMA: 9-64 tokens on cu_matmul_mma (enum below)
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
     bool topk_blocks;           // the indexer's top-k over several blocks a token (LLM_CUDA_TOPK_BLOCKS)
     bool hc_many;               // hc_pre(_norm) of 64+ tokens in two launches (LLM_CUDA_HC_FUSED_MANY)
@@ -147,6 +148,10 @@ struct cu_impl {
     size_t up_bytes;
     int up_next;
 };
+
+// cu_impl.small_mma: never; where run SM2 measured the kernel faster than
+// the path before it (default); every matmul it takes.
+enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL };
 
 #define LT_WS_BYTES (32u << 20)
 #define LT_MIN_T GEMM_MODE_MIN_T    // prefill matmuls of at least this many tokens go to cuBLASLt

@@ -2,6 +2,7 @@
 // to kernels/cpu/quant.c), the device view of a weight, reductions.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -68,6 +69,26 @@ __device__ __forceinline__ float bf16f(uint16_t h) { return __uint_as_float((uin
 __device__ __forceinline__ float e8m0f(uint32_t e)
 {
     return __uint_as_float(e == 255 ? 0x7fc00000u : e ? e << 23 : 0x00400000u);
+}
+
+// Word j of 16 loaded bytes.
+__device__ __forceinline__ uint32_t word(const uint4 &u, int j)
+{
+    return j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w;
+}
+
+__device__ __forceinline__ float2 half2f(uint32_t h)
+{
+    return __half22float2(*reinterpret_cast<const __half2 *>(&h));
+}
+
+// Two e4m3 codes (the low 16 bits) as f16x2, exactly (0x7f: NaN): the
+// hardware conversion the GEMV and the small-M kernel decode FP8 with.
+__device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t b)
+{
+    uint32_t h;
+    asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t; }" : "=r"(h) : "r"(b));
+    return h;
 }
 
 // FP8 e4m3 ("fn": no infinities, 0x7f/0xff NaN).

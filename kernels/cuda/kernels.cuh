@@ -14,7 +14,20 @@
 // 8 tokens, all but once from L2 when the matrix fits there), else 64 x 64
 // float32 tiles.
 #define CU_GEMV_MAX_T 64
+// Multiprocessors of the current device (launch plans).
+int cu_sm_count();
 void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y, int ldy);
+// ---- matmul_mma.cu ----
+// y[t][0..w.rows) = x[t] . W^T for T <= 64 tokens (decode batches) on
+// tensor cores, FP8 or BF16 weights read once: x in two bf16 parts
+// (split: hi = bf16(x), lo = bf16(x - hi)) or, at T > 48, rounded once;
+// weights exact in bf16, float32 sums in a fixed order.  false: nothing
+// launched (another format, a view whose columns or rows do not start on
+// 16 bytes, a shape the plan has no room for, a cluster that cannot run;
+// with `measured`, a plan unlike those run SM2 measured faster than the
+// GEMV: up to 32 tokens, blocks of at least 256 columns).
+bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y,
+                   int ldy, bool split, bool measured);
 // The view (nexp packed experts from w.data on) dequantized into [rows][ldo]
 // matrices one after another, float32 or bf16 (ldo a multiple of 8 >= cols,
 // columns past cols zero).  Exact: every stored format is a float32 value

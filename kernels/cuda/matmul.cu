@@ -36,27 +36,9 @@ __device__ __forceinline__ uint4 ld_weights(const uint8_t *p)
     return u;
 }
 
-__device__ __forceinline__ uint32_t word(const uint4 &u, int j)
-{
-    return j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w;
-}
-
 __device__ __forceinline__ float comp(const float4 &v, int k)
 {
     return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
-}
-
-__device__ __forceinline__ float2 half2f(uint32_t h)
-{
-    return __half22float2(*reinterpret_cast<const __half2 *>(&h));
-}
-
-// Two e4m3 codes (the low 16 bits) as f16x2, exactly (0x7f: NaN).
-__device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t b)
-{
-    uint32_t h;
-    asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t; }" : "=r"(h) : "r"(b));
-    return h;
 }
 
 // a[r][t] += the 16 bytes u[r] decoded, without their block scale, times
@@ -653,7 +635,7 @@ static int vec_elems(int type)
     return type == QT_F32 ? 4 : type == QT_BF16 ? 8 : type == QT_FP8 ? 16 : 32;
 }
 
-static int sm_count()
+int cu_sm_count()
 {
     static int n[64];
     int dev = 0;
@@ -669,7 +651,7 @@ static int sm_count()
 // least one chunk of its slice).
 static int gv_slices(long long groups, int ny, int chunks)
 {
-    long long target = 16LL * sm_count();
+    long long target = 16LL * cu_sm_count();
     int S = 1;
     while (groups * S * ny < target && S < 8 && chunks >= 64 * S) S *= 2;
     return S;
@@ -721,7 +703,7 @@ static void gemv_launch(cudaStream_t st, gv_args a)
                                              : 8;
     int ny = MODE == GV_COMBINE || a.experts || a.tiles ? a.T : (a.T + NT - 1) / NT;
     int R = NT == 8 ? 2 : 4, RO = MODE == GV_SWIGLU ? R / 2 : R;
-    long long target = 16LL * sm_count();
+    long long target = 16LL * cu_sm_count();
     auto ngroups = [&](int ro) {
         long long g = 0;
         for (int i = 0; i < a.nm; i++) g += (a.w[i].rows + ro - 1) / ro;

@@ -2,11 +2,16 @@
  * nothing).  Every matrix shape one rank of V4-Flash at TP=2 reads per
  * decoded token, synthetic weights in their stored format, at T = 1, 4
  * and 8 tokens; then the whole MoE op at T = 1 (router, 6 of 256 MXFP4
- * experts, FP8 shared expert).  Each measurement is a CUDA graph of 32
- * ops replayed 10 times, the ops cycling over enough copies of the
- * weights (>= 256 MB) that every read comes from DRAM, not L2; GB/s
- * counts the weight bytes (codes + scales) only.
- *   build/tests/gpu/bench_cuda_gemv [filter]   (a substring of the names) */
+ * experts, FP8 shared expert).  `batch`: the same shapes at T = 16, 32
+ * and 64 (decode batches), each on the tensor-core small-M kernel
+ * (matmul_mma.cu) and on the path before it (LLM_CUDA_SMALL_MMA=0: the
+ * GEMV in chunks of 8 tokens up to 63, cuBLASLt at 64), two backends in
+ * one process.  Each measurement is a CUDA graph of 32 ops replayed 10
+ * times, the ops cycling over enough copies of the weights (>= 256 MB)
+ * that every read comes from DRAM, not L2; GB/s counts the weight bytes
+ * (codes + scales) only.
+ *   build/tests/gpu/bench_cuda_gemv [filter | batch [filter]]
+ * (filter: a substring of the names) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,40 +56,86 @@ static void mm_run(void *p, int i)
     G->matmul(G, w, c->x, w->cols, c->T, c->y, w->rows);
 }
 
-static void bench_matmul(const char *name, enum qtype t, int rows, int cols, const char *filter)
+/* The matrix's copies uploaded to b, and T-token x and y there. */
+static mm_ctx mm_setup(backend *b, const char *name, enum qtype t, int rows, int cols, int maxT)
 {
-    if (filter && !strstr(name, filter)) return;
     size_t bytes = wbytes(t, rows, cols);
     int copies = (int)((256u << 20) / bytes) + 1;
     if (copies > NOPS) copies = NOPS;
     mm_ctx c = { calloc(copies, sizeof(qweight)), copies, 1, NULL, NULL };
     for (int i = 0; i < copies; i++)
         c.w[i] = (qweight){ .type = t, .rows = rows, .cols = cols, .ld = cols };
-    if (G->upload_weights(G, c.w, copies)) {
-        printf("%s: upload: %s\n", name, G->error(G));
+    if (b->upload_weights(b, c.w, copies)) {
+        printf("%s: upload: %s\n", name, b->error(b));
         exit(1);
     }
-    size_t nx = (size_t)8 * cols;
+    size_t nx = (size_t)maxT * cols;
     float *hx = malloc(nx * 4);
     for (size_t i = 0; i < nx; i++) hx[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
-    c.x = G->alloc(G, nx * 4);
-    c.y = G->alloc(G, (size_t)8 * rows * 4);
-    G->write(G, c.x, hx, nx * 4);
+    c.x = b->alloc(b, nx * 4);
+    c.y = b->alloc(b, (size_t)maxT * rows * 4);
+    b->write(b, c.x, hx, nx * 4);
+    free(hx);
+    return c;
+}
+
+static void mm_free(backend *b, mm_ctx *c)
+{
+    const char *e = b->error(b);
+    if (e) printf("%s\n", e);
+    b->release(b, c->x);
+    b->release(b, c->y);
+    free(c->w);
+}
+
+static const char *fmt(enum qtype t)
+{
+    return t == QT_BF16 ? "bf16" : t == QT_FP8 ? "fp8" : t == QT_MXFP4 ? "mxfp4" : "f32";
+}
+
+static uint64_t mm_key(int rows, int cols, enum qtype t, int T)
+{
+    return ((uint64_t)rows << 40) ^ ((uint64_t)cols << 8) ^ (t << 4) ^ (uint64_t)T << 20;
+}
+
+static void bench_matmul(const char *name, enum qtype t, int rows, int cols, const char *filter)
+{
+    if (filter && !strstr(name, filter)) return;
+    size_t bytes = wbytes(t, rows, cols);
+    mm_ctx c = mm_setup(G, name, t, rows, cols, 8);
     static const int Ts[] = { 1, 4, 8 };
     for (int k = 0; k < 3; k++) {
         c.T = Ts[k];
-        double s = timed(((uint64_t)rows << 40) ^ ((uint64_t)cols << 8) ^ (t << 4) ^ c.T, mm_run,
-                         &c);
-        printf("gemv %-12s %-5s %6d x %-6d T=%d: %8.2f us %7.0f GB/s\n", name,
-               t == QT_BF16 ? "bf16" : t == QT_FP8 ? "fp8" : t == QT_MXFP4 ? "mxfp4" : "f32",
-               rows, cols, c.T, s * 1e6, bytes / s / 1e9);
+        double s = timed(mm_key(rows, cols, t, c.T), mm_run, &c);
+        printf("gemv %-12s %-5s %6d x %-6d T=%d: %8.2f us %7.0f GB/s\n", name, fmt(t), rows, cols,
+               c.T, s * 1e6, bytes / s / 1e9);
     }
-    const char *e = G->error(G);
-    if (e) printf("%s: %s\n", name, e);
-    G->release(G, c.x);
-    G->release(G, c.y);
-    free(hx);
-    free(c.w);
+    mm_free(G, &c);
+}
+
+/* Decode batches: the small-M kernel (on `mma`) against the path before
+ * it (on `old`), the same shape and T on each. */
+static void bench_batch(backend *mma, backend *old, const char *name, enum qtype t, int rows,
+                        int cols, const char *filter)
+{
+    if (filter && !strstr(name, filter)) return;
+    size_t bytes = wbytes(t, rows, cols);
+    backend *b[2] = { old, mma };
+    double s[2][3];
+    static const int Ts[] = { 16, 32, 64 };
+    for (int i = 0; i < 2; i++) {
+        G = b[i];
+        mm_ctx c = mm_setup(G, name, t, rows, cols, 64);
+        for (int k = 0; k < 3; k++) {
+            c.T = Ts[k];
+            s[i][k] = timed(mm_key(rows, cols, t, c.T), mm_run, &c);
+        }
+        mm_free(G, &c);
+    }
+    for (int k = 0; k < 3; k++)
+        printf("batch %-12s %-5s %6d x %-6d T=%2d: before %8.2f us %6.0f GB/s, small-M mma "
+               "%8.2f us %6.0f GB/s (%.2fx)\n", name, fmt(t), rows, cols, Ts[k], s[0][k] * 1e6,
+               bytes / s[0][k] / 1e9, s[1][k] * 1e6, bytes / s[1][k] / 1e9, s[0][k] / s[1][k]);
 }
 
 /* The MoE op at T = 1 over 8 layers' worth of experts (each op another
@@ -131,30 +182,57 @@ static void bench_moe(const char *filter)
     free(hx), free(bias);
 }
 
-int main(int argc, char **argv)
+/* A backend on device 0; small_mma "0": LLM_CUDA_SMALL_MMA=0. */
+static backend *gpu(const char *small_mma)
 {
-    const char *filter = argc > 1 ? argv[1] : NULL;
     backend *one[1];
     char err[256];
     backend_modes modes = BACKEND_MODES_DEFAULT;   /* LLM_CUDA_* override */
-    if (llm_cuda_device_count() < 1 || backend_modes_env(&modes, err, sizeof err)
+    if (small_mma) setenv("LLM_CUDA_SMALL_MMA", small_mma, 1);
+    if (backend_modes_env(&modes, err, sizeof err)
         || backend_cuda_new_group(1, &modes, one, err, sizeof err)) {
-        fprintf(stderr, "bench_cuda_gemv: no CUDA backend\n");
+        fprintf(stderr, "bench_cuda_gemv: no CUDA backend: %s\n", err);
+        exit(1);
+    }
+    return one[0];
+}
+
+/* V4-Flash's dense shapes per rank at TP=2 (rows, columns, format). */
+static const struct {
+    const char *name;
+    enum qtype t;
+    int rows, cols;
+} shapes[] = {
+    { "wq_a", QT_FP8, 1024, 4096 },      { "wq_b", QT_FP8, 16384, 1024 },
+    { "wkv", QT_FP8, 512, 4096 },        { "iwq_b", QT_FP8, 8192, 1024 },
+    { "wo_b", QT_FP8, 4096, 4096 },      { "shared_w1", QT_FP8, 1024, 4096 },
+    { "shared_w2", QT_FP8, 4096, 1024 }, { "comp_wkv", QT_BF16, 1024, 4096 },
+    { "wo_a_group", QT_BF16, 1024, 4096 }, { "icomp_wkv", QT_BF16, 256, 4096 },
+    { "gate", QT_BF16, 256, 4096 },      { "head", QT_BF16, 64640, 4096 },
+};
+#define NSHAPES (sizeof shapes / sizeof shapes[0])
+
+int main(int argc, char **argv)
+{
+    if (llm_cuda_device_count() < 1) {
+        fprintf(stderr, "bench_cuda_gemv: no CUDA device\n");
         return 1;
     }
-    G = one[0];
-    bench_matmul("wq_a", QT_FP8, 1024, 4096, filter);
-    bench_matmul("wq_b", QT_FP8, 16384, 1024, filter);
-    bench_matmul("wkv", QT_FP8, 512, 4096, filter);
-    bench_matmul("iwq_b", QT_FP8, 8192, 1024, filter);
-    bench_matmul("wo_b", QT_FP8, 4096, 4096, filter);
-    bench_matmul("shared_w1", QT_FP8, 1024, 4096, filter);
-    bench_matmul("shared_w2", QT_FP8, 4096, 1024, filter);
-    bench_matmul("comp_wkv", QT_BF16, 1024, 4096, filter);
-    bench_matmul("wo_a_group", QT_BF16, 1024, 4096, filter);
-    bench_matmul("icomp_wkv", QT_BF16, 256, 4096, filter);
-    bench_matmul("gate", QT_BF16, 256, 4096, filter);
-    bench_matmul("head", QT_BF16, 64640, 4096, filter);
+    if (argc > 1 && !strcmp(argv[1], "batch")) {
+        const char *filter = argc > 2 ? argv[2] : NULL;
+        backend *old = gpu("0"), *mma = gpu("1");
+        for (size_t i = 0; i < NSHAPES; i++)
+            if (strcmp(shapes[i].name, "gate"))     /* the router's gate stays float32 */
+                bench_batch(mma, old, shapes[i].name, shapes[i].t, shapes[i].rows,
+                            shapes[i].cols, filter);
+        old->destroy(old);
+        mma->destroy(mma);
+        return 0;
+    }
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    G = gpu(NULL);
+    for (size_t i = 0; i < NSHAPES; i++)
+        bench_matmul(shapes[i].name, shapes[i].t, shapes[i].rows, shapes[i].cols, filter);
     bench_matmul("expert_w1", QT_MXFP4, 1024, 4096, filter);
     bench_matmul("expert_w2", QT_MXFP4, 4096, 1024, filter);
     bench_moe(filter);

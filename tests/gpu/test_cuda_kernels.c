@@ -57,6 +57,16 @@
  * (2^-13 + 2 K 2^-24) sum_k |x8_k| |w_k| per GEMM; through the chain
  * the same 1e-2 (LLM_CUDA_MOE_FP8=0, moe_gemm.cu's bf16 kernel on the
  * quantized floats, is tested alike).
+ * Decode batches of 9-64 tokens with FP8 or BF16 weights run on tensor
+ * cores in every mode but f32 (matmul_mma.cu; the backends here set
+ * LLM_CUDA_SMALL_MMA=1: wherever it can run, not only where it was
+ * measured faster; views it cannot take run on the GEMV): below 64 tokens x split in two bf16 parts in every such mode,
+ * so the bf16x2 bound above (u = 2^-16) against the CPU's float32 product
+ * (fp8 too: its reference quantizes nothing below 64 tokens); at 64 the
+ * mode's own numerics and bound (bf16: x rounded once; fp8: act_quant(x),
+ * exact in bf16, times the weights with float32 sums: within the fp8
+ * bound's summation term).  The MoE of such steps (its shared expert on
+ * that kernel): relative L2 <= 4 2^-16 + 1e-5, as the MoE bound above.
  * Cache storage (kv_dtype): the ring and kv_round store the same bytes
  * as the CPU; the compressor's entries, rounded from float32 values that
  * differ in the last bits, may land on the other side of a rounding
@@ -91,6 +101,8 @@ enum { GEMM_F32, GEMM_BF16, GEMM_BF16X2, GEMM_FP8 };
 static int gemm_mode;
 static const char *const gemm_names[] = { "f32", "bf16", "bf16x2", "fp8" };
 static double gemm_u(void) { return gemm_mode == GEMM_BF16 ? 0x1p-8 : 0x1p-16; }
+/* The same for a T-token matmul: decode batches split x in every mode. */
+static double gemm_u_at(int T) { return T < LT_MIN_T ? 0x1p-16 : gemm_u(); }
 #define FP8_ACC_U 0x1p-13      /* FP8 tensor-core sums within a scale block (header) */
 static backend *C8;            /* the CPU backend in its fp8 mode */
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
@@ -231,11 +243,12 @@ static const char *tname(enum qtype t)
 
 /* ---- matmul ---- */
 
-/* x as the bf16 GEMMs multiply it: bf16(x), or (bf16x2) hi + lo. */
-static float gemm_x(float x)
+/* x as the bf16 GEMMs of T tokens multiply it: bf16(x), or (bf16x2, and
+ * every mode below 64 tokens) hi + lo. */
+static float gemm_x(float x, int T)
 {
     float hi = bf16_to_f32(f32_to_bf16(x));
-    return gemm_mode == GEMM_BF16 ? hi : hi + bf16_to_f32(f32_to_bf16(x - hi));   /* bf16x2, fp8 */
+    return gemm_u_at(T) == 0x1p-8 ? hi : hi + bf16_to_f32(f32_to_bf16(x - hi));
 }
 
 /* A bf16 GEMM's result got [T][N] (y: the CPU's on the exact x): equal to
@@ -246,7 +259,7 @@ static void bf16_bound(const char *name, const qweight *w, const float *x, int l
 {
     int K = w->cols, N = w->rows;
     float *xr = malloc((size_t)T * ldx * sizeof *xr), *yr = malloc((size_t)T * N * sizeof *yr);
-    for (size_t i = 0; i < (size_t)T * ldx; i++) xr[i] = gemm_x(x[i]);
+    for (size_t i = 0; i < (size_t)T * ldx; i++) xr[i] = gemm_x(x[i], T);
     C->matmul(C, w, xr, ldx, T, yr, N);
     char what[200];
     snprintf(what, sizeof what, "%s equals the CPU on the x it multiplies", name);
@@ -260,14 +273,14 @@ static void bf16_bound(const char *name, const qweight *w, const float *x, int l
             double s = 0;
             for (int k = 0; k < K; k++) s += fabs((double)x[(size_t)t * ldx + k] * row[k]);
             double e = fabs((double)got[(size_t)t * N + n] - y[(size_t)t * N + n]);
-            double bound = (gemm_u() + 2.0 * K * 0x1p-24) * s;
+            double bound = (gemm_u_at(T) + 2.0 * K * 0x1p-24) * s;
             over += !(e <= bound);
             worst = fmax(worst, s > 0 ? e / s : 0);
         }
     }
     ok(!over, "[%s GEMMs] %s: %zu of %d elements past the bound (largest error %.2e of "
        "sum|x||w|, u = %.2e); rel L2 to the float32 product %.2e", gemm_names[gemm_mode], name,
-       over, T * N, worst, gemm_u(), rel_err(got, y, (size_t)T * N));
+       over, T * N, worst, gemm_u_at(T), rel_err(got, y, (size_t)T * N));
     free(xr), free(yr), free(row);
 }
 
@@ -310,7 +323,8 @@ static void fp8_bound(const char *name, const qweight *w, const float *x, int ld
 
 static void mm_case(const char *what, const qweight *cw, const qweight *gw, int T)
 {
-    int K = cw->cols, N = cw->rows, ldx = K + (T % 2 ? 4 : 0), ldy = N + 1;
+    int K = cw->cols, N = cw->rows, ldy = N + 1;
+    int ldx = K + (T % 2 ? 4 : 0) + (T > 8 && T < LT_MIN_T && T % 3 == 0);
     float *x = hrand((size_t)T * ldx, 1.0f);
     float *yc = calloc((size_t)T * ldy, sizeof *yc);
     C->matmul(C, cw, x, ldx, T, yc, ldy);
@@ -321,9 +335,10 @@ static void mm_case(const char *what, const qweight *cw, const qweight *gw, int 
     float *a = pack(yg, T, N, ldy), *b = pack(yc, T, N, ldy);
     char name[160];
     snprintf(name, sizeof name, "matmul %s T=%d", what, T);
+    bool mma = T > 8 && T <= LT_MIN_T && (cw->type == QT_FP8 || cw->type == QT_BF16);
     if (gemm_mode == GEMM_FP8 && T >= LT_MIN_T && (cw->type == QT_FP8 || cw->type == QT_MXFP4))
         fp8_bound(name, cw, x, ldx, T, a, b);
-    else if (gemm_mode != GEMM_F32 && T >= LT_MIN_T && cw->type != QT_F32)
+    else if (gemm_mode != GEMM_F32 && (T >= LT_MIN_T || mma) && cw->type != QT_F32)
         bf16_bound(name, cw, x, ldx, T, a, b);
     else check(name, a, b, (size_t)T * N);
     G->release(G, dx);
@@ -477,6 +492,41 @@ static void test_matmul(void)
         mm_case(what, &o, &go, 5);
         mm_case(what, &o, &go, 20);
         mm_case(what, &o, &go, 65);
+        /* decode batches of 9-64 tokens: FP8 and BF16 on tensor cores
+         * (matmul_mma.cu) outside f32 mode, the others and f32 on the
+         * GEMV; views from inside the 128x128 blocks, a column origin off
+         * the blocks but on 16 bytes, the unaligned view (the GEMV's),
+         * row and column tails; x rows not 16-byte aligned at T % 3 == 0 */
+        if (t == QT_FP8 || t == QT_BF16) {
+            int Tb[] = { 9, 16, 31, 32, 33, 48, 63, 64 };
+            qweight ov = qweight_view(&big, 3, 77, 48, 400), gov = up(&ov);
+            for (size_t k = 0; k < sizeof Tb / sizeof Tb[0]; k++) {
+                snprintf(what, sizeof what, "%s 300x512 (batch)", tname(t));
+                mm_case(what, &w, &g, Tb[k]);
+                snprintf(what, sizeof what, "%s shard rows 130+200 cols 256+320 (batch)", tname(t));
+                mm_case(what, &v, &gv, Tb[k]);
+                snprintf(what, sizeof what, "%s shard rows 128+256 cols 256+512 (batch)", tname(t));
+                mm_case(what, &av, &gav, Tb[k]);
+                snprintf(what, sizeof what, "%s sub-view of a shard (batch)", tname(t));
+                mm_case(what, &sv, &sg, Tb[k]);
+                snprintf(what, sizeof what, "%s view rows 3+77 cols 48+400 (batch)", tname(t));
+                mm_case(what, &ov, &gov, Tb[k]);
+                snprintf(what, sizeof what, "%s unaligned view (batch)", tname(t));
+                mm_case(what, &o, &go, Tb[k]);
+            }
+            /* V4-Flash rank shapes: columns over a cluster of 8 blocks
+             * (4096), 4096 rows of 1024 columns, a short BF16 matrix */
+            qweight r1 = make_w(t, 1024, 4096), r2 = make_w(t, 4096, 1024);
+            qweight r3 = make_w(t, 256, 4096);
+            qweight gr1 = up(&r1), gr2 = up(&r2), gr3 = up(&r3);
+            snprintf(what, sizeof what, "%s 1024x4096", tname(t));
+            mm_case(what, &r1, &gr1, 32);
+            mm_case(what, &r1, &gr1, 64);
+            snprintf(what, sizeof what, "%s 4096x1024", tname(t));
+            mm_case(what, &r2, &gr2, 33);
+            snprintf(what, sizeof what, "%s 256x4096", tname(t));
+            mm_case(what, &r3, &gr3, 16);
+        }
         /* GEMV shapes: few rows of long columns (one row per warp, the
          * columns split over warps); x in several shared-memory tiles */
         qweight sr = make_w(t, 5, 4096), lk = make_w(t, 70, 9216);
@@ -1649,7 +1699,9 @@ static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int
         moe_bound_check(name, &a, g, out);
     } else {
         check_tol(name, g, out, (size_t)T * H,
-                  T < LT_MIN_T || gemm_mode == GEMM_F32 ? TOL : 1e-2);
+                  T <= 8 || gemm_mode == GEMM_F32 ? TOL
+                  : T < LT_MIN_T                  ? 4 * 0x1p-16 + TOL
+                                                  : 1e-2);
     }
     G->release(G, dx), G->release(G, dbias), G->release(G, dtid), G->release(G, dout);
     free(bias), free(x), free(tid), free(ids), free(out), free(g);
@@ -1825,6 +1877,7 @@ static backend *gpu_backend(const char *gemm, const char *attn_tokens)
     backend_modes modes = BACKEND_MODES_DEFAULT;   /* LLM_CUDA_* override */
     setenv("LLM_CUDA_GEMM", gemm, 1);
     setenv("LLM_CUDA_ATTN_TOKENS", attn_tokens, 1);
+    setenv("LLM_CUDA_SMALL_MMA", "1", 1);  /* the tensor-core kernel wherever it can run */
     if (backend_modes_env(&modes, err, sizeof err)
         || backend_cuda_new_group(1, &modes, one, err, sizeof err)) {
         ok(0, "CUDA backend with LLM_CUDA_GEMM=%s LLM_CUDA_ATTN_TOKENS=%s: %s", gemm,
@@ -1834,7 +1887,9 @@ static backend *gpu_backend(const char *gemm, const char *attn_tokens)
     return one[0];
 }
 
-int main(void)
+/* `test_cuda_kernels matmul`: only the dense matmuls, in the tensor-core
+ * modes (bf16x2, fp8): a short run after a change to them. */
+int main(int argc, char **argv)
 {
     const char *seed = getenv("SEED");
     if (seed) rs ^= strtoull(seed, NULL, 0) * 0x2545F4914F6CDD1Dull;
@@ -1855,6 +1910,16 @@ int main(void)
     C8 = backend_cpu_new(4, NULL, 0);
     backend_cpu_set_fp8(C8, true);
 
+    if (argc > 1 && !strcmp(argv[1], "matmul")) {
+        for (gemm_mode = GEMM_BF16X2; gemm_mode <= GEMM_FP8; gemm_mode++) {
+            G = g[gemm_mode];
+            test_matmul();
+        }
+        for (int m = 0; m < 4; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
+        C->destroy(C);
+        C8->destroy(C8);
+        return exit_status();
+    }
     G = g[GEMM_F32];
     test_matmul();
     test_matmuls();

@@ -1,0 +1,351 @@
+// Dense matmuls of decode batches (9-64 tokens) on tensor cores:
+// y = x W^T, W in FP8 (e4m3, UE8M0 128x128 block scales) or BF16, each
+// weight read from memory once for all the tokens (the GEMV reads it once
+// per 8).  mma.sync m16n8k16, bf16 operands, float32 accumulation: the
+// weight rows are M (16 per tile), the tokens N (8 per tile, padded with
+// zeros).  Weights go from global memory to registers untouched by shared
+// memory's banks: each lane's 16-byte copies (cp.async, SM_STAGES deep per
+// warp, no registers held while they fly) are exactly the A fragments it
+// needs, because the order of the k terms inside an mma is free: lane
+// (g, t) loads bytes [16t, 16t + 16) of a stage's row g and g + 8, and
+// the mma's k slots {2t, 2t+1, 2t+8, 2t+9} of step s are given columns
+// {16t + 4s .. 16t + 4s + 3} (FP8; BF16: 8t + 4s .., 2 steps a stage);
+// x's B fragments take the same columns.  FP8 codes become bf16 exactly
+// (hardware e4m3x2 -> f16x2, then float32 times the block scale: a power
+// of two, exact short of scales below 2^-124, as cu_dequant), so the
+// scale is applied per 16-byte load, whatever the view's row and column
+// origin.  x is staged in shared memory for the block's columns once: its
+// float32 rows copied in (cp.async), then split in place into two bf16
+// parts, hi = bf16(x) and lo = bf16(x - hi), whose two products share the
+// weight fragments (bf16x2, within 2^-16 of each x), or rounded once.
+// Columns are split over 8 / WM warps of a block and over the KS blocks
+// of a thread-block cluster; the partial sums meet in shared memory and,
+// across the cluster, through distributed shared memory (each block
+// stores its sums into the block that owns them, which adds them), in a
+// fixed order (deterministic, no atomics, no scratch, graph-capturable).
+#include <cooperative_groups.h>
+
+#include "kernels.cuh"
+#include "mma.cuh"
+
+namespace cg = cooperative_groups;
+
+#define SM_THREADS 256
+#define SM_STAGES 4                 // weight stages in flight per warp (2 KB each)
+#define SM_STAGE_BYTES 2048         // 4 copies of 16 bytes per lane
+#define SM_XMAX (160 * 1024)        // staged x per block, bytes
+
+struct smm_args {
+    dqw w;
+    const float *x;
+    int ldx, T;
+    float *y;
+    int ldy;
+    int WM;             // warps along the rows (32 rows each); 8 / WM along the columns
+    int Kb;             // columns per block (a multiple of 64 * 8 / WM)
+    int xst;            // bytes per staged token row (Kb * 4 + pad)
+    int x16;            // x's rows are whole float4s (aligned, ldx % 4 == 0)
+};
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes)
+{
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Staged x: chunk c (16 bytes: 4 floats, or after the split 8 bf16) of a
+// token row at chunk c ^ bit 3 of c: the fragment loads of 8 lanes (2
+// tokens x 4 column slots) then hit distinct banks (row pad: FP8 32
+// bytes, BF16 16).
+__device__ __forceinline__ int xsw(int c) { return c ^ ((c >> 3) & 1); }
+
+// A bf16 pair from two FP8 codes (the low 16 bits of b) times scale s.
+__device__ __forceinline__ uint32_t fp8x2_bf16x2(uint32_t b, float s)
+{
+    float2 f = half2f(e4m3x2_f16x2(b));
+    return __byte_perm(__float_as_uint(f.x * s), __float_as_uint(f.y * s), 0x7632);
+}
+
+template <int QT, int NT, bool SPLIT>
+__global__ void __launch_bounds__(SM_THREADS, 1) smm_kernel(const __grid_constant__ smm_args a)
+{
+    extern __shared__ __align__(16) uint8_t sm_sh[];
+    constexpr int EB = QT == QT_FP8 ? 1 : 2;       // bytes per weight
+    constexpr int SC = 16 / EB;                     // columns per lane slot per stage
+    constexpr int STEP = 4 * SC;                    // columns per warp stage
+    constexpr int KSTEPS = SC / 4;                  // mma k steps per stage
+    constexpr int TP = NT * 8;                      // tokens, padded
+    const dqw &w = a.w;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int WM = a.WM, WK = 8 / WM, wm = warp % WM, wk = warp / WM, BR = 32 * WM;
+    int row0 = blockIdx.x * BR, kb0 = blockIdx.y * a.Kb, Kw = a.Kb / WK;
+    int cw0 = wk * Kw;                              // the warp's first column in the block
+    int kend = min(kb0 + a.Kb, w.cols);             // the block's columns end (view)
+    int nst = max(0, min(Kw, kend - kb0 - cw0) + STEP - 1) / STEP;
+    uint8_t *xs = sm_sh;
+    uint8_t *wq = sm_sh + (size_t)TP * a.xst + (size_t)warp * SM_STAGES * SM_STAGE_BYTES;
+
+    // This lane's rows: m-tile j / 2, row g (+ 8 for odd j).
+    const uint8_t *rp[4];
+    int rb[4];
+    bool rok[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int r = row0 + wm * 32 + (j >> 1) * 16 + (j & 1) * 8 + g;
+        rok[j] = r < w.rows;
+        long long rr = w.r0 + min(r, w.rows - 1);
+        rb[j] = (int)(rr >> 7);
+        rp[j] = w.data + (rr * w.ld + w.c0) * EB;
+    }
+    // Stage s of this warp's weights into slot s % SM_STAGES; zeros past
+    // the view's rows and columns (past the warp's stages: an empty group).
+    auto issue = [&](int s) {
+        uint8_t *dst = wq + (s % SM_STAGES) * SM_STAGE_BYTES + lane * 16;
+        int col = kb0 + cw0 + s * STEP + t * SC;
+        int n = s < nst ? min(SC, kend - col) : 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            bool on = rok[j] && n > 0;
+            if (s < nst) cp_async16(dst + j * 512, on ? rp[j] + (long long)col * EB : rp[j],
+                                    on ? n * EB : 0);
+        }
+        cp_async_commit();
+    };
+    // The weights depend on no earlier kernel: on their way before the wait.
+    for (int s = 0; s < SM_STAGES - 1; s++) issue(s);
+    pdl_wait();
+
+    // x: tokens [0, TP) x the block's columns as float4 chunks (zeros past
+    // T and the columns), then each 8 columns' 2 chunks split in place:
+    // hi in the first, lo in the second (unsplit: the first only).
+    int nc = a.Kb / 4;
+    for (int i = threadIdx.x; i < TP * nc; i += SM_THREADS) {
+        int tok = i / nc, c = i - tok * nc, col = kb0 + 4 * c;
+        uint8_t *dst = xs + (size_t)tok * a.xst + xsw(c) * 16;
+        int n = tok < a.T ? min(4, w.cols - col) : 0;
+        const float *src = a.x + (long long)(tok < a.T ? tok : 0) * a.ldx + (n > 0 ? col : 0);
+        if (a.x16) {
+            cp_async16(dst, src, n > 0 ? n * 4 : 0);
+        } else {
+            float *d = (float *)dst;
+            for (int e = 0; e < 4; e++) d[e] = e < n ? src[e] : 0.0f;
+        }
+    }
+    cp_async_commit();
+    cp_async_wait<0>();     // x and the first weight stages (this thread's copies)
+    __syncthreads();
+    for (int i = threadIdx.x; i < TP * nc / 2; i += SM_THREADS) {
+        int tok = i / (nc / 2), q = i - tok * (nc / 2);
+        uint4 *p0 = (uint4 *)(xs + (size_t)tok * a.xst + xsw(2 * q) * 16);
+        uint4 *p1 = (uint4 *)(xs + (size_t)tok * a.xst + xsw(2 * q + 1) * 16);
+        float4 u = *(const float4 *)p0, v = *(const float4 *)p1;
+        float f[8] = { u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w };
+        uint32_t hi[4], lo[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            hi[e] = pack_bf16x2(f[2 * e], f[2 * e + 1]);
+            // f - hi is exact in float32
+            lo[e] = pack_bf16x2(f[2 * e] - bf16f(hi[e] & 0xffff), f[2 * e + 1] - bf16f(hi[e] >> 16));
+        }
+        *p0 = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        if (SPLIT) *p1 = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+    __syncthreads();
+
+    float acc[2][NT][4];
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[m][n][e] = 0;
+    // FP8 block scales, one stage ahead of their use.
+    uint32_t scn[4] = { 127, 127, 127, 127 };
+    auto scales = [&](int s, uint32_t (&sc)[4]) {
+        int col = kb0 + cw0 + s * STEP + t * SC;
+        if (QT != QT_FP8 || s >= nst || col >= w.cols) return;    // past the view: zeros
+        int cb = (w.c0 + col) >> 7;
+#pragma unroll
+        for (int j = 0; j < 4; j++) sc[j] = w.scale[(long long)rb[j] * w.sld + cb];
+    };
+    scales(0, scn);
+    const uint8_t *xt = xs + (size_t)g * a.xst;     // token g of n-tile 0
+    for (int s = 0; s < nst; s++) {
+        cp_async_wait<SM_STAGES - 2>();
+        const uint8_t *src = wq + (s % SM_STAGES) * SM_STAGE_BYTES + lane * 16;
+        uint4 u[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) u[j] = *(const uint4 *)(src + j * 512);
+        float sc[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) sc[j] = e8m0f(scn[j]);
+        scales(s + 1, scn);
+        // A fragments of the stage's k steps: [step][m-tile][4]
+        uint32_t A[KSTEPS][2][4];
+#pragma unroll
+        for (int k = 0; k < KSTEPS; k++)
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                if (QT == QT_FP8) {
+                    uint32_t p = word(u[2 * m], k), q = word(u[2 * m + 1], k);
+                    A[k][m][0] = fp8x2_bf16x2(p, sc[2 * m]);
+                    A[k][m][1] = fp8x2_bf16x2(q, sc[2 * m + 1]);
+                    A[k][m][2] = fp8x2_bf16x2(p >> 16, sc[2 * m]);
+                    A[k][m][3] = fp8x2_bf16x2(q >> 16, sc[2 * m + 1]);
+                } else {
+                    A[k][m][0] = word(u[2 * m], 2 * k);
+                    A[k][m][1] = word(u[2 * m + 1], 2 * k);
+                    A[k][m][2] = word(u[2 * m], 2 * k + 1);
+                    A[k][m][3] = word(u[2 * m + 1], 2 * k + 1);
+                }
+            }
+        // The slot is read (A came from it): the stage after the next ones there.
+        issue(s + SM_STAGES - 1);
+        // The lane's 8-column groups of the stage: FP8 two (16 columns), BF16 one.
+        int grp = (cw0 + s * STEP + t * SC) / 8;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            const uint8_t *xr = xt + (size_t)n * 8 * a.xst;
+#pragma unroll
+            for (int part = 0; part < (SPLIT ? 2 : 1); part++) {
+                uint4 b[SC / 8];
+#pragma unroll
+                for (int h = 0; h < SC / 8; h++)
+                    b[h] = *(const uint4 *)(xr + xsw(2 * (grp + h) + part) * 16);
+#pragma unroll
+                for (int k = 0; k < KSTEPS; k++) {
+                    uint32_t b0 = word(b[k / 2], 2 * (k % 2)), b1 = word(b[k / 2], 2 * (k % 2) + 1);
+#pragma unroll
+                    for (int m = 0; m < 2; m++) mma_bf16_16816(acc[m][n], A[k][m], b0, b1);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();     // no copy lands in what becomes the partial sums
+    // Every block of the cluster is past its loop: its x and weight stages
+    // are free for the partial sums and what the others send.
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+
+    // The warps' partial sums [wk][row][token] (rows PL floats apart) ...
+    constexpr int PL = TP + 1;
+    float *part = (float *)sm_sh;
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = wm * 32 + m * 16 + g + (e >> 1) * 8, tok = n * 8 + 2 * t + (e & 1);
+                part[(wk * BR + r) * PL + tok] = acc[m][n][e];
+            }
+    __syncthreads();
+    // ... added over the warps, each output (token-major, e = tok * BR + row)
+    // stored into the block of the cluster that owns its share (rank e /
+    // per, at [this rank][e % per] of its recv): stores, which do not wait
+    // for the remote shared memory as loads would ...
+    int KS = (int)cl.num_blocks(), q = (int)cl.block_rank(), per = BR * TP / KS;
+    float *recv = part + (size_t)8 * 32 * PL;
+    for (int e = threadIdx.x; e < BR * TP; e += SM_THREADS) {
+        int tok = e / BR, r = e - tok * BR, o = e / per;
+        float v = 0;
+        for (int k = 0; k < WK; k++) v += part[(k * BR + r) * PL + tok];
+        cl.map_shared_rank(recv, o)[q * per + e - o * per] = v;
+    }
+    cl.sync();
+    // ... then each block adds its share over the ranks, in rank order.
+    for (int i = threadIdx.x; i < per; i += SM_THREADS) {
+        int e = q * per + i, tok = e / BR, r = e - tok * BR;
+        float v = 0;
+        for (int p = 0; p < KS; p++) v += recv[p * per + i];
+        if (tok < a.T && row0 + r < w.rows) a.y[(long long)tok * a.ldy + row0 + r] = v;
+    }
+}
+
+// A launch that could not start (no room for a cluster): its error cleared,
+// the caller's fallback runs instead.
+static bool smm_started(cudaError_t e)
+{
+    if (e != cudaSuccess) cudaGetLastError();
+    return e == cudaSuccess;
+}
+
+// The plan: rows per block (32 WM) and the cluster's blocks along the
+// columns (KS), staged x within SM_XMAX; the most rows per block (x
+// staged and split once for them) whose grid still fills 7/8 of the SMs,
+// else the largest grid.
+bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y,
+                   int ldy, bool split, bool measured)
+{
+    int EB = w.type == QT_FP8 ? 1 : 2;
+    int TP = (T + 15) / 16 * 16, pad = w.type == QT_FP8 ? 32 : 16;
+    if ((w.type != QT_FP8 && w.type != QT_BF16) || T < 1 || T > 64 || w.rows <= 0 ||
+        w.cols <= 0 || (w.c0 * EB) % 16 || (w.ld * EB) % 16 || (uintptr_t)w.data % 16 ||
+        (!split && TP != 64))
+        return false;
+    int nsm = cu_sm_count();
+    smm_args a = { w, x, ldx, T, y, ldy, 0, 0, 0,
+                   (uintptr_t)x % 16 == 0 && ldx % 4 == 0 };
+    long long best = -1;
+    int bWM = 0, bKS = 0, bKb = 0;
+    for (int WM = 8; WM >= 1 && best < nsm * 7 / 8; WM /= 2)
+        for (int KS = 1; KS <= 8; KS *= 2) {
+            int gran = 64 * (8 / WM), Kb = ((w.cols + KS - 1) / KS + gran - 1) / gran * gran;
+            if ((KS > 1 && (long long)(KS - 1) * Kb >= w.cols) ||
+                (long long)TP * (Kb * 4 + pad) > SM_XMAX)
+                continue;
+            long long blocks = (long long)(w.rows + 32 * WM - 1) / (32 * WM) * KS;
+            if (blocks > best) best = blocks, bWM = WM, bKS = KS, bKb = Kb;
+            if (blocks >= nsm * 7 / 8) break;
+        }
+    // Run SM2 (docs/PERFORMANCE.md, rank6 shapes): 1.3-3.6x faster than
+    // the GEMV in chunks of 8 at 16 and 32 tokens wherever a block has 256+
+    // columns; 0.85x for 4096 x 1024 (blocks of 128 columns over a cluster
+    // of 8); at 64 tokens 0.4-0.7x of cuBLASLt (the head: 785 GB/s, 100
+    // TFLOP/s of bf16 products, far from either ceiling: not yet explained).
+    if (best < 0 || (measured && (TP > 32 || bKb < 256))) return false;
+    a.WM = bWM, a.Kb = bKb, a.xst = bKb * 4 + pad;
+    size_t smem = (size_t)TP * a.xst + 8 * SM_STAGES * SM_STAGE_BYTES;
+    size_t psum = (size_t)8 * 32 * (TP + 1) * 4 + (size_t)32 * bWM * TP * 4;   // part, recv
+    if (smem < psum) smem = psum;
+    dim3 grid((unsigned)(best / bKS), bKS);
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1, at[0].val.clusterDim.y = bKS, at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = SM_THREADS;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = at;
+    cfg.numAttrs = cu_pdl() ? 2 : 1;
+#define SMM(Q, N, S)                                                                             \
+    do {                                                                                         \
+        smem_attr<Q * 64 + N * 2 + S>(smm_kernel<Q, N, S>, smem);                                \
+        return smm_started(cudaLaunchKernelEx(&cfg, smm_kernel<Q, N, S>, a));                      \
+    } while (0)
+    if (w.type == QT_FP8) {
+        if (!split) SMM(QT_FP8, 8, false);
+        if (TP == 16) SMM(QT_FP8, 2, true);
+        if (TP == 32) SMM(QT_FP8, 4, true);
+        if (TP == 48) SMM(QT_FP8, 6, true);
+        SMM(QT_FP8, 8, true);
+    } else {
+        if (!split) SMM(QT_BF16, 8, false);
+        if (TP == 16) SMM(QT_BF16, 2, true);
+        if (TP == 32) SMM(QT_BF16, 4, true);
+        if (TP == 48) SMM(QT_BF16, 6, true);
+        SMM(QT_BF16, 8, true);
+    }
+#undef SMM
+}
