@@ -14,6 +14,9 @@
 #      process start -> "ready" in the log, the loader's GB/s lines
 #   3. nginx (the binary carried from here) + the module in front of the
 #      warm engine; llm-bench-serve at concurrency 1, 8, 32, 64
+# UPLOAD_AB=1 runs only step 2's synth, then warm starts alternating
+# LLM_CUDA_UPLOAD_STAGE=0 (the straight pageable copy) and the pinned
+# staging (twice each): the upload's A/B.
 # Logs and JSON go to OUT (logs.tgz plus a summary on stdout).  LOCAL=1
 # runs steps 2 and 3 on the CPU with the demo model's shapes (a check of
 # this script on a machine without a GPU).
@@ -97,7 +100,7 @@ tokenizer=fixtures/tokenizer.json
     tokenizer=fixtures/tokenizer-demo.json
 
 # 1. batched decode, rank6 shapes, 8K context
-if [ "$backend" = cuda ] && [ "$(left)" -gt 120 ]; then
+if [ "$backend" = cuda ] && [ "$(left)" -gt 120 ] && [ -z "${UPLOAD_AB:-}" ]; then
     log "bench --batch 1,8,32,64 (rank6, 8K, fp8)"
     timeout 150 "$b/llm-engine" bench --synthetic conf/models/deepseek-v4-flash-rank6.json \
         --prompt 8192 --batch 1,8,32,64 --decode 34 --kv-cache-dtype fp8 \
@@ -135,6 +138,17 @@ if [ "$(left)" -gt 150 ]; then
     echo "exit $? after $(since "$t0") s; $(du -sb "$ckpt" | cut -f1) bytes" >> "$out/synth.log"
     cat "$out/synth.log"
     sync
+    if [ -n "${UPLOAD_AB:-}" ]; then
+        for i in 1 2; do
+            for v in 0 default; do
+                serve_ready "warm-stage-$v-$i" "$([ $v = 0 ] && echo LLM_CUDA_UPLOAD_STAGE=0)"
+                grep -E 'weights:' "$out/serve-warm-stage-$v-$i.log"
+                stop_engine
+            done
+        done
+        tar czf "$dest/logs.tgz" -C "$out" .
+        exit 0
+    fi
     t0=$(now)
     # The checkpoint's pages out of the page cache (POSIX_FADV_DONTNEED);
     # the whole cache only where that left some (never with LOCAL=1).
