@@ -82,8 +82,9 @@ sub chat {
 
 is(chat(messages => [{ role => 'user', content => 'Which is larger, 96 or 37?' }])->{content},
    '96 is larger than 37.', 'held-out comparison answered correctly');
-is(chat(messages => [{ role => 'user', content => 'What is 1 x 3?' }])->{content},
-   '1 * 3 = 3.', 'held-out product answered correctly');
+# the answer ends in the result, after the working when there is some
+like(chat(messages => [{ role => 'user', content => 'What is 1 x 3?' }])->{content},
+     qr/(?:^|\. )1 \* 3 = 3\.\z/, 'held-out product answered correctly');
 
 my $tools = decode_json('[{"type":"function","function":{"name":"get_weather",'
     . '"description":"Get the current weather for a city.","parameters":{"type":"object",'
