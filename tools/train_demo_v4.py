@@ -394,7 +394,7 @@ def main(argv):
     log(f"{step_s:.3f} s/step -> {train_steps} train steps")
     t0 = time.time()
     done = run_phase(torch, model, opt, train, rng, train_steps, a.lr, 100, a.max_tokens, dev,
-                     deadline=None if a.train_steps else t0 + a.train_seconds * 1.3,
+                     deadline=None if a.train_steps else t0 + a.train_seconds * 1.05,
                      history=history)
     train_s = time.time() - t0
     model.eval()
@@ -406,7 +406,7 @@ def main(argv):
     qat_steps = a.qat_steps or max(5, int(a.qat_seconds / (step_s * 1.1)))
     t0 = time.time()
     qdone = run_phase(torch, model, opt, train, rng, qat_steps, a.qat_lr, 0, a.max_tokens, dev,
-                      fq=fq, deadline=None if a.qat_steps else t0 + a.qat_seconds * 1.3,
+                      fq=fq, deadline=None if a.qat_steps else t0 + a.qat_seconds * 1.05,
                       label="qat", history=history)
     qat_s = time.time() - t0
     model.eval()
