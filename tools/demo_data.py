@@ -304,8 +304,10 @@ def fact(r, split):
     if k == 2:
         q, a = r.choice(FACTS)
         return ("fact", q, a, a, a, {})
-    w = r.choice(WORDS) if r.random() < 0.4 else made_word(r, split)
     m = r.randrange(3)
+    # letter counts of the known words only (a count is recalled); spelling
+    # made-up words teaches the letters of every token
+    w = r.choice(WORDS) if m != 1 or r.random() < 0.4 else made_word(r, split)
     if m == 0:
         q = r.choice([f"How many letters are in the word \"{w}\"?", f"Count the letters in {w}."])
         return ("count", q, f"The word \"{w}\" has {len(w)} letters.",

@@ -341,7 +341,8 @@ def main(argv):
     ap.add_argument("--qat-lr", type=float, default=3e-4)
     ap.add_argument("--max-tokens", type=int, default=65536,
                     help="padded tokens per batch (halved until the longest batch fits)")
-    ap.add_argument("--max-new", type=int, default=128)
+    ap.add_argument("--max-new", type=int, default=256,
+                    help="greedy tokens per held-out prompt (12 x 12 with its working while thinking: 200)")
     ap.add_argument("--eval-seconds", type=float, default=120,
                     help="greedy held-out prompts, taken round-robin over the kinds")
     ap.add_argument("--device", default="cuda")
