@@ -9,8 +9,8 @@ Every conversation is an OpenAI chat request; `llm-engine render --ids`
 turns it into the exact ids serving would see, so training and serving
 agree byte for byte, except that the last assistant turn (what the model
 writes) has every number one digit a token (split_digits).  The loss
-mask covers what the model writes: after each `<｜Assistant｜>` and its
-think marker, through the EOS.
+mask covers that turn: after its `<｜Assistant｜>` and think marker,
+through the EOS.
 
 What makes a 6M-parameter model get answers right rather than near:
 sums, differences and products come with digit-wise working (columns
@@ -502,21 +502,12 @@ def split_digits(ids, table):
 
 
 def loss_mask(ids):
-    """1 for what the assistant writes: after <｜Assistant｜> and its think
-    marker through the EOS (tool calls and history turns included)."""
-    mask, on, skip = [0] * len(ids), False, 0
-    for i, t in enumerate(ids):
-        if skip:
-            skip -= 1
-            continue
-        if t == ASSISTANT_ID:
-            on, skip = True, 1
-            continue
-        if on:
-            mask[i] = 1
-            if t == EOS_ID:
-                on = False
-    return mask
+    """1 for what the model writes: the last assistant turn after
+    <｜Assistant｜> and its think marker, through the EOS.  Earlier turns
+    are context: they keep the tokenizer's digit groups (split_digits),
+    and as targets they would teach two spellings of one number."""
+    start = len(ids) - ids[::-1].index(ASSISTANT_ID) + 1
+    return [0] * start + [1] * (len(ids) - start)
 
 
 def examples(seed, n, split):
