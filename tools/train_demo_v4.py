@@ -326,6 +326,12 @@ def held_loss(torch, model, examples, dev, max_tokens, fq=None):
     return tot / max(n, 1)
 
 
+def write_info(out, info):
+    with open(os.path.join(out, "train.json"), "w") as f:
+        json.dump(info, f, indent=1)
+        f.write("\n")
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True)
@@ -420,19 +426,6 @@ def main(argv):
     loss_export = held_loss(torch, ref, held_out, dev, a.max_tokens)
     log(f"held-out loss: quantized after QAT {loss_q_after:.4f}, exported {loss_export:.4f}")
 
-    t0, n_eval = time.time(), 0
-    with open(a.eval) as f:
-        prompts = round_robin([json.loads(line) for line in f])
-    with open(os.path.join(a.out, "eval_hf.jsonl"), "w") as g:
-        for e in prompts:
-            if time.time() - t0 > a.eval_seconds:
-                log("eval: time budget spent")
-                break
-            ids = greedy(torch, ref, e["prompt_ids"], a.max_new)
-            g.write(json.dumps({"id": e["id"], "completion_ids": ids}) + "\n")
-            n_eval += 1
-    log(f"eval: {n_eval} prompts in {time.time() - t0:.0f}s")
-
     cmd = ["python3", "tools/train_demo_v4.py"] + [x for x in argv]
     info = {
         "command": " ".join(shlex.quote(x) for x in cmd),
@@ -447,12 +440,26 @@ def main(argv):
         "train_seconds": train_s, "qat_seconds": qat_s,
         "held_out_loss": {"float": loss_float, "quantized_before_qat": loss_q_before,
                           "quantized_after_qat": loss_q_after, "exported": loss_export},
-        "history": history, "files": files, "eval_prompts": n_eval,
+        "history": history, "files": files, "eval_prompts": 0,
         "total_seconds": time.time() - t_start, "notes": notes,
     }
-    with open(os.path.join(a.out, "train.json"), "w") as f:
-        json.dump(info, f, indent=1)
-        f.write("\n")
+    write_info(a.out, info)       # before the eval: a run cut short keeps it
+    t0, n_eval = time.time(), 0
+    with open(a.eval) as f:
+        prompts = round_robin([json.loads(line) for line in f])
+    with open(os.path.join(a.out, "eval_hf.jsonl"), "w") as g:
+        for e in prompts:
+            if time.time() - t0 > a.eval_seconds:
+                log("eval: time budget spent")
+                break
+            ids = greedy(torch, ref, e["prompt_ids"], a.max_new)
+            g.write(json.dumps({"id": e["id"], "completion_ids": ids}) + "\n")
+            g.flush()
+            n_eval += 1
+    log(f"eval: {n_eval} prompts in {time.time() - t0:.0f}s")
+
+    info["eval_prompts"], info["total_seconds"] = n_eval, time.time() - t_start
+    write_info(a.out, info)
     log("done", json.dumps({k: info[k] for k in ("train_steps", "qat_steps", "held_out_loss")}))
     return 0
 
