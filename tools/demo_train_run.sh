@@ -1,12 +1,12 @@
 #!/bin/sh
 # The demo model's retrain (issue 19) in one device call.
 #
-# Here (needs build/bin/llm-engine; ~10-20 min on 2 cores: rendering is one
+# Here (needs build/bin/llm-engine; ~22 min on 2 cores: rendering is one
 # `llm-engine render` per example):
 #   sh tools/demo_train_run.sh pack /work/main/.xfer/demo2
 # makes DEST/train.bin.gz (tools/demo_data.py train --seed 19, N examples),
 # DEST/eval.jsonl (100 held-out prompts), the three Python tools, the
-# fixture tokenizer and this script; ~5 MB.
+# fixture tokenizer and this script; ~4 MB (N=60000: 24M tokens).
 #
 # Then `run` (nvidia-h200, timeout_s 420) with carry [".xfer/demo2"] and
 #   cd .xfer/demo2 && sh demo_train_run.sh run $OUT
