@@ -382,12 +382,8 @@ __global__ void __launch_bounds__(256) attention_kernel(dattn a, int chunk, floa
                 sum += l[j];
             }
             sum = warp_sum(sum);
-            if (lane == 0) {
-                float r = expf(mold - mnew);    // 0 on the first tile
-                lrun[hh] = lrun[hh] * r + sum;
-                mrun[hh] = mnew;
-                resc[hh] = r;
-            }
+            if (lane == 0)
+                softmax_state_update(&lrun[hh], &mrun[hh], &resc[hh], mold, mnew, sum);
         }
         __syncthreads();
 #pragma unroll
@@ -475,6 +471,8 @@ static bool attention_launch(cudaStream_t st, const dattn &a, int splits, int ch
     return true;
 }
 
+// (Decode steps of up to CU_ATTD_MAX_T tokens run attention_decode.cu
+// instead, unless LLM_CUDA_ATTN_DECODE=0 or head_dim rules it out.)
 // Many tokens (prefill): the most heads per block that leaves at least
 // 128 blocks, one split.  Few (decode): the keys are split too
 // (flash-decoding), at least a tile per split and at most 1024 blocks,

@@ -1,5 +1,5 @@
-// The keys one query token of an attention op attends to (attention.cu,
-// attention_mma.cu).
+// The keys one query token of an attention op attends to, and the online
+// softmax state update (attention.cu, attention_mma.cu, attention_decode.cu).
 #pragma once
 
 #include "kernels.cuh"
@@ -103,3 +103,17 @@ __device__ __forceinline__ attn_span_keys<TQ> attn_span_keys_of(const dattn &a, 
     }
     return K;
 }
+
+// Online softmax, one head's running state after a tile: the tile's
+// exp-sum `sum` (taken against mnew) joins the running sum rescaled by
+// exp(mold - mnew), 0 on the first tile; resc keeps that factor for the
+// output's rescale.  One lane calls it (attention.cu, attention_decode.cu).
+__device__ __forceinline__ void softmax_state_update(float *lrun, float *mrun, float *resc,
+                                                     float mold, float mnew, float sum)
+{
+    float r = expf(mold - mnew);
+    *lrun = *lrun * r + sum;
+    *mrun = mnew;
+    *resc = r;
+}
+

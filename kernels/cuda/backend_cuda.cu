@@ -8,6 +8,7 @@
 // the ops; the rest of the backend is in the cuda_*.cu files beside it
 // (kernels/cuda/README.md), its state in backend_cuda.cuh.
 #include "backend_cuda.cuh"
+#include "moe_decode.cuh"
 
 // Attention and the indexer of prefill steps on tensor cores, which take
 // keys as bf16: always under bf16; under bf16x2 only when the cache holds
@@ -319,6 +320,34 @@ template <class A> static int one_token_segs(cu_impl *c, const A *a, int nseg)
     return k;
 }
 
+// A batched op over a step's sequences: every sequence outside the
+// one-token batch by one(x) (false: stop), the batch's as structs D in one
+// staged buffer (then their block addresses: extra(x) bytes each), each
+// written by pack(x, &d, &sp), launched by batch(h, dev, n1) with the host
+// copy h to read the launch's shape from.
+template <class D, class A, class One, class Extra, class Pack, class Batch>
+static void run_segs(cu_impl *c, const A *a, int nseg, One one, Extra extra, Pack pack,
+                     Batch batch)
+{
+    int n1 = one_token_segs(c, a, nseg), *idx = c->hidx;
+    for (int i = 0, k = 0; i < nseg; i++) {
+        if (k < n1 && idx[k] == i) {
+            k++;
+            continue;
+        }
+        if (!one(a[i])) return;
+    }
+    if (!n1) return;
+    size_t head = round_up(n1 * sizeof(D), 16), bytes = head;
+    for (int k = 0; k < n1; k++) bytes += extra(a[idx[k]]);
+    seg_pack sp = { NULL, NULL, head };
+    if (!(sp.host = stage_begin(c, bytes, &sp.dev))) return;
+    D *h = (D *)sp.host;
+    for (int k = 0; k < n1; k++) pack(a[idx[k]], &h[k], &sp);
+    stage_end(c);
+    if (!c->failed && !recording(c)) batch((const D *)h, (const D *)sp.dev, n1);
+}
+
 static bool to_dcomp(cu_impl *c, const compress_args *a, dcomp *d, seg_pack *sp = NULL)
 {
     *d = dcomp{ a->n, a->pos0, a->ratio, a->d, a->overlap, a->ld, a->kv, a->gate, a->ape,
@@ -332,32 +361,24 @@ static void cu_compress_op(backend *b, const compress_args *a, int nseg)
     cu_impl *c = enter(b);
     if (nseg <= 0) return;
     drope r;
-    int n1 = one_token_segs(c, a, nseg), *one = c->hidx;
     if (!to_rope(c, a->rope, &r)) return;
-    for (int i = 0, k = 0; i < nseg; i++) {
-        if (k < n1 && one[k] == i) {
-            k++;
-            continue;
-        }
-        dcomp d;
-        if (!to_dcomp(c, &a[i], &d)) return;
-        if (!recording(c)) cu_compress(c->st, d, r);
-    }
-    if (n1) {
-        size_t head = round_up(n1 * sizeof(dcomp), 16), bytes = head;
-        for (int k = 0; k < n1; k++) {
-            const compress_args &x = a[one[k]];
-            bytes += paged_bytes(&x.out, pos_end(c, x.pos0, x.n) / x.ratio);
-        }
-        seg_pack sp = { NULL, NULL, head };
-        if (!(sp.host = stage_begin(c, bytes, &sp.dev))) return;
-        dcomp *h = (dcomp *)sp.host;
-        for (int k = 0; k < n1; k++) to_dcomp(c, &a[one[k]], &h[k], &sp);
-        dcomp shape = h[0];
-        shape.n = n1;
-        stage_end(c);
-        if (!c->failed && !recording(c)) cu_compress(c->st, shape, r, (const dcomp *)sp.dev);
-    }
+    run_segs<dcomp>(
+        c, a, nseg,
+        [&](const compress_args &x) {
+            dcomp d;
+            if (!to_dcomp(c, &x, &d)) return false;
+            if (!recording(c)) cu_compress(c->st, d, r);
+            return true;
+        },
+        [&](const compress_args &x) {
+            return paged_bytes(&x.out, pos_end(c, x.pos0, x.n) / x.ratio);
+        },
+        [&](const compress_args &x, dcomp *d, seg_pack *sp) { to_dcomp(c, &x, d, sp); },
+        [&](const dcomp *h, const dcomp *dev, int n1) {
+            dcomp shape = h[0];
+            shape.n = n1;
+            cu_compress(c->st, shape, r, dev);
+        });
     launched(c, "compress");
 }
 
@@ -396,39 +417,37 @@ static void indexer_one(cu_impl *c, const indexer_args *a)
     cu_indexer(c->st, d, sc, cap, keys);
 }
 
+// The launch shape of a batch: its first sequence's, with the largest
+// position bound and the batch's count.
+template <class D> static D batch_shape(const D *h, int n1)
+{
+    D shape = h[0];
+    for (int k = 1; k < n1; k++)
+        if (h[k].pos_end > shape.pos_end) shape = h[k];
+    shape.n = n1;
+    return shape;
+}
+
 static void cu_indexer_op(backend *b, const indexer_args *a, int nseg)
 {
     cu_impl *c = enter(b);
     if (nseg <= 0) return;
-    int n1 = one_token_segs(c, a, nseg), *one = c->hidx;
-    for (int i = 0, k = 0; i < nseg; i++) {
-        if (k < n1 && one[k] == i) {
-            k++;
-            continue;
-        }
-        indexer_one(c, &a[i]);
-    }
-    if (n1) {
-        size_t head = round_up(n1 * sizeof(dindexer), 16), bytes = head;
-        for (int k = 0; k < n1; k++) {
-            const indexer_args &x = a[one[k]];
-            bytes += paged_bytes(&x.keys, pos_end(c, x.pos0, x.n) / x.ratio);
-        }
-        seg_pack sp = { NULL, NULL, head };
-        if (!(sp.host = stage_begin(c, bytes, &sp.dev))) return;
-        dindexer *h = (dindexer *)sp.host, shape;
-        for (int k = 0; k < n1; k++) {
-            to_dindexer(c, &a[one[k]], &h[k], &sp);
-            if (!k || h[k].pos_end > shape.pos_end) shape = h[k];
-        }
-        shape.n = n1;
-        stage_end(c);
-        const dindexer *dev = (const dindexer *)sp.dev;
-        if (recording(c)) return;
-        size_t cap;
-        float *sc = indexer_scores(c, n1, shape.pos_end / shape.ratio, true, &cap);
-        if (!c->failed) cu_indexer(c->st, shape, sc, cap, NULL, dev);
-    }
+    run_segs<dindexer>(
+        c, a, nseg,
+        [&](const indexer_args &x) {
+            indexer_one(c, &x);
+            return true;
+        },
+        [&](const indexer_args &x) {
+            return paged_bytes(&x.keys, pos_end(c, x.pos0, x.n) / x.ratio);
+        },
+        [&](const indexer_args &x, dindexer *d, seg_pack *sp) { to_dindexer(c, &x, d, sp); },
+        [&](const dindexer *h, const dindexer *dev, int n1) {
+            dindexer shape = batch_shape(h, n1);
+            size_t cap;
+            float *sc = indexer_scores(c, n1, shape.pos_end / shape.ratio, true, &cap);
+            if (!c->failed) cu_indexer(c->st, shape, sc, cap, NULL, dev);
+        });
     launched(c, "indexer");
 }
 
@@ -442,19 +461,25 @@ static bool to_dattn(cu_impl *c, const attention_args *a, dattn *d, seg_pack *sp
            to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d->comp, sp);
 }
 
-// The float32 kernel (flash-decoding partials in c->apart when the plan
-// splits the keys); segs: a batch of sequences (cu_attention).
+// The float32 kernels (flash-decoding partials in c->apart when the plan
+// splits the keys); segs: a batch of sequences.  Up to CU_ATTD_MAX_T
+// query tokens (decode steps, short chunks): the one-launch decode kernel
+// (attention_decode.cu); more, a head_dim it does not take, or
+// LLM_CUDA_ATTN_DECODE=0: cu_attention and its combine.
 static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
 {
-    int hpb, splits, chunk;
-    cu_attention_plan(d, &hpb, &splits, &chunk);
+    int hpb = 0, splits, chunk;
+    bool dec = c->attn_decode && cu_attention_decode_fits(d);
+    if (dec) cu_attention_decode_plan(d, &splits, &chunk);
+    else cu_attention_plan(d, &hpb, &splits, &chunk);
     float *part = NULL;
     if (splits > 1) {
         part = (float *)grow(c, &c->apart,
                              (size_t)d.n * d.nheads * splits * (d.hd + 2) * sizeof(float));
         if (c->failed) return;
     }
-    if (!cu_attention(c->st, d, part, segs))
+    if (dec) cu_attention_decode(c->st, d, part, c->attn_count, segs);
+    else if (!cu_attention(c->st, d, part, segs))
         fail(c, "attention: head_dim %d is too large for the kernel", d.hd);
 }
 
@@ -473,31 +498,19 @@ static void cu_attention_op(backend *b, const attention_args *a, int nseg)
 {
     cu_impl *c = enter(b);
     if (nseg <= 0) return;
-    int n1 = one_token_segs(c, a, nseg), *one = c->hidx;
-    for (int i = 0, k = 0; i < nseg; i++) {
-        if (k < n1 && one[k] == i) {
-            k++;
-            continue;
-        }
-        attention_one(c, &a[i]);
-    }
-    if (n1) {
-        size_t head = round_up(n1 * sizeof(dattn), 16), bytes = head;
-        for (int k = 0; k < n1; k++) {
-            const attention_args &x = a[one[k]];
-            if (x.ratio) bytes += paged_bytes(&x.comp, pos_end(c, x.pos0, x.n) / x.ratio);
-        }
-        seg_pack sp = { NULL, NULL, head };
-        if (!(sp.host = stage_begin(c, bytes, &sp.dev))) return;
-        dattn *h = (dattn *)sp.host, shape;
-        for (int k = 0; k < n1; k++) {
-            to_dattn(c, &a[one[k]], &h[k], &sp);
-            if (!k || h[k].pos_end > shape.pos_end) shape = h[k];
-        }
-        shape.n = n1;
-        stage_end(c);
-        if (!c->failed && !recording(c)) attention_run(c, shape, (const dattn *)sp.dev);
-    }
+    run_segs<dattn>(
+        c, a, nseg,
+        [&](const attention_args &x) {
+            attention_one(c, &x);
+            return true;
+        },
+        [&](const attention_args &x) {
+            return x.ratio ? paged_bytes(&x.comp, pos_end(c, x.pos0, x.n) / x.ratio) : 0;
+        },
+        [&](const attention_args &x, dattn *d, seg_pack *sp) { to_dattn(c, &x, d, sp); },
+        [&](const dattn *h, const dattn *dev, int n1) {
+            attention_run(c, batch_shape(h, n1), dev);
+        });
     launched(c, "attention");
 }
 
@@ -506,29 +519,22 @@ static void cu_ring_store_op(backend *b, const ring_args *a, int nseg, enum kv_d
 {
     cu_impl *c = enter(b);
     if (nseg <= 0) return;
-    int n1 = one_token_segs(c, a, nseg), *one = c->hidx;
-    for (int i = 0, k = 0; i < nseg; i++) {
-        if (k < n1 && one[k] == i) {
-            k++;
-            continue;
-        }
-        const dstep *dyn = step_values(c, a[i].pos0, a[i].ring);
-        if (!recording(c))
-            cu_ring_store(c->st, (char *)a[i].ring, (int)t, window, head_dim, a[i].kv, a[i].n,
-                          a[i].pos0, dyn);
-    }
-    if (n1) {
-        const char *dev;
-        dring *h = (dring *)stage_begin(c, n1 * sizeof(dring), &dev);
-        if (!h) return;
-        for (int k = 0; k < n1; k++) {
-            const ring_args &r = a[one[k]];
-            h[k] = dring{ (char *)r.ring, r.kv, r.pos0, step_values(c, r.pos0, r.ring) };
-        }
-        stage_end(c);
-        if (!c->failed && !recording(c))
-            cu_ring_store_batch(c->st, (const dring *)dev, n1, (int)t, window, head_dim);
-    }
+    run_segs<dring>(
+        c, a, nseg,
+        [&](const ring_args &x) {
+            const dstep *dyn = step_values(c, x.pos0, x.ring);
+            if (!recording(c))
+                cu_ring_store(c->st, (char *)x.ring, (int)t, window, head_dim, x.kv, x.n, x.pos0,
+                              dyn);
+            return true;
+        },
+        [](const ring_args &) { return (size_t)0; },
+        [&](const ring_args &x, dring *d, seg_pack *) {
+            *d = dring{ (char *)x.ring, x.kv, x.pos0, step_values(c, x.pos0, x.ring) };
+        },
+        [&](const dring *, const dring *dev, int n1) {
+            cu_ring_store_batch(c->st, dev, n1, (int)t, window, head_dim);
+        });
     launched(c, "ring_store");
 }
 
@@ -564,6 +570,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
 {
     cu_impl *c = enter(b);
     int T = a->T, H = a->H, E = a->n_experts, K = a->topk, I = a->w1[0].rows, ns = T * K;
+    int sgw = a->sw1->rows > I ? a->sw1->rows : I;    // sg rows: the shared or the routed width
     if (K > 16) {
         fail(c, "moe: %d experts per token (at most 16)", K);
         return;
@@ -582,12 +589,29 @@ static void cu_moe_op(backend *b, const moe_args *a)
     float *g = (float *)grow(c, &c->g, (size_t)ns * I * sizeof(float) + 4);
     float *u = (float *)grow(c, &c->u, (size_t)ns * I * sizeof(float) + 4);
     float *ys = (float *)grow(c, &c->ys, (size_t)ns * H * sizeof(float));
-    float *sg = (float *)grow(c, &c->sg, (size_t)T * I * sizeof(float) + 4);
+    float *sg = (float *)grow(c, &c->sg, (size_t)T * sgw * sizeof(float) + 4);
     float *su = (float *)grow(c, &c->su, (size_t)T * I * sizeof(float) + 4);
     float *sy = (float *)grow(c, &c->sy, (size_t)T * H * sizeof(float));
     if (c->failed) return;
 
     cu_matmul(c->st, gate, a->x, H, T, sc, E);
+    // Up to LLM_CUDA_MOE_DECODE tokens (default 1, at most 8; 0: never),
+    // MXFP4 experts and an FP8 shared expert (V4's): two launches after
+    // the gate's (moe_decode.cuh), the routing in the first one's
+    // prologue.  Measured on the H200 (run W1, bench_cuda_moe): T = 1
+    // 55.3 us fused against 58.5 separate, T = 8 288 against 235 (the
+    // separate GEMVs share a row's loads over the 8 tokens better), so
+    // more tokens take the separate launches below.
+    const char *fe = getenv("LLM_CUDA_MOE_DECODE");
+    if (T <= (fe ? atoi(fe) : 1) && T <= 8) {
+        cu_moe_dec m = { T, K, E, w1, w3, w2, s1, s3, s2, a->x, sc, a->bias, H, a->tid2eid,
+                         a->tid_i64, a->sigmoid_scores, ids, a->routed_scale, a->limit, idx, wt,
+                         g, sg, a->out };
+        if (cu_moe_decode(c->st, m)) {
+            launched(c, "moe");
+            return;
+        }
+    }
     cu_moe_route(c->st, sc, T, E, K, a->sigmoid_scores, a->bias, a->tid2eid, a->tid_i64, ids,
                  a->routed_scale, idx, wt, ord);
     phase(c, "moe router");
@@ -602,7 +626,8 @@ static void cu_moe_op(backend *b, const moe_args *a)
         xr = xq;
     }
     if (T <= 8) {
-        // A few tokens: four launches, GEMVs that read each slot's expert:
+        // A few tokens, other formats: four launches, GEMVs that read each
+        // slot's expert:
         // the shared expert (w1 and w3 with SwiGLU, w2), the chosen
         // experts' w1 and w3 with SwiGLU, then their w2 with the routing
         // weights, summed over the experts and added to the shared
@@ -724,6 +749,7 @@ static void cu_destroy(backend *b)
     cudaStreamSynchronize(c->st);
     if (c->lt_ws) cudaFree(c->lt_ws);
     if (c->hc_count) cudaFree(c->hc_count);
+    if (c->attn_count) cudaFree(c->attn_count);
     if (c->lt_op) cublasLtMatmulDescDestroy(c->lt_op);
     if (c->lt_op8) cublasLtMatmulDescDestroy(c->lt_op8);
     if (c->lt) cublasLtDestroy(c->lt);
@@ -759,12 +785,22 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     CK(c, cudaMalloc(&c->lt_ws, LT_WS_BYTES));
     CK(c, cudaMalloc(&c->hc_count, HC_FUSED_MAX_T * sizeof(int)));
     if (c->hc_count) CK(c, cudaMemset(c->hc_count, 0, HC_FUSED_MAX_T * sizeof(int)));
+    CK(c, cudaMalloc(&c->attn_count, CU_ATTD_COUNTERS * sizeof(int)));
+    if (c->attn_count) CK(c, cudaMemset(c->attn_count, 0, CU_ATTD_COUNTERS * sizeof(int)));
     lt_op_new(c);
     // Output-changing modes come from the recipe (and its LLM_CUDA_*
     // overrides, applied by the model loader): they are in the fingerprint.
     c->gemm = modes->gemm;
     c->moe_lt = modes->moe == BACKEND_MOE_CUBLASLT;
     c->attn_tokens = modes->attn_tokens;
+    // LLM_CUDA_ATTN_DECODE=0: decode attention on cu_attention and its
+    // combine (comparisons; the sums' order differs, within the kernels' bounds).
+    c->attn_decode = true;
+    if (const char *ad = getenv("LLM_CUDA_ATTN_DECODE")) {
+        if (strcmp(ad, "0") && strcmp(ad, "1"))
+            fail(c, "LLM_CUDA_ATTN_DECODE=%s: expected 0 or 1", ad);
+        c->attn_decode = strcmp(ad, "0") != 0;
+    }
     // Dense matmuls of up to this many tokens on the GEMV kernel (decode
     // batches), more through cuBLASLt; LLM_CUDA_GEMV_MAX_T: comparisons.
     c->gemv_max_t = LT_MIN_T - 1;

@@ -107,6 +107,7 @@ struct cu_impl {
     grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
         iscores, ikeys, wdeq, hcm, xbf, apart, xq, x8, xsc, wsc, xn;
     int *hc_count;              // [HC_FUSED_MAX_T] zeros: cu_hc_pre_norm's counters
+    int *attn_count;            // [CU_ATTD_COUNTERS] zeros: cu_attention_decode's counters
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t lt_op;
     cublasLtMatmulDesc_t lt_op8;    // FP8 x FP8 with DeepSeek's block scales (lt_gemm)
@@ -114,6 +115,7 @@ struct cu_impl {
     int gemm;                   // gemm_mode: enum backend_gemm (backend_modes.h)
     int attn_tokens;            // attn_tokens: query tokens per tensor-core attention block
     int gemv_max_t;             // dense matmuls of up to this many tokens on the GEMV kernel
+    bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
     double expert_host_ms;      // profiling: host time queuing the expert GEMMs

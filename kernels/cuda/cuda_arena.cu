@@ -87,34 +87,20 @@ const void *stage(cu_impl *c, const void *host, size_t bytes)
 {
     if (!bytes) return NULL;
     if (in_graph(c)) return arena_put(c, host, bytes, bytes);
-    stage_ent *lru = &c->stage[0];
     for (int i = 0; i < NSTAGE; i++) {
         stage_ent *e = &c->stage[i];
         if (e->bytes == bytes && !memcmp(e->host, host, bytes)) {
             e->used = ++c->tick;
             return e->dev;
         }
-        if (e->used < lru->used) lru = e;
     }
-    stage_ent *e = lru;
-    CK(c, cudaEventSynchronize(e->ev));
-    if (bytes > e->cap) {
-        if (e->host) CK(c, cudaFreeHost(e->host));
-        if (e->dev) CK(c, cudaFreeAsync(e->dev, c->st));
-        e->host = e->dev = NULL;
-        e->cap = e->bytes = 0;
-        size_t cap = bytes < 1024 ? 1024 : 2 * bytes;
-        CK(c, cudaMallocHost(&e->host, cap));
-        CK(c, cudaMallocAsync(&e->dev, cap, c->st));
-        if (!e->host || !e->dev) return NULL;
-        e->cap = cap;
-    }
-    memcpy(e->host, host, bytes);
-    e->bytes = bytes;
-    e->used = ++c->tick;
-    CK(c, cudaMemcpyAsync(e->dev, e->host, bytes, cudaMemcpyHostToDevice, c->st));
-    CK(c, cudaEventRecord(e->ev, c->st));
-    return e->dev;
+    // Not staged yet: into the least recently used entry.
+    const char *dev;
+    char *h = stage_begin(c, bytes, &dev);
+    if (!h) return NULL;
+    memcpy(h, host, bytes);
+    stage_end(c);
+    return dev;
 }
 
 char *stage_begin(cu_impl *c, size_t bytes, const char **dev)

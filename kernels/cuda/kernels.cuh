@@ -259,6 +259,21 @@ bool cu_attention(cudaStream_t st, const dattn &a, float *part, const dattn *seg
 // share each key tile.  false: head_dim not 64, 128, 256 or 512.
 bool cu_attention_mma(cudaStream_t st, const dattn &a, bool split, int tokens);
 
+// ---- attention_decode.cu ----
+// Decode steps (at most CU_ATTD_MAX_T query tokens or one-token sequences,
+// head_dim a multiple of 4 up to 512): the same float32 attention in one
+// launch, the flash-decoding merge done by the last block of each (token,
+// group of 4 heads).  count: CU_ATTD_COUNTERS zero-filled ints, left zero
+// by every launch; part: n * nheads * splits * (hd + 2) floats when the
+// plan splits the keys.
+#define CU_ATTD_MAX_T 64
+#define CU_ATTD_MAX_GROUPS 64
+#define CU_ATTD_COUNTERS (CU_ATTD_MAX_T * CU_ATTD_MAX_GROUPS)
+bool cu_attention_decode_fits(const dattn &a);
+void cu_attention_decode_plan(const dattn &a, int *splits, int *chunk);
+void cu_attention_decode(cudaStream_t st, const dattn &a, float *part, int *count,
+                         const dattn *segs = NULL);
+
 // ---- allreduce.cu ----
 // Peer memory of every rank of one process's group: inboxes [2][tp][cap]
 // floats and flags [2][AR_MAX_BLOCKS][AR_MAX_RANKS]; and this rank's

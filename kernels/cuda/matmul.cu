@@ -10,7 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "kernels.cuh"
+#include "moe_decode.cuh"
 
 // Elements per 16-byte load.
 template <int QT> struct vec_of { static constexpr int n = 4; };
@@ -168,89 +168,41 @@ struct gv_args {
     const int4 *tiles;
     const int *ntiles, *perm;
     int scatter, tile_m;    // tile_m: slots per tile (1, 2, 4, 8); T is then the tiles' bound
+    // The fused decode MoE (moe_up_kernel, moe_down_kernel): the shared
+    // expert's matrices (up: sw, sw3; down: sw), its x rows (sldx apart,
+    // svec, sx4 as vec, x4) and y rows; the router's inputs and outputs.
+    dqw sw, sw3;
+    const float *sx;
+    int sldx, svec, sx4, sldy;
+    float *sy;
+    const float *scores, *bias;
+    const void *tid2eid;
+    const int *ids;
+    int E, sigmoid, tid_i64;
+    float rscale;
+    int *idx;
+    float *rwt;
 };
 
-// Matrix-vector products for a few tokens, the weights read once at
-// memory speed.  A warp owns a group of R rows (SWIGLU: R/2 rows of w and
-// the same rows of w3) and a slice of the columns (S warps per group);
-// each lane reads 16 bytes of every row of the group per chunk, D chunks
-// at once, so 8 loads of 16 bytes are in flight per lane, and each x
-// value read from shared memory serves R rows.  The tokens' x is staged
-// in shared memory once per block, a tile at a time.  COMBINE treats the
-// K slots of token blockIdx.y as one row of K * cols columns (slot k's
-// columns read from its expert, its x scaled by its routing weight).
+// The column loop of gemv_kernel: acc[r][t] += row[r] of bd / bs (the
+// group's rows, their expert applied) times token t's x (x rows xrow[t] of
+// ax, ldx apart; COMBINE: the token's slots scaled by their weights, slot
+// k's columns at eoff[.][k]) over Kv columns.  Ends with the block's
+// threads still reading xs: a second call stages x after a barrier.
 template <int QT, int NT, int R, int MODE>
-__global__ void __launch_bounds__(256, 2) gemv_kernel(const __grid_constant__ gv_args a)
+__device__ __forceinline__ void gv_accum(const gv_args &a, const dqw &w, const float *ax, int ldx,
+                                         int vec, int x4, int Kv, int t0,
+                                         const uint8_t *const (&bd)[R],
+                                         const uint8_t *const (&bs)[R],
+                                         const long long (&row)[R], bool dense, float4 *xs,
+                                         const int *xrow, const long long (*eoff)[16],
+                                         float (&acc)[R][NT])
 {
     constexpr int VEC = vec_of<QT>::n, XT = xtile<NT>::n, D = 8 / R;
-    constexpr int RO = MODE == GV_SWIGLU ? R / 2 : R;
     constexpr int EB = QT == QT_F32 ? 32 : QT == QT_BF16 ? 16 : QT == QT_FP8 ? 8 : 4;
     constexpr int SSH = QT == QT_FP8 ? 7 : 5;       // columns per scale: 1 << SSH
-    __shared__ float4 xs[NT * XT / 4];
-    __shared__ float part[8][R][NT];
-    __shared__ long long eoff[2][16];
-    __shared__ int xrow[NT], yrow[NT];  // token t's x and y rows, -1: none
-    int rb = a.tok_fast ? blockIdx.y : blockIdx.x, tb = a.tok_fast ? blockIdx.x : blockIdx.y;
-    int m = 0;
-    if (MODE == GV_PLAIN)
-        while (m + 1 < a.nm && rb >= a.mb[m + 1]) m++;
-    rb -= a.mb[m];
-    const dqw &w = a.w[m];
-    const float *ax = a.x[m];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = a.S, sub = warp % S;
-    int n0 = (rb * (8 / S) + warp / S) * RO, t0 = tb * NT;
-    int I = w.cols, Kv = MODE == GV_COMBINE ? a.K * I : I;
-    long long tile_e = -1;
-    if (MODE != GV_COMBINE && a.tiles) {
-        pdl_wait();         // the table comes from the kernel before
-        if (tb >= *a.ntiles) return;
-        int4 tl = a.tiles[tb];
-        tile_e = tl.x;
-        if (threadIdx.x < NT) {
-            int t = threadIdx.x, j = tl.y + t;
-            xrow[t] = t < tl.z ? (a.scatter ? j : a.perm[j] / a.xdiv) : -1;
-            yrow[t] = t < tl.z ? (a.scatter ? a.perm[j] : j) : -1;
-        }
-    } else if (threadIdx.x < NT) {
-        int t = t0 + threadIdx.x;
-        xrow[threadIdx.x] = t < a.T ? t / a.xdiv : -1;
-        yrow[threadIdx.x] = t < a.T ? t : -1;
-    }
-    __syncthreads();
-
-    const uint8_t *bd[R], *bs[R];   // row r's matrix (expert applied), its row, scale row
-    long long row[R];
-    // Experts come from the kernel before: wait for it first.  Else the
-    // first weights load while it finishes (pdl_wait below).
-    bool dense = MODE != GV_COMBINE && !a.experts && !a.tiles;
-    if (!dense) pdl_wait();
-    {
-        const uint8_t *d = w.data, *s = w.scale, *d3 = a.w3.data, *s3 = a.w3.scale;
-        if (MODE != GV_COMBINE && (a.experts || a.tiles)) {
-            long long e = a.tiles ? tile_e : a.experts[t0];
-            d += e * w.estride, s += e * w.sestride;
-            d3 += e * a.w3.estride, s3 += e * a.w3.sestride;
-        }
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            bool second = MODE == GV_SWIGLU && r >= RO;
-            bd[r] = second ? d3 : d;
-            bs[r] = second ? s3 : s;
-            row[r] = w.r0 + min(n0 + r % RO, w.rows - 1);
-        }
-    }
-    if (MODE == GV_COMBINE && threadIdx.x < a.K) {
-        long long e = a.experts[(long long)t0 * a.K + threadIdx.x];
-        eoff[0][threadIdx.x] = e * w.estride;
-        eoff[1][threadIdx.x] = e * w.sestride;
-    }
-    if (MODE == GV_COMBINE) __syncthreads();
-    int nvec = a.vec ? Kv / VEC * VEC : 0;
-    float acc[R][NT];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[r][t] = 0;
+    int lane = threadIdx.x & 31, S = a.S, sub = (threadIdx.x >> 5) % S, I = w.cols;
+    int nvec = vec ? Kv / VEC * VEC : 0;
     float *xf = (float *)xs;
     uint4 u[D][R];
     uint32_t sb[D][R];
@@ -285,7 +237,7 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(const __grid_constant__ gv
         if (c < nch) load(k0, c, nch);
         if (dense && k0 == 0) pdl_wait();
         __syncthreads();
-        if (a.x4) {
+        if (x4) {
             // float4s, all of a thread's loads before its stores (at most
             // 8: NT * XT / 4 = 2048 per tile).
             int kn4 = kn >> 2;
@@ -298,11 +250,11 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(const __grid_constant__ gv
                 if (MODE == GV_COMBINE) {
                     int k = vc / I;
                     long long sl = (long long)t0 * a.K + k;
-                    float4 g = *(const float4 *)(ax + sl * a.ldx + vc - k * I);
+                    float4 g = *(const float4 *)(ax + sl * ldx + vc - k * I);
                     float f = a.wt[sl];
                     v[j] = make_float4(f * g.x, f * g.y, f * g.z, f * g.w);
                 } else if (xrow[t] >= 0) {
-                    v[j] = *(const float4 *)(ax + (long long)xrow[t] * a.ldx + vc);
+                    v[j] = *(const float4 *)(ax + (long long)xrow[t] * ldx + vc);
                 }
             }
 #pragma unroll
@@ -317,9 +269,9 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(const __grid_constant__ gv
                 if (MODE == GV_COMBINE) {
                     int k = vc / I;
                     long long sl = (long long)t0 * a.K + k;
-                    v = a.wt[sl] * ax[sl * a.ldx + vc - k * I];
+                    v = a.wt[sl] * ax[sl * ldx + vc - k * I];
                 } else if (xrow[t] >= 0) {
-                    v = ax[(long long)xrow[t] * a.ldx + vc];
+                    v = ax[(long long)xrow[t] * ldx + vc];
                 }
                 xf[t * XT + xswz(q >> 2) * 4 + (q & 3)] = v;
             }
@@ -387,6 +339,87 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(const __grid_constant__ gv
             }
         }
     }
+}
+
+// Matrix-vector products for a few tokens, the weights read once at
+// memory speed.  A warp owns a group of R rows (SWIGLU: R/2 rows of w and
+// the same rows of w3) and a slice of the columns (S warps per group);
+// each lane reads 16 bytes of every row of the group per chunk, D chunks
+// at once, so 8 loads of 16 bytes are in flight per lane, and each x
+// value read from shared memory serves R rows.  The tokens' x is staged
+// in shared memory once per block, a tile at a time.  COMBINE treats the
+// K slots of token blockIdx.y as one row of K * cols columns (slot k's
+// columns read from its expert, its x scaled by its routing weight).
+template <int QT, int NT, int R, int MODE>
+__global__ void __launch_bounds__(256, 2) gemv_kernel(const __grid_constant__ gv_args a)
+{
+    constexpr int XT = xtile<NT>::n, RO = MODE == GV_SWIGLU ? R / 2 : R;
+    __shared__ float4 xs[NT * XT / 4];
+    __shared__ float part[8][R][NT];
+    __shared__ long long eoff[2][16];
+    __shared__ int xrow[NT], yrow[NT];  // token t's x and y rows, -1: none
+    int rb = a.tok_fast ? blockIdx.y : blockIdx.x, tb = a.tok_fast ? blockIdx.x : blockIdx.y;
+    int m = 0;
+    if (MODE == GV_PLAIN)
+        while (m + 1 < a.nm && rb >= a.mb[m + 1]) m++;
+    rb -= a.mb[m];
+    const dqw &w = a.w[m];
+    const float *ax = a.x[m];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = a.S, sub = warp % S;
+    int n0 = (rb * (8 / S) + warp / S) * RO, t0 = tb * NT;
+    int I = w.cols, Kv = MODE == GV_COMBINE ? a.K * I : I;
+    long long tile_e = -1;
+    if (MODE != GV_COMBINE && a.tiles) {
+        pdl_wait();         // the table comes from the kernel before
+        if (tb >= *a.ntiles) return;
+        int4 tl = a.tiles[tb];
+        tile_e = tl.x;
+        if (threadIdx.x < NT) {
+            int t = threadIdx.x, j = tl.y + t;
+            xrow[t] = t < tl.z ? (a.scatter ? j : a.perm[j] / a.xdiv) : -1;
+            yrow[t] = t < tl.z ? (a.scatter ? a.perm[j] : j) : -1;
+        }
+    } else if (threadIdx.x < NT) {
+        int t = t0 + threadIdx.x;
+        xrow[threadIdx.x] = t < a.T ? t / a.xdiv : -1;
+        yrow[threadIdx.x] = t < a.T ? t : -1;
+    }
+    __syncthreads();
+
+    const uint8_t *bd[R], *bs[R];   // row r's matrix (expert applied), its row, scale row
+    long long row[R];
+    // Experts come from the kernel before: wait for it first.  Else the
+    // first weights load while it finishes (pdl_wait below).
+    bool dense = MODE != GV_COMBINE && !a.experts && !a.tiles;
+    if (!dense) pdl_wait();
+    {
+        const uint8_t *d = w.data, *s = w.scale, *d3 = a.w3.data, *s3 = a.w3.scale;
+        if (MODE != GV_COMBINE && (a.experts || a.tiles)) {
+            long long e = a.tiles ? tile_e : a.experts[t0];
+            d += e * w.estride, s += e * w.sestride;
+            d3 += e * a.w3.estride, s3 += e * a.w3.sestride;
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            bool second = MODE == GV_SWIGLU && r >= RO;
+            bd[r] = second ? d3 : d;
+            bs[r] = second ? s3 : s;
+            row[r] = w.r0 + min(n0 + r % RO, w.rows - 1);
+        }
+    }
+    if (MODE == GV_COMBINE && threadIdx.x < a.K) {
+        long long e = a.experts[(long long)t0 * a.K + threadIdx.x];
+        eoff[0][threadIdx.x] = e * w.estride;
+        eoff[1][threadIdx.x] = e * w.sestride;
+    }
+    if (MODE == GV_COMBINE) __syncthreads();
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0;
+    gv_accum<QT, NT, R, MODE>(a, w, ax, a.ldx, a.vec, a.x4, Kv, t0, bd, bs, row, dense, xs, xrow,
+                              eoff, acc);
     if (dense) pdl_wait();      // no columns: the loop never waited
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -411,6 +444,141 @@ __global__ void __launch_bounds__(256, 2) gemv_kernel(const __grid_constant__ gv
         if (MODE == GV_SWIGLU) v = swiglu1(v, u, a.limit);
         if (MODE == GV_COMBINE && a.add) v += a.add[yi];
         a.y[m][yi] = v;
+    }
+}
+
+// The fused decode MoE (moe_decode.cuh), one token per block (NT = 1).
+// Each block's rows as gemv_kernel's (R per warp group, S warps a group).
+template <int R>
+__device__ __forceinline__ void gv_rows(const dqw &w, const dqw &w3, long long e, int n0, int ro,
+                                        const uint8_t *(&bd)[R], const uint8_t *(&bs)[R],
+                                        long long (&row)[R])
+{
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const dqw &m = r >= ro ? w3 : w;
+        bd[r] = m.data + e * m.estride;
+        bs[r] = m.scale + e * m.sestride;
+        row[r] = w.r0 + min(n0 + r % ro, w.rows - 1);
+    }
+}
+
+// Up: blockIdx.y < T*K a routed slot (expert of QTE), else a token's
+// shared-expert slot (QTS); SwiGLU of w1 and w3 rows into g or sg.
+template <int QTE, int QTS, int R>
+__global__ void __launch_bounds__(256, 2) moe_up_kernel(const __grid_constant__ gv_args a)
+{
+    constexpr int RO = R / 2;
+    __shared__ float4 xs[xtile<1>::n / 4];
+    __shared__ float part[8][R][1];
+    __shared__ int xrow[1];
+    __shared__ long long ex;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = a.S, sub = warp % S;
+    int ns = a.T * a.K, slot = blockIdx.y;
+    bool sh = slot >= ns;
+    int tok = sh ? slot - ns : slot / a.K;
+    const dqw &w = sh ? a.sw : a.w[0], &w3 = sh ? a.sw3 : a.w3;
+    int n0 = (blockIdx.x * (8 / S) + warp / S) * RO;
+    if (blockIdx.x * (8 / S) * RO >= w.rows) return;    // the other matrix is taller
+    if (!sh) {
+        pdl_wait();     // scores from the gate's GEMV
+        if (warp == 0) {
+            // xs as the router's scratch until x is staged (E * 5 bytes)
+            // (the weights only where they are stored: off the others'
+            // path to their first weight load)
+            int sel[TOPK_MAX], k = slot - tok * a.K;
+            bool first = blockIdx.x == 0 && k == 0;
+            float wt[TOPK_MAX];
+            float *val = (float *)xs;
+            route_warp(a.scores + (long long)tok * a.E, a.E, a.K, a.sigmoid, a.bias, a.tid2eid,
+                       a.tid_i64, a.tid2eid ? a.ids[tok] : 0, a.rscale, val,
+                       (unsigned char *)(val + a.E), sel, first, wt);
+            if (lane == 0) {
+                ex = sel[k];
+                if (first)
+                    for (int j = 0; j < a.K; j++) {
+                        a.idx[(long long)tok * a.K + j] = sel[j];
+                        a.rwt[(long long)tok * a.K + j] = wt[j];
+                    }
+            }
+        }
+    }
+    if (threadIdx.x == 0) xrow[0] = tok;
+    __syncthreads();
+    const uint8_t *bd[R], *bs[R];
+    long long row[R];
+    gv_rows<R>(w, w3, sh ? 0 : ex, n0, RO, bd, bs, row);
+    float acc[R][1];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r][0] = 0;
+    if (sh)     // dense: its first weights load before it waits
+        gv_accum<QTS, 1, R, GV_SWIGLU>(a, w, a.sx, a.sldx, a.svec, a.sx4, w.cols, tok, bd, bs,
+                                       row, true, xs, xrow, NULL, acc);
+    else
+        gv_accum<QTE, 1, R, GV_SWIGLU>(a, w, a.x[0], a.ldx, a.vec, a.x4, w.cols, tok, bd, bs,
+                                       row, false, xs, xrow, NULL, acc);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        float s = warp_sum(acc[r][0]);
+        if (lane == 0) part[warp][r][0] = s;
+    }
+    __syncthreads();
+    if (sub) return;
+    for (int o = lane; o < RO; o += 32) {
+        int n = n0 + o;
+        if (n >= w.rows) continue;
+        float v = 0, u = 0;
+        for (int k = 0; k < S; k++) v += part[warp + k][o][0], u += part[warp + k][o + RO][0];
+        float *y = sh ? a.sy + (long long)tok * a.sldy : a.y[0] + (long long)slot * a.ldy[0];
+        y[n] = swiglu1(v, u, a.limit);
+    }
+}
+
+// Down: token blockIdx.y's K slots (w2 of QTE, one row of K * I columns,
+// as GV_COMBINE), then its shared expert's w2 (QTS) over sg; the routed
+// sum plus the shared one.
+template <int QTE, int QTS, int R>
+__global__ void __launch_bounds__(256, 2) moe_down_kernel(const __grid_constant__ gv_args a)
+{
+    __shared__ float4 xs[xtile<1>::n / 4];
+    __shared__ float part[2][8][R][1];
+    __shared__ long long eoff[2][16];
+    __shared__ int xrow[1];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = a.S, sub = warp % S;
+    int t0 = blockIdx.y, n0 = (blockIdx.x * (8 / S) + warp / S) * R;
+    const dqw &w = a.w[0], &sw = a.sw;
+    pdl_wait();         // experts, weights, g and sg from moe_up_kernel
+    if (threadIdx.x < a.K) {
+        long long e = a.experts[(long long)t0 * a.K + threadIdx.x];
+        eoff[0][threadIdx.x] = e * w.estride;
+        eoff[1][threadIdx.x] = e * w.sestride;
+    }
+    if (threadIdx.x == 0) xrow[0] = t0;
+    __syncthreads();
+    const uint8_t *bd[R], *bs[R], *sbd[R], *sbs[R];
+    long long row[R], srow[R];
+    gv_rows<R>(w, w, 0, n0, R, bd, bs, row);
+    gv_rows<R>(sw, sw, 0, n0, R, sbd, sbs, srow);
+    float acc[R][1], sacc[R][1];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r][0] = sacc[r][0] = 0;
+    gv_accum<QTE, 1, R, GV_COMBINE>(a, w, a.x[0], a.ldx, a.vec, a.x4, a.K * w.cols, t0, bd, bs,
+                                    row, false, xs, xrow, eoff, acc);
+    gv_accum<QTS, 1, R, GV_PLAIN>(a, sw, a.sx, a.sldx, a.svec, a.sx4, sw.cols, t0, sbd, sbs,
+                                  srow, false, xs, xrow, NULL, sacc);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        float s = warp_sum(acc[r][0]), ss = warp_sum(sacc[r][0]);
+        if (lane == 0) part[0][warp][r][0] = s, part[1][warp][r][0] = ss;
+    }
+    __syncthreads();
+    if (sub) return;
+    for (int o = lane; o < R; o += 32) {
+        int n = n0 + o;
+        if (n >= w.rows) continue;
+        float v = 0, u = 0;
+        for (int k = 0; k < S; k++) v += part[0][warp + k][o][0], u += part[1][warp + k][o][0];
+        a.y[0][(long long)t0 * a.ldy[0] + n] = v + u;
     }
 }
 
@@ -496,6 +664,17 @@ static int sm_count()
     return n[dev];
 }
 
+// Warps per row group: the columns (chunks of 16 bytes a row) split over S
+// warps until about two blocks per SM are busy (each lane still reading at
+// least one chunk of its slice).
+static int gv_slices(long long groups, int ny, int chunks)
+{
+    long long target = 16LL * sm_count();
+    int S = 1;
+    while (groups * S * ny < target && S < 8 && chunks >= 64 * S) S *= 2;
+    return S;
+}
+
 template <int QT, int NT, int MODE>
 static void launch_nt(cudaStream_t st, dim3 grid, const gv_args &a, bool one_row)
 {
@@ -548,12 +727,7 @@ static void gemv_launch(cudaStream_t st, gv_args a)
         for (int i = 0; i < a.nm; i++) g += (a.w[i].rows + ro - 1) / ro;
         return g;
     };
-    auto slices = [&](int ro) {
-        long long groups = ngroups(ro);
-        int S = 1;
-        while (groups * S * ny < target && S < 8 && Kv / VEC >= 64 * S) S *= 2;
-        return S;
-    };
+    auto slices = [&](int ro) { return gv_slices(ngroups(ro), ny, Kv / VEC); };
     a.S = slices(RO);
     bool one_row = MODE == GV_PLAIN && ngroups(RO) * a.S * ny < target / 2;
     if (one_row) {
@@ -661,6 +835,56 @@ bool cu_gemv_tiles(cudaStream_t st, const dqw &w1, const dqw *w3, const int4 *ti
     } else {
         gemv_launch<GV_PLAIN>(st, a);
     }
+    return true;
+}
+
+static bool same_layout(const dqw &a, const dqw &b)
+{
+    return a.type == b.type && a.rows == b.rows && a.cols == b.cols && a.ld == b.ld &&
+           a.sld == b.sld && a.r0 == b.r0 && a.c0 == b.c0;
+}
+
+bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m)
+{
+    constexpr int R = 4;        // NT = 1 (launch_nt)
+    const int QE = QT_MXFP4, QS = QT_FP8, VE = 32, VS = 16;
+    int I = m.w1.rows, Is = m.s1.rows, H = m.w2.rows;
+    if (m.T < 1 || m.T > 8 || m.K < 1 || m.K > 16 || m.E < m.K || m.E * 5 > xtile<1>::n * 4 ||
+        m.w1.type != QE || m.w2.type != QE || m.s1.type != QS || m.s2.type != QS ||
+        !same_layout(m.w1, m.w3) || !same_layout(m.s1, m.s3) || m.s2.rows != H ||
+        m.w2.cols != I || m.s2.cols != Is || I <= 0 || Is <= 0 || H <= 0 ||
+        (uintptr_t)m.g % 16 || (uintptr_t)m.sg % 16)
+        return false;
+    bool x4 = (uintptr_t)m.x % 16 == 0 && m.x_ld % 4 == 0 && m.w1.cols % 4 == 0;
+    gv_args a = {};
+    a.nm = 1, a.T = m.T, a.K = m.K, a.limit = m.limit;
+    a.scores = m.scores, a.bias = m.bias, a.tid2eid = m.tid2eid, a.ids = m.ids, a.E = m.E;
+    a.sigmoid = m.sigmoid, a.tid_i64 = m.tid_i64, a.rscale = m.rscale;
+    a.idx = m.idx, a.rwt = m.wt;
+
+    // up: experts' w1 / w3 over x, shared s1 / s3 over x
+    a.w[0] = m.w1, a.w3 = m.w3, a.x[0] = m.x, a.ldx = m.x_ld, a.vec = m.w1.c0 % VE == 0;
+    a.x4 = x4, a.y[0] = m.g, a.ldy[0] = I;
+    a.sw = m.s1, a.sw3 = m.s3, a.sx = m.x, a.sldx = m.x_ld, a.svec = m.s1.c0 % VS == 0;
+    a.sx4 = x4 && m.s1.cols % 4 == 0, a.sy = m.sg, a.sldy = Is;
+    int ny = m.T * m.K + m.T, RO = R / 2;
+    long long groups = ((I > Is ? I : Is) + RO - 1) / RO;
+    int ch = m.w1.cols / VE < m.s1.cols / VS ? m.w1.cols / VE : m.s1.cols / VS;
+    a.S = gv_slices(groups, ny, ch);
+    int per = 8 / a.S;
+    cu_launch(moe_up_kernel<QE, QS, R>, dim3((unsigned)((groups + per - 1) / per), ny), 256, 0,
+              st, a);
+
+    // down: experts' w2 over g (weighted), shared s2 over sg, summed
+    a.w[0] = m.w2, a.x[0] = m.g, a.ldx = I, a.experts = m.idx, a.wt = m.wt;
+    a.vec = m.w2.c0 % VE == 0 && I % VE == 0, a.x4 = I % 4 == 0, a.y[0] = m.out, a.ldy[0] = H;
+    a.sw = m.s2, a.sx = m.sg, a.sldx = Is, a.svec = m.s2.c0 % VS == 0, a.sx4 = Is % 4 == 0;
+    groups = (H + R - 1) / R;
+    ch = m.K * I / VE < Is / VS ? m.K * I / VE : Is / VS;
+    a.S = gv_slices(groups, m.T, ch);
+    per = 8 / a.S;
+    cu_launch(moe_down_kernel<QE, QS, R>, dim3((unsigned)((groups + per - 1) / per), m.T), 256,
+              0, st, a);
     return true;
 }
 

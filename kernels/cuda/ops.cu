@@ -4,6 +4,7 @@
 // operations follow kernels/cpu/ops.c and kernels/cpu/backend_cpu.c.
 #include "backend.h"
 #include "kernels.cuh"
+#include "moe_decode.cuh"
 
 #define HC_MAX BACKEND_HC_MAX
 
@@ -344,6 +345,25 @@ __device__ __forceinline__ float hc_mixed(const float *o, int k, int hc, float y
     return __fmaf_rn(pp[k], y, sv);
 }
 
+// Columns [W q, W q + W) of a token's hc streams ht [hc][H] into o, and
+// of y (yt, when not NULL) into yv.
+template <int W>
+__device__ __forceinline__ void hc_load_cols(const float *ht, int hc, int H, int q,
+                                             const float *yt, float (&o)[HC_FUSED_MAX][W],
+                                             float (&yv)[W])
+{
+#pragma unroll
+    for (int k = 0; k < HC_FUSED_MAX; k++) {
+        if (k >= hc) break;
+        if (W == 4) *(float4 *)o[k] = ((const float4 *)(ht + (long long)k * H))[q];
+        else o[k][0] = ht[(long long)k * H + q];
+    }
+    if (yt) {
+        if (W == 4) *(float4 *)yv = ((const float4 *)yt)[q];
+        else yv[0] = yt[q];
+    }
+}
+
 // Columns [Wq, Wq + W) of a token's streams for hc_pre_norm_kernel (after
 // hc_post when yt is not NULL), added into the logit's dot product with f
 // and the sum of squares.
@@ -354,16 +374,7 @@ __device__ __forceinline__ void hc_cols(const float *ht, int hc, int H, int q, c
 {
     constexpr int HCF = HC_FUSED_MAX;
     float o[HCF][W], yv[W];
-#pragma unroll
-    for (int k = 0; k < HCF; k++) {
-        if (k >= hc) break;
-        if (W == 4) *(float4 *)o[k] = ((const float4 *)(ht + (long long)k * H))[q];
-        else o[k][0] = ht[(long long)k * H + q];
-    }
-    if (yt) {
-        if (W == 4) *(float4 *)yv = ((const float4 *)yt)[q];
-        else yv[0] = yt[q];
-    }
+    hc_load_cols<W>(ht, hc, H, q, yt, o, yv);
 #pragma unroll
     for (int k = 0; k < HCF; k++) {
         if (k >= hc) break;
@@ -393,16 +404,7 @@ __device__ __forceinline__ double hc_collapse_cols(float *ht, int hc, int H, int
 {
     constexpr int HCF = HC_FUSED_MAX;
     float o[HCF][W], yv[W], sv[W];
-#pragma unroll
-    for (int k = 0; k < HCF; k++) {
-        if (k >= hc) break;
-        if (W == 4) *(float4 *)o[k] = ((const float4 *)(ht + (long long)k * H))[q];
-        else o[k][0] = ht[(long long)k * H + q];
-    }
-    if (yt) {
-        if (W == 4) *(float4 *)yv = ((const float4 *)yt)[q];
-        else yv[0] = yt[q];
-    }
+    hc_load_cols<W>(ht, hc, H, q, yt, o, yv);
 #pragma unroll
     for (int c = 0; c < W; c++) sv[c] = 0;
 #pragma unroll
@@ -729,16 +731,8 @@ void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float lim
     cu_launch(swiglu_kernel, blocks_for(n, 256), 256, 0, st, g, u, n, limit);
 }
 
-#define TOPK_MAX 16
-
-__device__ float route_act(float x, int sigmoid)
-{
-    return sigmoid ? sigmoidf_(x) : sqrtf(x > 20.0f ? x : log1pf(expf(x)));
-}
-
-// One warp per token: the biased scores once into shared memory, then K
-// rounds of arg-max over them (larger first, ties to the lower expert), or
-// the hash table's experts.
+// One warp per token (route_warp), then the k's in the CPU's summation
+// order for moe_combine_kernel.
 __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmoid,
                              const float *bias, const void *tid2eid, int tid_i64, const int *ids,
                              float rscale, int *idx, float *wt, int *order)
@@ -748,43 +742,16 @@ __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmo
     int warp = threadIdx.x >> 5, t = blockIdx.x * (blockDim.x >> 5) + warp,
         lane = threadIdx.x & 31;
     if (t >= T) return;
-    const float *sc = scores + (long long)t * E;
     int sel[TOPK_MAX];
-    if (tid2eid) {
-        for (int k = 0; k < K; k++)
-            sel[k] = tid_i64 ? (int)((const long long *)tid2eid)[(long long)ids[t] * K + k]
-                             : ((const int *)tid2eid)[(long long)ids[t] * K + k];
-    } else {
-        float *val = rsh + (long long)warp * E;
-        unsigned char *taken = (unsigned char *)(rsh + (long long)(blockDim.x >> 5) * E) +
-                               (long long)warp * E;
-        batched<8>(lane, E, 32, [&](int e) { return route_act(sc[e], sigmoid) + bias[e]; },
-                   [&](int e, float v) { val[e] = v, taken[e] = 0; });
-        __syncwarp();
-        for (int k = 0; k < K; k++) {
-            float bv = 0;
-            int be = -1;
-            for (int e = lane; e < E; e += 32) {
-                if (taken[e]) continue;
-                float v = val[e];
-                if (be < 0 || v > bv || (v == bv && e < be)) bv = v, be = e;
-            }
-            for (int o = 16; o; o >>= 1) {
-                float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-                int oe = __shfl_xor_sync(0xffffffffu, be, o);
-                if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
-            }
-            sel[k] = be;
-            if (lane == 0 && be >= 0) taken[be] = 1;
-            __syncwarp();
-        }
-    }
+    float w[TOPK_MAX];
+    route_warp(scores + (long long)t * E, E, K, sigmoid, bias, tid2eid, tid_i64,
+               tid2eid ? ids[t] : 0, rscale, rsh + (long long)warp * E,
+               (unsigned char *)(rsh + (long long)(blockDim.x >> 5) * E) + (long long)warp * E,
+               sel, true, w);
     if (lane) return;
-    float sum = 0;
-    for (int k = 0; k < K; k++) sum += route_act(sc[sel[k]], sigmoid);
     for (int k = 0; k < K; k++) {
         idx[(long long)t * K + k] = sel[k];
-        wt[(long long)t * K + k] = route_act(sc[sel[k]], sigmoid) / (sum + 1e-20f) * rscale;
+        wt[(long long)t * K + k] = w[k];
     }
     // The k's in ascending expert order (stable), the CPU's summation order.
     int ord[TOPK_MAX];

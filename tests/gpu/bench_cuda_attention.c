@@ -1,5 +1,5 @@
-/* Prefill attention micro-benchmark on one GPU (not a test: prints times,
- * asserts nothing).  One rank of V4-Flash at TP=2: 32 heads of 512, window
+/* Attention micro-benchmark on one GPU (not a test: prints times,
+ * asserts nothing).  Prefill, and with `decode`, decode steps.  One rank of V4-Flash at TP=2: 32 heads of 512, window
  * 128, FP8 cache, a chunk of n query tokens (8192, the prefill step) at
  * context ~8K (the chunk starts at 0) and ~100K (it ends at 100,000):
  * sliding window only, CSA (ratio 4, top-512 chosen entries per token,
@@ -7,7 +7,13 @@
  * entries).  The default mode (bf16x2; LLM_CUDA_GEMM picks another);
  * LLM_CUDA_ATTN_TOKENS picks the query tokens per block.  The key values
  * repeat (one block of random rows copied everywhere): only times matter.
- *   build/tests/gpu/bench_cuda_attention [n]   */
+ *   build/tests/gpu/bench_cuda_attention [n]
+ * Decode: B sequences of one new token each at context ~8K and ~131K
+ * (one sequence at the full context, the others spread below it, as a
+ * batch is), one attention op per layer replayed as a CUDA graph of
+ * NOPS ops (the decode step's way: no host work in the time), B = 1, 8,
+ * 32, 64; LLM_CUDA_ATTN_DECODE=0 times the two-kernel path instead.
+ *   build/tests/gpu/bench_cuda_attention decode   */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,18 +74,38 @@ static void *region(int rows)
     return h;
 }
 
-static void bench(const char *name, int ratio, int topk, int pos0, int n)
+/* The device cache every query reads: `nent` compressed entries in FP8
+ * blocks (one random block written to each) and the sliding ring. */
+typedef struct {
+    char *dcache, **blocks, *dring;
+} bench_cache;
+
+static bench_cache cache_new(int nent)
 {
-    int nent = ratio ? (pos0 + n) / ratio : 0, nblk = nent / PER_BLOCK + 1;
+    int nblk = nent / PER_BLOCK + 1;
     size_t bbytes = kv_region_bytes(KV_FP8, PER_BLOCK, HD);
     char *blk = region(PER_BLOCK), *ring = region(WINDOW);
-    char *dcache = G->alloc(G, nblk * bbytes), **blocks = malloc(nblk * sizeof *blocks);
+    bench_cache k = { G->alloc(G, nblk * bbytes), malloc(nblk * sizeof(char *)),
+                      G->alloc(G, kv_region_bytes(KV_FP8, WINDOW, HD)) };
     for (int b = 0; b < nblk; b++) {
-        blocks[b] = dcache + b * bbytes;
-        G->write(G, blocks[b], blk, bbytes);
+        k.blocks[b] = k.dcache + b * bbytes;
+        G->write(G, k.blocks[b], blk, bbytes);
     }
-    char *dring = G->alloc(G, kv_region_bytes(KV_FP8, WINDOW, HD));
-    G->write(G, dring, ring, kv_region_bytes(KV_FP8, WINDOW, HD));
+    G->write(G, k.dring, ring, kv_region_bytes(KV_FP8, WINDOW, HD));
+    free(blk), free(ring);
+    return k;
+}
+
+static void cache_free(bench_cache *k)
+{
+    G->release(G, k->dcache), G->release(G, k->dring);
+    free(k->blocks);
+}
+
+static void bench(const char *name, int ratio, int topk, int pos0, int n)
+{
+    bench_cache k = cache_new(ratio ? (pos0 + n) / ratio : 0);
+    char *dring = k.dring, **blocks = k.blocks;
     float *dq = dfill((size_t)n * HEADS * HD), *dkv = dfill((size_t)n * HD);
     float *dsinks = dfill(HEADS), *dout = G->alloc(G, (size_t)n * HEADS * HD * 4);
     G->kv_round(G, dkv, HD, n, HD, KV_FP8);
@@ -121,14 +147,101 @@ static void bench(const char *name, int ratio, int topk, int pos0, int n)
     printf("attention %-8s context %6d n=%d: %8.3f ms  %6.1f keys/token  %6.1f TFLOP/s  out[0] %g%s%s\n",
            name, pos0 + n, n, s * 1e3, (double)keys / n, tf, one, G->error(G) ? "  error: " : "",
            G->error(G) ? G->error(G) : "");
-    void *dev[] = { dcache, dring, dq, dkv, dsinks, dout, dsel, dnsel };
+    void *dev[] = { dq, dkv, dsinks, dout, dsel, dnsel };
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) if (dev[i]) G->release(G, dev[i]);
-    free(blk), free(ring), free(blocks), free(sel), free(nsel);
+    cache_free(&k);
+    free(sel), free(nsel);
+}
+
+#define NOPS 32         /* decode: attention ops (layers) per graph */
+#define DREPS 20
+
+typedef struct {
+    int nseg;
+    const attention_args *a;
+} dec_ctx;
+
+static void sync1(void)
+{
+    static float *d;
+    float h;
+    if (!d) d = G->alloc(G, 4);
+    G->read(G, &h, d, 4);
+}
+
+/* Seconds per op of NOPS attention ops replayed as a graph. */
+static double dec_timed(uint64_t key, const dec_ctx *c)
+{
+    double t0 = 0;
+    for (int r = 0; r < 3 + DREPS; r++) {       /* as usual, captured, replayed; then timed */
+        if (r == 3) sync1(), t0 = now();
+        G->graph_begin(G, key);
+        for (int i = 0; i < NOPS; i++) G->attention(G, c->a, c->nseg);
+        while (G->graph_end(G))
+            for (int i = 0; i < NOPS; i++) G->attention(G, c->a, c->nseg);
+    }
+    sync1();
+    return (now() - t0) / (DREPS * NOPS);
+}
+
+/* B sequences at positions up to pos (one at pos), one new token each;
+ * every sequence reads the same cache blocks and ring (times only). */
+static void bench_decode(const char *name, int ratio, int topk, int pos, int B)
+{
+    bench_cache k = cache_new(ratio ? (pos + 1) / ratio : 0);
+    char *dring = k.dring, **blocks = k.blocks;
+    float *dq = dfill((size_t)B * HEADS * HD), *dkv = dfill((size_t)B * HD);
+    float *dsinks = dfill(HEADS), *dout = G->alloc(G, (size_t)B * HEADS * HD * 4);
+    G->kv_round(G, dkv, HD, B, HD, KV_FP8);
+    int32_t *sel = topk ? malloc((size_t)B * topk * 4) : NULL, *dsel = NULL;
+    int *nsel = topk ? malloc(B * sizeof *nsel) : NULL, *dnsel = NULL;
+    attention_args *a = calloc(B, sizeof *a);
+    long long keys = 0;
+    for (int s = 0; s < B; s++) {
+        int p = s == 0 ? pos : (int)((long long)pos * s / B);
+        int nvis = ratio ? (p + 1) / ratio : 0;
+        if (topk) {
+            int k = nvis < topk ? nvis : topk;
+            for (int e = 0; e < k; e++) {
+                long long lo = (long long)e * nvis / k, hi = (long long)(e + 1) * nvis / k;
+                sel[(size_t)s * topk + e] = (int)(lo + rnd() % (hi - lo));
+            }
+            nsel[s] = k;
+        }
+        keys += (p < WINDOW ? p + 1 : WINDOW) + (topk ? nsel[s] : nvis);
+        a[s] = (attention_args){ .n = 1, .pos0 = p, .nheads = HEADS, .head_dim = HD,
+                                 .window = WINDOW, .scale = 0.044f, .q = dq + (size_t)s * HEADS * HD,
+                                 .kv = dkv + (size_t)s * HD, .ring = dring, .dtype = KV_FP8,
+                                 .sinks = dsinks, .ratio = ratio,
+                                 .comp = { blocks, 0, PER_BLOCK, HD, KV_FP8 },
+                                 .sel_ld = topk, .out = dout + (size_t)s * HEADS * HD };
+    }
+    if (topk) {
+        dsel = G->alloc(G, (size_t)B * topk * 4), dnsel = G->alloc(G, B * sizeof *nsel);
+        G->write(G, dsel, sel, (size_t)B * topk * 4);
+        G->write(G, dnsel, nsel, B * sizeof *nsel);
+        for (int s = 0; s < B; s++) a[s].sel = dsel + (size_t)s * topk, a[s].nsel = dnsel + s;
+    }
+    dec_ctx c = { B, a };
+    uint64_t key = ((uint64_t)ratio << 40) ^ ((uint64_t)pos << 8) ^ (uint64_t)B;
+    double t = dec_timed(key, &c);
+    float one;
+    G->read(G, &one, dout, sizeof one);
+    /* key bytes each (sequence, head group) reads: codes and scales */
+    double gb = (double)keys * (HD + HD / 64) / 1e9;
+    printf("decode %-8s context %7d B=%2d: %8.2f us per op  %7.1f keys/seq  %6.1f GB/s of keys"
+           "  out[0] %g%s%s\n", name, pos + 1, B, t * 1e6, (double)keys / B, gb / t, one,
+           G->error(G) ? "  error: " : "", G->error(G) ? G->error(G) : "");
+    void *dev[] = { dq, dkv, dsinks, dout, dsel, dnsel };
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) if (dev[i]) G->release(G, dev[i]);
+    cache_free(&k);
+    free(sel), free(nsel), free(a);
 }
 
 int main(int argc, char **argv)
 {
-    int n = argc > 1 ? atoi(argv[1]) : 8192;
+    bool decode = argc > 1 && !strcmp(argv[1], "decode");
+    int n = argc > 1 && !decode ? atoi(argv[1]) : 8192;
     backend *one[1];
     char err[256];
     backend_modes modes = BACKEND_MODES_DEFAULT;   /* LLM_CUDA_* override */
@@ -139,6 +252,19 @@ int main(int argc, char **argv)
     }
     G = one[0];
     const char *tk = getenv("LLM_CUDA_ATTN_TOKENS"), *gm = getenv("LLM_CUDA_GEMM");
+    const char *ad = getenv("LLM_CUDA_ATTN_DECODE");
+    if (decode) {
+        printf("LLM_CUDA_ATTN_DECODE=%s, %d ops per graph\n", ad ? ad : "", NOPS);
+        int bs[] = { 1, 8, 32, 64 }, ctx[] = { 8191, 131071 };
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < 4; i++) {
+                bench_decode("sliding", 0, 0, ctx[k], bs[i]);
+                bench_decode("csa", 4, 512, ctx[k], bs[i]);
+                bench_decode("hca", 128, 0, ctx[k], bs[i]);
+            }
+        G->destroy(G);
+        return 0;
+    }
     printf("LLM_CUDA_GEMM=%s LLM_CUDA_ATTN_TOKENS=%s\n", gm ? gm : "", tk ? tk : "");
     bench("sliding", 0, 0, 0, n);
     bench("csa", 4, 512, 0, n);

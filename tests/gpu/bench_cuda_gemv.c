@@ -32,31 +32,10 @@ static size_t wbytes(enum qtype t, int rows, int cols)
     }
 }
 
-static void sync(void)
-{
-    static float *d;
-    float h;
-    if (!d) d = G->alloc(G, 4);
-    G->read(G, &h, d, 4);
-}
-
 /* Seconds per op of `run(i)` (i = 0..NOPS-1), replayed as a graph. */
 static double timed(uint64_t key, void (*run)(void *, int), void *ctx)
 {
-    for (int warm = 0; warm < 3; warm++) {      /* as usual, captured, replayed */
-        G->graph_begin(G, key);
-        for (int i = 0; i < NOPS; i++) run(ctx, i);
-        while (G->graph_end(G)) for (int i = 0; i < NOPS; i++) run(ctx, i);
-    }
-    sync();
-    double t0 = now();
-    for (int r = 0; r < REPS; r++) {
-        G->graph_begin(G, key);
-        for (int i = 0; i < NOPS; i++) run(ctx, i);
-        while (G->graph_end(G)) for (int i = 0; i < NOPS; i++) run(ctx, i);
-    }
-    sync();
-    return (now() - t0) / (REPS * NOPS);
+    return bench_graph(G, key, NOPS, REPS, run, ctx);
 }
 
 typedef struct {

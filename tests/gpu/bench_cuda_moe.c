@@ -7,6 +7,13 @@
  * bf16; fp8 with the grouped GEMMs only) with the grouped tensor-core expert GEMMs (moe_gemm.cu) and with
  * cuBLASLt per expert (LLM_CUDA_MOE=cublaslt); milliseconds per op,
  * host waits included.
+ * T <= 8: the decode MoE instead (gate GEMV, then the fused routing and
+ * expert kernels of moe_decode.cuh; LLM_CUDA_MOE_DECODE=0: the separate
+ * router, shared-expert and expert GEMVs), in CUDA graphs of 32 ops over
+ * 8 layers' weights (every read from DRAM); GB/s of the weight bytes one
+ * op reads (gate, T * 6 expert slots, T shared-expert reads: each slot
+ * reads its expert, so T > 1 counts an expert twice when two tokens pick
+ * it; the unique bytes are at most that).
  *   build/tests/gpu/bench_cuda_moe [T]   (default 8192) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,12 +75,76 @@ static void bench(const char *gemm, const char *moe, int T)
     free(hx), free(bias);
 }
 
+#define DLAYERS 8
+#define DOPS 32
+
+typedef struct {
+    backend *G;
+    moe_args a[DLAYERS];
+    float *x;
+    int H, T;
+} dec_ctx;
+
+static void dec_run(void *p, int i)
+{
+    dec_ctx *c = p;
+    moe_args a = c->a[i % DLAYERS];
+    a.T = c->T;
+    a.x = c->x + (size_t)(i % 4) * c->T * c->H;      /* another step's tokens */
+    c->G->moe(c->G, &a);
+}
+
+static void bench_decode(int T, bool fused)
+{
+    int H = 4096, E = 256, K = 6, I = 1024;
+    setenv("LLM_CUDA_MOE_DECODE", fused ? "8" : "0", 1);
+    backend *one[1];
+    char err[256];
+    backend_modes modes = BACKEND_MODES_DEFAULT;
+    if (backend_modes_env(&modes, err, sizeof err)
+        || backend_cuda_new_group(1, &modes, one, err, sizeof err)) {
+        printf("decode: %s\n", err);
+        return;
+    }
+    dec_ctx c = { .G = one[0], .H = H, .T = T };
+    backend *G = c.G;
+    size_t n = (size_t)4 * T * H;
+    float *hx = malloc(n * 4), *bias = calloc(E, 4);
+    for (size_t i = 0; i < n; i++) hx[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    c.x = G->alloc(G, n * 4);
+    float *out = G->alloc(G, (size_t)T * H * 4), *dbias = G->alloc(G, E * 4);
+    G->write(G, c.x, hx, n * 4);
+    G->write(G, dbias, bias, E * 4);
+    for (int l = 0; l < DLAYERS; l++) {
+        c.a[l] = bench_moe_layer(G, H, E, K, I, true, dbias);
+        c.a[l].out = out;
+    }
+    double sec = bench_graph(G, 0x30e0d0 ^ (uint64_t)T << 4 ^ fused, DOPS, 10, dec_run, &c);
+    /* MXFP4: I*H/2 codes + I*H/32 scales; FP8: I*H + (I/128)*(H/128) */
+    double ex = 3.0 * ((double)I * H / 2 + (double)I * H / 32);
+    double sh = 3.0 * ((double)I * H + (double)(I / 128) * (H / 128));
+    double bytes = 2.0 * E * H + T * (K * ex + sh);
+    printf("moe decode T=%d (E=%d K=%d H=%d I=%d) %-22s: %8.2f us %7.0f GB/s\n", T, E, K, H, I,
+           fused ? "fused (3 launches)" : "separate (6 launches)", sec * 1e6, bytes / sec / 1e9);
+    const char *e = G->error(G);
+    if (e) printf("moe decode: %s\n", e);
+    G->release(G, c.x), G->release(G, out), G->release(G, dbias);
+    G->destroy(G);
+    for (int l = 0; l < DLAYERS; l++) bench_moe_free(&c.a[l]);
+    free(hx), free(bias);
+}
+
 int main(int argc, char **argv)
 {
     int T = argc > 1 ? atoi(argv[1]) : 8192;
     if (llm_cuda_device_count() < 1) {
         fprintf(stderr, "bench_cuda_moe: no CUDA device\n");
         return 1;
+    }
+    if (T >= 1 && T <= 8) {
+        bench_decode(T, false);
+        bench_decode(T, true);
+        return 0;
     }
     bench("bf16x2", NULL, T);
     bench("bf16x2", "cublaslt", T);

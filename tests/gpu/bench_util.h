@@ -5,6 +5,7 @@
 #define LLM_TESTS_GPU_BENCH_UTIL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -46,6 +47,31 @@ static inline moe_args bench_moe_layer(backend *G, int H, int E, int K, int I, b
     return (moe_args){ .T = 1, .H = H, .gate = &s[0], .bias = dbias, .n_experts = E, .topk = K,
                        .routed_scale = 1.5f, .limit = 10.0f, .w1 = w1, .w2 = w2, .w3 = w3,
                        .sw1 = &s[1], .sw2 = &s[2], .sw3 = &s[3] };
+}
+
+/* Seconds per op of run(ctx, i), i = 0..nops-1, captured as one CUDA
+ * graph (after three warm-ups: as usual, captured, replayed) and replayed
+ * reps times; a read of 4 bytes waits for the device's queue. */
+static inline double bench_graph(backend *G, uint64_t key, int nops, int reps,
+                                 void (*run)(void *, int), void *ctx)
+{
+    float h, *d = G->alloc(G, 4);
+    for (int warm = 0; warm < 3; warm++) {
+        G->graph_begin(G, key);
+        for (int i = 0; i < nops; i++) run(ctx, i);
+        while (G->graph_end(G)) for (int i = 0; i < nops; i++) run(ctx, i);
+    }
+    G->read(G, &h, d, 4);
+    double t0 = now();
+    for (int r = 0; r < reps; r++) {
+        G->graph_begin(G, key);
+        for (int i = 0; i < nops; i++) run(ctx, i);
+        while (G->graph_end(G)) for (int i = 0; i < nops; i++) run(ctx, i);
+    }
+    G->read(G, &h, d, 4);
+    double s = (now() - t0) / (reps * nops);
+    G->release(G, d);
+    return s;
 }
 
 /* The host views bench_moe_layer allocated. */

@@ -20,7 +20,15 @@
  * u = 2^-8 the unit roundoff of bf16's 8 significant bits (each x_k moves
  * by at most u |x_k|; bf16x2: u = 2^-16, x - hi - lo being the rounding
  * error of bf16(x - hi)), the second term float32 summation on both sides.
- * MoE: relative L2 <= 4u + 1e-5.
+ * MoE: relative L2 <= 4u + 1e-5.  The decode MoE (T <= 8, float32
+ * operands in every mode): relative L2 <= 1e-5 (TOL) against the CPU,
+ * fused (cu_moe_decode) or not: the same products summed in float32 in
+ * another order, per output K * I + I of them (w2's sums; K * I + I =
+ * 7168 at V4's rank shapes: about sqrt(7168) 2^-24 = 5e-6 of the sum of
+ * the terms' magnitudes for rounding errors of random sign), the same
+ * bound the separate launches have met on these shapes; the same experts
+ * (the gate's GEMV and route_warp are shared by both paths; a near-tie
+ * that the GEMV's order flips against the CPU's fails loudly).
  * LLM_CUDA_GEMM=fp8 (DeepSeek's numerics): in steps of 64+ tokens the
  * matmuls of FP8 and MXFP4 weights multiply act_quant(x) (cpu/quant.h),
  * FP8 weights as FP8 x FP8 with block scales (cuBLASLt), MXFP4 ones as
@@ -1080,6 +1088,13 @@ static void test_attention(int nheads, int hd, int window, int ratio, int topk, 
              mma ? ", tensor cores " : "", mma ? gemm_names[gemm_mode] : "",
              mma ? (attn_tokens == 1 ? ", 1 token per block" : ", 2 tokens per block") : "");
     check_tol(name, g, out, (size_t)n * nheads * hd, mma ? 4 * u + TOL : TOL);
+    /* again: the decode kernel's counters are left zero for the next launch */
+    poison(dout, (size_t)n * nheads * hd * 4);
+    G->attention(G, &a, 1);
+    G->read(G, g, dout, (size_t)n * nheads * hd * 4);
+    snprintf(name, sizeof name, "attention heads=%d hd=%d ratio=%d topk=%d pos0=%d n=%d cache %s, "
+             "run again", nheads, hd, ratio, topk, pos0, n, dname(t));
+    check_tol(name, g, out, (size_t)n * nheads * hd, mma ? 4 * u + TOL : TOL);
     if (reps > 0) {
         float one;
         G->attention(G, &a, 1);
@@ -1286,6 +1301,10 @@ static void test_attention_batch(int nseg, int nheads, int hd, int window, int r
              "hd=%d window=%d ratio=%d topk=%d cache %s", nseg, maxpos, nheads, hd, window, ratio,
              topk, dname(t));
     check(name, g, out, nseg * od);
+    poison(dout, nseg * od * 4);    /* again: the counters were left zero */
+    G->attention(G, ga, nseg);
+    G->read(G, g, dout, nseg * od * 4);
+    check("  the same batch again", g, out, nseg * od);
     for (int s = 0; s < nseg; s++) dseq_free(&sq[s]);
     G->release(G, dsinks), G->release(G, dout);
     free(sq), free(ca), free(ga), free(row), free(sinks), free(out), free(g);
@@ -1509,11 +1528,16 @@ static void moe_bound_check(const char *name, const moe_args *a, const float *go
     free(ax), free(br), free(mr), free(bs), free(ms);
 }
 
-static void test_moe(int T, bool hash, int H, int E, int K, int I, int i0, int ni)
+/* Routing of test_moe: top-k of sqrt(softplus) scores (V4), the hash
+ * table (V4's first layers), top-k of sigmoid scores (V3). */
+enum { ROUTE_TOPK, ROUTE_HASH, ROUTE_SIGMOID };
+
+static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int ni)
 {
+    bool hash = routing == ROUTE_HASH;
     int vocab = 50;
     qweight gate = make_w(QT_BF16, E, H);
-    qweight w1[64], w2[64], w3[64], g1[64], g2[64], g3[64];
+    qweight w1[256], w2[256], w3[256], g1[256], g2[256], g3[256];
     for (int e = 0; e < E; e++) {
         qweight a = make_w(QT_MXFP4, I, H), b = make_w(QT_MXFP4, H, I), c = make_w(QT_MXFP4, I, H);
         g1[e] = w1[e] = qweight_view(&a, i0, ni, 0, H);
@@ -1551,7 +1575,8 @@ static void test_moe(int T, bool hash, int H, int E, int K, int I, int i0, int n
     poison(dout, (size_t)T * H * 4);
     moe_args a = { .T = T, .H = H, .x = x, .ids = ids, .gate = &gate,
                    .bias = hash ? NULL : bias, .tid2eid = hash ? tid : NULL, .n_experts = E,
-                   .topk = K, .routed_scale = 1.5f, .limit = 2.5f, .w1 = w1, .w2 = w2, .w3 = w3,
+                   .topk = K, .routed_scale = 1.5f, .limit = 2.5f,
+                   .sigmoid_scores = routing == ROUTE_SIGMOID, .w1 = w1, .w2 = w2, .w3 = w3,
                    .sw1 = &s1, .sw2 = &s2, .sw3 = &s3, .out = out };
     backend *ref = gemm_mode == GEMM_FP8 ? C8 : C;
     ref->moe(ref, &a);
@@ -1559,9 +1584,11 @@ static void test_moe(int T, bool hash, int H, int E, int K, int I, int i0, int n
     a.w1 = g1, a.w2 = g2, a.w3 = g3, a.sw1 = &gs1, a.sw2 = &gs2, a.sw3 = &gs3, a.out = dout;
     G->moe(G, &a);
     float *g = hcopy(dout, (size_t)T * H * 4);
-    char name[96];
+    char name[160];
+    const char *fe = getenv("LLM_CUDA_MOE_DECODE");
     snprintf(name, sizeof name, "moe %s routing T=%d H=%d (E=%d K=%d, rank slice %d+%d of %d "
-             "in MXFP4 experts)", hash ? "hash" : "top-k", T, H, E, K, i0, ni, I);
+             "in MXFP4 experts)%s", hash ? "hash" : routing == ROUTE_SIGMOID ? "sigmoid" : "top-k",
+             T, H, E, K, i0, ni, I, T <= 8 && T > (fe ? atoi(fe) : 1) ? " separate launches" : "");
     if (T >= LT_MIN_T && (gemm_mode == GEMM_BF16 || gemm_mode == GEMM_BF16X2)) {
         a.x = x, a.gate = &gate, a.w1 = w1, a.w2 = w2, a.w3 = w3;
         a.sw1 = &s1, a.sw2 = &s2, a.sw3 = &s3;
@@ -1675,9 +1702,27 @@ static void test_moes(void)
     test_moe(1, false, 128, 8, 2, 128, 64, 64);
     test_moe(1, true, 128, 8, 2, 128, 64, 64);
     test_moe(5, false, 128, 8, 2, 128, 64, 64);
-    /* decode sizes: the fused expert GEMVs, columns split over warps */
+    /* decode sizes, MXFP4 experts and an FP8 shared expert: the fused
+     * decode MoE (moe_decode.cuh: routing in the expert kernel's
+     * prologue, the shared expert in the same grids), every T <= 8, each
+     * routing, three draws of weights and inputs (one in the prefill
+     * modes' passes: no mode changes T <= 8); then the separate launches
+     * it replaces (LLM_CUDA_MOE_DECODE=0), still the path of other
+     * formats and by default of 2-8 tokens */
+    setenv("LLM_CUDA_MOE_DECODE", "8", 1);
+    for (int draw = 0; draw < (gemm_mode == GEMM_F32 ? 3 : 1); draw++)
+        for (int T = 1; T <= 8; T++)
+            for (int r = ROUTE_TOPK; r <= ROUTE_SIGMOID; r++)
+                test_moe(T, r, 1024, 32, 6, 512, 256, 256);
+    setenv("LLM_CUDA_MOE_DECODE", "0", 1);
     for (int T = 1; T <= 8; T++) test_moe(T, T % 2 == 0, 1024, 32, 6, 512, 256, 256);
+    test_moe(2, false, 256, 8, 3, 96, 32, 48);
+    setenv("LLM_CUDA_MOE_DECODE", "8", 1);
     test_moe(1, false, 4096, 16, 6, 256, 128, 128);
+    test_moe(8, true, 4096, 16, 6, 256, 128, 128);
+    unsetenv("LLM_CUDA_MOE_DECODE");
+    /* E = 256 (V4's) with K = 6: the router's scratch in the kernel */
+    test_moe(3, false, 512, 256, 6, 128, 64, 64);
     /* a slice of 48 columns: w2's rows are not whole 16-byte loads */
     test_moe(2, false, 256, 8, 3, 96, 32, 48);
     test_moe(1, true, 256, 8, 3, 96, 32, 48);
@@ -1823,12 +1868,22 @@ int main(void)
         test_attention(32, 512, 128, 4, 512, 8000, 4, t, 0);
         test_attention(32, 512, 128, 128, 0, 300, 1, t, 0);
         test_attention(5, 64, 16, 4, 8, 10, 1, t, 0);
+        /* decode (attention_decode.cu) at 131K and 1M positions: CSA's
+         * 512 chosen + 128, HCA's 1,024 / 8,192 entries + 128 */
+        test_attention(32, 512, 128, 4, 512, 131071, 1, t, 20);
+        test_attention(32, 512, 128, 128, 0, 131071, 1, t, 20);
+        test_attention(32, 512, 128, 4, 512, 1048575, 1, t, 0);
+        test_attention(32, 512, 128, 128, 0, 1048575, 1, t, 0);
+        /* a head_dim the decode kernel does not take (not a multiple of
+         * 16; more than 512): cu_attention's splits and combine */
+        test_attention(4, 40, 16, 4, 8, 200, 1, t, 0);
+        test_attention(4, 1024, 32, 128, 0, 9000, 2, t, 0);
     }
     for (int t = KV_F32; t <= KV_FP8; t++) {
         /* decode batches at Flash's rank shapes (CSA, HCA, sliding only)
-         * and small ones; 2 sequences up to 64 */
-        int nb[] = { 2, 7, 33, 64 };
-        for (int i = 0; i < 4; i++) {
+         * and small ones; 1 sequence (the op's one-sequence path) up to 64 */
+        int nb[] = { 1, 2, 7, 33, 64 };
+        for (int i = 0; i < 5; i++) {
             test_compress_batch(nb[i], 4, true, 512, 9000, t);
             test_compress_batch(nb[i], 128, false, 512, 9000, t);
             test_compress_batch(nb[i], 4, true, 128, 300, t);
@@ -1843,6 +1898,10 @@ int main(void)
     }
     test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8);   /* 1M context: 262,144 entries */
     test_attention_batch(3, 32, 512, 128, 4, 512, 1048575, KV_FP8);
+    for (int t = KV_F32; t <= KV_FP8; t++) {   /* HCA's long contexts in a batch */
+        test_attention_batch(7, 32, 512, 128, 128, 0, 131071, t);
+        test_attention_batch(3, 32, 512, 128, 128, 0, 1048575, t);
+    }
     /* long: 100,000 HCA entries (12.8M positions), dense */
     test_attention(4, 512, 128, 128, 0, 100000 * 128 - 1, 1, KV_F32, 10);
     test_attention(4, 512, 128, 128, 0, 100000 * 128 - 1, 1, KV_FP8, 10);

@@ -1,0 +1,89 @@
+// The MoE of a decode step (T <= 8 tokens) in three launches: the gate's
+// GEMV (cu_matmul), then cu_moe_decode's two (matmul.cu).  Also the
+// router's choice for one token on one warp, shared by the router kernel
+// (ops.cu) and cu_moe_decode's prologue, so both choose the same experts
+// with the same weights.  A header of its own: only the files that use it
+// recompile.
+#pragma once
+#include "kernels.cuh"
+
+#define TOPK_MAX 16
+
+__device__ __forceinline__ float route_act(float x, int sigmoid)
+{
+    return sigmoid ? 1.0f / (1.0f + expf(-x)) : sqrtf(x > 20.0f ? x : log1pf(expf(x)));
+}
+
+// Token scores sc[E] -> its K experts sel[] (every lane gets them) and,
+// on lane 0 when want_wt, their weights wt[] (the chosen scores
+// normalized, times rscale).  Scored: the biased scores once into val (E floats of shared
+// memory, taken: E bytes), then K rounds of arg-max over them (larger
+// first, ties to the lower expert); hashed (tid2eid): the table's row id.
+__device__ __forceinline__ void route_warp(const float *sc, int E, int K, int sigmoid,
+                                           const float *bias, const void *tid2eid, int tid_i64,
+                                           int id, float rscale, float *val,
+                                           unsigned char *taken, int (&sel)[TOPK_MAX],
+                                           bool want_wt, float (&wt)[TOPK_MAX])
+{
+    int lane = threadIdx.x & 31;
+    if (tid2eid) {
+        for (int k = 0; k < K; k++)
+            sel[k] = tid_i64 ? (int)((const long long *)tid2eid)[(long long)id * K + k]
+                             : ((const int *)tid2eid)[(long long)id * K + k];
+    } else {
+        batched<8>(lane, E, 32, [&](int e) { return route_act(sc[e], sigmoid) + bias[e]; },
+                   [&](int e, float v) { val[e] = v, taken[e] = 0; });
+        __syncwarp();
+        for (int k = 0; k < K; k++) {
+            float bv = 0;
+            int be = -1;
+            for (int e = lane; e < E; e += 32) {
+                if (taken[e]) continue;
+                float v = val[e];
+                if (be < 0 || v > bv || (v == bv && e < be)) bv = v, be = e;
+            }
+            for (int o = 16; o; o >>= 1) {
+                float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                int oe = __shfl_xor_sync(0xffffffffu, be, o);
+                if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
+            }
+            sel[k] = be;
+            if (lane == 0 && be >= 0) taken[be] = 1;
+            __syncwarp();
+        }
+    }
+    if (lane || !want_wt) return;
+    float sum = 0;
+    for (int k = 0; k < K; k++) sum += route_act(sc[sel[k]], sigmoid);
+    for (int k = 0; k < K; k++) wt[k] = route_act(sc[sel[k]], sigmoid) / (sum + 1e-20f) * rscale;
+}
+
+// The fused decode MoE after the gate's GEMV wrote scores [T][E]:
+//   up:   blocks (rows, slot) for the T*K routed slots and T shared-expert
+//         slots in one grid; a routed block first routes its token
+//         (route_warp; the first block of a token's first slot stores
+//         idx and wt [T][K]), then g[slot] = SwiGLU(x . w1_e, x . w3_e),
+//         a shared block sg[t] = SwiGLU(x . s1, x . s3);
+//   down: blocks (rows, token): out[t] = (sum over the token's K slots of
+//         wt * (g[slot] . w2_e), one dot product over K * I columns) +
+//         (sg[t] . s2) -- the routed sum first, then the shared expert
+//         added, as cu_gemv_combine with add.
+// False (nothing launched): not this path's formats or shapes (MXFP4
+// experts with an FP8 shared expert, T <= 8, K <= 16, E <= 6000 scores in
+// shared memory, w1 / w3 and s1 / s3 of one layout, w2 and s2 of H rows);
+// the caller then routes and runs the separate GEMVs.
+struct cu_moe_dec {
+    int T, K, E;
+    dqw w1, w3, w2, s1, s3, s2;     // experts (packed, estride apart), shared expert
+    const float *x, *scores, *bias; // x [T][x_ld]; bias NULL when hashed
+    int x_ld;
+    const void *tid2eid;            // hashed layer: [vocab][K] experts, ids [T] the tokens
+    bool tid_i64, sigmoid;
+    const int *ids;
+    float rscale, limit;
+    int *idx;                       // [T][K] experts chosen
+    float *wt;                      // [T][K] their weights
+    float *g, *sg;                  // [T*K][w1.rows], [T][s1.rows] (16-byte aligned)
+    float *out;                     // [T][w2.rows]
+};
+bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m);
