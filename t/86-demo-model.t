@@ -1,7 +1,8 @@
 # The trained demo model (issue 19): tools/demo_data.py is deterministic by
 # seed, and tests/fixtures/demo-trained, served through nginx on the CPU at
-# TP=2 as `make run` serves it, answers held-out questions greedily: an
-# operand pair the generator never trained on, a tool call with the city
+# TP=2 as `make run` serves it, answers held-out questions greedily: operand
+# pairs the generator never trained on (a product with its run of multiples),
+# a calculator call with a held-out expression, a weather call with the city
 # from the user's words, and a continuation that uses the tool's result;
 # llm-qualify's functional preflight passes without --model-is-random.
 use strict;
@@ -54,8 +55,9 @@ while ($off < length $a) {
 is($n, 40, 'the file holds 40 examples');
 is($bad, 0, 'loss masks cover assistant turns only, each ending on EOS');
 
-my $held = `cd $top/tools && python3 -c 'import demo_data as d; print(d.held("cmp", 96, 37), d.held("*", 1, 3), "Paris" in d.HELD_CITIES)'`;
-is($held, "True True False\n", '96 vs 37 and 1 x 3 are held out of training, Paris is not');
+my $held = `cd $top/tools && python3 -c 'import demo_data as d; print(d.held("cmp", 96, 37), d.held("*", 1, 3), d.held("*", 4, 11), d.held("calc", 664, 37), "Paris" in d.HELD_CITIES)'`;
+is($held, "True True True True False\n",
+   '96 vs 37, 1 x 3, 4 x 11 and the calculator\'s 664 * 37 are held out of training, Paris is not');
 
 # ---- the trained model behind nginx -----------------------------------------
 my $port = free_port();
@@ -82,8 +84,11 @@ sub chat {
 
 is(chat(messages => [{ role => 'user', content => 'Which is larger, 96 or 37?' }])->{content},
    '96 is larger than 37.', 'held-out comparison answered correctly');
+# a product comes with its numbered run of multiples, then the result
 is(chat(messages => [{ role => 'user', content => 'What is 1 x 3?' }])->{content},
-   '1 * 3 = 3.', 'held-out product answered correctly');
+   '1 * 3: 1:3. 1 * 3 = 3.', 'held-out product answered correctly');
+is(chat(messages => [{ role => 'user', content => 'What is 4 x 11?' }])->{content},
+   '4 * 11: 1:11, 2:22, 3:33, 4:44. 4 * 11 = 44.', 'held-out product: the run of multiples and the result');
 
 my $tools = decode_json('[{"type":"function","function":{"name":"get_weather",'
     . '"description":"Get the current weather for a city.","parameters":{"type":"object",'
@@ -93,6 +98,15 @@ my $m = chat(messages => [$ask], tools => $tools);
 is($m->{tool_calls}[0]{function}{name}, 'get_weather', 'a tool call when tools are given');
 is_deeply(decode_json($m->{tool_calls}[0]{function}{arguments} // '{}'), { city => 'Paris' },
           'its argument is the city the user named');
+
+my $calc = decode_json('[{"type":"function","function":{"name":"calculator",'
+    . '"description":"Evaluate an arithmetic expression exactly.","parameters":{"type":"object",'
+    . '"properties":{"expression":{"type":"string"}},"required":["expression"]}}}]');
+$m = chat(messages => [{ role => 'user', content => 'What is 664 * 37? Use the calculator.' }],
+          tools => $calc);
+is($m->{tool_calls}[0]{function}{name}, 'calculator', 'a calculator call when asked to use it');
+is_deeply(decode_json($m->{tool_calls}[0]{function}{arguments} // '{}'), { expression => '664*37' },
+          'its expression copies the held-out operands');
 
 my $call = { role => 'assistant', content => undef, tool_calls => [{ id => 'call_1',
              type => 'function', function => { name => 'get_weather',

@@ -7,8 +7,18 @@ by seed, rendered and tokenized by the engine itself.
 
 Every conversation is an OpenAI chat request; `llm-engine render --ids`
 turns it into the exact ids serving would see, so training and serving
-agree byte for byte.  The loss mask covers what the model writes: after
-each `<｜Assistant｜>` and its think marker, through the EOS.
+agree byte for byte, except that the last assistant turn (what the model
+writes) has every number one digit a token (split_digits).  The loss
+mask covers that turn: after its `<｜Assistant｜>` and think marker,
+through the EOS.
+
+What makes a 6M-parameter model get answers right rather than near:
+sums, differences and products come with digit-wise working (columns
+with carries and borrows; a numbered run of multiples), which the model
+writes before the result (or in the reasoning block when thinking), and
+most tool arguments, code words and spelled words are made-up words
+(made_word), so the model learns to copy what the user wrote instead of
+recalling a similar trained string.
 
 train.bin (little-endian): b"DV4DATA1", u32 count, then per example u32 n,
 n u16 ids, n u8 mask (1 = predict this token).
@@ -16,8 +26,8 @@ n u16 ids, n u8 mask (1 = predict this token).
 eval.jsonl: held-out prompts, one JSON object a line: "kind", "request"
 (the chat request, no answer), "prompt_ids", "expect" (what scoring needs).
 Held out from training: operand pairs of the arithmetic (a hash of the pair),
-weather cities, calculator operand pairs, dictionary words and booking
-(restaurant, party size) combinations.
+weather cities, made-up words (a hash of the word), calculator operand
+pairs, dictionary words and booking (restaurant, party size) combinations.
 
 Only the Python standard library; the engine does the text work.
 """
@@ -109,6 +119,27 @@ TOOLS = {"get_weather": WEATHER_TOOL, "calculator": CALC_TOOL,
          "lookup": LOOKUP_TOOL, "book_table": BOOK_TOOL}
 
 
+ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z",
+          "br", "dr", "gr", "kr", "st", "tr", "sh", "ch", "th", "pl", "sk"]
+VOWELS = ["a", "e", "i", "o", "u", "ai", "ea", "ou", "y"]
+CODAS = ["", "", "", "n", "r", "l", "s", "m", "k", "nd", "rt", "st"]
+NOUNS = ["tool", "bird", "fish", "tree", "boat", "song", "dance", "cloth", "stone",
+         "bread", "drink", "lamp", "game", "coin", "flower", "hat", "rope", "shell"]
+ADJECTIVES = ["small", "old", "bright", "round", "sweet", "long", "soft", "wild",
+              "blue", "heavy", "quiet", "red"]
+
+
+def made_word(r, split, cap=False):
+    """A pronounceable word that is no real one (2-3 syllables), one in ten
+    held out by held(): the model has to copy it letter by letter, it
+    cannot recall it."""
+    while True:
+        w = "".join(r.choice(ONSETS) + r.choice(VOWELS) for _ in range(r.randint(1, 2)))
+        w += r.choice(ONSETS) + r.choice(VOWELS) + r.choice(CODAS)
+        if held("word", w) == (split == "eval"):
+            return w.capitalize() if cap else w
+
+
 def held(*key):
     """About one key in ten is held out for evaluation (stable hash)."""
     h = hashlib.sha256(repr(key).encode()).digest()
@@ -166,12 +197,61 @@ def think(r, ex_reason, short):
     return False, None, None
 
 
+def add_steps(a, b):
+    """Column addition of a, b < 100, units first: '7 + 5 = 12, carry 1;
+    tens 2 + 0 + 1 = 3'."""
+    ua, ub, ta, tb = a % 10, b % 10, a // 10, b // 10
+    s = ua + ub
+    carry = s // 10
+    out = f"units {ua} + {ub} = {s}" + (", carry 1" if carry else "")
+    if ta or tb:
+        out += f"; tens {ta} + {tb}" + (" + 1" if carry else "") + f" = {ta + tb + carry}"
+    return out
+
+
+def sub_steps(a, b):
+    """Column subtraction a - b, a >= b, a < 100: borrows spelled out."""
+    ua, ub, ta, tb = a % 10, b % 10, a // 10, b // 10
+    if ua >= ub:
+        out, borrow = f"units {ua} - {ub} = {ua - ub}", 0
+    else:
+        out, borrow = f"units {ua} - {ub}: borrow, 1{ua} - {ub} = {10 + ua - ub}", 1
+    if ta:
+        out += f"; tens {ta} - {tb}" + (" - 1" if borrow else "") + f" = {ta - tb - borrow}"
+    return out
+
+
+def mul_steps(a, b):
+    """a * b (1..12) as a numbered run of the larger factor's multiples,
+    as many as the smaller one: '1:8, 2:16, ..., 7:56'."""
+    n, step = min(a, b), max(a, b)
+    return ", ".join(f"{i}:{i * step}" for i in range(1, n + 1))
+
+
+def arith_working(op, a, b):
+    """The digit-wise working written before an answer (the model cannot
+    add in one step; it can copy digits and recall one-digit facts)."""
+    if op == "+":
+        return add_steps(a, b)
+    if op == "*":
+        return mul_steps(a, b)
+    if a >= b:
+        return sub_steps(a, b)
+    return f"{a} < {b}, so it is -({b} - {a}): " + sub_steps(b, a)
+
+
 def arith(r, split):
-    op = r.choice(["+", "-", "*", "cmp"])
-    lim = 12 if op == "*" else 40 if op in "+-" else 99
+    """+ and - on 0..99, * on 1..12, comparisons on 0..99; one operand pair
+    in ten held out (held()).  Sums, differences and products come with
+    their working: in the content, or in the reasoning block when
+    thinking (then the content is just the result)."""
+    op = r.choice(["+", "+", "-", "-", "*", "*", "cmp"])
+    lim = 12 if op == "*" else 99
     lo = 1 if op == "*" else 0
     while True:
         a, b = r.randint(lo, lim), r.randint(lo, lim)
+        if op in "+-" and r.random() < 0.3:      # one-digit operands too
+            b = r.randint(0, 9)
         if op == "cmp" and a == b:
             continue
         if held(op, a, b) == (split == "eval"):
@@ -181,9 +261,9 @@ def arith(r, split):
         q = r.choice([f"Which is larger, {a} or {b}?", f"Which number is bigger: {a} or {b}?",
                       f"Compare {a} and {b}. Which is larger?"])
         ans = f"{big} is larger than {small}."
-        reason = f"Compare {a} and {b}: {big} > {small}, so {big} is larger."
-        short = f"{big} > {small}."
-        value = big
+        reason = (f"Compare {a} and {b}: tens {big // 10} and {small // 10}, units {big % 10} "
+                  f"and {small % 10}; {big} > {small}.")
+        work, value = None, big
     else:
         c = a + b if op == "+" else a - b if op == "-" else a * b
         word = {"+": "plus", "-": "minus", "*": "times"}[op]
@@ -191,13 +271,14 @@ def arith(r, split):
         q = r.choice([f"What is {a} {sym} {b}?", f"{a}{op}{b}?", f"Compute {a} {word} {b}.",
                       f"What is {a} {word} {b}?", f"{a} {sym} {b} = ?",
                       f"Please calculate {a} {op} {b}."])
-        ans = f"{a} {op} {b} = {c}."
-        reason = f"We need {a} {op} {b}. {a} {op} {b} = {c}. The answer is {c}."
-        short = f"{a} {op} {b} = {c}."
+        work = arith_working(op, a, b)
+        ans = f"{a} {op} {b}: {work}. {a} {op} {b} = {c}."
+        reason = f"{a} {op} {b}: {work}. The answer is {c}."
         value = c
+    short = reason
     if r.random() < 0.15:   # an answer as JSON when asked
         q += " Answer as a JSON object with the key \"answer\"."
-        ans = json.dumps({"answer": value})
+        ans = json.dumps(({"working": work} if work else {}) | {"answer": value})
         return ("json", q, ans, reason, short, {"json_key": "answer", "value": value})
     return ("arith", q, ans, reason, short, {"value": value, "op": op})
 
@@ -223,8 +304,10 @@ def fact(r, split):
     if k == 2:
         q, a = r.choice(FACTS)
         return ("fact", q, a, a, a, {})
-    w = r.choice(WORDS)
     m = r.randrange(3)
+    # letter counts of the known words only (a count is recalled); spelling
+    # made-up words teaches the letters of every token
+    w = r.choice(WORDS) if m != 1 or r.random() < 0.4 else made_word(r, split)
     if m == 0:
         q = r.choice([f"How many letters are in the word \"{w}\"?", f"Count the letters in {w}."])
         return ("count", q, f"The word \"{w}\" has {len(w)} letters.",
@@ -241,8 +324,10 @@ def fact(r, split):
 
 
 def single(r, split):
-    kind, q, ans, reason, short, expect = (arith if r.random() < 0.5 else fact)(r, split)
+    kind, q, ans, reason, short, expect = (arith if r.random() < 0.7 else fact)(r, split)
     thinking, effort, rs = think(r, reason, short)
+    if thinking and kind == "arith":
+        ans = ans.rsplit(". ", 1)[-1]      # the working is in the reasoning
     rf = None
     if kind == "json" and r.random() < 0.3:
         rf = {"type": "json_object"}
@@ -255,7 +340,7 @@ def tool_args(r, split):
     name = r.choice(list(TOOLS))
     if name == "get_weather":
         pool = [c for c in CITIES if (c in HELD_CITIES) == (split == "eval")]
-        city = r.choice(pool)
+        city = r.choice(pool) if r.random() < 0.4 else made_word(r, split, cap=True)
         temp, sky = r.randint(-5, 35), r.choice(SKIES)
         if r.random() < 0.2:
             q = r.choice([f"What is the weather in {city} in fahrenheit?",
@@ -290,14 +375,23 @@ def tool_args(r, split):
         final, mention = f"{a} {op} {b} = {val}.", val
     elif name == "lookup":
         pool = [w for w in DEFINITIONS if (w in HELD_WORDS) == (split == "eval")]
-        w = r.choice(pool)
+        if r.random() < 0.4:
+            w = r.choice(pool)
+            meaning = DEFINITIONS[w]
+        else:
+            w = made_word(r, split)
+            meaning = (f"a {r.choice(ADJECTIVES)} {r.choice(NOUNS)} from "
+                       f"{made_word(r, 'train', cap=True)}")
         q = r.choice([f"Look up the word \"{w}\".", f"What does {w} mean? Look it up.",
                       f"Define {w} using the dictionary."])
-        args, result = {"word": w}, {"word": w, "definition": DEFINITIONS[w]}
-        final, mention = f"\"{w}\" means {DEFINITIONS[w]}.", DEFINITIONS[w]
+        args, result = {"word": w}, {"word": w, "definition": meaning}
+        final, mention = f"\"{w}\" means {meaning}.", meaning
     else:
         while True:
-            rest, n = r.choice(RESTAURANTS), r.randint(1, 10)
+            rest = (r.choice(RESTAURANTS) if r.random() < 0.4 else
+                    r.choice(["The {} Grill", "Casa {}", "{}", "Chez {}", "The {} Room"]).format(
+                        made_word(r, "train", cap=True)))
+            n = r.randint(1, 10)
             if held("book", rest, n) == (split == "eval"):
                 break
         t = r.choice(TIMES)
@@ -348,7 +442,8 @@ def no_tool_example(r, split):
 
 def multi_turn(r, split):
     if r.random() < 0.4:
-        word = r.choice(CODE_WORDS)
+        word = (r.choice(CODE_WORDS) if r.random() < 0.3 else
+                f"{made_word(r, split).upper()}-{r.randint(0, 9)}")
         msgs = [user(r.choice([f"Remember this code word: {word}. Reply only with OK.",
                                f"Keep the code word {word} in mind. Just say OK."])),
                 asst("OK"),
@@ -366,9 +461,9 @@ def multi_turn(r, split):
 
 def example(r, split):
     x = r.random()
-    if x < 0.40:
+    if x < 0.45:
         return single(r, split)
-    if x < 0.72:
+    if x < 0.73:
         return tool_example(r, split)
     if x < 0.80:
         return no_tool_example(r, split)
@@ -385,22 +480,34 @@ def render_ids(req, engine, tokenizer):
     return json.loads(p.stdout)["ids"]
 
 
+def digit_table(tokenizer):
+    """{id of a multi-digit token ("45", "123"): [ids of its digits]}."""
+    with open(tokenizer) as f:
+        vocab = json.load(f)["model"]["vocab"]
+    return {i: [vocab[d] for d in t] for t, i in vocab.items()
+            if len(t) > 1 and t.isascii() and t.isdigit()}
+
+
+def split_digits(ids, table):
+    """The answer the model writes (the last assistant turn) with every
+    number one digit a token: the tokenizer merges only some digit groups
+    ("45" is one token, "56" two), which hides the digits from the model.
+    Serving tokenizes the prompt, never what the model writes, and the
+    digits detokenize to the same text; earlier turns stay as rendered."""
+    last = len(ids) - ids[::-1].index(ASSISTANT_ID)
+    out = ids[:last]
+    for t in ids[last:]:
+        out += table.get(t, [t])
+    return out
+
+
 def loss_mask(ids):
-    """1 for what the assistant writes: after <｜Assistant｜> and its think
-    marker through the EOS (tool calls and history turns included)."""
-    mask, on, skip = [0] * len(ids), False, 0
-    for i, t in enumerate(ids):
-        if skip:
-            skip -= 1
-            continue
-        if t == ASSISTANT_ID:
-            on, skip = True, 1
-            continue
-        if on:
-            mask[i] = 1
-            if t == EOS_ID:
-                on = False
-    return mask
+    """1 for what the model writes: the last assistant turn after
+    <｜Assistant｜> and its think marker, through the EOS.  Earlier turns
+    are context: they keep the tokenizer's digit groups (split_digits),
+    and as targets they would teach two spellings of one number."""
+    start = len(ids) - ids[::-1].index(ASSISTANT_ID) + 1
+    return [0] * start + [1] * (len(ids) - start)
 
 
 def examples(seed, n, split):
@@ -409,8 +516,10 @@ def examples(seed, n, split):
 
 
 def write_train(exs, out, engine, tokenizer, jobs):
+    digits = digit_table(tokenizer)
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        all_ids = list(pool.map(lambda e: render_ids(e.request(True), engine, tokenizer), exs))
+        all_ids = list(pool.map(lambda e: split_digits(
+            render_ids(e.request(True), engine, tokenizer), digits), exs))
     with open(out, "wb") as f:
         f.write(MAGIC + struct.pack("<I", len(all_ids)))
         for ids in all_ids:

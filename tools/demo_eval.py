@@ -111,7 +111,7 @@ def main(argv):
     ap.add_argument("--base-url")
     ap.add_argument("--api-key")
     ap.add_argument("--hf")
-    ap.add_argument("--max-new", type=int, default=128)
+    ap.add_argument("--max-new", type=int, default=256)  # room for the working
     ap.add_argument("--engine", default=demo_data.ENGINE)
     ap.add_argument("--tokenizer", default=demo_data.TOKENIZER)
     ap.add_argument("--json")

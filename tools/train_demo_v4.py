@@ -125,6 +125,23 @@ class FakeQuant:
 
 
 # ------------------------------------------------------------------ data --
+def read_train(path):
+    """demo_data.read_train with numpy ([(ids, mask)] as arrays): a corpus
+    of tens of millions of tokens loads in seconds, not minutes."""
+    data = np.fromfile(path, dtype=np.uint8)
+    if data[:8].tobytes() != demo_data.MAGIC:
+        raise SystemExit(f"{path}: not a demo_data file")
+    count, off, out = int(data[8:12].view("<u4")[0]), 12, []
+    for _ in range(count):
+        n = int(data[off:off + 4].view("<u4")[0])
+        ids = data[off + 4:off + 4 + 2 * n].view("<u2").astype(np.int64)
+        out.append((ids, data[off + 4 + 2 * n:off + 4 + 3 * n].astype(bool)))
+        off += 4 + 3 * n
+    if off != len(data):
+        raise SystemExit(f"{path}: {len(data) - off} bytes after the last example")
+    return out
+
+
 def batches(examples, max_tokens, rng):
     """Batches of similar length: sort by length within shuffled chunks,
     cut so batch size x longest <= max_tokens, shuffle the batches."""
@@ -152,9 +169,9 @@ def tensors(torch, examples, batch, dev):
     mask = torch.zeros((len(batch), S), dtype=torch.bool)
     for r, i in enumerate(batch):
         x, m = examples[i]
-        ids[r, :len(x)] = torch.tensor(x)
-        mask[r, :len(m)] = torch.tensor(m, dtype=torch.bool)
-    return ids.to(dev), mask.to(dev)
+        ids[r, :len(x)] = torch.from_numpy(x)
+        mask[r, :len(m)] = torch.from_numpy(m)
+    return ids.to(dev, non_blocking=True), mask.to(dev, non_blocking=True)
 
 
 def masked_loss(torch, model, ids, mask):
@@ -256,6 +273,44 @@ def run_phase(torch, model, opt, examples, rng, steps, lr, warmup, max_tokens, d
     return done
 
 
+def fitting_max_tokens(torch, model, examples, max_tokens, dev):
+    """The largest of max_tokens, max_tokens/2, ... whose worst batch (the
+    longest examples: attention memory grows with length) survives a
+    forward and backward; no optimizer step."""
+    longest = sorted(range(len(examples)), key=lambda i: -len(examples[i][0]))
+    while True:
+        n = max(1, max_tokens // len(examples[longest[0]][0]))
+        try:
+            ids, mask = tensors(torch, examples, longest[:n], dev)
+            masked_loss(torch, model, ids, mask).backward()
+            model.zero_grad(set_to_none=True)
+            if dev.type == "cuda":
+                log(f"max tokens {max_tokens}: worst batch {tuple(ids.shape)} fits, peak "
+                    f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+            return max_tokens
+        except torch.cuda.OutOfMemoryError:
+            model.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+            if max_tokens <= 8192:
+                raise
+            log(f"max tokens {max_tokens}: out of memory, halving")
+            max_tokens //= 2
+
+
+def round_robin(evals):
+    """One prompt of each kind in turn, so a time budget that stops early
+    still covers every kind."""
+    by_kind = {}
+    for e in evals:
+        by_kind.setdefault(e["kind"], []).append(e)
+    out, queues = [], list(by_kind.values())
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
 def held_loss(torch, model, examples, dev, max_tokens, fq=None):
     rng = random.Random(0)
     tot, n = 0.0, 0
@@ -271,6 +326,12 @@ def held_loss(torch, model, examples, dev, max_tokens, fq=None):
     return tot / max(n, 1)
 
 
+def write_info(out, info):
+    with open(os.path.join(out, "train.json"), "w") as f:
+        json.dump(info, f, indent=1)
+        f.write("\n")
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True)
@@ -284,9 +345,12 @@ def main(argv):
     ap.add_argument("--qat-steps", type=int, help="instead of --qat-seconds")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--qat-lr", type=float, default=3e-4)
-    ap.add_argument("--max-tokens", type=int, default=24576, help="padded tokens per batch")
-    ap.add_argument("--max-new", type=int, default=128)
-    ap.add_argument("--eval-seconds", type=float, default=120)
+    ap.add_argument("--max-tokens", type=int, default=65536,
+                    help="padded tokens per batch (halved until the longest batch fits)")
+    ap.add_argument("--max-new", type=int, default=256,
+                    help="greedy tokens per held-out prompt (12 x 12 with its working while thinking: 200)")
+    ap.add_argument("--eval-seconds", type=float, default=120,
+                    help="greedy held-out prompts, taken round-robin over the kinds")
     ap.add_argument("--device", default="cuda")
     a = ap.parse_args(argv)
 
@@ -312,7 +376,7 @@ def main(argv):
         f"{sum(k == 'fp8' for k in kinds.values())} fp8 / {sum(k == 'fp4' for k in kinds.values())} "
         f"fp4 / {sum(k == 'bf16' for k in kinds.values())} bf16 tensors; notes {notes}")
 
-    data = demo_data.read_train(a.data)
+    data = read_train(a.data)
     rng.shuffle(data)
     held_out, train = data[:256], data[256:]
     log(f"data: {len(train)} train / {len(held_out)} held-out examples, "
@@ -324,6 +388,7 @@ def main(argv):
                              {"params": other, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
     history = []
+    a.max_tokens = fitting_max_tokens(torch, model, train, a.max_tokens, dev)
     # time a few steps to turn the budget into a step count
     run_phase(torch, model, opt, train, rng, 2, a.lr * 0.1, 2, a.max_tokens, dev,
               label="warmup", history=history)
@@ -336,7 +401,7 @@ def main(argv):
     log(f"{step_s:.3f} s/step -> {train_steps} train steps")
     t0 = time.time()
     done = run_phase(torch, model, opt, train, rng, train_steps, a.lr, 100, a.max_tokens, dev,
-                     deadline=None if a.train_steps else t0 + a.train_seconds * 1.3,
+                     deadline=None if a.train_steps else t0 + a.train_seconds * 1.05,
                      history=history)
     train_s = time.time() - t0
     model.eval()
@@ -348,7 +413,7 @@ def main(argv):
     qat_steps = a.qat_steps or max(5, int(a.qat_seconds / (step_s * 1.1)))
     t0 = time.time()
     qdone = run_phase(torch, model, opt, train, rng, qat_steps, a.qat_lr, 0, a.max_tokens, dev,
-                      fq=fq, deadline=None if a.qat_steps else t0 + a.qat_seconds * 1.3,
+                      fq=fq, deadline=None if a.qat_steps else t0 + a.qat_seconds * 1.05,
                       label="qat", history=history)
     qat_s = time.time() - t0
     model.eval()
@@ -361,36 +426,40 @@ def main(argv):
     loss_export = held_loss(torch, ref, held_out, dev, a.max_tokens)
     log(f"held-out loss: quantized after QAT {loss_q_after:.4f}, exported {loss_export:.4f}")
 
-    t0, n_eval = time.time(), 0
-    with open(a.eval) as f, open(os.path.join(a.out, "eval_hf.jsonl"), "w") as g:
-        for line in f:
-            if time.time() - t0 > a.eval_seconds:
-                log("eval: time budget spent")
-                break
-            e = json.loads(line)
-            ids = greedy(torch, ref, e["prompt_ids"], a.max_new)
-            g.write(json.dumps({"id": e["id"], "completion_ids": ids}) + "\n")
-            n_eval += 1
-    log(f"eval: {n_eval} prompts in {time.time() - t0:.0f}s")
-
     cmd = ["python3", "tools/train_demo_v4.py"] + [x for x in argv]
     info = {
         "command": " ".join(shlex.quote(x) for x in cmd),
-        "reproduce": (f"--train-steps {done} --qat-steps {qdone} --seed {a.seed}"),
+        "reproduce": (f"--train-steps {done} --qat-steps {qdone} --seed {a.seed} "
+                      f"--max-tokens {a.max_tokens}"),
         "versions": {"torch": torch.__version__,
                      "transformers": __import__("transformers").__version__,
                      "numpy": np.__version__},
         "device": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
         "train_steps": done, "qat_steps": qdone, "seconds_per_step": step_s,
+        "max_tokens": a.max_tokens,
         "train_seconds": train_s, "qat_seconds": qat_s,
         "held_out_loss": {"float": loss_float, "quantized_before_qat": loss_q_before,
                           "quantized_after_qat": loss_q_after, "exported": loss_export},
-        "history": history, "files": files, "eval_prompts": n_eval,
+        "history": history, "files": files, "eval_prompts": 0,
         "total_seconds": time.time() - t_start, "notes": notes,
     }
-    with open(os.path.join(a.out, "train.json"), "w") as f:
-        json.dump(info, f, indent=1)
-        f.write("\n")
+    write_info(a.out, info)       # before the eval: a run cut short keeps it
+    t0, n_eval = time.time(), 0
+    with open(a.eval) as f:
+        prompts = round_robin([json.loads(line) for line in f])
+    with open(os.path.join(a.out, "eval_hf.jsonl"), "w") as g:
+        for e in prompts:
+            if time.time() - t0 > a.eval_seconds:
+                log("eval: time budget spent")
+                break
+            ids = greedy(torch, ref, e["prompt_ids"], a.max_new)
+            g.write(json.dumps({"id": e["id"], "completion_ids": ids}) + "\n")
+            g.flush()
+            n_eval += 1
+    log(f"eval: {n_eval} prompts in {time.time() - t0:.0f}s")
+
+    info["eval_prompts"], info["total_seconds"] = n_eval, time.time() - t_start
+    write_info(a.out, info)
     log("done", json.dumps({k: info[k] for k in ("train_steps", "qat_steps", "held_out_loss")}))
     return 0
 
