@@ -6,7 +6,9 @@
  * INC_REL); the logits stay near the transformers golden (float32) within
  * a bound per dtype, and greedy tokens agree; the layout's bytes per
  * token shrink as the format says; the logits CLI takes
- * --kv-cache-dtype.  The backend is $LLM_TEST_BACKEND (default cpu). */
+ * --kv-cache-dtype, and on the CPU --gemm-mode fp8 (DeepSeek's FP8
+ * numerics, as a recipe's gemm_mode gives them).  The backend is
+ * $LLM_TEST_BACKEND (default cpu). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,6 +169,42 @@ static void fixture(const char *name)
            "logits CLI refuses --kv-cache-dtype fp16: %s", msg.data ? msg.data : "");
         remove(tmp);
         sb_free(&msg);
+        if (!strcmp(backend, "cpu")) {
+            /* --gemm-mode fp8: the CPU's fp8 mode in process, bit for bit,
+             * and not the float32 numerics */
+            v4_options o8 = { .tp = 1, .cache_tokens = n, .backend = "cpu",
+                              .modes = { .gemm = BACKEND_GEMM_FP8 } };
+            float *ref = malloc(ng * sizeof *ref);
+            int V8 = 0;
+            int rr = fixture_logits(dir, &o8, false, ids, n, ref, &V8, NULL);
+            sb_reset(&cmd);
+            sb_printf(&cmd, "%s logits --model %s --backend cpu --gemm-mode fp8 --out %s --ids ",
+                      build_path("bin/llm-engine"), dir, tmp);
+            for (int i = 0; i < n; i++) sb_printf(&cmd, "%s%d", i ? "," : "", ids[i]);
+            rc = system(cmd.data);
+            nc = 0;
+            cli = rc == 0 ? read_f32(tmp, &nc) : NULL;
+            double dg = 0, zg = 0;
+            for (size_t i = 0; cli && nc == ng && i < ng; i++)
+                dg += (cli[i] - gold[i]) * (double)(cli[i] - gold[i]), zg += gold[i] * (double)gold[i];
+            ok(rr == 0 && cli && nc == ng && !memcmp(cli, ref, ng * sizeof *cli) && dg > 0,
+               "logits CLI --gemm-mode fp8 writes the CPU's fp8-mode logits (exit %d, %zu "
+               "floats; rel L2 to the float32 golden %.3g)", rc, nc, zg > 0 ? sqrt(dg / zg) : 0);
+            free(cli);
+            free(ref);
+            remove(tmp);
+            sb_reset(&cmd);
+            sb_printf(&cmd, "%s logits --model %s --gemm-mode fp16 --ids 1 --out %s 2>%s",
+                      build_path("bin/llm-engine"), dir, tmp, tmp);
+            rc = system(cmd.data);
+            sb_init(&msg);
+            sb_read_file(&msg, tmp);
+            ok(WIFEXITED(rc) && WEXITSTATUS(rc) == 2 && msg.data &&
+               strstr(msg.data, "--gemm-mode must be bf16x2, bf16, f32 or fp8"),
+               "logits CLI refuses --gemm-mode fp16: %s", msg.data ? msg.data : "");
+            remove(tmp);
+            sb_free(&msg);
+        }
         sb_free(&cmd);
     }
     free(full), free(inc), free(gold), free(ids);

@@ -34,7 +34,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: llm-engine logits --model DIR --ids 1,2,3 [--tp N] "
             "[--mode full|incremental] [--backend cpu|cuda] [--threads N] "
-            "[--kv-cache-dtype auto|bf16|fp8] --out FILE\n");
+            "[--kv-cache-dtype auto|bf16|fp8] [--gemm-mode bf16x2|bf16|f32|fp8] --out FILE\n");
     return 2;
 }
 
@@ -52,6 +52,18 @@ int cmd_logits(int argc, char **argv)
         else if (!strcmp(a, "--backend")) opt.backend = v;
         else if (!strcmp(a, "--tp")) opt.tp = atoi(v);
         else if (!strcmp(a, "--threads")) opt.threads_per_rank = atoi(v);
+        else if (!strcmp(a, "--gemm-mode")) {
+            /* the recipe's gemm_mode: on the CPU only fp8 changes the
+             * numerics (DeepSeek's act_quant), on CUDA each mode */
+            int g = 0;
+            while (backend_gemm_names[g] && strcmp(backend_gemm_names[g], v)) g++;
+            if (!backend_gemm_names[g]) {
+                fprintf(stderr, "llm-engine logits: --gemm-mode must be bf16x2, bf16, f32 or "
+                        "fp8\n");
+                return 2;
+            }
+            opt.modes.gemm = g;
+        }
         else if (!strcmp(a, "--kv-cache-dtype")) {
             int t = v4_kv_dtype_parse(v);
             if (t < 0) {

@@ -1,0 +1,11 @@
+build-cpu/obj/engine/serve/req_output.o: engine/serve/req_output.c \
+ engine/serve/runner.h engine/ipc/llm_ipc.h engine/serve/recipe.h \
+ engine/model/backend_modes.h engine/text/chat_render.h \
+ engine/util/strbuf.h engine/serve/req_output.h
+engine/serve/runner.h:
+engine/ipc/llm_ipc.h:
+engine/serve/recipe.h:
+engine/model/backend_modes.h:
+engine/text/chat_render.h:
+engine/util/strbuf.h:
+engine/serve/req_output.h:

@@ -1,0 +1,12 @@
+build-cpu/obj/engine/text/tokenizer_load.o: engine/text/tokenizer_load.c \
+ engine/util/json.h engine/util/strbuf.h engine/text/tokenizer_impl.h \
+ engine/util/hashmap.h engine/text/onig_regex.h engine/util/strbuf.h \
+ engine/text/tokenizer.h engine/util/utf8.h
+engine/util/json.h:
+engine/util/strbuf.h:
+engine/text/tokenizer_impl.h:
+engine/util/hashmap.h:
+engine/text/onig_regex.h:
+engine/util/strbuf.h:
+engine/text/tokenizer.h:
+engine/util/utf8.h:

@@ -1,0 +1,3 @@
+build-cpu/obj/engine/util/hashmap.o: engine/util/hashmap.c \
+ engine/util/hashmap.h
+engine/util/hashmap.h:
