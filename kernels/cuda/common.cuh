@@ -46,21 +46,40 @@ inline bool cu_pdl()
 
 // The arguments convert to the kernel's parameter types (as with <<<>>>).
 template <typename T> struct same_type { using type = T; };
+// cluster_y > 0: the blocks in clusters of (1, cluster_y, 1) (distributed
+// shared memory; matmul_mma.cu).
 template <typename... P>
-void cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-               typename same_type<P>::type... args)
+cudaError_t cu_launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                              cudaStream_t st, unsigned cluster_y,
+                              typename same_type<P>::type... args)
 {
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute at[2];
+    int n = 0;
+    if (cluster_y) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = 1, at[n].val.clusterDim.y = cluster_y, at[n].val.clusterDim.z = 1;
+        n++;
+    }
+    if (cu_pdl()) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cfg.attrs = at;
-    cfg.numAttrs = cu_pdl() ? 1 : 0;
-    cudaLaunchKernelEx(&cfg, kernel, args...);
+    cfg.numAttrs = n;
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+template <typename... P>
+void cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+               typename same_type<P>::type... args)
+{
+    cu_launch_cluster(kernel, grid, block, smem, st, 0, args...);
 }
 
 __device__ __forceinline__ float bf16f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }

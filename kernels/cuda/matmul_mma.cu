@@ -317,22 +317,11 @@ bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T
     size_t psum = (size_t)8 * 32 * (TP + 1) * 4 + (size_t)32 * bWM * TP * 4;   // part, recv
     if (smem < psum) smem = psum;
     dim3 grid((unsigned)(best / bKS), bKS);
-    cudaLaunchAttribute at[2];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 1, at[0].val.clusterDim.y = bKS, at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = SM_THREADS;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cfg.attrs = at;
-    cfg.numAttrs = cu_pdl() ? 2 : 1;
 #define SMM(Q, N, S)                                                                             \
     do {                                                                                         \
         smem_attr<Q * 64 + N * 2 + S>(smm_kernel<Q, N, S>, smem);                                \
-        return smm_started(cudaLaunchKernelEx(&cfg, smm_kernel<Q, N, S>, a));                      \
+        return smm_started(                                                                      \
+            cu_launch_cluster(smm_kernel<Q, N, S>, grid, SM_THREADS, smem, st, bKS, a));         \
     } while (0)
     if (w.type == QT_FP8) {
         if (!split) SMM(QT_FP8, 8, false);

@@ -134,6 +134,23 @@ void cu_hc_logits(cudaStream_t st, const float *h, int T, int n, const float *fn
     if (T > 0) cu_launch(hc_logits_kernel, dim3(nmix, T), 512, 0, st, h, n, fn, norm_eps, m);
 }
 
+// The 8 warps' sums of a lane's token, added in warp order (the many-
+// token logits' fixed order): red[lane][j] for the NMP logits, rss[lane]
+// for the sum of squares.  Every warp's sums are in when it returns.
+template <int NMP>
+__device__ __forceinline__ void hc_sum_warps(float (*red)[NMP + 1], double *rss, const float *acc,
+                                             double ss, int warp, int lane)
+{
+    for (int w = 0; w < 8; w++) {
+        if (warp == w) {
+#pragma unroll
+            for (int j = 0; j < NMP; j++) red[lane][j] = w ? red[lane][j] + acc[j] : acc[j];
+            rss[lane] = w ? rss[lane] + ss : ss;
+        }
+        __syncthreads();
+    }
+}
+
 // Many tokens: the same logits for HCL_T tokens per block, all nmix of
 // them, so fn is read once per HCL_T tokens (from L2) instead of once per
 // token.  K runs in chunks of HCL_K columns staged in shared memory (h
@@ -202,14 +219,7 @@ __global__ void __launch_bounds__(256) hc_logits_tile_kernel(const float *h, int
             }
         }
     }
-    for (int w = 0; w < 8; w++) {
-        if (warp == w) {
-#pragma unroll
-            for (int j = 0; j < NMP; j++) red[lane][j] = w ? red[lane][j] + acc[j] : acc[j];
-            rss[lane] = w ? rss[lane] + ss : ss;
-        }
-        __syncthreads();
-    }
+    hc_sum_warps<NMP>(red, rss, acc, ss, warp, lane);
     for (int i = tid; i < HCL_T * nmix; i += 256) {
         int t = i / nmix, j = i % nmix;
         if (t0 + t < T)
@@ -734,14 +744,7 @@ __global__ void __launch_bounds__(256, 2) hc_post_logits_kernel(float *h, const 
     }
     float (*red)[NMP + 1] = (float (*)[NMP + 1])&hs[0][0];
     __syncthreads();
-    for (int w = 0; w < 8; w++) {
-        if (warp == w) {
-#pragma unroll
-            for (int j = 0; j < NMP; j++) red[lane][j] = w ? red[lane][j] + acc[j] : acc[j];
-            rss[lane] = w ? rss[lane] + ss : ss;
-        }
-        __syncthreads();
-    }
+    hc_sum_warps<NMP>(red, rss, acc, ss, warp, lane);
     for (int i = tid; i < HCM_T * NMIX; i += 256) {
         int tt = i / NMIX, j = i % NMIX, tg = blockIdx.x * HCM_T + tt;
         if (tg < T)

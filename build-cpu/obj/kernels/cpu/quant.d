@@ -1,3 +1,0 @@
-build-cpu/obj/kernels/cpu/quant.o: kernels/cpu/quant.c \
- kernels/cpu/quant.h
-kernels/cpu/quant.h:

@@ -1,3 +1,0 @@
-build-cpu/obj/kernels/cpu/threadpool.o: kernels/cpu/threadpool.c \
- kernels/cpu/threadpool.h
-kernels/cpu/threadpool.h:
