@@ -665,7 +665,17 @@ static void cu_moe_op(backend *b, const moe_args *a)
     // separate GEMVs share a row's loads over the 8 tokens better), so
     // more tokens take the separate launches below.
     const char *fe = getenv("LLM_CUDA_MOE_DECODE");
-    if (T <= (fe ? atoi(fe) : 1) && T <= 8) {
+    int fused_t = 1;
+    if (fe) {
+        char *end;
+        long v = strtol(fe, &end, 10);
+        if (end == fe || *end || v < 0 || v > 8) {
+            fail(c, "LLM_CUDA_MOE_DECODE=%s: expected 0 to 8 tokens", fe);
+            return;
+        }
+        fused_t = (int)v;
+    }
+    if (T <= fused_t) {
         cu_moe_dec m = { T, K, E, w1, w3, w2, s1, s3, s2, a->x, sc, a->bias, H, a->tid2eid,
                          a->tid_i64, a->sigmoid_scores, ids, a->routed_scale, a->limit, idx, wt,
                          g, sg, a->out };
