@@ -92,7 +92,8 @@ int main(void)
     /* 16 batched tokens: every prompt is prefilled in several chunks */
     snprintf(extra, sizeof extra,
              "max_model_len: %d\ntensor_parallel_size: 2\nmax_num_batched_tokens: 16\n"
-             "kv_cache_memory_bytes: 64MiB\nmodel:\n  path: %s\n  served_model_name: demo\n",
+             "kv_cache_memory_bytes: 64MiB\nlog_stats_interval: 0.05\n"
+             "model:\n  path: %s\n  served_model_name: demo\n",
              MAX_LEN, path);
     const char *recipe = h_recipe(name, 2, 8, extra);
     /* h_recipe writes a placeholder model mapping first; drop it */
@@ -110,7 +111,7 @@ int main(void)
         fclose(f);
         sb_free(&r);
     }
-    h_start_engine_with(name, recipe, "model");
+    pid_t engine = h_start_engine_with(name, recipe, "model");
     if (h_attach_ready(&C, name, 15000)) {
         ok(0, "engine with the demo model is ready");
         return exit_status();
@@ -325,6 +326,45 @@ int main(void)
         llm_ipc_release(&C, &h);
     }
 
+    /* The statistics lines (log_stats_interval 0.05 s, and the last
+     * window at exit) account for every token the engine generated. */
+    {
+        uint64_t made = h_counter(&C, LLM_CTR_TOKENS_OUT);
+        kill(engine, SIGTERM);
+        is_int(h_wait_exit(engine, 15000), 0, "SIGTERM stops the idle engine");
+        char log[320];
+        snprintf(log, sizeof log, "%s/%s.log", h_run_dir, name);
+        strbuf text;
+        sb_init(&text);
+        sb_read_file(&text, log);
+        long long generated = 0, steps = 0, lines_seen = 0;
+        int well_formed = 1;
+        for (const char *p = text.data; p && (p = strstr(p, "stats over ")); p++) {
+            long long st, g;
+            double model;
+            const char *a = strstr(p, " steps, "), *b = strstr(p, "tok/s (");
+            b = b ? strstr(b + 1, "tok/s (") : NULL;   /* the second: generated */
+            const char *c = strstr(p, "a step: model ");
+            if (!a || !b || !c || sscanf(strstr(p, "s: ") + 3, "%lld", &st) != 1
+                || sscanf(b + 7, "%lld", &g) != 1 || sscanf(c + 14, "%lf", &model) != 1
+                || st < 1 || !(model > 0)) {
+                well_formed = 0;
+                break;
+            }
+            if (!lines_seen++) {
+                const char *e = strchr(p, '\n');
+                diag("%.*s", (int)(e ? e - p : 200), p);
+            }
+            steps += st;
+            generated += g;
+        }
+        ok(lines_seen >= 2 && well_formed, "%lld statistics lines, each with steps and the "
+           "model's time a step", lines_seen);
+        ok(generated == (long long)made && steps >= generated / 8,
+           "their generated tokens add up to the tokens_out counter (%lld, %llu)", generated,
+           (unsigned long long)made);
+        sb_free(&text);
+    }
     sb_free(&lines);
     sb_free(&content);
     llm_ipc_detach(&C);

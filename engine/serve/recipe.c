@@ -102,6 +102,7 @@ static const struct field top_fields[] = {
     { "kv_offloading_filesystem_size", F_FLOAT, OFF(kv_offloading_filesystem_size), 0, 1 << 24,
       true, NULL, NULL },
     { "cpu_threads", F_INT, OFF(cpu_threads), 0, 1024, false, NULL, NULL },
+    { "log_stats_interval", F_FLOAT, OFF(log_stats_interval), 0, 86400, false, NULL, NULL },
     { "gemm_mode", F_ENUM, OFF(modes.gemm), 0, 0, false, backend_gemm_names, NULL },
     { "moe_kernel", F_ENUM, OFF(modes.moe), 0, 0, false, backend_moe_names, NULL },
     { "attn_tokens", F_INT, OFF(modes.attn_tokens), 1, BACKEND_ATTN_TOKENS_MAX, false, NULL, NULL },
@@ -440,6 +441,7 @@ static void set_defaults(recipe *r)
     r->modes = (backend_modes)BACKEND_MODES_DEFAULT;
     r->enable_prefix_caching = true;
     r->kv_offloading_filesystem_size = 64;
+    r->log_stats_interval = 10;
     r->temperature = 1.0;
     r->top_p = 1.0;
     r->top_k = -1;

@@ -43,6 +43,7 @@ typedef struct {
     char   *kv_offloading_path;      /* its directory */
     double  kv_offloading_filesystem_size;  /* GiB it may hold (default 64) */
     int     cpu_threads;             /* CPU backend threads per rank, 0 = auto */
+    double  log_stats_interval;      /* seconds between step statistics lines, 0 = off */
     backend_modes modes;             /* gemm_mode, moe_kernel, attn_tokens (cuda) */
 
     /* speculative decoding (null in every shipped recipe) */

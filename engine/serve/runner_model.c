@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "chat_encode.h"
@@ -73,6 +74,14 @@ struct model_runner {
     struct model_req    *prep_head;    /* jobs not yet taken */
     struct model_req    *pending;      /* sequences prepare() took, not yet finished */
     int             wake;         /* eventfd: a job is done */
+    /* serving statistics (stats_step): the current window */
+    struct step_stats {
+        uint64_t  t0, last_end;         /* window start; end of the last step */
+        long long steps, mixed, seqs;   /* steps, those with a prefill chunk, items */
+        long long prompt, generated;    /* prompt tokens fed, tokens sampled */
+        uint64_t  model_ns, mixed_ns, host_ns, gap_ns, gaps;
+        long long captures, replays;    /* the model's graph counts at t0 */
+    } st;
 };
 
 enum prep_state { PREP_QUEUED, PREP_RUNNING, PREP_DONE };
@@ -195,6 +204,8 @@ static void free_model_req(struct model_req *q)
 
 static void mr_unload(void *self);
 static void *prep_thread(void *arg);
+static uint64_t now_ns(void);
+static void stats_log(struct model_runner *R, uint64_t end);
 
 /* Load progress, in the server log's form. */
 static void load_log(void *user, const char *line)
@@ -312,6 +323,7 @@ static void mr_unload(void *self)
     pthread_mutex_destroy(&R->prep_mu);
     pthread_cond_destroy(&R->prep_cv);
     if (R->wake > 0) close(R->wake);
+    if (R->model && R->rc->log_stats_interval > 0) stats_log(R, now_ns());   /* the last window */
     if (R->model) v4_model_free(R->model);
     if (R->tok) tok_free(R->tok);
     for (size_t i = 0; i < sizeof R->lru / sizeof R->lru[0]; i++) {
@@ -1106,11 +1118,77 @@ static void take_token(struct model_runner *R, struct mchoice *q, float *logits)
     q->has_next = true;
 }
 
+/* ---- serving statistics ------------------------------------------------ */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* One line on the window's steps: where a step's time went.  The gaps
+ * between steps are the server loop's (requests, connections, admission);
+ * a pause of 50 ms or more is idle time and not counted. */
+static void stats_log(struct model_runner *R, uint64_t end)
+{
+    struct step_stats *w = &R->st;
+    if (!w->steps) return;
+    long long cap = 0, rep = 0;
+    v4_model_graph_counts(R->model, &cap, &rep);
+    double s = (double)(end - w->t0) * 1e-9, ms = 1e-6;
+    long long dec = w->steps - w->mixed;
+    fprintf(stderr, "llm-engine[%s]: stats over %.1f s: %lld steps, %.1f sequences a step, "
+            "%lld with a prefill chunk; prompt %.0f tok/s (%lld), generated %.0f tok/s (%lld); "
+            "a step: model %.2f ms (decode only %.2f, with prefill %.2f), sampling and output "
+            "%.2f ms, between steps %.2f ms; CUDA graphs %lld replays, %lld captures\n",
+            R->rc->name, s, w->steps, (double)w->seqs / (double)w->steps, w->mixed,
+            (double)w->prompt / s, w->prompt, (double)w->generated / s, w->generated,
+            (double)w->model_ns * ms / (double)w->steps,
+            dec ? (double)(w->model_ns - w->mixed_ns) * ms / (double)dec : 0.0,
+            w->mixed ? (double)w->mixed_ns * ms / (double)w->mixed : 0.0,
+            (double)w->host_ns * ms / (double)w->steps,
+            w->gaps ? (double)w->gap_ns * ms / (double)w->gaps : 0.0,
+            rep - w->replays, cap - w->captures);
+    *w = (struct step_stats){ .last_end = w->last_end };
+}
+
+/* A step from t_start: items built until t_model, the forward pass until
+ * t_host, sampling and output until now. */
+static void stats_step(struct model_runner *R, uint64_t t_start, uint64_t t_model,
+                       uint64_t t_host, int items, int prompt, int generated)
+{
+    struct step_stats *w = &R->st;
+    uint64_t end = now_ns();
+    if (!w->steps) {
+        w->t0 = t_start;
+        v4_model_graph_counts(R->model, &w->captures, &w->replays);
+    }
+    if (w->last_end && t_start - w->last_end < 50000000ULL) {
+        w->gap_ns += t_start - w->last_end;
+        w->gaps++;
+    }
+    w->last_end = end;
+    w->steps++;
+    w->seqs += items;
+    w->prompt += prompt;
+    w->generated += generated;
+    w->model_ns += t_host - t_model;
+    if (prompt) {
+        w->mixed++;
+        w->mixed_ns += t_host - t_model;
+    }
+    w->host_ns += (t_model - t_start) + (end - t_host);
+    double every = R->rc->log_stats_interval;
+    if (every > 0 && (double)(end - w->t0) >= every * 1e9) stats_log(R, end);
+}
+
 static int mr_step(void *self, llm_request **batch, int n, strbuf *err)
 {
     struct model_runner *R = self;
-    int budget = R->rc->max_num_batched_tokens, n_items = 0;
+    int budget = R->rc->max_num_batched_tokens, n_items = 0, prompt = 0;
     struct mchoice *owner[R->max_batch];
+    uint64_t t_start = now_ns();
 
     /* decoding choices first (one token each), then prefill chunks (choice
      * 0's: the others fork from it); the scheduler admits at most
@@ -1132,6 +1210,7 @@ static int mr_step(void *self, llm_request **batch, int n, strbuf *err)
                     it->tokens = m->prompt.data + q->fed;
                     it->n_tokens = v4_seq_prefix_chunk(R->model, q->vs,
                                                        left < budget ? left : budget);
+                    prompt += it->n_tokens;
                 }
                 budget -= it->n_tokens;
                 it->seq = q->vs;
@@ -1144,7 +1223,9 @@ static int mr_step(void *self, llm_request **batch, int n, strbuf *err)
     if (!n_items) return 0;
     strbuf serr;
     sb_init(&serr);
+    uint64_t t_model = now_ns();
     int rc = v4_step(R->model, R->items, n_items, &serr);
+    uint64_t t_host = now_ns();
     if (rc) {
         while (serr.len && serr.data[serr.len - 1] == '\n') serr.data[--serr.len] = 0;
         if (rc != V4_STEP_NOMEM) {
@@ -1191,6 +1272,7 @@ static int mr_step(void *self, llm_request **batch, int n, strbuf *err)
             made++;
         }
     }
+    stats_step(R, t_start, t_model, t_host, n_items, prompt, made);
     return made;
 }
 
