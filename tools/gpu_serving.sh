@@ -130,6 +130,9 @@ stop_engine() {
 }
 sed -e "s|^run_dir:.*|run_dir: $work/run|" -e "s|^  path:.*|  path: $ckpt|" \
     -e "s|^backend:.*|backend: $backend|" conf/recipes/v4-flash-6l-1gpu.yaml > "$work/r.yaml"
+# the engine's statistics lines every 2 s: a step's time split into the
+# forward pass, sampling and output, the loop between steps
+echo "log_stats_interval: ${STATS_INTERVAL:-2}" >> "$work/r.yaml"
 if [ "$(left)" -gt 150 ]; then
     log "synth $layers layers of $config"
     t0=$(now)
@@ -212,12 +215,15 @@ PY
         [ "$(left)" -gt 40 ] || { echo "concurrency $c: skipped (time)"; continue; }
         n=$((c * 2)); [ $n -lt 8 ] && n=8
         log "bench-serve concurrency $c, $n requests, 1024 in, 128 out"
+        from=$(wc -l < "$out/serve-warm.log")
         timeout $(( $(left) - 20 )) "$b/llm-bench-serve" --base-url "http://127.0.0.1:$port" \
             --model v4-flash-6l --num-prompts $n --concurrency $c --input-len 1024 \
             --output-len 128 --json "$out/serve-c$c.json" > "$out/serve-c$c.txt" 2>&1
         echo "exit $?" >> "$out/serve-c$c.txt"
         grep -E 'Successful|Failed|duration|Output token|Total Token|Median TTFT|P99 TTFT|Median TPOT|P99 TPOT|P99 ITL|exit|failed' \
             "$out/serve-c$c.txt"
+        # the engine's statistics lines while this level ran
+        sed -n "$((from + 1)),\$p" "$out/serve-warm.log" | grep 'stats over' | sed 's/^[^:]*: //'
     done
     cp "$work/error.log" "$out/nginx-error.log" 2>/dev/null
     [ -f "$work/nginx.pid" ] && kill -QUIT "$(cat "$work/nginx.pid")"

@@ -257,7 +257,8 @@ int cmd_bench(int argc, char **argv)
     }
 
     int32_t *ids = malloc(maxp * sizeof *ids), *dec = malloc(maxb * sizeof *dec);
-    float *logits = malloc((size_t)maxb * V * sizeof *logits);
+    bool pinned;
+    float *logits = v4_logits_alloc(m, (size_t)maxb * V, &pinned);
     v4_seq **seqs = calloc(maxb, sizeof *seqs);
     v4_step_item *items = malloc(maxb * sizeof *items);
     v4_shard sh;
@@ -370,12 +371,12 @@ out:
     if (rc) fprintf(stderr, "llm-engine bench: %s", err.data);
     for (int j = 0; j < maxb; j++)
         if (seqs[j]) v4_seq_free(m, seqs[j]);
+    v4_logits_free(m, logits, pinned);
     v4_model_free(m);
     free(seqs);
     free(items);
     free(ids);
     free(dec);
-    free(logits);
     sb_free(&err);
     return rc;
 }

@@ -354,6 +354,21 @@ void v4_model_graph_counts(v4_model *m, long long *captures, long long *replays)
     }
 }
 
+float *v4_logits_alloc(v4_model *m, size_t n, bool *pinned)
+{
+    backend *be = m->ranks[0].be;
+    float *p = be->host_alloc ? be->host_alloc(be, n * sizeof *p) : NULL;
+    *pinned = p != NULL;
+    return p ? p : malloc(n * sizeof *p);
+}
+
+void v4_logits_free(v4_model *m, float *p, bool pinned)
+{
+    backend *be = m->ranks[0].be;
+    if (pinned) be->host_free(be, p);
+    else free(p);
+}
+
 long long v4_model_graph_kernels(v4_model *m)
 {
     backend *be = m->ranks[0].be;

@@ -81,6 +81,12 @@ void v4_model_mem(v4_model *m, size_t *free_bytes, size_t *total_bytes);
 /* Decode steps captured as graphs and replayed, over all ranks (0 and 0
  * on backends without graphs). */
 void v4_model_graph_counts(v4_model *m, long long *captures, long long *replays);
+/* n floats of host memory for the logits v4_step writes, the kind the
+ * backend copies into fastest (pinned on CUDA: a decode batch's logits
+ * arrive at DMA speed instead of through pageable staging), else malloc'd;
+ * *pinned says which, for v4_logits_free (before v4_model_free). */
+float *v4_logits_alloc(v4_model *m, size_t n, bool *pinned);
+void v4_logits_free(v4_model *m, float *p, bool pinned);
 /* Kernel launches in rank 0's graph captured last (a decode step when
  * decode ran last); 0 on backends that do not count. */
 long long v4_model_graph_kernels(v4_model *m);

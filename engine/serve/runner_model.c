@@ -55,7 +55,8 @@ struct model_runner {
     int64_t       probe_blocks;   /* user sequences leave these free */
     int           max_batch;      /* max_num_seqs + LLM_IPC_PROBE_SEATS */
     int64_t       pc_queries, pc_query_tokens, pc_hits, pc_hit_tokens;  /* admitted */
-    float        *logits;         /* [max_batch][vocab] */
+    float        *logits;         /* [max_batch][vocab] (v4_logits_alloc) */
+    bool          logits_pinned;
     float        *forked;         /* [2][vocab]: a prefill's logits, and a
                                    * copy a forked choice samples from */
     v4_step_item *items;
@@ -276,7 +277,8 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     R->bos = tok_bos_id(R->tok) >= 0 ? tok_bos_id(R->tok) : cfg->bos_id;
     R->eos = tok_eos_id(R->tok) >= 0 ? tok_eos_id(R->tok) : cfg->eos_id;
     recipe_chat_options(rc, &R->chat_defaults);
-    R->logits = malloc((size_t)R->max_batch * (size_t)R->vocab * sizeof *R->logits);
+    R->logits = v4_logits_alloc(R->model, (size_t)R->max_batch * (size_t)R->vocab,
+                                &R->logits_pinned);
     R->items = calloc((size_t)R->max_batch, sizeof *R->items);
     R->forked = malloc(2 * (size_t)R->vocab * sizeof *R->forked);
     if (!R->logits || !R->items || !R->forked) {
@@ -324,6 +326,7 @@ static void mr_unload(void *self)
     pthread_cond_destroy(&R->prep_cv);
     if (R->wake > 0) close(R->wake);
     if (R->model && R->rc->log_stats_interval > 0) stats_log(R, now_ns());   /* the last window */
+    if (R->logits) v4_logits_free(R->model, R->logits, R->logits_pinned);
     if (R->model) v4_model_free(R->model);
     if (R->tok) tok_free(R->tok);
     for (size_t i = 0; i < sizeof R->lru / sizeof R->lru[0]; i++) {
@@ -331,7 +334,6 @@ static void mr_unload(void *self)
         mask_cache_unref(R->lru[i].mc);
     }
     token_trie_free(R->trie);
-    free(R->logits);
     free(R->items);
     free(R->forked);
     free(R);
