@@ -296,6 +296,11 @@ struct backend {
     bool (*graph_end)(backend *b);
     void (*graph_counts)(backend *b, long long *captures, long long *replays);
     long long (*graph_kernels)(backend *b);
+    /* A hint (NULL: none): the ops issued next read these weights soon;
+     * the backend may start bringing them into its cache beside the ops
+     * issued in between (CUDA: an L2 prefetch on a second stream, after
+     * the ops issued so far).  Changes no result. */
+    void (*prefetch)(backend *b, const qweight *const *w, int n);
 
     void (*destroy)(backend *b);
 };

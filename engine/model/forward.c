@@ -122,6 +122,17 @@ static void proj_add(proj_list *p, const qweight *w, const float *x, float *y, i
     p->n++;
 }
 
+/* Decode steps (a few tokens: weights are read once, at memory speed)
+ * ask the backend to prefetch the weights of the matmuls ahead while
+ * latency-bound ops run (backend.h prefetch); prefill reuses each weight
+ * across thousands of tokens and asks nothing. */
+#define PREFETCH_MAX_TOKENS 64
+
+static void prefetch(backend *be, int T, const qweight *const *w, int n)
+{
+    if (be->prefetch && T <= PREFETCH_MAX_TOKENS) be->prefetch(be, w, n);
+}
+
 /* norm_w not NULL: every x is xn, RMS-normalized first (in place when the
  * backend has no matmuls). */
 static void proj_run(backend *be, const proj_list *p, int ldx, int T, float *xn,
@@ -182,6 +193,9 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
     proj_add(&pq, &L->wq_b, s->qr, s->q, qd);
     if (csa) proj_add(&pq, &L->iwq_b, s->qr, s->qi, inh * ihd);
     proj_run(be, &pq, qlr, T, s->qr, L->q_norm, eps);
+    /* the output projections' weights arrive while qk_prep, the
+     * compressors, the indexer and attention run */
+    prefetch(be, T, (const qweight *const[]){ &L->wo_a, &L->wo_b }, 2);
     /* The chunk's keys end rounded as the ring will hold them, so attention
      * sees the same values from the chunk as from the cache (DeepSeek's
      * reference rounds kv in place the same way). */
@@ -287,6 +301,15 @@ static void sublayer(v4_model *M, v4_rank *R, const v4_batch *B, int l, bool is_
     const float *norm = is_ffn ? L->ffn_norm : L->attn_norm;
     float eps = (float)c->rms_eps;
     const float *y = l || is_ffn ? s->y : NULL;
+    /* the sublayer's first matmuls' weights arrive during the mHC */
+    if (is_ffn) {
+        prefetch(be, T, (const qweight *const[]){ &L->gate, &L->sw1, &L->sw3, &L->sw2 }, 4);
+    } else {
+        const qweight *w[] = { &L->wq_a, &L->wkv, &L->wq_b, &L->comp.wkv, &L->comp.wgate,
+                               &L->icomp.wkv, &L->icomp.wgate, &L->iweights, &L->iwq_b };
+        bool csa = c->attn[l] == V4_ATTN_CSA;
+        prefetch(be, T, w, csa ? 9 : v4_layer_ratio(c, l) ? 5 : 3);
+    }
     if (be->hc_pre_norm) {
         be->hc_pre_norm(be, s->h, y, T, hc, H, fn, base, scale, c->hc_sinkhorn_iters,
                         (float)c->hc_eps, eps, s->post, s->comb, s->col, norm, s->x);

@@ -32,7 +32,7 @@ void fail(cu_impl *c, const char *fmt, ...)
     va_end(ap);
 }
 
-static bool to_dqw(cu_impl *c, const qweight *w, dqw *q)
+bool to_dqw(cu_impl *c, const qweight *w, dqw *q)
 {
     const cuda_qw *d = (const cuda_qw *)w->dev;
     if (!d) {
@@ -852,6 +852,12 @@ static void cu_destroy(backend *b)
     if (c->lt_op) cublasLtMatmulDescDestroy(c->lt_op);
     if (c->lt_op8) cublasLtMatmulDescDestroy(c->lt_op8);
     if (c->lt) cublasLtDestroy(c->lt);
+    if (c->pst) {               // prefetches read the weights freed below
+        cudaStreamSynchronize(c->pst);
+        cudaStreamDestroy(c->pst);
+        cudaEventDestroy(c->pf_ev[0]);
+        cudaEventDestroy(c->pf_ev[1]);
+    }
     for (size_t i = 0; i < c->nowned; i++) cudaFree(c->owned[i]);
     for (size_t i = 0; i < c->ndescs; i++) free(c->descs[i]);
     free(c->owned);
@@ -911,6 +917,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_HC_FUSED_MANY=0: the mHC ops of steps of 64+ tokens as four
     // launches (hc_post, logits, collapse, RMSNorm) instead of two.
     c->hc_many = env_switch(c, "LLM_CUDA_HC_FUSED_MANY");
+    // LLM_CUDA_PREFETCH=0: decode steps without the L2 prefetch of the
+    // weights the next matmuls read (cuda_prefetch.cu; comparisons).
+    c->prefetch = env_switch(c, "LLM_CUDA_PREFETCH");
     // Dense matmuls of up to this many tokens on the GEMV kernel (decode
     // batches), more through cuBLASLt; LLM_CUDA_GEMV_MAX_T: comparisons.
     c->gemv_max_t = LT_MIN_T - 1;
@@ -994,6 +1003,7 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     b->qk_prep = cu_qk_prep_op;
     b->allreduce = cu_allreduce;
     b->gather_cols = cu_gather_cols;
+    b->prefetch = cu_prefetch_op;
     b->graph_begin = cu_graph_begin;
     b->graph_end = cu_graph_end;
     b->graph_counts = cu_graph_counts;

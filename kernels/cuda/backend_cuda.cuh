@@ -119,6 +119,10 @@ struct cu_impl {
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
     bool topk_blocks;           // the indexer's top-k over several blocks a token (LLM_CUDA_TOPK_BLOCKS)
     bool hc_many;               // hc_pre(_norm) of 64+ tokens in two launches (LLM_CUDA_HC_FUSED_MANY)
+    bool prefetch;              // decode weights into L2 ahead of their matmuls (LLM_CUDA_PREFETCH)
+    cudaStream_t pst;           // cuda_prefetch.cu: the prefetches' stream (made on first use),
+    cudaEvent_t pf_ev[2];       // its fork from and join into st,
+    bool pf_pending;            // a prefetch since the last join
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
     double expert_host_ms;      // profiling: host time queuing the expert GEMMs
@@ -219,6 +223,7 @@ static inline bool use_bf16(cu_impl *c, const dqw &q)
 
 // backend_cuda.cu
 void fail(cu_impl *c, const char *fmt, ...);
+bool to_dqw(cu_impl *c, const qweight *w, dqw *q);
 backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char *err,
                 size_t errlen);
 
@@ -258,6 +263,10 @@ void *cu_host_alloc(backend *b, size_t bytes);
 void cu_host_free(backend *b, void *p);
 void cu_copy_async(backend *b, void *dst, const void *src, size_t bytes, bool to_host);
 void cu_copy_fence(backend *b, bool wait);
+
+// cuda_prefetch.cu
+void cu_prefetch_op(backend *b, const qweight *const *w, int n);
+void cu_prefetch_join(cu_impl *c);
 void copies_free(cu_impl *c);
 void uploads_free(cu_impl *c);
 

@@ -17,6 +17,7 @@ void graph_drop(graph_ent *e)
 void cu_graph_begin(backend *b, uint64_t key)
 {
     cu_impl *c = enter(b);
+    cu_prefetch_join(c);        // a capture starts with no stream of its own forked
     c->gmode = G_OFF;
     if (!c->graphs || c->failed) return;
     graph_ent *e = NULL, *lru = &c->graph[0];
@@ -76,6 +77,7 @@ bool cu_graph_end(backend *b)
     cu_impl *c = enter(b);
     graph_ent *e = c->gcur;
     int mode = c->gmode;
+    cu_prefetch_join(c);
     c->gmode = G_OFF;
     if (mode == G_OFF) return false;
     if (mode == G_WARM) {
