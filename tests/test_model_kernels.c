@@ -9,7 +9,7 @@
 #include "cpu/ops.h"
 #include "cpu/quant.h"
 #include "cpu/qweight.h"
-#include "cpu/threadpool.h"
+#include "threadpool.h"
 #include "model_internal.h"
 #include "tap.h"
 

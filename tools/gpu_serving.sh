@@ -14,7 +14,7 @@
 #      process start -> "ready" in the log, the loader's GB/s lines
 #   3. nginx (the binary carried from here) + the module in front of the
 #      warm engine; llm-bench-serve at concurrency 1, 8, 32, 64
-# UPLOAD_AB=1 runs only step 2's synth, then warm starts alternating
+# NO_BATCH=1 skips step 1.  UPLOAD_AB=1 runs only step 2's synth, then warm starts alternating
 # LLM_CUDA_UPLOAD_STAGE=0 (the straight pageable copy) and the pinned
 # staging (twice each): the upload's A/B.
 # Logs and JSON go to OUT (logs.tgz plus a summary on stdout).  LOCAL=1
@@ -100,7 +100,7 @@ tokenizer=fixtures/tokenizer.json
     tokenizer=fixtures/tokenizer-demo.json
 
 # 1. batched decode, rank6 shapes, 8K context
-if [ "$backend" = cuda ] && [ "$(left)" -gt 120 ] && [ -z "${UPLOAD_AB:-}" ]; then
+if [ "$backend" = cuda ] && [ "$(left)" -gt 120 ] && [ -z "${UPLOAD_AB:-}${NO_BATCH:-}" ]; then
     log "bench --batch 1,8,32,64 (rank6, 8K, fp8)"
     timeout 150 "$b/llm-engine" bench --synthetic conf/models/deepseek-v4-flash-rank6.json \
         --prompt 8192 --batch 1,8,32,64 --decode 34 --kv-cache-dtype fp8 \

@@ -122,15 +122,19 @@ static void proj_add(proj_list *p, const qweight *w, const float *x, float *y, i
     p->n++;
 }
 
-/* Decode steps (a few tokens: weights are read once, at memory speed)
- * ask the backend to prefetch the weights of the matmuls ahead while
- * latency-bound ops run (backend.h prefetch); prefill reuses each weight
- * across thousands of tokens and asks nothing. */
+/* Decode batches (weights read once a step, at memory speed) ask the
+ * backend to prefetch the weights of the matmuls ahead while latency-bound
+ * ops run (backend.h prefetch); prefill reuses each weight across
+ * thousands of tokens and asks nothing.  One token neither: on one H200
+ * the prefetches cost it 5% (1.39 against 1.32 ms a step at 8K) and gained
+ * 2-5% at 8-64 tokens (docs/PERFORMANCE.md, run C2). */
+#define PREFETCH_MIN_TOKENS 2
 #define PREFETCH_MAX_TOKENS 64
 
 static void prefetch(backend *be, int T, const qweight *const *w, int n)
 {
-    if (be->prefetch && T <= PREFETCH_MAX_TOKENS) be->prefetch(be, w, n);
+    if (be->prefetch && T >= PREFETCH_MIN_TOKENS && T <= PREFETCH_MAX_TOKENS)
+        be->prefetch(be, w, n);
 }
 
 /* norm_w not NULL: every x is xn, RMS-normalized first (in place when the

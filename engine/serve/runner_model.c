@@ -38,6 +38,7 @@
 #include "sampler.h"
 #include "stop_match.h"
 #include "token_mask.h"
+#include "threadpool.h"
 #include "tokenizer.h"
 
 /* Cache room kept for probes (LLM_IPC_PROBE_SEATS): a probe is a short
@@ -60,6 +61,11 @@ struct model_runner {
     float        *forked;         /* [2][vocab]: a prefill's logits, and a
                                    * copy a forked choice samples from */
     v4_step_item *items;
+    /* sampling in parallel across a step's choices (sample_all) */
+    threadpool   *pool;
+    struct mchoice **owner;       /* [max_batch]: the step's items' choices */
+    sample_result *sampled;       /* [max_batch] */
+    bool         *presampled;     /* [max_batch]: sampled[i] holds item i's token */
     uint64_t      rng;            /* tool call ids */
     token_trie   *trie;           /* constrained decoding; NULL: trie_err */
     char          trie_err[200];
@@ -146,6 +152,9 @@ struct mchoice {
     strbuf        text;           /* scratch: decoded text of one token */
     strbuf        kept;           /* scratch: text past the stop matcher */
 };
+
+/* Threads sampling a step's choices (the caller included). */
+#define SAMPLE_THREADS 8
 
 /* Most choices one request may ask for (n); also at most max_num_seqs. */
 #define MR_MAX_N LLM_IPC_MAX_CHOICES
@@ -281,7 +290,16 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
                                 &R->logits_pinned);
     R->items = calloc((size_t)R->max_batch, sizeof *R->items);
     R->forked = malloc(2 * (size_t)R->vocab * sizeof *R->forked);
-    if (!R->logits || !R->items || !R->forked) {
+    R->owner = calloc((size_t)R->max_batch, sizeof *R->owner);
+    R->sampled = calloc((size_t)R->max_batch, sizeof *R->sampled);
+    R->presampled = calloc((size_t)R->max_batch, sizeof *R->presampled);
+    /* A 64-sequence batch over a 129,280-token vocabulary is ~10 ms of
+     * sampling a step on one core (issue 15's served TPOT); the batch's
+     * choices sample in parallel, up to SAMPLE_THREADS at once. */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    R->pool = threadpool_new(ncpu < 1 ? 1 : ncpu < SAMPLE_THREADS ? (int)ncpu : SAMPLE_THREADS);
+    if (!R->logits || !R->items || !R->forked || !R->owner || !R->sampled || !R->presampled
+        || !R->pool) {
         sb_puts(err, "out of memory");
         mr_unload(R);
         return -1;
@@ -336,6 +354,10 @@ static void mr_unload(void *self)
     token_trie_free(R->trie);
     free(R->items);
     free(R->forked);
+    free(R->owner);
+    free(R->sampled);
+    free(R->presampled);
+    threadpool_free(R->pool);
     free(R);
 }
 
@@ -1085,7 +1107,11 @@ static void emit_logprob(struct model_runner *R, struct mchoice *q, const sample
 
 /* Sample the next token from logits and push it through detokenizer, stop
  * matcher and parser; ends the sequence when it should. */
-static void take_token(struct model_runner *R, struct mchoice *q, float *logits)
+/* The choice's next token from its logits (which it changes): the part of
+ * taking a token that touches only the choice, so a batch samples in
+ * parallel (sample_all). */
+static void sample_token(struct model_runner *R, struct mchoice *q, float *logits,
+                         sample_result *sr)
 {
     struct model_req *m = q->q;
     const uint64_t *allow = step_mask(R, q);
@@ -1095,9 +1121,15 @@ static void take_token(struct model_runner *R, struct mchoice *q, float *logits)
                          && !(allow && q->tm && !q->tm_wait && token_matcher_done(q->tm)))
                         || (q->tm && q->tm_wait)))
         sampler_ban(logits, R->eos);
-    sample_result sr;
-    sampler_sample_masked(q->smp, logits, allow, &sr);
-    if (step_accept(R, q, sr.token)) {
+    sampler_sample_masked(q->smp, logits, allow, sr);
+}
+
+/* The sampled token into the choice: matcher, counts, detokenizer, stop
+ * strings, events (in batch order, on the main thread). */
+static void take_sampled(struct model_runner *R, struct mchoice *q, const sample_result *sr)
+{
+    struct model_req *m = q->q;
+    if (step_accept(R, q, sr->token)) {
         for (int j = 0; j < m->n; j++) m->ch[j].done = true;
         fail(q->seq, 500, "internal_error", NULL, "constrained decoding: no token was "
              "allowed (the logits are not finite)");
@@ -1105,19 +1137,26 @@ static void take_token(struct model_runner *R, struct mchoice *q, float *logits)
     }
     q->generated++;
     if (q->in_reasoning) q->reasoning_tokens++;
-    if (m->top_logprobs >= 0) emit_logprob(R, q, &sr);
-    if (sr.token == R->eos) { finish(R, q, GEN_STOP); return; }
+    if (m->top_logprobs >= 0) emit_logprob(R, q, sr);
+    if (sr->token == R->eos) { finish(R, q, GEN_STOP); return; }
 
     sb_reset(&q->text);
     sb_reset(&q->kept);
-    tok_stream_push(&q->detok, sr.token, &q->text);
+    tok_stream_push(&q->detok, sr->token, &q->text);
     bool stopped = stop_feed(&q->stop, q->text.data ? q->text.data : "", q->text.len, &q->kept);
     emit_text(q, q->kept.data, q->kept.len);
     sb_reset(&q->kept);
     if (stopped) { finish(R, q, GEN_STOP); return; }
     if (q->generated >= m->budget) { finish(R, q, GEN_LENGTH); return; }
-    q->next = sr.token;
+    q->next = sr->token;
     q->has_next = true;
+}
+
+static void take_token(struct model_runner *R, struct mchoice *q, float *logits)
+{
+    sample_result sr;
+    sample_token(R, q, logits, &sr);
+    take_sampled(R, q, &sr);
 }
 
 /* ---- serving statistics ------------------------------------------------ */
@@ -1185,11 +1224,33 @@ static void stats_step(struct model_runner *R, uint64_t t_start, uint64_t t_mode
     if (every > 0 && (double)(end - w->t0) >= every * 1e9) stats_log(R, end);
 }
 
+static void sample_task(void *ctx, int i)
+{
+    struct model_runner *R = ctx;
+    if (R->presampled[i]) sample_token(R, R->owner[i], R->items[i].logits, &R->sampled[i]);
+}
+
+/* Sample the token of every item whose choice takes one this step, in
+ * parallel; not those whose prompt ends here with n > 1 (their logits are
+ * copied for the other choices before choice 0 samples from them). */
+static void sample_all(struct model_runner *R, int n_items)
+{
+    int k = 0;
+    for (int i = 0; i < n_items; i++) {
+        struct mchoice *q = R->owner[i];
+        int len = (int)q->q->prompt.len;
+        bool ends = q->fed == len || (q->fed + R->items[i].n_tokens >= len && q->q->n == 1);
+        R->presampled[i] = ends;
+        k += ends;
+    }
+    if (k) threadpool_run(R->pool, sample_task, R, n_items);
+}
+
 static int mr_step(void *self, llm_request **batch, int n, strbuf *err)
 {
     struct model_runner *R = self;
     int budget = R->rc->max_num_batched_tokens, n_items = 0, prompt = 0;
-    struct mchoice *owner[R->max_batch];
+    struct mchoice **owner = R->owner;
     uint64_t t_start = now_ns();
 
     /* decoding choices first (one token each), then prefill chunks (choice
@@ -1244,6 +1305,7 @@ static int mr_step(void *self, llm_request **batch, int n, strbuf *err)
         return 0;
     }
     sb_free(&serr);
+    sample_all(R, n_items);
 
     int made = 0;
     for (int i = 0; i < n_items; i++) {
@@ -1265,7 +1327,8 @@ static int mr_step(void *self, llm_request **batch, int n, strbuf *err)
         if (prefilled)
             memcpy(R->forked, R->items[i].logits, (size_t)R->vocab * sizeof *R->forked);
         q->has_next = false;
-        take_token(R, q, R->items[i].logits);
+        if (R->presampled[i]) take_sampled(R, q, &R->sampled[i]);
+        else take_token(R, q, R->items[i].logits);
         made++;
         for (int j = 1; prefilled && j < m->n; j++) {
             float *copy = R->forked + R->vocab;

@@ -16,7 +16,7 @@
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
 #include "cpu/quant.h"
-#include "cpu/threadpool.h"
+#include "threadpool.h"
 #include "tp.h"
 
 typedef struct {

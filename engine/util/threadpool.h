@@ -1,8 +1,8 @@
 /* A small persistent thread pool.  threadpool_run() hands out task indices
  * 0..ntasks-1 to the workers and the calling thread, and returns when all
  * are done.  One run at a time per pool (each TP rank owns its pool). */
-#ifndef LLM_CPU_THREADPOOL_H
-#define LLM_CPU_THREADPOOL_H
+#ifndef LLM_UTIL_THREADPOOL_H
+#define LLM_UTIL_THREADPOOL_H
 
 typedef struct threadpool threadpool;
 typedef void (*task_fn)(void *ctx, int task);
