@@ -176,6 +176,21 @@ static void select_top(const float *prob, int32_t *idx, int n, int k)
     }
 }
 
+/* The largest of x[0..n) (NaN ignored; -inf when none), over eight
+ * running maxima: one chain of compares over a 129,280-entry vocabulary is
+ * latency-bound (~5 cycles an entry); eight run side by side. */
+static float max_of(const float *x, int n)
+{
+    float m[8] = { -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                   -INFINITY, -INFINITY, -INFINITY, -INFINITY };
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+    for (; i < n; i++) m[0] = x[i] > m[0] ? x[i] : m[0];
+    for (int j = 1; j < 8; j++) m[0] = m[j] > m[0] ? m[j] : m[0];
+    return m[0];
+}
+
 static int by_prob_desc(const void *a, const void *b, void *ctx)
 {
     const float *prob = ctx;
@@ -224,15 +239,15 @@ void sampler_sample_masked(sampler *s, float *logits, const uint64_t *allow,
 
     int32_t tok = 0;
     if (p->temperature <= 0.0f) {
-        /* greedy: the lowest id among equal maxima */
-        float best = -INFINITY;
-        for (int i = 0; i < V; i++)
-            if (logits[i] > best) { best = logits[i]; tok = i; }
+        /* greedy: the lowest id among equal maxima (0 when none is finite
+         * or above -inf) */
+        float best = max_of(logits, V);
+        if (best > -INFINITY)
+            while (logits[tok] != best) tok++;
     } else {
         /* softmax at temperature into prob[] */
         float inv_t = 1.0f / p->temperature;
-        float m = -INFINITY;
-        for (int i = 0; i < V; i++) if (logits[i] > m) m = logits[i];
+        float m = max_of(logits, V);
         int n = 0;
         double sum = 0;
         for (int i = 0; i < V; i++) {
@@ -241,8 +256,10 @@ void sampler_sample_masked(sampler *s, float *logits, const uint64_t *allow,
             if (e > 0) { s->idx[n++] = i; sum += e; }
         }
         if (n == 0) { s->idx[n++] = 0; s->prob[0] = 1; sum = 1; }
+        bool ascending = true;      /* idx[0..n) in id order (no selection yet) */
         /* top-k */
         if (p->top_k > 0 && p->top_k < n) {
+            ascending = false;
             select_top(s->prob, s->idx, n, p->top_k);
             n = p->top_k;
             sum = 0;
@@ -251,6 +268,7 @@ void sampler_sample_masked(sampler *s, float *logits, const uint64_t *allow,
         /* top-p: the smallest high-probability set with mass >= top_p.
          * Narrow with quickselect before sorting: the set is usually tiny. */
         if (p->top_p < 1.0f) {
+            ascending = false;
             double need = p->top_p * sum;
             int k = 64 < n ? 64 : n;
             for (;;) {
@@ -285,7 +303,15 @@ void sampler_sample_masked(sampler *s, float *logits, const uint64_t *allow,
          * gives the same token however selection permuted the candidates */
         double r = next_unit(s->rng) * sum, acc = 0;
         tok = -1;
-        if (n <= 256) {
+        if (ascending) {
+            /* every candidate, already in id order: the keep-array scan's
+             * sums without building it */
+            for (int i = 0; i < n && tok < 0; i++) {
+                acc += s->prob[s->idx[i]];
+                if (r < acc) tok = s->idx[i];
+            }
+            if (tok < 0) tok = s->idx[n - 1];
+        } else if (n <= 256) {
             int32_t *a = s->idx;
             for (int i = 1; i < n; i++) {
                 int32_t v = a[i];
