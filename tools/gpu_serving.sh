@@ -16,7 +16,8 @@
 #      warm engine; llm-bench-serve at concurrency 1, 8, 32, 64
 # NO_BATCH=1 skips step 1.  UPLOAD_AB=1 runs only step 2's synth, then warm starts alternating
 # LLM_CUDA_UPLOAD_STAGE=0 (the straight pageable copy) and the pinned
-# staging (twice each): the upload's A/B.
+# staging (twice each): the upload's A/B; UPLOAD_AB="VAR=V1 VAR=V2 ..."
+# alternates those settings instead.
 # Logs and JSON go to OUT (logs.tgz plus a summary on stdout).  LOCAL=1
 # runs steps 2 and 3 on the CPU with the demo model's shapes (a check of
 # this script on a machine without a GPU).
@@ -142,10 +143,14 @@ if [ "$(left)" -gt 150 ]; then
     cat "$out/synth.log"
     sync
     if [ -n "${UPLOAD_AB:-}" ]; then
+        # 1: the straight pageable copy against the pinned staging;
+        # otherwise a list of VAR=VALUE settings, each started twice
+        ab=$UPLOAD_AB
+        [ "$ab" = 1 ] && ab="LLM_CUDA_UPLOAD_STAGE=0 LLM_CUDA_UPLOAD_STAGE=33554432"
         for i in 1 2; do
-            for v in 0 default; do
-                serve_ready "warm-stage-$v-$i" "$([ $v = 0 ] && echo LLM_CUDA_UPLOAD_STAGE=0)"
-                grep -E 'weights:' "$out/serve-warm-stage-$v-$i.log"
+            for v in $ab; do
+                serve_ready "warm-$v-$i" "$v"
+                grep -E 'weights:' "$out/serve-warm-$v-$i.log"
                 stop_engine
             done
         done

@@ -941,6 +941,16 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
             fail(c, "LLM_CUDA_UPLOAD_STAGE=%s: expected 0 to 4294967296 bytes", us);
         else c->up_bytes = (size_t)v;
     }
+    // ... packed by this many host threads (LLM_CUDA_UPLOAD_THREADS:
+    // comparisons, to find what bounds the upload's 6.1-6.6 GB/s of run U1).
+    c->up_threads = UP_THREADS;
+    if (const char *ut = getenv("LLM_CUDA_UPLOAD_THREADS")) {
+        char *end;
+        long v = strtol(ut, &end, 10);
+        if (end == ut || *end || v < 1 || v > UP_THREADS_MAX)
+            fail(c, "LLM_CUDA_UPLOAD_THREADS=%s: expected 1 to %d", ut, UP_THREADS_MAX);
+        else c->up_threads = (int)v;
+    }
     // LLM_CUDA_SMALL_MMA: 0, 9-64 tokens as before the tensor-core kernel
     // (GEMV up to gemv_max_t, then cuBLASLt; comparisons); 1, the kernel
     // for every matmul it takes (tests, benches); unset, where measured faster.

@@ -150,6 +150,7 @@ struct cu_impl {
     uint8_t *up_buf[2];
     cudaEvent_t up_ev[2];
     size_t up_bytes;
+    int up_threads;             // host threads packing a buffer (LLM_CUDA_UPLOAD_THREADS)
     int up_next;
 };
 
@@ -162,6 +163,7 @@ enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL };
 #define WCHUNK_BYTES ((size_t)512 << 20)    // experts' weights dequantized at a time
 #define UP_STAGE_BYTES ((size_t)32 << 20)   // each of the two pinned upload buffers
 #define UP_THREADS 4                        // host threads packing a staging buffer
+#define UP_THREADS_MAX 32                   // LLM_CUDA_UPLOAD_THREADS' bound
 
 // Prefill GEMM operands.  Weights are exact in bf16 (FP8, E2M1, BF16
 // values times powers of two); activations are not: bf16x2 splits each

@@ -161,16 +161,16 @@ static void *pack_part(void *arg)
 }
 
 // rows of width bytes, spitch apart, packed into dst; a few MB and more
-// split over UP_THREADS threads (one memcpy thread does not keep up with
+// split over `threads` threads (one memcpy thread does not keep up with
 // the DMA)
 static void pack_rows(uint8_t *dst, const uint8_t *src, size_t spitch, size_t width,
-                      size_t rows)
+                      size_t rows, int threads)
 {
     size_t total = rows * width;
-    int k = total >= ((size_t)4 << 20) ? UP_THREADS : 1;
-    pack_job jobs[UP_THREADS];
-    pthread_t th[UP_THREADS];
-    bool started[UP_THREADS] = { false };
+    int k = total >= ((size_t)4 << 20) ? threads : 1;
+    pack_job jobs[UP_THREADS_MAX];
+    pthread_t th[UP_THREADS_MAX];
+    bool started[UP_THREADS_MAX] = { false };
     for (int t = 0; t < k; t++) {
         jobs[t] = pack_job{ dst, src, spitch, width, total * t / k, total * (t + 1) / k };
         started[t] = t > 0 && pthread_create(&th[t], NULL, pack_part, &jobs[t]) == 0;
@@ -214,7 +214,7 @@ static void upload_rows(cu_impl *c, uint8_t *dst, size_t dpitch, const uint8_t *
         int i = c->up_next;
         c->up_next ^= 1;
         CK(c, cudaEventSynchronize(c->up_ev[i]));  // its last transfer is done
-        pack_rows(c->up_buf[i], src + r * spitch, spitch, width, n);
+        pack_rows(c->up_buf[i], src + r * spitch, spitch, width, n, c->up_threads);
         CK(c, cudaMemcpy2DAsync(dst + r * dpitch, dpitch, c->up_buf[i], width, width, n,
                                 cudaMemcpyHostToDevice, c->st));
         CK(c, cudaEventRecord(c->up_ev[i], c->st));
