@@ -50,6 +50,7 @@ $(BUILD)/obj/engine/util/version.o: $(wildcard $(shell git rev-parse --git-dir 2
 # Dequantization loops vectorize only at -O3 (matmul's dot loop is written
 # for -O2's straight-line vectorizer and gets worse at -O3).
 $(BUILD)/obj/kernels/cpu/qweight.o: CFLAGS += -O3
+$(BUILD)/obj/engine/serve/sampler.o: CFLAGS += -O3 -fno-trapping-math
 
 LIB := $(BUILD)/libengine.a
 BIN := $(BUILD)/bin/llm-engine
