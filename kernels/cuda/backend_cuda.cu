@@ -881,6 +881,22 @@ static bool env_switch(cu_impl *c, const char *name)
     return !(v && !strcmp(v, "0"));
 }
 
+// A number in the environment (comparisons, tests): unset, def; not a
+// whole number in [lo, hi], an error naming it.
+static long long env_int(cu_impl *c, const char *name, long long lo, long long hi,
+                         long long def)
+{
+    const char *v = getenv(name);
+    if (!v) return def;
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || x < lo || x > hi) {
+        fail(c, "%s=%s: expected %lld to %lld", name, v, lo, hi);
+        return def;
+    }
+    return x;
+}
+
 backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char *err,
                 size_t errlen)
 {
@@ -922,35 +938,14 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     c->prefetch = env_switch(c, "LLM_CUDA_PREFETCH");
     // Dense matmuls of up to this many tokens on the GEMV kernel (decode
     // batches), more through cuBLASLt; LLM_CUDA_GEMV_MAX_T: comparisons.
-    c->gemv_max_t = LT_MIN_T - 1;
-    if (const char *gm = getenv("LLM_CUDA_GEMV_MAX_T")) {
-        char *end;
-        long v = strtol(gm, &end, 10);
-        if (end == gm || *end || v < 0 || v > CU_GEMV_MAX_T)
-            fail(c, "LLM_CUDA_GEMV_MAX_T=%s: expected 0 to %d tokens", gm, CU_GEMV_MAX_T);
-        else c->gemv_max_t = (int)v;
-    }
+    c->gemv_max_t = (int)env_int(c, "LLM_CUDA_GEMV_MAX_T", 0, CU_GEMV_MAX_T, LT_MIN_T - 1);
     // Weight uploads staged through pinned buffers of this many bytes;
     // LLM_CUDA_UPLOAD_STAGE: comparisons (0: straight from the mapping)
     // and tests (a small size: many chunks, rows wider than a buffer).
-    c->up_bytes = UP_STAGE_BYTES;
-    if (const char *us = getenv("LLM_CUDA_UPLOAD_STAGE")) {
-        char *end;
-        long long v = strtoll(us, &end, 10);
-        if (end == us || *end || v < 0 || v > (1ll << 32))
-            fail(c, "LLM_CUDA_UPLOAD_STAGE=%s: expected 0 to 4294967296 bytes", us);
-        else c->up_bytes = (size_t)v;
-    }
+    c->up_bytes = (size_t)env_int(c, "LLM_CUDA_UPLOAD_STAGE", 0, 1ll << 32, UP_STAGE_BYTES);
     // ... packed by this many host threads (LLM_CUDA_UPLOAD_THREADS:
     // comparisons, to find what bounds the upload's 6.1-6.6 GB/s of run U1).
-    c->up_threads = UP_THREADS;
-    if (const char *ut = getenv("LLM_CUDA_UPLOAD_THREADS")) {
-        char *end;
-        long v = strtol(ut, &end, 10);
-        if (end == ut || *end || v < 1 || v > UP_THREADS_MAX)
-            fail(c, "LLM_CUDA_UPLOAD_THREADS=%s: expected 1 to %d", ut, UP_THREADS_MAX);
-        else c->up_threads = (int)v;
-    }
+    c->up_threads = (int)env_int(c, "LLM_CUDA_UPLOAD_THREADS", 1, UP_THREADS_MAX, UP_THREADS);
     // LLM_CUDA_SMALL_MMA: 0, 9-64 tokens as before the tensor-core kernel
     // (GEMV up to gemv_max_t, then cuBLASLt; comparisons); 1, the kernel
     // for every matmul it takes (tests, benches); unset, where measured faster.
