@@ -251,8 +251,9 @@ struct dindexer {
 // keys: NULL, scores in float32 (decode; LLM_CUDA_GEMM=f32); or scratch
 // of CU_INDEXER_KTILE * d bf16 for the tensor-core scores (indexer_mma.cu;
 // cu_indexer_mma_fits, not under graph capture: dyn must be NULL).
-// tiled: float32 scores on the tiled kernel where it takes the shape
-// (false: indexer_scores_kernel, LLM_CUDA_INDEXER_TILED=0).
+// tiled: float32 scores on indexer_scores_cpu_kernel (the CPU's scores,
+// bit for bit) where it takes the shape (false: indexer_scores_kernel,
+// LLM_CUDA_INDEXER_TILED=0).
 void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
                 unsigned *cand, uint16_t *keys, bool tiled, const dindexer *segs = NULL);
 size_t cu_indexer_cand_bytes(const dindexer &a, size_t scores_cap);
