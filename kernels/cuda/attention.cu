@@ -201,6 +201,161 @@ __global__ void indexer_scores_kernel(dindexer a, int t0, float smul, float *sco
     }
 }
 
+// The same scores computed as the CPU computes them, bit for bit
+// (kernels/cpu: cpu_dot's eight strided partial sums of products, each
+// product and sum rounded on its own, then the partial sums in order;
+// ReLU, times d^-0.5, times the head's weight, added over the heads in
+// head order), so the top-k equals the CPU's whatever the near-ties; laid
+// out for many entries at once (decode, and prefill under `f32`).  Keys
+// in tiles of E entries staged as stored (stage_keys: 16-byte loads, all
+// in flight, rows padded by 4 floats so that a warp's lanes, 32 entries,
+// read them without bank conflicts), queries staged once per block (a
+// warp's lanes share a head: broadcasts), 8 heads at a time in registers
+// (8 x 8 partial sums).  SPLIT (short contexts: more blocks): a thread
+// per (entry, 8 heads), G = heads / 8 threads an entry, the heads' terms
+// through shared memory and one thread an entry adding them; else a
+// thread an entry, all heads in passes of 8.  Block (x, token) takes
+// tiles x, x + gridDim.x, ... of its token's visible entries.
+#define IDXT_THREADS 256
+#define IDXT_HP 8           // heads a pass
+#define IDXT_U 4            // key loads in flight per thread while staging
+
+template <bool SPLIT>
+__global__ void __launch_bounds__(IDXT_THREADS, SPLIT ? 2 : 1)
+    indexer_scores_cpu_kernel(dindexer a, int t0, float smul, float *scores, long long ldsc,
+                              const dindexer *segs)
+{
+    pdl_wait();
+    extern __shared__ __align__(16) float sm[];
+    int i = t0 + blockIdx.y;
+    if (segs) a = segs[blockIdx.y], i = 0;     // sequence t0 + blockIdx.y of a batch
+    int p = (a.dyn ? a.dyn->pos0 : a.pos0) + i, nvis = (p + 1) / a.ratio;
+    const int d = a.d, nh = a.nheads, ld = d + 4, G = SPLIT ? nh / IDXT_HP : 1;
+    const int E = IDXT_THREADS / G, ntiles = (nvis + E - 1) / E;
+    if (nvis <= a.topk || (int)blockIdx.x >= ntiles) return;
+    const int tid = threadIdx.x, warp = tid >> 5, g = SPLIT ? warp % G : 0;
+    const int slot = SPLIT ? (warp / G) * 32 + (tid & 31) : tid;
+    const int h0 = g * IDXT_HP, passes = SPLIT ? 1 : nh / IDXT_HP;
+    float *qs = sm, *ks = qs + nh * ld, *terms = ks + E * ld;     // terms [nh][E] (SPLIT)
+    const float *q = a.q + (long long)i * nh * d, *w = a.w + (long long)i * nh;
+    if (((uintptr_t)q & 15) == 0) {
+        const float4 *q4 = (const float4 *)q;
+        int d4 = d / 4;
+        for (int x0 = tid; x0 < nh * d4; x0 += 8 * IDXT_THREADS) {
+            float4 v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (x0 + u * IDXT_THREADS < nh * d4) v[u] = q4[x0 + u * IDXT_THREADS];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                int x = x0 + u * IDXT_THREADS;
+                if (x < nh * d4) *(float4 *)(qs + (x / d4) * ld + x % d4 * 4) = v[u];
+            }
+        }
+    } else {
+        batched<8>(tid, nh * d, IDXT_THREADS, [&](int x) { return q[x]; },
+                   [&](int x, float v) { qs[(x / d) * ld + x % d] = v; });
+    }
+    for (int tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
+        int s0 = tile * E, tn = min(E, nvis - s0);
+        __syncthreads();    // the queries staged; the last tile's keys and terms read
+        stage_keys<IDXT_U, IDXT_THREADS>([&](int j) { return dpaged_ref(a.keys, s0 + j); },
+                                         a.keys.dtype, tn, d, ld, ks);
+        __syncthreads();
+        const float *kr = ks + slot * ld;
+        float total = 0;
+        for (int ps = 0; ps < passes; ps++) {
+            int hb = h0 + ps * IDXT_HP;
+            const float *qh = qs + hb * ld;
+            float acc[IDXT_HP][8];
+#pragma unroll
+            for (int hh = 0; hh < IDXT_HP; hh++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[hh][j] = 0;
+            for (int c = 0; c < d; c += 8) {
+                float4 k0 = *(const float4 *)(kr + c), k1 = *(const float4 *)(kr + c + 4);
+                float kv[8] = { k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w };
+#pragma unroll
+                for (int hh = 0; hh < IDXT_HP; hh++) {
+                    float4 q0 = *(const float4 *)(qh + hh * ld + c);
+                    float4 q1 = *(const float4 *)(qh + hh * ld + c + 4);
+                    float qv[8] = { q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w };
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        acc[hh][j] = __fadd_rn(acc[hh][j], __fmul_rn(qv[j], kv[j]));
+                }
+            }
+#pragma unroll
+            for (int hh = 0; hh < IDXT_HP; hh++) {
+                float dot = 0;
+#pragma unroll
+                for (int j = 0; j < 8; j++) dot = __fadd_rn(dot, acc[hh][j]);
+                float t = __fmul_rn(__fmul_rn(dot > 0 ? dot : 0, smul), w[hb + hh]);
+                if (SPLIT) terms[(hb + hh) * E + slot] = t;
+                else total = __fadd_rn(total, t);
+            }
+        }
+        if (SPLIT) {
+            __syncthreads();
+            if (tid < tn) {
+                for (int h = 0; h < nh; h++) total = __fadd_rn(total, terms[h * E + tid]);
+                scores[blockIdx.y * ldsc + s0 + tid] = total;
+            }
+        } else if (slot < tn) {
+            scores[blockIdx.y * ldsc + s0 + slot] = total;
+        }
+    }
+}
+
+// Shared memory of indexer_scores_cpu_kernel: queries, a tile of keys, the terms.
+static size_t idxt_smem(const dindexer &a, bool split)
+{
+    size_t G = split ? a.nheads / IDXT_HP : 1, E = IDXT_THREADS / G, ld = a.d + 4;
+    return ((a.nheads + E) * ld + (split ? a.nheads * E : 0)) * sizeof(float);
+}
+
+// Whether indexer_scores_cpu_kernel takes a's shape (heads in passes of 8,
+// SPLIT: at most 8 groups, each of a whole warp; key rows of 16-byte units).
+static bool idxt_fits(const dindexer &a, bool split)
+{
+    int G = a.nheads / IDXT_HP;
+    return a.d % 16 == 0 && a.nheads % IDXT_HP == 0 && (!split || (G <= 8 && 8 % G == 0)) &&
+           idxt_smem(a, split) <= 200 * 1024;
+}
+
+template <bool SPLIT>
+static void idxt_launch(cudaStream_t st, const dindexer &a, int t0, int nt, float smul,
+                        float *scores, long long ldsc, const dindexer *segs)
+{
+    size_t smem = idxt_smem(a, SPLIT);
+    smem_attr<SPLIT ? 3 : 2>(indexer_scores_cpu_kernel<SPLIT>, smem);
+    int E = IDXT_THREADS / (SPLIT ? a.nheads / IDXT_HP : 1);
+    int tiles = (a.pos_end / a.ratio + E - 1) / E, dev = 0, sms = 132, per_sm = 1;
+    if (cudaGetDevice(&dev) == cudaSuccess)
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, indexer_scores_cpu_kernel<SPLIT>,
+                                                  IDXT_THREADS, smem);
+    int target = sms * (per_sm > 0 ? per_sm : 1), per_tok = target / nt > 1 ? target / nt : 1;
+    dim3 grid(tiles < per_tok ? tiles : per_tok, nt);
+    cu_launch(indexer_scores_cpu_kernel<SPLIT>, grid, IDXT_THREADS, smem, st, a, t0, smul, scores,
+              ldsc, segs);
+}
+
+// indexer_scores_cpu_kernel where it takes the shape: SPLIT while its
+// tiles (of 256 / (heads / 8) entries) number at most two per SM, else a
+// thread an entry.  false: indexer_scores_kernel.
+static bool idxt_scores(cudaStream_t st, const dindexer &a, int t0, int nt, float smul,
+                        float *scores, long long ldsc, const dindexer *segs)
+{
+    int E = a.nheads >= IDXT_HP ? IDXT_THREADS / (a.nheads / IDXT_HP) : 1;
+    long long tiles = (long long)nt * ((a.pos_end / a.ratio + E - 1) / E);
+    bool split = idxt_fits(a, true) && (tiles <= 264 || !idxt_fits(a, false));
+    if (split) idxt_launch<true>(st, a, t0, nt, smul, scores, ldsc, segs);
+    else if (idxt_fits(a, false)) idxt_launch<false>(st, a, t0, nt, smul, scores, ldsc, segs);
+    else return false;
+    return true;
+}
+
 // Tokens (rows of scores, ldsc apart) at a time.
 static int indexer_chunk(const dindexer &a, size_t scores_cap, long long *ldsc)
 {
@@ -222,7 +377,7 @@ size_t cu_indexer_cand_bytes(const dindexer &a, size_t scores_cap)
 }
 
 void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
-                unsigned *cand, uint16_t *keys, const dindexer *segs)
+                unsigned *cand, uint16_t *keys, bool tiled, const dindexer *segs)
 {
     if (a.n <= 0) return;
     int maxvis = a.pos_end / a.ratio;
@@ -239,7 +394,8 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
         const dindexer *sg = segs ? segs + t0 : NULL;
         if (maxvis > a.topk && keys && !segs) {
             cu_indexer_mma(st, a, t0, nt, scores, ldsc, keys, CU_INDEXER_KTILE);
-        } else if (maxvis > a.topk) {
+        } else if (maxvis > a.topk &&
+                   !(tiled && idxt_scores(st, a, t0, nt, smul, scores, ldsc, sg))) {
             dim3 grid(blocks_for(maxvis, IDX_ENTRIES), nt);
             if (v4) cu_launch(indexer_scores_kernel<true>, grid, 256, smem, st, a, t0, smul, scores,
                               ldsc, sg);

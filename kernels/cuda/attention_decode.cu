@@ -44,64 +44,6 @@ __device__ __forceinline__ void st4(float *p, float4 v)
     else p[0] = v.x, p[1] = v.y, p[2] = v.z, p[3] = v.w;
 }
 
-// Keys t0..t0+tn-1 decoded into kt[tn][hd] (kref_at's values), in units
-// of 16 bytes as the cache stores them (t: 4 float32, 8 bf16 or 16 FP8
-// channels with their group's scale; hd a multiple of 16): ATTD_U loads
-// in flight per thread before any is used.  A key stored otherwise (the
-// step's own float32 rows) or unaligned is read channel by channel.
-__device__ __forceinline__ void attd_stage(const attn_keys &K, int t, int t0, int tn, int hd,
-                                           float *kt)
-{
-    int w = t == KV_F32 ? 4 : t == KV_BF16 ? 8 : 16, esz = 16 / w;
-    int nu = hd / w, n = tn * nu;
-    for (int x0 = threadIdx.x; x0 < n; x0 += ATTD_U * ATTD_THREADS) {
-        uint4 raw[ATTD_U];
-        uint32_t sc[ATTD_U];
-        bool ok[ATTD_U];
-#pragma unroll
-        for (int u = 0; u < ATTD_U; u++) {
-            int x = x0 + u * ATTD_THREADS, c = x % nu * w;
-            ok[u] = false;
-            if (x < n) {
-                kref r = K.key(t0 + x / nu);
-                const char *p = r.p + (long long)c * esz;
-                ok[u] = r.t == t && ((uintptr_t)p & 15) == 0;
-                if (ok[u]) {
-                    raw[u] = *(const uint4 *)p;
-                    sc[u] = t == KV_FP8 ? r.s[c / KV_FP8_GROUP] : 0;
-                }
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < ATTD_U; u++) {
-            int x = x0 + u * ATTD_THREADS, c = x % nu * w;
-            if (x >= n) break;
-            float *d = kt + (long long)(x / nu) * hd + c;
-            if (!ok[u]) {
-                kref r = K.key(t0 + x / nu);
-                for (int k = 0; k < w; k++) d[k] = kref_at(r, c + k);
-            } else if (t == KV_F32) {
-                *(uint4 *)d = raw[u];
-            } else if (t == KV_BF16) {
-                uint32_t v[4] = { raw[u].x, raw[u].y, raw[u].z, raw[u].w };
-#pragma unroll
-                for (int k = 0; k < 2; k++)
-                    *(float4 *)(d + 4 * k) =
-                        make_float4(bf16f(v[2 * k] & 0xffff), bf16f(v[2 * k] >> 16),
-                                    bf16f(v[2 * k + 1] & 0xffff), bf16f(v[2 * k + 1] >> 16));
-            } else {
-                float s = pow2i((int)sc[u] - 127);
-                uint32_t v[4] = { raw[u].x, raw[u].y, raw[u].z, raw[u].w };
-#pragma unroll
-                for (int k = 0; k < 4; k++)
-                    *(float4 *)(d + 4 * k) =
-                        make_float4(fp8f(v[k] & 255) * s, fp8f((v[k] >> 8) & 255) * s,
-                                    fp8f((v[k] >> 16) & 255) * s, fp8f(v[k] >> 24) * s);
-            }
-        }
-    }
-}
-
 // Shared memory before the logits: a tile of keys, later the parities'
 // accumulators.
 __host__ __device__ __forceinline__ int attd_scratch_floats(int hd)
@@ -151,7 +93,8 @@ __global__ void __launch_bounds__(ATTD_THREADS, 2) attention_decode_kernel(dattn
     int j1 = min(nk, (int)(blockIdx.x + 1) * chunk);
     for (int t0 = blockIdx.x * chunk; t0 < j1; t0 += ATTD_KT) {
         int tn = min(ATTD_KT, j1 - t0);
-        attd_stage(K, a.ring_t, t0, tn, hd, kt);
+        stage_keys<ATTD_U, ATTD_THREADS>([&](int j) { return K.key(t0 + j); }, a.ring_t, tn, hd,
+                                         hd, kt);
         __syncthreads();
         for (int j = warp; j < tn; j += nw) {
             const float *k = kt + (long long)j * hd;

@@ -117,3 +117,61 @@ __device__ __forceinline__ void softmax_state_update(float *lrun, float *mrun, f
     *resc = r;
 }
 
+// Keys key(0)..key(tn-1) decoded into kt[tn][ld] (kref_at's values), in units
+// of 16 bytes as the cache stores them (t: 4 float32, 8 bf16 or 16 FP8
+// channels with their group's scale; hd a multiple of 16, ld of 4): U
+// loads in flight per thread (THREADS: the block's) before any is used.
+// A key stored otherwise (the step's own float32 rows) or unaligned is
+// read channel by channel.  (attention_decode.cu, the indexer's scores.)
+template <int U, int THREADS, typename KeyOf>
+__device__ __forceinline__ void stage_keys(KeyOf key, int t, int tn, int hd, int ld, float *kt)
+{
+    int w = t == KV_F32 ? 4 : t == KV_BF16 ? 8 : 16, esz = 16 / w;
+    int nu = hd / w, n = tn * nu;
+    for (int x0 = threadIdx.x; x0 < n; x0 += U * THREADS) {
+        uint4 raw[U];
+        uint32_t sc[U];
+        bool ok[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int x = x0 + u * THREADS, c = x % nu * w;
+            ok[u] = false;
+            if (x < n) {
+                kref r = key(x / nu);
+                const char *p = r.p + (long long)c * esz;
+                ok[u] = r.t == t && ((uintptr_t)p & 15) == 0;
+                if (ok[u]) {
+                    raw[u] = *(const uint4 *)p;
+                    sc[u] = t == KV_FP8 ? r.s[c / KV_FP8_GROUP] : 0;
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int x = x0 + u * THREADS, c = x % nu * w;
+            if (x >= n) break;
+            float *d = kt + (long long)(x / nu) * ld + c;
+            if (!ok[u]) {
+                kref r = key(x / nu);
+                for (int k = 0; k < w; k++) d[k] = kref_at(r, c + k);
+            } else if (t == KV_F32) {
+                *(uint4 *)d = raw[u];
+            } else if (t == KV_BF16) {
+                uint32_t v[4] = { raw[u].x, raw[u].y, raw[u].z, raw[u].w };
+#pragma unroll
+                for (int k = 0; k < 2; k++)
+                    *(float4 *)(d + 4 * k) =
+                        make_float4(bf16f(v[2 * k] & 0xffff), bf16f(v[2 * k] >> 16),
+                                    bf16f(v[2 * k + 1] & 0xffff), bf16f(v[2 * k + 1] >> 16));
+            } else {
+                float s = pow2i((int)sc[u] - 127);
+                uint32_t v[4] = { raw[u].x, raw[u].y, raw[u].z, raw[u].w };
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    *(float4 *)(d + 4 * k) =
+                        make_float4(fp8f(v[k] & 255) * s, fp8f((v[k] >> 8) & 255) * s,
+                                    fp8f((v[k] >> 16) & 255) * s, fp8f(v[k] >> 24) * s);
+            }
+        }
+    }
+}

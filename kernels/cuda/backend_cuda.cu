@@ -321,7 +321,7 @@ static void cu_hc_pre_norm_op(backend *b, float *h, const float *y, int T, int h
     bool done = T < LT_MIN_T
                     ? cu_hc_pre_norm(c->st, h, y, T, hc, H, fn, base, scale, iters, hc_eps,
                                      norm_eps, norm_w, m, c->hc_count, post, comb, collapsed,
-                                     normed)
+                                     normed, c->hc_tail)
                     : hc_pre_many(c, h, y, T, hc, H, fn, base, scale, iters, hc_eps, norm_eps,
                                   (float *)m, post, comb, collapsed, norm_w, normed);
     if (!done) {
@@ -475,7 +475,7 @@ static void indexer_one(cu_impl *c, const indexer_args *a)
         tensor_core_keys(c, a->keys.dtype))
         keys = (uint16_t *)grow(c, &c->ikeys, (size_t)CU_INDEXER_KTILE * a->d * sizeof(uint16_t));
     if (c->failed) return;
-    cu_indexer(c->st, d, sc, cap, cand, keys);
+    cu_indexer(c->st, d, sc, cap, cand, keys, c->idx_tiled);
 }
 
 // The launch shape of a batch: its first sequence's, with the largest
@@ -508,7 +508,7 @@ static void cu_indexer_op(backend *b, const indexer_args *a, int nseg)
             size_t cap;
             float *sc = indexer_scores(c, n1, shape.pos_end / shape.ratio, true, &cap);
             unsigned *cand = indexer_cand(c, shape, cap);
-            if (!c->failed) cu_indexer(c->st, shape, sc, cap, cand, NULL, dev);
+            if (!c->failed) cu_indexer(c->st, shape, sc, cap, cand, NULL, c->idx_tiled, dev);
         });
     launched(c, "indexer");
 }
@@ -936,6 +936,12 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_PREFETCH=0: decode steps without the L2 prefetch of the
     // weights the next matmuls read (cuda_prefetch.cu; comparisons).
     c->prefetch = env_switch(c, "LLM_CUDA_PREFETCH");
+    // LLM_CUDA_INDEXER_TILED=0: the indexer's float32 scores on
+    // indexer_scores_kernel (comparisons; the sum over heads in another order).
+    c->idx_tiled = env_switch(c, "LLM_CUDA_INDEXER_TILED");
+    // LLM_CUDA_HC_PRE_TAIL=0: hc_pre_norm's last block as before (its
+    // loads one column at a time; the same operations and results).
+    c->hc_tail = env_switch(c, "LLM_CUDA_HC_PRE_TAIL");
     // Dense matmuls of up to this many tokens on the GEMV kernel (decode
     // batches), more through cuBLASLt; LLM_CUDA_GEMV_MAX_T: comparisons.
     c->gemv_max_t = (int)env_int(c, "LLM_CUDA_GEMV_MAX_T", 0, CU_GEMV_MAX_T, LT_MIN_T - 1);

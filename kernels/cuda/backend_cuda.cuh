@@ -118,6 +118,8 @@ struct cu_impl {
     int small_mma;              // LLM_CUDA_SMALL_MMA: 9-64 tokens on cu_matmul_mma (enum below)
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
     bool topk_blocks;           // the indexer's top-k over several blocks a token (LLM_CUDA_TOPK_BLOCKS)
+    bool idx_tiled;             // the indexer's tiled score kernel (LLM_CUDA_INDEXER_TILED)
+    bool hc_tail;               // hc_pre_norm's batched last block (LLM_CUDA_HC_PRE_TAIL)
     bool hc_many;               // hc_pre(_norm) of 64+ tokens in two launches (LLM_CUDA_HC_FUSED_MANY)
     bool prefetch;              // decode weights into L2 ahead of their matmuls (LLM_CUDA_PREFETCH)
     cudaStream_t pst;           // cuda_prefetch.cu: the prefetches' stream (made on first use),

@@ -181,6 +181,26 @@ __device__ __forceinline__ F block_sum(F v, F *sh)
     return v;
 }
 
+// Two block_sums in one pass (one pair of barriers): x and y get what
+// block_sum(x, shx) and block_sum(y, shy) would give.
+__device__ __forceinline__ void block_sum2(double &x, float &y, double *shx, float *shy)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o; o >>= 1) {
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+        y += __shfl_xor_sync(0xffffffffu, y, o);
+    }
+    __syncthreads();
+    if (lane == 0) shx[w] = x, shy[w] = y;
+    __syncthreads();
+    x = lane < nw ? shx[lane] : 0.0;
+    y = lane < nw ? shy[lane] : 0.0f;
+    for (int o = 16; o; o >>= 1) {
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+        y += __shfl_xor_sync(0xffffffffu, y, o);
+    }
+}
+
 __device__ __forceinline__ float block_max(float v, float *sh)
 {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;

@@ -140,7 +140,9 @@ void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, co
 // NULL: cu_hc_post(h, y, post, comb) first.  m: HC_FUSED_SCRATCH bytes of
 // scratch (8-byte aligned), count [T] zeros (left zero).  false (nothing
 // launched): hc > HC_FUSED_MAX (the Sinkhorn on one warp), T >
-// HC_FUSED_MAX_T or H > 12K (the collapsed row in shared memory).
+// HC_FUSED_MAX_T or H > 12K (the collapsed row in shared memory).  tail:
+// the last block as ops.cu's hc_tail where it takes the shape (false:
+// LLM_CUDA_HC_PRE_TAIL=0; the same results).
 #define HC_FUSED_MAX 5
 #define HC_FUSED_MAX_T 63
 // Column slices per logit: about 128 blocks in all, at most 8.
@@ -151,7 +153,7 @@ void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, co
 bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
                     const float *fn, const float *base, const float *scale, int iters,
                     float hc_eps, float norm_eps, const float *nw, void *m, int *count,
-                    float *post, float *comb, float *collapsed, float *out);
+                    float *post, float *comb, float *collapsed, float *out, bool tail);
 // The same for many tokens in two launches (T >= 64, hc 2 to 4): first
 // cu_hc_post_logits, y not NULL: cu_hc_post(h, y, post, comb) with the
 // logits m [T][(2 + hc) hc] of the new streams in one pass over them (y
@@ -249,8 +251,11 @@ struct dindexer {
 // keys: NULL, scores in float32 (decode; LLM_CUDA_GEMM=f32); or scratch
 // of CU_INDEXER_KTILE * d bf16 for the tensor-core scores (indexer_mma.cu;
 // cu_indexer_mma_fits, not under graph capture: dyn must be NULL).
+// tiled: float32 scores on indexer_scores_cpu_kernel (the CPU's scores,
+// bit for bit) where it takes the shape (false: indexer_scores_kernel,
+// LLM_CUDA_INDEXER_TILED=0).
 void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
-                unsigned *cand, uint16_t *keys, const dindexer *segs = NULL);
+                unsigned *cand, uint16_t *keys, bool tiled, const dindexer *segs = NULL);
 size_t cu_indexer_cand_bytes(const dindexer &a, size_t scores_cap);
 
 // ---- indexer_topk.cu ----

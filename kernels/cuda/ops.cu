@@ -374,23 +374,36 @@ __device__ __forceinline__ void hc_load_cols(const float *ht, int hc, int H, int
     }
 }
 
-// Columns [Wq, Wq + W) of a token's streams for hc_pre_norm_kernel (after
-// hc_post when yt is not NULL), added into the logit's dot product with f
-// and the sum of squares.
+// Columns [Wq, Wq + W) of the hc rows of f [hc][H] into fv.
 template <int W>
-__device__ __forceinline__ void hc_cols(const float *ht, int hc, int H, int q, const float *yt,
-                                        const float *pp, const float *cc, const float *f,
-                                        float &a, double &ss)
+__device__ __forceinline__ void hc_load_f(const float *f, int hc, int H, int q,
+                                          float (&fv)[HC_FUSED_MAX][W])
+{
+#pragma unroll
+    for (int k = 0; k < HC_FUSED_MAX; k++) {
+        if (k >= hc) break;
+        if (W == 4) *(float4 *)fv[k] = ((const float4 *)(f + (long long)k * H))[q];
+        else fv[k][0] = f[(long long)k * H + q];
+    }
+}
+
+// Columns [Wq, Wq + W) of a token's streams for hc_pre_norm_kernel,
+// loaded (o: the hc streams, yv: y's columns; after hc_post when yt is not
+// NULL), added into the logit's dot product with f's columns fv and the
+// sum of squares.
+template <int W>
+__device__ __forceinline__ void hc_cols_loaded(int hc, const float *yt, const float *pp,
+                                               const float *cc,
+                                               const float (&o)[HC_FUSED_MAX][W],
+                                               const float (&yv)[W],
+                                               const float (&fv)[HC_FUSED_MAX][W], float &a,
+                                               double &ss)
 {
     constexpr int HCF = HC_FUSED_MAX;
-    float o[HCF][W], yv[W];
-    hc_load_cols<W>(ht, hc, H, q, yt, o, yv);
 #pragma unroll
     for (int k = 0; k < HCF; k++) {
         if (k >= hc) break;
-        float v[W], fv[W];
-        if (W == 4) *(float4 *)fv = ((const float4 *)(f + (long long)k * H))[q];
-        else fv[0] = f[(long long)k * H + q];
+        float v[W];
 #pragma unroll
         for (int c = 0; c < W; c++) {
             float oc[HCF];
@@ -398,23 +411,35 @@ __device__ __forceinline__ void hc_cols(const float *ht, int hc, int H, int q, c
             for (int jj = 0; jj < HCF; jj++) oc[jj] = o[jj][c];
             v[c] = yt ? hc_mixed(oc, k, hc, yv[c], pp, cc) : o[k][c];
             ss += (double)v[c] * v[c];
-            a += v[c] * fv[c];
+            a += v[c] * fv[k][c];
         }
     }
 }
 
-// Columns [Wq, Wq + W) of a token's streams in hc_pre_norm_kernel's last
-// block: after hc_post (yt not NULL; stored), collapsed with the pre
-// weights into col (global) and cs (shared), their sum of squares back.
+// The same, loading the columns.
 template <int W>
-__device__ __forceinline__ double hc_collapse_cols(float *ht, int hc, int H, int q,
-                                                   const float *yt, const float *pp,
-                                                   const float *cc, const float *pre,
-                                                   float *ct, float *cs)
+__device__ __forceinline__ void hc_cols(const float *ht, int hc, int H, int q, const float *yt,
+                                        const float *pp, const float *cc,
+                                        const float (&fv)[HC_FUSED_MAX][W], float &a, double &ss)
+{
+    float o[HC_FUSED_MAX][W], yv[W];
+    hc_load_cols<W>(ht, hc, H, q, yt, o, yv);
+    hc_cols_loaded<W>(hc, yt, pp, cc, o, yv, fv, a, ss);
+}
+
+// Columns [Wq, Wq + W) of a token's streams in hc_pre_norm_kernel's last
+// block, loaded (o: the hc streams, yv: y's columns): after hc_post (yt
+// not NULL; stored), collapsed with the pre weights into col (global) and
+// sv, their sum of squares back.
+template <int W>
+__device__ __forceinline__ double hc_collapse_loaded(float *ht, int hc, int H, int q,
+                                                     const float *yt, const float *pp,
+                                                     const float *cc, const float *pre,
+                                                     const float (&o)[HC_FUSED_MAX][W],
+                                                     const float (&yv)[W], float *ct,
+                                                     float (&sv)[W])
 {
     constexpr int HCF = HC_FUSED_MAX;
-    float o[HCF][W], yv[W], sv[W];
-    hc_load_cols<W>(ht, hc, H, q, yt, o, yv);
 #pragma unroll
     for (int c = 0; c < W; c++) sv[c] = 0;
 #pragma unroll
@@ -436,22 +461,91 @@ __device__ __forceinline__ double hc_collapse_cols(float *ht, int hc, int H, int
     }
     double s2 = 0;
 #pragma unroll
-    for (int c = 0; c < W; c++) {
-        cs[W * q + c] = sv[c];
-        s2 += (double)sv[c] * sv[c];
-    }
+    for (int c = 0; c < W; c++) s2 += (double)sv[c] * sv[c];
     if (W == 4) ((float4 *)ct)[q] = *(float4 *)sv;
     else ct[q] = sv[0];
     return s2;
 }
 
+// The same, loading the columns, the collapsed ones also into cs (shared).
+template <int W>
+__device__ __forceinline__ double hc_collapse_cols(float *ht, int hc, int H, int q,
+                                                   const float *yt, const float *pp,
+                                                   const float *cc, const float *pre,
+                                                   float *ct, float *cs)
+{
+    float o[HC_FUSED_MAX][W], yv[W], sv[W];
+    hc_load_cols<W>(ht, hc, H, q, yt, o, yv);
+    double s2 = hc_collapse_loaded<W>(ht, hc, H, q, yt, pp, cc, pre, o, yv, ct, sv);
+#pragma unroll
+    for (int c = 0; c < W; c++) cs[W * q + c] = sv[c];
+    return s2;
+}
+
+// hc_pre's Sinkhorn on one warp (an element per lane, sums through
+// shuffles in hc_collapse_kernel's order) from the logits mt: comb into
+// combt.  Lanes past hc * hc compute on zeros and store nothing.
+__device__ __forceinline__ void hc_sinkhorn_warp(const float *mt, const float *base,
+                                                 const float *scale, int hc, int iters,
+                                                 float hc_eps, float *combt)
+{
+    int e = threadIdx.x & 31;
+    // Row i's softmax, then rounds of row and column normalization.
+    bool own = e < hc * hc;
+    int i = own ? e / hc : 0, jj = own ? e % hc : 0;
+    float v = own ? mt[2 * hc + e] * scale[2] + base[2 * hc + e] : 0.0f;
+    // (Loops unrolled to HC_FUSED_MAX, hc uniform over the warp: a
+    // round's shuffles issue together.)
+    float mx = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < HC_FUSED_MAX; k++) {
+        if (k >= hc) break;
+        float o = __shfl_sync(0xffffffffu, v, i * hc + k);
+        if (o > mx) mx = o;
+    }
+    v = expf(v - mx);
+    float sum = 0;
+#pragma unroll
+    for (int k = 0; k < HC_FUSED_MAX; k++) {
+        if (k >= hc) break;
+        sum += __shfl_sync(0xffffffffu, v, i * hc + k);
+    }
+    v = v / sum + hc_eps;
+    for (int it = 0; it < iters; it++) {
+        for (int c = it > 0 ? 0 : 1; c < 2; c++) {
+            float o[HC_FUSED_MAX];
+#pragma unroll
+            for (int k = 0; k < HC_FUSED_MAX; k++)
+                o[k] = __shfl_sync(0xffffffffu, v, (c ? k * hc + jj : i * hc + k) & 31);
+            sum = 0;
+#pragma unroll
+            for (int k = 0; k < HC_FUSED_MAX; k++)
+                if (k < hc) sum += o[k];
+            v /= sum + hc_eps;
+        }
+    }
+    if (own) combt[e] = v;
+}
+
+// pre (shared) and post (postt) of one token from its logits mt.
+__device__ __forceinline__ void hc_pre_post(const float *mt, const float *base,
+                                            const float *scale, int hc, float hc_eps, float *pre,
+                                            float *postt)
+{
+    int e = threadIdx.x;
+    if (e < hc) {
+        pre[e] = sigmoidf_(mt[e] * scale[0] + base[e]) + hc_eps;
+        float m1 = mt[hc + e];
+        postt[e] = 2.0f * sigmoidf_(m1 * scale[1] + base[hc + e]);
+    }
+}
+
 // The end of hc_pre and its RMSNorm for one token once its logits mt
 // (shared memory) are known, by a block of 64+ threads: pre and post
-// (postt), then the Sinkhorn (combt) on the first warp (an element per
-// lane, sums through shuffles in hc_collapse_kernel's order) while the
-// other warps collapse the streams ht into ct and cs [H] (after hc_post
-// when yt is not NULL: the new streams stored; 16-byte accesses when v4),
-// then, ot not NULL, the RMSNorm of the collapsed row kept in cs
+// (postt), then the Sinkhorn (combt) on the first warp while the other
+// warps collapse the streams ht into ct and cs [H] (after hc_post when yt
+// is not NULL: the new streams stored; 16-byte accesses when v4), then,
+// ot not NULL, the RMSNorm of the collapsed row kept in cs
 // (rmsnorm_kernel's operations) into ot.  The Sinkhorn's chain of
 // divisions overlaps the collapse.  pre: shared, [HC_MAX].
 __device__ __forceinline__ void hc_mix_collapse_norm(float *ht, const float *yt, int hc, int H,
@@ -464,50 +558,11 @@ __device__ __forceinline__ void hc_mix_collapse_norm(float *ht, const float *yt,
                                                      float *cs, float *ot)
 {
     int e = threadIdx.x;
-    if (e < hc) {
-        pre[e] = sigmoidf_(mt[e] * scale[0] + base[e]) + hc_eps;
-        float m1 = mt[hc + e];
-        postt[e] = 2.0f * sigmoidf_(m1 * scale[1] + base[hc + e]);
-    }
+    hc_pre_post(mt, base, scale, hc, hc_eps, pre, postt);
     __syncthreads();
     double s2 = 0;
     if (e < 32) {
-        // Row i's softmax, then rounds of row and column normalization;
-        // lanes past hc * hc compute on zeros and store nothing.
-        bool own = e < hc * hc;
-        int i = own ? e / hc : 0, jj = own ? e % hc : 0;
-        float v = own ? mt[2 * hc + e] * scale[2] + base[2 * hc + e] : 0.0f;
-        // (Loops unrolled to HC_FUSED_MAX, hc uniform over the warp: a
-        // round's shuffles issue together.)
-        float mx = -INFINITY;
-#pragma unroll
-        for (int k = 0; k < HC_FUSED_MAX; k++) {
-            if (k >= hc) break;
-            float o = __shfl_sync(0xffffffffu, v, i * hc + k);
-            if (o > mx) mx = o;
-        }
-        v = expf(v - mx);
-        float sum = 0;
-#pragma unroll
-        for (int k = 0; k < HC_FUSED_MAX; k++) {
-            if (k >= hc) break;
-            sum += __shfl_sync(0xffffffffu, v, i * hc + k);
-        }
-        v = v / sum + hc_eps;
-        for (int it = 0; it < iters; it++) {
-            for (int c = it > 0 ? 0 : 1; c < 2; c++) {
-                float o[HC_FUSED_MAX];
-#pragma unroll
-                for (int k = 0; k < HC_FUSED_MAX; k++)
-                    o[k] = __shfl_sync(0xffffffffu, v, (c ? k * hc + jj : i * hc + k) & 31);
-                sum = 0;
-#pragma unroll
-                for (int k = 0; k < HC_FUSED_MAX; k++)
-                    if (k < hc) sum += o[k];
-                v /= sum + hc_eps;
-            }
-        }
-        if (own) combt[e] = v;
+        hc_sinkhorn_warp(mt, base, scale, hc, iters, hc_eps, combt);
     } else {
         if (v4) {
             for (int q = e - 32; q < H / 4; q += blockDim.x - 32)
@@ -524,6 +579,78 @@ __device__ __forceinline__ void hc_mix_collapse_norm(float *ht, const float *yt,
         ot[d] = nw ? nw[d] * (cs[d] * r) : cs[d] * r;
 }
 
+// float4 columns of the streams per thread of hc_tail (each pass's loads
+// issued together): with 480 threads, H up to 5,760.
+#define HC_TAIL_Q 3
+
+// hc_tail's loads for a collapsing thread (threadIdx.x >= 32): its norm
+// weights (wv; ones when none are used) and its columns' old streams and
+// y, HC_TAIL_Q float4 columns apart by the collapsing threads' count.
+__device__ __forceinline__ void hc_tail_load(const float *ht, const float *yt, int hc, int H,
+                                             const float *nw, float4 (&wv)[HC_TAIL_Q],
+                                             float (&o)[HC_TAIL_Q][HC_FUSED_MAX][4],
+                                             float (&yv)[HC_TAIL_Q][4])
+{
+    int u = threadIdx.x - 32, nt = blockDim.x - 32, nq = H / 4;
+#pragma unroll
+    for (int b = 0; b < HC_TAIL_Q; b++) {
+        int q = u + b * nt;
+        wv[b] = nw && q < nq ? ((const float4 *)nw)[q] : make_float4(1, 1, 1, 1);
+        if (q < nq) hc_load_cols<4>(ht, hc, H, q, yt, o[b], yv[b]);
+    }
+}
+
+// hc_mix_collapse_norm laid out for latency (16-byte columns, H <=
+// HC_TAIL_Q * 4 * (blockDim.x - 32); ot 16-byte aligned; the same
+// operations in the same order, so the same bits): warp 0 runs the
+// Sinkhorn and leaves; every other thread, its loads issued together
+// beforehand (hc_tail_load: wv, o, yv), collapses its columns, keeps the
+// collapsed row in registers, adds the sums of squares with the other
+// collapsing warps alone (block_sum's order, warp 0's part a zero; named
+// barrier 1), and writes its columns' RMSNorm, so the norm no longer
+// waits for the Sinkhorn nor loads its weights one at a time.
+__device__ __forceinline__ void hc_tail(float *ht, const float *yt, int hc, int H,
+                                        const float *mt, const float *base, const float *scale,
+                                        int iters, float hc_eps, float norm_eps, const float *nw,
+                                        const float *pp, const float *cc, float *pre, double *shd,
+                                        float *postt, float *combt, float *ct, float *ot,
+                                        const float4 (&wv)[HC_TAIL_Q],
+                                        const float (&o)[HC_TAIL_Q][HC_FUSED_MAX][4],
+                                        const float (&yv)[HC_TAIL_Q][4])
+{
+    int e = threadIdx.x;
+    hc_pre_post(mt, base, scale, hc, hc_eps, pre, postt);
+    __syncthreads();
+    if (e < 32) {
+        hc_sinkhorn_warp(mt, base, scale, hc, iters, hc_eps, combt);
+        return;
+    }
+    int u = e - 32, nt = blockDim.x - 32, nq = H / 4;
+    float sv[HC_TAIL_Q][4];
+    double s2 = 0;
+#pragma unroll
+    for (int b = 0; b < HC_TAIL_Q; b++) {
+        int q = u + b * nt;
+        if (q < nq) s2 += hc_collapse_loaded<4>(ht, hc, H, q, yt, pp, cc, pre, o[b], yv[b], ct, sv[b]);
+    }
+    for (int k = 16; k; k >>= 1) s2 += __shfl_xor_sync(0xffffffffu, s2, k);
+    if ((e & 31) == 0) shd[e >> 5] = s2;
+    if (e == 32) shd[0] = 0;
+    asm volatile("bar.sync 1, %0;" ::"r"(nt) : "memory");
+    s2 = (e & 31) < (int)(blockDim.x >> 5) ? shd[e & 31] : 0.0;
+    for (int k = 16; k; k >>= 1) s2 += __shfl_xor_sync(0xffffffffu, s2, k);
+    float r = 1.0f / sqrtf((float)(s2 / H) + norm_eps);
+#pragma unroll
+    for (int b = 0; b < HC_TAIL_Q; b++) {
+        int q = u + b * nt;
+        if (q >= nq) break;
+        float w[4] = { wv[b].x, wv[b].y, wv[b].z, wv[b].w }, y[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) y[c] = nw ? w[c] * (sv[b][c] * r) : sv[b][c] * r;
+        ((float4 *)ot)[q] = make_float4(y[0], y[1], y[2], y[3]);
+    }
+}
+
 // hc_pre and the RMSNorm of its collapsed row in one launch, for a few
 // tokens and hc <= HC_FUSED_MAX; with y, the previous sublayer's hc_post
 // first.  Blocks (j + nmix * split, t) compute logit j of token t over one
@@ -533,7 +660,12 @@ __device__ __forceinline__ void hc_mix_collapse_norm(float *ht, const float *yt,
 // block of token t that finishes last (count[t] says, and that block
 // resets it for the next launch) adds the slices in order and finishes
 // (hc_mix_collapse_norm: one block's latency-bound pass over the
-// streams).  One launch instead of three or four.
+// streams).  One launch instead of three or four.  TAIL (where hc_tail
+// takes the shape): each block loads its first columns of fn and has a
+// slice of nw brought into L2 before waiting for the kernel before it
+// (weights: nothing earlier writes them), and the last block ends with
+// hc_tail; the same operations either way.
+template <bool TAIL>
 __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float *y, int hc, int H,
                                                           const float *fn, const float *base,
                                                           const float *scale, int iters,
@@ -543,7 +675,6 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
                                                           float *post, float *comb,
                                                           float *col, float *out)
 {
-    pdl_wait();
     __shared__ double shd[32];
     __shared__ float shf[32];
     __shared__ float pre[HC_MAX], pp[HC_FUSED_MAX], cc[HC_FUSED_MAX * HC_FUSED_MAX];
@@ -554,25 +685,54 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
     int e = threadIdx.x;
     float *ht = h + (long long)t * n;   // old streams until the last block stores
     const float *f = fn + (long long)j * n, *yt = y ? y + (long long)t * H : NULL;
-    if (y && e < hc) pp[e] = post[(long long)t * hc + e];
-    if (y && e < hc * hc) cc[e] = comb[(long long)t * hc * hc + e];
-    __syncthreads();
-    double ss = 0;
-    float a = 0;
     bool v4 = H % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)fn % 16 == 0 &&
               (uintptr_t)y % 16 == 0 && (uintptr_t)col % 16 == 0;
     // This block's share of the columns: split sp of S.
     int Q = v4 ? H / 4 : H;
     int q0 = (int)((long long)Q * sp / S), q1 = (int)((long long)Q * (sp + 1) / S);
-    if (v4) {
-        for (int q = q0 + e; q < q1; q += blockDim.x)
-            hc_cols<4>(ht, hc, H, q, yt, pp, cc, f, a, ss);
-    } else {
-        for (int q = q0 + e; q < q1; q += blockDim.x)
-            hc_cols<1>(ht, hc, H, q, yt, pp, cc, f, a, ss);
+    // TAIL: the thread's first columns of fn loaded before the wait, of
+    // the streams and y with post and comb (one round trip, not two).
+    float f4[HC_FUSED_MAX][4], o4[HC_FUSED_MAX][4], y4[4];
+    bool first = TAIL && q0 + e < q1;
+    if (first) hc_load_f<4>(f, hc, H, q0 + e, f4);
+    if (TAIL) {
+        int lines = (H + 31) / 32, b = blockIdx.y * gridDim.x + blockIdx.x;
+        for (int l = b + e * gridDim.x * gridDim.y; nw && l < lines; l += 512 * gridDim.x * gridDim.y)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(nw + 32 * l));
     }
-    ss = block_sum(ss, shd);
-    a = block_sum(a, shf);
+    pdl_wait();
+    if (first) hc_load_cols<4>(ht, hc, H, q0 + e, yt, o4, y4);
+    if (y && e < hc) pp[e] = post[(long long)t * hc + e];
+    if (y && e < hc * hc) cc[e] = comb[(long long)t * hc * hc + e];
+    __syncthreads();
+    double ss = 0;
+    float a = 0;
+    if (TAIL) {
+        for (int q = q0 + e; q < q1; q += blockDim.x) {
+            if (q > q0 + e) {
+                hc_load_f<4>(f, hc, H, q, f4);
+                hc_load_cols<4>(ht, hc, H, q, yt, o4, y4);
+            }
+            hc_cols_loaded<4>(hc, yt, pp, cc, o4, y4, f4, a, ss);
+        }
+    } else if (v4) {
+        for (int q = q0 + e; q < q1; q += blockDim.x) {
+            hc_load_f<4>(f, hc, H, q, f4);
+            hc_cols<4>(ht, hc, H, q, yt, pp, cc, f4, a, ss);
+        }
+    } else {
+        for (int q = q0 + e; q < q1; q += blockDim.x) {
+            float f1[HC_FUSED_MAX][1];
+            hc_load_f<1>(f, hc, H, q, f1);
+            hc_cols<1>(ht, hc, H, q, yt, pp, cc, f1, a, ss);
+        }
+    }
+    if (TAIL) {
+        block_sum2(ss, a, shd, shf);
+    } else {
+        ss = block_sum(ss, shd);
+        a = block_sum(a, shf);
+    }
     if (e == 0) {
         pa[((long long)t * nmix + j) * S + sp] = a;
         if (j == 0) pss[(long long)t * S + sp] = ss;
@@ -582,6 +742,10 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
     __syncthreads();
     if (!last) return;
     __threadfence();
+    // TAIL: the collapsing warps' loads go out with the logits' parts.
+    float4 wv[HC_TAIL_Q];
+    float ot4[HC_TAIL_Q][HC_FUSED_MAX][4], yv4[HC_TAIL_Q][4];
+    if (TAIL && e >= 32) hc_tail_load(ht, yt, hc, H, nw, wv, ot4, yv4);
     if (e == 0) count[t] = 0;
     // The logits: the splits' parts added in split order.
     if (e < nmix) {
@@ -595,24 +759,38 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
     }
     __syncthreads();
     // Every other block has read the old streams: this one stores the new.
-    hc_mix_collapse_norm(ht, yt, hc, H, v4, mt, base, scale, iters, hc_eps, norm_eps, nw, pp, cc,
-                         pre, shd, post + (long long)t * hc, comb + (long long)t * hc * hc,
-                         col + (long long)t * H, cs, out + (long long)t * H);
+    if (TAIL)
+        hc_tail(ht, yt, hc, H, mt, base, scale, iters, hc_eps, norm_eps, nw, pp, cc, pre, shd,
+                post + (long long)t * hc, comb + (long long)t * hc * hc, col + (long long)t * H,
+                out + (long long)t * H, wv, ot4, yv4);
+    else
+        hc_mix_collapse_norm(ht, yt, hc, H, v4, mt, base, scale, iters, hc_eps, norm_eps, nw, pp,
+                             cc, pre, shd, post + (long long)t * hc,
+                             comb + (long long)t * hc * hc, col + (long long)t * H, cs,
+                             out + (long long)t * H);
 }
 
 bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
                     const float *fn, const float *base, const float *scale, int iters,
                     float hc_eps, float norm_eps, const float *nw, void *m, int *count,
-                    float *post, float *comb, float *collapsed, float *out)
+                    float *post, float *comb, float *collapsed, float *out, bool tail)
 {
     if (hc > HC_FUSED_MAX || T > HC_FUSED_MAX_T || H > 12 * 1024) return false;
     int nmix = (2 + hc) * hc, S = HC_SPLITS(nmix, T);
     double *pss = (double *)m;
     float *pa = (float *)(pss + (long long)T * S);
-    if (T > 0)
-        cu_launch(hc_pre_norm_kernel, dim3(nmix * S, T), 512, (size_t)H * sizeof(float), st, h,
-                  y, hc, H, fn, base, scale, iters, hc_eps, norm_eps, nw, nmix, S, pa, pss, count,
-                  post, comb, collapsed, out);
+    // hc_tail's shape: 16-byte columns (the kernel's v4) and outputs.
+    tail = tail && out && H % 4 == 0 && H / 4 <= HC_TAIL_Q * (512 - 32) && (uintptr_t)h % 16 == 0 &&
+           (uintptr_t)fn % 16 == 0 && (uintptr_t)y % 16 == 0 && (uintptr_t)collapsed % 16 == 0 &&
+           (uintptr_t)out % 16 == 0 && (uintptr_t)nw % 16 == 0;
+    if (T > 0 && tail)
+        cu_launch(hc_pre_norm_kernel<true>, dim3(nmix * S, T), 512, 0, st, h, y, hc, H, fn, base,
+                  scale, iters, hc_eps, norm_eps, nw, nmix, S, pa, pss, count, post, comb,
+                  collapsed, out);
+    else if (T > 0)
+        cu_launch(hc_pre_norm_kernel<false>, dim3(nmix * S, T), 512, (size_t)H * sizeof(float),
+                  st, h, y, hc, H, fn, base, scale, iters, hc_eps, norm_eps, nw, nmix, S, pa, pss,
+                  count, post, comb, collapsed, out);
     return true;
 }
 

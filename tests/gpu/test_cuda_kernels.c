@@ -732,6 +732,57 @@ static void test_hc_pre_norm(int T, int hc, int H, bool weight, bool with_y)
     }
 }
 
+/* hc_pre_norm on G and on O (LLM_CUDA_HC_PRE_TAIL=0: the last block as
+ * before) from the same inputs, outputs poisoned: every output equal bit
+ * for bit (the tail path changes where loads are issued and who waits,
+ * not the operations or their order). */
+static void test_hc_pre_norm_same(backend *O, int T, int hc, int H, bool with_y)
+{
+    int mix = (2 + hc) * hc, n = hc * H;
+    float *h = hrand((size_t)T * n, 1.0f), *fn = hrand((size_t)mix * n, 0.05f);
+    float *base = hrand(mix, 0.5f), *scale = hrand(3, 1.0f), *w = hrand(H, 1.0f);
+    float *y = hrand((size_t)T * H, 1.0f);
+    float *post = hrand((size_t)T * hc, 1.0f), *comb = hrand((size_t)T * hc * hc, 0.5f);
+    size_t len[] = { (size_t)T * hc, (size_t)T * hc * hc, (size_t)T * H, (size_t)T * H,
+                     (size_t)T * n };
+    float *out[2][5];
+    backend *B[2] = { G, O }, *g0 = G;
+    for (int k = 0; k < 2; k++) {
+        backend *b = G = B[k];      /* poison and hcopy go through G */
+        float *dh = b->alloc(b, (size_t)T * n * 4), *dfn = b->alloc(b, (size_t)mix * n * 4);
+        float *dbase = b->alloc(b, mix * 4), *dscale = b->alloc(b, 12), *dw = b->alloc(b, H * 4);
+        float *dy = b->alloc(b, (size_t)T * H * 4), *dpost = b->alloc(b, len[0] * 4);
+        float *dcomb = b->alloc(b, len[1] * 4), *dcol = b->alloc(b, len[2] * 4);
+        float *dxn = b->alloc(b, len[3] * 4);
+        b->write(b, dh, h, (size_t)T * n * 4), b->write(b, dfn, fn, (size_t)mix * n * 4);
+        b->write(b, dbase, base, mix * 4), b->write(b, dscale, scale, 12);
+        b->write(b, dw, w, H * 4), b->write(b, dy, y, (size_t)T * H * 4);
+        if (with_y) {
+            b->write(b, dpost, post, len[0] * 4), b->write(b, dcomb, comb, len[1] * 4);
+        } else {
+            poison(dpost, len[0] * 4), poison(dcomb, len[1] * 4);
+        }
+        poison(dcol, len[2] * 4), poison(dxn, len[3] * 4);
+        b->hc_pre_norm(b, dh, with_y ? dy : NULL, T, hc, H, dfn, dbase, dscale, 20, 1e-6f, 1e-6f,
+                       dpost, dcomb, dcol, dw, dxn);
+        float *dev[] = { dpost, dcomb, dcol, dxn, dh };
+        for (int i = 0; i < 5; i++) out[k][i] = hcopy(dev[i], len[i] * 4);
+        void *d[] = { dh, dfn, dbase, dscale, dw, dy, dpost, dcomb, dcol, dxn };
+        for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) b->release(b, d[i]);
+    }
+    G = g0;
+    size_t differ = 0;
+    for (int i = 0; i < 5; i++) {
+        for (size_t j = 0; j < len[i]; j++)
+            differ += memcmp(&out[0][i][j], &out[1][i][j], 4) != 0;
+        free(out[0][i]), free(out[1][i]);
+    }
+    ok(!differ && !G->error(G) && !O->error(O), "hc_pre_norm T=%d hc=%d H=%d%s: the same bits "
+       "as with LLM_CUDA_HC_PRE_TAIL=0 (%zu values differ)", T, hc, H,
+       with_y ? " after hc_post" : "", differ);
+    free(h), free(fn), free(base), free(scale), free(w), free(y), free(post), free(comb);
+}
+
 /* ---- paged rows on both sides ---- */
 
 typedef struct {
@@ -1869,6 +1920,77 @@ static void test_moes(void)
     unsetenv("LLM_CUDA_MOE_FP8");
 }
 
+/* hc_pre_norm's last block as before and against the default (gf). */
+static void hc_tail_cases(backend *gf, backend *g_tail0)
+{
+    /* hc_pre_norm's last block as before (LLM_CUDA_HC_PRE_TAIL=0): against
+     * the CPU, and the default (hc_tail) bit for bit against it; H = 5760:
+     * HC_TAIL_Q columns for every collapsing thread, 5764: past hc_tail
+     * (the old last block either way) */
+    G = g_tail0, hc_variant = " (LLM_CUDA_HC_PRE_TAIL=0)";
+    for (int wy = 0; wy < 2; wy++) {
+        test_hc_pre_norm(1, 4, 4096, true, wy);
+        test_hc_pre_norm(8, 4, 4096, false, wy);
+    }
+    G = gf, hc_variant = "";
+    for (int wy = 0; wy < 2; wy++) {
+        test_hc_pre_norm_same(g_tail0, 1, 4, 4096, wy);
+        test_hc_pre_norm_same(g_tail0, 2, 4, 4096, wy);
+        test_hc_pre_norm_same(g_tail0, 8, 4, 4096, wy);
+        test_hc_pre_norm_same(g_tail0, 63, 4, 1024, wy);
+        test_hc_pre_norm_same(g_tail0, 2, 5, 96, wy);
+        test_hc_pre_norm_same(g_tail0, 3, 2, 5760, wy);
+        test_hc_pre_norm_same(g_tail0, 1, 4, 5764, wy);
+        test_hc_pre_norm(1, 4, 5760, true, wy);
+    }
+    G = gf;
+}
+
+/* The indexer against the CPU on gf (f32 mode) and, for a few shapes, on
+ * g_idx0 (LLM_CUDA_INDEXER_TILED=0). */
+static void indexer_cases(backend *gf, backend *g_idx0)
+{
+    G = gf;
+    for (int t = KV_F32; t <= KV_FP8; t++) {
+        test_indexer(4, 8, 32, 8, 0, 40, t, 0);
+        test_indexer(4, 8, 32, 8, 40, 24, t, 0);
+        test_indexer(4, 64, 128, 64, 2000, 5, t, 0);
+        test_indexer(4, 64, 128, 512, 8000, 3, t, 0);
+        test_indexer(4, 16, 64, 32, 300, 300, t, 0);
+        test_indexer(4, 64, 128, 512, 8000, 100, t, 0);
+        /* the top-k over several blocks a token (IDX_TOPK_MULTI_MIN =
+         * 16,384 entries, launches of up to 64 rows): tokens on both
+         * sides of the threshold in one op; ranges of uneven lengths
+         * (40,001 entries: 8 blocks of 5,000-5,001; 20,000 at top 8: 50
+         * of 400; 39,999 at top 2,048: 4 of 9,999-10,000); 70 tokens (one
+         * block each); Flash's shapes at 70,001 entries (11 blocks) */
+        test_indexer(4, 8, 32, 512, 4 * 16384 - 20, 40, t, 0);
+        test_indexer(4, 8, 32, 512, 4 * 40000 + 1, 3, t, 0);
+        test_indexer(4, 8, 32, 8, 4 * 20000, 2, t, 0);
+        test_indexer(4, 8, 32, 2048, 4 * 40000 - 2, 3, t, 0);
+        test_indexer(4, 8, 32, 512, 4 * 20000, 70, t, 0);
+        test_indexer(4, 64, 128, 512, 4 * 70000 + 3, 2, t, 0);
+        /* ties: 48 distinct keys (about 400 entries share each score, the
+         * k-th among them, across block ranges), 3 (all of the top k
+         * share the top score), at and past the threshold */
+        test_indexer(4, 8, 32, 512, 4 * 16384 - 20, 40, t, 48);
+        test_indexer(4, 8, 32, 512, 4 * 20000 + 1, 3, t, 48);
+        test_indexer(4, 8, 32, 512, 4 * 40000 + 1, 3, t, 3);
+        test_indexer(4, 8, 32, 8, 4 * 20000, 2, t, 48);
+    }
+    /* the scores on indexer_scores_kernel (LLM_CUDA_INDEXER_TILED=0); the
+     * CPU-order kernel ran every case above: SPLIT (short contexts; 8, 16
+     * and 64 heads) and a thread an entry (70,001 entries and more); d =
+     * 40: not a multiple of 16, the old kernel either way; one token at 1M */
+    G = g_idx0;
+    test_indexer(4, 64, 128, 512, 8000, 3, KV_FP8, 0);
+    test_indexer(4, 64, 128, 512, 4 * 70000 + 3, 2, KV_BF16, 0);
+    test_indexer(4, 8, 32, 512, 4 * 20000 + 1, 3, KV_F32, 48);
+    G = gf;
+    test_indexer(4, 8, 40, 64, 2000, 5, KV_FP8, 0);
+    test_indexer(4, 64, 128, 512, 1048575, 1, KV_FP8, 0);      /* 262,143 entries */
+}
+
 /* A backend on device 0 whose prefill GEMMs are `gemm` (LLM_CUDA_GEMM). */
 static backend *gpu_backend(const char *gemm, const char *attn_tokens)
 {
@@ -1888,7 +2010,8 @@ static backend *gpu_backend(const char *gemm, const char *attn_tokens)
 }
 
 /* `test_cuda_kernels matmul`: only the dense matmuls, in the tensor-core
- * modes (bf16x2, fp8): a short run after a change to them. */
+ * modes (bf16x2, fp8): a short run after a change to them;
+ * `test_cuda_kernels mhc-indexer`: hc_pre_norm and the indexer. */
 int main(int argc, char **argv)
 {
     const char *seed = getenv("SEED");
@@ -1903,6 +2026,15 @@ int main(int argc, char **argv)
     backend *g_hc4 = gpu_backend(gemm_names[GEMM_F32], "2");
     unsetenv("LLM_CUDA_HC_FUSED_MANY");
     if (!g_hc4) return exit_status();
+    /* g_tail0: hc_pre_norm's last block as before; g_idx0: the indexer's
+     * scores on indexer_scores_kernel */
+    setenv("LLM_CUDA_HC_PRE_TAIL", "0", 1);
+    backend *g_tail0 = gpu_backend(gemm_names[GEMM_F32], "2");
+    unsetenv("LLM_CUDA_HC_PRE_TAIL");
+    setenv("LLM_CUDA_INDEXER_TILED", "0", 1);
+    backend *g_idx0 = gpu_backend(gemm_names[GEMM_F32], "2");
+    unsetenv("LLM_CUDA_INDEXER_TILED");
+    if (!g_tail0 || !g_idx0) return exit_status();
     for (int m = 0; m < 4; m++)
         if (!(g[m] = gpu_backend(gemm_names[m], "2")) || !(g1[m] = gpu_backend(gemm_names[m], "1")))
             return exit_status();
@@ -1910,12 +2042,32 @@ int main(int argc, char **argv)
     C8 = backend_cpu_new(4, NULL, 0);
     backend_cpu_set_fp8(C8, true);
 
-    if (argc > 1 && !strcmp(argv[1], "matmul")) {
-        for (gemm_mode = GEMM_BF16X2; gemm_mode <= GEMM_FP8; gemm_mode++) {
+    /* `test_cuda_kernels mhc-indexer`: hc_pre_norm and the indexer only
+     * (a short run after a change to them) */
+    if (argc > 1 && !strcmp(argv[1], "mhc-indexer")) {
+        G = g[GEMM_F32];
+        for (int wy = 0; wy < 2; wy++) {
+            test_hc_pre_norm(1, 4, 4096, true, wy);
+            test_hc_pre_norm(8, 4, 4096, true, wy);
+            test_hc_pre_norm(63, 4, 1024, true, wy);
+            test_hc_pre_norm(3, 2, 130, false, wy);
+            test_hc_pre_norm(2, 5, 96, true, wy);
+        }
+        hc_tail_cases(g[GEMM_F32], g_tail0);
+        indexer_cases(g[GEMM_F32], g_idx0);
+        test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8, 0, false);
+        test_indexer_batch(7, 8, 32, 512, 160000, KV_FP8, 48, false);
+        test_indexer_batch(64, 64, 128, 512, 9000, KV_BF16, 0, false);
+        test_indexer_batch(8, 64, 128, 512, 131071, KV_FP8, 0, true);
+    }
+    if (argc > 1 && (!strcmp(argv[1], "matmul") || !strcmp(argv[1], "mhc-indexer"))) {
+        bool matmul = !strcmp(argv[1], "matmul");
+        for (gemm_mode = GEMM_BF16X2; matmul && gemm_mode <= GEMM_FP8; gemm_mode++) {
             G = g[gemm_mode];
             test_matmul();
         }
         for (int m = 0; m < 4; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
+        g_hc4->destroy(g_hc4), g_tail0->destroy(g_tail0), g_idx0->destroy(g_idx0);
         C->destroy(C);
         C8->destroy(C8);
         return exit_status();
@@ -1975,7 +2127,8 @@ int main(int argc, char **argv)
     G = g_hc4, hc_variant = " (LLM_CUDA_HC_FUSED_MANY=0)";
     test_hc(300, 4, 4096);
     for (int wy = 0; wy < 2; wy++) test_hc_pre_norm(300, 4, 4096, true, wy);
-    G = g[GEMM_F32], hc_variant = "";
+    hc_tail_cases(g[GEMM_F32], g_tail0);
+    g_tail0->destroy(g_tail0);
     g_hc4->destroy(g_hc4);
     int ch1[] = { 7, 1, 1, 13, 5, 1, 1, 1, 40, 2 };
     int ch2[] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
@@ -1988,33 +2141,8 @@ int main(int argc, char **argv)
         test_compress(4, true, 512, 32, ch3, 5, t);
         test_compress(4, true, 128, 32, ch3, 5, t);
     }
-    for (int t = KV_F32; t <= KV_FP8; t++) {
-        test_indexer(4, 8, 32, 8, 0, 40, t, 0);
-        test_indexer(4, 8, 32, 8, 40, 24, t, 0);
-        test_indexer(4, 64, 128, 64, 2000, 5, t, 0);
-        test_indexer(4, 64, 128, 512, 8000, 3, t, 0);
-        test_indexer(4, 16, 64, 32, 300, 300, t, 0);
-        test_indexer(4, 64, 128, 512, 8000, 100, t, 0);
-        /* the top-k over several blocks a token (IDX_TOPK_MULTI_MIN =
-         * 16,384 entries, launches of up to 64 rows): tokens on both
-         * sides of the threshold in one op; ranges of uneven lengths
-         * (40,001 entries: 8 blocks of 5,000-5,001; 20,000 at top 8: 50
-         * of 400; 39,999 at top 2,048: 4 of 9,999-10,000); 70 tokens (one
-         * block each); Flash's shapes at 70,001 entries (11 blocks) */
-        test_indexer(4, 8, 32, 512, 4 * 16384 - 20, 40, t, 0);
-        test_indexer(4, 8, 32, 512, 4 * 40000 + 1, 3, t, 0);
-        test_indexer(4, 8, 32, 8, 4 * 20000, 2, t, 0);
-        test_indexer(4, 8, 32, 2048, 4 * 40000 - 2, 3, t, 0);
-        test_indexer(4, 8, 32, 512, 4 * 20000, 70, t, 0);
-        test_indexer(4, 64, 128, 512, 4 * 70000 + 3, 2, t, 0);
-        /* ties: 48 distinct keys (about 400 entries share each score, the
-         * k-th among them, across block ranges), 3 (all of the top k
-         * share the top score), at and past the threshold */
-        test_indexer(4, 8, 32, 512, 4 * 16384 - 20, 40, t, 48);
-        test_indexer(4, 8, 32, 512, 4 * 20000 + 1, 3, t, 48);
-        test_indexer(4, 8, 32, 512, 4 * 40000 + 1, 3, t, 3);
-        test_indexer(4, 8, 32, 8, 4 * 20000, 2, t, 48);
-    }
+    indexer_cases(g[GEMM_F32], g_idx0);
+    g_idx0->destroy(g_idx0);
     G = g[GEMM_BF16];      /* the op takes the tensor-core path for every cache dtype */
     test_indexer_mma(64, 64, 2000, 128, 48, 200, KV_F32);    /* key tiles and token chunks */
     test_indexer_mma(64, 64, 0, 300, 128, 32768, KV_F32);    /* few entries: all or top 64 */
