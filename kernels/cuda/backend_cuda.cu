@@ -775,13 +775,14 @@ static void cu_moe_op(backend *b, const moe_args *a)
             // Tiles expected: the experts the slots choose, uniform routing.
             int est = (int)(E * (1.0 - pow(1.0 - (double)K / E, T)) + 0.5);
             if (!(mma && cu_moe_tiles_mma(c->st, w1, &w3, tiles, ntiles, max_tiles, tm, est, perm,
-                                          false, xr, H, K, a->limit, g, I, !quant)) &&
+                                          false, xr, H, K, a->limit, g, I, !quant,
+                                          c->moe_mma_sm)) &&
                 !cu_gemv_tiles(c->st, w1, &w3, tiles, ntiles, max_tiles, tm, perm, false, xr, H,
                                K, a->limit, g, I))
                 fail(c, "moe: the experts' w1 and w3 differ in layout");
             if (quant) cu_act_quant_round(c->st, g, I, ns, I, g, I);
             if (!(mma && cu_moe_tiles_mma(c->st, w2, NULL, tiles, ntiles, max_tiles, tm, est, perm,
-                                          true, g, I, 0, 0, ys, H, !quant)))
+                                          true, g, I, 0, 0, ys, H, !quant, c->moe_mma_sm)))
                 cu_gemv_tiles(c->st, w2, NULL, tiles, ntiles, max_tiles, tm, perm, true, g, I, 1,
                               0, ys, H);
         } else if (c->gemm != BACKEND_GEMM_F32 && !c->moe_lt && w2.type == QT_MXFP4 &&
@@ -926,6 +927,14 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_MOE_MMA=0: the expert tiles of decode batches on the GEMV
     // (float32 products; comparisons) instead of cu_moe_tiles_mma.
     c->moe_mma = env_switch(c, "LLM_CUDA_MOE_MMA");
+    // LLM_CUDA_MOE_MMA_BLOCKS: the blocks an SM its plan aims at
+    // (comparisons; 2: every w1 and w3 block a quarter of the columns).
+    c->moe_mma_sm = 2;
+    if (const char *mb = getenv("LLM_CUDA_MOE_MMA_BLOCKS")) {
+        if (strcmp(mb, "1") && strcmp(mb, "2"))
+            fail(c, "LLM_CUDA_MOE_MMA_BLOCKS=%s: expected 1 or 2", mb);
+        else c->moe_mma_sm = atoi(mb);
+    }
     // Dense matmuls of up to this many tokens on the GEMV kernel (decode
     // batches), more through cuBLASLt; LLM_CUDA_GEMV_MAX_T: comparisons.
     c->gemv_max_t = LT_MIN_T - 1;

@@ -120,6 +120,7 @@ struct cu_impl {
     bool topk_blocks;           // the indexer's top-k over several blocks a token (LLM_CUDA_TOPK_BLOCKS)
     bool hc_many;               // hc_pre(_norm) of 64+ tokens in two launches (LLM_CUDA_HC_FUSED_MANY)
     bool moe_mma;               // decode batches' expert tiles on tensor cores (LLM_CUDA_MOE_MMA)
+    int moe_mma_sm;             // their blocks an SM, 1 or 2 (LLM_CUDA_MOE_MMA_BLOCKS)
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
     double expert_host_ms;      // profiling: host time queuing the expert GEMMs

@@ -66,6 +66,8 @@ struct smm_args {
     int xdiv;
     bool scatter;
     float limit;
+    int R, nrg;         // row groups (BR rows) per block (R > 1: WM 8, one block along
+                        // the columns), and of the matrix
     int WM;             // warps along the rows (32 rows each); 8 / WM along the columns
     int Kb;             // columns per block (a multiple of 64 * 8 / WM)
     int xst;            // bytes per staged token row (Kb * 4 + pad)
@@ -151,7 +153,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     const dqw &w = a.w;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int WM = a.WM, WK = 8 / WM, wm = warp % WM, wk = warp / WM, BR = 32 * WM;
-    int row0 = blockIdx.x * BR, kb0 = blockIdx.y * a.Kb, Kw = a.Kb / WK;
+    int kb0 = blockIdx.y * a.Kb, Kw = a.Kb / WK;
     int cw0 = wk * Kw;                              // the warp's first column in the block
     int kend = min(kb0 + a.Kb, w.cols);             // the block's columns end (view)
     int nst = max(0, min(Kw, kend - kb0 - cw0) + STEP - 1) / STEP;
@@ -159,52 +161,72 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     uint8_t *wq = sm_sh + (size_t)TP * a.xst + (size_t)warp * SM_STAGES * SM_STAGE_BYTES;
     auto cbytes = [](long long c) { return FP4 ? c >> 1 : c * EB; };
 
-    // This lane's rows: m-tile j / 2, row g (+ 8 for odd j); under
-    // SMM_SWIGLU m-tile 1 is w3's rows of m-tile 0.  Their weights and
-    // scale rows (expert tiles: the tile's expert, known after the wait).
+    // The block's row groups of BR rows (expert tiles: a.R of them, one
+    // stage sequence through all; dense: one) and the expert (tiles: the
+    // tile's, known after the wait).
+    int rg0 = MODE == SMM_DENSE ? blockIdx.x : blockIdx.x * a.R, e = 0;
+    int ng = MODE == SMM_DENSE ? 1 : min(a.R, a.nrg - rg0);
+    // This lane's rows in row group rg: m-tile j / 2, row g (+ 8 for odd
+    // j); under SMM_SWIGLU m-tile 1 is w3's rows of m-tile 0.  Their
+    // weights (for the copies) and scale rows (for the scales, which run
+    // behind the copies).
     const uint8_t *rp[4], *sp[4];
     bool rok[4];
-    auto rows = [&](int e) {
+    auto rows = [&](int rg, bool weights) {
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const dqw &W = MODE == SMM_SWIGLU && j >= 2 ? a.w3 : w;
-            int r = MODE == SMM_SWIGLU ? blockIdx.x * (BR / 2) + wm * 16 + (j & 1) * 8 + g
-                                       : row0 + wm * 32 + (j >> 1) * 16 + (j & 1) * 8 + g;
-            rok[j] = r < W.rows;
+            int r = MODE == SMM_SWIGLU ? rg * (BR / 2) + wm * 16 + (j & 1) * 8 + g
+                                       : rg * BR + wm * 32 + (j >> 1) * 16 + (j & 1) * 8 + g;
             long long rr = W.r0 + min(r, W.rows - 1);
-            rp[j] = W.data + e * W.estride + cbytes(rr * W.ld + W.c0);
-            sp[j] = W.scale + e * W.sestride + (FP4 ? rr : rr >> 7) * W.sld;
+            if (weights) {
+                rok[j] = r < W.rows;
+                rp[j] = W.data + e * W.estride + cbytes(rr * W.ld + W.c0);
+            } else {
+                sp[j] = W.scale + e * W.sestride + (FP4 ? rr : rr >> 7) * W.sld;
+            }
         }
     };
-    // Stage s of this warp's weights into slot s % SM_STAGES; zeros past
-    // the view's rows and columns (past the warp's stages: an empty group).
-    auto issue = [&](int s) {
-        uint8_t *dst = wq + (s % SM_STAGES) * SM_STAGE_BYTES + lane * 16;
-        int col = kb0 + cw0 + s * STEP + t * SC;
-        int n = s < nst ? min(SC, kend - col) : 0;
+    // The next stage of this warp's weights (stage is of row group ig, the
+    // iss-th overall) into slot iss % SM_STAGES; zeros past the view's rows
+    // and columns (past the warp's stages: an empty group).
+    int iss = 0, is = 0, ig = 0;
+    auto issue = [&]() {
+        uint8_t *dst = wq + (iss % SM_STAGES) * SM_STAGE_BYTES + lane * 16;
+        bool live = ig < ng && nst > 0;
+        int col = kb0 + cw0 + is * STEP + t * SC;
+        int n = live ? min(SC, kend - col) : 0;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             bool on = rok[j] && n > 0;
-            if (s < nst) cp_async16(dst + j * 512, on ? rp[j] + cbytes(col) : rp[j],
-                                    on ? (int)cbytes(n + FP4) : 0);
+            if (live) cp_async16(dst + j * 512, on ? rp[j] + cbytes(col) : rp[j],
+                                 on ? (int)cbytes(n + FP4) : 0);
         }
         cp_async_commit();
+        iss++;
+        if (++is == nst) {
+            is = 0;
+            if (++ig < ng) rows(rg0 + ig, true);
+        }
     };
     int ntok = a.T;
     if (MODE == SMM_DENSE) {
         // The weights depend on no earlier kernel: on their way before the wait.
-        rows(0);
-        for (int s = 0; s < SM_STAGES - 1; s++) issue(s);
+        rows(rg0, true);
+        rows(rg0, false);
+        for (int s = 0; s < SM_STAGES - 1; s++) issue();
         pdl_wait();
         int i = threadIdx.x;
         if (i < TP) xrow[i] = yrow[i] = i < a.T ? i : -1;
     } else {
         pdl_wait();     // the tile table is moe_sort's
-        if ((int)blockIdx.z >= *a.ntiles) return;   // the whole cluster (same z)
-        int4 tl = a.tiles[blockIdx.z];
-        ntok = tl.z;
-        rows(tl.x);
-        for (int s = 0; s < SM_STAGES - 1; s++) issue(s);
+        int nt = *a.ntiles;
+        int4 tl = a.tiles[blockIdx.z];      // read with the count (max_tiles of them)
+        if ((int)blockIdx.z >= nt) return;  // the whole cluster (same z)
+        ntok = tl.z, e = tl.x;
+        rows(rg0, true);
+        rows(rg0, false);
+        for (int s = 0; s < SM_STAGES - 1; s++) issue();
         if (threadIdx.x < TP) {
             int i = threadIdx.x, s = tl.y + i;
             xrow[i] = i >= tl.z ? -1 : a.xdiv ? a.perm[s] / a.xdiv : s;
@@ -259,21 +281,33 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[m][n][e] = 0;
-    // Block scales (FP8 per 128 x 128, MXFP4 per row and 32 columns), one
-    // stage ahead of their use.
+    // Block scales (FP8 per 128 x 128, MXFP4 per row and 32 columns) of the
+    // next stage (ss of row group sg), one stage ahead of their use.
     uint32_t scn[4] = { 127, 127, 127, 127 };
-    auto scales = [&](int s, uint32_t (&sc)[4]) {
-        int col = kb0 + cw0 + s * STEP + t * SC;
-        if (QT == QT_BF16 || s >= nst || col >= w.cols) return;    // past the view: zeros
-        int cb = (w.c0 + col) >> (FP4 ? 5 : 7);
+    int ss = 0, sg = 0;
+    auto scales = [&](uint32_t (&sc)[4]) {
+        int col = kb0 + cw0 + ss * STEP + t * SC;
+        if (QT != QT_BF16 && sg < ng && nst > 0 && col < w.cols) {  // past the view: zeros
+            int cb = (w.c0 + col) >> (FP4 ? 5 : 7);
 #pragma unroll
-        for (int j = 0; j < 4; j++) sc[j] = sp[j][cb];
+            for (int j = 0; j < 4; j++) sc[j] = sp[j][cb];
+        }
+        if (++ss == nst) {
+            ss = 0;
+            if (++sg < ng) rows(rg0 + sg, false);
+        }
     };
-    scales(0, scn);
+    scales(scn);
     const uint8_t *xt = xs + (size_t)g * a.xst;     // token g of n-tile 0
-    for (int s = 0; s < nst; s++) {
+    // Expert tiles whose warps own whole sums (one block along the
+    // columns, one warp along them): each row group's outputs stored
+    // from the registers, no block-wide end.
+    bool direct = MODE != SMM_DENSE && gridDim.y == 1 && WM == 8;
+    int cs = 0;     // stages consumed
+    for (int i = 0; i < ng; i++) {
+    for (int s = 0; s < nst; s++, cs++) {
         cp_async_wait<SM_STAGES - 2>();
-        const uint8_t *src = wq + (s % SM_STAGES) * SM_STAGE_BYTES + lane * 16;
+        const uint8_t *src = wq + (cs % SM_STAGES) * SM_STAGE_BYTES + lane * 16;
         uint4 u[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) u[j] = *(const uint4 *)(src + j * 512);
@@ -281,7 +315,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
         float sc[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) sb[j] = scn[j], sc[j] = e8m0f(scn[j]);
-        scales(s + 1, scn);
+        scales(scn);
         // A fragments of the stage's k steps: [step][m-tile][4]
         uint32_t A[KSTEPS][2][4];
         if constexpr (FP4) {
@@ -322,7 +356,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
                 }
         }
         // The slot is read (A came from it): the stage after the next ones there.
-        issue(s + SM_STAGES - 1);
+        issue();
         // The lane's 8-column groups of the stage: MXFP4 four (32
         // columns), FP8 two (16), BF16 one.
         int grp = (cw0 + s * STEP + t * SC) / 8;
@@ -344,7 +378,32 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
             }
         }
     }
+    if (direct) {
+        int rg = rg0 + i;
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    int r = m * 16 + g + (q >> 1) * 8, tok = n * 8 + 2 * t + (q & 1);
+                    int orow = MODE == SMM_SWIGLU ? rg * (BR / 2) + wm * 16 + r
+                                                  : rg * BR + wm * 32 + r;
+                    if ((MODE != SMM_SWIGLU || m == 0) && tok < ntok && orow < w.rows)
+                        a.y[(long long)yrow[tok] * a.ldy + orow] =
+                            MODE == SMM_SWIGLU ? swiglu1(acc[0][n][q], acc[1][n][q], a.limit)
+                                               : acc[m][n][q];
+                }
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) acc[m][n][q] = 0;
+    }
+    }
     cp_async_wait<0>();     // no copy lands in what becomes the partial sums
+    if (direct) return;
     // Every block of the cluster is past its loop: its x and weight stages
     // are free for the partial sums and what the others send.
     cg::cluster_group cl = cg::this_cluster();
@@ -386,7 +445,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
         for (int p = 0; p < KS; p++) v += recv[p * per + i];
         if (MODE == SMM_SWIGLU)
             for (int p = 0; p < KS; p++) v3 += recv[p * per + i + 16];
-        int orow = MODE == SMM_SWIGLU ? blockIdx.x * (BR / 2) + (r >> 5) * 16 + (r & 15) : row0 + r;
+        int orow = MODE == SMM_SWIGLU ? rg0 * (BR / 2) + (r >> 5) * 16 + (r & 15) : rg0 * BR + r;
         if (tok < ntok && orow < w.rows)
             a.y[(long long)yrow[tok] * a.ldy + orow] =
                 MODE == SMM_SWIGLU ? swiglu1(v, v3, a.limit) : v;
@@ -447,7 +506,7 @@ bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T
         (!split && TP != 64))
         return false;
     smm_args a = {};
-    a.w = w, a.x = x, a.ldx = ldx, a.T = T, a.y = y, a.ldy = ldy;
+    a.w = w, a.x = x, a.ldx = ldx, a.T = T, a.y = y, a.ldy = ldy, a.R = 1;
     a.x16 = (uintptr_t)x % 16 == 0 && ldx % 4 == 0;
     smm_plan p;
     // Run SM2 (docs/PERFORMANCE.md, rank6 shapes): 1.3-3.6x faster than
@@ -493,7 +552,7 @@ static bool fp4_view_ok(const dqw &w)
 bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *tiles,
                       const int *ntiles, int max_tiles, int tile_m, int est_tiles, const int *perm,
                       bool scatter, const float *x, int ldx, int xdiv, float limit, float *y,
-                      int ldy, bool split)
+                      int ldy, bool split, int per_sm)
 {
     if (!fp4_view_ok(w) || (w3 && (!fp4_view_ok(*w3) || w3->rows != w.rows ||
                                    w3->cols != w.cols)) ||
@@ -507,14 +566,24 @@ bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *
     a.tiles = tiles, a.ntiles = ntiles, a.perm = perm, a.xdiv = xdiv, a.scatter = scatter;
     a.limit = limit;
     smm_plan p;
-    // Two blocks an SM (128 registers; x within SM_XMAX2 beside the 64 KB
-    // of weight stages): 16 warps to hide the decode's and the mma's
-    // latencies; w1 and w3 of 4096 columns then take clusters of 4.
-    if (!smm_plan_for(QT_MXFP4, w3 ? 2 * w.rows : w.rows, w.cols, 8,
-                      est_tiles < 1 ? 1 : est_tiles, SM_XMAX2, &p))
+    // per_sm 2: two blocks an SM (128 registers; x within SM_XMAX2 beside
+    // the 64 KB of weight stages), 16 warps to hide the decode's and the
+    // mma's latencies (w1 and w3 of 4096 columns then take clusters of 4);
+    // 1: one, x of up to SM_XMAX (every column in one block).
+    int vrows = w3 ? 2 * w.rows : w.rows, est = est_tiles < 1 ? 1 : est_tiles;
+    if (!smm_plan_for(QT_MXFP4, vrows, w.cols, 8, est, per_sm == 1 ? SM_XMAX : SM_XMAX2, &p))
         return false;
     a.WM = p.WM, a.Kb = p.Kb, a.xst = p.Kb * 4 + 64;
-    dim3 grid((unsigned)p.blocks / p.KS, p.KS, max_tiles);
+    // Warps that own whole sums stream R row groups of 256 rows through
+    // one pipeline (x staged once, no block-wide end between them): R such
+    // that the grid still makes about 4 waves of the expected tiles.
+    a.nrg = (vrows + 32 * p.WM - 1) / (32 * p.WM);
+    a.R = 1;
+    if (p.KS == 1 && p.WM == 8) {
+        long long r = (long long)a.nrg * est / (4LL * per_sm * cu_sm_count());
+        a.R = r < 1 ? 1 : r > a.nrg ? a.nrg : (int)r;
+    }
+    dim3 grid((unsigned)((a.nrg + a.R - 1) / a.R), p.KS, max_tiles);
 #define SMT(S, M)                                                                                \
     do {                                                                                         \
         smem_attr<1000 + M * 2 + S>(smm_kernel<QT_MXFP4, 1, S, M>, p.smem);                      \

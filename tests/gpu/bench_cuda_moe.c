@@ -140,7 +140,9 @@ static void bench_decode(int T, bool fused)
     double bytes = T <= 8 ? 2.0 * E * H + T * (K * ex + sh)
                           : 2.0 * E * H + E * (1 - pow(1 - (double)K / E, T)) * ex + sh;
     printf("moe decode T=%d (E=%d K=%d H=%d I=%d) %-22s: %8.2f us %7.0f GB/s\n", T, E, K, H, I,
-           T > 8  ? (fused ? "tiles on tensor cores" : "tiles on the GEMV")
+           T > 8  ? (!fused ? "tiles on the GEMV"
+                     : getenv("LLM_CUDA_MOE_MMA_BLOCKS") ? "tensor cores, 1 block/SM"
+                                                         : "tensor cores, 2 blocks/SM")
            : fused ? "fused (3 launches)"
                    : "separate (6 launches)",
            sec * 1e6, bytes / sec / 1e9);
@@ -162,6 +164,11 @@ int main(int argc, char **argv)
     if (T >= 1 && T <= 64) {
         bench_decode(T, false);
         bench_decode(T, true);
+        if (T > 8) {    /* the tensor-core plan of one block an SM */
+            setenv("LLM_CUDA_MOE_MMA_BLOCKS", "1", 1);
+            bench_decode(T, true);
+            unsetenv("LLM_CUDA_MOE_MMA_BLOCKS");
+        }
         return 0;
     }
     bool fp8_only = argc > 2 && !strcmp(argv[2], "fp8");

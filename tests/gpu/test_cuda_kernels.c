@@ -96,8 +96,9 @@
 #define LT_MIN_T 64             /* backend_cuda.cuh: prefill GEMMs from this many tokens */
 
 static backend *C, *G;
-/* bf16x2 with LLM_CUDA_MOE_MMA=0: decode batches' expert tiles on the GEMV */
-static backend *G_tiles_gemv;
+/* bf16x2 with LLM_CUDA_MOE_MMA=0: decode batches' expert tiles on the
+ * GEMV; with LLM_CUDA_MOE_MMA_BLOCKS=1: on tensor cores, one block an SM */
+static backend *G_tiles_gemv, *G_tiles_1sm;
 /* appended to the hc tests' names: which sequence of launches G runs */
 static const char *hc_variant = "";
 /* G's prefill GEMMs (LLM_CUDA_GEMM), and the bound u on the relative
@@ -1884,6 +1885,12 @@ static void test_moes(void)
         G = G_tiles_gemv;
         test_moe(32, true, 1024, 32, 6, 512, 256, 256);
         test_moe(64, false, 1024, 64, 6, 1024, 512, 512);
+        /* the plan of one block an SM: every column in one block; at
+         * E = 256, 2048 x 1024 and 1024 x 2048 views, 2 row groups of 256
+         * rows a block (w1 with w3, and w2) through one pipeline */
+        G = G_tiles_1sm;
+        test_moe(32, false, 1024, 32, 6, 512, 256, 256);
+        test_moe(32, false, 2048, 256, 6, 1024, 0, 1024);
         G = keep;
     }
     /* 32+ slots per expert: the grouped expert GEMMs (moe_gemm.cu; f32:
@@ -1950,6 +1957,17 @@ static void moe_mma_switch(void)
     setenv("LLM_CUDA_MOE_MMA", "0", 1);
     G_tiles_gemv = gpu_backend("bf16x2", "2");
     unsetenv("LLM_CUDA_MOE_MMA");
+    setenv("LLM_CUDA_MOE_MMA_BLOCKS", "3", 1);
+    err[0] = 0;
+    rc = backend_modes_env(&modes, err, sizeof err) ||
+         backend_cuda_new_group(1, &modes, one, err, sizeof err);
+    ok(rc && strstr(err, "LLM_CUDA_MOE_MMA_BLOCKS=3"), "LLM_CUDA_MOE_MMA_BLOCKS=3 is refused: %s",
+       err);
+    if (!rc) one[0]->destroy(one[0]);
+    setenv("LLM_CUDA_MOE_MMA_BLOCKS", "1", 1);
+    G_tiles_1sm = gpu_backend("bf16x2", "2");
+    unsetenv("LLM_CUDA_MOE_MMA_BLOCKS");
+    if (!G_tiles_1sm && G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_gemv = NULL;
 }
 
 /* `test_cuda_kernels matmul`: only the dense matmuls, in the tensor-core
@@ -1982,7 +2000,7 @@ int main(int argc, char **argv)
             G = g[gemm_mode];
             test_moes();
         }
-        if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv);
+        if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
         for (int m = 0; m < 4; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
         C->destroy(C);
         C8->destroy(C8);
@@ -1993,7 +2011,7 @@ int main(int argc, char **argv)
             G = g[gemm_mode];
             test_matmul();
         }
-        if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv);
+        if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
         for (int m = 0; m < 4; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
         C->destroy(C);
         C8->destroy(C8);
@@ -2227,7 +2245,7 @@ int main(int argc, char **argv)
         }
         attn_tokens = 2;
     }
-    if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv);
+    if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
     for (int m = 0; m < 4; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
     C->destroy(C);
     C8->destroy(C8);
