@@ -719,7 +719,11 @@ static void cu_moe_op(backend *b, const moe_args *a)
         // (decode batches, short steps: few slots per expert), else of
         // CU_TILE_M for the GEMMs.
         bool gv = ns < 32 * E;
-        int tm = !gv ? CU_TILE_M : ns > 4 * E ? 8 : 4;
+        // Decode batches' tiles on tensor cores (cu_moe_tiles_mma: MXFP4
+        // experts, not under f32): tiles of 8 slots, the kernel's N.
+        bool mma = gv && c->moe_mma && c->gemm != BACKEND_GEMM_F32 && w1.type == QT_MXFP4 &&
+                   w3.type == QT_MXFP4 && w2.type == QT_MXFP4;
+        int tm = !gv ? CU_TILE_M : mma || ns > 4 * E ? 8 : 4;
         int max_tiles = ns / tm + (E < ns ? E : ns);
         int *perm = (int *)grow(c, &c->perm, ns * sizeof(int));
         int4 *tiles = (int4 *)grow(c, &c->tiles, max_tiles * sizeof(int4));
@@ -765,13 +769,22 @@ static void cu_moe_op(backend *b, const moe_args *a)
             // Each tile's expert read once (w1 and w3 with SwiGLU into g
             // in sorted order, then w2 scattered back to slot order),
             // rather than float32 tiles of 64 slots that hold one or two
-            // here (run S1: 13x slower at 32 sequences).
-            if (!cu_gemv_tiles(c->st, w1, &w3, tiles, ntiles, max_tiles, tm, perm, false, xr, H,
+            // here (run S1: 13x slower at 32 sequences): on tensor cores
+            // (x split in two bf16 parts; quantized x and g are exact in
+            // bf16), else the GEMV over the tiles (float32 products).
+            // Tiles expected: the experts the slots choose, uniform routing.
+            int est = (int)(E * (1.0 - pow(1.0 - (double)K / E, T)) + 0.5);
+            if (!(mma && cu_moe_tiles_mma(c->st, w1, &w3, tiles, ntiles, max_tiles, tm, est, perm,
+                                          false, xr, H, K, a->limit, g, I, !quant,
+                                          c->moe_mma_sm)) &&
+                !cu_gemv_tiles(c->st, w1, &w3, tiles, ntiles, max_tiles, tm, perm, false, xr, H,
                                K, a->limit, g, I))
                 fail(c, "moe: the experts' w1 and w3 differ in layout");
             if (quant) cu_act_quant_round(c->st, g, I, ns, I, g, I);
-            cu_gemv_tiles(c->st, w2, NULL, tiles, ntiles, max_tiles, tm, perm, true, g, I, 1, 0,
-                          ys, H);
+            if (!(mma && cu_moe_tiles_mma(c->st, w2, NULL, tiles, ntiles, max_tiles, tm, est, perm,
+                                          true, g, I, 0, 0, ys, H, !quant, c->moe_mma_sm)))
+                cu_gemv_tiles(c->st, w2, NULL, tiles, ntiles, max_tiles, tm, perm, true, g, I, 1,
+                              0, ys, H);
         } else if (c->gemm != BACKEND_GEMM_F32 && !c->moe_lt && w2.type == QT_MXFP4 &&
                    cu_moe_gemm(c->st, m13, max_tiles, split)) {
             if (quant) cu_act_quant_round(c->st, g, I, ns, I, g, I);
@@ -942,6 +955,12 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_HC_PRE_TAIL=0: hc_pre_norm's last block as before (its
     // loads one column at a time; the same operations and results).
     c->hc_tail = env_switch(c, "LLM_CUDA_HC_PRE_TAIL");
+    // LLM_CUDA_MOE_MMA=0: the expert tiles of decode batches on the GEMV
+    // (float32 products; comparisons) instead of cu_moe_tiles_mma.
+    c->moe_mma = env_switch(c, "LLM_CUDA_MOE_MMA");
+    // LLM_CUDA_MOE_MMA_BLOCKS: the blocks an SM its plan aims at
+    // (comparisons; 2: every w1 and w3 block a quarter of the columns).
+    c->moe_mma_sm = (int)env_int(c, "LLM_CUDA_MOE_MMA_BLOCKS", 1, 2, 2);
     // Dense matmuls of up to this many tokens on the GEMV kernel (decode
     // batches), more through cuBLASLt; LLM_CUDA_GEMV_MAX_T: comparisons.
     c->gemv_max_t = (int)env_int(c, "LLM_CUDA_GEMV_MAX_T", 0, CU_GEMV_MAX_T, LT_MIN_T - 1);

@@ -125,6 +125,8 @@ struct cu_impl {
     cudaStream_t pst;           // cuda_prefetch.cu: the prefetches' stream (made on first use),
     cudaEvent_t pf_ev[2];       // its fork from and join into st,
     bool pf_pending;            // a prefetch since the last join
+    bool moe_mma;               // decode batches' expert tiles on tensor cores (LLM_CUDA_MOE_MMA)
+    int moe_mma_sm;             // their blocks an SM, 1 or 2 (LLM_CUDA_MOE_MMA_BLOCKS)
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
     double expert_host_ms;      // profiling: host time queuing the expert GEMMs

@@ -23,6 +23,21 @@
 // across the cluster, through distributed shared memory (each block
 // stores its sums into the block that owns them, which adds them), in a
 // fixed order (deterministic, no atomics, no scratch, graph-capturable).
+//
+// The same kernel runs the routed experts of decode batches (MXFP4, over
+// moe_sort's tiles of up to 8 slots of one expert; blockIdx.z the tile):
+// x's rows gathered from the tile's slots (or the sorted rows of g), y's
+// scattered back to slot order, and w1 with w3 paired in each warp (its
+// first m-tile w1's rows, its second w3's same rows) so SwiGLU takes both
+// sums at the end.  A lane's 16-byte copy is 32 E2M1 codes, one UE8M0
+// scale block (views on 32-column boundaries); the 8 codes of a word w
+// become 4 bf16 pairs (columns j and j + 4 from w << (12 - 4j)): the
+// nibble's sign stays at bit 15, its three magnitude bits move under the
+// exponent (>> 6), which makes e2m1 * 2^-126 (0.5 a subnormal), then
+// one bf16x2 multiply by 2^(S - 1) gives e2m1 * 2^(S - 127) exactly (two
+// for S > 128, whose 2^(S - 1) bf16 cannot hold; S = 255: NaN, as the
+// CPU's).  Staged x keeps each 8 columns in that order, c0 c4 c1 c5 c2
+// c6 c3 c7, so its B fragments take the same columns.
 #include <cooperative_groups.h>
 
 #include "kernels.cuh"
@@ -34,6 +49,7 @@ namespace cg = cooperative_groups;
 #define SM_STAGES 4                 // weight stages in flight per warp (2 KB each)
 #define SM_STAGE_BYTES 2048         // 4 copies of 16 bytes per lane
 #define SM_XMAX (160 * 1024)        // staged x per block, bytes
+#define SM_XMAX2 (48 * 1024)        // the same for two blocks an SM (expert tiles)
 
 struct smm_args {
     dqw w;
@@ -41,6 +57,17 @@ struct smm_args {
     int ldx, T;
     float *y;
     int ldy;
+    // expert tiles (SMM_TILES, SMM_SWIGLU): moe_sort's table, x's row of
+    // sorted slot s x[perm[s] / xdiv] (xdiv 0: x[s]), y's y[perm[s]] when
+    // scatter (else y[s]); SMM_SWIGLU: y = swiglu1(x . w, x . w3, limit)
+    dqw w3;
+    const int4 *tiles;
+    const int *ntiles, *perm;
+    int xdiv;
+    bool scatter;
+    float limit;
+    int R, nrg;         // row groups (BR rows) per block (R > 1: WM 8, one block along
+                        // the columns), and of the matrix
     int WM;             // warps along the rows (32 rows each); 8 / WM along the columns
     int Kb;             // columns per block (a multiple of 64 * 8 / WM)
     int xst;            // bytes per staged token row (Kb * 4 + pad)
@@ -65,7 +92,12 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 // token row at chunk c ^ bit 3 of c: the fragment loads of 8 lanes (2
 // tokens x 4 column slots) then hit distinct banks (row pad: FP8 32
 // bytes, BF16 16).
-__device__ __forceinline__ int xsw(int c) { return c ^ ((c >> 3) & 1); }
+// MXFP4 (a lane's 32 columns: chunks 8 apart): bits 3-4 onto bits 0-1, row
+// pad 64 bytes.
+template <int QT> __device__ __forceinline__ int xsw(int c)
+{
+    return c ^ ((c >> 3) & (QT == QT_MXFP4 ? 3 : 1));
+}
 
 // A bf16 pair from two FP8 codes (the low 16 bits of b) times scale s.
 __device__ __forceinline__ uint32_t fp8x2_bf16x2(uint32_t b, float s)
@@ -74,64 +106,144 @@ __device__ __forceinline__ uint32_t fp8x2_bf16x2(uint32_t b, float s)
     return __byte_perm(__float_as_uint(f.x * s), __float_as_uint(f.y * s), 0x7632);
 }
 
-template <int QT, int NT, bool SPLIT>
-__global__ void __launch_bounds__(SM_THREADS, 1) smm_kernel(const __grid_constant__ smm_args a)
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+// The 8 E2M1 codes of w (column 2i in the low nibble of byte i) times
+// 2^(S - 127), S a UE8M0 scale: o[j] = bf16 pair (column j, column j + 4),
+// exactly (header).
+__device__ __forceinline__ void fp4x8_bf16x2(uint32_t w, uint32_t S, uint32_t (&o)[4])
+{
+    bool big = S > 128 && S != 255;
+    uint32_t m = S == 255 ? 0x7fc0u : big ? 254u << 7 : (S + 126) << 7;
+    m |= m << 16;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        uint32_t t = w << (12 - 4 * j);
+        o[j] = mul_bf16x2((t & 0x80008000u) | ((t & 0x70007000u) >> 6), m);
+    }
+    if (big) {      // 2^127 times 2^(S - 128)
+        uint32_t m2 = (S - 1) << 7;
+        m2 |= m2 << 16;
+#pragma unroll
+        for (int j = 0; j < 4; j++) o[j] = mul_bf16x2(o[j], m2);
+    }
+}
+
+// MODE: SMM_DENSE (y = x W^T), SMM_TILES (one expert matrix over the
+// tiles), SMM_SWIGLU (w1 and w3 of the tiles' experts with SwiGLU).
+enum { SMM_DENSE, SMM_TILES, SMM_SWIGLU };
+
+template <int QT, int NT, bool SPLIT, int MODE>
+__global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
+    smm_kernel(const __grid_constant__ smm_args a)
 {
     extern __shared__ __align__(16) uint8_t sm_sh[];
-    constexpr int EB = QT == QT_FP8 ? 1 : 2;       // bytes per weight
-    constexpr int SC = 16 / EB;                     // columns per lane slot per stage
+    __shared__ int xrow[NT * 8], yrow[NT * 8];     // the tokens' x and y rows (-1: none)
+    constexpr bool FP4 = QT == QT_MXFP4;
+    constexpr int EB = QT == QT_BF16 ? 2 : 1;       // bytes per weight (MXFP4: per 2)
+    constexpr int SC = FP4 ? 32 : 16 / EB;          // columns per lane slot per stage
     constexpr int STEP = 4 * SC;                    // columns per warp stage
     constexpr int KSTEPS = SC / 4;                  // mma k steps per stage
     constexpr int TP = NT * 8;                      // tokens, padded
     const dqw &w = a.w;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int WM = a.WM, WK = 8 / WM, wm = warp % WM, wk = warp / WM, BR = 32 * WM;
-    int row0 = blockIdx.x * BR, kb0 = blockIdx.y * a.Kb, Kw = a.Kb / WK;
+    int kb0 = blockIdx.y * a.Kb, Kw = a.Kb / WK;
     int cw0 = wk * Kw;                              // the warp's first column in the block
     int kend = min(kb0 + a.Kb, w.cols);             // the block's columns end (view)
     int nst = max(0, min(Kw, kend - kb0 - cw0) + STEP - 1) / STEP;
     uint8_t *xs = sm_sh;
     uint8_t *wq = sm_sh + (size_t)TP * a.xst + (size_t)warp * SM_STAGES * SM_STAGE_BYTES;
+    auto cbytes = [](long long c) { return FP4 ? c >> 1 : c * EB; };
 
-    // This lane's rows: m-tile j / 2, row g (+ 8 for odd j).
-    const uint8_t *rp[4];
-    int rb[4];
+    // The block's row groups of BR rows (expert tiles: a.R of them, one
+    // stage sequence through all; dense: one) and the expert (tiles: the
+    // tile's, known after the wait).
+    int rg0 = MODE == SMM_DENSE ? blockIdx.x : blockIdx.x * a.R, e = 0;
+    int ng = MODE == SMM_DENSE ? 1 : min(a.R, a.nrg - rg0);
+    // This lane's rows in row group rg: m-tile j / 2, row g (+ 8 for odd
+    // j); under SMM_SWIGLU m-tile 1 is w3's rows of m-tile 0.  Their
+    // weights (for the copies) and scale rows (for the scales, which run
+    // behind the copies).
+    const uint8_t *rp[4], *sp[4];
     bool rok[4];
+    auto rows = [&](int rg, bool weights) {
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        int r = row0 + wm * 32 + (j >> 1) * 16 + (j & 1) * 8 + g;
-        rok[j] = r < w.rows;
-        long long rr = w.r0 + min(r, w.rows - 1);
-        rb[j] = (int)(rr >> 7);
-        rp[j] = w.data + (rr * w.ld + w.c0) * EB;
-    }
-    // Stage s of this warp's weights into slot s % SM_STAGES; zeros past
-    // the view's rows and columns (past the warp's stages: an empty group).
-    auto issue = [&](int s) {
-        uint8_t *dst = wq + (s % SM_STAGES) * SM_STAGE_BYTES + lane * 16;
-        int col = kb0 + cw0 + s * STEP + t * SC;
-        int n = s < nst ? min(SC, kend - col) : 0;
+        for (int j = 0; j < 4; j++) {
+            const dqw &W = MODE == SMM_SWIGLU && j >= 2 ? a.w3 : w;
+            int r = MODE == SMM_SWIGLU ? rg * (BR / 2) + wm * 16 + (j & 1) * 8 + g
+                                       : rg * BR + wm * 32 + (j >> 1) * 16 + (j & 1) * 8 + g;
+            long long rr = W.r0 + min(r, W.rows - 1);
+            if (weights) {
+                rok[j] = r < W.rows;
+                rp[j] = W.data + e * W.estride + cbytes(rr * W.ld + W.c0);
+            } else {
+                sp[j] = W.scale + e * W.sestride + (FP4 ? rr : rr >> 7) * W.sld;
+            }
+        }
+    };
+    // The next stage of this warp's weights (stage is of row group ig, the
+    // iss-th overall) into slot iss % SM_STAGES; zeros past the view's rows
+    // and columns (past the warp's stages: an empty group).
+    int iss = 0, is = 0, ig = 0;
+    auto issue = [&]() {
+        uint8_t *dst = wq + (iss % SM_STAGES) * SM_STAGE_BYTES + lane * 16;
+        bool live = ig < ng && nst > 0;
+        int col = kb0 + cw0 + is * STEP + t * SC;
+        int n = live ? min(SC, kend - col) : 0;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             bool on = rok[j] && n > 0;
-            if (s < nst) cp_async16(dst + j * 512, on ? rp[j] + (long long)col * EB : rp[j],
-                                    on ? n * EB : 0);
+            if (live) cp_async16(dst + j * 512, on ? rp[j] + cbytes(col) : rp[j],
+                                 on ? (int)cbytes(n + FP4) : 0);
         }
         cp_async_commit();
+        iss++;
+        if (++is == nst) {
+            is = 0;
+            if (++ig < ng) rows(rg0 + ig, true);
+        }
     };
-    // The weights depend on no earlier kernel: on their way before the wait.
-    for (int s = 0; s < SM_STAGES - 1; s++) issue(s);
-    pdl_wait();
+    int ntok = a.T;
+    if (MODE == SMM_DENSE) {
+        // The weights depend on no earlier kernel: on their way before the wait.
+        rows(rg0, true);
+        rows(rg0, false);
+        for (int s = 0; s < SM_STAGES - 1; s++) issue();
+        pdl_wait();
+        int i = threadIdx.x;
+        if (i < TP) xrow[i] = yrow[i] = i < a.T ? i : -1;
+    } else {
+        pdl_wait();     // the tile table is moe_sort's
+        int nt = *a.ntiles;
+        int4 tl = a.tiles[blockIdx.z];      // read with the count (max_tiles of them)
+        if ((int)blockIdx.z >= nt) return;  // the whole cluster (same z)
+        ntok = tl.z, e = tl.x;
+        rows(rg0, true);
+        rows(rg0, false);
+        for (int s = 0; s < SM_STAGES - 1; s++) issue();
+        if (threadIdx.x < TP) {
+            int i = threadIdx.x, s = tl.y + i;
+            xrow[i] = i >= tl.z ? -1 : a.xdiv ? a.perm[s] / a.xdiv : s;
+            yrow[i] = i >= tl.z ? -1 : a.scatter ? a.perm[s] : s;
+        }
+    }
+    __syncthreads();
 
     // x: tokens [0, TP) x the block's columns as float4 chunks (zeros past
-    // T and the columns), then each 8 columns' 2 chunks split in place:
-    // hi in the first, lo in the second (unsplit: the first only).
+    // the tokens and the columns), then each 8 columns' 2 chunks split in
+    // place: hi in the first, lo in the second (unsplit: the first only).
     int nc = a.Kb / 4;
     for (int i = threadIdx.x; i < TP * nc; i += SM_THREADS) {
-        int tok = i / nc, c = i - tok * nc, col = kb0 + 4 * c;
-        uint8_t *dst = xs + (size_t)tok * a.xst + xsw(c) * 16;
-        int n = tok < a.T ? min(4, w.cols - col) : 0;
-        const float *src = a.x + (long long)(tok < a.T ? tok : 0) * a.ldx + (n > 0 ? col : 0);
+        int tok = i / nc, c = i - tok * nc, col = kb0 + 4 * c, xr = xrow[tok];
+        uint8_t *dst = xs + (size_t)tok * a.xst + xsw<QT>(c) * 16;
+        int n = xr >= 0 ? min(4, w.cols - col) : 0;
+        const float *src = a.x + (long long)(xr >= 0 ? xr : 0) * a.ldx + (n > 0 ? col : 0);
         if (a.x16) {
             cp_async16(dst, src, n > 0 ? n * 4 : 0);
         } else {
@@ -144,16 +256,18 @@ __global__ void __launch_bounds__(SM_THREADS, 1) smm_kernel(const __grid_constan
     __syncthreads();
     for (int i = threadIdx.x; i < TP * nc / 2; i += SM_THREADS) {
         int tok = i / (nc / 2), q = i - tok * (nc / 2);
-        uint4 *p0 = (uint4 *)(xs + (size_t)tok * a.xst + xsw(2 * q) * 16);
-        uint4 *p1 = (uint4 *)(xs + (size_t)tok * a.xst + xsw(2 * q + 1) * 16);
+        uint4 *p0 = (uint4 *)(xs + (size_t)tok * a.xst + xsw<QT>(2 * q) * 16);
+        uint4 *p1 = (uint4 *)(xs + (size_t)tok * a.xst + xsw<QT>(2 * q + 1) * 16);
         float4 u = *(const float4 *)p0, v = *(const float4 *)p1;
         float f[8] = { u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w };
         uint32_t hi[4], lo[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            hi[e] = pack_bf16x2(f[2 * e], f[2 * e + 1]);
+            // the pairs of the A fragments: MXFP4 columns e, e + 4
+            float f0 = FP4 ? f[e] : f[2 * e], f1 = FP4 ? f[e + 4] : f[2 * e + 1];
+            hi[e] = pack_bf16x2(f0, f1);
             // f - hi is exact in float32
-            lo[e] = pack_bf16x2(f[2 * e] - bf16f(hi[e] & 0xffff), f[2 * e + 1] - bf16f(hi[e] >> 16));
+            lo[e] = pack_bf16x2(f0 - bf16f(hi[e] & 0xffff), f1 - bf16f(hi[e] >> 16));
         }
         *p0 = make_uint4(hi[0], hi[1], hi[2], hi[3]);
         if (SPLIT) *p1 = make_uint4(lo[0], lo[1], lo[2], lo[3]);
@@ -167,49 +281,84 @@ __global__ void __launch_bounds__(SM_THREADS, 1) smm_kernel(const __grid_constan
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[m][n][e] = 0;
-    // FP8 block scales, one stage ahead of their use.
+    // Block scales (FP8 per 128 x 128, MXFP4 per row and 32 columns) of the
+    // next stage (ss of row group sg), one stage ahead of their use.
     uint32_t scn[4] = { 127, 127, 127, 127 };
-    auto scales = [&](int s, uint32_t (&sc)[4]) {
-        int col = kb0 + cw0 + s * STEP + t * SC;
-        if (QT != QT_FP8 || s >= nst || col >= w.cols) return;    // past the view: zeros
-        int cb = (w.c0 + col) >> 7;
+    int ss = 0, sg = 0;
+    auto scales = [&](uint32_t (&sc)[4]) {
+        int col = kb0 + cw0 + ss * STEP + t * SC;
+        if (QT != QT_BF16 && sg < ng && nst > 0 && col < w.cols) {  // past the view: zeros
+            int cb = (w.c0 + col) >> (FP4 ? 5 : 7);
 #pragma unroll
-        for (int j = 0; j < 4; j++) sc[j] = w.scale[(long long)rb[j] * w.sld + cb];
+            for (int j = 0; j < 4; j++) sc[j] = sp[j][cb];
+        }
+        if (++ss == nst) {
+            ss = 0;
+            if (++sg < ng) rows(rg0 + sg, false);
+        }
     };
-    scales(0, scn);
+    scales(scn);
     const uint8_t *xt = xs + (size_t)g * a.xst;     // token g of n-tile 0
-    for (int s = 0; s < nst; s++) {
+    // Expert tiles whose warps own whole sums (one block along the
+    // columns, one warp along them): each row group's outputs stored
+    // from the registers, no block-wide end.
+    bool direct = MODE != SMM_DENSE && gridDim.y == 1 && WM == 8;
+    int cs = 0;     // stages consumed
+    for (int i = 0; i < ng; i++) {
+    for (int s = 0; s < nst; s++, cs++) {
         cp_async_wait<SM_STAGES - 2>();
-        const uint8_t *src = wq + (s % SM_STAGES) * SM_STAGE_BYTES + lane * 16;
+        const uint8_t *src = wq + (cs % SM_STAGES) * SM_STAGE_BYTES + lane * 16;
         uint4 u[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) u[j] = *(const uint4 *)(src + j * 512);
+        uint32_t sb[4];
         float sc[4];
 #pragma unroll
-        for (int j = 0; j < 4; j++) sc[j] = e8m0f(scn[j]);
-        scales(s + 1, scn);
+        for (int j = 0; j < 4; j++) sb[j] = scn[j], sc[j] = e8m0f(scn[j]);
+        scales(scn);
         // A fragments of the stage's k steps: [step][m-tile][4]
         uint32_t A[KSTEPS][2][4];
+        if constexpr (FP4) {
+            // word h of rows g, g + 8: k steps 2h (columns 0-1, 4-5 of the
+            // word's 8) and 2h + 1 (2-3, 6-7)
 #pragma unroll
-        for (int k = 0; k < KSTEPS; k++)
+            for (int h = 0; h < 4; h++)
 #pragma unroll
-            for (int m = 0; m < 2; m++) {
-                if (QT == QT_FP8) {
-                    uint32_t p = word(u[2 * m], k), q = word(u[2 * m + 1], k);
-                    A[k][m][0] = fp8x2_bf16x2(p, sc[2 * m]);
-                    A[k][m][1] = fp8x2_bf16x2(q, sc[2 * m + 1]);
-                    A[k][m][2] = fp8x2_bf16x2(p >> 16, sc[2 * m]);
-                    A[k][m][3] = fp8x2_bf16x2(q >> 16, sc[2 * m + 1]);
-                } else {
-                    A[k][m][0] = word(u[2 * m], 2 * k);
-                    A[k][m][1] = word(u[2 * m + 1], 2 * k);
-                    A[k][m][2] = word(u[2 * m], 2 * k + 1);
-                    A[k][m][3] = word(u[2 * m + 1], 2 * k + 1);
+                for (int m = 0; m < 2; m++) {
+                    uint32_t p[4], q[4];
+                    fp4x8_bf16x2(word(u[2 * m], h), sb[2 * m], p);
+                    fp4x8_bf16x2(word(u[2 * m + 1], h), sb[2 * m + 1], q);
+#pragma unroll
+                    for (int k = 0; k < 2; k++) {
+                        A[2 * h + k][m][0] = p[2 * k];
+                        A[2 * h + k][m][1] = q[2 * k];
+                        A[2 * h + k][m][2] = p[2 * k + 1];
+                        A[2 * h + k][m][3] = q[2 * k + 1];
+                    }
                 }
-            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < KSTEPS; k++)
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    if (QT == QT_FP8) {
+                        uint32_t p = word(u[2 * m], k), q = word(u[2 * m + 1], k);
+                        A[k][m][0] = fp8x2_bf16x2(p, sc[2 * m]);
+                        A[k][m][1] = fp8x2_bf16x2(q, sc[2 * m + 1]);
+                        A[k][m][2] = fp8x2_bf16x2(p >> 16, sc[2 * m]);
+                        A[k][m][3] = fp8x2_bf16x2(q >> 16, sc[2 * m + 1]);
+                    } else {
+                        A[k][m][0] = word(u[2 * m], 2 * k);
+                        A[k][m][1] = word(u[2 * m + 1], 2 * k);
+                        A[k][m][2] = word(u[2 * m], 2 * k + 1);
+                        A[k][m][3] = word(u[2 * m + 1], 2 * k + 1);
+                    }
+                }
+        }
         // The slot is read (A came from it): the stage after the next ones there.
-        issue(s + SM_STAGES - 1);
-        // The lane's 8-column groups of the stage: FP8 two (16 columns), BF16 one.
+        issue();
+        // The lane's 8-column groups of the stage: MXFP4 four (32
+        // columns), FP8 two (16), BF16 one.
         int grp = (cw0 + s * STEP + t * SC) / 8;
 #pragma unroll
         for (int n = 0; n < NT; n++) {
@@ -219,7 +368,7 @@ __global__ void __launch_bounds__(SM_THREADS, 1) smm_kernel(const __grid_constan
                 uint4 b[SC / 8];
 #pragma unroll
                 for (int h = 0; h < SC / 8; h++)
-                    b[h] = *(const uint4 *)(xr + xsw(2 * (grp + h) + part) * 16);
+                    b[h] = *(const uint4 *)(xr + xsw<QT>(2 * (grp + h) + part) * 16);
 #pragma unroll
                 for (int k = 0; k < KSTEPS; k++) {
                     uint32_t b0 = word(b[k / 2], 2 * (k % 2)), b1 = word(b[k / 2], 2 * (k % 2) + 1);
@@ -229,7 +378,32 @@ __global__ void __launch_bounds__(SM_THREADS, 1) smm_kernel(const __grid_constan
             }
         }
     }
+    if (direct) {
+        int rg = rg0 + i;
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    int r = m * 16 + g + (q >> 1) * 8, tok = n * 8 + 2 * t + (q & 1);
+                    int orow = MODE == SMM_SWIGLU ? rg * (BR / 2) + wm * 16 + r
+                                                  : rg * BR + wm * 32 + r;
+                    if ((MODE != SMM_SWIGLU || m == 0) && tok < ntok && orow < w.rows)
+                        a.y[(long long)yrow[tok] * a.ldy + orow] =
+                            MODE == SMM_SWIGLU ? swiglu1(acc[0][n][q], acc[1][n][q], a.limit)
+                                               : acc[m][n][q];
+                }
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) acc[m][n][q] = 0;
+    }
+    }
     cp_async_wait<0>();     // no copy lands in what becomes the partial sums
+    if (direct) return;
     // Every block of the cluster is past its loop: its x and weight stages
     // are free for the partial sums and what the others send.
     cg::cluster_group cl = cg::this_cluster();
@@ -261,12 +435,20 @@ __global__ void __launch_bounds__(SM_THREADS, 1) smm_kernel(const __grid_constan
         cl.map_shared_rank(recv, o)[q * per + e - o * per] = v;
     }
     cl.sync();
-    // ... then each block adds its share over the ranks, in rank order.
+    // ... then each block adds its share over the ranks, in rank order
+    // (SMM_SWIGLU: a w1 row r of a warp's 32 with its w3 row r + 16, in
+    // the same share: per is a multiple of 32).
     for (int i = threadIdx.x; i < per; i += SM_THREADS) {
         int e = q * per + i, tok = e / BR, r = e - tok * BR;
-        float v = 0;
+        if (MODE == SMM_SWIGLU && (r & 16)) continue;
+        float v = 0, v3 = 0;
         for (int p = 0; p < KS; p++) v += recv[p * per + i];
-        if (tok < a.T && row0 + r < w.rows) a.y[(long long)tok * a.ldy + row0 + r] = v;
+        if (MODE == SMM_SWIGLU)
+            for (int p = 0; p < KS; p++) v3 += recv[p * per + i + 16];
+        int orow = MODE == SMM_SWIGLU ? rg0 * (BR / 2) + (r >> 5) * 16 + (r & 15) : rg0 * BR + r;
+        if (tok < ntok && orow < w.rows)
+            a.y[(long long)yrow[tok] * a.ldy + orow] =
+                MODE == SMM_SWIGLU ? swiglu1(v, v3, a.limit) : v;
     }
 }
 
@@ -278,10 +460,42 @@ static bool smm_started(cudaError_t e)
     return e == cudaSuccess;
 }
 
+struct smm_plan {
+    int WM, KS, Kb;         // smm_args' own, and the cluster's blocks along the columns
+    long long blocks;       // per tile
+    size_t smem;
+};
+
 // The plan: rows per block (32 WM) and the cluster's blocks along the
-// columns (KS), staged x within SM_XMAX; the most rows per block (x
-// staged and split once for them) whose grid still fills 7/8 of the SMs,
-// else the largest grid.
+// columns (KS), staged x within xmax bytes; the most rows per block (x
+// staged and split once for them) whose grid (ntile tiles) still fills
+// 7/8 of the SMs, else the largest grid.  false: no plan fits.
+static bool smm_plan_for(int qt, int rows, int cols, int TP, long long ntile, long long xmax,
+                         smm_plan *p)
+{
+    int nsm = cu_sm_count();
+    int pad = qt == QT_FP8 ? 32 : qt == QT_MXFP4 ? 64 : 16;     // xsw's row pads
+    int step = qt == QT_FP8 ? 64 : qt == QT_MXFP4 ? 128 : 32;   // columns per warp stage
+    long long best = -1;
+    for (int WM = 8; WM >= 1 && best * ntile < nsm * 7 / 8; WM /= 2)
+        for (int KS = 1; KS <= 8; KS *= 2) {
+            int gran = (step > 64 ? step : 64) * (8 / WM);
+            int Kb = ((cols + KS - 1) / KS + gran - 1) / gran * gran;
+            if ((KS > 1 && (long long)(KS - 1) * Kb >= cols) ||
+                (long long)TP * (Kb * 4 + pad) > xmax)
+                continue;
+            long long blocks = (long long)(rows + 32 * WM - 1) / (32 * WM) * KS;
+            if (blocks > best) best = blocks, p->WM = WM, p->KS = KS, p->Kb = Kb;
+            if (blocks * ntile >= nsm * 7 / 8) break;
+        }
+    if (best < 0) return false;
+    p->blocks = best;
+    p->smem = (size_t)TP * (p->Kb * 4 + pad) + 8 * SM_STAGES * SM_STAGE_BYTES;
+    size_t psum = (size_t)8 * 32 * (TP + 1) * 4 + (size_t)32 * p->WM * TP * 4;   // part, recv
+    if (p->smem < psum) p->smem = psum;
+    return true;
+}
+
 bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y,
                    int ldy, bool split, bool measured)
 {
@@ -291,37 +505,25 @@ bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T
         w.cols <= 0 || (w.c0 * EB) % 16 || (w.ld * EB) % 16 || (uintptr_t)w.data % 16 ||
         (!split && TP != 64))
         return false;
-    int nsm = cu_sm_count();
-    smm_args a = { w, x, ldx, T, y, ldy, 0, 0, 0,
-                   (uintptr_t)x % 16 == 0 && ldx % 4 == 0 };
-    long long best = -1;
-    int bWM = 0, bKS = 0, bKb = 0;
-    for (int WM = 8; WM >= 1 && best < nsm * 7 / 8; WM /= 2)
-        for (int KS = 1; KS <= 8; KS *= 2) {
-            int gran = 64 * (8 / WM), Kb = ((w.cols + KS - 1) / KS + gran - 1) / gran * gran;
-            if ((KS > 1 && (long long)(KS - 1) * Kb >= w.cols) ||
-                (long long)TP * (Kb * 4 + pad) > SM_XMAX)
-                continue;
-            long long blocks = (long long)(w.rows + 32 * WM - 1) / (32 * WM) * KS;
-            if (blocks > best) best = blocks, bWM = WM, bKS = KS, bKb = Kb;
-            if (blocks >= nsm * 7 / 8) break;
-        }
+    smm_args a = {};
+    a.w = w, a.x = x, a.ldx = ldx, a.T = T, a.y = y, a.ldy = ldy, a.R = 1;
+    a.x16 = (uintptr_t)x % 16 == 0 && ldx % 4 == 0;
+    smm_plan p;
     // Run SM2 (docs/PERFORMANCE.md, rank6 shapes): 1.3-3.6x faster than
     // the GEMV in chunks of 8 at 16 and 32 tokens wherever a block has 256+
     // columns; 0.85x for 4096 x 1024 (blocks of 128 columns over a cluster
     // of 8); at 64 tokens 0.4-0.7x of cuBLASLt (the head: 785 GB/s, 100
     // TFLOP/s of bf16 products, far from either ceiling: not yet explained).
-    if (best < 0 || (measured && (TP > 32 || bKb < 256))) return false;
-    a.WM = bWM, a.Kb = bKb, a.xst = bKb * 4 + pad;
-    size_t smem = (size_t)TP * a.xst + 8 * SM_STAGES * SM_STAGE_BYTES;
-    size_t psum = (size_t)8 * 32 * (TP + 1) * 4 + (size_t)32 * bWM * TP * 4;   // part, recv
-    if (smem < psum) smem = psum;
-    dim3 grid((unsigned)(best / bKS), bKS);
+    if (!smm_plan_for(w.type, w.rows, w.cols, TP, 1, SM_XMAX, &p) ||
+        (measured && (TP > 32 || p.Kb < 256)))
+        return false;
+    a.WM = p.WM, a.Kb = p.Kb, a.xst = p.Kb * 4 + pad;
+    dim3 grid((unsigned)p.blocks / p.KS, p.KS);
 #define SMM(Q, N, S)                                                                             \
     do {                                                                                         \
-        smem_attr<Q * 64 + N * 2 + S>(smm_kernel<Q, N, S>, smem);                                \
-        return smm_started(                                                                      \
-            cu_launch_cluster(smm_kernel<Q, N, S>, grid, SM_THREADS, smem, st, bKS, a));         \
+        smem_attr<Q * 64 + N * 2 + S>(smm_kernel<Q, N, S, SMM_DENSE>, p.smem);                   \
+        return smm_started(cu_launch_cluster(smm_kernel<Q, N, S, SMM_DENSE>, grid, SM_THREADS,   \
+                                             p.smem, st, p.KS, a));                              \
     } while (0)
     if (w.type == QT_FP8) {
         if (!split) SMM(QT_FP8, 8, false);
@@ -337,4 +539,60 @@ bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T
         SMM(QT_BF16, 8, true);
     }
 #undef SMM
+}
+
+// MXFP4 views whose rows start on 32-column boundaries (16-byte copies of
+// whole scale blocks).
+static bool fp4_view_ok(const dqw &w)
+{
+    return w.type == QT_MXFP4 && w.rows > 0 && w.cols > 0 && w.c0 % 32 == 0 && w.ld % 32 == 0 &&
+           (uintptr_t)w.data % 16 == 0 && w.estride % 16 == 0;
+}
+
+bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *tiles,
+                      const int *ntiles, int max_tiles, int tile_m, int est_tiles, const int *perm,
+                      bool scatter, const float *x, int ldx, int xdiv, float limit, float *y,
+                      int ldy, bool split, int per_sm)
+{
+    if (!fp4_view_ok(w) || (w3 && (!fp4_view_ok(*w3) || w3->rows != w.rows ||
+                                   w3->cols != w.cols)) ||
+        tile_m < 1 || tile_m > 8 || max_tiles > 65535)
+        return false;
+    if (max_tiles <= 0) return true;
+    smm_args a = {};
+    a.w = w, a.x = x, a.ldx = ldx, a.T = 0, a.y = y, a.ldy = ldy;
+    a.x16 = (uintptr_t)x % 16 == 0 && ldx % 4 == 0;
+    if (w3) a.w3 = *w3;
+    a.tiles = tiles, a.ntiles = ntiles, a.perm = perm, a.xdiv = xdiv, a.scatter = scatter;
+    a.limit = limit;
+    smm_plan p;
+    // per_sm 2: two blocks an SM (128 registers; x within SM_XMAX2 beside
+    // the 64 KB of weight stages), 16 warps to hide the decode's and the
+    // mma's latencies (w1 and w3 of 4096 columns then take clusters of 4);
+    // 1: one, x of up to SM_XMAX (every column in one block).
+    int vrows = w3 ? 2 * w.rows : w.rows, est = est_tiles < 1 ? 1 : est_tiles;
+    if (!smm_plan_for(QT_MXFP4, vrows, w.cols, 8, est, per_sm == 1 ? SM_XMAX : SM_XMAX2, &p))
+        return false;
+    a.WM = p.WM, a.Kb = p.Kb, a.xst = p.Kb * 4 + 64;
+    // Warps that own whole sums stream R row groups of 256 rows through
+    // one pipeline (x staged once, no block-wide end between them): R such
+    // that the grid still makes about 4 waves of the expected tiles.
+    a.nrg = (vrows + 32 * p.WM - 1) / (32 * p.WM);
+    a.R = 1;
+    if (p.KS == 1 && p.WM == 8) {
+        long long r = (long long)a.nrg * est / (4LL * per_sm * cu_sm_count());
+        a.R = r < 1 ? 1 : r > a.nrg ? a.nrg : (int)r;
+    }
+    dim3 grid((unsigned)((a.nrg + a.R - 1) / a.R), p.KS, max_tiles);
+#define SMT(S, M)                                                                                \
+    do {                                                                                         \
+        smem_attr<1000 + M * 2 + S>(smm_kernel<QT_MXFP4, 1, S, M>, p.smem);                      \
+        return smm_started(cu_launch_cluster(smm_kernel<QT_MXFP4, 1, S, M>, grid, SM_THREADS,    \
+                                             p.smem, st, p.KS, a));                              \
+    } while (0)
+    if (w3 && split) SMT(true, SMM_SWIGLU);
+    if (w3) SMT(false, SMM_SWIGLU);
+    if (split) SMT(true, SMM_TILES);
+    SMT(false, SMM_TILES);
+#undef SMT
 }

@@ -15,8 +15,13 @@
  * op reads (gate, T * 6 expert slots, T shared-expert reads: each slot
  * reads its expert, so T > 1 counts an expert twice when two tokens pick
  * it; the unique bytes are at most that).
+ * 9 <= T <= 64: the decode batch's MoE the same way, its expert tiles on
+ * tensor cores (cu_moe_tiles_mma) and on the GEMV (LLM_CUDA_MOE_MMA=0);
+ * GB/s of the gate, the shared expert and the experts the batch is
+ * expected to choose, E (1 - (1 - K/E)^T), each read once.
  *   build/tests/gpu/bench_cuda_moe [T [fp8]]   (default 8192; fp8: only
  *   the two fp8 rows; LLM_CUDA_PROFILE=1 prints the GEMMs' own times) */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,10 +105,13 @@ static void dec_run(void *p, int i)
     c->G->moe(c->G, &a);
 }
 
+/* fused: T <= 8, the fused decode MoE; above, the expert tiles on tensor
+ * cores */
 static void bench_decode(int T, bool fused)
 {
     int H = 4096, E = 256, K = 6, I = 1024;
-    setenv("LLM_CUDA_MOE_DECODE", fused ? "8" : "0", 1);
+    if (T <= 8) setenv("LLM_CUDA_MOE_DECODE", fused ? "8" : "0", 1);
+    else setenv("LLM_CUDA_MOE_MMA", fused ? "1" : "0", 1);
     backend *one[1];
     char err[256];
     backend_modes modes = BACKEND_MODES_DEFAULT;
@@ -129,9 +137,15 @@ static void bench_decode(int T, bool fused)
     /* MXFP4: I*H/2 codes + I*H/32 scales; FP8: I*H + (I/128)*(H/128) */
     double ex = 3.0 * ((double)I * H / 2 + (double)I * H / 32);
     double sh = 3.0 * ((double)I * H + (double)(I / 128) * (H / 128));
-    double bytes = 2.0 * E * H + T * (K * ex + sh);
+    double bytes = T <= 8 ? 2.0 * E * H + T * (K * ex + sh)
+                          : 2.0 * E * H + E * (1 - pow(1 - (double)K / E, T)) * ex + sh;
     printf("moe decode T=%d (E=%d K=%d H=%d I=%d) %-22s: %8.2f us %7.0f GB/s\n", T, E, K, H, I,
-           fused ? "fused (3 launches)" : "separate (6 launches)", sec * 1e6, bytes / sec / 1e9);
+           T > 8  ? (!fused ? "tiles on the GEMV"
+                     : getenv("LLM_CUDA_MOE_MMA_BLOCKS") ? "tensor cores, 1 block/SM"
+                                                         : "tensor cores, 2 blocks/SM")
+           : fused ? "fused (3 launches)"
+                   : "separate (6 launches)",
+           sec * 1e6, bytes / sec / 1e9);
     const char *e = G->error(G);
     if (e) printf("moe decode: %s\n", e);
     G->release(G, c.x), G->release(G, out), G->release(G, dbias);
@@ -147,9 +161,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_cuda_moe: no CUDA device\n");
         return 1;
     }
-    if (T >= 1 && T <= 8) {
+    if (T >= 1 && T <= 64) {
         bench_decode(T, false);
         bench_decode(T, true);
+        if (T > 8) {    /* the tensor-core plan of one block an SM */
+            setenv("LLM_CUDA_MOE_MMA_BLOCKS", "1", 1);
+            bench_decode(T, true);
+            unsetenv("LLM_CUDA_MOE_MMA_BLOCKS");
+        }
         return 0;
     }
     bool fp8_only = argc > 2 && !strcmp(argv[2], "fp8");

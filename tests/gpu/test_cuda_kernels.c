@@ -66,7 +66,10 @@
  * mode's own numerics and bound (bf16: x rounded once; fp8: act_quant(x),
  * exact in bf16, times the weights with float32 sums: within the fp8
  * bound's summation term).  The MoE of such steps (its shared expert on
- * that kernel): relative L2 <= 4 2^-16 + 1e-5, as the MoE bound above.
+ * that kernel, its routed experts' tiles on the same kernel for MXFP4:
+ * weights exact in bf16, x and g split in two bf16 parts): relative L2
+ * <= 4 2^-16 + 1e-5, as the MoE bound above (at 64+ tokens the mode's
+ * MoE bound; under fp8 x and g are quantized there, exact in bf16).
  * Cache storage (kv_dtype): the ring and kv_round store the same bytes
  * as the CPU; the compressor's entries, rounded from float32 values that
  * differ in the last bits, may land on the other side of a rounding
@@ -93,6 +96,9 @@
 #define LT_MIN_T 64             /* backend_cuda.cuh: prefill GEMMs from this many tokens */
 
 static backend *C, *G;
+/* bf16x2 with LLM_CUDA_MOE_MMA=0: decode batches' expert tiles on the
+ * GEMV; with LLM_CUDA_MOE_MMA_BLOCKS=1: on tensor cores, one block an SM */
+static backend *G_tiles_gemv, *G_tiles_1sm;
 /* appended to the hc tests' names: which sequence of launches G runs */
 static const char *hc_variant = "";
 /* G's prefill GEMMs (LLM_CUDA_GEMM), and the bound u on the relative
@@ -1685,6 +1691,20 @@ static void moe_bound_check(const char *name, const moe_args *a, const float *go
  * table (V4's first layers), top-k of sigmoid scores (V3). */
 enum { ROUTE_TOPK, ROUTE_HASH, ROUTE_SIGMOID };
 
+/* Added to the scale bytes (UE8M0 exponents) of the experts' and the
+ * shared expert's down projections by test_moe: weights far from 1 both
+ * ways, the whole output scaled alike (relative checks hold); in
+ * particular scales above 2^1, which cu_moe_tiles_mma decodes in two
+ * steps.  (Up projections: SwiGLU's clamps would hide their scale.) */
+static int moe_w2_shift;
+
+static void shift_scales(qweight *w, int by)
+{
+    size_t n = w->type == QT_MXFP4 ? (size_t)w->rows * w->scale_ld
+                                   : (size_t)(w->rows + 127) / 128 * w->scale_ld;
+    for (size_t i = 0; i < n; i++) ((uint8_t *)w->scale)[i] += by;
+}
+
 static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int ni)
 {
     bool hash = routing == ROUTE_HASH;
@@ -1693,11 +1713,13 @@ static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int
     qweight w1[256], w2[256], w3[256], g1[256], g2[256], g3[256];
     for (int e = 0; e < E; e++) {
         qweight a = make_w(QT_MXFP4, I, H), b = make_w(QT_MXFP4, H, I), c = make_w(QT_MXFP4, I, H);
+        shift_scales(&b, moe_w2_shift);
         g1[e] = w1[e] = qweight_view(&a, i0, ni, 0, H);
         g2[e] = w2[e] = qweight_view(&b, 0, H, i0, ni);
         g3[e] = w3[e] = qweight_view(&c, i0, ni, 0, H);
     }
     qweight s1f = make_w(QT_FP8, I, H), s2f = make_w(QT_FP8, H, I), s3f = make_w(QT_FP8, I, H);
+    shift_scales(&s2f, moe_w2_shift);
     qweight s1 = qweight_view(&s1f, i0, ni, 0, H), s2 = qweight_view(&s2f, 0, H, i0, ni);
     qweight s3 = qweight_view(&s3f, i0, ni, 0, H);
     qweight gg = up(&gate), gs1 = up(&s1), gs2 = up(&s2), gs3 = up(&s3);
@@ -1737,13 +1759,16 @@ static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int
     a.w1 = g1, a.w2 = g2, a.w3 = g3, a.sw1 = &gs1, a.sw2 = &gs2, a.sw3 = &gs3, a.out = dout;
     G->moe(G, &a);
     float *g = hcopy(dout, (size_t)T * H * 4);
-    char name[160];
+    char name[256];
     const char *fe = getenv("LLM_CUDA_MOE_DECODE");
     const char *f8 = getenv("LLM_CUDA_MOE_FP8");
+    const char *mm = getenv("LLM_CUDA_MOE_MMA");
     snprintf(name, sizeof name, "moe %s routing T=%d H=%d (E=%d K=%d, rank slice %d+%d of %d "
-             "in MXFP4 experts)%s%s", hash ? "hash" : routing == ROUTE_SIGMOID ? "sigmoid" : "top-k",
+             "in MXFP4 experts)%s%s%s%s", hash ? "hash" : routing == ROUTE_SIGMOID ? "sigmoid" : "top-k",
              T, H, E, K, i0, ni, I, T <= 8 && T > (fe ? atoi(fe) : 1) ? " separate launches" : "",
-             gemm_mode == GEMM_FP8 && f8 && !strcmp(f8, "0") ? " bf16 expert kernel" : "");
+             gemm_mode == GEMM_FP8 && f8 && !strcmp(f8, "0") ? " bf16 expert kernel" : "",
+             moe_w2_shift > 0 ? " w2 scales x2^100" : moe_w2_shift < 0 ? " w2 scales x2^-100" : "",
+             T > 8 && mm && !strcmp(mm, "0") ? " expert tiles on the GEMV" : "");
     if (T >= LT_MIN_T && (gemm_mode == GEMM_BF16 || gemm_mode == GEMM_BF16X2)) {
         a.x = x, a.gate = &gate, a.w1 = w1, a.w2 = w2, a.w3 = w3;
         a.sw1 = &s1, a.sw2 = &s2, a.sw3 = &s3;
@@ -1883,13 +1908,42 @@ static void test_moes(void)
     /* a slice of 48 columns: w2's rows are not whole 16-byte loads */
     test_moe(2, false, 256, 8, 3, 96, 32, 48);
     test_moe(1, true, 256, 8, 3, 96, 32, 48);
-    /* decode batches up to 63 tokens: the per-slot GEMVs */
+    /* decode batches (fewer than 32 slots per expert): the experts in
+     * tiles of up to 8 slots, on tensor cores (cu_moe_tiles_mma; f32:
+     * the GEMV over the tiles): w1 and w3 over clusters of blocks, odd
+     * tiles, experts with several tiles (E = 8), T = 64 (bf16 and
+     * bf16x2: the derived bound; fp8: act_quant(x) unsplit); a slice
+     * starting at column 16 (w2 not on 32-column boundaries: the GEMV,
+     * while w1 and w3 take the kernel) */
+    test_moe(9, false, 1024, 32, 6, 512, 256, 256);
     test_moe(16, false, 1024, 32, 6, 512, 256, 256);
     test_moe(32, true, 1024, 32, 6, 512, 256, 256);
+    test_moe(32, false, 1024, 64, 6, 1024, 512, 512);
     test_moe(63, false, 1024, 32, 6, 512, 256, 256);
+    test_moe(64, true, 1024, 64, 6, 1024, 512, 512);
+    test_moe(64, false, 2048, 32, 6, 512, 256, 256);
     test_moe(40, false, 128, 8, 2, 128, 64, 64);
     test_moe(40, true, 128, 8, 2, 128, 64, 64);
+    test_moe(40, false, 256, 8, 3, 96, 16, 48);
     test_moe(100, false, 128, 8, 2, 128, 64, 64);  /* routed: tiles; shared expert: cuBLASLt */
+    for (moe_w2_shift = -100; moe_w2_shift <= 100; moe_w2_shift += 200)
+        test_moe(32, false, 1024, 32, 6, 512, 256, 256);
+    moe_w2_shift = 0;
+    /* the GEMV over the tiles they replace (LLM_CUDA_MOE_MMA=0: a
+     * backend of its own, the switch is read at creation) */
+    if (G_tiles_gemv && gemm_mode == GEMM_BF16X2) {
+        backend *keep = G;
+        G = G_tiles_gemv;
+        test_moe(32, true, 1024, 32, 6, 512, 256, 256);
+        test_moe(64, false, 1024, 64, 6, 1024, 512, 512);
+        /* the plan of one block an SM: every column in one block; at
+         * E = 256, 2048 x 1024 and 1024 x 2048 views, 2 row groups of 256
+         * rows a block (w1 with w3, and w2) through one pipeline */
+        G = G_tiles_1sm;
+        test_moe(32, false, 1024, 32, 6, 512, 256, 256);
+        test_moe(32, false, 2048, 256, 6, 1024, 0, 1024);
+        G = keep;
+    }
     /* 32+ slots per expert: the grouped expert GEMMs (moe_gemm.cu; f32:
      * cuBLASLt per expert), partial tiles, odd counts, under top-k one
      * expert without slots */
@@ -2009,9 +2063,39 @@ static backend *gpu_backend(const char *gemm, const char *attn_tokens)
     return one[0];
 }
 
+/* LLM_CUDA_MOE_MMA: 0 or 1; another value fails the backend's creation
+ * with the variable named.  Then the GEMV-tiles backend (0). */
+static void moe_mma_switch(void)
+{
+    backend *one[1];
+    char err[256] = "";
+    backend_modes modes = BACKEND_MODES_DEFAULT;
+    setenv("LLM_CUDA_GEMM", "bf16x2", 1);
+    setenv("LLM_CUDA_MOE_MMA", "2", 1);
+    int rc = backend_modes_env(&modes, err, sizeof err) ||
+             backend_cuda_new_group(1, &modes, one, err, sizeof err);
+    ok(rc && strstr(err, "LLM_CUDA_MOE_MMA=2"), "LLM_CUDA_MOE_MMA=2 is refused: %s", err);
+    if (!rc) one[0]->destroy(one[0]);
+    setenv("LLM_CUDA_MOE_MMA", "0", 1);
+    G_tiles_gemv = gpu_backend("bf16x2", "2");
+    unsetenv("LLM_CUDA_MOE_MMA");
+    setenv("LLM_CUDA_MOE_MMA_BLOCKS", "3", 1);
+    err[0] = 0;
+    rc = backend_modes_env(&modes, err, sizeof err) ||
+         backend_cuda_new_group(1, &modes, one, err, sizeof err);
+    ok(rc && strstr(err, "LLM_CUDA_MOE_MMA_BLOCKS=3"), "LLM_CUDA_MOE_MMA_BLOCKS=3 is refused: %s",
+       err);
+    if (!rc) one[0]->destroy(one[0]);
+    setenv("LLM_CUDA_MOE_MMA_BLOCKS", "1", 1);
+    G_tiles_1sm = gpu_backend("bf16x2", "2");
+    unsetenv("LLM_CUDA_MOE_MMA_BLOCKS");
+    if (!G_tiles_1sm && G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_gemv = NULL;
+}
+
 /* `test_cuda_kernels matmul`: only the dense matmuls, in the tensor-core
  * modes (bf16x2, fp8): a short run after a change to them;
- * `test_cuda_kernels mhc-indexer`: hc_pre_norm and the indexer. */
+ * `test_cuda_kernels mhc-indexer`: hc_pre_norm and the indexer; `moe`:
+ * only the MoE layers, in every mode. */
 int main(int argc, char **argv)
 {
     const char *seed = getenv("SEED");
@@ -2042,6 +2126,19 @@ int main(int argc, char **argv)
     C8 = backend_cpu_new(4, NULL, 0);
     backend_cpu_set_fp8(C8, true);
 
+    moe_mma_switch();
+    if (argc > 1 && !strcmp(argv[1], "moe")) {
+        for (gemm_mode = GEMM_F32; gemm_mode <= GEMM_FP8; gemm_mode++) {
+            G = g[gemm_mode];
+            test_moes();
+        }
+        if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
+        for (int m = 0; m < 4; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
+        g_hc4->destroy(g_hc4), g_tail0->destroy(g_tail0), g_idx0->destroy(g_idx0);
+        C->destroy(C);
+        C8->destroy(C8);
+        return exit_status();
+    }
     /* `test_cuda_kernels mhc-indexer`: hc_pre_norm and the indexer only
      * (a short run after a change to them) */
     if (argc > 1 && !strcmp(argv[1], "mhc-indexer")) {
@@ -2066,6 +2163,7 @@ int main(int argc, char **argv)
             G = g[gemm_mode];
             test_matmul();
         }
+        if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
         for (int m = 0; m < 4; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
         g_hc4->destroy(g_hc4), g_tail0->destroy(g_tail0), g_idx0->destroy(g_idx0);
         C->destroy(C);
@@ -2276,6 +2374,7 @@ int main(int argc, char **argv)
         }
         attn_tokens = 2;
     }
+    if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
     for (int m = 0; m < 4; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
     C->destroy(C);
     C8->destroy(C8);
