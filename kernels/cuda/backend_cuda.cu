@@ -628,6 +628,22 @@ static void cu_qk_prep_op(backend *b, const qk_args *a)
 // t*K + k) and the shared expert, then the weighted sum.  A few tokens:
 // fused matrix-vector products per slot reading its expert's weights;
 // more: slots grouped by expert into tiles.
+// A number in the environment (comparisons, tests): unset, def; not a
+// whole number in [lo, hi], an error naming it.
+static long long env_int(cu_impl *c, const char *name, long long lo, long long hi,
+                         long long def)
+{
+    const char *v = getenv(name);
+    if (!v) return def;
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || x < lo || x > hi) {
+        fail(c, "%s=%s: expected %lld to %lld", name, v, lo, hi);
+        return def;
+    }
+    return x;
+}
+
 static void cu_moe_op(backend *b, const moe_args *a)
 {
     cu_impl *c = enter(b);
@@ -664,18 +680,15 @@ static void cu_moe_op(backend *b, const moe_args *a)
     // 55.3 us fused against 58.5 separate, T = 8 288 against 235 (the
     // separate GEMVs share a row's loads over the 8 tokens better), so
     // more tokens take the separate launches below.
-    const char *fe = getenv("LLM_CUDA_MOE_DECODE");
-    int fused_t = 1;
-    if (fe) {
-        char *end;
-        long v = strtol(fe, &end, 10);
-        if (end == fe || *end || v < 0 || v > 8) {
-            fail(c, "LLM_CUDA_MOE_DECODE=%s: expected 0 to 8 tokens", fe);
-            return;
-        }
-        fused_t = (int)v;
-    }
-    if (T <= fused_t) {
+    int fused_t = (int)env_int(c, "LLM_CUDA_MOE_DECODE", 0, 8, 1);
+    // LLM_CUDA_MOE_MMA_MIN_T: steps of at least this many tokens take the
+    // sorted expert tiles (on tensor cores where LLM_CUDA_MOE_MMA allows)
+    // instead of the per-slot GEMVs below (comparison: run ST2 found the
+    // decode MoE bound by its MXFP4 decode instructions, which the tensor
+    // cores' path does with fewer a byte).
+    int tiles_t = (int)env_int(c, "LLM_CUDA_MOE_MMA_MIN_T", 1, 9, 9);
+    if (c->failed) return;
+    if (T <= fused_t && T < tiles_t) {
         cu_moe_dec m = { T, K, E, w1, w3, w2, s1, s3, s2, a->x, sc, a->bias, H, a->tid2eid,
                          a->tid_i64, a->sigmoid_scores, ids, a->routed_scale, a->limit, idx, wt,
                          g, sg, a->out };
@@ -697,7 +710,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
         if (!c->failed) cu_act_quant_round(c->st, a->x, H, T, H, xq, H);
         xr = xq;
     };
-    if (T <= 8) {
+    if (T < tiles_t) {
         // A few tokens, other formats: four launches, GEMVs that read each
         // slot's expert:
         // the shared expert (w1 and w3 with SwiGLU, w2), the chosen
@@ -892,22 +905,6 @@ static bool env_switch(cu_impl *c, const char *name)
     const char *v = getenv(name);
     if (v && strcmp(v, "0") && strcmp(v, "1")) fail(c, "%s=%s: expected 0 or 1", name, v);
     return !(v && !strcmp(v, "0"));
-}
-
-// A number in the environment (comparisons, tests): unset, def; not a
-// whole number in [lo, hi], an error naming it.
-static long long env_int(cu_impl *c, const char *name, long long lo, long long hi,
-                         long long def)
-{
-    const char *v = getenv(name);
-    if (!v) return def;
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || *end || x < lo || x > hi) {
-        fail(c, "%s=%s: expected %lld to %lld", name, v, lo, hi);
-        return def;
-    }
-    return x;
 }
 
 backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char *err,

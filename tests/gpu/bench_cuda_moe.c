@@ -140,7 +140,8 @@ static void bench_decode(int T, bool fused)
     double bytes = T <= 8 ? 2.0 * E * H + T * (K * ex + sh)
                           : 2.0 * E * H + E * (1 - pow(1 - (double)K / E, T)) * ex + sh;
     printf("moe decode T=%d (E=%d K=%d H=%d I=%d) %-22s: %8.2f us %7.0f GB/s\n", T, E, K, H, I,
-           T > 8  ? (!fused ? "tiles on the GEMV"
+           T > 8 || getenv("LLM_CUDA_MOE_MMA_MIN_T")
+                  ? (!fused ? "tiles on the GEMV"
                      : getenv("LLM_CUDA_MOE_MMA_BLOCKS") ? "tensor cores, 1 block/SM"
                                                          : "tensor cores, 2 blocks/SM")
            : fused ? "fused (3 launches)"
@@ -168,6 +169,10 @@ int main(int argc, char **argv)
             setenv("LLM_CUDA_MOE_MMA_BLOCKS", "1", 1);
             bench_decode(T, true);
             unsetenv("LLM_CUDA_MOE_MMA_BLOCKS");
+        } else {    /* the sorted expert tiles on tensor cores (LLM_CUDA_MOE_MMA_MIN_T=1) */
+            setenv("LLM_CUDA_MOE_MMA_MIN_T", "1", 1);
+            bench_decode(T, true);
+            unsetenv("LLM_CUDA_MOE_MMA_MIN_T");
         }
         return 0;
     }
