@@ -111,6 +111,34 @@ int main(void)
         fclose(f);
         sb_free(&r);
     }
+    /* a bad LLM_SAMPLE_THREADS fails the load, naming it */
+    {
+        const char *bad = h_name("badthreads");
+        char brecipe[400];
+        snprintf(brecipe, sizeof brecipe, "%s/%s.yaml", h_run_dir, bad);
+        strbuf r;
+        sb_init(&r);
+        sb_read_file(&r, recipe);
+        char *nl = strchr(r.data, '\n');     /* the first line is the name */
+        FILE *f = fopen(brecipe, "w");
+        fprintf(f, "name: %s%s", bad, nl ? nl : "\n");
+        fclose(f);
+        sb_free(&r);
+        setenv("LLM_SAMPLE_THREADS", "0", 1);
+        pid_t b = h_start_engine_with(bad, brecipe, "model");
+        is_int(h_wait_exit(b, 15000), 1, "LLM_SAMPLE_THREADS=0: the engine exits 1");
+        char log[320];
+        snprintf(log, sizeof log, "%s/%s.log", h_run_dir, bad);
+        strbuf text;
+        sb_init(&text);
+        sb_read_file(&text, log);
+        ok(text.data && strstr(text.data, "LLM_SAMPLE_THREADS=0: expected 1 to 64"),
+           "... saying why");
+        sb_free(&text);
+    }
+    /* four threads sample a step's choices (on the CPU backend one does
+     * by default): the parallel path under the tests */
+    setenv("LLM_SAMPLE_THREADS", "4", 1);
     pid_t engine = h_start_engine_with(name, recipe, "model");
     if (h_attach_ready(&C, name, 15000)) {
         ok(0, "engine with the demo model is ready");

@@ -295,9 +295,24 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     R->presampled = calloc((size_t)R->max_batch, sizeof *R->presampled);
     /* A 64-sequence batch over a 129,280-token vocabulary is ~10 ms of
      * sampling a step on one core (issue 15's served TPOT); the batch's
-     * choices sample in parallel, up to SAMPLE_THREADS at once. */
+     * choices sample in parallel, up to SAMPLE_THREADS at once, while the
+     * GPU idles.  On the CPU backend the cores are the model's: its pool
+     * spins between runs, and so would this one's. */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    R->pool = threadpool_new(ncpu < 1 ? 1 : ncpu < SAMPLE_THREADS ? (int)ncpu : SAMPLE_THREADS);
+    int nsample = rc->backend != BACKEND_CUDA || ncpu < 1 ? 1
+                  : ncpu < SAMPLE_THREADS ? (int)ncpu : SAMPLE_THREADS;
+    const char *st = getenv("LLM_SAMPLE_THREADS");     /* tests, comparisons */
+    if (st) {
+        char *end;
+        long v = strtol(st, &end, 10);
+        if (end == st || *end || v < 1 || v > 64) {
+            sb_printf(err, "LLM_SAMPLE_THREADS=%s: expected 1 to 64", st);
+            mr_unload(R);
+            return -1;
+        }
+        nsample = (int)v;
+    }
+    R->pool = threadpool_new(nsample);
     if (!R->logits || !R->items || !R->forked || !R->owner || !R->sampled || !R->presampled
         || !R->pool) {
         sb_puts(err, "out of memory");
