@@ -158,6 +158,35 @@ int main(void)
         ok(nonzero > 990, "uniform 1000-token vocab reaches nearly every token (%d)", nonzero);
     }
 
+    /* top-p over many candidates (the radix-sorted path): 20,000 tokens,
+     * the even ids at probability 3x the odd ones', so the even ones hold
+     * 75% of the mass: top_p 0.7 keeps even ids only (probability
+     * descending, the lowest ids first among equals), top_p 0.8 all of them
+     * and some odd ones */
+    {
+        enum { NV = 20000 };
+        float *lg = malloc(NV * sizeof *lg);
+        int odd = 0, odd8 = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            sampling_params q;
+            sampling_params_default(&q);
+            q.top_p = pass ? 0.8f : 0.7f;
+            q.has_seed = true;
+            q.seed = 5;
+            sampler *s = sampler_new(&q, NV, NULL, 0);
+            for (int t = 0; t < 400; t++) {
+                for (int i = 0; i < NV; i++) lg[i] = i % 2 ? 0.0f : logf(3.0f);
+                sampler_sample(s, lg, &r);
+                if (pass) odd8 += r.token % 2;
+                else odd += r.token % 2;
+            }
+            sampler_free(s);
+        }
+        ok(odd == 0, "top_p 0.7 over 20,000 candidates keeps only the likelier half (%d odd)", odd);
+        ok(odd8 > 0, "top_p 0.8 reaches into the less likely half (%d of 400)", odd8);
+        free(lg);
+    }
+
     /* penalties */
     {
         sampling_params q;
