@@ -123,6 +123,22 @@ static inline int h_engine_index(pid_t pid)
     return -1;
 }
 
+/* Where h_start_engine_with sends an engine's stderr. */
+static inline void h_log_path(char *buf, size_t n, const char *name)
+{
+    snprintf(buf, n, "%s/%s.log", h_run_dir, name);
+}
+
+/* The engine's log so far into out (replacing its contents; empty when
+ * there is none). */
+static inline void h_engine_log(const char *name, strbuf *out)
+{
+    char log[320];
+    h_log_path(log, sizeof log, name);
+    sb_reset(out);
+    sb_read_file(out, log);
+}
+
 /* fork/exec `llm-engine serve` with the given runner ("model": the
  * production binary, else the test binary's test runner); stderr goes to
  * <run_dir>/<name>.log. */
@@ -131,7 +147,7 @@ static inline pid_t h_start_engine_with(const char *name, const char *recipe, co
     pid_t pid = fork();
     if (pid == 0) {
         char log[320];
-        snprintf(log, sizeof log, "%s/%s.log", h_run_dir, name);
+        h_log_path(log, sizeof log, name);
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) dup2(fd, 2);
         if (!strcmp(runner, "model"))

@@ -231,13 +231,12 @@ static void test_name_taken(const char *name, const char *recipe)
 {
     pid_t second = h_start_engine(name, recipe);
     is_int(h_wait_exit(second, 5000), 2, "a second engine under a running engine's name exits 2");
-    char log[320], text[2048] = "";
-    snprintf(log, sizeof log, "%s/%s.log", h_run_dir, name);
-    FILE *f = fopen(log, "r");
-    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    text[n] = 0;
-    if (f) fclose(f);
-    ok(strstr(text, "another engine named") != NULL, "saying the name is taken");
+    strbuf text;
+    sb_init(&text);
+    h_engine_log(name, &text);
+    ok(text.data && strstr(text.data, "another engine named") != NULL,
+       "saying the name is taken");
+    sb_free(&text);
 }
 
 int main(void)

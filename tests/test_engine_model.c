@@ -127,11 +127,9 @@ int main(void)
         setenv("LLM_SAMPLE_THREADS", "0", 1);
         pid_t b = h_start_engine_with(bad, brecipe, "model");
         is_int(h_wait_exit(b, 15000), 1, "LLM_SAMPLE_THREADS=0: the engine exits 1");
-        char log[320];
-        snprintf(log, sizeof log, "%s/%s.log", h_run_dir, bad);
         strbuf text;
         sb_init(&text);
-        sb_read_file(&text, log);
+        h_engine_log(bad, &text);
         ok(text.data && strstr(text.data, "LLM_SAMPLE_THREADS=0: expected 1 to 64"),
            "... saying why");
         sb_free(&text);
@@ -360,11 +358,9 @@ int main(void)
         uint64_t made = h_counter(&C, LLM_CTR_TOKENS_OUT);
         kill(engine, SIGTERM);
         is_int(h_wait_exit(engine, 15000), 0, "SIGTERM stops the idle engine");
-        char log[320];
-        snprintf(log, sizeof log, "%s/%s.log", h_run_dir, name);
         strbuf text;
         sb_init(&text);
-        sb_read_file(&text, log);
+        h_engine_log(name, &text);
         long long generated = 0, steps = 0, lines_seen = 0;
         int well_formed = 1;
         for (const char *p = text.data; p && (p = strstr(p, "stats over ")); p++) {

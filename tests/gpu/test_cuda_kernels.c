@@ -2100,6 +2100,16 @@ static void moe_mma_switch(void)
     if (!G_tiles_1sm && G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_gemv = NULL;
 }
 
+/* The backends every test uses (the per-mode GPU ones, the MoE tiles'
+ * comparison ones, the CPU references). */
+static void destroy_backends(backend **g, backend **g1)
+{
+    if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
+    for (int m = 0; m < 4; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
+    C->destroy(C);
+    C8->destroy(C8);
+}
+
 /* `test_cuda_kernels matmul`: only the dense matmuls, in the tensor-core
  * modes (bf16x2, fp8): a short run after a change to them;
  * `test_cuda_kernels mhc-indexer`: hc_pre_norm and the indexer; `moe`:
@@ -2135,21 +2145,18 @@ int main(int argc, char **argv)
     backend_cpu_set_fp8(C8, true);
 
     moe_mma_switch();
-    if (argc > 1 && !strcmp(argv[1], "moe")) {
+    /* a short run after a change: one group of tests, then out */
+    const char *only = argc > 1 ? argv[1] : NULL;
+    if (only && strcmp(only, "moe") && strcmp(only, "mhc-indexer") && strcmp(only, "matmul")) {
+        fprintf(stderr, "usage: test_cuda_kernels [moe|mhc-indexer|matmul]\n");
+        return 2;
+    }
+    if (only && !strcmp(only, "moe"))
         for (gemm_mode = GEMM_F32; gemm_mode <= GEMM_FP8; gemm_mode++) {
             G = g[gemm_mode];
             test_moes();
         }
-        if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
-        for (int m = 0; m < 4; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
-        g_hc4->destroy(g_hc4), g_tail0->destroy(g_tail0), g_idx0->destroy(g_idx0);
-        C->destroy(C);
-        C8->destroy(C8);
-        return exit_status();
-    }
-    /* `test_cuda_kernels mhc-indexer`: hc_pre_norm and the indexer only
-     * (a short run after a change to them) */
-    if (argc > 1 && !strcmp(argv[1], "mhc-indexer")) {
+    if (only && !strcmp(only, "mhc-indexer")) {
         G = g[GEMM_F32];
         for (int wy = 0; wy < 2; wy++) {
             test_hc_pre_norm(1, 4, 4096, true, wy);
@@ -2165,17 +2172,14 @@ int main(int argc, char **argv)
         test_indexer_batch(64, 64, 128, 512, 9000, KV_BF16, 0, false);
         test_indexer_batch(8, 64, 128, 512, 131071, KV_FP8, 0, true);
     }
-    if (argc > 1 && (!strcmp(argv[1], "matmul") || !strcmp(argv[1], "mhc-indexer"))) {
-        bool matmul = !strcmp(argv[1], "matmul");
-        for (gemm_mode = GEMM_BF16X2; matmul && gemm_mode <= GEMM_FP8; gemm_mode++) {
+    if (only && !strcmp(only, "matmul"))
+        for (gemm_mode = GEMM_BF16X2; gemm_mode <= GEMM_FP8; gemm_mode++) {
             G = g[gemm_mode];
             test_matmul();
         }
-        if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
-        for (int m = 0; m < 4; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
+    if (only) {
         g_hc4->destroy(g_hc4), g_tail0->destroy(g_tail0), g_idx0->destroy(g_idx0);
-        C->destroy(C);
-        C8->destroy(C8);
+        destroy_backends(g, g1);
         return exit_status();
     }
     G = g[GEMM_F32];
@@ -2382,10 +2386,7 @@ int main(int argc, char **argv)
         }
         attn_tokens = 2;
     }
-    if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
-    for (int m = 0; m < 4; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
-    C->destroy(C);
-    C8->destroy(C8);
+    destroy_backends(g, g1);
     test_allreduce();
     return exit_status();
 }
