@@ -23,7 +23,6 @@
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "chat_encode.h"
@@ -214,7 +213,6 @@ static void free_model_req(struct model_req *q)
 
 static void mr_unload(void *self);
 static void *prep_thread(void *arg);
-static uint64_t now_ns(void);
 static void stats_log(struct model_runner *R, uint64_t end);
 
 /* Load progress, in the server log's form. */
@@ -358,7 +356,8 @@ static void mr_unload(void *self)
     pthread_mutex_destroy(&R->prep_mu);
     pthread_cond_destroy(&R->prep_cv);
     if (R->wake > 0) close(R->wake);
-    if (R->model && R->rc->log_stats_interval > 0) stats_log(R, now_ns());   /* the last window */
+    if (R->model && R->rc->log_stats_interval > 0)
+        stats_log(R, llm_ipc_now_ns());     /* the last window */
     if (R->logits) v4_logits_free(R->model, R->logits, R->logits_pinned);
     if (R->model) v4_model_free(R->model);
     if (R->tok) tok_free(R->tok);
@@ -1120,8 +1119,6 @@ static void emit_logprob(struct model_runner *R, struct mchoice *q, const sample
                      (uint32_t)sr->n_top, sr->top_logprob, tb, tl);
 }
 
-/* Sample the next token from logits and push it through detokenizer, stop
- * matcher and parser; ends the sequence when it should. */
 /* The choice's next token from its logits (which it changes): the part of
  * taking a token that touches only the choice, so a batch samples in
  * parallel (sample_all). */
@@ -1167,6 +1164,8 @@ static void take_sampled(struct model_runner *R, struct mchoice *q, const sample
     q->has_next = true;
 }
 
+/* Sample the next token from logits and push it through detokenizer, stop
+ * matcher and parser; ends the sequence when it should. */
 static void take_token(struct model_runner *R, struct mchoice *q, float *logits)
 {
     sample_result sr;
@@ -1175,13 +1174,6 @@ static void take_token(struct model_runner *R, struct mchoice *q, float *logits)
 }
 
 /* ---- serving statistics ------------------------------------------------ */
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 /* One line on the window's steps: where a step's time went.  The gaps
  * between steps are the server loop's (requests, connections, admission);
@@ -1215,7 +1207,7 @@ static void stats_step(struct model_runner *R, uint64_t t_start, uint64_t t_mode
                        uint64_t t_host, int items, int prompt, int generated)
 {
     struct step_stats *w = &R->st;
-    uint64_t end = now_ns();
+    uint64_t end = llm_ipc_now_ns();
     if (!w->steps) {
         w->t0 = t_start;
         v4_model_graph_counts(R->model, &w->captures, &w->replays);
@@ -1266,7 +1258,7 @@ static int mr_step(void *self, llm_request **batch, int n, strbuf *err)
     struct model_runner *R = self;
     int budget = R->rc->max_num_batched_tokens, n_items = 0, prompt = 0;
     struct mchoice **owner = R->owner;
-    uint64_t t_start = now_ns();
+    uint64_t t_start = llm_ipc_now_ns();
 
     /* decoding choices first (one token each), then prefill chunks (choice
      * 0's: the others fork from it); the scheduler admits at most
@@ -1301,9 +1293,9 @@ static int mr_step(void *self, llm_request **batch, int n, strbuf *err)
     if (!n_items) return 0;
     strbuf serr;
     sb_init(&serr);
-    uint64_t t_model = now_ns();
+    uint64_t t_model = llm_ipc_now_ns();
     int rc = v4_step(R->model, R->items, n_items, &serr);
-    uint64_t t_host = now_ns();
+    uint64_t t_host = llm_ipc_now_ns();
     if (rc) {
         while (serr.len && serr.data[serr.len - 1] == '\n') serr.data[--serr.len] = 0;
         if (rc != V4_STEP_NOMEM) {
