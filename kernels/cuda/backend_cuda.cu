@@ -628,6 +628,15 @@ static void cu_qk_prep_op(backend *b, const qk_args *a)
 // t*K + k) and the shared expert, then the weighted sum.  A few tokens:
 // fused matrix-vector products per slot reading its expert's weights;
 // more: slots grouped by expert into tiles.
+// An on/off comparison switch in the environment: unset or 1 is on, 0
+// off, anything else an error.
+static bool env_switch(cu_impl *c, const char *name)
+{
+    const char *v = getenv(name);
+    if (v && strcmp(v, "0") && strcmp(v, "1")) fail(c, "%s=%s: expected 0 or 1", name, v);
+    return !(v && !strcmp(v, "0"));
+}
+
 // A number in the environment (comparisons, tests): unset, def; not a
 // whole number in [lo, hi], an error naming it.
 static long long env_int(cu_impl *c, const char *name, long long lo, long long hi,
@@ -898,14 +907,6 @@ static void cu_destroy(backend *b)
     free(b);
 }
 
-// An on/off comparison switch in the environment: unset or 1 is on, 0
-// off, anything else an error.
-static bool env_switch(cu_impl *c, const char *name)
-{
-    const char *v = getenv(name);
-    if (v && strcmp(v, "0") && strcmp(v, "1")) fail(c, "%s=%s: expected 0 or 1", name, v);
-    return !(v && !strcmp(v, "0"));
-}
 
 backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char *err,
                 size_t errlen)
