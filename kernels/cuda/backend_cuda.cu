@@ -681,7 +681,12 @@ static void cu_moe_op(backend *b, const moe_args *a)
     float *sy = (float *)grow(c, &c->sy, (size_t)T * H * sizeof(float));
     if (c->failed) return;
 
-    cu_matmul(c->st, gate, a->x, H, T, sc, E);
+    // The router's scores in float32 (every mode): steps of more tokens
+    // than the GEMV takes on cuBLASLt's float32 GEMM rather than
+    // matmul.cu's float32 tiles (1.48 ms a call at 8,192 tokens, 6.6% of
+    // a 131,072-token prefill; LLM_CUDA_GATE_LT=0 keeps them: comparisons).
+    if (T > CU_GEMV_MAX_T && c->gate_lt) f32_matmul(c, gate, a->x, H, T, sc, E);
+    else cu_matmul(c->st, gate, a->x, H, T, sc, E);
     // Up to LLM_CUDA_MOE_DECODE tokens (default 1, at most 8; 0: never),
     // MXFP4 experts and an FP8 shared expert (V4's): two launches after
     // the gate's (moe_decode.cuh), the routing in the first one's
@@ -956,9 +961,19 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_MOE_MMA=0: the expert tiles of decode batches on the GEMV
     // (float32 products; comparisons) instead of cu_moe_tiles_mma.
     c->moe_mma = env_switch(c, "LLM_CUDA_MOE_MMA");
+    // LLM_CUDA_GATE_LT=0: the router's scores of prefill steps on
+    // matmul.cu's float32 tiles (comparisons) instead of cuBLASLt's.
+    c->gate_lt = env_switch(c, "LLM_CUDA_GATE_LT");
     // LLM_CUDA_MOE_MMA_BLOCKS: the blocks an SM its plan aims at
     // (comparisons; 2: every w1 and w3 block a quarter of the columns).
     c->moe_mma_sm = (int)env_int(c, "LLM_CUDA_MOE_MMA_BLOCKS", 1, 2, 2);
+    // LLM_CUDA_GEMV_TOKENS (1, 2, 4 or 8; comparisons): the most tokens a
+    // GEMV block takes.  Run D3: 8 tokens as two blocks of 4 took 0.53-0.85x
+    // the time of one block of 8 on every matrix of bench_cuda_gemv, and a
+    // decode step of 8 sequences 3.40-3.43 ms against 3.85-4.12.
+    long long gt = env_int(c, "LLM_CUDA_GEMV_TOKENS", 1, 8, 4);
+    if (gt & (gt - 1)) fail(c, "LLM_CUDA_GEMV_TOKENS=%lld: expected 1, 2, 4 or 8", gt);
+    else cu_gemv_tokens = (int)gt;
     // Dense matmuls of up to this many tokens on the GEMV kernel (decode
     // batches), more through cuBLASLt; LLM_CUDA_GEMV_MAX_T: comparisons.
     c->gemv_max_t = (int)env_int(c, "LLM_CUDA_GEMV_MAX_T", 0, CU_GEMV_MAX_T, LT_MIN_T - 1);

@@ -126,6 +126,7 @@ struct cu_impl {
     cudaEvent_t pf_ev[2];       // its fork from and join into st,
     bool pf_pending;            // a prefetch since the last join
     bool moe_mma;               // decode batches' expert tiles on tensor cores (LLM_CUDA_MOE_MMA)
+    bool gate_lt;               // the router's scores of many tokens on cuBLASLt (LLM_CUDA_GATE_LT)
     int moe_mma_sm;             // their blocks an SM, 1 or 2 (LLM_CUDA_MOE_MMA_BLOCKS)
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
@@ -200,8 +201,9 @@ static inline bool in_graph(cu_impl *c)
 static inline bool recording(cu_impl *c) { return c->gmode == G_RECORD; }
 
 // A GEMM operand: float32 or bf16 elements, rows ld elements apart;
-// stride: bytes between packed experts; lo: activations split in two,
-// the low parts lo elements after the high ones; scale: FP8 e4m3
+// stride: bytes between packed experts; lo: activations split in
+// `parts` bf16 parts (2 or 3; 0: not split), each lo elements after the
+// one before (the first rounded, the next ones the rests); scale: FP8 e4m3
 // elements with float32 block scales (weights: [N / 128][round_up(K / 128,
 // 4)], K blocks contiguous; activations: [K / 128][T], tokens contiguous).
 struct gemm_op {
@@ -211,6 +213,7 @@ struct gemm_op {
     long long stride;
     int lo;
     const float *scale;
+    int parts;
 };
 
 // Under fp8, the activations of a T-token matmul with weight type t are
@@ -282,6 +285,7 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
 gemm_op gemm_input(cu_impl *c, bool bf16, bool exact, const float *x, int ldx, const int *rows,
                    int div, int T, int K);
 void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y, int ldy);
+void f32_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y, int ldy);
 void expert_gemms(cu_impl *c, const dqw &w, int E, const int *ho, gemm_op x, float *y, int ldy);
 
 // cuda_graphs.cu: decode steps as CUDA graphs.

@@ -74,9 +74,12 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
     }
     int tb = 16;
     while (tb < T) tb *= 2;
-    const void *xlo = byte_off(x.p, (long long)x.lo * 2);
+    int parts = x.lo ? x.parts : 1;
     uint32_t align[3] = { align_of(w.p), align_of(x.p), align_of(y) };
-    if (x.lo && align_of(xlo) < align[1]) align[1] = align_of(xlo);
+    for (int part = 1; part < parts; part++) {
+        unsigned a = align_of(byte_off(x.p, (long long)part * x.lo * 2));
+        if (a < align[1]) align[1] = a;
+    }
     int key[ALGO_KEY] = { fp8 ? 2 : w.bf16, N, K, (int)w.ld, (int)x.ld, ldy, tb, (int)align[0],
                           (int)align[1], (int)align[2] };
     cublasLtMatrixLayout_t A = NULL, B = NULL, C = NULL;
@@ -100,9 +103,9 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
         if (Bb) cublasLtMatrixLayoutDestroy(Bb);
     }
     cublasLtMatmulAlgo_t exact;
-    for (int part = 0; part < (x.lo ? 2 : 1) && ok; part++) {
-        float alpha = 1, beta = part;   // the low parts add to the high parts' product
-        const void *xp = part ? xlo : x.p;
+    for (int part = 0; part < parts && ok; part++) {
+        float alpha = 1, beta = part ? 1 : 0;   // the rests add to the first part's product
+        const void *xp = byte_off(x.p, (long long)part * x.lo * 2);
         cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
         if (a)
             st = cublasLtMatmul(c->lt, op, &alpha, w.p, A, xp, B, &beta, y, C, y, C,
@@ -153,8 +156,8 @@ gemm_op gemm_input(cu_impl *c, bool bf16, bool exact, const float *x, int ldx, c
         bool split = !exact && (c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8);
         int ld = round_up(K, 8), lo = split ? ld : 0;
         uint16_t *p = (uint16_t *)grow(c, &c->xbf, (size_t)T * (ld + lo) * 2);
-        if (!c->failed) cu_round_bf16(c->st, x, ldx, rows, div, T, K, p, ld + lo, lo);
-        return gemm_op{ p, ld + lo, true, 0, lo };
+        if (!c->failed) cu_round_bf16(c->st, x, ldx, rows, div, T, K, p, ld + lo, lo, 2);
+        return gemm_op{ p, ld + lo, true, 0, lo, NULL, 2 };
     }
     if (!rows) return gemm_op{ x, ldx, false, 0, 0 };
     float *p = (float *)grow(c, &c->xs, (size_t)T * K * sizeof(float));
@@ -211,6 +214,26 @@ void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, floa
     if (!c->failed) lt_gemm(c, w, q.rows, q.cols, in, T, y, ldy);
 }
 
+// y = x W^T with float32 products whatever the GEMM mode (the router's
+// scores: a token's experts do not move with the mode) through cuBLASLt:
+// weights exact in bf16 times x in three bf16 parts (hi, the rest's hi,
+// its rest: x exactly, each product exact, float32 sums on the tensor
+// cores), else float32 operands (no TF32).
+void f32_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y, int ldy)
+{
+    int K = q.cols;
+    if (q.rows <= 0 || K <= 0 || T <= 0) return;
+    bool bf = q.type != QT_F32;
+    gemm_op w = gemm_weights(c, bf, q, 1), in = { x, ldx, false, 0, 0 };
+    if (bf) {
+        int ld = (int)round_up(K, 8);
+        uint16_t *p = (uint16_t *)grow(c, &c->xbf, (size_t)T * 3 * ld * 2);
+        if (!c->failed) cu_round_bf16(c->st, x, ldx, NULL, 1, T, K, p, 3 * ld, ld, 3);
+        in = gemm_op{ p, 3 * ld, true, 0, ld, NULL, 3 };
+    }
+    if (!c->failed) lt_gemm(c, w, q.rows, K, in, T, y, ldy);
+}
+
 static double now_ms(void)
 {
     struct timespec ts;
@@ -245,7 +268,8 @@ void expert_gemms(cu_impl *c, const dqw &w, int E, const int *ho, gemm_op x, flo
             int o = ho[e], m = ho[e + 1] - o;
             if (!m) continue;
             gemm_op we = { byte_off(wc.p, (e - e0) * wc.stride), wc.ld, x.bf16, 0, 0 };
-            gemm_op xe = { byte_off(x.p, o * x.ld * (x.bf16 ? 2 : 4)), x.ld, x.bf16, 0, x.lo };
+            gemm_op xe = { byte_off(x.p, o * x.ld * (x.bf16 ? 2 : 4)), x.ld, x.bf16, 0, x.lo,
+                           NULL, x.parts };
             lt_gemm(c, we, w.rows, w.cols, xe, m, y + (size_t)o * ldy, ldy);
         }
     }

@@ -10,10 +10,15 @@
 
 // ---- matmul.cu ----
 // y[t][0..w.rows) = x[t] . W^T for T tokens: up to CU_GEMV_MAX_T (decode
-// batches) the GEMV kernel, 8 tokens per block (the weights read once per
-// 8 tokens, all but once from L2 when the matrix fits there), else 64 x 64
+// batches) the GEMV kernel, blocks of up to 8 tokens (cu_gemv_tokens; the
+// weights read once per block of tokens, all but once from L2), else 64 x 64
 // float32 tiles.
 #define CU_GEMV_MAX_T 64
+// Tokens a GEMV block takes at most for steps of up to 8 (1, 2, 4 or 8;
+// the backend sets it, LLM_CUDA_GEMV_TOKENS): more tokens run as blocks
+// of that many, a row group's blocks back to back, so all but the first
+// read its weights from L2 (9-64 tokens: blocks of 8).
+extern int cu_gemv_tokens;
 // Multiprocessors of the current device (launch plans).
 int cu_sm_count();
 void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y, int ldy);
@@ -48,9 +53,11 @@ bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *
 // significant bits (short of scales below 2^-133).
 void cu_dequant(cudaStream_t st, const dqw &w, int nexp, bool bf16, void *out, long long ldo);
 // out[t][0..K) = x[t or rows[t] / div][0..K) rounded to bf16 (nearest
-// even); with lo > 0 also out[t][lo + k] = the rest, x - out[t][k], rounded.
+// even); with lo > 0, parts (2 or 3) in all: out[t][p * lo + k] = the
+// rest after the parts before it, rounded (three parts hold a float32
+// exactly, short of values below 2^-110).
 void cu_round_bf16(cudaStream_t st, const float *x, int ldx, const int *rows, int div, int T,
-                   int K, uint16_t *out, int ldo, int lo);
+                   int K, uint16_t *out, int ldo, int lo, int parts);
 // y[i][n] = swiglu(x_i . w1[n], x_i . w3[n], limit) for the rows n of w1.
 // experts NULL: i = tokens 0..T-1 (a few: the weights are read once per 8
 // tokens), x_i = x[i]; else i = slots 0..T-1 with their own experts,

@@ -646,6 +646,18 @@ int cu_sm_count()
     return n[dev];
 }
 
+int cu_gemv_tokens = 4;
+
+// Tokens a GEMV block takes: the power of two that covers T, up to 8
+// tokens at most cu_gemv_tokens (more: blocks of that many); more than 8
+// in blocks of 8 (where run D3 measured no difference).
+static int gv_tokens(int T)
+{
+    if (T > 8) return 8;
+    int nt = T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
+    return nt < cu_gemv_tokens ? nt : cu_gemv_tokens;
+}
+
 // Warps per row group: the columns (chunks of 16 bytes a row) split over S
 // warps until about two blocks per SM are busy (each lane still reading at
 // least one chunk of its slice).
@@ -695,12 +707,7 @@ static void gemv_launch(cudaStream_t st, gv_args a)
 {
     const dqw &w = a.w[0];
     int VEC = vec_elems(w.type), Kv = MODE == GV_COMBINE ? a.K * w.cols : w.cols;
-    int NT = MODE == GV_COMBINE || a.experts ? 1
-             : a.tiles                       ? a.tile_m
-             : a.T <= 1                      ? 1
-             : a.T <= 2                      ? 2
-             : a.T <= 4                      ? 4
-                                             : 8;
+    int NT = MODE == GV_COMBINE || a.experts ? 1 : a.tiles ? a.tile_m : gv_tokens(a.T);
     int ny = MODE == GV_COMBINE || a.experts || a.tiles ? a.T : (a.T + NT - 1) / NT;
     int R = NT == 8 ? 2 : 4, RO = MODE == GV_SWIGLU ? R / 2 : R;
     long long target = 16LL * cu_sm_count();
@@ -757,7 +764,7 @@ void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, fl
 bool cu_matmul_multi(cudaStream_t st, int n, const dqw *w, const float *const *x, int ldx, int T,
                      float *const *y, const int *ldy, const float *nw, float eps)
 {
-    int NT = T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
+    int NT = gv_tokens(T);
     if (n < 1 || n > CU_MULTI_MAX || T < 1 || T > 8 || (nw && w[0].cols > 8192 / NT))
         return false;
     gv_args a = gv_make(w[0], x[0], ldx, T, y[0], ldy[0]);
@@ -946,23 +953,25 @@ void cu_dequant(cudaStream_t st, const dqw &w, int nexp, bool bf16, void *out, l
 }
 
 __global__ void round_bf16_kernel(const float *x, int ldx, const int *rows, int div, long long T,
-                                  int K, uint16_t *out, int ldo, int lo)
+                                  int K, uint16_t *out, int ldo, int lo, int parts)
 {
     pdl_wait();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= T * K) return;
     long long t = i / K, k = i % K, src = rows ? rows[t] / div : t;
     float v = x[src * ldx + k];
-    uint16_t h = bf16_rn(v);
-    out[t * ldo + k] = h;
-    if (lo) out[t * ldo + lo + k] = bf16_rn(v - bf16f(h));     // v - h is exact
+    for (int p = 0; p < parts; p++) {
+        uint16_t h = bf16_rn(v);
+        out[t * ldo + (long long)p * lo + k] = h;
+        v -= bf16f(h);      // exact: h is v's leading bits, rounded
+    }
 }
 
 void cu_round_bf16(cudaStream_t st, const float *x, int ldx, const int *rows, int div, int T,
-                   int K, uint16_t *out, int ldo, int lo)
+                   int K, uint16_t *out, int ldo, int lo, int parts)
 {
     long long n = (long long)T * K;
     if (n <= 0) return;
     cu_launch(round_bf16_kernel, (unsigned)((n + 255) / 256), 256, 0, st, x, ldx, rows, div, T, K,
-              out, ldo, lo);
+              out, ldo, lo, lo ? parts : 1);
 }
