@@ -14,7 +14,9 @@
 #      process start -> "ready" in the log, the loader's GB/s lines
 #   3. nginx (the binary carried from here) + the module in front of the
 #      warm engine; llm-bench-serve at concurrency 1, 8, 32, 64
-# NO_BATCH=1 skips step 1.  UPLOAD_AB=1 runs only step 2's synth, then warm starts alternating
+# NO_BATCH=1 skips step 1.  PREFIX_AB=1 then also restarts the engine
+# without prefix caching and runs concurrency 1 and 8 against it (TTFT:
+# the cache splits each prompt at its last block boundary).  UPLOAD_AB=1 runs only step 2's synth, then warm starts alternating
 # LLM_CUDA_UPLOAD_STAGE=0 (the straight pageable copy) and the pinned
 # staging (twice each): the upload's A/B; UPLOAD_AB="VAR=V1 VAR=V2 ..."
 # alternates those settings instead.
@@ -204,7 +206,8 @@ http {
 }
 EOF
     "$top/bin/nginx" -e "$work/error.log" -p "$work" -c "$work/nginx.conf" > "$out/nginx.txt" 2>&1
-    env -u LD_LIBRARY_PATH python3 - "$port" >> "$out/nginx.txt" 2>&1 <<'PY'
+    healthy() {     # nginx answers /health with 200 (the engine admitted), 30 s at most
+        env -u LD_LIBRARY_PATH python3 - "$port" >> "$out/nginx.txt" 2>&1 <<'PY'
 import sys, time, urllib.request
 for _ in range(300):
     try:
@@ -216,20 +219,36 @@ for _ in range(300):
 else:
     print("health never 200:", err)
 PY
-    for c in 1 8 32 64; do
-        [ "$(left)" -gt 40 ] || { echo "concurrency $c: skipped (time)"; continue; }
-        n=$((c * 2)); [ $n -lt 8 ] && n=8
-        log "bench-serve concurrency $c, $n requests, 1024 in, 128 out"
-        from=$(wc -l < "$out/serve-warm.log")
-        timeout $(( $(left) - 20 )) "$b/llm-bench-serve" --base-url "http://127.0.0.1:$port" \
-            --model v4-flash-6l --num-prompts $n --concurrency $c --input-len 1024 \
-            --output-len 128 --json "$out/serve-c$c.json" > "$out/serve-c$c.txt" 2>&1
-        echo "exit $?" >> "$out/serve-c$c.txt"
-        grep -E 'Successful|Failed|duration|Output token|Total Token|Median TTFT|P99 TTFT|Median TPOT|P99 TPOT|P99 ITL|exit|failed' \
-            "$out/serve-c$c.txt"
-        # the engine's statistics lines while this level ran
-        sed -n "$((from + 1)),\$p" "$out/serve-warm.log" | grep 'stats over' | sed 's/^[^:]*: //'
-    done
+    }
+    healthy
+    levels() {  # LABEL C...: bench-serve at each concurrency against engine LABEL
+        label=$1
+        shift
+        for c in "$@"; do
+            [ "$(left)" -gt 40 ] || { echo "concurrency $c: skipped (time)"; continue; }
+            n=$((c * 2)); [ $n -lt 8 ] && n=8
+            log "bench-serve concurrency $c, $n requests, 1024 in, 128 out ($label)"
+            from=$(wc -l < "$out/serve-$label.log")
+            timeout $(( $(left) - 20 )) "$b/llm-bench-serve" --base-url "http://127.0.0.1:$port" \
+                --model v4-flash-6l --num-prompts $n --concurrency $c --input-len 1024 \
+                --output-len 128 --json "$out/$label-c$c.json" > "$out/$label-c$c.txt" 2>&1
+            echo "exit $?" >> "$out/$label-c$c.txt"
+            grep -E 'Successful|Failed|duration|Output token|Total Token|Median TTFT|P99 TTFT|Median TPOT|P99 TPOT|P99 ITL|exit|failed' \
+                "$out/$label-c$c.txt"
+            # the engine's statistics lines while this level ran
+            sed -n "$((from + 1)),\$p" "$out/serve-$label.log" | grep 'stats over' | sed 's/^[^:]*: //'
+        done
+    }
+    levels warm 1 8 32 64
+    if [ -n "${PREFIX_AB:-}" ] && [ "$(left)" -gt 60 ]; then
+        # the same engine without prefix caching (no prompt split at its
+        # last block boundary); nginx reconnects to it
+        stop_engine
+        echo "enable_prefix_caching: false" >> "$work/r.yaml"
+        serve_ready noprefix
+        healthy
+        levels noprefix 1 8
+    fi
     cp "$work/error.log" "$out/nginx-error.log" 2>/dev/null
     [ -f "$work/nginx.pid" ] && kill -QUIT "$(cat "$work/nginx.pid")"
     stop_engine
