@@ -2,8 +2,9 @@
 # A device session's standard first call, from the folder tools/gpu_pack.sh
 # made (binaries built here): the whole GPU suite (tools/gpu_run.sh), then
 # the rank6 benchmarks with every comparison switch on (the default) and
-# off (the paths before them), the GEMM modes' drift on the trained demo
-# model and the prefill profile; everything into OUT/session.tgz (the
+# off (the paths before them), the prefill attention kernel's cases, the
+# GEMM modes' drift on the trained demo model and the prefill profile;
+# everything into OUT/session.tgz (the
 # device tool brings back only a few files) and a summary on stdout.
 #   sh tools/gpu_session.sh OUT [SECONDS]
 # Steps are skipped once fewer seconds than they need are left.
@@ -45,6 +46,10 @@ if [ "$(left)" -gt 60 ]; then
     timeout 60 build/tests/gpu/bench_cuda_moe 1 > "$w/moe1.log" 2>&1
     timeout 60 build/tests/gpu/bench_cuda_moe 8 >> "$w/moe1.log" 2>&1
     grep 'moe decode' "$w/moe1.log"
+fi
+if [ "$(left)" -gt 40 ]; then    # the prefill attention kernel, case by case (run D6's table)
+    timeout 40 build/tests/gpu/bench_cuda_attention 8192 > "$w/attention.log" 2>&1
+    grep '^attention' "$w/attention.log" | cut -c1-80
 fi
 if [ "$(left)" -gt 40 ] && command -v python3 > /dev/null; then
     timeout 40 python3 tools/mode_drift.py --backend cuda > "$w/drift.txt" 2>&1
