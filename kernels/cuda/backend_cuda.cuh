@@ -201,9 +201,9 @@ static inline bool in_graph(cu_impl *c)
 static inline bool recording(cu_impl *c) { return c->gmode == G_RECORD; }
 
 // A GEMM operand: float32 or bf16 elements, rows ld elements apart;
-// stride: bytes between packed experts; lo: activations split in
-// `parts` bf16 parts (2 or 3; 0: not split), each lo elements after the
-// one before (the first rounded, the next ones the rests); scale: FP8 e4m3
+// stride: bytes between packed experts; parts (2 or 3; 0 or 1: one):
+// activations in bf16 parts, each lo elements after the one before (the
+// first rounded, the next ones the rests); scale: FP8 e4m3
 // elements with float32 block scales (weights: [N / 128][round_up(K / 128,
 // 4)], K blocks contiguous; activations: [K / 128][T], tokens contiguous).
 struct gemm_op {

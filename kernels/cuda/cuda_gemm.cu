@@ -74,7 +74,7 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
     }
     int tb = 16;
     while (tb < T) tb *= 2;
-    int parts = x.lo ? x.parts : 1;
+    int parts = x.parts > 1 ? x.parts : 1;
     uint32_t align[3] = { align_of(w.p), align_of(x.p), align_of(y) };
     for (int part = 1; part < parts; part++) {
         unsigned a = align_of(byte_off(x.p, (long long)part * x.lo * 2));
@@ -144,20 +144,27 @@ static gemm_op gemm_weights(cu_impl *c, bool bf16, const dqw &q, int nexp)
     return gemm_op{ p, ld, bf16, stride, 0 };
 }
 
+// x[T][K] (rows rows[t] / div of x when rows is set) in `parts` bf16
+// parts in scratch: each row's first parts, then its rests (cu_round_bf16).
+static gemm_op bf16_parts(cu_impl *c, const float *x, int ldx, const int *rows, int div, int T,
+                          int K, int parts)
+{
+    int ld = (int)round_up(K, 8);
+    uint16_t *p = (uint16_t *)grow(c, &c->xbf, (size_t)T * parts * ld * 2);
+    if (!c->failed) cu_round_bf16(c->st, x, ldx, rows, div, T, K, p, parts * ld, ld, parts);
+    return gemm_op{ p, (long long)parts * ld, true, 0, ld, NULL, parts };
+}
+
 // Activations x[T][K] (rows rows[t] / div of x when rows is set, then
 // ldx == K) as a GEMM operand: bf16 in scratch (split in two under
-// bf16x2 and fp8 unless exact, x's values being exact in bf16: each
-// row's high parts, then its low parts), or float32 (gathered into
-// scratch when rows is set).
+// bf16x2 and fp8 unless exact, x's values being exact in bf16), or
+// float32 (gathered into scratch when rows is set).
 gemm_op gemm_input(cu_impl *c, bool bf16, bool exact, const float *x, int ldx, const int *rows,
                    int div, int T, int K)
 {
     if (bf16) {
         bool split = !exact && (c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8);
-        int ld = round_up(K, 8), lo = split ? ld : 0;
-        uint16_t *p = (uint16_t *)grow(c, &c->xbf, (size_t)T * (ld + lo) * 2);
-        if (!c->failed) cu_round_bf16(c->st, x, ldx, rows, div, T, K, p, ld + lo, lo, 2);
-        return gemm_op{ p, ld + lo, true, 0, lo, NULL, 2 };
+        return bf16_parts(c, x, ldx, rows, div, T, K, split ? 2 : 1);
     }
     if (!rows) return gemm_op{ x, ldx, false, 0, 0 };
     float *p = (float *)grow(c, &c->xs, (size_t)T * K * sizeof(float));
@@ -221,17 +228,11 @@ void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, floa
 // cores), else float32 operands (no TF32).
 void f32_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y, int ldy)
 {
-    int K = q.cols;
-    if (q.rows <= 0 || K <= 0 || T <= 0) return;
+    if (q.rows <= 0 || q.cols <= 0 || T <= 0) return;
     bool bf = q.type != QT_F32;
-    gemm_op w = gemm_weights(c, bf, q, 1), in = { x, ldx, false, 0, 0 };
-    if (bf) {
-        int ld = (int)round_up(K, 8);
-        uint16_t *p = (uint16_t *)grow(c, &c->xbf, (size_t)T * 3 * ld * 2);
-        if (!c->failed) cu_round_bf16(c->st, x, ldx, NULL, 1, T, K, p, 3 * ld, ld, 3);
-        in = gemm_op{ p, 3 * ld, true, 0, ld, NULL, 3 };
-    }
-    if (!c->failed) lt_gemm(c, w, q.rows, K, in, T, y, ldy);
+    gemm_op w = gemm_weights(c, bf, q, 1);
+    gemm_op in = bf ? bf16_parts(c, x, ldx, NULL, 1, T, q.cols, 3) : gemm_op{ x, ldx, false, 0, 0 };
+    if (!c->failed) lt_gemm(c, w, q.rows, q.cols, in, T, y, ldy);
 }
 
 static double now_ms(void)

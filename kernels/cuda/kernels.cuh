@@ -52,10 +52,10 @@ bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *
 // times a power of two, and FP8 / E2M1 / BF16 values fit bf16's 8
 // significant bits (short of scales below 2^-133).
 void cu_dequant(cudaStream_t st, const dqw &w, int nexp, bool bf16, void *out, long long ldo);
-// out[t][0..K) = x[t or rows[t] / div][0..K) rounded to bf16 (nearest
-// even); with lo > 0, parts (2 or 3) in all: out[t][p * lo + k] = the
-// rest after the parts before it, rounded (three parts hold a float32
-// exactly, short of values below 2^-110).
+// out[t][p * lo + k] for p < parts (1 to 3): x[t or rows[t] / div][k]
+// rounded to bf16 (nearest even), then each rest after the parts before
+// it, rounded (three parts hold a float32 exactly, short of values below
+// 2^-110).
 void cu_round_bf16(cudaStream_t st, const float *x, int ldx, const int *rows, int div, int T,
                    int K, uint16_t *out, int ldo, int lo, int parts);
 // y[i][n] = swiglu(x_i . w1[n], x_i . w3[n], limit) for the rows n of w1.
