@@ -16,7 +16,8 @@
 #      warm engine; llm-bench-serve at concurrency 1, 8, 32, 64
 # NO_BATCH=1 skips step 1.  PREFIX_AB=1 then also restarts the engine
 # without prefix caching and runs concurrency 1 and 8 against it (TTFT:
-# the cache splits each prompt at its last block boundary).  UPLOAD_AB=1 runs only step 2's synth, then warm starts alternating
+# the cache splits each prompt at its last block boundary).  UPLOAD_AB=1
+# runs only step 2's synth, then warm starts alternating
 # LLM_CUDA_UPLOAD_STAGE=0 (the straight pageable copy) and the pinned
 # staging (twice each): the upload's A/B; UPLOAD_AB="VAR=V1 VAR=V2 ..."
 # alternates those settings instead.
