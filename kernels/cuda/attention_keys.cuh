@@ -167,10 +167,7 @@ __device__ __forceinline__ void stage_keys(KeyOf key, int t, int tn, int hd, int
                 float s = pow2i((int)sc[u] - 127);
                 uint32_t v[4] = { raw[u].x, raw[u].y, raw[u].z, raw[u].w };
 #pragma unroll
-                for (int k = 0; k < 4; k++)
-                    *(float4 *)(d + 4 * k) =
-                        make_float4(fp8f(v[k] & 255) * s, fp8f((v[k] >> 8) & 255) * s,
-                                    fp8f((v[k] >> 16) & 255) * s, fp8f(v[k] >> 24) * s);
+                for (int k = 0; k < 4; k++) *(float4 *)(d + 4 * k) = fp8x4f(v[k], s);
             }
         }
     }

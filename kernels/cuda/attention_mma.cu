@@ -52,10 +52,9 @@ __device__ __forceinline__ uint2 am_key4(const kref &r, int c)
         float4 v = *(const float4 *)((const float *)r.p + c);
         return make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
     }
-    uint32_t b = *(const uint32_t *)((const uint8_t *)r.p + c);
-    float s = pow2i((int)r.s[c / KV_FP8_GROUP] - 127);
-    return make_uint2(pack_bf16x2(fp8f(b & 255) * s, fp8f((b >> 8) & 255) * s),
-                      pack_bf16x2(fp8f((b >> 16) & 255) * s, fp8f(b >> 24) * s));
+    float4 f = fp8x4f(*(const uint32_t *)((const uint8_t *)r.p + c),
+                      pow2i((int)r.s[c / KV_FP8_GROUP] - 127));
+    return make_uint2(pack_bf16x2(f.x, f.y), pack_bf16x2(f.z, f.w));
 }
 
 template <int HD, int NP, int TQ>

@@ -915,9 +915,10 @@ __global__ void dequant_kernel(dqw w, O *out, long long ldo)
         } else if (QT == QT_FP8) {
             uint2 u = *(const uint2 *)(data + rr * w.ld + cc);
             float s = e8m0f(scale[(rr >> 7) * w.sld + (cc >> 7)]);
-            const uint8_t *b = (const uint8_t *)&u;
+            float4 f0 = fp8x4f(u.x, s), f1 = fp8x4f(u.y, s);
+            float f[8] = { f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w };
 #pragma unroll
-            for (int j = 0; j < 8; j++) v[j] = out_of<O>(fp8f(b[j]) * s);
+            for (int j = 0; j < 8; j++) v[j] = out_of<O>(f[j]);
         } else {
             uint32_t u = *(const uint32_t *)(data + ((rr * w.ld + cc) >> 1));
             float s = e8m0f(scale[rr * w.sld + (cc >> 5)]);

@@ -2102,6 +2102,83 @@ static void moe_mma_switch(void)
 
 /* The backends every test uses (the per-mode GPU ones, the MoE tiles'
  * comparison ones, the CPU references). */
+/* Attention in float32 (G: the f32 backend): attention.cu's kernels and
+ * the decode kernel (attention_decode.cu), every cache dtype. */
+static void attention_cases(void)
+{
+    for (int t = KV_F32; t <= KV_FP8; t++) {
+        test_attention(4, 64, 16, 0, 0, 0, 20, t, 0);
+        test_attention(4, 64, 16, 0, 0, 40, 1, t, 0);
+        test_attention(4, 64, 32, 8, 0, 100, 7, t, 0);
+        test_attention(3, 64, 32, 4, 8, 100, 30, t, 0);
+        test_attention(8, 512, 128, 128, 0, 1000, 3, t, 0);
+        test_attention(8, 512, 128, 4, 512, 4000, 2, t, 0);
+        test_attention(2, 512, 128, 4, 512, 0, 300, t, 0);
+        /* enough tokens for several heads per block: 8 (with a partial
+         * group of 4), 4 (partial group of 2), 8 at Flash's sizes */
+        test_attention(12, 64, 32, 8, 0, 100, 64, t, 0);
+        test_attention(6, 64, 32, 4, 8, 100, 64, t, 0);
+        test_attention(8, 512, 128, 4, 512, 4000, 130, t, 0);
+        /* decode at Flash's rank shapes (32 heads), keys split over
+         * blocks: sliding only, CSA and HCA at context 8K, a few tokens,
+         * a short context (fewer keys than one split) */
+        test_attention(32, 512, 128, 0, 0, 8191, 1, t, 50);
+        test_attention(32, 512, 128, 4, 512, 8191, 1, t, 50);
+        test_attention(32, 512, 128, 128, 0, 8191, 1, t, 50);
+        test_attention(32, 512, 128, 4, 512, 8000, 4, t, 0);
+        test_attention(32, 512, 128, 128, 0, 300, 1, t, 0);
+        test_attention(5, 64, 16, 4, 8, 10, 1, t, 0);
+        /* decode (attention_decode.cu) at 131K and 1M positions: CSA's
+         * 512 chosen + 128, HCA's 1,024 / 8,192 entries + 128 */
+        test_attention(32, 512, 128, 4, 512, 131071, 1, t, 20);
+        test_attention(32, 512, 128, 128, 0, 131071, 1, t, 20);
+        test_attention(32, 512, 128, 4, 512, 1048575, 1, t, 0);
+        test_attention(32, 512, 128, 128, 0, 1048575, 1, t, 0);
+        /* a head_dim the decode kernel does not take (not a multiple of
+         * 16; more than 512): cu_attention's splits and combine */
+        test_attention(4, 40, 16, 4, 8, 200, 1, t, 0);
+        test_attention(4, 1024, 32, 128, 0, 9000, 2, t, 0);
+    }
+}
+
+/* Prefill attention on tensor cores (attention_mma.cu) in the mode of g
+ * (two query tokens a block) and g1 (one). */
+static void attention_mma_cases(backend *g2, backend *g1)
+{
+    G = g2;
+    for (int t = KV_F32; t <= KV_FP8; t++) {
+        test_attention(12, 64, 32, 8, 0, 100, 64, t, 0);
+        test_attention(6, 64, 32, 4, 8, 100, 64, t, 0);
+        test_attention(2, 512, 128, 4, 512, 0, 300, t, 0);
+        test_attention(8, 512, 128, 4, 512, 4000, 130, t, 0);
+        /* Flash's rank shapes: 32 heads, CSA and HCA, and 40 heads
+         * (a second, partial group of 32) */
+        test_attention(32, 512, 128, 4, 512, 8000, 130, t, 0);
+        test_attention(32, 512, 128, 128, 0, 30000, 100, t, 0);
+        test_attention(40, 128, 64, 4, 64, 500, 70, t, 0);
+        /* two tokens per block over the union of their keys: odd n
+         * (a last block of one token), chunks from position 0 (short
+         * windows, HCA entries appearing inside a block at positions
+         * 126/127 mod 128), CSA choices that differ per token, a
+         * window shorter than a block's span, 40 heads, head_dim 256 */
+        test_attention(32, 512, 128, 128, 0, 0, 301, t, 0);
+        test_attention(32, 512, 128, 4, 16, 0, 257, t, 0);
+        test_attention(40, 512, 128, 128, 0, 1000, 65, t, 0);
+        test_attention(4, 64, 16, 0, 0, 0, 65, t, 0);
+        test_attention(4, 64, 4, 8, 0, 7, 70, t, 0);
+        test_attention(8, 256, 128, 8, 0, 3, 99, t, 0);
+    }
+    /* one token per block (LLM_CUDA_ATTN_TOKENS=1) */
+    G = g1, attn_tokens = 1;
+    for (int t = KV_F32; t <= KV_FP8; t++) {
+        test_attention(12, 64, 32, 8, 0, 100, 64, t, 0);
+        test_attention(32, 512, 128, 128, 0, 30000, 100, t, 0);
+        test_attention(40, 128, 64, 4, 64, 500, 70, t, 0);
+        test_attention(32, 512, 128, 4, 16, 0, 257, t, 0);
+    }
+    attn_tokens = 2;
+}
+
 static void destroy_backends(backend **g, backend **g1)
 {
     if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
@@ -2111,7 +2188,8 @@ static void destroy_backends(backend **g, backend **g1)
 }
 
 /* `test_cuda_kernels matmul`: only the dense matmuls, in the tensor-core
- * modes (bf16x2, fp8): a short run after a change to them;
+ * modes (bf16x2, fp8): a short run after a change to them; `attention`:
+ * attention in float32 and on tensor cores (every mode but f32);
  * `test_cuda_kernels mhc-indexer`: hc_pre_norm and the indexer; `moe`:
  * only the MoE layers, in every mode. */
 int main(int argc, char **argv)
@@ -2147,8 +2225,9 @@ int main(int argc, char **argv)
     moe_mma_switch();
     /* a short run after a change: one group of tests, then out */
     const char *only = argc > 1 ? argv[1] : NULL;
-    if (only && strcmp(only, "moe") && strcmp(only, "mhc-indexer") && strcmp(only, "matmul")) {
-        fprintf(stderr, "usage: test_cuda_kernels [moe|mhc-indexer|matmul]\n");
+    if (only && strcmp(only, "moe") && strcmp(only, "mhc-indexer") && strcmp(only, "matmul") &&
+        strcmp(only, "attention")) {
+        fprintf(stderr, "usage: test_cuda_kernels [moe|mhc-indexer|matmul|attention]\n");
         return 2;
     }
     if (only && !strcmp(only, "moe"))
@@ -2177,6 +2256,12 @@ int main(int argc, char **argv)
             G = g[gemm_mode];
             test_matmul();
         }
+    if (only && !strcmp(only, "attention")) {
+        G = g[gemm_mode = GEMM_F32];
+        attention_cases();
+        for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_FP8; gemm_mode++)
+            attention_mma_cases(g[gemm_mode], g1[gemm_mode]);
+    }
     if (only) {
         g_hc4->destroy(g_hc4), g_tail0->destroy(g_tail0), g_idx0->destroy(g_idx0);
         destroy_backends(g, g1);
@@ -2262,39 +2347,7 @@ int main(int argc, char **argv)
     test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_BF16);     /* keys as the cache stores them */
     test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_FP8);
     G = g[GEMM_F32];
-    for (int t = KV_F32; t <= KV_FP8; t++) {
-        test_attention(4, 64, 16, 0, 0, 0, 20, t, 0);
-        test_attention(4, 64, 16, 0, 0, 40, 1, t, 0);
-        test_attention(4, 64, 32, 8, 0, 100, 7, t, 0);
-        test_attention(3, 64, 32, 4, 8, 100, 30, t, 0);
-        test_attention(8, 512, 128, 128, 0, 1000, 3, t, 0);
-        test_attention(8, 512, 128, 4, 512, 4000, 2, t, 0);
-        test_attention(2, 512, 128, 4, 512, 0, 300, t, 0);
-        /* enough tokens for several heads per block: 8 (with a partial
-         * group of 4), 4 (partial group of 2), 8 at Flash's sizes */
-        test_attention(12, 64, 32, 8, 0, 100, 64, t, 0);
-        test_attention(6, 64, 32, 4, 8, 100, 64, t, 0);
-        test_attention(8, 512, 128, 4, 512, 4000, 130, t, 0);
-        /* decode at Flash's rank shapes (32 heads), keys split over
-         * blocks: sliding only, CSA and HCA at context 8K, a few tokens,
-         * a short context (fewer keys than one split) */
-        test_attention(32, 512, 128, 0, 0, 8191, 1, t, 50);
-        test_attention(32, 512, 128, 4, 512, 8191, 1, t, 50);
-        test_attention(32, 512, 128, 128, 0, 8191, 1, t, 50);
-        test_attention(32, 512, 128, 4, 512, 8000, 4, t, 0);
-        test_attention(32, 512, 128, 128, 0, 300, 1, t, 0);
-        test_attention(5, 64, 16, 4, 8, 10, 1, t, 0);
-        /* decode (attention_decode.cu) at 131K and 1M positions: CSA's
-         * 512 chosen + 128, HCA's 1,024 / 8,192 entries + 128 */
-        test_attention(32, 512, 128, 4, 512, 131071, 1, t, 20);
-        test_attention(32, 512, 128, 128, 0, 131071, 1, t, 20);
-        test_attention(32, 512, 128, 4, 512, 1048575, 1, t, 0);
-        test_attention(32, 512, 128, 128, 0, 1048575, 1, t, 0);
-        /* a head_dim the decode kernel does not take (not a multiple of
-         * 16; more than 512): cu_attention's splits and combine */
-        test_attention(4, 40, 16, 4, 8, 200, 1, t, 0);
-        test_attention(4, 1024, 32, 128, 0, 9000, 2, t, 0);
-    }
+    attention_cases();
     for (int t = KV_F32; t <= KV_FP8; t++) {
         /* decode batches at Flash's rank shapes (CSA, HCA, sliding only)
          * and small ones; 1 sequence (the op's one-sequence path) up to 64 */
@@ -2354,37 +2407,7 @@ int main(int argc, char **argv)
         G = g[gemm_mode];
         test_matmul();
         test_moes();
-        for (int t = KV_F32; t <= KV_FP8; t++) {
-            test_attention(12, 64, 32, 8, 0, 100, 64, t, 0);
-            test_attention(6, 64, 32, 4, 8, 100, 64, t, 0);
-            test_attention(2, 512, 128, 4, 512, 0, 300, t, 0);
-            test_attention(8, 512, 128, 4, 512, 4000, 130, t, 0);
-            /* Flash's rank shapes: 32 heads, CSA and HCA, and 40 heads
-             * (a second, partial group of 32) */
-            test_attention(32, 512, 128, 4, 512, 8000, 130, t, 0);
-            test_attention(32, 512, 128, 128, 0, 30000, 100, t, 0);
-            test_attention(40, 128, 64, 4, 64, 500, 70, t, 0);
-            /* two tokens per block over the union of their keys: odd n
-             * (a last block of one token), chunks from position 0 (short
-             * windows, HCA entries appearing inside a block at positions
-             * 126/127 mod 128), CSA choices that differ per token, a
-             * window shorter than a block's span, 40 heads, head_dim 256 */
-            test_attention(32, 512, 128, 128, 0, 0, 301, t, 0);
-            test_attention(32, 512, 128, 4, 16, 0, 257, t, 0);
-            test_attention(40, 512, 128, 128, 0, 1000, 65, t, 0);
-            test_attention(4, 64, 16, 0, 0, 0, 65, t, 0);
-            test_attention(4, 64, 4, 8, 0, 7, 70, t, 0);
-            test_attention(8, 256, 128, 8, 0, 3, 99, t, 0);
-        }
-        /* one token per block (LLM_CUDA_ATTN_TOKENS=1) */
-        G = g1[gemm_mode], attn_tokens = 1;
-        for (int t = KV_F32; t <= KV_FP8; t++) {
-            test_attention(12, 64, 32, 8, 0, 100, 64, t, 0);
-            test_attention(32, 512, 128, 128, 0, 30000, 100, t, 0);
-            test_attention(40, 128, 64, 4, 64, 500, 70, t, 0);
-            test_attention(32, 512, 128, 4, 16, 0, 257, t, 0);
-        }
-        attn_tokens = 2;
+        attention_mma_cases(g[gemm_mode], g1[gemm_mode]);
     }
     destroy_backends(g, g1);
     test_allreduce();
