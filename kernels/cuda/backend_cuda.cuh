@@ -156,6 +156,7 @@ struct cu_impl {
     cudaEvent_t up_ev[2];
     size_t up_bytes;
     int up_threads;             // host threads packing a buffer (LLM_CUDA_UPLOAD_THREADS)
+    struct threadpool *up_pool; // ... kept for the whole upload (made with the buffers)
     int up_next;
 };
 

@@ -1,7 +1,9 @@
 // The backend's memory ops and weight upload.
 #include "backend_cuda.cuh"
 
-#include <pthread.h>
+extern "C" {
+#include "threadpool.h"
+}
 
 void *cu_alloc(backend *b, size_t bytes)
 {
@@ -146,39 +148,35 @@ typedef struct {
     uint8_t *dst;
     const uint8_t *src;
     size_t spitch, width, b0, b1;   // bytes [b0, b1) of the packed rows
+    int ntasks;                     // shares of them
 } pack_job;
 
-static void *pack_part(void *arg)
+// Task t of threadpool_run: the t-th of ntasks equal shares of the bytes.
+static void pack_part(void *arg, int t)
 {
-    pack_job *j = (pack_job *)arg;
-    for (size_t b = j->b0; b < j->b1;) {
+    const pack_job *j = (const pack_job *)arg;
+    size_t b0 = j->b0 + (j->b1 - j->b0) * t / j->ntasks;
+    size_t b1 = j->b0 + (j->b1 - j->b0) * (t + 1) / j->ntasks;
+    for (size_t b = b0; b < b1;) {
         size_t r = b / j->width, col = b % j->width;
-        size_t n = j->width - col < j->b1 - b ? j->width - col : j->b1 - b;
+        size_t n = j->width - col < b1 - b ? j->width - col : b1 - b;
         memcpy(j->dst + b, j->src + r * j->spitch + col, n);
         b += n;
     }
-    return NULL;
 }
 
-// rows of width bytes, spitch apart, packed into dst; a few MB and more
-// split over `threads` threads (one memcpy thread does not keep up with
-// the DMA)
-static void pack_rows(uint8_t *dst, const uint8_t *src, size_t spitch, size_t width,
-                      size_t rows, int threads)
+// rows of width bytes, spitch apart, packed into dst; from 1 MB on split
+// over the upload's pool (one memcpy thread does not keep up with the
+// DMA; the pool's threads persist: run D5 saw 8-16 threads made per
+// buffer slower than 4)
+static void pack_rows(cu_impl *c, uint8_t *dst, const uint8_t *src, size_t spitch, size_t width,
+                      size_t rows)
 {
     size_t total = rows * width;
-    int k = total >= ((size_t)4 << 20) ? threads : 1;
-    pack_job jobs[UP_THREADS_MAX];
-    pthread_t th[UP_THREADS_MAX];
-    bool started[UP_THREADS_MAX] = { false };
-    for (int t = 0; t < k; t++) {
-        jobs[t] = pack_job{ dst, src, spitch, width, total * t / k, total * (t + 1) / k };
-        started[t] = t > 0 && pthread_create(&th[t], NULL, pack_part, &jobs[t]) == 0;
-    }
-    for (int t = 0; t < k; t++)
-        if (!started[t]) pack_part(&jobs[t]);
-    for (int t = 1; t < k; t++)
-        if (started[t]) pthread_join(th[t], NULL);
+    pack_job j = { dst, src, spitch, width, 0, total, 1 };
+    if (total >= ((size_t)1 << 20) && c->up_pool) j.ntasks = threadpool_size(c->up_pool);
+    if (j.ntasks > 1) threadpool_run(c->up_pool, pack_part, &j, j.ntasks);
+    else pack_part(&j, 0);
 }
 
 static bool stage_ready(cu_impl *c)
@@ -193,6 +191,8 @@ static bool stage_ready(cu_impl *c)
         }
         CK(c, cudaEventCreateWithFlags(&c->up_ev[i], cudaEventDisableTiming));
     }
+    if (c->up_threads > 1 && !(c->up_pool = threadpool_new(c->up_threads)))
+        fail(c, "weight upload: no memory for %d packing threads", c->up_threads);
     return !c->failed;
 }
 
@@ -214,7 +214,7 @@ static void upload_rows(cu_impl *c, uint8_t *dst, size_t dpitch, const uint8_t *
         int i = c->up_next;
         c->up_next ^= 1;
         CK(c, cudaEventSynchronize(c->up_ev[i]));  // its last transfer is done
-        pack_rows(c->up_buf[i], src + r * spitch, spitch, width, n, c->up_threads);
+        pack_rows(c, c->up_buf[i], src + r * spitch, spitch, width, n);
         CK(c, cudaMemcpy2DAsync(dst + r * dpitch, dpitch, c->up_buf[i], width, width, n,
                                 cudaMemcpyHostToDevice, c->st));
         CK(c, cudaEventRecord(c->up_ev[i], c->st));
@@ -232,6 +232,8 @@ void uploads_free(cu_impl *c)
         c->up_buf[i] = NULL;
         c->up_ev[i] = NULL;
     }
+    if (c->up_pool) threadpool_free(c->up_pool);
+    c->up_pool = NULL;
 }
 
 void *cu_upload(backend *b, const void *host, size_t bytes)
