@@ -9,6 +9,9 @@
  *     prompt repeated (the resume point leaves one token to feed);
  *   - with the default snapshot spacing, a prompt that extends an earlier
  *     one (the next turn of a conversation) resumes at its last boundary;
+ *   - with a minimum for the mark (the GPU runner's), a short prompt is
+ *     fed in one chunk and leaves no snapshot at its last boundary, a
+ *     longer one still does;
  *   - two sequences share a prefix's blocks while a third, in a small
  *     pool, evicts everything else: the shared blocks survive;
  *   - the warm sequence's state slot is poisoned (NaN) before it starts:
@@ -46,6 +49,7 @@ static bool cpu = true;
 static const char *test_backend;
 
 static size_t host_bytes;      /* the next load's host tier */
+static int mark_min;           /* ... and its prefix_mark_min_tokens */
 static const char *disk_dir;   /* ... and disk tier */
 static char logged[8192];      /* what the models logged */
 
@@ -67,6 +71,7 @@ static v4_model *load(int tp, const char *dtype, bool cache, int every, int64_t 
                      .prefix_cache = cache, .prefix_snapshot_every = every,
                      .cache_tokens = tokens, .prefix_host_bytes = host_bytes,
                      .prefix_disk_dir = disk_dir, .prefix_disk_bytes = 1 << 30,
+                     .prefix_mark_min_tokens = mark_min,
                      .log = disk_dir ? capture_log : NULL };
     if (v4_model_load(&m, DEMO, &o, &err)) {
         ok(0, "load the demo model (tp %d, %s): %s", tp, dtype, err.data);
@@ -230,6 +235,59 @@ static void cases(int tp, const char *dtype)
            (long long)cl.entries, (long long)cl.blocks);
         v4_model_free(m);
     }
+    v4_model_free(cold);
+}
+
+/* A minimum for the mark (prefix_mark_min_tokens, the GPU runner's
+ * rule): a prompt whose last boundary lies fewer positions past the
+ * snapshot before it is fed in one chunk and leaves no snapshot there; a
+ * longer one is split and resumed from as before, bit for bit. */
+static void mark_min_cases(int tp)
+{
+    v4_model *cold = load(tp, "auto", false, 0, 0);
+    mark_min = 300;
+    v4_model *m = load(tp, "auto", true, 0, 0);
+    mark_min = 0;
+    if (!cold || !m) { v4_model_free(cold); v4_model_free(m); return; }
+    int32_t x[600];
+    random_ids(x, 600, 41);
+    strbuf err;
+    sb_init(&err);
+    int chunk[2] = { -1, -1 };
+    int lens[2] = { 200, 500 };
+    for (int i = 0; i < 2; i++) {
+        v4_seq *s = v4_seq_new(m, &err);
+        if (!s) break;
+        v4_seq_prefix_attach(m, s, x, lens[i]);
+        chunk[i] = v4_seq_prefix_chunk(m, s, lens[i]);
+        v4_seq_free(m, s);
+    }
+    ok(chunk[0] == 200 && chunk[1] == 384,
+       "tp %d: minimum 300: a 200-token prompt (mark 128) in one chunk (%d), a 500-token "
+       "one split at its mark 384 (%d)", tp, chunk[0], chunk[1]);
+    int64_t c1 = -1, c2 = -1, c3 = -1;
+    free(run(m, x, 200, true, NULL, NULL));
+    free(run(m, x, 200, true, &c1, NULL));
+    free(run(m, x + 100, 500, true, NULL, NULL));
+    float *warm = run(m, x + 100, 500, true, &c2, NULL);
+    float *ref = run(cold, x + 100, 500, false, NULL, NULL);
+    ok(c1 == 0 && c2 == 384 && same(warm, ref),
+       "tp %d: the short prompt again resumes nowhere (%lld), the long one at its mark (%lld) "
+       "and matches a cold engine", tp, (long long)c1, (long long)c2);
+    free(warm);
+    free(ref);
+    mark_min = 2048;    /* every mark under it (the demo's snapshots: every 2,048+) */
+    v4_model *m2 = load(tp, "auto", true, 0, 0);
+    mark_min = 0;
+    if (m2) {
+        free(run(m2, x, 530, true, NULL, NULL));
+        free(run(m2, x, 530, true, &c3, NULL));
+        ok(c3 == 0, "tp %d: minimum 2048: a 530-token prompt leaves nothing to resume from "
+           "(%lld)", tp, (long long)c3);
+        v4_model_free(m2);
+    }
+    sb_free(&err);
+    v4_model_free(m);
     v4_model_free(cold);
 }
 
@@ -685,6 +743,7 @@ int main(void)
     cases(tp2, "fp8");
     sharing_under_eviction(1);
     sharing_under_eviction(tp2);
+    mark_min_cases(1);
     host_tier(1, 64 << 20, true);
     host_tier(tp2, 64 << 20, true);
     host_tier(1, 1000, false);

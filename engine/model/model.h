@@ -59,6 +59,10 @@ typedef struct {
                                last boundary); 0: the default, so that
                                snapshots cost at most a quarter of the
                                blocks they stand at the end of */
+    int prefix_mark_min_tokens; /* a prompt's last boundary is snapshotted
+                               (its prefill split there) only when it lies
+                               this many tokens past the snapshot before it
+                               (0: always) */
     const char *prefix_disk_dir;    /* a disk tier under the host tier (NULL: none):
                                      * files that survive restarts, docs/MODEL.md */
     uint64_t prefix_disk_bytes;     /* what it may hold */

@@ -152,6 +152,7 @@ int prefix_init(v4_model *m, const v4_options *o, const char *dir, strbuf *err)
                 : 4 * snap > 16 ? 4 * snap : 16;
     pc_init(&m->pc, o->prefix_cache && L->block_bytes / 4 <= INT32_MAX, m->pool.nblocks,
             L->block_tokens, snap, every, prefix_seed(m, o, dir));
+    m->pc.mark_min = o->prefix_mark_min_tokens > 0 ? o->prefix_mark_min_tokens : 0;
     m->pc.nrange = nr;
     m->pc.range_off = off;
     m->pc.range_len = len;
@@ -354,6 +355,12 @@ int64_t v4_seq_prefix_attach(v4_model *m, v4_seq *s, const int32_t *prompt, int6
         pc->hits++;
         pc->hit_tokens += (uint64_t)got;
     }
+    /* The mark splits the prefill (the rest a step of its own) and saves
+     * a later prompt the positions since the snapshot before it: taken
+     * only when those are mark_min or more. */
+    int64_t every = (int64_t)pc->snap_every * B, before = s->p.mark / every * every;
+    if (got > before) before = got;
+    if (s->p.mark - before < pc->mark_min) s->p.mark = 0;
     free(chain);
     pthread_mutex_unlock(&m->mu);
     return got;

@@ -51,6 +51,8 @@ struct prefix_cache {
     int block_tokens;
     int snap_blocks;        /* pool blocks per state snapshot */
     int snap_every;         /* snapshot every this many blocks (and at marks) */
+    int64_t mark_min;       /* a prompt's mark only this many positions past
+                             * the snapshot before it (model_prefix.c) */
     int32_t cap, n;
     pc_entry *e;
     int32_t *bucket, nbucket;
