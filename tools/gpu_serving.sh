@@ -15,8 +15,9 @@
 #   3. nginx (the binary carried from here) + the module in front of the
 #      warm engine; llm-bench-serve at concurrency 1, 8, 32, 64
 # NO_BATCH=1 skips step 1.  PREFIX_AB=1 then also restarts the engine
-# without prefix caching and runs concurrency 1 and 8 against it (TTFT:
-# the cache splits each prompt at its last block boundary).  UPLOAD_AB=1
+# with LLM_PREFIX_MARK_MIN=0 (every prompt split at its last block
+# boundary for a prefix snapshot) and without prefix caching, and runs
+# concurrency 1 and 8 against each (TTFT: what the split costs).  UPLOAD_AB=1
 # runs only step 2's synth, then warm starts alternating
 # LLM_CUDA_UPLOAD_STAGE=0 (the straight pageable copy) and the pinned
 # staging (twice each): the upload's A/B; UPLOAD_AB="VAR=V1 VAR=V2 ..."
@@ -242,8 +243,13 @@ PY
     }
     levels warm 1 8 32 64
     if [ -n "${PREFIX_AB:-}" ] && [ "$(left)" -gt 60 ]; then
-        # the same engine without prefix caching (no prompt split at its
-        # last block boundary); nginx reconnects to it
+        # the same engine with every prompt split at its last block
+        # boundary (the mark's rule before prefix_mark_min_tokens), then
+        # without prefix caching; nginx reconnects to each
+        stop_engine
+        serve_ready mark0 LLM_PREFIX_MARK_MIN=0
+        healthy
+        levels mark0 1 8
         stop_engine
         echo "enable_prefix_caching: false" >> "$work/r.yaml"
         serve_ready noprefix

@@ -231,6 +231,22 @@ static void load_log(void *user, const char *line)
     fprintf(stderr, "llm-engine[%s]: %s\n", (const char *)user, line);
 }
 
+/* An integer setting from the environment, for tests and comparisons
+ * (unset: *v stays) */
+static int env_count(const char *name, long lo, long hi, int *v, strbuf *err)
+{
+    const char *s = getenv(name);
+    if (!s) return 0;
+    char *end;
+    long n = strtol(s, &end, 10);
+    if (end == s || *end || n < lo || n > hi) {
+        sb_printf(err, "%s=%s: expected %ld to %ld", name, s, lo, hi);
+        return -1;
+    }
+    *v = (int)n;
+    return 0;
+}
+
 static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *err)
 {
     struct model_runner *R = calloc(1, sizeof *R);
@@ -252,6 +268,11 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
         mr_unload(R);
         return -1;
     }
+    int mark_min = rc->backend == BACKEND_CUDA ? PREFIX_MARK_MIN_CUDA : 0;
+    if (env_count("LLM_PREFIX_MARK_MIN", 0, 1 << 30, &mark_min, err)) {
+        mr_unload(R);
+        return -1;
+    }
     v4_options opt = {
         .tp = rc->tensor_parallel_size,
         .threads_per_rank = rc->cpu_threads,
@@ -269,7 +290,7 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
         .log = load_log,
         .log_user = (void *)rc->name,
         .prefix_cache = rc->enable_prefix_caching,
-        .prefix_mark_min_tokens = rc->backend == BACKEND_CUDA ? PREFIX_MARK_MIN_CUDA : 0,
+        .prefix_mark_min_tokens = mark_min,
         .prefix_host_bytes = (size_t)(rc->kv_offloading_size * 1073741824.0),
         .prefix_disk_dir = rc->kv_offloading_filesystem ? rc->kv_offloading_path : NULL,
         .prefix_disk_bytes = (uint64_t)(rc->kv_offloading_filesystem_size * 1073741824.0),
@@ -310,16 +331,9 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int nsample = rc->backend != BACKEND_CUDA || ncpu < 1 ? 1
                   : ncpu < SAMPLE_THREADS ? (int)ncpu : SAMPLE_THREADS;
-    const char *st = getenv("LLM_SAMPLE_THREADS");     /* tests, comparisons */
-    if (st) {
-        char *end;
-        long v = strtol(st, &end, 10);
-        if (end == st || *end || v < 1 || v > 64) {
-            sb_printf(err, "LLM_SAMPLE_THREADS=%s: expected 1 to 64", st);
-            mr_unload(R);
-            return -1;
-        }
-        nsample = (int)v;
+    if (env_count("LLM_SAMPLE_THREADS", 1, 64, &nsample, err)) {
+        mr_unload(R);
+        return -1;
     }
     R->pool = threadpool_new(nsample);
     if (!R->logits || !R->items || !R->forked || !R->owner || !R->sampled || !R->presampled
