@@ -981,8 +981,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_UPLOAD_STAGE: comparisons (0: straight from the mapping)
     // and tests (a small size: many chunks, rows wider than a buffer).
     c->up_bytes = (size_t)env_int(c, "LLM_CUDA_UPLOAD_STAGE", 0, 1ll << 32, UP_STAGE_BYTES);
-    // ... packed by this many host threads (LLM_CUDA_UPLOAD_THREADS:
-    // comparisons, to find what bounds the upload's 6.1-6.6 GB/s of run U1).
+    // ... packed by this many host threads of a persistent pool
+    // (LLM_CUDA_UPLOAD_THREADS: comparisons; run E2, 23.8 GB warm: 2
+    // threads 2.4-2.8 s, 4 2.1-2.3 s, 8 2.0 s).
     c->up_threads = (int)env_int(c, "LLM_CUDA_UPLOAD_THREADS", 1, UP_THREADS_MAX, UP_THREADS);
     // LLM_CUDA_SMALL_MMA: 0, 9-64 tokens as before the tensor-core kernel
     // (GEMV up to gemv_max_t, then cuBLASLt; comparisons); 1, the kernel

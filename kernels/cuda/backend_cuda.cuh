@@ -168,7 +168,7 @@ enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL };
 #define LT_MIN_T GEMM_MODE_MIN_T    // prefill matmuls of at least this many tokens go to cuBLASLt
 #define WCHUNK_BYTES ((size_t)512 << 20)    // experts' weights dequantized at a time
 #define UP_STAGE_BYTES ((size_t)32 << 20)   // each of the two pinned upload buffers
-#define UP_THREADS 4                        // host threads packing a staging buffer
+#define UP_THREADS 8                        // host threads packing a staging buffer (run E2)
 #define UP_THREADS_MAX 32                   // LLM_CUDA_UPLOAD_THREADS' bound
 
 // Prefill GEMM operands.  Weights are exact in bf16 (FP8, E2M1, BF16
