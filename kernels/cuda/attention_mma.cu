@@ -26,6 +26,7 @@
 #define AM_HEADS 32     // query heads per token in a block (two m16 tiles)
 #define AM_KEYS 32      // keys per tile (four n8 tiles)
 #define AM_PAD 8        // bf16 elements of padding per shared row (banks)
+#define AM_KSPLIT 2     // the logits' channels in this many halves, a warp each
 
 // N 8x8 bf16 matrices (4, or 2 transposed) at the rows the lanes point
 // to (lanes 8m..8m+7: the rows of matrix m), as mma fragments.
@@ -63,7 +64,7 @@ constexpr size_t attention_mma_smem()
     constexpr int M = TQ * AM_HEADS;
     return 2 * AM_KEYS * (sizeof(kref) + 4)                     // two tiles' key rows, who sees them
            + (size_t)(NP * M + AM_KEYS) * (HD + AM_PAD) * 2     // Q parts, K tile (bf16)
-           + (size_t)M * AM_KEYS * 4                            // logits
+           + (size_t)AM_KSPLIT * M * AM_KEYS * 4                // logits' parts
            + (size_t)NP * M * (AM_KEYS + AM_PAD) * 2            // probability parts
            + 3 * M * 4 + 16;                                    // max, sum, correction; tiles' tokens
 }
@@ -96,23 +97,28 @@ __device__ __forceinline__ void am_tile_rows(const attn_span_keys<TQ> &K, int kt
 
 // 256 threads (8 warps).  Row r of the block is head h0 + r % 32 of token
 // i0 + r / 32; m16 tile mt holds rows of token mt / 2.  Logits: 8 / MT
-// warps per m16 tile, each over TQ of the tile's four n8 key tiles.  P . K:
-// warp w owns output channels [w*HD/8, (w+1)*HD/8) of every row.
+// warps per m16 tile, each over one of AM_KSPLIT parts of the channels
+// and 2 TQ of the tile's four n8 key tiles (a Q fragment loaded from
+// shared memory serves 2 TQ MMAs: Q's reloads were most of the kernel's
+// shared-memory reads); the softmax adds the parts.  P . K: warp w owns
+// output channels [w*HD/8, (w+1)*HD/8) of every row.
 template <int HD, int NP, int TQ>
 __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a)
 {
     pdl_wait();
     constexpr int M = TQ * AM_HEADS, MT = M / 16, LD = HD + AM_PAD, LDP = AM_KEYS + AM_PAD;
-    constexpr int NT = HD / 64, NB = NT > 1 ? 2 : 1, WPM = 8 / MT, WN = AM_KEYS / 8 / WPM;
+    constexpr int NT = HD / 64, NB = NT > 1 ? 2 : 1, WPM = 8 / MT, WPK = WPM / AM_KSPLIT;
+    constexpr int WN = AM_KEYS / 8 / WPK, KH = HD / AM_KSPLIT;
     constexpr int TPR = 256 / M, KPT = AM_KEYS / TPR;   // softmax: threads per row, keys each
     static_assert(TQ == 1 || TQ == 2, "8 warps cover 2 or 4 m16 tiles");
+    static_assert(AM_KSPLIT == 2, "the softmax adds two parts");
     extern __shared__ __align__(16) unsigned char smem[];
     kref *krows = (kref *)smem;                                 // [2][AM_KEYS]
     unsigned *kvis2 = (unsigned *)(krows + 2 * AM_KEYS);        // [2][AM_KEYS]
     __nv_bfloat16 *qs = (__nv_bfloat16 *)(kvis2 + 2 * AM_KEYS); // [NP][M][LD]
     __nv_bfloat16 *ks = qs + NP * M * LD;
-    float *ss = (float *)(ks + AM_KEYS * LD);
-    __nv_bfloat16 *ps = (__nv_bfloat16 *)(ss + M * AM_KEYS);    // [NP][M][LDP]
+    float *ss = (float *)(ks + AM_KEYS * LD);                   // [AM_KSPLIT][M][AM_KEYS]
+    __nv_bfloat16 *ps = (__nv_bfloat16 *)(ss + AM_KSPLIT * M * AM_KEYS); // [NP][M][LDP]
     float *mrow = (float *)(ps + NP * M * LDP), *lrow = mrow + M, *crow = lrow + M;
     unsigned *tvis = (unsigned *)(crow + M);                    // [2]
 
@@ -148,7 +154,8 @@ __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a)
     // 8 (l >> 4) of NB n8 tiles of values (x2: lanes 0-15 only).
     const int arow = lane & 15, acol = (lane >> 4) * 8;
     const int vkey = (lane & 7) + ((lane >> 3) & 1) * 8, vch = (lane >> 4) * 8;
-    const int mq = warp / WPM, nq = (warp % WPM) * WN;  // this warp's logits: m16 tile, first n8
+    // this warp's logits: m16 tile, channels' part, first n8
+    const int mq = warp / WPM, kq = warp % WPM / WPK, nq = warp % WPK * WN;
 
     // The rows of the next tile are found (warp 0) while the logits of
     // this one run: two buffers.
@@ -168,13 +175,13 @@ __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a)
             am_tile_rows<TQ>(K, kt + AM_KEYS, nk, krows + (buf ^ 1) * AM_KEYS,
                              kvis2 + (buf ^ 1) * AM_KEYS, tvis + (buf ^ 1));
 
-        // Logits of keys 8 (nq + j) .. +7, j < WN, for the rows of m16 tile
-        // mq (none when its token sees no key of the tile).
+        // Logits' part kq of keys 8 (nq + j) .. +7, j < WN, for the rows of
+        // m16 tile mq (none when its token sees no key of the tile).
         if (seen >> (mq * 16 / AM_HEADS) & 1) {
             float s[WN][4] = {};
             const __nv_bfloat16 *kb = ks + (nq * 8 + g) * LD + 2 * t;
 #pragma unroll 4
-            for (int k = 0; k < HD; k += 16) {
+            for (int k = kq * KH; k < (kq + 1) * KH; k += 16) {
                 uint32_t af[NP][4];
 #pragma unroll
                 for (int part = 0; part < NP; part++)
@@ -192,14 +199,15 @@ __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int r = mq * 16 + g + (e >> 1) * 8, col = (nq + j) * 8 + 2 * t + (e & 1);
-                    ss[r * AM_KEYS + col] = s[j][e] * a.scale;
+                    ss[(kq * M + r) * AM_KEYS + col] = s[j][e];
                 }
         }
         __syncthreads();
 
-        // Online softmax: TPR threads per row, KPT keys each; -inf for the
-        // keys the row's token does not see (its running max stays -inf
-        // until it sees one: exponents then taken against 0).
+        // Online softmax (the logits' two parts added): TPR threads per
+        // row, KPT keys each; -inf for the keys the row's token does not
+        // see (its running max stays -inf until it sees one: exponents
+        // then taken against 0).
         {
             int r = tid / TPR, sub = tid % TPR, tok = r / AM_HEADS;
             const float *sr = ss + r * AM_KEYS + sub * KPT;
@@ -207,7 +215,7 @@ __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a)
             float x[KPT], mx = -INFINITY;
 #pragma unroll
             for (int j = 0; j < KPT; j++) {
-                x[j] = vr[j] >> tok & 1 ? sr[j] : -INFINITY;
+                x[j] = vr[j] >> tok & 1 ? (sr[j] + sr[M * AM_KEYS + j]) * a.scale : -INFINITY;
                 mx = fmaxf(mx, x[j]);
             }
             for (int o2 = 1; o2 < TPR; o2 <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o2));
