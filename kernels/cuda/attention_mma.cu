@@ -27,6 +27,7 @@
 #define AM_KEYS 32      // keys per tile (four n8 tiles)
 #define AM_PAD 8        // bf16 elements of padding per shared row (banks)
 #define AM_KSPLIT 2     // the logits' channels in this many halves, a warp each
+#define AM_LOADS 4      // key loads a thread has in flight while staging a tile
 
 // N 8x8 bf16 matrices (4, or 2 transposed) at the rows the lanes point
 // to (lanes 8m..8m+7: the rows of matrix m), as mma fragments.
@@ -45,16 +46,39 @@ __device__ __forceinline__ void am_ldm(uint32_t *r, const __nv_bfloat16 *p)
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
-// Channels c..c+3 of a stored key as four bf16 (BF16 and FP8 exactly).
-__device__ __forceinline__ uint2 am_key4(const kref &r, int c)
+// Channels c..c+3 of a stored key as loaded (v: 16, 8 or 4 bytes by the
+// key's type; sc: an FP8 group's scale byte), then as four bf16 (BF16 and
+// FP8 exactly): loads apart from their use, so that a thread's loads for
+// several keys are in flight at once (one at a time, each waited for, was
+// most of the kernel's stalls: ncu run E3, long scoreboard).
+struct am_raw {
+    uint4 v;
+    unsigned sc;
+    int t;      // the key's type; -1: past the last key (zeros)
+};
+
+__device__ __forceinline__ am_raw am_key_load(const kref &r, int c, bool ok)
 {
-    if (r.t == KV_BF16) return *(const uint2 *)((const uint16_t *)r.p + c);
-    if (r.t == KV_F32) {
-        float4 v = *(const float4 *)((const float *)r.p + c);
-        return make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+    am_raw w;
+    w.t = ok ? r.t : -1;
+    w.sc = 0;
+    if (w.t == KV_F32) w.v = *(const uint4 *)((const float *)r.p + c);
+    else if (w.t == KV_BF16) *(uint2 *)&w.v = *(const uint2 *)((const uint16_t *)r.p + c);
+    else if (w.t == KV_FP8) {
+        w.v.x = *(const uint32_t *)((const uint8_t *)r.p + c);
+        w.sc = r.s[c / KV_FP8_GROUP];
     }
-    float4 f = fp8x4f(*(const uint32_t *)((const uint8_t *)r.p + c),
-                      pow2i((int)r.s[c / KV_FP8_GROUP] - 127));
+    return w;
+}
+
+__device__ __forceinline__ uint2 am_key4(const am_raw &w)
+{
+    if (w.t == KV_BF16) return make_uint2(w.v.x, w.v.y);
+    if (w.t == KV_F32)
+        return make_uint2(pack_bf16x2(__uint_as_float(w.v.x), __uint_as_float(w.v.y)),
+                          pack_bf16x2(__uint_as_float(w.v.z), __uint_as_float(w.v.w)));
+    if (w.t != KV_FP8) return make_uint2(0, 0);     // rows past the last key: 0 * P, never NaN
+    float4 f = fp8x4f(w.v.x, pow2i((int)w.sc - 127));
     return make_uint2(pack_bf16x2(f.x, f.y), pack_bf16x2(f.z, f.w));
 }
 
@@ -103,13 +127,14 @@ __device__ __forceinline__ void am_tile_rows(const attn_span_keys<TQ> &K, int kt
 // shared-memory reads); the softmax adds the parts.  P . K: warp w owns
 // output channels [w*HD/8, (w+1)*HD/8) of every row.
 template <int HD, int NP, int TQ>
-__global__ void __launch_bounds__(256) attention_mma_kernel(dattn a)
+__global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a)
 {
     pdl_wait();
     constexpr int M = TQ * AM_HEADS, MT = M / 16, LD = HD + AM_PAD, LDP = AM_KEYS + AM_PAD;
     constexpr int NT = HD / 64, NB = NT > 1 ? 2 : 1, WPM = 8 / MT, WPK = WPM / AM_KSPLIT;
     constexpr int WN = AM_KEYS / 8 / WPK, KH = HD / AM_KSPLIT;
     constexpr int TPR = 256 / M, KPT = AM_KEYS / TPR;   // softmax: threads per row, keys each
+    constexpr int KX = AM_KEYS * HD / 1024, KG = KX < AM_LOADS ? KX : AM_LOADS; // a tile's loads a thread
     static_assert(TQ == 1 || TQ == 2, "8 warps cover 2 or 4 m16 tiles");
     static_assert(AM_KSPLIT == 2, "the softmax adds two parts");
     extern __shared__ __align__(16) unsigned char smem[];
@@ -164,10 +189,21 @@ __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a)
         const kref *kr = krows + buf * AM_KEYS;
         const unsigned *kvis = kvis2 + buf * AM_KEYS;
         __syncthreads();    // this tile's rows are known; the previous tile's K and P are consumed
-        for (int x = tid * 4; x < AM_KEYS * HD; x += 256 * 4) {
-            int r = x / HD, c = x % HD;
-            // Rows past the last key are zeros: 0 * P, never NaN.
-            *(uint2 *)(ks + r * LD + c) = kt + r < nk ? am_key4(kr[r], c) : make_uint2(0, 0);
+        // The tile's keys as bf16: a thread's channels c..c+3 of keys
+        // r0, r0 + 1024 / HD, ..., AM_LOADS keys' loads in flight at once.
+#pragma unroll 1
+        for (int i0 = 0; i0 < KX; i0 += KG) {
+            am_raw w[KG];
+#pragma unroll
+            for (int i = 0; i < KG; i++) {
+                int x = tid * 4 + (i0 + i) * 1024, r = x / HD;
+                w[i] = am_key_load(kr[r], x % HD, kt + r < nk);
+            }
+#pragma unroll
+            for (int i = 0; i < KG; i++) {
+                int x = tid * 4 + (i0 + i) * 1024;
+                *(uint2 *)(ks + x / HD * LD + x % HD) = am_key4(w[i]);
+            }
         }
         __syncthreads();
         const unsigned seen = tvis[buf];
@@ -178,7 +214,7 @@ __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a)
         // Logits' part kq of keys 8 (nq + j) .. +7, j < WN, for the rows of
         // m16 tile mq (none when its token sees no key of the tile).
         if (seen >> (mq * 16 / AM_HEADS) & 1) {
-            float s[WN][4] = {};
+            float s[NP][WN][4] = {};      // a sum per part: independent MMA chains
             const __nv_bfloat16 *kb = ks + (nq * 8 + g) * LD + 2 * t;
 #pragma unroll 4
             for (int k = kq * KH; k < (kq + 1) * KH; k += 16) {
@@ -191,7 +227,7 @@ __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a)
                     const __nv_bfloat16 *kj = kb + j * 8 * LD + k;
                     uint32_t b0 = *(const uint32_t *)kj, b1 = *(const uint32_t *)(kj + 8);
 #pragma unroll
-                    for (int part = 0; part < NP; part++) mma_bf16_16816(s[j], af[part], b0, b1);
+                    for (int part = 0; part < NP; part++) mma_bf16_16816(s[part][j], af[part], b0, b1);
                 }
             }
 #pragma unroll
@@ -199,7 +235,7 @@ __global__ void __launch_bounds__(256) attention_mma_kernel(dattn a)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int r = mq * 16 + g + (e >> 1) * 8, col = (nq + j) * 8 + 2 * t + (e & 1);
-                    ss[(kq * M + r) * AM_KEYS + col] = s[j][e];
+                    ss[(kq * M + r) * AM_KEYS + col] = NP == 2 ? s[0][j][e] + s[NP - 1][j][e] : s[0][j][e];
                 }
         }
         __syncthreads();
