@@ -50,7 +50,7 @@ __device__ __forceinline__ void am_ldm(uint32_t *r, const __nv_bfloat16 *p)
 // key's type; sc: an FP8 group's scale byte), then as four bf16 (BF16 and
 // FP8 exactly): loads apart from their use, so that a thread's loads for
 // several keys are in flight at once (one at a time, each waited for, was
-// most of the kernel's stalls: ncu run E3, long scoreboard).
+// the largest of the kernel's stalls: ncu run E3, long scoreboard).
 struct am_raw {
     uint4 v;
     unsigned sc;
