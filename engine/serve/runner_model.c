@@ -51,7 +51,9 @@
  * 42-46), while resuming there saves a later prompt only the positions
  * since the snapshot before it, about 15-25 us each on one H200: the mark
  * is taken only when they are at least this many (about a step's fixed
- * cost).  The CPU, whose steps cost by the token, always takes it. */
+ * cost; run E2: TTFT p50 86.5 -> 71.3 ms at c = 1, the same as without
+ * prefix caching).  The CPU, whose steps cost by the token, always takes
+ * it.  LLM_PREFIX_MARK_MIN overrides it (comparisons). */
 #define PREFIX_MARK_MIN_CUDA 2048
 
 struct model_runner {
