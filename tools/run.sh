@@ -134,6 +134,7 @@ start_engine() {
     "${as_user[@]}" "$engine_bin" serve --recipe "$recipe" --run-dir "$top/$run" --name "$name" \
         >>"$run/engine.log" 2>&1 &
     engine_pid=$!
+    engine_started=$SECONDS
     echo "$engine_pid" > "$run/engine.pid"
 }
 
@@ -176,7 +177,11 @@ make run: serving $recipe as model "$(sed -n 's/^ *served_model_name: *//p' "$re
   Ctrl-C stops everything.
 EOF
 
-# Supervise: restart the engine when it dies; stop when nginx does.
+# Supervise: restart the engine when it dies, after 0.5 s, the wait
+# doubling up to 30 s while it keeps dying within 30 s of its start (an
+# engine that cannot come up does not spin; its log's last lines say why)
+# and back to 0.5 s after a longer run; stop when nginx does.
+delay=0.5
 while :; do
     wait -n 2>/dev/null
     [ "$stopping" = 1 ] && break
@@ -186,8 +191,14 @@ while :; do
         stop_all
     fi
     if ! kill -0 "$engine_pid" 2>/dev/null; then
-        echo "make run: engine $engine_pid exited; restarting it" >&2
-        sleep 0.5
+        ran=$((SECONDS - engine_started))
+        [ "$ran" -ge 30 ] && delay=0.5
+        echo "make run: engine $engine_pid exited after $ran s; restarting it in $delay s" \
+             "($run/engine.log ends:)" >&2
+        tail -n 3 "$run/engine.log" | sed 's/^/  /' >&2
+        sleep "$delay" &
+        wait $!     # a signal's trap runs at once, not after the sleep
         start_engine
+        delay=$(awk -v d="$delay" 'BEGIN { d *= 2; print (d > 30 ? 30 : d) }')
     fi
 done
