@@ -5,8 +5,9 @@
 # Starts an engine on conf/recipes/tiny-demo.yaml (CPU backend) and
 # Debian's nginx with the module and a generated config.  Everything it
 # writes lives in build/run/: nginx.conf, logs, engine.pid, the engine's
-# socket.  The engine is supervised: when it dies it is started again (the
-# module then sees a new epoch and readmits it after its probes pass).
+# socket.  The engine is supervised: when it dies it is started again,
+# after a wait that grows while it keeps dying young (the module then
+# sees a new epoch and readmits it after its probes pass).
 # Ctrl-C or SIGTERM stops nginx and the engine.
 #
 # Started as root, nginx's workers and the engine run as an unprivileged
