@@ -1,0 +1,116 @@
+#!/bin/sh
+# Before and after in one device call, for a change without a switch (the
+# issues ask every speed change for both in the same call; runs E1, E3-E4):
+#
+#   here:  make -j2 CUDA=1 gpu-tests && sh tools/gpu_ab.sh base .xfer/base
+#          (on main, before the change: its binaries become "old")
+#          make -j2 CUDA=1 gpu-tests && sh tools/gpu_pack.sh .xfer/m
+#          (with the change: "new")
+#   there: carry [".xfer/m", ".xfer/base"]; cd .xfer/m && tar xJf pack.txz
+#          && cd pack && sh tools/gpu_ab.sh run $OUT [SECONDS] [STEPS]
+#
+# STEPS, in order, each skipped once fewer seconds are left than it needs
+# (default "suite attention decode prefill batch"):
+#   suite      tools/gpu_run.sh on the new binaries (the whole GPU suite)
+#   attention  bench_cuda_attention 8192, old and new alternated twice
+#   moe        bench_cuda_moe 1 and 8, old and new
+#   decode     rank6 fp8 cache --prompts 8192,131072 --decode 64, twice each
+#   prefill    LLM_CUDA_GEMM=fp8 --prompts 32768,32768,131072, twice each
+#   batch      --prompt 8192 --batch 1,8,32,64 --decode 16, once each
+# A summary on stdout as it goes; every log in OUT/ab.tgz at the end.
+set -u
+mode=${1:?usage: gpu_ab.sh base DEST | run OUT [SECONDS] [STEPS]}
+
+if [ "$mode" = base ]; then
+    set -e
+    dest=${2:?usage: gpu_ab.sh base DEST}
+    rm -rf "$dest"
+    mkdir -p "$dest/b"
+    cp build/bin/llm-engine build/tests/gpu/bench_cuda_attention build/tests/gpu/bench_cuda_moe \
+        "$dest/b/"
+    strip "$dest"/b/*
+    XZ_OPT="-6 -T2" tar cJf "$dest/base.txz" -C "$dest" b
+    rm -rf "$dest/b"
+    du -sh "$dest/base.txz"
+    exit 0
+fi
+
+[ "$mode" = run ] || { echo "usage: gpu_ab.sh base DEST | run OUT [SECONDS] [STEPS]" >&2; exit 2; }
+out=${2:?usage: gpu_ab.sh run OUT [SECONDS] [STEPS]}
+budget=${3:-540}
+steps=${4:-suite attention decode prefill batch}
+start=$(date +%s)
+left() { echo $((budget - ($(date +%s) - start))); }
+w=/tmp/gpu-ab.$$
+mkdir -p "$w" "$out"
+base=${BASE:-../../base/base.txz}
+tar xJf "$base" || { echo "gpu_ab.sh: no $base (gpu_ab.sh base, carried)" >&2; exit 1; }
+export NCCL_NVLS_ENABLE=0     # never NVLink multicast
+export LD_LIBRARY_PATH=$PWD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+[ -e conf ] || ln -s ../../../conf conf
+
+# LABEL SECONDS ENV... -- BIN ARGS...: one run logged with its exit
+# status, if time is left; false when skipped or failed (said so)
+one() {
+    ol=$1 ot=$2
+    shift 2
+    [ "$(left)" -gt $((ot + 10)) ] || { echo "$ol: skipped (time)"; return 1; }
+    oe=
+    while [ "$1" != -- ]; do oe="$oe $1"; shift; done
+    shift
+    env $oe timeout "$ot" "$@" > "$w/$ol.log" 2>&1
+    rc=$?
+    echo "exit $rc" >> "$w/$ol.log"
+    [ $rc = 0 ] && return 0
+    echo "$ol: exit $rc ($(tail -n 2 "$w/$ol.log" | head -n 1 | cut -c1-100))"
+    return 1
+}
+bench() {   # LABEL SECONDS ENV... -- ARGS...: old and new llm-engine bench
+    label=$1 t=$2
+    shift 2
+    envs=
+    while [ "$1" != -- ]; do envs="$envs $1"; shift; done
+    shift
+    for v in old new; do
+        bin=b/llm-engine
+        [ $v = new ] && bin=build/bin/llm-engine
+        one "$label-$v" "$t" $envs -- $bin bench --synthetic \
+            conf/models/deepseek-v4-flash-rank6.json --tp 1 --kv-cache-dtype fp8 "$@" || continue
+        echo "$label $v: $(grep -E '^(prefill|decode B)' "$w/$label-$v.log" | sed 's/ per step.*//;
+            s/TTFT.*steps); //; s/tokens\/s aggregate.*/tok\/s/; s/  */ /g' | tr '\n' ';')"
+    done
+}
+for s in $steps; do
+    case $s in
+    suite)
+        [ "$(left)" -gt 200 ] || { echo "suite: skipped (time)"; continue; }
+        NO_SANITIZER=1 timeout 280 sh tools/gpu_run.sh "$w/suite" > "$w/suite.txt" 2>&1
+        sed -n '/^== machine/,$p' "$w/suite.txt" | grep -E '^==' | grep -v tokens | cut -c1-120 ;;
+    attention)
+        for i in 1 2; do for v in old new; do
+            bin=b/bench_cuda_attention
+            [ $v = new ] && bin=build/tests/gpu/bench_cuda_attention
+            one "attention-$v-$i" 40 -- $bin 8192 || continue
+            echo "attention $v: $(grep '^attention' "$w/attention-$v-$i.log" | awk '{ print $2, $4, $6 }' |
+                tr '\n' ';')"
+        done; done ;;
+    moe)
+        for v in old new; do
+            bin=b/bench_cuda_moe
+            [ $v = new ] && bin=build/tests/gpu/bench_cuda_moe
+            one "moe-$v" 100 -- sh -c "$bin 1 && $bin 8" || continue
+            echo "moe $v: $(grep 'moe decode' "$w/moe-$v.log" | tr -s ' ' | tr '\n' ';')"
+        done ;;
+    decode)
+        for i in 1 2; do bench "decode-$i" 60 -- --prompts 8192,131072 --decode 64; done ;;
+    prefill)
+        for i in 1 2; do bench "prefill-$i" 60 LLM_CUDA_GEMM=fp8 -- --prompts 32768,32768,131072 \
+            --decode 4; done ;;
+    batch)
+        bench batch 100 -- --prompt 8192 --batch 1,8,32,64 --decode 16 ;;
+    *)
+        echo "gpu_ab.sh: unknown step $s" >&2 ;;
+    esac
+done
+tar czf "$out/ab.tgz" -C "$w" . && rm -rf "$w"
+echo "== done in $(( $(date +%s) - start )) s"
