@@ -16,8 +16,8 @@
 #      warm engine; llm-bench-serve at concurrency 1, 8, 32, 64
 # NO_BATCH=1 skips step 1.  PREFIX_AB=1 then also restarts the engine
 # with LLM_PREFIX_MARK_MIN=0 (every prompt split at its last block
-# boundary for a prefix snapshot) and without prefix caching, and runs
-# concurrency 1 and 8 against each (TTFT: what the split costs).  UPLOAD_AB=1
+# boundary for a prefix snapshot: concurrency 1, 8 and 64) and without
+# prefix caching (1 and 8): TTFT, what the split costs.  UPLOAD_AB=1
 # runs only step 2's synth, then warm starts alternating
 # LLM_CUDA_UPLOAD_STAGE=0 (the straight pageable copy) and the pinned
 # staging (twice each): the upload's A/B; UPLOAD_AB="VAR=V1 VAR=V2 ..."
@@ -249,7 +249,7 @@ PY
         stop_engine
         serve_ready mark0 LLM_PREFIX_MARK_MIN=0
         healthy
-        levels mark0 1 8
+        levels mark0 1 8 64
         stop_engine
         echo "enable_prefix_caching: false" >> "$work/r.yaml"
         serve_ready noprefix
