@@ -17,6 +17,7 @@
 #   decode     rank6 fp8 cache --prompts 8192,131072 --decode 64, twice each
 #   prefill    LLM_CUDA_GEMM=fp8 --prompts 32768,32768,131072, twice each
 #   batch      --prompt 8192 --batch 1,8,32,64 --decode 16, once each
+#   profile    LLM_CUDA_PROFILE=1 fp8 --prompts 131072: the big ops' ms, once each
 # A summary on stdout as it goes; every log in OUT/ab.tgz at the end.
 set -u
 mode=${1:?usage: gpu_ab.sh base DEST | run OUT [SECONDS] [STEPS]}
@@ -108,6 +109,14 @@ for s in $steps; do
             --decode 4; done ;;
     batch)
         bench batch 100 -- --prompt 8192 --batch 1,8,32,64 --decode 16 ;;
+    profile)
+        bench profile 60 LLM_CUDA_GEMM=fp8 LLM_CUDA_PROFILE=1 -- --prompts 131072 --decode 2
+        for v in old new; do
+            [ -f "$w/profile-$v.log" ] || continue
+            echo "profile $v: $(grep -E '^  (attention|indexer|matmuls|moe w1 w3|moe w2|hc_pre logits) ' \
+                "$w/profile-$v.log" | sed -E 's/^ +(.*[^ ]) +[0-9]+ calls +([0-9.]+) ms.*/\1 \2 ms/' |
+                tr '\n' ';')"
+        done ;;
     *)
         echo "gpu_ab.sh: unknown step $s" >&2 ;;
     esac
