@@ -92,8 +92,10 @@ is_deeply([zone()], [0, 0], 'zone counters back to 0 after a timeout');
 # ---- clients that leave ---------------------------------------------------------
 my $before = engine_status($dir, $name)->{requests_cancelled};
 
+# (long enough to be running still when it leaves on a loaded machine:
+# 40 steps of 100 ms once finished first under CI and cancelled nothing)
 $long = raw_open($port, 'POST', '/v1/chat/completions',
-                 body(content => 'a' x 40, step_ms => 100));
+                 body(content => 'a' x 400, step_ms => 100));
 wait_for(sub { (zone())[0] == 1 }, 5);
 my $queued = raw_open($port, 'POST', '/v1/chat/completions',
                       body(content => 'never'));
@@ -109,7 +111,7 @@ ok(wait_for(sub { engine_status($dir, $name)->{requests_cancelled} > $before }, 
    'and the engine cancels its sequence');
 
 my $stream = raw_open($port, 'POST', '/v1/chat/completions',
-                      body(content => 'b' x 40, step_ms => 100,
+                      body(content => 'b' x 400, step_ms => 100,
                            top => { stream => JSON::PP::true }));
 my $got = '';
 for (1 .. 100) {
