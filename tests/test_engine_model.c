@@ -113,14 +113,14 @@ int main(void)
     }
     /* a bad LLM_SAMPLE_THREADS or LLM_PREFIX_MARK_MIN fails the load,
      * naming it */
-    static const char *const bad_env[][3] = {
-        { "badthreads", "LLM_SAMPLE_THREADS=0", "LLM_SAMPLE_THREADS=0: expected 1 to 64" },
-        { "badmark", "LLM_PREFIX_MARK_MIN=-1",
+    static const char *const bad_env[][4] = {   /* engine, variable, value, error */
+        { "badthreads", "LLM_SAMPLE_THREADS", "0", "LLM_SAMPLE_THREADS=0: expected 1 to 64" },
+        { "badmark", "LLM_PREFIX_MARK_MIN", "-1",
           "LLM_PREFIX_MARK_MIN=-1: expected 0 to 1073741824" },
     };
     for (size_t k = 0; k < sizeof bad_env / sizeof bad_env[0]; k++) {
         const char *bad = h_name(bad_env[k][0]);
-        char brecipe[400], var[64];
+        char brecipe[400];
         snprintf(brecipe, sizeof brecipe, "%s/%s.yaml", h_run_dir, bad);
         strbuf r;
         sb_init(&r);
@@ -130,16 +130,14 @@ int main(void)
         fprintf(f, "name: %s%s", bad, nl ? nl : "\n");
         fclose(f);
         sb_free(&r);
-        const char *eq = strchr(bad_env[k][1], '=');
-        snprintf(var, sizeof var, "%.*s", (int)(eq - bad_env[k][1]), bad_env[k][1]);
-        setenv(var, eq + 1, 1);
+        setenv(bad_env[k][1], bad_env[k][2], 1);
         pid_t b = h_start_engine_with(bad, brecipe, "model");
-        is_int(h_wait_exit(b, 15000), 1, "%s: the engine exits 1", bad_env[k][1]);
-        unsetenv(var);
+        is_int(h_wait_exit(b, 15000), 1, "%s=%s: the engine exits 1", bad_env[k][1], bad_env[k][2]);
+        unsetenv(bad_env[k][1]);
         strbuf text;
         sb_init(&text);
         h_engine_log(bad, &text);
-        ok(text.data && strstr(text.data, bad_env[k][2]), "... saying why");
+        ok(text.data && strstr(text.data, bad_env[k][3]), "... saying why");
         sb_free(&text);
     }
     /* four threads sample a step's choices (on the CPU backend one does

@@ -2100,8 +2100,6 @@ static void moe_mma_switch(void)
     if (!G_tiles_1sm && G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_gemv = NULL;
 }
 
-/* The backends every test uses (the per-mode GPU ones, the MoE tiles'
- * comparison ones, the CPU references). */
 /* Attention in float32 (G: the f32 backend): attention.cu's kernels and
  * the decode kernel (attention_decode.cu), every cache dtype. */
 static void attention_cases(void)
@@ -2179,6 +2177,8 @@ static void attention_mma_cases(backend *g2, backend *g1)
     attn_tokens = 2;
 }
 
+/* The backends every test uses (the per-mode GPU ones, the MoE tiles'
+ * comparison ones, the CPU references). */
 static void destroy_backends(backend **g, backend **g1)
 {
     if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
