@@ -19,6 +19,7 @@
 #define MMA_QB 2                    // tokens per shared-memory stage
 #define MMA_D 128                   // head dim this kernel is written for
 #define MMA_QST (MMA_D + 32)        // bf16 row stride of q in shared memory (no bank conflicts)
+#define MMA_QLOADS 4                // query loads a thread has in flight while staging
 
 static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
@@ -79,10 +80,24 @@ indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *k
     for (int ib = i0; ib < i1; ib += MMA_QB) {
         __syncthreads();        // the previous stage is consumed
         int nq = min(MMA_QB, i1 - ib);
-        for (int x = threadIdx.x; x < nq * nh * (MMA_D / 4); x += blockDim.x) {
-            int row = x / (MMA_D / 4), c = x % (MMA_D / 4) * 4;
-            float4 v = *(const float4 *)(a.q + ((long long)ib * nh + row) * MMA_D + c);
-            *(uint2 *)(qs + row * MMA_QST + c) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+        // The stage's queries as bf16, MMA_QLOADS loads a thread in flight
+        // before any is converted (one at a time, each waited for, is how
+        // the prefill attention kernel's staging lost most: run E4).
+        const float4 *qg = (const float4 *)(a.q + (long long)ib * nh * MMA_D);
+        for (int x0 = threadIdx.x; x0 < nq * nh * (MMA_D / 4); x0 += MMA_QLOADS * blockDim.x) {
+            float4 v[MMA_QLOADS];
+#pragma unroll
+            for (int u = 0; u < MMA_QLOADS; u++) {
+                int x = x0 + u * blockDim.x;
+                if (x < nq * nh * (MMA_D / 4)) v[u] = qg[x];
+            }
+#pragma unroll
+            for (int u = 0; u < MMA_QLOADS; u++) {
+                int x = x0 + u * blockDim.x, row = x / (MMA_D / 4), c = x % (MMA_D / 4) * 4;
+                if (x < nq * nh * (MMA_D / 4))
+                    *(uint2 *)(qs + row * MMA_QST + c) =
+                        make_uint2(pack_bf16x2(v[u].x, v[u].y), pack_bf16x2(v[u].z, v[u].w));
+            }
         }
         for (int x = threadIdx.x; x < nq * nh; x += blockDim.x)
             ws[x] = a.w[(long long)ib * nh + x] * smul;
