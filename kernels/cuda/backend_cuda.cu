@@ -256,8 +256,11 @@ static bool hc_pre_many(cu_impl *c, float *h, const float *y, int T, int hc, int
                         float hc_eps, float norm_eps, float *m, float *post, float *comb,
                         float *collapsed, const float *norm_w, float *normed)
 {
-    if (!c->hc_many || T < LT_MIN_T ||
-        !cu_hc_post_logits(c->st, h, y, T, hc, H, fn, post, comb, norm_eps, m))
+    if (!c->hc_many || T < c->hc_many_t) return false;
+    size_t pb = c->hc_split ? cu_hc_post_logits_part(T, hc, H) : 0;
+    void *part = pb ? grow(c, &c->hcpart, pb) : NULL;
+    if (c->failed ||
+        !cu_hc_post_logits(c->st, h, y, T, hc, H, fn, post, comb, norm_eps, m, part, c->hc_count))
         return false;
     phase(c, "hc_pre logits");
     cu_hc_collapse_norm(c->st, h, T, hc, H, m, base, scale, iters, hc_eps, norm_eps, norm_w, post,
@@ -281,8 +284,11 @@ static void hc_pre(cu_impl *c, const float *h, int T, int hc, int H, const float
                              norm_eps, m, post, comb, collapsed, NULL, NULL))
         return;
     float *r = NULL;
-    bool many = T >= LT_MIN_T;
-    if (many && !cu_hc_logits_many(c->st, h, T, n, fn, nmix, norm_eps, m)) {
+    bool many = T >= c->hc_many_t;
+    size_t pb = many && c->hc_split ? cu_hc_logits_many_part(T, n, nmix) : 0;
+    void *part = pb ? grow(c, &c->hcpart, pb) : NULL;
+    if (c->failed) return;
+    if (many && !cu_hc_logits_many(c->st, h, T, n, fn, nmix, norm_eps, m, part, c->hc_count)) {
         r = m + (size_t)T * nmix;
         cu_hc_rms(c->st, h, T, n, norm_eps, r);
         lt_gemm(c, gemm_op{ fn, n, false, 0, 0 }, nmix, n, gemm_op{ h, n, false, 0, 0 }, T, m,
@@ -318,7 +324,7 @@ static void cu_hc_pre_norm_op(backend *b, float *h, const float *y, int T, int h
     size_t bytes = HC_FUSED_SCRATCH(nmix, T), pre_bytes = (size_t)T * (nmix + 1) * sizeof(float);
     void *m = grow(c, &c->hcm, bytes > pre_bytes ? bytes : pre_bytes);
     if (c->failed) return;
-    bool done = T < LT_MIN_T
+    bool done = T < c->hc_many_t
                     ? cu_hc_pre_norm(c->st, h, y, T, hc, H, fn, base, scale, iters, hc_eps,
                                      norm_eps, norm_w, m, c->hc_count, post, comb, collapsed,
                                      normed, c->hc_tail)
@@ -875,7 +881,7 @@ static void cu_destroy(backend *b)
     for (int i = 0; i < NGRAPH; i++) graph_drop(&c->graph[i]);
     arena_free(c);
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
-                         &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->icand, &c->ikeys, &c->wdeq, &c->hcm,
+                         &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->icand, &c->ikeys, &c->wdeq, &c->hcm, &c->hcpart,
                          &c->apart, &c->offs, &c->xs, &c->yss, &c->xbf, &c->xq, &c->x8,
                          &c->xsc, &c->wsc, &c->xn };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -930,8 +936,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
         CK(c, cudaEventCreateWithFlags(&c->stage[i].ev, cudaEventDisableTiming));
     if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) fail(c, "cuBLASLt: cannot create a handle");
     CK(c, cudaMalloc(&c->lt_ws, LT_WS_BYTES));
-    CK(c, cudaMalloc(&c->hc_count, HC_FUSED_MAX_T * sizeof(int)));
-    if (c->hc_count) CK(c, cudaMemset(c->hc_count, 0, HC_FUSED_MAX_T * sizeof(int)));
+    static_assert(HC_COUNT_MAX >= HC_FUSED_MAX_T, "one counter array for the mHC kernels");
+    CK(c, cudaMalloc(&c->hc_count, HC_COUNT_MAX * sizeof(int)));
+    if (c->hc_count) CK(c, cudaMemset(c->hc_count, 0, HC_COUNT_MAX * sizeof(int)));
     CK(c, cudaMalloc(&c->attn_count, CU_ATTD_COUNTERS * sizeof(int)));
     if (c->attn_count) CK(c, cudaMemset(c->attn_count, 0, CU_ATTD_COUNTERS * sizeof(int)));
     lt_op_new(c);
@@ -949,6 +956,14 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_HC_FUSED_MANY=0: the mHC ops of steps of 64+ tokens as four
     // launches (hc_post, logits, collapse, RMSNorm) instead of two.
     c->hc_many = env_switch(c, "LLM_CUDA_HC_FUSED_MANY");
+    // LLM_CUDA_HC_MANY_MIN_T: steps of at least this many tokens (1 to 64)
+    // take those two launches instead of the one-launch kernel of few
+    // tokens (comparisons).  LLM_CUDA_HC_SPLIT=0: their logits a block per
+    // 32 tokens however few the blocks (before: a 64-token decode batch
+    // ran 2 blocks, ~0.3 ms a sublayer); else few token groups also split
+    // the columns (ops.cu, hc_store_logits).
+    c->hc_many_t = (int)env_int(c, "LLM_CUDA_HC_MANY_MIN_T", 1, LT_MIN_T, LT_MIN_T);
+    c->hc_split = env_switch(c, "LLM_CUDA_HC_SPLIT");
     // LLM_CUDA_PREFETCH=0: decode steps without the L2 prefetch of the
     // weights the next matmuls read (cuda_prefetch.cu; comparisons).
     c->prefetch = env_switch(c, "LLM_CUDA_PREFETCH");

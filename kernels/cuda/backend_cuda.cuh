@@ -105,8 +105,8 @@ struct cu_impl {
     size_t hidx_cap;
     unsigned long long tick, fills;
     grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
-        iscores, icand, ikeys, wdeq, hcm, xbf, apart, xq, x8, xsc, wsc, xn;
-    int *hc_count;              // [HC_FUSED_MAX_T] zeros: cu_hc_pre_norm's counters
+        iscores, icand, ikeys, wdeq, hcm, hcpart, xbf, apart, xq, x8, xsc, wsc, xn;
+    int *hc_count;              // [HC_COUNT_MAX] zeros: the mHC kernels' counters
     int *attn_count;            // [CU_ATTD_COUNTERS] zeros: cu_attention_decode's counters
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t lt_op;
@@ -121,6 +121,8 @@ struct cu_impl {
     bool idx_tiled;             // the indexer's tiled score kernel (LLM_CUDA_INDEXER_TILED)
     bool hc_tail;               // hc_pre_norm's batched last block (LLM_CUDA_HC_PRE_TAIL)
     bool hc_many;               // hc_pre(_norm) of 64+ tokens in two launches (LLM_CUDA_HC_FUSED_MANY)
+    int hc_many_t;              // ... of this many tokens on (LLM_CUDA_HC_MANY_MIN_T)
+    bool hc_split;              // ... over column slices when few (LLM_CUDA_HC_SPLIT)
     bool prefetch;              // decode weights into L2 ahead of their matmuls (LLM_CUDA_PREFETCH)
     cudaStream_t pst;           // cuda_prefetch.cu: the prefetches' stream (made on first use),
     cudaEvent_t pf_ev[2];       // its fork from and join into st,

@@ -146,9 +146,14 @@ void cu_hc_logits(cudaStream_t st, const float *h, int T, int n, const float *fn
                   float norm_eps, float *m);
 // The same for many tokens: a block per 32 tokens and all nmix logits
 // (fn read once per block).  false: n not a multiple of 64, h or fn not
-// 16-byte aligned, or nmix > 32 (nothing launched).
+// 16-byte aligned, or nmix > 32 (nothing launched).  Few token groups
+// (under one an SM) also split the columns, given part (scratch of
+// cu_hc_logits_many_part bytes, 8-byte aligned; NULL: no split) and count
+// (HC_COUNT_MAX zeros, left zero).
+#define HC_COUNT_MAX 256
+size_t cu_hc_logits_many_part(int T, int n, int nmix);
 bool cu_hc_logits_many(cudaStream_t st, const float *h, int T, int n, const float *fn, int nmix,
-                       float norm_eps, float *m);
+                       float norm_eps, float *m, void *part, int *count);
 void cu_hc_rms(cudaStream_t st, const float *h, int T, int n, float norm_eps, float *r);
 void cu_hc_collapse(cudaStream_t st, const float *h, int T, int hc, int H, const float *m,
                     const float *r, const float *base, const float *scale, int iters,
@@ -181,10 +186,12 @@ bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, in
 // token the mix, post, comb, collapsed, and (out not NULL) its RMSNorm,
 // over a second read of the streams.  false (nothing launched): hc not 2
 // to 4, H not a multiple of 4 or over 12K (the collapsed row in shared
-// memory), h or y not 16-byte aligned.
+// memory), h or y not 16-byte aligned.  part and count as
+// cu_hc_logits_many's (cu_hc_post_logits_part bytes).
+size_t cu_hc_post_logits_part(int T, int hc, int H);
 bool cu_hc_post_logits(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
                        const float *fn, const float *post, const float *comb, float norm_eps,
-                       float *m);
+                       float *m, void *part, int *count);
 void cu_hc_collapse_norm(cudaStream_t st, const float *h, int T, int hc, int H, const float *m,
                          const float *base, const float *scale, int iters, float hc_eps,
                          float norm_eps, const float *nw, float *post, float *comb,

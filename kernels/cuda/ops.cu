@@ -151,6 +151,75 @@ __device__ __forceinline__ void hc_sum_warps(float (*red)[NMP + 1], double *rss,
     }
 }
 
+// The many-token logits kernels over few token groups (decode batches,
+// short prefill steps): the columns in S slices (grid y) so that the GPU
+// fills.  Each block stores its sums into part (pss [S][T] doubles, then
+// pa [S][T][nmix]); the block of a token group that finishes last
+// (count[blockIdx.x] says, and it resets it) adds the slices in slice
+// order: the same logits whatever the timing.  S = 1: the block's sums
+// are the logits.
+template <int NMP>
+__device__ __forceinline__ void hc_store_logits(float (*red)[NMP + 1], const double *rss,
+                                                int nmix, int T, int t0, int tn, long long n,
+                                                float norm_eps, float *m, int S, void *part,
+                                                int *count)
+{
+    __shared__ bool last;
+    int tid = threadIdx.x;
+    if (S == 1) {
+        for (int i = tid; i < tn * nmix; i += blockDim.x) {
+            int tt = i / nmix, j = i % nmix;
+            if (t0 + tt < T)
+                m[(long long)(t0 + tt) * nmix + j] =
+                    red[tt][j] * (1.0f / sqrtf((float)(rss[tt] / n) + norm_eps));
+        }
+        return;
+    }
+    double *pss = (double *)part;
+    float *pa = (float *)(pss + (long long)S * T);
+    long long s = blockIdx.y;
+    for (int i = tid; i < tn * nmix; i += blockDim.x) {
+        int tt = i / nmix, j = i % nmix;
+        if (t0 + tt < T) pa[(s * T + t0 + tt) * nmix + j] = red[tt][j];
+    }
+    for (int tt = tid; tt < tn; tt += blockDim.x)
+        if (t0 + tt < T) pss[s * T + t0 + tt] = rss[tt];
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last = atomicAdd(&count[blockIdx.x], 1) == S - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (tid == 0) count[blockIdx.x] = 0;
+    for (int i = tid; i < tn * nmix; i += blockDim.x) {
+        int tt = i / nmix, j = i % nmix, t = t0 + tt;
+        if (t >= T) continue;
+        float a = 0;
+        double ss = 0;
+        for (int k = 0; k < S; k++) {
+            a += __ldcg(pa + ((long long)k * T + t) * nmix + j);
+            ss += __ldcg(pss + (long long)k * T + t);
+        }
+        m[(long long)t * nmix + j] = a * (1.0f / sqrtf((float)(ss / n) + norm_eps));
+    }
+}
+
+// Slices for `groups` token groups over `chunks` column chunks: none when
+// the groups fill the SMs (or outnumber the counters), else enough for
+// about two blocks an SM, at least 4 chunks a slice.
+static int hc_slices(int groups, int chunks)
+{
+    int sm = cu_sm_count(), S = (2 * sm + groups - 1) / groups;
+    if (groups >= sm || groups > HC_COUNT_MAX) return 1;
+    if (S > chunks / 4) S = chunks / 4;
+    return S > 1 ? S : 1;
+}
+
+static size_t hc_part_bytes(int S, int T, int nmix)
+{
+    return S > 1 ? (size_t)S * T * (sizeof(double) + nmix * sizeof(float)) : 0;
+}
+
 // Many tokens: the same logits for HCL_T tokens per block, all nmix of
 // them, so fn is read once per HCL_T tokens (from L2) instead of once per
 // token.  K runs in chunks of HCL_K columns staged in shared memory (h
@@ -164,7 +233,8 @@ __device__ __forceinline__ void hc_sum_warps(float (*red)[NMP + 1], double *rss,
 template <int NMP>
 __global__ void __launch_bounds__(256) hc_logits_tile_kernel(const float *h, int T, int n,
                                                              const float *fn, int nmix,
-                                                             float norm_eps, float *m)
+                                                             float norm_eps, float *m, int S,
+                                                             void *part, int *count)
 {
     __shared__ float hs[HCL_K][HCL_T + 1];
     __shared__ __align__(16) float fs[HCL_K][NMP];
@@ -191,8 +261,11 @@ __global__ void __launch_bounds__(256) hc_logits_tile_kernel(const float *h, int
 #pragma unroll
     for (int j = 0; j < NMP; j++) acc[j] = 0;
     double ss = 0;
-    load(0);
-    for (int k0 = 0; k0 < n; k0 += HCL_K) {
+    // slice blockIdx.y of S: chunks [kb, ke) of HCL_K columns
+    int nch = n / HCL_K, kb = (int)((long long)nch * blockIdx.y / S) * HCL_K,
+        ke = (int)((long long)nch * (blockIdx.y + 1) / S) * HCL_K;
+    load(kb);
+    for (int k0 = kb; k0 < ke; k0 += HCL_K) {
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < HQ; i++) {
@@ -206,7 +279,7 @@ __global__ void __launch_bounds__(256) hc_logits_tile_kernel(const float *h, int
                 fs[k][j] = fv[i].x, fs[k + 1][j] = fv[i].y, fs[k + 2][j] = fv[i].z, fs[k + 3][j] = fv[i].w;
         }
         __syncthreads();
-        if (k0 + HCL_K < n) load(k0 + HCL_K);
+        if (k0 + HCL_K < ke) load(k0 + HCL_K);
 #pragma unroll
         for (int kk = 0; kk < HCL_K / 8; kk++) {
             int k = warp + 8 * kk;
@@ -220,23 +293,27 @@ __global__ void __launch_bounds__(256) hc_logits_tile_kernel(const float *h, int
         }
     }
     hc_sum_warps<NMP>(red, rss, acc, ss, warp, lane);
-    for (int i = tid; i < HCL_T * nmix; i += 256) {
-        int t = i / nmix, j = i % nmix;
-        if (t0 + t < T)
-            m[(long long)(t0 + t) * nmix + j] =
-                red[t][j] * (1.0f / sqrtf((float)(rss[t] / n) + norm_eps));
-    }
+    hc_store_logits<NMP>(red, rss, nmix, T, t0, HCL_T, n, norm_eps, m, S, part, count);
+}
+
+size_t cu_hc_logits_many_part(int T, int n, int nmix)
+{
+    return n % HCL_K ? 0 : hc_part_bytes(hc_slices((T + HCL_T - 1) / HCL_T, n / HCL_K), T, nmix);
 }
 
 bool cu_hc_logits_many(cudaStream_t st, const float *h, int T, int n, const float *fn, int nmix,
-                       float norm_eps, float *m)
+                       float norm_eps, float *m, void *part, int *count)
 {
     if (n % HCL_K || (uintptr_t)h % 16 || (uintptr_t)fn % 16 || nmix > 32) return false;
     if (T <= 0) return true;
-    int grid = (T + HCL_T - 1) / HCL_T;
-    if (nmix <= 8) hc_logits_tile_kernel<8><<<grid, 256, 0, st>>>(h, T, n, fn, nmix, norm_eps, m);
-    else if (nmix <= 24) hc_logits_tile_kernel<24><<<grid, 256, 0, st>>>(h, T, n, fn, nmix, norm_eps, m);
-    else hc_logits_tile_kernel<32><<<grid, 256, 0, st>>>(h, T, n, fn, nmix, norm_eps, m);
+    int groups = (T + HCL_T - 1) / HCL_T, S = part ? hc_slices(groups, n / HCL_K) : 1;
+    dim3 grid(groups, S);
+    if (nmix <= 8)
+        hc_logits_tile_kernel<8><<<grid, 256, 0, st>>>(h, T, n, fn, nmix, norm_eps, m, S, part, count);
+    else if (nmix <= 24)
+        hc_logits_tile_kernel<24><<<grid, 256, 0, st>>>(h, T, n, fn, nmix, norm_eps, m, S, part, count);
+    else
+        hc_logits_tile_kernel<32><<<grid, 256, 0, st>>>(h, T, n, fn, nmix, norm_eps, m, S, part, count);
     return true;
 }
 
@@ -830,7 +907,8 @@ __global__ void __launch_bounds__(256, 2) hc_post_logits_kernel(float *h, const 
                                                                 int H, const float *fn,
                                                                 const float *post,
                                                                 const float *comb,
-                                                                float norm_eps, float *m)
+                                                                float norm_eps, float *m, int S,
+                                                                void *part, int *count)
 {
     constexpr int NMIX = (2 + HC) * HC, NMP = (NMIX + 3) / 4 * 4, FS = NMP + 4, R = HC * HCM_C;
     constexpr int FQ = NMP * R / 256;
@@ -884,12 +962,15 @@ __global__ void __launch_bounds__(256, 2) hc_post_logits_kernel(float *h, const 
 #pragma unroll
     for (int j = 0; j < NMP; j++) acc[j] = 0;
     double ss = 0;
-    fetch(0, 0);
-    load(0);
-    for (int c0 = 0, b = 0; c0 < H; c0 += HCM_C, b ^= 1) {
+    // slice blockIdx.y of S: chunks [cb, ce) of HCM_C columns
+    int nch = (H + HCM_C - 1) / HCM_C, cb = (int)((long long)nch * blockIdx.y / S) * HCM_C,
+        ce = min(H, (int)((long long)nch * (blockIdx.y + 1) / S) * HCM_C);
+    fetch(cb, 0);
+    load(cb);
+    for (int c0 = cb, b = 0; c0 < ce; c0 += HCM_C, b ^= 1) {
         // Every warp is done with hs and with fs[b ^ 1] (the chunk before).
         __syncthreads();
-        if (c0 + HCM_C < H) fetch(c0 + HCM_C, b ^ 1);
+        if (c0 + HCM_C < ce) fetch(c0 + HCM_C, b ^ 1);
         else cp_async_commit();     // (an empty group: wait1 then means this chunk's)
         bool in = live && c0 + 4 * q < H;
 #pragma unroll
@@ -907,7 +988,7 @@ __global__ void __launch_bounds__(256, 2) hc_post_logits_kernel(float *h, const 
         }
         cp_async_wait1();
         __syncthreads();
-        if (c0 + HCM_C < H) load(c0 + HCM_C);
+        if (c0 + HCM_C < ce) load(c0 + HCM_C);
 #pragma unroll 4
         for (int kk = 0; kk < R / 8; kk++) {
             int r = warp + 8 * kk;
@@ -923,28 +1004,35 @@ __global__ void __launch_bounds__(256, 2) hc_post_logits_kernel(float *h, const 
     float (*red)[NMP + 1] = (float (*)[NMP + 1])&hs[0][0];
     __syncthreads();
     hc_sum_warps<NMP>(red, rss, acc, ss, warp, lane);
-    for (int i = tid; i < HCM_T * NMIX; i += 256) {
-        int tt = i / NMIX, j = i % NMIX, tg = blockIdx.x * HCM_T + tt;
-        if (tg < T)
-            m[(long long)tg * NMIX + j] =
-                red[tt][j] * (1.0f / sqrtf((float)(rss[tt] / n) + norm_eps));
-    }
+    hc_store_logits<NMP>(red, rss, NMIX, T, blockIdx.x * HCM_T, HCM_T, n, norm_eps, m, S, part,
+                         count);
+}
+
+size_t cu_hc_post_logits_part(int T, int hc, int H)
+{
+    int nmix = (2 + hc) * hc;
+    return hc_part_bytes(hc_slices((T + HCM_T - 1) / HCM_T, (H + HCM_C - 1) / HCM_C), T, nmix);
 }
 
 bool cu_hc_post_logits(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
                        const float *fn, const float *post, const float *comb, float norm_eps,
-                       float *m)
+                       float *m, void *part, int *count)
 {
     if (hc < 2 || hc > 4 || H % 4 || H > 12 * 1024 || (uintptr_t)h % 16 || (uintptr_t)y % 16)
         return false;
     if (T <= 0) return true;
-    unsigned grid = blocks_for(T, HCM_T);
+    int groups = (T + HCM_T - 1) / HCM_T;
+    int S = part ? hc_slices(groups, (H + HCM_C - 1) / HCM_C) : 1;
+    dim3 grid(groups, S);
     if (hc == 2)
-        cu_launch(hc_post_logits_kernel<2>, grid, 256, 0, st, h, y, T, H, fn, post, comb, norm_eps, m);
+        cu_launch(hc_post_logits_kernel<2>, grid, 256, 0, st, h, y, T, H, fn, post, comb, norm_eps,
+                  m, S, part, count);
     else if (hc == 3)
-        cu_launch(hc_post_logits_kernel<3>, grid, 256, 0, st, h, y, T, H, fn, post, comb, norm_eps, m);
+        cu_launch(hc_post_logits_kernel<3>, grid, 256, 0, st, h, y, T, H, fn, post, comb, norm_eps,
+                  m, S, part, count);
     else
-        cu_launch(hc_post_logits_kernel<4>, grid, 256, 0, st, h, y, T, H, fn, post, comb, norm_eps, m);
+        cu_launch(hc_post_logits_kernel<4>, grid, 256, 0, st, h, y, T, H, fn, post, comb, norm_eps,
+                  m, S, part, count);
     return true;
 }
 

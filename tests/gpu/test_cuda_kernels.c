@@ -2290,7 +2290,10 @@ int main(int argc, char **argv)
      * cu_hc_collapse_norm without the norm; H = 100: a partial column
      * chunk), hc_head's logits a block per 32 tokens (nmix 4, 2 and 3
      * padded to 8, a last partial block), and n not a multiple of 64
-     * (hc_head's GEMM path) */
+     * (hc_head's GEMM path); fewer token groups than SMs split the
+     * columns too (T = 64 at H = 4096: 2 groups x 32 slices; 300: 27;
+     * H = 100, 128: too few columns, one slice) */
+    test_hc(64, 4, 4096);
     test_hc(300, 4, 4096);
     test_hc(100, 2, 128);
     test_hc(65, 3, 320);
@@ -2309,6 +2312,7 @@ int main(int argc, char **argv)
         test_hc_pre_norm(2, 5, 96, true, wy);
         test_hc_pre_norm(63, 4, 1024, true, wy);
         test_hc_pre_norm(70, 4, 1024, true, wy);
+        test_hc_pre_norm(64, 4, 4096, true, wy);
         test_hc_pre_norm(2, 6, 256, true, wy);
         test_hc_pre_norm(64, 4, 1000, true, wy);
         test_hc_pre_norm(65, 3, 996, false, wy);
