@@ -989,6 +989,11 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     long long gt = env_int(c, "LLM_CUDA_GEMV_TOKENS", 1, 8, 4);
     if (gt & (gt - 1)) fail(c, "LLM_CUDA_GEMV_TOKENS=%lld: expected 1, 2, 4 or 8", gt);
     else cu_gemv_tokens = (int)gt;
+    // LLM_CUDA_GEMV_ROWS (2, 4 or 8; comparisons): the rows a warp of one
+    // token's dense GEMV takes, so the blocks it needs.
+    long long gr = env_int(c, "LLM_CUDA_GEMV_ROWS", 2, 8, 4);
+    if (gr & (gr - 1)) fail(c, "LLM_CUDA_GEMV_ROWS=%lld: expected 2, 4 or 8", gr);
+    else cu_gemv_rows = (int)gr;
     // Dense matmuls of up to this many tokens on the GEMV kernel (decode
     // batches), more through cuBLASLt; LLM_CUDA_GEMV_MAX_T: comparisons.
     c->gemv_max_t = (int)env_int(c, "LLM_CUDA_GEMV_MAX_T", 0, CU_GEMV_MAX_T, LT_MIN_T - 1);

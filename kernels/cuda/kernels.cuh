@@ -19,6 +19,9 @@
 // of that many, a row group's blocks back to back, so all but the first
 // read its weights from L2 (9-64 tokens: blocks of 8).
 extern int cu_gemv_tokens;
+// Rows a warp of one token's dense GEMV takes (2, 4 or 8; the backend
+// sets it, LLM_CUDA_GEMV_ROWS: comparisons).
+extern int cu_gemv_rows;
 // Multiprocessors of the current device (launch plans).
 int cu_sm_count();
 void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y, int ldy);

@@ -669,15 +669,31 @@ static int gv_slices(long long groups, int ny, int chunks)
     return S;
 }
 
+int cu_gemv_rows = 4;
+
+// Rows a warp takes: 8 tokens fewer (or registers spill); one token of a
+// dense matrix cu_gemv_rows.
+template <int MODE>
+static int gv_rows_of(int NT, const gv_args &a)
+{
+    return NT == 8 ? 2 : NT == 1 && MODE == GV_PLAIN && !a.tiles ? cu_gemv_rows : 4;
+}
+
 template <int QT, int NT, int MODE>
 static void launch_nt(cudaStream_t st, dim3 grid, const gv_args &a, bool one_row)
 {
-    constexpr int R = NT == 8 ? 2 : 4;      // 8 tokens: fewer rows, or registers spill
-    if constexpr (MODE == GV_PLAIN)
+    constexpr int R = NT == 8 ? 2 : 4;
+    if constexpr (MODE == GV_PLAIN) {
         if (one_row) {
             cu_launch(gemv_kernel<QT, NT, 1, MODE>, grid, 256, 0, st, a);
             return;
         }
+        if (NT == 1 && gv_rows_of<MODE>(NT, a) != R) {
+            if (cu_gemv_rows == 2) cu_launch(gemv_kernel<QT, NT, 2, MODE>, grid, 256, 0, st, a);
+            else cu_launch(gemv_kernel<QT, NT, 8, MODE>, grid, 256, 0, st, a);
+            return;
+        }
+    }
     cu_launch(gemv_kernel<QT, NT, R, MODE>, grid, 256, 0, st, a);
 }
 
@@ -709,7 +725,7 @@ static void gemv_launch(cudaStream_t st, gv_args a)
     int VEC = vec_elems(w.type), Kv = MODE == GV_COMBINE ? a.K * w.cols : w.cols;
     int NT = MODE == GV_COMBINE || a.experts ? 1 : a.tiles ? a.tile_m : gv_tokens(a.T);
     int ny = MODE == GV_COMBINE || a.experts || a.tiles ? a.T : (a.T + NT - 1) / NT;
-    int R = NT == 8 ? 2 : 4, RO = MODE == GV_SWIGLU ? R / 2 : R;
+    int R = gv_rows_of<MODE>(NT, a), RO = MODE == GV_SWIGLU ? R / 2 : R;
     long long target = 16LL * cu_sm_count();
     auto ngroups = [&](int ro) {
         long long g = 0;
