@@ -5,8 +5,10 @@
 # them, and lib/ with the shared libraries the GPU image lacks, stripped
 # and packed as DEST/pack.txz: unpacked they pass the 64 MiB a call may
 # carry (every binary holds the same ~6.7 MB of CUDA kernels), xz's
-# window spans files and keeps one copy of them: ~10 MB (gzip's 32 KB
-# window cannot: 34 MB, with the tracked tree over the limit).
+# window spans files and keeps one copy of them: ~4 MB (gzip's 32 KB
+# window cannot: 34 MB, with the tracked tree over the limit).  One
+# thread and -8's 32 MB window: two threads cut the stream into blocks
+# that each start afresh, 38 MB once the binaries passed 10 MB.
 #   make CUDA=1 gpu-tests && sh tools/gpu_pack.sh .xfer/NAME
 # Then `run` with carry [".xfer/NAME"] and the command
 #   cd .xfer/NAME && tar xJf pack.txz && cd pack && sh tools/gpu_run.sh $OUT [bench]
@@ -27,6 +29,6 @@ for l in libyajl.so.2 libyaml-0.so.2 libpcre2-8.so.0; do
     cp -L /usr/lib/x86_64-linux-gnu/$l "$dest/lib/"
 done
 strip "$dest"/build/bin/* "$dest"/build/tests/test_* "$dest"/build/tests/gpu/*
-XZ_OPT="-6 -T2" tar cJf "$final/pack.txz" -C "$final" pack
+XZ_OPT="-8 -T1" tar cJf "$final/pack.txz" -C "$final" pack
 rm -rf "$dest"
 du -sh "$final/pack.txz"
