@@ -2100,6 +2100,29 @@ static void moe_mma_switch(void)
     if (!G_tiles_1sm && G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_gemv = NULL;
 }
 
+/* Comparison switches read when a backend is made: a value out of range
+ * refuses the backend with an error naming the variable and value. */
+static void bad_switches(void)
+{
+    static const char *const bad[][2] = {
+        { "LLM_CUDA_HC_SPLIT", "2" },       { "LLM_CUDA_HC_MANY_MIN_T", "0" },
+        { "LLM_CUDA_HC_MANY_MIN_T", "65" }, { "LLM_CUDA_GEMV_ROWS", "3" },
+        { "LLM_CUDA_GEMV_ROWS", "16" },     { "LLM_CUDA_GEMV_TOKENS", "3" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        backend *one[1];
+        backend_modes modes = BACKEND_MODES_DEFAULT;
+        char err[256] = "", want[64];
+        setenv(bad[i][0], bad[i][1], 1);
+        int rc = backend_modes_env(&modes, err, sizeof err) ||
+                 backend_cuda_new_group(1, &modes, one, err, sizeof err);
+        unsetenv(bad[i][0]);
+        snprintf(want, sizeof want, "%s=%s", bad[i][0], bad[i][1]);
+        ok(rc && strstr(err, want), "%s is refused: %s", want, err);
+        if (!rc) one[0]->destroy(one[0]);
+    }
+}
+
 /* Attention in float32 (G: the f32 backend): attention.cu's kernels and
  * the decode kernel (attention_decode.cu), every cache dtype. */
 static void attention_cases(void)
@@ -2223,6 +2246,7 @@ int main(int argc, char **argv)
     backend_cpu_set_fp8(C8, true);
 
     moe_mma_switch();
+    bad_switches();
     /* a short run after a change: one group of tests, then out */
     const char *only = argc > 1 ? argv[1] : NULL;
     if (only && strcmp(only, "moe") && strcmp(only, "mhc-indexer") && strcmp(only, "matmul") &&
