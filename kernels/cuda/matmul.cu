@@ -688,11 +688,13 @@ static void launch_nt(cudaStream_t st, dim3 grid, const gv_args &a, bool one_row
             cu_launch(gemv_kernel<QT, NT, 1, MODE>, grid, 256, 0, st, a);
             return;
         }
-        if (NT == 1 && gv_rows_of<MODE>(NT, a) != R) {
-            if (cu_gemv_rows == 2) cu_launch(gemv_kernel<QT, NT, 2, MODE>, grid, 256, 0, st, a);
-            else cu_launch(gemv_kernel<QT, NT, 8, MODE>, grid, 256, 0, st, a);
-            return;
-        }
+        // (compile-time NT: the other row counts only where they can run)
+        if constexpr (NT == 1)
+            if (gv_rows_of<MODE>(NT, a) != R) {
+                if (cu_gemv_rows == 2) cu_launch(gemv_kernel<QT, 1, 2, MODE>, grid, 256, 0, st, a);
+                else cu_launch(gemv_kernel<QT, 1, 8, MODE>, grid, 256, 0, st, a);
+                return;
+            }
     }
     cu_launch(gemv_kernel<QT, NT, R, MODE>, grid, 256, 0, st, a);
 }

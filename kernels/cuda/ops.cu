@@ -209,10 +209,10 @@ __device__ __forceinline__ void hc_store_logits(float (*red)[NMP + 1], const dou
 // about two blocks an SM, at least 4 chunks a slice.
 static int hc_slices(int groups, int chunks)
 {
-    int sm = cu_sm_count(), S = (2 * sm + groups - 1) / groups;
+    int sm = cu_sm_count();
     if (groups >= sm || groups > HC_COUNT_MAX) return 1;
-    if (S > chunks / 4) S = chunks / 4;
-    return S > 1 ? S : 1;
+    int S = (2 * sm + groups - 1) / groups, most = chunks / 4;
+    return S <= most ? S : most > 1 ? most : 1;
 }
 
 static size_t hc_part_bytes(int S, int T, int nmix)
