@@ -402,6 +402,21 @@ void v4_forward_rank(void *batch, int rank)
     if (key) be->graph_begin(be, key);
     do forward_ops(M, R, B);
     while (key && be->graph_end(be));
-    be->gather_cols(be, R->s.logits, B->nout, R->shard.nv, B->logits, c->vocab_size,
-                    R->shard.v0);
+
+    /* This rank's columns of the logits rows straight into the items'
+     * buffers (pinned where the caller took them from v4_logits_alloc), a
+     * copy per run of items whose buffers follow each other: one for a
+     * batch in one buffer.  (A step-sized buffer in between, malloc'd and
+     * copied again, cost a 64-sequence decode step ~4 ms: pageable
+     * memory's staged copy, its page faults, the second copy.) */
+    size_t V = c->vocab_size;
+    for (int i = 0, o = 0, j; i < B->nseg; i = j) {
+        float *dst = B->items[i].logits;
+        int rows = B->items[i].all_logits ? B->items[i].n_tokens : 1;
+        for (j = i + 1; j < B->nseg && B->items[j].logits == dst + rows * V; j++)
+            rows += B->items[j].all_logits ? B->items[j].n_tokens : 1;
+        be->gather_cols(be, R->s.logits + (size_t)o * R->shard.nv, rows, R->shard.nv, dst, V,
+                        R->shard.v0);
+        o += rows;
+    }
 }

@@ -559,9 +559,8 @@ static int step_locked(v4_model *m, v4_step_item *items, int n, strbuf *err)
     v4_segment *segs = calloc(n, sizeof *segs);
     int32_t *ids = malloc(T * sizeof *ids), *pos = malloc(T * sizeof *pos);
     int32_t *out_tok = malloc(nout * sizeof *out_tok);
-    float *logits = malloc((size_t)nout * m->cfg.vocab_size * sizeof *logits);
     int rc = 0, t = 0, o = 0;
-    if (!segs || !ids || !pos || !out_tok || !logits) {
+    if (!segs || !ids || !pos || !out_tok) {
         sb_printf(err, "step: out of memory for a step of %d tokens (%d logits rows)\n", T,
                   nout);
         rc = V4_STEP_NOMEM;
@@ -578,7 +577,7 @@ static int step_locked(v4_model *m, v4_step_item *items, int n, strbuf *err)
             if (it->all_logits || j == it->n_tokens - 1) out_tok[o++] = t;
         }
     }
-    v4_batch B = { m, n, T, segs, ids, pos, nout, out_tok, logits };
+    v4_batch B = { m, n, T, segs, ids, pos, nout, out_tok, items };
     if (tp_reserve(m->group, (size_t)T * m->cfg.hidden_size)) {
         sb_printf(err, "step: out of memory for the all-reduce of %d tokens\n", T);
         rc = V4_STEP_NOMEM;
@@ -608,21 +607,13 @@ static int step_locked(v4_model *m, v4_step_item *items, int n, strbuf *err)
         goto out;
     }
 
-    o = 0;
-    size_t V = m->cfg.vocab_size;
-    for (int i = 0; i < n; i++) {
-        int rows = items[i].all_logits ? items[i].n_tokens : 1;
-        memcpy(items[i].logits, logits + o * V, rows * V * sizeof(float));
-        o += rows;
-        items[i].seq->c.len += items[i].n_tokens;
-    }
+    for (int i = 0; i < n; i++) items[i].seq->c.len += items[i].n_tokens;
     prefix_after_step(m, items, n);
 out:
     free(segs);
     free(ids);
     free(pos);
     free(out_tok);
-    free(logits);
     return rc;
 }
 

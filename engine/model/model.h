@@ -187,7 +187,10 @@ typedef struct {
     bool all_logits;
 } v4_step_item;
 
-/* Returns 0; or -1 with a message (bad token, pool exhausted, a device
+/* Each item's logits rows are written straight into its buffer (items
+ * whose buffers follow each other in one copy; pinned buffers from
+ * v4_logits_alloc copy fastest); after a failure their content is
+ * undefined.  Returns 0; or -1 with a message (bad token, pool exhausted, a device
  * fault, ...), after which no sequence changed (a device fault leaves the
  * model unusable); or V4_STEP_NOMEM with a message when memory for this
  * step ran short: the model goes on, but the items' sequences may hold

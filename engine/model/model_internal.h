@@ -82,7 +82,7 @@ typedef struct {
     const int32_t *ids, *pos;   /* [T] */
     int nout;
     const int32_t *out_tok;     /* [nout] token index of each logits row */
-    float *logits;              /* [nout][vocab] host */
+    const v4_step_item *items;  /* [nseg]: where each one's logits rows go */
 } v4_batch;
 
 /* Prefix caching (model_prefix.c), called with the model's mutex held:
