@@ -198,46 +198,9 @@ __global__ void __launch_bounds__(ATTD_THREADS, 2) attention_decode_kernel(dattn
     __threadfence();
     if (tid == 0) *cnt = 0;
 
-    // The merge (attention_combine_kernel's operations): a warp per head,
-    // lanes over splits.
-    if (warp < nh) {
-        long long r0 = ((long long)tok * a.nheads + h0 + warp) * splits;
-        float sink = a.sinks[h0 + warp], ms[2], ls[2], m = sink;
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            int s = lane + 32 * u;
-            ms[u] = s < splits ? __ldcg(pml + (r0 + s) * 2) : -INFINITY;
-            ls[u] = s < splits ? __ldcg(pml + (r0 + s) * 2 + 1) : 0.0f;
-            m = fmaxf(m, ms[u]);
-        }
-        m = warp_max(m);
-        float sum = 0;
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            int s = lane + 32 * u;
-            float e = s < splits ? expf(ms[u] - m) : 0.0f;
-            if (s < splits) wts[warp][s] = e;
-            sum += ls[u] * e;
-        }
-        sum = warp_sum(sum) + expf(sink - m);
-        if (lane == 0) msum[warp] = sum;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int u = 0; u < 2; u++) {
-        int x = tid + u * ATTD_THREADS, hh = x / nq, c = x % nq * 4;
-        if (x >= ATTD_HPB * nq || hh >= nh) continue;
-        const float *pp = part + ((long long)tok * a.nheads + h0 + hh) * splits * hd + c;
-        float4 r = make_float4(0, 0, 0, 0);
-#pragma unroll 8
-        for (int s = 0; s < splits; s++) {
-            float4 v = __ldcg((const float4 *)(pp + (long long)s * hd));
-            float w = wts[hh][s];
-            r = f4_fma(w, v, r);
-        }
-        float inv = msum[hh];
-        st4(out + (long long)hh * hd + c, make_float4(r.x / inv, r.y / inv, r.z / inv, r.w / inv));
-    }
+    // The merge (attention_combine_kernel's operations).
+    attn_merge_splits<ATTD_THREADS>(part, pml, ((long long)tok * a.nheads + h0) * splits, nh,
+                                    splits, hd, a.sinks + h0, out, &wts[0][0], msum);
 }
 
 bool cu_attention_decode_fits(const dattn &a)

@@ -172,3 +172,61 @@ __device__ __forceinline__ void stage_keys(KeyOf key, int t, int tn, int hd, int
         }
     }
 }
+
+// Flash-decoding's merge, run by the block of a (token, group of heads)
+// that finished last (attention_decode.cu, attention_mma.cu): the group's
+// nh heads' partials over `splits` key ranges — unnormalized outputs at
+// part rows r0 + hh * splits + s (hd floats each), (max, sum) pairs at
+// the same rows of pml — weighted by exp(max - m) with the sink in the
+// denominator, into out (nh rows of hd).  A warp per head over the splits
+// (lanes s and s + 32: splits <= 64), then the channels' sums in split
+// order.  wts: shared [nh][splits] floats, msum: shared [nh].  Partials
+// are read past L1 (other blocks of the launch wrote them).
+template <int THREADS>
+__device__ __forceinline__ void attn_merge_splits(const float *part, const float *pml,
+                                                  long long r0, int nh, int splits, int hd,
+                                                  const float *sinks, float *out, float *wts,
+                                                  float *msum)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nq = hd / 4;
+    for (int hh = warp; hh < nh; hh += THREADS / 32) {
+        const long long r = r0 + (long long)hh * splits;
+        float sink = sinks[hh], ms[2], ls[2], m = sink;
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            int s = lane + 32 * u;
+            ms[u] = s < splits ? __ldcg(pml + (r + s) * 2) : -INFINITY;
+            ls[u] = s < splits ? __ldcg(pml + (r + s) * 2 + 1) : 0.0f;
+            m = fmaxf(m, ms[u]);
+        }
+        m = warp_max(m);
+        float sum = 0;
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            int s = lane + 32 * u;
+            float e = s < splits ? expf(ms[u] - m) : 0.0f;
+            if (s < splits) wts[hh * splits + s] = e;
+            sum += ls[u] * e;
+        }
+        sum = warp_sum(sum) + expf(sink - m);
+        if (lane == 0) msum[hh] = sum;
+    }
+    __syncthreads();
+    for (int x = threadIdx.x; x < nh * nq; x += THREADS) {
+        int hh = x / nq, c = x % nq * 4;
+        const float *pp = part + (r0 + (long long)hh * splits) * hd + c;
+        float4 acc = make_float4(0, 0, 0, 0);
+#pragma unroll 8
+        for (int s = 0; s < splits; s++) {
+            float4 v = __ldcg((const float4 *)(pp + (long long)s * hd));
+            float w = wts[hh * splits + s];
+            acc = make_float4(fmaf(w, v.x, acc.x), fmaf(w, v.y, acc.y), fmaf(w, v.z, acc.z),
+                              fmaf(w, v.w, acc.w));
+        }
+        float inv = msum[hh];
+        float *o = out + (long long)hh * hd + c;
+        float4 y = make_float4(acc.x / inv, acc.y / inv, acc.z / inv, acc.w / inv);
+        if (((uintptr_t)o & 15) == 0) *(float4 *)o = y;
+        else o[0] = y.x, o[1] = y.y, o[2] = y.z, o[3] = y.w;
+    }
+}

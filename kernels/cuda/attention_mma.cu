@@ -19,7 +19,16 @@
 // round to BF16; with NP = 2 (bf16x2, the default) each is split into
 // hi = bf16(x) and lo = bf16(x - hi) and both parts multiply (relative
 // error 2^-16 instead of 2^-8, twice the MMAs).  Sums are float32.  The
-// float32 kernel (attention.cu) stays for decode and for LLM_CUDA_GEMM=f32.
+// float32 kernels (attention.cu, attention_decode.cu) stay for LLM_CUDA_GEMM=f32
+// and for decode steps of few tokens.
+//
+// Decode batches (and decode steps of several tokens) of at least
+// LLM_CUDA_ATTN_MMA_MIN_T tokens run here too, one token a block (TQ = 1:
+// a sequence's 32 heads share each decoded key tile, where the float32
+// kernel decodes it once per 4 heads): blocks over the sequences of a
+// batch (segs) and over splits of the keys (flash-decoding, blockIdx.z),
+// each split's partial merged by the block of its token that finishes
+// last (attn_merge_splits), as attention_decode.cu does.
 #include "attention_keys.cuh"
 #include "mma.cuh"
 
@@ -28,6 +37,8 @@
 #define AM_PAD 8        // bf16 elements of padding per shared row (banks)
 #define AM_KSPLIT 2     // the logits' channels in this many halves, a warp each
 #define AM_LOADS 4      // key loads a thread has in flight while staging a tile
+#define AM_MAX_SPLITS 64        // decode: key splits (attn_merge_splits: two a lane)
+#define AM_TARGET_BLOCKS 264    // decode: two blocks an SM on an H200 (132 SMs)
 
 // N 8x8 bf16 matrices (4, or 2 transposed) at the rows the lanes point
 // to (lanes 8m..8m+7: the rows of matrix m), as mma fragments.
@@ -126,9 +137,13 @@ __device__ __forceinline__ void am_tile_rows(const attn_span_keys<TQ> &K, int kt
 // shared memory serves 2 TQ MMAs: Q's reloads were most of the kernel's
 // shared-memory reads); the softmax adds the parts.  P . K: warp w owns
 // output channels [w*HD/8, (w+1)*HD/8) of every row.
-template <int HD, int NP, int TQ>
-__global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a)
+// DEC (decode launches, TQ = 1): segs, key splits and their merge.
+template <int HD, int NP, int TQ, bool DEC>
+__global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, const dattn *segs,
+                                                                     int chunk, float *part,
+                                                                     int *count)
 {
+    static_assert(!DEC || TQ == 1, "decode launches take a token a block");
     pdl_wait();
     constexpr int M = TQ * AM_HEADS, MT = M / 16, LD = HD + AM_PAD, LDP = AM_KEYS + AM_PAD;
     constexpr int NT = HD / 64, NB = NT > 1 ? 2 : 1, WPM = 8 / MT, WPK = WPM / AM_KSPLIT;
@@ -147,12 +162,15 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a)
     float *mrow = (float *)(ps + NP * M * LDP), *lrow = mrow + M, *crow = lrow + M;
     unsigned *tvis = (unsigned *)(crow + M);                    // [2]
 
+    if (DEC && segs) a = segs[blockIdx.x];     // the one token of sequence blockIdx.x
     if (a.dyn) a.pos0 = a.dyn->pos0, a.ring = (const char *)a.dyn->ptr;
-    const int i0 = blockIdx.x * TQ, nt = min(TQ, a.n - i0);
+    const int i0 = DEC && segs ? 0 : blockIdx.x * TQ, nt = min(TQ, a.n - i0);
     const int h0 = blockIdx.y * AM_HEADS, nh = min(AM_HEADS, a.nheads - h0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     int nk;
     const attn_span_keys<TQ> K = attn_span_keys_of<TQ>(a, i0, nt, &nk);
+    const int kb = DEC ? blockIdx.z * chunk : 0;    // this split's keys kb..nk-1
+    if (DEC) nk = min(nk, kb + chunk);
 
     for (int x = tid * 4; x < M * HD; x += 256 * 4) {
         int r = x / HD, c = x % HD, s = r / AM_HEADS, h = r % AM_HEADS;
@@ -184,8 +202,8 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a)
 
     // The rows of the next tile are found (warp 0) while the logits of
     // this one run: two buffers.
-    if (warp == 0) am_tile_rows<TQ>(K, 0, nk, krows, kvis2, tvis);
-    for (int kt = 0, buf = 0; kt < nk; kt += AM_KEYS, buf ^= 1) {
+    if (warp == 0) am_tile_rows<TQ>(K, kb, nk, krows, kvis2, tvis);
+    for (int kt = kb, buf = 0; kt < nk; kt += AM_KEYS, buf ^= 1) {
         const kref *kr = krows + buf * AM_KEYS;
         const unsigned *kvis = kvis2 + buf * AM_KEYS;
         __syncthreads();    // this tile's rows are known; the previous tile's K and P are consumed
@@ -314,45 +332,135 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a)
     }
     __syncthreads();
 
+    const int splits = DEC ? gridDim.z : 1;
+    if (splits == 1) {
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                int r = mt * 16 + g + half * 8, s = r / AM_HEADS, h = r % AM_HEADS;
+                if (s >= nt || h >= nh) continue;
+                float den = lrow[r] + expf(a.sinks[h0 + h] - mrow[r]);
+                float *out = a.out + ((long long)(i0 + s) * a.nheads + h0 + h) * HD;
+#pragma unroll
+                for (int n8 = 0; n8 < NT; n8++) {
+                    int c = warp * (HD / 8) + n8 * 8 + 2 * t;
+                    *(float2 *)(out + c) = make_float2(o[mt][n8][2 * half] / den,
+                                                       o[mt][n8][2 * half + 1] / den);
+                }
+            }
+        return;
+    }
+
+    if constexpr (DEC) {
+        // Split z's partial (TQ = 1: the block's token is blockIdx.x), laid
+        // out as attention_decode.cu's: unnormalized outputs [token][head]
+        // [split][HD], then (max, sum) pairs [token][head][split][2].
+        static_assert((NP * M + AM_KEYS) * LD * 2 >= (M * AM_MAX_SPLITS + M) * 4,
+                      "the merge's weights fit where Q and K were");
+        const int tok = blockIdx.x;
+        float *pml = part + (long long)gridDim.x * a.nheads * splits * HD;
+        const long long row0 = ((long long)tok * a.nheads + h0) * splits;
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            int r = mt * 16 + g + half * 8, s = r / AM_HEADS, h = r % AM_HEADS;
-            if (s >= nt || h >= nh) continue;
-            float den = lrow[r] + expf(a.sinks[h0 + h] - mrow[r]);
-            float *out = a.out + ((long long)(i0 + s) * a.nheads + h0 + h) * HD;
+            int h = g + half * 8;
 #pragma unroll
-            for (int n8 = 0; n8 < NT; n8++) {
-                int c = warp * (HD / 8) + n8 * 8 + 2 * t;
-                *(float2 *)(out + c) = make_float2(o[mt][n8][2 * half] / den, o[mt][n8][2 * half + 1] / den);
+            for (int mt = 0; mt < MT; mt++, h += 16) {
+                if (h >= nh) continue;
+                float *pp = part + (row0 + (long long)h * splits + blockIdx.z) * HD;
+#pragma unroll
+                for (int n8 = 0; n8 < NT; n8++)
+                    *(float2 *)(pp + warp * (HD / 8) + n8 * 8 + 2 * t) =
+                        make_float2(o[mt][n8][2 * half], o[mt][n8][2 * half + 1]);
             }
         }
+        if (tid < nh) {
+            pml[(row0 + (long long)tid * splits + blockIdx.z) * 2] = mrow[tid];
+            pml[(row0 + (long long)tid * splits + blockIdx.z) * 2 + 1] = lrow[tid];
+        }
+        __threadfence();
+        __syncthreads();
+        __shared__ bool last;
+        int *cnt = count + (long long)tok * gridDim.y + blockIdx.y;
+        if (tid == 0) last = atomicAdd(cnt, 1) == splits - 1;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        if (tid == 0) *cnt = 0;
+        float *wts = (float *)qs, *msum = wts + M * AM_MAX_SPLITS;
+        attn_merge_splits<256>(part, pml, row0, nh, splits, HD, a.sinks + h0,
+                               a.out + ((long long)i0 * a.nheads + h0) * HD, wts, msum);
+    }
 }
 
-template <int HD, int NP, int TQ>
-static void attention_mma_launch(cudaStream_t st, const dattn &a)
+// The launch of a.n query tokens (TQ a block) or of the a.n one-token
+// sequences of segs (TQ = 1), the keys in `splits` ranges of `chunk`.
+struct am_launch {
+    const dattn *segs;
+    int splits, chunk;
+    float *part;
+    int *count;
+};
+
+template <int HD, int NP, int TQ, bool DEC>
+static void attention_mma_launch(cudaStream_t st, const dattn &a, const am_launch &l)
 {
     size_t smem = attention_mma_smem<HD, NP, TQ>();
-    smem_attr<HD * 4 + NP * 2 + TQ>(attention_mma_kernel<HD, NP, TQ>, smem);
-    dim3 grid((a.n + TQ - 1) / TQ, (a.nheads + AM_HEADS - 1) / AM_HEADS);
-    cu_launch(attention_mma_kernel<HD, NP, TQ>, grid, 256, smem, st, a);
+    smem_attr<HD * 8 + NP * 4 + TQ * 2 + DEC>(attention_mma_kernel<HD, NP, TQ, DEC>, smem);
+    dim3 grid((a.n + TQ - 1) / TQ, (a.nheads + AM_HEADS - 1) / AM_HEADS, l.splits);
+    cu_launch(attention_mma_kernel<HD, NP, TQ, DEC>, grid, 256, smem, st, a, l.segs, l.chunk,
+              l.part, l.count);
 }
 
-template <int NP, int TQ>
-static bool attention_mma_hd(cudaStream_t st, const dattn &a)
+template <int NP, int TQ, bool DEC = false>
+static bool attention_mma_hd(cudaStream_t st, const dattn &a, const am_launch &l)
 {
     switch (a.hd) {
-    case 64: attention_mma_launch<64, NP, TQ>(st, a); return true;
-    case 128: attention_mma_launch<128, NP, TQ>(st, a); return true;
-    case 256: attention_mma_launch<256, NP, TQ>(st, a); return true;
-    case 512: attention_mma_launch<512, NP, TQ>(st, a); return true;
+    case 64: attention_mma_launch<64, NP, TQ, DEC>(st, a, l); return true;
+    case 128: attention_mma_launch<128, NP, TQ, DEC>(st, a, l); return true;
+    case 256: attention_mma_launch<256, NP, TQ, DEC>(st, a, l); return true;
+    case 512: attention_mma_launch<512, NP, TQ, DEC>(st, a, l); return true;
     default: return false;
     }
 }
 
 bool cu_attention_mma(cudaStream_t st, const dattn &a, bool split, int tokens)
 {
-    if (tokens == 1) return split ? attention_mma_hd<2, 1>(st, a) : attention_mma_hd<1, 1>(st, a);
-    return split ? attention_mma_hd<2, 2>(st, a) : attention_mma_hd<1, 2>(st, a);
+    const am_launch l = { NULL, 1, 0, NULL, NULL };
+    if (tokens == 1)
+        return split ? attention_mma_hd<2, 1>(st, a, l) : attention_mma_hd<1, 1>(st, a, l);
+    return split ? attention_mma_hd<2, 2>(st, a, l) : attention_mma_hd<1, 2>(st, a, l);
+}
+
+bool cu_attention_mma_decode_fits(const dattn &a)
+{
+    return a.n >= 1 && (a.hd == 64 || a.hd == 128 || a.hd == 256 || a.hd == 512) &&
+           a.nheads >= 1;
+}
+
+// Splits so that tokens x head groups x splits comes near AM_TARGET_BLOCKS
+// (two blocks an SM), a split a whole number of tiles; one split past
+// CU_ATTD_MAX_T tokens (the merge's counters).  Depends on n, the heads
+// and pos_end only (graph replay).
+void cu_attention_mma_decode_plan(const dattn &a, int *splits, int *chunk)
+{
+    int ncomp_max = a.ratio ? (a.sel ? a.sel_ld : a.pos_end / a.ratio) : 0;
+    int tiles = (a.window + ncomp_max + AM_KEYS - 1) / AM_KEYS;
+    if (tiles < 1) tiles = 1;
+    long long base = (long long)a.n * ((a.nheads + AM_HEADS - 1) / AM_HEADS);
+    long long s = AM_TARGET_BLOCKS / base;
+    if (s < 1 || a.n > CU_ATTD_MAX_T) s = 1;
+    if (s > tiles) s = tiles;
+    if (s > AM_MAX_SPLITS) s = AM_MAX_SPLITS;
+    int per = (int)((tiles + s - 1) / s);
+    *chunk = per * AM_KEYS;
+    *splits = (tiles + per - 1) / per;
+}
+
+bool cu_attention_mma_decode(cudaStream_t st, const dattn &a, bool split, float *part,
+                             int *count, const dattn *segs)
+{
+    am_launch l = { segs, 1, 0, part, count };
+    cu_attention_mma_decode_plan(a, &l.splits, &l.chunk);
+    return split ? attention_mma_hd<2, 1, true>(st, a, l) : attention_mma_hd<1, 1, true>(st, a, l);
 }

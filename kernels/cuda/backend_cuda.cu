@@ -529,16 +529,22 @@ static bool to_dattn(cu_impl *c, const attention_args *a, dattn *d, seg_pack *sp
            to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d->comp, sp);
 }
 
-// The float32 kernels (flash-decoding partials in c->apart when the plan
-// splits the keys); segs: a batch of sequences.  Up to CU_ATTD_MAX_T
-// query tokens (decode steps, short chunks): the one-launch decode kernel
+// Decode steps and short chunks (flash-decoding partials in c->apart when
+// the plan splits the keys); segs: a batch of sequences.  At least
+// LLM_CUDA_ATTN_MMA_MIN_T query tokens (or sequences) in a tensor-core
+// mode, keys the tensor cores take exactly: attention_mma.cu's decode
+// launch (a token's heads share each key tile).  Else the float32
+// kernels: up to CU_ATTD_MAX_T tokens the one-launch decode kernel
 // (attention_decode.cu); more, a head_dim it does not take, or
 // LLM_CUDA_ATTN_DECODE=0: cu_attention and its combine.
 static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
 {
     int hpb = 0, splits, chunk;
-    bool dec = c->attn_decode && cu_attention_decode_fits(d);
-    if (dec) cu_attention_decode_plan(d, &splits, &chunk);
+    bool mma = c->attn_mma_t && d.n >= c->attn_mma_t &&
+               tensor_core_keys(c, (enum kv_dtype)d.ring_t) && cu_attention_mma_decode_fits(d);
+    bool dec = !mma && c->attn_decode && cu_attention_decode_fits(d);
+    if (mma) cu_attention_mma_decode_plan(d, &splits, &chunk);
+    else if (dec) cu_attention_decode_plan(d, &splits, &chunk);
     else cu_attention_plan(d, &hpb, &splits, &chunk);
     float *part = NULL;
     if (splits > 1) {
@@ -546,7 +552,10 @@ static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
                              (size_t)d.n * d.nheads * splits * (d.hd + 2) * sizeof(float));
         if (c->failed) return;
     }
-    if (dec) cu_attention_decode(c->st, d, part, c->attn_count, segs);
+    if (mma)
+        cu_attention_mma_decode(c->st, d, c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8,
+                                part, c->attn_count, segs);
+    else if (dec) cu_attention_decode(c->st, d, part, c->attn_count, segs);
     else if (!cu_attention(c->st, d, part, segs))
         fail(c, "attention: head_dim %d is too large for the kernel", d.hd);
 }
@@ -950,6 +959,10 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_ATTN_DECODE=0: decode attention on cu_attention and its
     // combine (comparisons; the sums' order differs, within the kernels' bounds).
     c->attn_decode = env_switch(c, "LLM_CUDA_ATTN_DECODE");
+    // LLM_CUDA_ATTN_MMA_MIN_T: decode steps of at least this many tokens
+    // or sequences on tensor cores in the tensor-core modes (attention_run;
+    // 0: never).
+    c->attn_mma_t = (int)env_int(c, "LLM_CUDA_ATTN_MMA_MIN_T", 0, 1 << 20, ATT_DEC_MMA_MIN_T);
     // LLM_CUDA_TOPK_BLOCKS=0: the indexer's top-k on one block a token
     // also at long contexts (comparisons; the same entries either way).
     c->topk_blocks = env_switch(c, "LLM_CUDA_TOPK_BLOCKS");

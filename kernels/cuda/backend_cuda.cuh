@@ -117,6 +117,7 @@ struct cu_impl {
     int gemv_max_t;             // dense matmuls of up to this many tokens on the GEMV kernel
     int small_mma;              // LLM_CUDA_SMALL_MMA: 9-64 tokens on cu_matmul_mma (enum below)
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
+    int attn_mma_t;             // ... on tensor cores from this many tokens (LLM_CUDA_ATTN_MMA_MIN_T)
     bool topk_blocks;           // the indexer's top-k over several blocks a token (LLM_CUDA_TOPK_BLOCKS)
     bool idx_tiled;             // the indexer's tiled score kernel (LLM_CUDA_INDEXER_TILED)
     bool hc_tail;               // hc_pre_norm's batched last block (LLM_CUDA_HC_PRE_TAIL)
@@ -185,6 +186,7 @@ enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL };
 // The modes and their names are backend_modes.h's (recipe key gemm_mode).
 #define IDX_MMA_MIN_T 64    // indexer steps of at least this many tokens score on tensor cores
 #define ATT_MMA_MIN_T 64    // attention of steps of at least this many tokens on tensor cores
+#define ATT_DEC_MMA_MIN_T 16    // ... of decode steps (attention_run; LLM_CUDA_ATTN_MMA_MIN_T)
 
 static inline cu_impl *impl(backend *b) { return (cu_impl *)b->impl; }
 static inline size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }

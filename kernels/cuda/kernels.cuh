@@ -340,6 +340,15 @@ bool cu_attention(cudaStream_t st, const dattn &a, float *part, const dattn *seg
 // sums), for prefill chunks; `tokens` (1 or 2) query tokens per block
 // share each key tile.  false: head_dim not 64, 128, 256 or 512.
 bool cu_attention_mma(cudaStream_t st, const dattn &a, bool split, int tokens);
+// Decode steps on those tensor cores: a.n query tokens, or the a.n
+// one-token sequences of segs, a block each, their keys split over blocks
+// (the plan's) and merged by the last block of each token (count: as
+// cu_attention_decode's; part: n * nheads * splits * (hd + 2) floats when
+// the plan splits).  false: head_dim not 64, 128, 256 or 512.
+bool cu_attention_mma_decode_fits(const dattn &a);
+void cu_attention_mma_decode_plan(const dattn &a, int *splits, int *chunk);
+bool cu_attention_mma_decode(cudaStream_t st, const dattn &a, bool split, float *part,
+                             int *count, const dattn *segs = NULL);
 
 // ---- attention_decode.cu ----
 // Decode steps (at most CU_ATTD_MAX_T query tokens or one-token sequences,

@@ -1158,6 +1158,19 @@ static double now(void);
 
 /* reps > 0: also time that many launches (reported, not asserted). */
 static int attn_tokens = 2;     /* G's LLM_CUDA_ATTN_TOKENS */
+#define ATT_DEC_MMA_MIN_T 16    /* backend_cuda.cuh: decode steps on tensor cores from ... */
+static int attn_mma_t = ATT_DEC_MMA_MIN_T;      /* G's LLM_CUDA_ATTN_MMA_MIN_T */
+
+/* Whether G runs the attention of n query tokens (or n sequences) on
+ * tensor cores: prefill steps of 64+ tokens and decode steps of at least
+ * LLM_CUDA_ATTN_MMA_MIN_T, under bf16, and under bf16x2 and fp8 from
+ * bf16/fp8 caches (backend_cuda.cu, tensor_core_keys). */
+static bool attn_on_mma(int n, int hd, enum kv_dtype t)
+{
+    return (gemm_mode == GEMM_BF16 || (gemm_mode >= GEMM_BF16X2 && t != KV_F32)) &&
+           (n >= 64 || (attn_mma_t && n >= attn_mma_t)) &&
+           (hd == 64 || hd == 128 || hd == 256 || hd == 512);
+}
 
 static void test_attention(int nheads, int hd, int window, int ratio, int topk, int pos0, int n,
                            enum kv_dtype t, int reps)
@@ -1207,20 +1220,19 @@ static void test_attention(int nheads, int hd, int window, int ratio, int topk, 
     G->attention(G, &a, 1);
     float *g = hcopy(dout, (size_t)n * nheads * hd * 4);
     char name[128];
-    /* Steps of 64+ tokens on tensor cores (attention_mma.cu) under bf16,
-     * and under bf16x2 from bf16/fp8 caches (backend_cuda.cu,
-     * tensor_core_keys): keys rounded to bf16 (exact from those caches), queries and
-     * probabilities rounded (bf16: u = 2^-8 each) or split in two parts
-     * (bf16x2: 2^-16).  The logits move by at most (u_q + u_k) scale
-     * sum |q||k|, the probabilities by that relative and u_p: 4u bounds
-     * the relative L2 of the output with the largest u present. */
-    bool mma = (gemm_mode == GEMM_BF16 || (gemm_mode >= GEMM_BF16X2 && t != KV_F32)) &&
-               n >= 64 && (hd == 64 || hd == 128 || hd == 256 || hd == 512);
+    /* On tensor cores (attention_mma.cu; attn_on_mma): keys rounded to
+     * bf16 (exact from bf16/fp8 caches), queries and probabilities
+     * rounded (bf16: u = 2^-8 each) or split in two parts (bf16x2:
+     * 2^-16).  The logits move by at most (u_q + u_k) scale sum |q||k|,
+     * the probabilities by that relative and u_p: 4u bounds the relative
+     * L2 of the output with the largest u present. */
+    bool mma = attn_on_mma(n, hd, t);
     double u = gemm_mode == GEMM_BF16 ? 0x1p-8 : 0x1p-16;
     snprintf(name, sizeof name, "attention heads=%d hd=%d window=%d ratio=%d topk=%d pos0=%d n=%d "
              "cache %s%s%s%s", nheads, hd, window, ratio, topk, pos0, n, dname(t),
              mma ? ", tensor cores " : "", mma ? gemm_names[gemm_mode] : "",
-             mma ? (attn_tokens == 1 ? ", 1 token per block" : ", 2 tokens per block") : "");
+             !mma ? "" : n < 64 ? ", decode launch" :
+             attn_tokens == 1 ? ", 1 token per block" : ", 2 tokens per block");
     check_tol(name, g, out, (size_t)n * nheads * hd, mma ? 4 * u + TOL : TOL);
     /* again: the decode kernel's counters are left zero for the next launch */
     poison(dout, (size_t)n * nheads * hd * 4);
@@ -1409,7 +1421,8 @@ static void test_indexer_batch(int nseg, int nheads, int d, int topk, int maxpos
     free(sq), free(ca), free(ga);
 }
 
-/* Each sequence's output as the CPU's within TOL (float32 kernel). */
+/* Each sequence's output as the CPU's: within TOL (float32 kernel) or
+ * test_attention's tensor-core bound (attn_on_mma). */
 static void test_attention_batch(int nseg, int nheads, int hd, int window, int ratio, int topk,
                                  int maxpos, enum kv_dtype t)
 {
@@ -1455,15 +1468,17 @@ static void test_attention_batch(int nseg, int nheads, int hd, int window, int r
     C->attention(C, ca, nseg);
     G->attention(G, ga, nseg);
     float *g = hcopy(dout, nseg * od * 4);
-    char name[160];
+    char name[192];
+    bool mma = attn_on_mma(nseg, hd, t);
+    double tol = mma ? 4 * (gemm_mode == GEMM_BF16 ? 0x1p-8 : 0x1p-16) + TOL : TOL;
     snprintf(name, sizeof name, "attention, a batch of %d sequences (positions up to %d) heads=%d "
-             "hd=%d window=%d ratio=%d topk=%d cache %s", nseg, maxpos, nheads, hd, window, ratio,
-             topk, dname(t));
-    check(name, g, out, nseg * od);
+             "hd=%d window=%d ratio=%d topk=%d cache %s%s%s", nseg, maxpos, nheads, hd, window,
+             ratio, topk, dname(t), mma ? ", tensor cores " : "", mma ? gemm_names[gemm_mode] : "");
+    check_tol(name, g, out, nseg * od, tol);
     poison(dout, nseg * od * 4);    /* again: the counters were left zero */
     G->attention(G, ga, nseg);
     G->read(G, g, dout, nseg * od * 4);
-    check("  the same batch again", g, out, nseg * od);
+    check_tol("  the same batch again", g, out, nseg * od, tol);
     for (int s = 0; s < nseg; s++) dseq_free(&sq[s]);
     G->release(G, dsinks), G->release(G, dout);
     free(sq), free(ca), free(ga), free(row), free(sinks), free(out), free(g);
@@ -2094,6 +2109,7 @@ static void bad_switches(void)
         { "LLM_CUDA_HC_SPLIT", "2" },       { "LLM_CUDA_HC_MANY_MIN_T", "0" },
         { "LLM_CUDA_HC_MANY_MIN_T", "65" }, { "LLM_CUDA_GEMV_ROWS", "3" },
         { "LLM_CUDA_GEMV_ROWS", "16" },     { "LLM_CUDA_GEMV_TOKENS", "3" },
+        { "LLM_CUDA_ATTN_MMA_MIN_T", "-1" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
@@ -2186,6 +2202,37 @@ static void attention_mma_cases(backend *g2, backend *g1)
     attn_tokens = 2;
 }
 
+/* Decode attention on tensor cores (attention_mma.cu's decode launch) in
+ * the mode of gd, whose LLM_CUDA_ATTN_MMA_MIN_T is 1: a token or a
+ * sequence a block, the keys split over blocks (up to 64 splits: HCA at
+ * 1M, 8,320 keys) and merged by the last; a sequence's few tokens (32
+ * and 40 heads: a partial second group), batches of 1 to 65 sequences
+ * (65: one split, no merge), CSA, HCA, sliding only, a context shorter
+ * than a split. */
+static void attention_decode_mma_cases(backend *gd)
+{
+    G = gd, attn_mma_t = 1;
+    for (int t = KV_F32; t <= KV_FP8; t++) {
+        test_attention(32, 512, 128, 4, 512, 8191, 1, t, t == KV_FP8 ? 50 : 0);
+        test_attention(32, 512, 128, 128, 0, 8191, 1, t, 0);
+        test_attention(32, 512, 128, 0, 0, 8191, 1, t, 0);
+        test_attention(32, 512, 128, 4, 512, 8000, 4, t, 0);
+        test_attention(40, 128, 64, 4, 64, 500, 3, t, 0);
+        test_attention(5, 64, 16, 4, 8, 10, 1, t, 0);
+        test_attention(32, 512, 128, 128, 0, 1048575, 1, t, 0);
+        /* every batch size from the FP8 cache, three from the others */
+        int nb[] = { 2, 33, 65, 1, 7, 64 };
+        for (int i = 0; i < (t == KV_FP8 ? 6 : 3); i++) {
+            test_attention_batch(nb[i], 32, 512, 128, 4, 512, 9000, t);
+            test_attention_batch(nb[i], 32, 512, 128, 128, 0, 9000, t);
+            test_attention_batch(nb[i], 32, 512, 128, 0, 0, 9000, t);
+            test_attention_batch(nb[i], 5, 64, 16, 4, 8, 40, t);
+        }
+    }
+    test_attention_batch(3, 32, 512, 128, 128, 0, 1048575, KV_FP8);
+    attn_mma_t = ATT_DEC_MMA_MIN_T;
+}
+
 /* The backends every test uses (the per-mode GPU ones, the MoE tiles'
  * comparison ones, the CPU references). */
 static void destroy_backends(backend **g, backend **g1)
@@ -2227,6 +2274,11 @@ int main(int argc, char **argv)
     for (int m = 0; m < 4; m++)
         if (!(g[m] = gpu_backend(gemm_names[m], "2")) || !(g1[m] = gpu_backend(gemm_names[m], "1")))
             return exit_status();
+    /* gd[m]: decode attention on tensor cores from one token (bf16, bf16x2) */
+    setenv("LLM_CUDA_ATTN_MMA_MIN_T", "1", 1);
+    backend *gd[2] = { gpu_backend("bf16", "2"), gpu_backend("bf16x2", "2") };
+    unsetenv("LLM_CUDA_ATTN_MMA_MIN_T");
+    if (!gd[0] || !gd[1]) return exit_status();
     C = backend_cpu_new(4, NULL, 0);
     C8 = backend_cpu_new(4, NULL, 0);
     backend_cpu_set_fp8(C8, true);
@@ -2271,9 +2323,12 @@ int main(int argc, char **argv)
         attention_cases();
         for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_FP8; gemm_mode++)
             attention_mma_cases(g[gemm_mode], g1[gemm_mode]);
+        for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_BF16X2; gemm_mode++)
+            attention_decode_mma_cases(gd[gemm_mode - GEMM_BF16]);
     }
     if (only) {
         g_hc4->destroy(g_hc4), g_tail0->destroy(g_tail0), g_idx0->destroy(g_idx0);
+        gd[0]->destroy(gd[0]), gd[1]->destroy(gd[1]);
         destroy_backends(g, g1);
         return exit_status();
     }
@@ -2422,6 +2477,17 @@ int main(int argc, char **argv)
         test_matmul();
         test_moes();
         attention_mma_cases(g[gemm_mode], g1[gemm_mode]);
+    }
+    /* decode attention on tensor cores: from one token, and the default
+     * rule in the batches of the default backend (33 and 64 sequences) */
+    for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_BF16X2; gemm_mode++)
+        attention_decode_mma_cases(gd[gemm_mode - GEMM_BF16]);
+    gd[0]->destroy(gd[0]), gd[1]->destroy(gd[1]);
+    G = g[gemm_mode = GEMM_BF16X2];
+    for (int t = KV_BF16; t <= KV_FP8; t++) {
+        test_attention_batch(7, 32, 512, 128, 4, 512, 9000, t);
+        test_attention_batch(33, 32, 512, 128, 4, 512, 9000, t);
+        test_attention_batch(64, 32, 512, 128, 128, 0, 9000, t);
     }
     destroy_backends(g, g1);
     test_allreduce();

@@ -4,7 +4,8 @@
  *     the same steps run op by op (LLM_CUDA_GRAPHS=0): batch 1 and batches
  *     of two, one sequence's graph replayed for another (other state slot,
  *     other positions), the sequences of a batch swapped, a position bound
- *     (graph_pos_cap) crossed; at TP=1 and TP=2;
+ *     (graph_pos_cap) crossed; at TP=1 and TP=2, and at TP=1 with an
+ *     FP8 cache and the batches' attention on tensor cores;
  *   - gpu_memory_utilization sizes the cache pool from the device's
  *     memory: what is in use after loading is the asked share less the
  *     headroom, the pool computes the same logits as a token-sized one,
@@ -127,21 +128,29 @@ static int run_script(v4_model *m, float *out, size_t *rows)
     return S.rc;
 }
 
-static void test_graphs(int tp)
+/* The cache in dtype t (FP8: the batches' decode attention on tensor
+ * cores from 2 sequences, LLM_CUDA_ATTN_MMA_MIN_T=2). */
+static void test_graphs(int tp, enum kv_dtype t)
 {
     size_t cap = 250 * (size_t)V;
     float *eager = malloc(cap * sizeof(float)), *graph = malloc(cap * sizeof(float));
     size_t re = 0, rg = 0;
     long long cap_e = -1, rep_e = -1, cap_g = 0, rep_g = 0;
-    v4_model *m = load(tp, false, NULL);
+    v4_options o = { .tp = tp, .max_seqs = 16, .cache_tokens = 16 * 1024, .backend = "cuda",
+                     .kv_dtype = t };
+    if (t == KV_FP8) setenv("LLM_CUDA_ATTN_MMA_MIN_T", "2", 1);
+    v4_model *m = load(tp, false, &o);
     int rc = m ? run_script(m, eager, &re) : -1;
     if (m) v4_model_graph_counts(m, &cap_e, &rep_e);
     v4_model_free(m);
-    m = load(tp, true, NULL);
+    m = load(tp, true, &o);
     rc |= m ? run_script(m, graph, &rg) : -1;
     if (m) v4_model_graph_counts(m, &cap_g, &rep_g);
     v4_model_free(m);
-    if (!ok(rc == 0 && re == rg, "tp=%d: the script runs with and without graphs", tp)) {
+    unsetenv("LLM_CUDA_ATTN_MMA_MIN_T");
+    const char *cache = v4_kv_dtype_name(t);
+    if (!ok(rc == 0 && re == rg, "tp=%d, cache %s: the script runs with and without graphs", tp,
+            cache)) {
         free(eager);
         free(graph);
         return;
@@ -149,13 +158,13 @@ static void test_graphs(int tp)
     size_t differ = 0, first = 0;
     for (size_t r = 0; r < re; r++)
         if (memcmp(eager + r * V, graph + r * V, V * sizeof(float)) && !differ++) first = r;
-    ok(cap_e == 0 && rep_e == 0, "tp=%d, LLM_CUDA_GRAPHS=0: no graphs (%lld captures, %lld "
-       "replays)", tp, cap_e, rep_e);
+    ok(cap_e == 0 && rep_e == 0, "tp=%d, cache %s, LLM_CUDA_GRAPHS=0: no graphs (%lld captures, "
+       "%lld replays)", tp, cache, cap_e, rep_e);
     /* Keys: batch 1 and 2 at bound 1024, batch 1 at 2048; per rank. */
-    ok(cap_g >= 3 * tp && rep_g >= 50 * tp, "tp=%d: decode steps replayed (%lld captures, %lld "
-       "replays over the ranks)", tp, cap_g, rep_g);
-    ok(differ == 0, "tp=%d: graph replay equals op by op, bit for bit, over %zu logits rows "
-       "(%zu differ, first %zu)", tp, re, differ, first);
+    ok(cap_g >= 3 * tp && rep_g >= 50 * tp, "tp=%d, cache %s: decode steps replayed (%lld "
+       "captures, %lld replays over the ranks)", tp, cache, cap_g, rep_g);
+    ok(differ == 0, "tp=%d, cache %s: graph replay equals op by op, bit for bit, over %zu logits "
+       "rows (%zu differ, first %zu)", tp, cache, re, differ, first);
     free(eager);
     free(graph);
 }
@@ -236,9 +245,10 @@ int main(void)
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         ids[i] = (int32_t)(x % (uint64_t)V);
     }
-    test_graphs(1);
+    test_graphs(1, KV_F32);
+    test_graphs(1, KV_FP8);
     if (llm_cuda_device_count() >= 2) {
-        test_graphs(2);
+        test_graphs(2, KV_F32);
         test_memory();
     } else {
         skip(7, "TP=2 graphs and the memory check need 2 CUDA devices");
