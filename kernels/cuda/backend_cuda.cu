@@ -106,15 +106,15 @@ static const char *cu_error(backend *b)
 // bf16 parts in every mode (within 2^-16 of each x: the bf16x2 bound of
 // the float32 product these steps promise); at 64 the prefill mode's x
 // (bf16: rounded once; bf16x2: split; fp8: act_quant(x) for FP8 weights,
-// exact in bf16).  By default (SMALL_MMA_AUTO) only up to 32 tokens and
-// the plans run SM2 measured faster (cu_matmul_mma's `measured`); false:
-// not taken.
+// exact in bf16).  By default (SMALL_MMA_AUTO) only up to SMALL_MMA_MAX_T
+// tokens and the plans run SM2 measured faster (cu_matmul_mma's
+// `measured`); false: not taken.
 static bool small_mma(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
                       int ldy)
 {
     bool all = c->small_mma == SMALL_MMA_ALL;
     if (c->small_mma == SMALL_MMA_OFF || c->gemm == BACKEND_GEMM_F32 || T <= 8 ||
-        T > (all ? CU_GEMV_MAX_T : 32) || (q.type != QT_FP8 && q.type != QT_BF16) ||
+        T > (all ? CU_GEMV_MAX_T : SMALL_MMA_MAX_T) || (q.type != QT_FP8 && q.type != QT_BF16) ||
         q.rows <= 0 || q.cols <= 0)
         return false;
     bool quant = fp8_quantized(c, q.type, T);
@@ -131,8 +131,9 @@ static bool small_mma(cu_impl *c, const dqw &q, const float *x, int ldx, int T, 
 // Up to gemv_max_t tokens (decode batches) the GEMV kernel reads the
 // weights in stored precision (under fp8, from GEMM_MODE_MIN_T tokens on,
 // times act_quant(x): the products of the CPU's fp8 mode).  More: the
-// prefill GEMMs (dense_matmul: cuBLASLt).  9-64 tokens of FP8 and BF16
-// weights: small_mma first.
+// prefill GEMMs (dense_matmul: cuBLASLt; below GEMM_MODE_MIN_T tokens x
+// split in two bf16 parts in every mode but f32).  9-64 tokens of FP8
+// and BF16 weights: small_mma first.
 static void matmul_any(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
                        int ldy)
 {
@@ -1009,7 +1010,12 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     else cu_gemv_rows = (int)gr;
     // Dense matmuls of up to this many tokens on the GEMV kernel (decode
     // batches), more through cuBLASLt; LLM_CUDA_GEMV_MAX_T: comparisons.
-    c->gemv_max_t = (int)env_int(c, "LLM_CUDA_GEMV_MAX_T", 0, CU_GEMV_MAX_T, LT_MIN_T - 1);
+    // Run G4: with 63 (before) a decode step of 33-63 sequences ran the
+    // GEMV in token chunks of 8, each decoding every weight again: 48,
+    // 56, 63 sequences 10.87, 12.29, 13.34 ms a step against 64's 7.75
+    // (G5 with 32: 7.58, 8.40; G6: cuBLASLt also beats cu_matmul_mma at
+    // 24 and 32 tokens, not at 12 and 16: SMALL_MMA_MAX_T).
+    c->gemv_max_t = (int)env_int(c, "LLM_CUDA_GEMV_MAX_T", 0, CU_GEMV_MAX_T, GEMV_MAX_T);
     // Weight uploads staged through pinned buffers of this many bytes;
     // LLM_CUDA_UPLOAD_STAGE: comparisons (0: straight from the mapping)
     // and tests (a small size: many chunks, rows wider than a buffer).

@@ -169,6 +169,8 @@ enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL };
 
 #define LT_WS_BYTES (32u << 20)
 #define LT_MIN_T GEMM_MODE_MIN_T    // prefill matmuls of at least this many tokens go to cuBLASLt
+#define GEMV_MAX_T 16       // dense matmuls of up to this many tokens on the GEMV (LLM_CUDA_GEMV_MAX_T)
+#define SMALL_MMA_MAX_T 16  // ... on cu_matmul_mma first, from 9 tokens (small_mma; run G6)
 #define WCHUNK_BYTES ((size_t)512 << 20)    // experts' weights dequantized at a time
 #define UP_STAGE_BYTES ((size_t)32 << 20)   // each of the two pinned upload buffers
 #define UP_THREADS 8                        // host threads packing a staging buffer (run E2)

@@ -198,7 +198,9 @@ static bool fp8_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T,
 // Prefill matmul: y = x W^T through cuBLASLt (bf16 or float32 operands;
 // under fp8, FP8 weights as FP8 where the view allows, else, as for
 // MXFP4 weights, act_quant(x) as floats times the weights in bf16: the
-// same products, exact in float32).
+// same products, exact in float32).  Steps of fewer than GEMM_MODE_MIN_T
+// tokens (decode batches past the GEMV's) split x in two bf16 parts under
+// bf16 too: the bf16x2 bound every mode keeps there.
 void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
                          int ldy)
 {
@@ -217,7 +219,8 @@ void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, floa
     }
     bool bf = use_bf16(c, q);
     gemm_op w = gemm_weights(c, bf, q, 1);
-    gemm_op in = gemm_input(c, bf, quant, x, ldx, NULL, 1, T, q.cols);
+    gemm_op in = bf && T < GEMM_MODE_MIN_T ? bf16_parts(c, x, ldx, NULL, 1, T, q.cols, 2)
+                                           : gemm_input(c, bf, quant, x, ldx, NULL, 1, T, q.cols);
     if (!c->failed) lt_gemm(c, w, q.rows, q.cols, in, T, y, ldy);
 }
 

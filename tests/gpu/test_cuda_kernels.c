@@ -94,6 +94,7 @@
 
 #define TOL 1e-5
 #define LT_MIN_T 64             /* backend_cuda.cuh: prefill GEMMs from this many tokens */
+#define GEMV_MAX_T 16           /* backend_cuda.cuh: dense matmuls on the GEMV up to this many */
 
 static backend *C, *G;
 /* bf16x2 with LLM_CUDA_MOE_MMA=0: decode batches' expert tiles on the
@@ -341,7 +342,11 @@ static void mm_case(const char *what, const qweight *cw, const qweight *gw, int 
     float *a = pack(yg, T, N, ldy), *b = pack(yc, T, N, ldy);
     char name[160];
     snprintf(name, sizeof name, "matmul %s T=%d", what, T);
-    bool mma = T > 8 && T <= LT_MIN_T && (cw->type == QT_FP8 || cw->type == QT_BF16);
+    /* tensor cores: cu_matmul_mma (9-64 tokens, FP8 and BF16: the
+     * backends here set LLM_CUDA_SMALL_MMA=1), or past the GEMV's 16
+     * tokens cuBLASLt with x split (backend_cuda.cu) */
+    bool mma = (T > 8 && T <= LT_MIN_T && (cw->type == QT_FP8 || cw->type == QT_BF16)) ||
+               T > GEMV_MAX_T;
     if (gemm_mode == GEMM_FP8 && T >= LT_MIN_T && (cw->type == QT_FP8 || cw->type == QT_MXFP4))
         fp8_bound(name, cw, x, ldx, T, a, b);
     else if (gemm_mode != GEMM_F32 && (T >= LT_MIN_T || mma) && cw->type != QT_F32)
