@@ -407,7 +407,7 @@ void v4_forward_rank(void *batch, int rank)
      * buffers (pinned where the caller took them from v4_logits_alloc), a
      * copy per run of items whose buffers follow each other: one for a
      * batch in one buffer.  (A step-sized buffer in between, malloc'd and
-     * copied again, cost a 64-sequence decode step ~4 ms: pageable
+     * copied again, cost a 64-sequence decode step ~3.5 ms: pageable
      * memory's staged copy, its page faults, the second copy.) */
     size_t V = c->vocab_size;
     for (int i = 0, o = 0, j; i < B->nseg; i = j) {
