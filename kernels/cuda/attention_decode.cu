@@ -22,8 +22,6 @@
 #define ATTD_QV 4           // float4s of a head's query per lane: head_dim <= 512
 #define ATTD_U 4            // loads in flight per thread while staging a tile
 #define ATTD_THREADS 256
-#define ATTD_MAX_SPLITS 64  // two per lane in the merge
-#define ATTD_TARGET_BLOCKS 264  // two per SM on an H200 (132 SMs)
 
 static_assert(ATTD_HPB == 4, "probabilities and accumulators are float4s over the group's heads");
 
@@ -58,8 +56,7 @@ __global__ void __launch_bounds__(ATTD_THREADS, 2) attention_decode_kernel(dattn
     pdl_wait();
     extern __shared__ __align__(16) float sm[];
     __shared__ float mrun[ATTD_HPB], lrun[ATTD_HPB], resc[ATTD_HPB], msum[ATTD_HPB];
-    __shared__ float wts[ATTD_HPB][ATTD_MAX_SPLITS];
-    __shared__ bool last;
+    __shared__ float wts[ATTD_HPB][ATTN_MAX_SPLITS];
     int tok = blockIdx.z, i = tok;
     if (segs) a = segs[tok], i = 0;     // the one token of sequence tok
     if (a.dyn) a.pos0 = a.dyn->pos0, a.ring = (const char *)a.dyn->ptr;
@@ -189,14 +186,7 @@ __global__ void __launch_bounds__(ATTD_THREADS, 2) attention_decode_kernel(dattn
         pml[(row0 + (long long)tid * splits) * 2] = mrun[tid];
         pml[(row0 + (long long)tid * splits) * 2 + 1] = lrun[tid];
     }
-    __threadfence();
-    __syncthreads();
-    int *cnt = count + (long long)tok * gridDim.y + blockIdx.y;
-    if (tid == 0) last = atomicAdd(cnt, 1) == splits - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (tid == 0) *cnt = 0;
+    if (!attn_last_split(count + (long long)tok * gridDim.y + blockIdx.y, splits)) return;
 
     // The merge (attention_combine_kernel's operations).
     attn_merge_splits<ATTD_THREADS>(part, pml, ((long long)tok * a.nheads + h0) * splits, nh,
@@ -210,23 +200,9 @@ bool cu_attention_decode_fits(const dattn &a)
            (a.nheads + ATTD_HPB - 1) / ATTD_HPB <= CU_ATTD_MAX_GROUPS;
 }
 
-// Splits so that tokens x groups x splits comes near ATTD_TARGET_BLOCKS
-// (at most a split per tile, at most ATTD_MAX_SPLITS); a split's keys a
-// whole number of tiles.  Depends on n, the heads and pos_end only (graph
-// replay).
 void cu_attention_decode_plan(const dattn &a, int *splits, int *chunk)
 {
-    int ncomp_max = a.ratio ? (a.sel ? a.sel_ld : a.pos_end / a.ratio) : 0;
-    int nk_max = a.window + ncomp_max, tiles = (nk_max + ATTD_KT - 1) / ATTD_KT;
-    if (tiles < 1) tiles = 1;
-    long long base = (long long)a.n * ((a.nheads + ATTD_HPB - 1) / ATTD_HPB);
-    long long s = ATTD_TARGET_BLOCKS / base;
-    if (s < 1) s = 1;
-    if (s > tiles) s = tiles;
-    if (s > ATTD_MAX_SPLITS) s = ATTD_MAX_SPLITS;
-    int per = (int)((tiles + s - 1) / s);
-    *chunk = per * ATTD_KT;
-    *splits = (tiles + per - 1) / per;
+    attn_split_plan(a, ATTD_HPB, ATTD_KT, splits, chunk);
 }
 
 void cu_attention_decode(cudaStream_t st, const dattn &a, float *part, int *count,

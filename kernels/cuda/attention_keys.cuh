@@ -173,6 +173,49 @@ __device__ __forceinline__ void stage_keys(KeyOf key, int t, int tn, int hd, int
     }
 }
 
+// Flash-decoding (the decode kernels of attention_decode.cu and
+// attention_mma.cu): the keys of a (token, group of heads) in splits, a
+// block each, whose partials the last block to finish merges.
+#define ATTN_MAX_SPLITS 64          // attn_merge_splits: two a lane
+#define ATTN_SPLIT_TARGET 264       // blocks a launch aims at: two an SM on an H200
+
+// The splits of a launch of a.n tokens (or sequences) x groups of hpb
+// heads, in tiles of kt keys: near ATTN_SPLIT_TARGET blocks, at most a
+// split a tile and ATTN_MAX_SPLITS, a split's keys a whole number of
+// tiles; one split past CU_ATTD_MAX_T tokens (the merge's counters).
+// Depends on n, the heads and pos_end only (graph replay).
+static inline void attn_split_plan(const dattn &a, int hpb, int kt, int *splits, int *chunk)
+{
+    int ncomp_max = a.ratio ? (a.sel ? a.sel_ld : a.pos_end / a.ratio) : 0;
+    int tiles = (a.window + ncomp_max + kt - 1) / kt;
+    if (tiles < 1) tiles = 1;
+    long long base = (long long)a.n * ((a.nheads + hpb - 1) / hpb);
+    long long s = ATTN_SPLIT_TARGET / base;
+    if (s < 1 || a.n > CU_ATTD_MAX_T) s = 1;
+    if (s > tiles) s = tiles;
+    if (s > ATTN_MAX_SPLITS) s = ATTN_MAX_SPLITS;
+    int per = (int)((tiles + s - 1) / s);
+    *chunk = per * kt;
+    *splits = (tiles + per - 1) / per;
+}
+
+// After each thread of a block stored its part of the split's partial:
+// whether this block finished last of the `splits` of its (token, head
+// group) — counter *cnt, reset by that block for the next launch — the
+// other blocks' partials then visible to it.
+__device__ __forceinline__ bool attn_last_split(int *cnt, int splits)
+{
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(cnt, 1) == splits - 1;
+    __syncthreads();
+    if (!last) return false;
+    __threadfence();
+    if (threadIdx.x == 0) *cnt = 0;
+    return true;
+}
+
 // Flash-decoding's merge, run by the block of a (token, group of heads)
 // that finished last (attention_decode.cu, attention_mma.cu): the group's
 // nh heads' partials over `splits` key ranges — unnormalized outputs at

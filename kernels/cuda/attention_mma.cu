@@ -37,8 +37,6 @@
 #define AM_PAD 8        // bf16 elements of padding per shared row (banks)
 #define AM_KSPLIT 2     // the logits' channels in this many halves, a warp each
 #define AM_LOADS 4      // key loads a thread has in flight while staging a tile
-#define AM_MAX_SPLITS 64        // decode: key splits (attn_merge_splits: two a lane)
-#define AM_TARGET_BLOCKS 264    // decode: two blocks an SM on an H200 (132 SMs)
 
 // N 8x8 bf16 matrices (4, or 2 transposed) at the rows the lanes point
 // to (lanes 8m..8m+7: the rows of matrix m), as mma fragments.
@@ -356,7 +354,7 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
         // Split z's partial (TQ = 1: the block's token is blockIdx.x), laid
         // out as attention_decode.cu's: unnormalized outputs [token][head]
         // [split][HD], then (max, sum) pairs [token][head][split][2].
-        static_assert((NP * M + AM_KEYS) * LD * 2 >= (M * AM_MAX_SPLITS + M) * 4,
+        static_assert((NP * M + AM_KEYS) * LD * 2 >= (M * ATTN_MAX_SPLITS + M) * 4,
                       "the merge's weights fit where Q and K were");
         const int tok = blockIdx.x;
         float *pml = part + (long long)gridDim.x * a.nheads * splits * HD;
@@ -378,16 +376,8 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
             pml[(row0 + (long long)tid * splits + blockIdx.z) * 2] = mrow[tid];
             pml[(row0 + (long long)tid * splits + blockIdx.z) * 2 + 1] = lrow[tid];
         }
-        __threadfence();
-        __syncthreads();
-        __shared__ bool last;
-        int *cnt = count + (long long)tok * gridDim.y + blockIdx.y;
-        if (tid == 0) last = atomicAdd(cnt, 1) == splits - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
-        if (tid == 0) *cnt = 0;
-        float *wts = (float *)qs, *msum = wts + M * AM_MAX_SPLITS;
+        if (!attn_last_split(count + (long long)tok * gridDim.y + blockIdx.y, splits)) return;
+        float *wts = (float *)qs, *msum = wts + M * ATTN_MAX_SPLITS;
         attn_merge_splits<256>(part, pml, row0, nh, splits, HD, a.sinks + h0,
                                a.out + ((long long)i0 * a.nheads + h0) * HD, wts, msum);
     }
@@ -438,23 +428,9 @@ bool cu_attention_mma_decode_fits(const dattn &a)
            a.nheads >= 1;
 }
 
-// Splits so that tokens x head groups x splits comes near AM_TARGET_BLOCKS
-// (two blocks an SM), a split a whole number of tiles; one split past
-// CU_ATTD_MAX_T tokens (the merge's counters).  Depends on n, the heads
-// and pos_end only (graph replay).
 void cu_attention_mma_decode_plan(const dattn &a, int *splits, int *chunk)
 {
-    int ncomp_max = a.ratio ? (a.sel ? a.sel_ld : a.pos_end / a.ratio) : 0;
-    int tiles = (a.window + ncomp_max + AM_KEYS - 1) / AM_KEYS;
-    if (tiles < 1) tiles = 1;
-    long long base = (long long)a.n * ((a.nheads + AM_HEADS - 1) / AM_HEADS);
-    long long s = AM_TARGET_BLOCKS / base;
-    if (s < 1 || a.n > CU_ATTD_MAX_T) s = 1;
-    if (s > tiles) s = tiles;
-    if (s > AM_MAX_SPLITS) s = AM_MAX_SPLITS;
-    int per = (int)((tiles + s - 1) / s);
-    *chunk = per * AM_KEYS;
-    *splits = (tiles + per - 1) / per;
+    attn_split_plan(a, AM_HEADS, AM_KEYS, splits, chunk);
 }
 
 bool cu_attention_mma_decode(cudaStream_t st, const dattn &a, bool split, float *part,
