@@ -17,8 +17,7 @@
 // mode stays within its 2^-16 of the float32 reference (fp8: as bf16x2).
 static bool tensor_core_keys(cu_impl *c, enum kv_dtype t)
 {
-    return c->gemm == BACKEND_GEMM_BF16 ||
-           ((c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8) && t != KV_F32);
+    return c->gemm == BACKEND_GEMM_BF16 || (split_modes(c) && t != KV_F32);
 }
 
 void fail(cu_impl *c, const char *fmt, ...)
@@ -554,8 +553,7 @@ static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
         if (c->failed) return;
     }
     if (mma)
-        cu_attention_mma_decode(c->st, d, c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8,
-                                part, c->attn_count, segs);
+        cu_attention_mma_decode(c->st, d, split_modes(c), part, c->attn_count, segs);
     else if (dec) cu_attention_decode(c->st, d, part, c->attn_count, segs);
     else if (!cu_attention(c->st, d, part, segs))
         fail(c, "attention: head_dim %d is too large for the kernel", d.hd);
@@ -566,8 +564,7 @@ static void attention_one(cu_impl *c, const attention_args *a)
     dattn d;
     if (!to_dattn(c, a, &d) || recording(c)) return;
     if (!in_graph(c) && a->n >= ATT_MMA_MIN_T && tensor_core_keys(c, a->dtype) &&
-        cu_attention_mma(c->st, d, c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8,
-                         c->attn_tokens))
+        cu_attention_mma(c->st, d, split_modes(c), c->attn_tokens))
         return;
     attention_run(c, d, NULL);
 }
@@ -780,7 +777,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
                           false, false, false };
         dmoe_gemm m2 = { w2, {}, false, 0, tiles, ntiles, perm, g, I, 0, ys, H, true, false,
                          false };
-        bool split = !quant && (c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8);
+        bool split = !quant && split_modes(c);
         // fp8 (W4A8): read at each MoE op, LLM_CUDA_MOE_FP8=0 keeps these
         // GEMMs on moe_gemm.cu's bf16 kernel (comparison: the same
         // products, summed in another order and precision).

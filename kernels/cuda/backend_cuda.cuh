@@ -230,6 +230,13 @@ static inline bool fp8_quantized(cu_impl *c, int t, int T)
     return c->gemm == BACKEND_GEMM_FP8 && T >= GEMM_MODE_MIN_T && (t == QT_FP8 || t == QT_MXFP4);
 }
 
+// The modes whose tensor-core operands not exact in bf16 go in two bf16
+// parts (bf16x2; fp8 for what it does not quantize).
+static inline bool split_modes(cu_impl *c)
+{
+    return c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8;
+}
+
 // The prefill GEMMs of weight q run in bf16 unless LLM_CUDA_GEMM=f32 or
 // the weight is float32 (not exact in bf16).
 static inline bool use_bf16(cu_impl *c, const dqw &q)

@@ -163,7 +163,7 @@ gemm_op gemm_input(cu_impl *c, bool bf16, bool exact, const float *x, int ldx, c
                    int div, int T, int K)
 {
     if (bf16) {
-        bool split = !exact && (c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8);
+        bool split = !exact && split_modes(c);
         return bf16_parts(c, x, ldx, rows, div, T, K, split ? 2 : 1);
     }
     if (!rows) return gemm_op{ x, ldx, false, 0, 0 };
