@@ -101,19 +101,23 @@ static const char *cu_error(backend *b)
 }
 
 // Decode batches of 9-64 tokens, FP8 or BF16 weights, on tensor cores
-// (cu_matmul_mma; not under f32): below GEMM_MODE_MIN_T x split in two
-// bf16 parts in every mode (within 2^-16 of each x: the bf16x2 bound of
-// the float32 product these steps promise); at 64 the prefill mode's x
-// (bf16: rounded once; bf16x2: split; fp8: act_quant(x) for FP8 weights,
-// exact in bf16).  By default (SMALL_MMA_AUTO) only up to SMALL_MMA_MAX_T
-// tokens and the plans run SM2 measured faster (cu_matmul_mma's
-// `measured`); false: not taken.
+// (not under f32): below GEMM_MODE_MIN_T x split in two bf16 parts in
+// every mode (within 2^-16 of each x: the bf16x2 bound of the float32
+// product these steps promise); at 64 the prefill mode's x (bf16: rounded
+// once; bf16x2: split; fp8: act_quant(x) for FP8 weights, exact in bf16).
+// By default (SMALL_MMA_AUTO), as run H4 measured each against the
+// others per rank6 matrix: up to SMALL_MMA_MAX_T tokens BF16 matrices of
+// up to 4096 rows on cu_matmul_mma (where SM2 measured it faster: its
+// `measured`), the others (FP8, the head) on cu_matmul_stream, which
+// takes every matrix of 17 to STREAM_MAX_T tokens; more go to cuBLASLt
+// (faster there: the streamed kernel's instructions per weight grow with
+// the tokens).  false: not taken.
 static bool small_mma(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
                       int ldy)
 {
-    bool all = c->small_mma == SMALL_MMA_ALL;
-    if (c->small_mma == SMALL_MMA_OFF || c->gemm == BACKEND_GEMM_F32 || T <= 8 ||
-        T > (all ? CU_GEMV_MAX_T : SMALL_MMA_MAX_T) || (q.type != QT_FP8 && q.type != QT_BF16) ||
+    int mode = c->small_mma;
+    if (mode == SMALL_MMA_OFF || c->gemm == BACKEND_GEMM_F32 || T <= 8 || T > CU_GEMV_MAX_T ||
+        (mode == SMALL_MMA_AUTO && T > STREAM_MAX_T) || (q.type != QT_FP8 && q.type != QT_BF16) ||
         q.rows <= 0 || q.cols <= 0)
         return false;
     bool quant = fp8_quantized(c, q.type, T);
@@ -124,7 +128,10 @@ static bool small_mma(cu_impl *c, const dqw &q, const float *x, int ldx, int T, 
         cu_act_quant_round(c->st, x, ldx, T, q.cols, xq, q.cols);
         x = xq, ldx = q.cols;
     }
-    return cu_matmul_mma(c->st, q, x, ldx, T, y, ldy, split, !all);
+    if (mode == SMALL_MMA_STREAM || (mode == SMALL_MMA_AUTO && (T > SMALL_MMA_MAX_T ||
+                                                                q.type == QT_FP8 || q.rows > 4096)))
+        return cu_matmul_stream(c->st, q, x, ldx, T, y, ldy, split);
+    return cu_matmul_mma(c->st, q, x, ldx, T, y, ldy, split, mode == SMALL_MMA_AUTO);
 }
 
 // Up to gemv_max_t tokens (decode batches) the GEMV kernel reads the
@@ -1021,14 +1028,16 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // (LLM_CUDA_UPLOAD_THREADS: comparisons; run E2, 23.8 GB warm: 2
     // threads 2.4-2.8 s, 4 2.1-2.3 s, 8 2.0 s).
     c->up_threads = (int)env_int(c, "LLM_CUDA_UPLOAD_THREADS", 1, UP_THREADS_MAX, UP_THREADS);
-    // LLM_CUDA_SMALL_MMA: 0, 9-64 tokens as before the tensor-core kernel
-    // (GEMV up to gemv_max_t, then cuBLASLt; comparisons); 1, the kernel
-    // for every matmul it takes (tests, benches); unset, where measured faster.
+    // LLM_CUDA_SMALL_MMA: 0, 9-64 tokens as before the tensor-core kernels
+    // (GEMV up to gemv_max_t, then cuBLASLt; comparisons); 1,
+    // cu_matmul_mma for every matmul it takes; 2, cu_matmul_stream for
+    // every one (tests, benches); unset, each where measured faster.
     c->small_mma = SMALL_MMA_AUTO;
     if (const char *sm = getenv("LLM_CUDA_SMALL_MMA")) {
-        if (strcmp(sm, "0") && strcmp(sm, "1"))
-            fail(c, "LLM_CUDA_SMALL_MMA=%s: expected 0 or 1", sm);
-        c->small_mma = strcmp(sm, "0") ? SMALL_MMA_ALL : SMALL_MMA_OFF;
+        if (strcmp(sm, "0") && strcmp(sm, "1") && strcmp(sm, "2"))
+            fail(c, "LLM_CUDA_SMALL_MMA=%s: expected 0, 1 or 2", sm);
+        c->small_mma = !strcmp(sm, "0") ? SMALL_MMA_OFF : !strcmp(sm, "1") ? SMALL_MMA_ALL
+                                                                         : SMALL_MMA_STREAM;
     }
     if (c->gemm < 0 || c->gemm >= BACKEND_GEMM_N)
         fail(c, "gemm_mode %d: unknown", c->gemm);

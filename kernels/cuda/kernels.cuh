@@ -36,7 +36,14 @@ void cu_matmul(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, fl
 // GEMV: up to 32 tokens, blocks of at least 256 columns).
 bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y,
                    int ldy, bool split, bool measured);
-// The routed experts of decode batches on the same kernel: cu_gemv_tiles'
+// ---- matmul_stream.cu ----
+// The same products (split, or unsplit at 57-64 tokens) with x streamed
+// through the pipeline beside the weights, so a block's columns are not
+// bounded by shared memory and the plan fills the GPU at 17-64 tokens.
+// false: nothing launched (as cu_matmul_mma).
+bool cu_matmul_stream(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y,
+                      int ldy, bool split);
+// The routed experts of decode batches on cu_matmul_mma's kernel: cu_gemv_tiles'
 // products (below: moe_sort's tiles of tile_m <= 8 slots, w3 NULL or
 // SwiGLU with w3, perm / xdiv / scatter alike) for MXFP4 experts, each
 // tile's expert read once for its slots (padded to 8 tokens as N), x split

@@ -40,8 +40,7 @@
 // c6 c3 c7, so its B fragments take the same columns.
 #include <cooperative_groups.h>
 
-#include "kernels.cuh"
-#include "mma.cuh"
+#include "smm.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -73,38 +72,6 @@ struct smm_args {
     int xst;            // bytes per staged token row (Kb * 4 + pad)
     int x16;            // x's rows are whole float4s (aligned, ldx % 4 == 0)
 };
-
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes)
-{
-    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-template <int N> __device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-// Staged x: chunk c (16 bytes: 4 floats, or after the split 8 bf16) of a
-// token row at chunk c ^ bit 3 of c: the fragment loads of 8 lanes (2
-// tokens x 4 column slots) then hit distinct banks (row pad: FP8 32
-// bytes, BF16 16).
-// MXFP4 (a lane's 32 columns: chunks 8 apart): bits 3-4 onto bits 0-1, row
-// pad 64 bytes.
-template <int QT> __device__ __forceinline__ int xsw(int c)
-{
-    return c ^ ((c >> 3) & (QT == QT_MXFP4 ? 3 : 1));
-}
-
-// A bf16 pair from two FP8 codes (the low 16 bits of b) times scale s.
-__device__ __forceinline__ uint32_t fp8x2_bf16x2(uint32_t b, float s)
-{
-    float2 f = half2f(e4m3x2_f16x2(b));
-    return __byte_perm(__float_as_uint(f.x * s), __float_as_uint(f.y * s), 0x7632);
-}
 
 __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b)
 {
@@ -258,19 +225,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
         int tok = i / (nc / 2), q = i - tok * (nc / 2);
         uint4 *p0 = (uint4 *)(xs + (size_t)tok * a.xst + xsw<QT>(2 * q) * 16);
         uint4 *p1 = (uint4 *)(xs + (size_t)tok * a.xst + xsw<QT>(2 * q + 1) * 16);
-        float4 u = *(const float4 *)p0, v = *(const float4 *)p1;
-        float f[8] = { u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w };
-        uint32_t hi[4], lo[4];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            // the pairs of the A fragments: MXFP4 columns e, e + 4
-            float f0 = FP4 ? f[e] : f[2 * e], f1 = FP4 ? f[e + 4] : f[2 * e + 1];
-            hi[e] = pack_bf16x2(f0, f1);
-            // f - hi is exact in float32
-            lo[e] = pack_bf16x2(f0 - bf16f(hi[e] & 0xffff), f1 - bf16f(hi[e] >> 16));
-        }
-        *p0 = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        if (SPLIT) *p1 = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        split_x8<QT, SPLIT>(p0, p1);
     }
     __syncthreads();
 
@@ -337,46 +292,14 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
                     }
                 }
         } else {
-#pragma unroll
-            for (int k = 0; k < KSTEPS; k++)
-#pragma unroll
-                for (int m = 0; m < 2; m++) {
-                    if (QT == QT_FP8) {
-                        uint32_t p = word(u[2 * m], k), q = word(u[2 * m + 1], k);
-                        A[k][m][0] = fp8x2_bf16x2(p, sc[2 * m]);
-                        A[k][m][1] = fp8x2_bf16x2(q, sc[2 * m + 1]);
-                        A[k][m][2] = fp8x2_bf16x2(p >> 16, sc[2 * m]);
-                        A[k][m][3] = fp8x2_bf16x2(q >> 16, sc[2 * m + 1]);
-                    } else {
-                        A[k][m][0] = word(u[2 * m], 2 * k);
-                        A[k][m][1] = word(u[2 * m + 1], 2 * k);
-                        A[k][m][2] = word(u[2 * m], 2 * k + 1);
-                        A[k][m][3] = word(u[2 * m + 1], 2 * k + 1);
-                    }
-                }
+            frag_a<QT>(u, sc, A);
         }
         // The slot is read (A came from it): the stage after the next ones there.
         issue();
         // The lane's 8-column groups of the stage: MXFP4 four (32
         // columns), FP8 two (16), BF16 one.
         int grp = (cw0 + s * STEP + t * SC) / 8;
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-            const uint8_t *xr = xt + (size_t)n * 8 * a.xst;
-#pragma unroll
-            for (int part = 0; part < (SPLIT ? 2 : 1); part++) {
-                uint4 b[SC / 8];
-#pragma unroll
-                for (int h = 0; h < SC / 8; h++)
-                    b[h] = *(const uint4 *)(xr + xsw<QT>(2 * (grp + h) + part) * 16);
-#pragma unroll
-                for (int k = 0; k < KSTEPS; k++) {
-                    uint32_t b0 = word(b[k / 2], 2 * (k % 2)), b1 = word(b[k / 2], 2 * (k % 2) + 1);
-#pragma unroll
-                    for (int m = 0; m < 2; m++) mma_bf16_16816(acc[m][n], A[k][m], b0, b1);
-                }
-            }
-        }
+        mma_stage<QT, NT, SPLIT, KSTEPS, SC>(acc, A, xt, a.xst, grp);
     }
     if (direct) {
         int rg = rg0 + i;
@@ -450,14 +373,6 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
             a.y[(long long)yrow[tok] * a.ldy + orow] =
                 MODE == SMM_SWIGLU ? swiglu1(v, v3, a.limit) : v;
     }
-}
-
-// A launch that could not start (no room for a cluster): its error cleared,
-// the caller's fallback runs instead.
-static bool smm_started(cudaError_t e)
-{
-    if (e != cudaSuccess) cudaGetLastError();
-    return e == cudaSuccess;
 }
 
 struct smm_plan {

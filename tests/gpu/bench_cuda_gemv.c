@@ -3,14 +3,14 @@
  * decoded token, synthetic weights in their stored format, at T = 1, 4
  * and 8 tokens; then the whole MoE op at T = 1 (router, 6 of 256 MXFP4
  * experts, FP8 shared expert).  `batch`: the same shapes at T = 16, 32
- * and 64 (decode batches), each on the tensor-core small-M kernel
- * (matmul_mma.cu) and on the path before it (LLM_CUDA_SMALL_MMA=0: the
- * GEMV in chunks of 8 tokens up to 63, cuBLASLt at 64), two backends in
- * one process.  Each measurement is a CUDA graph of 32 ops replayed 10
+ * and 64 (decode batches), each on the tensor-core small-M kernels
+ * (matmul_mma.cu and matmul_stream.cu, LLM_CUDA_SMALL_MMA=1 and 2) and on
+ * the path before them (LLM_CUDA_SMALL_MMA=0: the GEMV up to 16 tokens,
+ * cuBLASLt above), three backends in one process (`batch FILTER T,T,..`: those T only).  Each measurement is a CUDA graph of 32 ops replayed 10
  * times, the ops cycling over enough copies of the weights (>= 256 MB)
  * that every read comes from DRAM, not L2; GB/s counts the weight bytes
  * (codes + scales) only.
- *   build/tests/gpu/bench_cuda_gemv [filter | batch [filter]]
+ *   build/tests/gpu/bench_cuda_gemv [filter | batch [filter [T,T,...]]]
  * (filter: a substring of the names) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,29 +113,29 @@ static void bench_matmul(const char *name, enum qtype t, int rows, int cols, con
     mm_free(G, &c);
 }
 
-/* Decode batches: the small-M kernel (on `mma`) against the path before
- * it (on `old`), the same shape and T on each. */
-static void bench_batch(backend *mma, backend *old, const char *name, enum qtype t, int rows,
-                        int cols, const char *filter)
+/* Decode batches: the small-M kernels (on `mma`: matmul_mma.cu, x staged
+ * whole; on `stream`: matmul_stream.cu) against the path before them (on
+ * `old`), the same shape and T on each. */
+static void bench_batch(backend *const b[3], const char *name, enum qtype t, int rows, int cols,
+                        const char *filter, const int *Ts, int nT)
 {
     if (filter && !strstr(name, filter)) return;
     size_t bytes = wbytes(t, rows, cols);
-    backend *b[2] = { old, mma };
-    double s[2][3];
-    static const int Ts[] = { 16, 32, 64 };
-    for (int i = 0; i < 2; i++) {
+    double s[3][8];
+    for (int i = 0; i < 3; i++) {
         G = b[i];
         mm_ctx c = mm_setup(G, name, t, rows, cols, 64);
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < nT; k++) {
             c.T = Ts[k];
             s[i][k] = timed(mm_key(rows, cols, t, c.T), mm_run, &c);
         }
         mm_free(G, &c);
     }
-    for (int k = 0; k < 3; k++)
-        printf("batch %-12s %-5s %6d x %-6d T=%2d: before %8.2f us %6.0f GB/s, small-M mma "
-               "%8.2f us %6.0f GB/s (%.2fx)\n", name, fmt(t), rows, cols, Ts[k], s[0][k] * 1e6,
-               bytes / s[0][k] / 1e9, s[1][k] * 1e6, bytes / s[1][k] / 1e9, s[0][k] / s[1][k]);
+    for (int k = 0; k < nT; k++)
+        printf("batch %-12s %-5s %6d x %-6d T=%2d: before %8.2f us %6.0f GB/s, staged x %8.2f us "
+               "%6.0f GB/s, streamed x %8.2f us %6.0f GB/s (%.2fx before)\n", name, fmt(t), rows,
+               cols, Ts[k], s[0][k] * 1e6, bytes / s[0][k] / 1e9, s[1][k] * 1e6,
+               bytes / s[1][k] / 1e9, s[2][k] * 1e6, bytes / s[2][k] / 1e9, s[0][k] / s[2][k]);
 }
 
 /* The MoE op at T = 1 over 8 layers' worth of experts (each op another
@@ -219,14 +219,24 @@ int main(int argc, char **argv)
         return 1;
     }
     if (argc > 1 && !strcmp(argv[1], "batch")) {
-        const char *filter = argc > 2 ? argv[2] : NULL;
-        backend *old = gpu("0"), *mma = gpu("1");
+        const char *filter = argc > 2 && *argv[2] ? argv[2] : NULL;
+        int Ts[8] = { 16, 32, 64 }, nT = 3;
+        if (argc > 3) {
+            char *p = argv[3];
+            for (nT = 0; nT < 8 && *p; nT++) {
+                Ts[nT] = (int)strtol(p, &p, 10);
+                if (Ts[nT] < 1 || Ts[nT] > 64 || (*p && *p++ != ',')) {
+                    fprintf(stderr, "bench_cuda_gemv: T must be 1-64: %s\n", argv[3]);
+                    return 1;
+                }
+            }
+        }
+        backend *b[3] = { gpu("0"), gpu("1"), gpu("2") };
         for (size_t i = 0; i < NSHAPES; i++)
             if (strcmp(shapes[i].name, "gate"))     /* the router's gate stays float32 */
-                bench_batch(mma, old, shapes[i].name, shapes[i].t, shapes[i].rows,
-                            shapes[i].cols, filter);
-        old->destroy(old);
-        mma->destroy(mma);
+                bench_batch(b, shapes[i].name, shapes[i].t, shapes[i].rows, shapes[i].cols,
+                            filter, Ts, nT);
+        for (int i = 0; i < 3; i++) b[i]->destroy(b[i]);
         return 0;
     }
     const char *filter = argc > 1 ? argv[1] : NULL;

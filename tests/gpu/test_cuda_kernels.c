@@ -60,7 +60,8 @@
  * Decode batches of 9-64 tokens with FP8 or BF16 weights run on tensor
  * cores in every mode but f32 (matmul_mma.cu; the backends here set
  * LLM_CUDA_SMALL_MMA=1: wherever it can run, not only where it was
- * measured faster; views it cannot take run on the GEMV): below 64 tokens x split in two bf16 parts in every such mode,
+ * measured faster; views it cannot take run on the GEMV; the same cases
+ * again on matmul_stream.cu, LLM_CUDA_SMALL_MMA=2): below 64 tokens x split in two bf16 parts in every such mode,
  * so the bf16x2 bound above (u = 2^-16) against the CPU's float32 product
  * (fp8 too: its reference quantizes nothing below 64 tokens); at 64 the
  * mode's own numerics and bound (bf16: x rounded once; fp8: act_quant(x),
@@ -97,6 +98,9 @@
 #define GEMV_MAX_T 16           /* backend_cuda.cuh: dense matmuls on the GEMV up to this many */
 
 static backend *C, *G;
+/* per GEMM mode: LLM_CUDA_SMALL_MMA=2, decode batches' matmuls with x
+ * streamed (matmul_stream.cu) wherever that kernel runs */
+static backend *G_stream[4];
 /* bf16x2 with LLM_CUDA_MOE_MMA=0: decode batches' expert tiles on the
  * GEMV; with LLM_CUDA_MOE_MMA_BLOCKS=1: on tensor cores, one block an SM */
 static backend *G_tiles_gemv, *G_tiles_1sm;
@@ -504,39 +508,53 @@ static void test_matmul(void)
         mm_case(what, &o, &go, 20);
         mm_case(what, &o, &go, 65);
         /* decode batches of 9-64 tokens: FP8 and BF16 on tensor cores
-         * (matmul_mma.cu) outside f32 mode, the others and f32 on the
+         * (matmul_mma.cu, then on the backend with x streamed:
+         * matmul_stream.cu) outside f32 mode, the others and f32 on the
          * GEMV; views from inside the 128x128 blocks, a column origin off
          * the blocks but on 16 bytes, the unaligned view (the GEMV's),
          * row and column tails; x rows not 16-byte aligned at T % 3 == 0 */
-        if (t == QT_FP8 || t == QT_BF16) {
-            int Tb[] = { 9, 16, 31, 32, 33, 48, 63, 64 };
+        backend *kern[2] = { G, gemm_mode == GEMM_F32 ? NULL : G_stream[gemm_mode] };
+        for (int ki = 0; ki < 2 && (t == QT_FP8 || t == QT_BF16) && kern[ki]; ki++) {
+            backend *keep = G;
+            G = kern[ki];
+            const char *k = ki ? ", x streamed" : "";
+            int Tb[] = { 9, 16, 17, 31, 32, 33, 48, 63, 64 };
             qweight ov = qweight_view(&big, 3, 77, 48, 400), gov = up(&ov);
-            for (size_t k = 0; k < sizeof Tb / sizeof Tb[0]; k++) {
-                snprintf(what, sizeof what, "%s 300x512 (batch)", tname(t));
-                mm_case(what, &w, &g, Tb[k]);
-                snprintf(what, sizeof what, "%s shard rows 130+200 cols 256+320 (batch)", tname(t));
-                mm_case(what, &v, &gv, Tb[k]);
-                snprintf(what, sizeof what, "%s shard rows 128+256 cols 256+512 (batch)", tname(t));
-                mm_case(what, &av, &gav, Tb[k]);
-                snprintf(what, sizeof what, "%s sub-view of a shard (batch)", tname(t));
-                mm_case(what, &sv, &sg, Tb[k]);
-                snprintf(what, sizeof what, "%s view rows 3+77 cols 48+400 (batch)", tname(t));
-                mm_case(what, &ov, &gov, Tb[k]);
-                snprintf(what, sizeof what, "%s unaligned view (batch)", tname(t));
-                mm_case(what, &o, &go, Tb[k]);
+            for (size_t i = 0; i < sizeof Tb / sizeof Tb[0]; i++) {
+                snprintf(what, sizeof what, "%s 300x512 (batch%s)", tname(t), k);
+                mm_case(what, &w, &g, Tb[i]);
+                snprintf(what, sizeof what, "%s shard rows 130+200 cols 256+320 (batch%s)",
+                         tname(t), k);
+                mm_case(what, &v, &gv, Tb[i]);
+                snprintf(what, sizeof what, "%s shard rows 128+256 cols 256+512 (batch%s)",
+                         tname(t), k);
+                mm_case(what, &av, &gav, Tb[i]);
+                snprintf(what, sizeof what, "%s sub-view of a shard (batch%s)", tname(t), k);
+                mm_case(what, &sv, &sg, Tb[i]);
+                snprintf(what, sizeof what, "%s view rows 3+77 cols 48+400 (batch%s)", tname(t), k);
+                mm_case(what, &ov, &gov, Tb[i]);
+                snprintf(what, sizeof what, "%s unaligned view (batch%s)", tname(t), k);
+                mm_case(what, &o, &go, Tb[i]);
             }
             /* V4-Flash rank shapes: columns over a cluster of 8 blocks
-             * (4096), 4096 rows of 1024 columns, a short BF16 matrix */
+             * (4096), 4096 rows of 1024 columns, a short BF16 matrix, a
+             * tall one (one block along the columns) */
             qweight r1 = make_w(t, 1024, 4096), r2 = make_w(t, 4096, 1024);
-            qweight r3 = make_w(t, 256, 4096);
-            qweight gr1 = up(&r1), gr2 = up(&r2), gr3 = up(&r3);
-            snprintf(what, sizeof what, "%s 1024x4096", tname(t));
+            qweight r3 = make_w(t, 256, 4096), r4 = make_w(t, 8192, 256);
+            qweight gr1 = up(&r1), gr2 = up(&r2), gr3 = up(&r3), gr4 = up(&r4);
+            snprintf(what, sizeof what, "%s 1024x4096%s", tname(t), k);
             mm_case(what, &r1, &gr1, 32);
             mm_case(what, &r1, &gr1, 64);
-            snprintf(what, sizeof what, "%s 4096x1024", tname(t));
+            snprintf(what, sizeof what, "%s 4096x1024%s", tname(t), k);
             mm_case(what, &r2, &gr2, 33);
-            snprintf(what, sizeof what, "%s 256x4096", tname(t));
+            mm_case(what, &r2, &gr2, 64);
+            snprintf(what, sizeof what, "%s 256x4096%s", tname(t), k);
             mm_case(what, &r3, &gr3, 16);
+            mm_case(what, &r3, &gr3, 24);
+            snprintf(what, sizeof what, "%s 8192x256%s", tname(t), k);
+            mm_case(what, &r4, &gr4, 20);
+            mm_case(what, &r4, &gr4, 64);
+            G = keep;
         }
         /* GEMV shapes: few rows of long columns (one row per warp, the
          * columns split over warps); x in several shared-memory tiles */
@@ -2073,6 +2091,10 @@ static void indexer_cases(backend *gf, backend *g_idx0)
     test_indexer(4, 64, 128, 512, 1048575, 1, KV_FP8, 0);      /* 262,143 entries */
 }
 
+/* The small-M kernel of decode batches' matmuls the backends made next
+ * take (LLM_CUDA_SMALL_MMA): 1, matmul_mma.cu; 2, matmul_stream.cu. */
+static const char *small_mma_kernel = "1";
+
 /* A backend on device 0 whose prefill GEMMs are `gemm` (LLM_CUDA_GEMM). */
 static backend *gpu_backend(const char *gemm, const char *attn_tokens)
 {
@@ -2081,7 +2103,7 @@ static backend *gpu_backend(const char *gemm, const char *attn_tokens)
     backend_modes modes = BACKEND_MODES_DEFAULT;   /* LLM_CUDA_* override */
     setenv("LLM_CUDA_GEMM", gemm, 1);
     setenv("LLM_CUDA_ATTN_TOKENS", attn_tokens, 1);
-    setenv("LLM_CUDA_SMALL_MMA", "1", 1);  /* the tensor-core kernel wherever it can run */
+    setenv("LLM_CUDA_SMALL_MMA", small_mma_kernel, 1);     /* wherever that kernel can run */
     if (backend_modes_env(&modes, err, sizeof err)
         || backend_cuda_new_group(1, &modes, one, err, sizeof err)) {
         ok(0, "CUDA backend with LLM_CUDA_GEMM=%s LLM_CUDA_ATTN_TOKENS=%s: %s", gemm,
@@ -2114,7 +2136,7 @@ static void bad_switches(void)
         { "LLM_CUDA_HC_SPLIT", "2" },       { "LLM_CUDA_HC_MANY_MIN_T", "0" },
         { "LLM_CUDA_HC_MANY_MIN_T", "65" }, { "LLM_CUDA_GEMV_ROWS", "3" },
         { "LLM_CUDA_GEMV_ROWS", "16" },     { "LLM_CUDA_GEMV_TOKENS", "3" },
-        { "LLM_CUDA_ATTN_MMA_MIN_T", "-1" },
+        { "LLM_CUDA_ATTN_MMA_MIN_T", "-1" }, { "LLM_CUDA_SMALL_MMA", "3" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
@@ -2243,7 +2265,10 @@ static void attention_decode_mma_cases(backend *gd)
 static void destroy_backends(backend **g, backend **g1)
 {
     if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
-    for (int m = 0; m < 4; m++) g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
+    for (int m = 0; m < 4; m++) {
+        g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
+        if (G_stream[m]) G_stream[m]->destroy(G_stream[m]);
+    }
     C->destroy(C);
     C8->destroy(C8);
 }
@@ -2279,6 +2304,10 @@ int main(int argc, char **argv)
     for (int m = 0; m < 4; m++)
         if (!(g[m] = gpu_backend(gemm_names[m], "2")) || !(g1[m] = gpu_backend(gemm_names[m], "1")))
             return exit_status();
+    small_mma_kernel = "2";
+    for (int m = GEMM_BF16; m <= GEMM_FP8; m++)
+        if (!(G_stream[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
+    small_mma_kernel = "1";
     /* gd[m]: decode attention on tensor cores from one token (bf16, bf16x2) */
     setenv("LLM_CUDA_ATTN_MMA_MIN_T", "1", 1);
     backend *gd[2] = { gpu_backend("bf16", "2"), gpu_backend("bf16x2", "2") };

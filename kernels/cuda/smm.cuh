@@ -1,0 +1,128 @@
+// Pieces shared by the small-M tensor-core matmuls of decode batches
+// (matmul_mma.cu: x staged whole per block; matmul_stream.cu: x streamed
+// with the weights): asynchronous copies, the staged x's layout and its
+// split into two bf16 parts, FP8 and BF16 weights as mma A fragments, and
+// one stage's products.  The fragment scheme is matmul_mma.cu's header:
+// lane (g, t) copies 16 bytes of rows g and g + 8 of each m-tile, and the
+// mma's k slots {2t, 2t+1, 2t+8, 2t+9} of step s take its columns
+// {SC t + 4s .. SC t + 4s + 3} (SC = 16 FP8 / 8 BF16 columns a lane).
+#pragma once
+
+#include "kernels.cuh"
+#include "mma.cuh"
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes)
+{
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Staged x: chunk c (16 bytes: 4 floats, or after the split 8 bf16) of a
+// token row at chunk c ^ bit 3 of c: the fragment loads of 8 lanes (2
+// tokens x 4 column slots) then hit distinct banks (row pad: FP8 32
+// bytes, BF16 16; rows a multiple of 128 bytes before the pad).
+// MXFP4 (a lane's 32 columns: chunks 8 apart): bits 3-4 onto bits 0-1, row
+// pad 64 bytes.
+template <int QT> __device__ __forceinline__ int xsw(int c)
+{
+    return c ^ ((c >> 3) & (QT == QT_MXFP4 ? 3 : 1));
+}
+
+// The 8 columns of chunks p0, p1 (float32) split in place: hi = bf16(x)
+// in p0, lo = bf16(x - hi) in p1 (unsplit: p0 only), as bf16 pairs in
+// the A fragments' column order (MXFP4: columns e, e + 4; else 2e, 2e + 1).
+template <int QT, bool SPLIT> __device__ __forceinline__ void split_x8(uint4 *p0, uint4 *p1)
+{
+    constexpr bool FP4 = QT == QT_MXFP4;
+    float4 u = *(const float4 *)p0, v = *(const float4 *)p1;
+    float f[8] = { u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w };
+    uint32_t hi[4], lo[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float f0 = FP4 ? f[e] : f[2 * e], f1 = FP4 ? f[e + 4] : f[2 * e + 1];
+        hi[e] = pack_bf16x2(f0, f1);
+        // f - hi is exact in float32
+        lo[e] = pack_bf16x2(f0 - bf16f(hi[e] & 0xffff), f1 - bf16f(hi[e] >> 16));
+    }
+    *p0 = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    if (SPLIT) *p1 = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+}
+
+// A bf16 pair from two FP8 codes (the low 16 bits of b) times scale s.
+__device__ __forceinline__ uint32_t fp8x2_bf16x2(uint32_t b, float s)
+{
+    float2 f = half2f(e4m3x2_f16x2(b));
+    return __byte_perm(__float_as_uint(f.x * s), __float_as_uint(f.y * s), 0x7632);
+}
+
+// A fragments [k step][m-tile][4] of one stage from a lane's four 16-byte
+// copies u (rows g, g + 8 of m-tile 0, then of m-tile 1), FP8 times the
+// rows' block scales sc, or BF16.
+template <int QT>
+__device__ __forceinline__ void frag_a(const uint4 (&u)[4], const float (&sc)[4],
+                                       uint32_t (&A)[QT == QT_BF16 ? 2 : 4][2][4])
+{
+    constexpr int KSTEPS = QT == QT_BF16 ? 2 : 4;
+#pragma unroll
+    for (int k = 0; k < KSTEPS; k++)
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            if (QT == QT_FP8) {
+                uint32_t p = word(u[2 * m], k), q = word(u[2 * m + 1], k);
+                A[k][m][0] = fp8x2_bf16x2(p, sc[2 * m]);
+                A[k][m][1] = fp8x2_bf16x2(q, sc[2 * m + 1]);
+                A[k][m][2] = fp8x2_bf16x2(p >> 16, sc[2 * m]);
+                A[k][m][3] = fp8x2_bf16x2(q >> 16, sc[2 * m + 1]);
+            } else {
+                A[k][m][0] = word(u[2 * m], 2 * k);
+                A[k][m][1] = word(u[2 * m + 1], 2 * k);
+                A[k][m][2] = word(u[2 * m], 2 * k + 1);
+                A[k][m][3] = word(u[2 * m + 1], 2 * k + 1);
+            }
+        }
+}
+
+// acc[m][n] += the stage's products: A (KSTEPS k steps of 16 columns) times
+// staged x, token g of n-tile 0 at xt, rows xst bytes apart, the lane's
+// columns from 8-column group grp on (SC / 8 groups: chunks 2 grp + part).
+// Each group's x loaded for every n-tile first, so that consecutive mmas
+// go to 2 NT different sums (a sum's own mmas depend on each other); each
+// sum still takes its products in k order, part by part.
+template <int QT, int NT, bool SPLIT, int KSTEPS, int SC>
+__device__ __forceinline__ void mma_stage(float (&acc)[2][NT][4], const uint32_t (&A)[KSTEPS][2][4],
+                                          const uint8_t *xt, int xst, int grp)
+{
+#pragma unroll
+    for (int part = 0; part < (SPLIT ? 2 : 1); part++)
+#pragma unroll
+        for (int h = 0; h < SC / 8; h++) {
+            uint4 b[NT];
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+                b[n] = *(const uint4 *)(xt + (size_t)n * 8 * xst + xsw<QT>(2 * (grp + h) + part) * 16);
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++)
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int m = 0; m < 2; m++)
+                        mma_bf16_16816(acc[m][n], A[2 * h + kk][m], word(b[n], 2 * kk),
+                                       word(b[n], 2 * kk + 1));
+        }
+}
+
+// A launch that could not start (no room for a cluster): its error cleared,
+// the caller's fallback runs instead.
+static inline bool smm_started(cudaError_t e)
+{
+    if (e != cudaSuccess) cudaGetLastError();
+    return e == cudaSuccess;
+}
