@@ -98,10 +98,10 @@ static inline int fixture_logits(const char *dir, const v4_options *o, bool incr
         int V = *vocab = v4_model_config(m)->vocab_size;
         if (bytes_per_token) *bytes_per_token = v4_cache_bytes_per_token(m);
         int first = incremental ? n / 2 : n;
-        v4_step_item it = { s, ids, first, out, true };
+        v4_step_item it = { s, ids, first, out, true, NULL };
         rc = first ? v4_step(m, &it, 1, &err) : 0;
         for (int t = first; t < n && !rc; t++) {
-            it = (v4_step_item){ s, ids + t, 1, out + (size_t)t * V, false };
+            it = (v4_step_item){ s, ids + t, 1, out + (size_t)t * V, false, NULL };
             rc = v4_step(m, &it, 1, &err);
         }
         v4_seq_free(m, s);

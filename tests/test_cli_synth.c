@@ -61,7 +61,7 @@ int main(void)
         for (int i = 0; i < 16; i++) ids[i] = (i * 37 + 5) % c->vocab_size;
         float *logits = malloc(c->vocab_size * sizeof *logits);
         v4_seq *s = v4_seq_new(m, &e);
-        v4_step_item it = { s, ids, 16, logits, false };
+        v4_step_item it = { s, ids, 16, logits, false, NULL };
         is_int(v4_step(m, &it, 1, &e), 0, "a 16-token step runs");
         int bad = 0;
         double ss = 0;

@@ -67,13 +67,13 @@ static int direct_greedy(v4_model *m, const int32_t *prompt, int n, int steps, i
     v4_seq *s = v4_seq_new(m, &err);
     int vocab = v4_model_config(m)->vocab_size;
     float *logits = malloc(sizeof(float) * (size_t)vocab);
-    v4_step_item it = { s, prompt, n, logits, false };
+    v4_step_item it = { s, prompt, n, logits, false, NULL };
     int rc = v4_step(m, &it, 1, &err);
     for (int t = 0; t < steps && rc == 0; t++) {
         int best = 0;
         for (int i = 1; i < vocab; i++) if (logits[i] > logits[best]) best = i;
         out[t] = best;
-        v4_step_item next = { s, &out[t], 1, logits, false };
+        v4_step_item next = { s, &out[t], 1, logits, false, NULL };
         if (t + 1 < steps) rc = v4_step(m, &next, 1, &err);
     }
     if (rc) diag("direct forward: %s", err.data);

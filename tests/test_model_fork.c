@@ -22,7 +22,7 @@
 static int prefill(v4_model *m, v4_seq *s, const int32_t *ids, float *logits, strbuf *err)
 {
     for (int at = 0; at < PROMPT; at += CHUNK) {
-        v4_step_item it = { s, ids + at, CHUNK, logits, false };
+        v4_step_item it = { s, ids + at, CHUNK, logits, false, NULL };
         if (v4_step(m, &it, 1, err)) return -1;
     }
     return 0;
@@ -64,8 +64,8 @@ static void run(const char *dtype)
     bool same_ac = true, same_bc = true;
     int32_t next = ids[PROMPT - 1];
     for (int t = 0; t < DECODE && setup; t++) {
-        v4_step_item it[3] = { { a, &next, 1, la, false }, { b, &next, 1, lb, false },
-                               { c, &next, 1, lc, false } };
+        v4_step_item it[3] = { { a, &next, 1, la, false, NULL }, { b, &next, 1, lb, false, NULL },
+                               { c, &next, 1, lc, false, NULL } };
         if (v4_step(m, it, 3, &err)) { ok(0, "decode: %s", err.data); break; }
         same_ac = same_ac && !memcmp(la, lc, sizeof(float) * (size_t)vocab);
         same_bc = same_bc && !memcmp(lb, lc, sizeof(float) * (size_t)vocab);

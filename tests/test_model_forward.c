@@ -368,7 +368,7 @@ static int run_chunks(v4_model *m, const int *chunks, int nchunks, float *out)
     while (s && t < N && !rc) {
         int n = chunks[k++ % nchunks];
         if (n > N - t) n = N - t;
-        v4_step_item it = { s, ids + t, n, out + (size_t)t * V, true };
+        v4_step_item it = { s, ids + t, n, out + (size_t)t * V, true, NULL };
         rc = v4_step(m, &it, 1, &err);
         t += n;
     }
@@ -424,6 +424,97 @@ int main(void)
     spec.ratios[0] = 4, spec.ratios[1] = 16, spec.ratios[2] = 0, spec.ratios[3] = 4;
     run_case(&spec, "variant");
     return exit_status();
+}
+
+/* The sampler's greedy rule: the lowest id among equal maxima, NaN
+ * never, 0 when nothing is above -inf. */
+static int32_t greedy_of(const float *x, int V)
+{
+    float best = -INFINITY;
+    int32_t at = 0;
+    for (int i = 0; i < V; i++)
+        if (x[i] > best) best = x[i], at = i;
+    return at;
+}
+
+/* Items that take only the greedy choice (v4_step_item.argmax) beside
+ * items that take logits, in one step: each choice is the greedy rule on
+ * the logits the same step gives when every item takes them (same
+ * batch, so the same bits), the logits items' rows unchanged; then a
+ * decode step of argmax items only; bad items refused. */
+static void argmax_items(v4_model *m, int tp)
+{
+    int V = m->cfg.vocab_size;
+    strbuf err;
+    sb_init(&err);
+    const int n[3] = { 5, 7, 3 };
+    float *lg = calloc((size_t)6 * V, sizeof *lg), *ref = calloc((size_t)6 * V, sizeof *ref);
+    int32_t k[3] = { -1, -1, -1 }, next[3];
+    bool pass = true;
+    for (int round = 0; round < 2 && pass; round++) {     /* 0: reference, 1: argmax for 1 */
+        v4_seq *s[3];
+        for (int i = 0; i < 3; i++) s[i] = v4_seq_new(m, &err);
+        if (!s[0] || !s[1] || !s[2]) {
+            ok(0, "tp %d: three sequences: %s", tp, err.data ? err.data : "");
+            pass = false;
+            break;
+        }
+        float *out = round ? lg : ref;
+        v4_step_item it[3];
+        for (int i = 0; i < 3; i++)
+            it[i] = (v4_step_item){ s[i], ids + 2 * i, n[i], out + (size_t)i * V, false, NULL };
+        if (round) it[1].logits = NULL, it[1].argmax = &k[1];
+        int rc = v4_step(m, it, 3, &err);
+        for (int i = 0; i < 3; i++) next[i] = ids[20 + i];
+        /* decode: every item argmax in round 1 */
+        for (int i = 0; i < 3 && !rc; i++) {
+            it[i] = (v4_step_item){ s[i], &next[i], 1, out + (size_t)(3 + i) * V, false, NULL };
+            if (round) it[i].logits = NULL, it[i].argmax = &k[i];
+        }
+        if (!rc) rc = v4_step(m, it, 3, &err);
+        ok(rc == 0, "tp %d: argmax round %d steps: %s", tp, round, rc ? err.data : "ok");
+        pass = rc == 0;
+        for (int i = 0; i < 3; i++) v4_seq_free(m, s[i]);
+        if (!round) continue;
+        /* the prefill step's logits items and argmax item */
+        ok(!memcmp(lg, ref, (size_t)V * sizeof *lg) &&
+           !memcmp(lg + 2 * V, ref + 2 * V, (size_t)V * sizeof *lg),
+           "tp %d: logits items beside an argmax item get the same logits", tp);
+    }
+    if (pass) {
+        /* round 1's k[] hold the decode step's choices; the prefill one
+         * (k[1] of the first step) was overwritten: compare the decode's */
+        bool same = true;
+        for (int i = 0; i < 3; i++) same &= k[i] == greedy_of(ref + (size_t)(3 + i) * V, V);
+        ok(same, "tp %d: a decode step's argmax items = the greedy rule on its logits "
+           "(%d %d %d)", tp, k[0], k[1], k[2]);
+    }
+    /* a prefill chunk alone: its argmax against its logits */
+    v4_seq *a = v4_seq_new(m, &err);
+    int32_t k1 = -1;
+    v4_step_item one = { a, ids + 2, n[1], ref, false, NULL };
+    int rc = a ? v4_step(m, &one, 1, &err) : -1;
+    v4_seq_free(m, a);
+    a = v4_seq_new(m, &err);
+    one = (v4_step_item){ a, ids + 2, n[1], NULL, false, &k1 };
+    rc = rc || !a ? -1 : v4_step(m, &one, 1, &err);
+    ok(!rc && k1 == greedy_of(ref, V),
+       "tp %d: a prefill chunk's argmax = the greedy rule on its last row (%d)", tp, k1);
+    v4_seq_free(m, a);
+    a = v4_seq_new(m, &err);
+    one = (v4_step_item){ a, ids, 3, NULL, true, &k1 };
+    sb_reset(&err);
+    rc = v4_step(m, &one, 1, &err);
+    ok(rc < 0 && strstr(err.data, "argmax only"),
+       "tp %d: argmax with every row's logits is refused: %s", tp, err.data);
+    one = (v4_step_item){ a, ids, 3, NULL, false, NULL };
+    sb_reset(&err);
+    rc = v4_step(m, &one, 1, &err);
+    ok(rc < 0 && strstr(err.data, "argmax slot"),
+       "tp %d: an item with neither logits nor argmax is refused: %s", tp, err.data);
+    v4_seq_free(m, a);
+    free(lg), free(ref);
+    sb_free(&err);
 }
 
 static void run_case(const synth_spec *sp, const char *name)
@@ -490,7 +581,7 @@ static void run_case(const synth_spec *sp, const char *name)
             for (int i = 0; i < 3; i++) {
                 int k = want[i] < N - pos[i] ? want[i] : N - pos[i];
                 if (k <= 0) continue;
-                it[n++] = (v4_step_item){ s[i], ids + pos[i], k, out[i] + (size_t)pos[i] * V, true };
+                it[n++] = (v4_step_item){ s[i], ids + pos[i], k, out[i] + (size_t)pos[i] * V, true, NULL };
                 pos[i] += k;
             }
             bad = v4_step(m, it, n, &err);
@@ -509,7 +600,7 @@ static void run_case(const synth_spec *sp, const char *name)
     {
         v4_seq *s = v4_seq_new(m, &err);
         float *last = malloc(V * sizeof *last);
-        v4_step_item it = { s, ids, N, last, false };
+        v4_step_item it = { s, ids, N, last, false, NULL };
         v4_step(m, &it, 1, &err);
         ok(!memcmp(last, full + (size_t)(N - 1) * V, V * sizeof *last),
            "last-position logits equal the last row of the full pass");
@@ -545,8 +636,8 @@ static void run_case(const synth_spec *sp, const char *name)
         int64_t free_blocks = ci.blocks_total - ci.blocks_used;
         int32_t *big = calloc((size_t)(free_blocks + 1) * ci.block_tokens, sizeof *big);
         float *lg = malloc(V * sizeof *lg);
-        v4_step_item it[2] = { { a, ids, 5, lg, false },
-                               { b, big, (int)((free_blocks) * ci.block_tokens), lg, false } };
+        v4_step_item it[2] = { { a, ids, 5, lg, false, NULL },
+                               { b, big, (int)((free_blocks) * ci.block_tokens), lg, false, NULL } };
         sb_reset(&err);
         int rc = v4_step(m, it, 2, &err);
         v4_cache_info_get(m, &ci);
@@ -567,8 +658,8 @@ static void run_case(const synth_spec *sp, const char *name)
         sb_reset(&err);
         ok(v4_seq_reserve(m, a, 2 * ci.block_tokens, &err) < 0 && strstr(err.data, "2 blocks needed"),
            "a reservation that does not fit fails whole: %s", msg(&err));
-        it[0] = (v4_step_item){ a, ids, 5, lg, false };
-        it[1] = (v4_step_item){ b, ids, 7, lg, false };
+        it[0] = (v4_step_item){ a, ids, 5, lg, false, NULL };
+        it[1] = (v4_step_item){ b, ids, 7, lg, false, NULL };
         v4_cache_info_get(m, &ci);
         int64_t used = ci.blocks_used;
         rc = v4_step(m, it, 2, &err);
@@ -585,12 +676,13 @@ static void run_case(const synth_spec *sp, const char *name)
         v4_seq_free(m, a), v4_seq_free(m, b), v4_seq_free(m, c);
         free(big), free(lg);
     }
+    argmax_items(m, 1);
     v4_model_free(m);
 
     /* TP=2 and TP=4 (more ranks than output groups: some hold no heads)
      * against TP=1, full and incremental. */
     for (int tp = 2; tp <= 4; tp += 2) {
-        m = load(tp, 1, N);
+        m = load(tp, 3, 4 * N);
         ok(m != NULL, "tp %d loads", tp);
         if (!m) continue;
         run_chunks(m, all, 1, other);
@@ -599,6 +691,7 @@ static void run_case(const synth_spec *sp, const char *name)
         run_chunks(m, halves, 2, other);
         re = rel_errf(other, full, NV, &ma);
         ok(re < 1e-5, "tp %d incremental = tp 1 (rel %.2g)", tp, re);
+        argmax_items(m, tp);
         v4_model_free(m);
     }
     free(full), free(other), free(ref);

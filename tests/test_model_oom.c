@@ -57,7 +57,7 @@ static int step(v4_model *m, int T, float *logits, strbuf *err)
     for (int i = 0; i < T; i++) ids[i] = (int32_t)((i * 7 + 3) % 3919);
     sb_reset(err);
     v4_seq *s = v4_seq_new(m, err);
-    v4_step_item it = { s, ids, T, logits, false };
+    v4_step_item it = { s, ids, T, logits, false, NULL };
     int rc = s ? v4_step(m, &it, 1, err) : -100;
     v4_seq_free(m, s);
     __libc_free(ids);

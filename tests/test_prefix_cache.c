@@ -92,7 +92,7 @@ static int feed(v4_model *m, v4_seq *s, const int32_t *prompt, int from, int n, 
     int rc = 0;
     for (int at = from; at < n && !rc;) {
         int k = v4_seq_prefix_chunk(m, s, n - at < chunk ? n - at : chunk);
-        v4_step_item it = { s, prompt + at, k, logits, false };
+        v4_step_item it = { s, prompt + at, k, logits, false, NULL };
         rc = v4_step(m, &it, 1, &err);
         if (rc) diag("step: %s", err.data);
         at += k;
@@ -138,7 +138,7 @@ static float *run(v4_model *m, const int32_t *prompt, int n, bool attach, int64_
         float *prev = out + (size_t)t * vocab;
         int32_t next = 0;
         for (int i = 1; i < vocab; i++) if (prev[i] > prev[next]) next = i;
-        v4_step_item it = { s, &next, 1, prev + vocab, false };
+        v4_step_item it = { s, &next, 1, prev + vocab, false, NULL };
         if (v4_step(m, &it, 1, &err)) { free(out); out = NULL; }
     }
     if (keep) *keep = s;
@@ -319,7 +319,7 @@ static void sharing_under_eviction(int tp)
     sb_init(&err);
     float *lb = malloc(sizeof(float) * (size_t)vocab), *lc = malloc(sizeof(float) * (size_t)vocab);
     int32_t t = 7;
-    v4_step_item it[2] = { { b, &t, 1, lb, false }, { c, &t, 1, lc, false } };
+    v4_step_item it[2] = { { b, &t, 1, lb, false, NULL }, { c, &t, 1, lc, false, NULL } };
     bool stepped = b && c && v4_step(m, it, 2, &err) == 0;
     /* the cold engine: the same prompts, decode tokens and the extra one */
     bool match = stepped && wb && wc;

@@ -297,5 +297,37 @@ int main(void)
         stop_free(&m);
         sb_free(&out);
     }
+    /* greedy_only: the argmax of the raw logits and nothing else (the
+     * runner then takes the model's device-side argmax); sampler_record
+     * counts that token as sampling would (the frequency penalty sees it) */
+    {
+        sampling_params g;
+        sampling_params_default(&g);
+        g.temperature = 0;
+        sampler *s = sampler_new(&g, 4, NULL, 0);
+        ok(sampler_greedy_only(s), "greedy without penalties, bias or logprobs is greedy_only");
+        sampler_free(s);
+        int32_t bid = 1;
+        float bv = 1;
+        sampling_params v[5];
+        for (int i = 0; i < 5; i++) v[i] = g;
+        v[0].temperature = 0.5f, v[1].top_logprobs = 0, v[2].frequency_penalty = 0.5f;
+        v[3].repetition_penalty = 1.1f, v[4].bias_id = &bid, v[4].bias = &bv, v[4].n_bias = 1;
+        bool none = true;
+        for (int i = 0; i < 5; i++) {
+            s = sampler_new(&v[i], 4, NULL, 0);
+            none &= !sampler_greedy_only(s);
+            sampler_free(s);
+        }
+        ok(none, "temperature, logprobs, penalties or a bias: not greedy_only");
+        g.frequency_penalty = 10;
+        s = sampler_new(&g, 4, NULL, 0);
+        sampler_record(s, 2);
+        float lg[4] = { 0, 0, 5, 0 };
+        sample_result r2;
+        sampler_sample(s, lg, &r2);
+        ok(r2.token == 0, "a recorded token is penalized as a sampled one (got %d)", r2.token);
+        sampler_free(s);
+    }
     return exit_status();
 }

@@ -1,7 +1,7 @@
 /* llm-engine bench --model DIR | --synthetic CONFIG.json
  *                  [--backend cpu|cuda] [--tp N] [--threads N]
  *                  [--prompt N | --prompts N,N,...] [--batch B,B,...]
- *                  [--chunk N] [--decode N]
+ *                  [--chunk N] [--decode N] [--logits argmax|copy]
  *                  [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U]
  *                  [--kv-cache-dtype auto|bf16|fp8]
  *                  [--prefix-repeat NEW [--rounds R] [--kv-offloading-size GIB]]
@@ -13,7 +13,12 @@
  * length, decode together (one step carries a token of each): aggregate
  * tokens/s, ms/token per sequence, and the bandwidth floor of the bytes a
  * step reads (weights once, the routed experts being the expected union
- * of the batch's choices, and every sequence's cache).  --synthetic builds random weights of the
+ * of the batch's choices, and every sequence's cache).  --logits: what a
+ * decode step hands back, `argmax` (default) each sequence's greedy choice
+ * found on the device, as a greedy request's step, or `copy` every
+ * sequence's logits row to the host, as a sampled request's step (the
+ * decode numbers before 2026-12-02's ninth session).  The tokens fed stay
+ * pseudo-random either way.  --synthetic builds random weights of the
  * config's exact shapes and dtypes on the GPUs (no files; cuda only).
  * Prints a table with load time, memory, cache capacity at 128K/384K/1M
  * positions, and roofline fractions: prefill FLOPs per GPU-second over
@@ -170,7 +175,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: llm-engine bench --model DIR | --synthetic CONFIG.json "
             "[--backend cpu|cuda] [--tp N] [--threads N] [--prompt N | --prompts N,N,...] "
-            "[--batch B,B,...] [--chunk N] [--decode N] [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U] "
+            "[--batch B,B,...] [--chunk N] [--decode N] [--logits argmax|copy] [--peak-gbs X] [--peak-tflops Y] [--gpu-memory-utilization U] "
             "[--kv-cache-dtype auto|bf16|fp8] "
             "[--prefix-repeat NEW [--rounds R] [--kv-offloading-size GIB]]\n");
     return 2;
@@ -189,6 +194,7 @@ int cmd_bench(int argc, char **argv)
     int batches[8] = { 1 }, nbatches = 1;
     double peak_gbs = 4300, peak_tflops = 788, host_gib = 4;
     int repeat = 0, rounds = 3;
+    bool copy_logits = false;
     v4_options opt = { .tp = 1, .log = load_log };
     if (argc % 2 == 0) return usage();
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -202,6 +208,8 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(a, "--batch")) nbatches = parse_list(v, batches, 8);
         else if (!strcmp(a, "--decode")) decode = atoi(v);
         else if (!strcmp(a, "--chunk")) chunk = atoi(v);
+        else if (!strcmp(a, "--logits") && (!strcmp(v, "copy") || !strcmp(v, "argmax")))
+            copy_logits = !strcmp(v, "copy");
         else if (!strcmp(a, "--backend")) opt.backend = v;
         else if (!strcmp(a, "--peak-gbs")) peak_gbs = atof(v);
         else if (!strcmp(a, "--peak-tflops")) peak_tflops = atof(v);
@@ -257,6 +265,7 @@ int cmd_bench(int argc, char **argv)
     }
 
     int32_t *ids = malloc(maxp * sizeof *ids), *dec = malloc(maxb * sizeof *dec);
+    int32_t *amax = malloc(maxb * sizeof *amax);
     bool pinned;
     float *logits = v4_logits_alloc(m, (size_t)maxb * V, &pinned);
     v4_seq **seqs = calloc(maxb, sizeof *seqs);
@@ -280,7 +289,7 @@ int cmd_bench(int argc, char **argv)
             t0 = now();
             for (int p = 0; p < n; p += chunk) {
                 v4_step_item it = { seqs[j], ids + p, n - p < chunk ? n - p : chunk,
-                                    logits + (size_t)j * V, false };
+                                    logits + (size_t)j * V, false, NULL };
                 if (v4_step(m, &it, 1, &err)) goto out;
             }
             tp0 += now() - t0;
@@ -314,7 +323,9 @@ int cmd_bench(int argc, char **argv)
                 for (int j = 0; j < B; j++) {
                     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
                     dec[j] = (int32_t)(x % (uint64_t)V);
-                    items[j] = (v4_step_item){ seqs[j], dec + j, 1, logits + (size_t)j * V, false };
+                    items[j] = (v4_step_item){ seqs[j], dec + j, 1,
+                                               copy_logits ? logits + (size_t)j * V : NULL,
+                                               false, copy_logits ? NULL : amax + j };
                 }
                 if (i >= warm) bytes += step_bytes(c, &sh, opt.kv_dtype, B, n + i);
                 if (v4_step(m, items, B, &err)) goto out;
@@ -329,7 +340,8 @@ int cmd_bench(int argc, char **argv)
                    td * 1e3 / nd, (double)B * nd / td, bytes / nd / 1e9, experts_read(c, B),
                    c->n_experts, floor_s * 1e3, 100 * floor_s / (td / nd), peak_gbs);
             printf("decode warm-up   first %d steps %.1f ms; graphs: %lld captured, %lld "
-                   "replays (over the ranks, so far)\n", warm, t_warm * 1e3, ncap, nrep);
+                   "replays (over the ranks, so far); logits %s\n", warm, t_warm * 1e3, ncap,
+                   nrep, copy_logits ? "copied to the host" : "argmax on the device");
             long long nk = v4_model_graph_kernels(m);
             if (nk)
                 printf("decode launches  %lld kernels per step on rank 0 = %.1f per layer over "
@@ -377,6 +389,7 @@ out:
     free(items);
     free(ids);
     free(dec);
+    free(amax);
     sb_free(&err);
     return rc;
 }

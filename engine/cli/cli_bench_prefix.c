@@ -47,7 +47,7 @@ static double ttft(v4_model *m, const int32_t *ids, int n, int chunk, float *log
     int rc = v4_seq_reserve(m, s, n, err);
     for (int64_t at = got; !rc && at < n;) {
         int k = v4_seq_prefix_chunk(m, s, n - at < chunk ? (int)(n - at) : chunk);
-        v4_step_item it = { s, ids + at, k, logits, false };
+        v4_step_item it = { s, ids + at, k, logits, false, NULL };
         rc = v4_step(m, &it, 1, err);
         at += k;
     }

@@ -104,11 +104,11 @@ int cmd_logits(int argc, char **argv)
     if (!(seq = v4_seq_new(m, &err))) goto fail;
     int first = !strcmp(mode, "full") ? n : n / 2;
     if (first > 0) {
-        v4_step_item it = { seq, ids, first, logits, true };
+        v4_step_item it = { seq, ids, first, logits, true, NULL };
         if (v4_step(m, &it, 1, &err)) goto fail;
     }
     for (int t = first; t < n; t++) {
-        v4_step_item it = { seq, ids + t, 1, logits + (size_t)t * V, false };
+        v4_step_item it = { seq, ids + t, 1, logits + (size_t)t * V, false, NULL };
         if (v4_step(m, &it, 1, &err)) goto fail;
     }
     FILE *f = fopen(out, "wb");

@@ -279,6 +279,13 @@ struct backend {
     void (*allreduce)(backend *b, float *buf, size_t n);
     void (*gather_cols)(backend *b, const float *part, int rows, int nv, float *out,
                         int ldo, int v0);
+    /* The greedy choice in each of the rows of this rank's [rows][nv]
+     * slice (columns v0.. of the whole), into host memory: val[r] the
+     * row's largest value (NaN skipped; -inf when none is above -inf) and
+     * idx[r] the lowest column v0 + j holding it (-1 when val[r] is -inf):
+     * the sampler's greedy rule, before the ranks' results meet. */
+    void (*row_argmax)(backend *b, const float *part, int rows, int nv, int v0, float *val,
+                       int32_t *idx);
 
     /* Replay of repeated steps (NULL: not supported).  The model brackets
      * a step's ops with graph_begin(key) and graph_end(), key naming

@@ -48,6 +48,14 @@ static bool ensure_scratch(v4_model *M, v4_rank *R, int T, int nout, int64_t nb,
         s->cap_out = s->head_in && s->logits ? nout : 0;
         if (!s->cap_out) return false;
     }
+    if (nout > R->cap_amax) {
+        float *v = realloc(R->amax_val, (size_t)nout * sizeof *v);
+        if (v) R->amax_val = v;
+        int32_t *ix = realloc(R->amax_idx, (size_t)nout * sizeof *ix);
+        if (ix) R->amax_idx = ix;
+        if (!v || !ix) return false;
+        R->cap_amax = nout;
+    }
     if (nb > R->cap_blockptr) {
         char **p = realloc(R->blockptr, (size_t)nb * sizeof *p);
         if (!p) return false;
@@ -408,12 +416,23 @@ void v4_forward_rank(void *batch, int rank)
      * copy per run of items whose buffers follow each other: one for a
      * batch in one buffer.  (A step-sized buffer in between, malloc'd and
      * copied again, cost a 64-sequence decode step ~3.5 ms: pageable
-     * memory's staged copy, its page faults, the second copy.) */
+     * memory's staged copy, its page faults, the second copy.)  Items
+     * that want only the greedy choice: one row_argmax per run of them,
+     * into this rank's amax arrays (v4_step takes the best over ranks). */
     size_t V = c->vocab_size;
     for (int i = 0, o = 0, j; i < B->nseg; i = j) {
-        float *dst = B->items[i].logits;
-        int rows = B->items[i].all_logits ? B->items[i].n_tokens : 1;
-        for (j = i + 1; j < B->nseg && B->items[j].logits == dst + rows * V; j++)
+        const v4_step_item *it = &B->items[i];
+        int rows = it->all_logits ? it->n_tokens : 1;
+        if (it->argmax) {
+            for (j = i + 1; j < B->nseg && B->items[j].argmax; j++) rows++;
+            be->row_argmax(be, R->s.logits + (size_t)o * R->shard.nv, rows, R->shard.nv,
+                           R->shard.v0, R->amax_val + o, R->amax_idx + o);
+            o += rows;
+            continue;
+        }
+        float *dst = it->logits;
+        for (j = i + 1; j < B->nseg && !B->items[j].argmax &&
+                        B->items[j].logits == dst + rows * V; j++)
             rows += B->items[j].all_logits ? B->items[j].n_tokens : 1;
         be->gather_cols(be, R->s.logits + (size_t)o * R->shard.nv, rows, R->shard.nv, dst, V,
                         R->shard.v0);

@@ -1,5 +1,6 @@
 /* Model loading, the cache pool and the step driver (model.h). */
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -104,7 +105,7 @@ static int pool_from_memory(v4_model *m, const v4_options *o, int max_seqs, strb
     }
     for (int i = 0; i < T; i++) ids[i] = i % V;
     v4_seq *s = v4_seq_new(m, err);
-    v4_step_item it = { s, ids, T, logits, false };
+    v4_step_item it = { s, ids, T, logits, false, NULL };
     int rc = s ? v4_step(m, &it, 1, err) : -1;
     v4_seq_free(m, s);
     free(ids);
@@ -312,6 +313,8 @@ void v4_model_free(v4_model *m)
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->release(be, bufs[i]);
         be->destroy(be);
         free(R->blockptr);
+        free(R->amax_val);
+        free(R->amax_idx);
         free(R->cargs);
         free(R->iargs);
         free(R->aargs);
@@ -503,8 +506,14 @@ static int check_items(v4_model *m, v4_step_item *items, int n, strbuf *err)
     if (n <= 0) { sb_printf(err, "step: no sequences\n"); return -1; }
     for (int i = 0; i < n; i++) {
         v4_step_item *it = &items[i];
-        if (!it->seq || it->n_tokens <= 0 || !it->tokens || !it->logits) {
-            sb_printf(err, "step: item %d needs a sequence, tokens and a logits buffer\n", i);
+        if (!it->seq || it->n_tokens <= 0 || !it->tokens || (!it->logits && !it->argmax)) {
+            sb_printf(err, "step: item %d needs a sequence, tokens and a logits buffer or an "
+                      "argmax slot\n", i);
+            return -1;
+        }
+        if (it->argmax && it->all_logits) {
+            sb_printf(err, "step: item %d asks for every row's logits and for the argmax only\n",
+                      i);
             return -1;
         }
         if (it->seq->c.len + it->n_tokens > 0x7fffffff - 1) {
@@ -607,6 +616,19 @@ static int step_locked(v4_model *m, v4_step_item *items, int n, strbuf *err)
         goto out;
     }
 
+    /* Greedy choices: the ranks' column slices in rank order, so the
+     * first of equal maxima is the lowest id; 0 when no logit is above
+     * -inf (the sampler's greedy rule). */
+    for (int i = 0, o = 0; i < n; o += items[i].all_logits ? items[i].n_tokens : 1, i++) {
+        if (!items[i].argmax) continue;
+        float best = -INFINITY;
+        int32_t tok = 0;
+        for (int r = 0; r < m->tp; r++) {
+            const v4_rank *R = &m->ranks[r];
+            if (R->amax_val[o] > best) best = R->amax_val[o], tok = R->amax_idx[o];
+        }
+        *items[i].argmax = tok;
+    }
     for (int i = 0; i < n; i++) items[i].seq->c.len += items[i].n_tokens;
     prefix_after_step(m, items, n);
 out:

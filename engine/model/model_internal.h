@@ -41,6 +41,11 @@ typedef struct {
     attention_args *aargs;
     ring_args *rargs;
     int cap_args;
+    /* per step: each logits row's greedy choice on this rank's columns
+     * (row_argmax), for items that take only that */
+    float *amax_val;
+    int32_t *amax_idx;
+    int cap_amax;
     bool short_of_memory;   /* this step: scratch or blockptr not had */
 } v4_rank;
 

@@ -77,6 +77,7 @@ struct model_runner {
     struct mchoice **owner;       /* [max_batch]: the step's items' choices */
     sample_result *sampled;       /* [max_batch] */
     bool         *presampled;     /* [max_batch]: sampled[i] holds item i's token */
+    int32_t      *greedy;         /* [max_batch]: the step's argmax of items that take only it */
     uint64_t      rng;            /* tool call ids */
     token_trie   *trie;           /* constrained decoding; NULL: trie_err */
     char          trie_err[200];
@@ -325,6 +326,7 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
     R->owner = calloc((size_t)R->max_batch, sizeof *R->owner);
     R->sampled = calloc((size_t)R->max_batch, sizeof *R->sampled);
     R->presampled = calloc((size_t)R->max_batch, sizeof *R->presampled);
+    R->greedy = calloc((size_t)R->max_batch, sizeof *R->greedy);
     /* A 64-sequence batch over a 129,280-token vocabulary is ~10 ms of
      * sampling a step on one core (issue 15's served TPOT); the batch's
      * choices sample in parallel, up to SAMPLE_THREADS at once, while the
@@ -338,7 +340,7 @@ static int mr_load(void **self, const recipe *rc, runner_capacity *cap, strbuf *
         return -1;
     }
     R->pool = threadpool_new(nsample);
-    if (!R->logits || !R->items || !R->forked || !R->owner || !R->sampled || !R->presampled
+    if (!R->logits || !R->items || !R->forked || !R->owner || !R->sampled || !R->presampled || !R->greedy
         || !R->pool) {
         sb_puts(err, "out of memory");
         mr_unload(R);
@@ -398,6 +400,7 @@ static void mr_unload(void *self)
     free(R->owner);
     free(R->sampled);
     free(R->presampled);
+    free(R->greedy);
     threadpool_free(R->pool);
     free(R);
 }
@@ -1163,6 +1166,18 @@ static void sample_token(struct model_runner *R, struct mchoice *q, float *logit
     sampler_sample_masked(q->smp, logits, allow, sr);
 }
 
+/* A decoding choice whose next token is the plain argmax of its logits
+ * (greedy, no penalties, bias or logprobs, no constraint mask, EOS not
+ * banned: sample_token would change nothing before choosing): the model
+ * finds it where the logits are and copies no logits (v4_step_item's
+ * argmax). */
+static bool greedy_only(struct model_runner *R, struct mchoice *q)
+{
+    struct model_req *m = q->q;
+    return sampler_greedy_only(q->smp) && !q->tm &&
+           !(R->eos >= 0 && (m->ignore_eos || q->generated < m->min_tokens));
+}
+
 /* The sampled token into the choice: matcher, counts, detokenizer, stop
  * strings, events (in batch order, on the main thread). */
 static void take_sampled(struct model_runner *R, struct mchoice *q, const sample_result *sr)
@@ -1261,7 +1276,14 @@ static void stats_step(struct model_runner *R, uint64_t t_start, uint64_t t_mode
 static void sample_task(void *ctx, int i)
 {
     struct model_runner *R = ctx;
-    if (R->presampled[i]) sample_token(R, R->owner[i], R->items[i].logits, &R->sampled[i]);
+    if (!R->presampled[i]) return;
+    if (R->items[i].argmax) {   /* chosen where the logits are (greedy_only) */
+        memset(&R->sampled[i], 0, sizeof R->sampled[i]);
+        R->sampled[i].token = *R->items[i].argmax;
+        sampler_record(R->owner[i]->smp, R->sampled[i].token);
+        return;
+    }
+    sample_token(R, R->owner[i], R->items[i].logits, &R->sampled[i]);
 }
 
 /* Sample the token of every item whose choice takes one this step, in
@@ -1299,9 +1321,11 @@ static int mr_step(void *self, llm_request **batch, int n, strbuf *err)
                 if (q->done || decoding != (pass == 0) || budget <= 0 || (j && !decoding))
                     continue;
                 v4_step_item *it = &R->items[n_items];
+                it->argmax = NULL;
                 if (decoding) {
                     it->tokens = &q->next;
                     it->n_tokens = 1;
+                    if (greedy_only(R, q)) it->argmax = &R->greedy[n_items];
                 } else {
                     int left = (int)m->prompt.len - q->fed;
                     it->tokens = m->prompt.data + q->fed;
@@ -1311,7 +1335,7 @@ static int mr_step(void *self, llm_request **batch, int n, strbuf *err)
                 }
                 budget -= it->n_tokens;
                 it->seq = q->vs;
-                it->logits = R->logits + (size_t)n_items * (size_t)R->vocab;
+                it->logits = it->argmax ? NULL : R->logits + (size_t)n_items * (size_t)R->vocab;
                 it->all_logits = false;
                 owner[n_items++] = q;
             }

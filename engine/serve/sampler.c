@@ -408,3 +408,16 @@ void sampler_sample_masked(sampler *s, float *logits, const uint64_t *allow,
         out->logprob = (raw_copy ? raw_copy[tok] : logits[tok]) - raw_lse;
     if (tok >= 0 && tok < V) s->out_count[tok]++;
 }
+
+bool sampler_greedy_only(const sampler *s)
+{
+    const sampling_params *p = &s->p;
+    return p->temperature <= 0.0f && p->top_logprobs < 0 && p->n_bias == 0 &&
+           p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f &&
+           p->repetition_penalty == 1.0f;
+}
+
+void sampler_record(sampler *s, int32_t token)
+{
+    if (token >= 0 && token < s->vocab) s->out_count[token]++;
+}

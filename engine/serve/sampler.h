@@ -57,6 +57,12 @@ void sampler_sample(sampler *s, float *logits, sample_result *out);
  * word; NULL: all). */
 void sampler_sample_masked(sampler *s, float *logits, const uint64_t *allow,
                            sample_result *out);
+/* True when sampling would be the argmax of the raw logits and nothing
+ * else: greedy, no penalties, no logit_bias, no logprobs. */
+bool sampler_greedy_only(const sampler *s);
+/* A token chosen without sampler_sample (greedy_only: the model's argmax)
+ * recorded as sampler_sample records its choice. */
+void sampler_record(sampler *s, int32_t token);
 
 /* The same logits with a banned token (e.g. EOS before min_tokens). */
 void sampler_ban(float *logits, int32_t token);

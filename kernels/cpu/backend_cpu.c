@@ -498,6 +498,21 @@ static void cpu_gather_cols(backend *b, const float *part, int rows, int nv, flo
         memcpy(out + (size_t)r * ldo + v0, part + (size_t)r * nv, nv * sizeof(float));
 }
 
+static void cpu_row_argmax(backend *b, const float *part, int rows, int nv, int v0, float *val,
+                           int32_t *idx)
+{
+    (void)b;
+    for (int r = 0; r < rows; r++) {
+        const float *x = part + (size_t)r * nv;
+        float best = -INFINITY;
+        int at = -1;
+        for (int j = 0; j < nv; j++)
+            if (x[j] > best) best = x[j], at = j;
+        val[r] = best;
+        idx[r] = at < 0 ? -1 : v0 + at;
+    }
+}
+
 static void cpu_destroy(backend *b)
 {
     threadpool_free(pool_of(b));
@@ -561,6 +576,7 @@ backend *backend_cpu_new(int threads, tp_group *g, int rank)
     b->moe = cpu_moe;
     b->allreduce = cpu_allreduce;
     b->gather_cols = cpu_gather_cols;
+    b->row_argmax = cpu_row_argmax;
     b->destroy = cpu_destroy;
     return b;
 }

@@ -882,6 +882,43 @@ static void cu_gather_cols(backend *b, const float *part, int rows, int nv, floa
     if (c->profile) prof_flush(c);
 }
 
+static void cu_row_argmax_op(backend *b, const float *part, int rows, int nv, int v0, float *val,
+                             int32_t *idx)
+{
+    cu_impl *c = enter(b);
+    if (rows <= 0) return;
+    size_t bytes = (size_t)rows * sizeof(unsigned long long);
+    // not grow(): its new generation makes every graph be captured again,
+    // and no graph reads these keys (run H8: one decode step more op by op)
+    if (bytes > c->amax.cap) {
+        if (c->amax.p) CK(c, cudaFreeAsync(c->amax.p, c->st));
+        c->amax.p = NULL, c->amax.cap = 0;
+        CK(c, cudaMallocAsync(&c->amax.p, bytes < 4096 ? 4096 : bytes, c->st));
+        if (c->amax.p) c->amax.cap = bytes < 4096 ? 4096 : bytes;
+    }
+    unsigned long long *d = (unsigned long long *)c->amax.p;
+    unsigned long long *h = (unsigned long long *)malloc(bytes);
+    if (!h) fail(c, "row_argmax: out of memory for %d rows", rows);
+    if (c->failed) {
+        free(h);
+        return;
+    }
+    cu_row_argmax(c->st, part, rows, nv, d);
+    CK(c, cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, c->st));
+    CK(c, cudaStreamSynchronize(c->st));
+    // the key: the value's bits, sign-flipped to sort as the floats do,
+    // above ~column (ops.cu's argmax_key)
+    for (int r = 0; r < rows && !c->failed; r++) {
+        uint32_t hi = (uint32_t)(h[r] >> 32), u = hi & 0x80000000u ? hi & 0x7fffffffu : ~hi;
+        memcpy(&val[r], &u, sizeof u);
+        if (!h[r]) val[r] = -INFINITY;
+        idx[r] = h[r] ? v0 + (int32_t)(0xffffffffu - (uint32_t)h[r]) : -1;
+    }
+    free(h);
+    launched(c, "row_argmax");
+    if (c->profile) prof_flush(c);
+}
+
 static void cu_destroy(backend *b)
 {
     cu_impl *c = enter(b);
@@ -897,7 +934,7 @@ static void cu_destroy(backend *b)
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
                          &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->icand, &c->ikeys, &c->wdeq, &c->hcm, &c->hcpart,
                          &c->apart, &c->offs, &c->xs, &c->yss, &c->xbf, &c->xq, &c->x8,
-                         &c->xsc, &c->wsc, &c->xn };
+                         &c->xsc, &c->wsc, &c->xn, &c->amax };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->p) cudaFreeAsync(bufs[i]->p, c->st);
     for (int i = 0; i < NSTAGE; i++) {
@@ -1092,6 +1129,7 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     b->qk_prep = cu_qk_prep_op;
     b->allreduce = cu_allreduce;
     b->gather_cols = cu_gather_cols;
+    b->row_argmax = cu_row_argmax_op;
     b->prefetch = cu_prefetch_op;
     b->graph_begin = cu_graph_begin;
     b->graph_end = cu_graph_end;

@@ -243,6 +243,11 @@ void cu_moe_sort(cudaStream_t st, const int *idx, int nslots, int E, int *perm, 
 void cu_rows_gather(cudaStream_t st, const float *src, int H, const int *map, int div, int n,
                     float *dst);
 void cu_rows_scatter(cudaStream_t st, const float *src, int H, const int *map, int n, float *dst);
+// Row r of part[rows][nv]'s largest value (NaN skipped) and its lowest
+// column j as one key in keys[r] (ops.cu's argmax_key; 0: nothing above
+// -inf), for backend.h's row_argmax to read back on the host.
+void cu_row_argmax(cudaStream_t st, const float *part, int rows, int nv,
+                   unsigned long long *keys);
 // out[t] = sum over k (ascending expert) ys[t*K+k] * wt + shared[t].
 void cu_moe_combine(cudaStream_t st, const float *ys, const float *wt, const int *order, int T,
                     int K, int H, const float *shared, float *out);

@@ -569,6 +569,47 @@ static void test_matmul(void)
 
 /* ---- row ops ---- */
 
+/* row_argmax (the logits' greedy choice where they are) against the rule
+ * itself and the CPU backend, bit for bit: random rows, a maximum held
+ * twice (the lower column), all -inf and all NaN (-inf, -1), NaN around
+ * one value, +inf twice, the maximum in the last column; V4-Flash's rank
+ * vocabulary and a short row, columns from v0 = 1000. */
+static void test_row_argmax(void)
+{
+    int nvs[] = { 64640, 5 }, rows = 7, v0 = 1000;
+    for (int k = 0; k < 2; k++) {
+        int nv = nvs[k];
+        float *x = hrand((size_t)rows * nv, 10.0f);
+        float *r1 = x + nv, *r2 = x + 2 * nv, *r3 = x + 3 * nv, *r4 = x + 4 * nv;
+        float *r5 = x + 5 * nv, *r6 = x + 6 * nv;
+        r1[nv / 3] = r1[nv - 1] = 50.0f;
+        for (int j = 0; j < nv; j++) r2[j] = -INFINITY, r3[j] = NAN, r5[j] = NAN;
+        r3[nv / 2] = -3.0f;
+        r4[1] = r4[nv - 2] = INFINITY;
+        r6[nv - 1] = 100.0f;
+        float want_v[7], cv[7], gv[7];
+        int32_t want_i[7], ci[7], gi[7];
+        for (int r = 0; r < rows; r++) {
+            float best = -INFINITY;
+            int at = -1;
+            for (int j = 0; j < nv; j++)
+                if (x[(size_t)r * nv + j] > best) best = x[(size_t)r * nv + j], at = v0 + j;
+            want_v[r] = best, want_i[r] = at;
+        }
+        C->row_argmax(C, x, rows, nv, v0, cv, ci);
+        float *dx = dcopy(x, (size_t)rows * nv * 4);
+        G->row_argmax(G, dx, rows, nv, v0, gv, gi);
+        ok(!memcmp(cv, want_v, sizeof cv) && !memcmp(ci, want_i, sizeof ci),
+           "row_argmax nv=%d: CPU = the greedy rule (row 1 at %d, row 2 %d, row 4 %d)", nv,
+           ci[1] - v0, ci[2], ci[4] - v0);
+        ok(!memcmp(gv, want_v, sizeof gv) && !memcmp(gi, want_i, sizeof gi) && !G->error(G),
+           "row_argmax nv=%d: CUDA = the greedy rule, bit for bit (rows %d %d %d %d %d %d %d)",
+           nv, gi[0], gi[1], gi[2], gi[3], gi[4], gi[5], gi[6]);
+        G->release(G, dx);
+        free(x);
+    }
+}
+
 static void test_embed(void)
 {
     qweight w = make_w(QT_BF16, 500, 192);
@@ -2277,7 +2318,7 @@ static void destroy_backends(backend **g, backend **g1)
  * modes (bf16x2, fp8): a short run after a change to them; `attention`:
  * attention in float32 and on tensor cores (every mode but f32);
  * `test_cuda_kernels mhc-indexer`: hc_pre_norm and the indexer; `moe`:
- * only the MoE layers, in every mode. */
+ * only the MoE layers, in every mode; `argmax`: row_argmax. */
 int main(int argc, char **argv)
 {
     const char *seed = getenv("SEED");
@@ -2322,9 +2363,13 @@ int main(int argc, char **argv)
     /* a short run after a change: one group of tests, then out */
     const char *only = argc > 1 ? argv[1] : NULL;
     if (only && strcmp(only, "moe") && strcmp(only, "mhc-indexer") && strcmp(only, "matmul") &&
-        strcmp(only, "attention")) {
-        fprintf(stderr, "usage: test_cuda_kernels [moe|mhc-indexer|matmul|attention]\n");
+        strcmp(only, "attention") && strcmp(only, "argmax")) {
+        fprintf(stderr, "usage: test_cuda_kernels [moe|mhc-indexer|matmul|attention|argmax]\n");
         return 2;
+    }
+    if (only && !strcmp(only, "argmax")) {
+        G = g[GEMM_F32];
+        test_row_argmax();
     }
     if (only && !strcmp(only, "moe"))
         for (gemm_mode = GEMM_F32; gemm_mode <= GEMM_FP8; gemm_mode++) {
@@ -2369,6 +2414,7 @@ int main(int argc, char **argv)
     G = g[GEMM_F32];
     test_matmul();
     test_matmuls();
+    test_row_argmax();
     test_embed();
     for (int inplace = 0; inplace < 2; inplace++) {
         test_rmsnorm(5, 64, 70, true, inplace);

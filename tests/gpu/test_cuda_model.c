@@ -42,20 +42,23 @@ static v4_model *load(int tp, bool graphs, const v4_options *extra)
     return m;
 }
 
-/* The scripted steps; every step's logits appended to out (rows of V). */
+/* The scripted steps; every step's logits appended to out (rows of V), or
+ * with amax each row's greedy choice (v4_step_item.argmax) to amax. */
 typedef struct {
     v4_model *m;
     float *out;
     size_t rows;
     int V;
     int rc;
+    int32_t *amax;
 } script;
 
 static void step(script *S, v4_seq **seqs, const int *start, const int *n, int nitems)
 {
     v4_step_item it[NBATCH];
     for (int i = 0; i < nitems; i++) {
-        it[i] = (v4_step_item){ seqs[i], ids + start[i], n[i], S->out + S->rows * S->V, false };
+        it[i] = (v4_step_item){ seqs[i], ids + start[i], n[i], S->out + S->rows * S->V, false, NULL };
+        if (S->amax) it[i].logits = NULL, it[i].argmax = S->amax + S->rows;
         S->rows++;
     }
     strbuf err;
@@ -72,9 +75,9 @@ static void step(script *S, v4_seq **seqs, const int *start, const int *n, int n
  * NBATCH sequences with prompts of 10, 13, ... tokens decoding together
  * (more than 8 tokens a step: the GEMVs in token chunks, the MoE on
  * tiles by expert, attention of the batch in one launch). */
-static int run_script(v4_model *m, float *out, size_t *rows)
+static int run_script(v4_model *m, float *out, int32_t *amax, size_t *rows)
 {
-    script S = { m, out, 0, V, 0 };
+    script S = { m, out, 0, V, 0, amax };
     strbuf err;
     sb_init(&err);
     v4_seq *A = v4_seq_new(m, &err), *B = v4_seq_new(m, &err), *C = v4_seq_new(m, &err);
@@ -140,12 +143,16 @@ static void test_graphs(int tp, enum kv_dtype t)
                      .kv_dtype = t };
     if (t == KV_FP8) setenv("LLM_CUDA_ATTN_MMA_MIN_T", "2", 1);
     v4_model *m = load(tp, false, &o);
-    int rc = m ? run_script(m, eager, &re) : -1;
+    int rc = m ? run_script(m, eager, NULL, &re) : -1;
     if (m) v4_model_graph_counts(m, &cap_e, &rep_e);
     v4_model_free(m);
     m = load(tp, true, &o);
-    rc |= m ? run_script(m, graph, &rg) : -1;
+    rc |= m ? run_script(m, graph, NULL, &rg) : -1;
     if (m) v4_model_graph_counts(m, &cap_g, &rep_g);
+    /* the same steps again taking only the greedy choices (graphs warm) */
+    int32_t *amax = malloc(250 * sizeof *amax);
+    size_t ra = 0;
+    rc |= m ? run_script(m, NULL, amax, &ra) : -1;
     v4_model_free(m);
     unsetenv("LLM_CUDA_ATTN_MMA_MIN_T");
     const char *cache = v4_kv_dtype_name(t);
@@ -153,6 +160,7 @@ static void test_graphs(int tp, enum kv_dtype t)
             cache)) {
         free(eager);
         free(graph);
+        free(amax);
         return;
     }
     size_t differ = 0, first = 0;
@@ -165,6 +173,18 @@ static void test_graphs(int tp, enum kv_dtype t)
        "captures, %lld replays over the ranks)", tp, cache, cap_g, rep_g);
     ok(differ == 0, "tp=%d, cache %s: graph replay equals op by op, bit for bit, over %zu logits "
        "rows (%zu differ, first %zu)", tp, cache, re, differ, first);
+    size_t wrong = 0;
+    for (size_t r = 0; r < re && ra == re; r++) {
+        const float *x = graph + r * V;
+        float best = -INFINITY;
+        int32_t at = 0;
+        for (int j = 0; j < V; j++)
+            if (x[j] > best) best = x[j], at = j;
+        wrong += amax[r] != at;
+    }
+    ok(ra == re && wrong == 0, "tp=%d, cache %s: steps taking only the greedy choice get the "
+       "greedy rule on the logits, %zu rows (%zu differ)", tp, cache, ra, wrong);
+    free(amax);
     free(eager);
     free(graph);
 }
@@ -196,10 +216,10 @@ static void test_memory(void)
         strbuf err;
         sb_init(&err);
         v4_seq *s = v4_seq_new(ms[k], &err);
-        v4_step_item it = { s, ids, 300, out, false };
+        v4_step_item it = { s, ids, 300, out, false, NULL };
         rc = !s || v4_step(ms[k], &it, 1, &err);
         for (int i = 0; i < 6 && !rc; i++) {
-            it = (v4_step_item){ s, ids + 300 + i, 1, out + (size_t)(i + 1) * V, false };
+            it = (v4_step_item){ s, ids + 300 + i, 1, out + (size_t)(i + 1) * V, false, NULL };
             rc = v4_step(ms[k], &it, 1, &err);
         }
         if (rc) diag("%s", err.data);
