@@ -38,11 +38,7 @@
 // for S > 128, whose 2^(S - 1) bf16 cannot hold; S = 255: NaN, as the
 // CPU's).  Staged x keeps each 8 columns in that order, c0 c4 c1 c5 c2
 // c6 c3 c7, so its B fragments take the same columns.
-#include <cooperative_groups.h>
-
 #include "smm.cuh"
-
-namespace cg = cooperative_groups;
 
 #define SM_THREADS 256
 #define SM_STAGES 4                 // weight stages in flight per warp (2 KB each)
@@ -332,31 +328,15 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     cg::cluster_group cl = cg::this_cluster();
     cl.sync();
 
-    // The warps' partial sums [wk][row][token] (rows PL floats apart) ...
+    // The warps' partial sums, added over the warps and pushed to the
+    // blocks that own them (smm.cuh) ...
     constexpr int PL = TP + 1;
     float *part = (float *)sm_sh;
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = wm * 32 + m * 16 + g + (e >> 1) * 8, tok = n * 8 + 2 * t + (e & 1);
-                part[(wk * BR + r) * PL + tok] = acc[m][n][e];
-            }
+    store_partials<NT>(part, acc, wm, wk, BR);
     __syncthreads();
-    // ... added over the warps, each output (token-major, e = tok * BR + row)
-    // stored into the block of the cluster that owns its share (rank e /
-    // per, at [this rank][e % per] of its recv): stores, which do not wait
-    // for the remote shared memory as loads would ...
     int KS = (int)cl.num_blocks(), q = (int)cl.block_rank(), per = BR * TP / KS;
     float *recv = part + (size_t)8 * 32 * PL;
-    for (int e = threadIdx.x; e < BR * TP; e += SM_THREADS) {
-        int tok = e / BR, r = e - tok * BR, o = e / per;
-        float v = 0;
-        for (int k = 0; k < WK; k++) v += part[(k * BR + r) * PL + tok];
-        cl.map_shared_rank(recv, o)[q * per + e - o * per] = v;
-    }
+    push_partials<NT>(cl, part, recv, BR, WK, BR * TP, per);
     cl.sync();
     // ... then each block adds its share over the ranks, in rank order
     // (SMM_SWIGLU: a w1 row r of a warp's 32 with its w3 row r + 16, in

@@ -20,12 +20,9 @@
 // for the grid that keeps the most SMs busy in the fewest waves
 // (cudaOccupancyMaxActiveClusters), charging each block its weight bytes,
 // x bytes and tensor-core work.
-#include <cooperative_groups.h>
 #include <mutex>
 
 #include "smm.cuh"
-
-namespace cg = cooperative_groups;
 
 #define ST_THREADS 256
 #define ST_SMEM (200 * 1024)    // stage buffers per block, at most
@@ -184,15 +181,7 @@ __global__ void __launch_bounds__(ST_THREADS, 1) stm_kernel(const __grid_constan
     constexpr int PL = TP + 1;
     float *part = (float *)sh;
     __syncthreads();    // every warp past its last stage
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = wm * 32 + m * 16 + g + (e >> 1) * 8, tok = n * 8 + 2 * t + (e & 1);
-                part[(wk * BR + r) * PL + tok] = acc[m][n][e];
-            }
+    store_partials<NT>(part, acc, wm, wk, BR);
     __syncthreads();
     if (gridDim.y == 1) {       // added over the warps, in warp order
         for (int e = threadIdx.x; e < BR * a.T; e += ST_THREADS) {
@@ -203,20 +192,13 @@ __global__ void __launch_bounds__(ST_THREADS, 1) stm_kernel(const __grid_constan
         }
         return;
     }
-    // ... over the warps, then each output (token-major, e = tok * BR +
-    // row) stored into the cluster's block that owns its share (rank e /
-    // per, at [this rank][e % per] of its recv: remote stores, which do
-    // not wait as remote loads would), which adds the ranks' in rank order.
+    // ... over the warps and pushed to the cluster's blocks that own them
+    // (smm.cuh), each owner adding the ranks' in rank order.
     cg::cluster_group cl = cg::this_cluster();
     cl.sync();      // every block of the cluster is past its stages
     int KS = (int)cl.num_blocks(), q = (int)cl.block_rank(), per = BR * TP / KS;
     float *recv = part + (size_t)8 * 32 * PL;
-    for (int e = threadIdx.x; e < BR * a.T; e += ST_THREADS) {
-        int tok = e / BR, r = e % BR, o = e / per;
-        float v = 0;
-        for (int k = 0; k < WK; k++) v += part[(k * BR + r) * PL + tok];
-        cl.map_shared_rank(recv, o)[q * per + e - o * per] = v;
-    }
+    push_partials<NT>(cl, part, recv, BR, WK, BR * a.T, per);
     cl.sync();
     for (int i = threadIdx.x; i < per; i += ST_THREADS) {
         int e = q * per + i, tok = e / BR, r = e % BR, orow = blockIdx.x * BR + r;

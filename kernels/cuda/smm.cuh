@@ -8,8 +8,12 @@
 // {SC t + 4s .. SC t + 4s + 3} (SC = 16 FP8 / 8 BF16 columns a lane).
 #pragma once
 
+#include <cooperative_groups.h>
+
 #include "kernels.cuh"
 #include "mma.cuh"
+
+namespace cg = cooperative_groups;
 
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes)
 {
@@ -117,6 +121,45 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][NT][4], const uint32_t
                         mma_bf16_16816(acc[m][n], A[2 * h + kk][m], word(b[n], 2 * kk),
                                        word(b[n], 2 * kk + 1));
         }
+}
+
+// A warp's sums acc (its rows wm * 32 .. + 32, every token) into the
+// block's partial sums part[wk][row][token] (BR rows a warp column, rows
+// NT * 8 + 1 floats apart).
+template <int NT>
+__device__ __forceinline__ void store_partials(float *part, const float (&acc)[2][NT][4], int wm,
+                                               int wk, int BR)
+{
+    constexpr int PL = NT * 8 + 1;
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = wm * 32 + m * 16 + g + (e >> 1) * 8, tok = n * 8 + 2 * t + (e & 1);
+                part[(wk * BR + r) * PL + tok] = acc[m][n][e];
+            }
+}
+
+// Outputs e < n (token-major: e = tok * BR + row) added over part's WK warp
+// columns and stored into the cluster's block that owns e's share (rank
+// e / per, at [this rank][e % per] of its recv): remote stores, which do
+// not wait for the remote shared memory as loads would.  The owner adds
+// the ranks' shares in rank order after the cluster's next barrier.
+template <int NT>
+__device__ __forceinline__ void push_partials(cg::cluster_group &cl, const float *part, float *recv,
+                                              int BR, int WK, int n, int per)
+{
+    constexpr int PL = NT * 8 + 1;
+    int q = (int)cl.block_rank();
+    for (int e = threadIdx.x; e < n; e += blockDim.x) {
+        int tok = e / BR, r = e - tok * BR, o = e / per;
+        float v = 0;
+        for (int k = 0; k < WK; k++) v += part[(k * BR + r) * PL + tok];
+        cl.map_shared_rank(recv, o)[q * per + e - o * per] = v;
+    }
 }
 
 // A launch that could not start (no room for a cluster): its error cleared,
