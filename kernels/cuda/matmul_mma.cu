@@ -225,13 +225,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     }
     __syncthreads();
 
-    float acc[2][NT][4];
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[m][n][e] = 0;
+    float acc[2][NT][4] = {};
     // Block scales (FP8 per 128 x 128, MXFP4 per row and 32 columns) of the
     // next stage (ss of row group sg), one stage ahead of their use.
     uint32_t scn[4] = { 127, 127, 127, 127 };
@@ -299,26 +293,14 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     }
     if (direct) {
         int rg = rg0 + i;
-#pragma unroll
-        for (int m = 0; m < 2; m++)
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    int r = m * 16 + g + (q >> 1) * 8, tok = n * 8 + 2 * t + (q & 1);
-                    int orow = MODE == SMM_SWIGLU ? rg * (BR / 2) + wm * 16 + r
-                                                  : rg * BR + wm * 32 + r;
-                    if ((MODE != SMM_SWIGLU || m == 0) && tok < ntok && orow < w.rows)
-                        a.y[(long long)yrow[tok] * a.ldy + orow] =
-                            MODE == SMM_SWIGLU ? swiglu1(acc[0][n][q], acc[1][n][q], a.limit)
-                                               : acc[m][n][q];
-                }
-#pragma unroll
-        for (int m = 0; m < 2; m++)
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) acc[m][n][q] = 0;
+        each_sum<NT>([&](int m, int n, int q, int r, int tok) {
+            int orow = MODE == SMM_SWIGLU ? rg * (BR / 2) + wm * 16 + r : rg * BR + wm * 32 + r;
+            if ((MODE != SMM_SWIGLU || m == 0) && tok < ntok && orow < w.rows)
+                a.y[(long long)yrow[tok] * a.ldy + orow] =
+                    MODE == SMM_SWIGLU ? swiglu1(acc[0][n][q], acc[1][n][q], a.limit)
+                                       : acc[m][n][q];
+        });
+        each_sum<NT>([&](int m, int n, int q, int, int) { acc[m][n][q] = 0; });
     }
     }
     cp_async_wait<0>();     // no copy lands in what becomes the partial sums

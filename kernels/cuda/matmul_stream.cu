@@ -121,13 +121,7 @@ __global__ void __launch_bounds__(ST_THREADS, 1) stm_kernel(const __grid_constan
     pdl_wait();
     for (int s = 0; s < ST_STAGES - 1; s++) issue_x(s), cp_async_commit();
 
-    float acc[2][NT][4];
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[m][n][e] = 0;
+    float acc[2][NT][4] = {};
     const uint8_t *xt0 = sh + 8 * ST_WARP_BYTES + g * XST;     // token g of n-tile 0
     for (int s = 0; s < nst; s++) {
         // Stage s landed (every thread's copies) and stage s - 1 is
@@ -165,16 +159,10 @@ __global__ void __launch_bounds__(ST_THREADS, 1) stm_kernel(const __grid_constan
     cp_async_wait<0>();     // (empty groups only: every stage was waited for)
 
     if (gridDim.y == 1 && WK == 1) {    // the warp owns whole sums
-#pragma unroll
-        for (int m = 0; m < 2; m++)
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    int r = blockIdx.x * BR + wm * 32 + m * 16 + g + (q >> 1) * 8;
-                    int tok = n * 8 + 2 * t + (q & 1);
-                    if (tok < a.T && r < w.rows) a.y[(long long)tok * a.ldy + r] = acc[m][n][q];
-                }
+        each_sum<NT>([&](int m, int n, int q, int r, int tok) {
+            int row = blockIdx.x * BR + wm * 32 + r;
+            if (tok < a.T && row < w.rows) a.y[(long long)tok * a.ldy + row] = acc[m][n][q];
+        });
         return;
     }
     // The warps' partial sums [wk][row][token] (rows PL floats apart) ...

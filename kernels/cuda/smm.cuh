@@ -123,6 +123,19 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][NT][4], const uint32_t
         }
 }
 
+// f(m, n, q, r, tok) for each of a lane's sums acc[m][n][q]: row r of
+// the warp's 32, token tok (the mma's C fragment layout).
+template <int NT, typename F> __device__ __forceinline__ void each_sum(F f)
+{
+    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) f(m, n, q, m * 16 + g + (q >> 1) * 8, n * 8 + 2 * t + (q & 1));
+}
+
 // A warp's sums acc (its rows wm * 32 .. + 32, every token) into the
 // block's partial sums part[wk][row][token] (BR rows a warp column, rows
 // NT * 8 + 1 floats apart).
@@ -131,16 +144,9 @@ __device__ __forceinline__ void store_partials(float *part, const float (&acc)[2
                                                int wk, int BR)
 {
     constexpr int PL = NT * 8 + 1;
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = wm * 32 + m * 16 + g + (e >> 1) * 8, tok = n * 8 + 2 * t + (e & 1);
-                part[(wk * BR + r) * PL + tok] = acc[m][n][e];
-            }
+    each_sum<NT>([&](int m, int n, int q, int r, int tok) {
+        part[(wk * BR + wm * 32 + r) * PL + tok] = acc[m][n][q];
+    });
 }
 
 // Outputs e < n (token-major: e = tok * BR + row) added over part's WK warp
