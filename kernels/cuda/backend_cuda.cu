@@ -888,15 +888,9 @@ static void cu_row_argmax_op(backend *b, const float *part, int rows, int nv, in
     cu_impl *c = enter(b);
     if (rows <= 0) return;
     size_t bytes = (size_t)rows * sizeof(unsigned long long);
-    // not grow(): its new generation makes every graph be captured again,
-    // and no graph reads these keys (run H8: one decode step more op by op)
-    if (bytes > c->amax.cap) {
-        if (c->amax.p) CK(c, cudaFreeAsync(c->amax.p, c->st));
-        c->amax.p = NULL, c->amax.cap = 0;
-        CK(c, cudaMallocAsync(&c->amax.p, bytes < 4096 ? 4096 : bytes, c->st));
-        if (c->amax.p) c->amax.cap = bytes < 4096 ? 4096 : bytes;
-    }
-    unsigned long long *d = (unsigned long long *)c->amax.p;
+    // (grow() made every graph be warmed again: one decode step more op by
+    // op, runs H6-H7)
+    unsigned long long *d = (unsigned long long *)grow_outside(c, &c->amax, bytes);
     unsigned long long *h = (unsigned long long *)malloc(bytes);
     if (!h) fail(c, "row_argmax: out of memory for %d rows", rows);
     if (c->failed) {

@@ -264,6 +264,9 @@ void print_profile(cu_impl *c);
 
 // cuda_arena.cu: scratch, the graph arena, staging of host inputs.
 void *grow(cu_impl *c, grow_buf *g, size_t bytes);
+// The same for scratch that no graph reads (used between graphs): its
+// growth retires none (a new generation would re-warm every graph).
+void *grow_outside(cu_impl *c, grow_buf *g, size_t bytes);
 const void *arena_put(cu_impl *c, const void *host, size_t bytes, size_t reserve);
 const dstep *step_values(cu_impl *c, int pos0, const void *ptr);
 int pos_end(cu_impl *c, int pos0, int n);

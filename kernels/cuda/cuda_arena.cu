@@ -1,14 +1,17 @@
 // Device scratch, the graph arena and the staging of host inputs.
 #include "backend_cuda.cuh"
 
-void *grow(cu_impl *c, grow_buf *g, size_t bytes)
+// A new allocation when the buffer is short: graphs that read it retire
+// (a new generation; none in a capture: the step then runs as usual),
+// unless `outside` says no graph reads it.
+static void *grow_buf_to(cu_impl *c, grow_buf *g, size_t bytes, bool outside)
 {
     if (bytes > g->cap) {
-        if (c->gmode == G_CAPTURE) {    // no allocation in a capture: the step runs as usual
+        if (!outside && c->gmode == G_CAPTURE) {
             c->gbad = true;
             return g->p;
         }
-        c->gen++;
+        if (!outside) c->gen++;
         if (g->p) CK(c, cudaFreeAsync(g->p, c->st));
         g->p = NULL;
         g->cap = 0;
@@ -17,6 +20,13 @@ void *grow(cu_impl *c, grow_buf *g, size_t bytes)
         if (g->p) g->cap = cap;
     }
     return g->p;
+}
+
+void *grow(cu_impl *c, grow_buf *g, size_t bytes) { return grow_buf_to(c, g, bytes, false); }
+
+void *grow_outside(cu_impl *c, grow_buf *g, size_t bytes)
+{
+    return grow_buf_to(c, g, bytes, true);
 }
 
 // Under a graph: `reserve` bytes of the arena at the next offset (the

@@ -376,12 +376,8 @@ static bool smm_plan_for(int qt, int rows, int cols, int TP, long long ntile, lo
 bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y,
                    int ldy, bool split, bool measured)
 {
-    int EB = w.type == QT_FP8 ? 1 : 2;
     int TP = (T + 15) / 16 * 16, pad = w.type == QT_FP8 ? 32 : 16;
-    if ((w.type != QT_FP8 && w.type != QT_BF16) || T < 1 || T > 64 || w.rows <= 0 ||
-        w.cols <= 0 || (w.c0 * EB) % 16 || (w.ld * EB) % 16 || (uintptr_t)w.data % 16 ||
-        (!split && TP != 64))
-        return false;
+    if (!dense_view_ok(w, T) || (!split && TP != 64)) return false;
     smm_args a = {};
     a.w = w, a.x = x, a.ldx = ldx, a.T = T, a.y = y, a.ldy = ldy, a.R = 1;
     a.x16 = (uintptr_t)x % 16 == 0 && ldx % 4 == 0;

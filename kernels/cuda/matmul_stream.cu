@@ -276,10 +276,7 @@ static bool stm_launch(cudaStream_t st, stm_args a)
 bool cu_matmul_stream(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y,
                       int ldy, bool split)
 {
-    int EB = w.type == QT_FP8 ? 1 : 2;
-    if ((w.type != QT_FP8 && w.type != QT_BF16) || T < 1 || T > 64 || w.rows <= 0 ||
-        w.cols <= 0 || (w.c0 * EB) % 16 || (w.ld * EB) % 16 || (uintptr_t)w.data % 16 ||
-        (!split && T <= 56))     // unsplit: the prefill modes' x at 64 tokens
+    if (!dense_view_ok(w, T) || (!split && T <= 56))   // unsplit: the prefill modes' x at 64
         return false;
     stm_args a = {};
     a.w = w, a.x = x, a.ldx = ldx, a.T = T, a.y = y, a.ldy = ldy;

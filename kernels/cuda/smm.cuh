@@ -168,6 +168,16 @@ __device__ __forceinline__ void push_partials(cg::cluster_group &cl, const float
     }
 }
 
+// FP8 or BF16 views the small-M kernels take: rows that start on 16
+// bytes (each lane's 16-byte copies), a decode batch's T tokens.
+static inline bool dense_view_ok(const dqw &w, int T)
+{
+    int EB = w.type == QT_FP8 ? 1 : 2;
+    return (w.type == QT_FP8 || w.type == QT_BF16) && T >= 1 && T <= 64 && w.rows > 0 &&
+           w.cols > 0 && (w.c0 * EB) % 16 == 0 && (w.ld * EB) % 16 == 0 &&
+           (uintptr_t)w.data % 16 == 0;
+}
+
 // A launch that could not start (no room for a cluster): its error cleared,
 // the caller's fallback runs instead.
 static inline bool smm_started(cudaError_t e)
