@@ -891,12 +891,13 @@ static void cu_row_argmax_op(backend *b, const float *part, int rows, int nv, in
     // (grow() made every graph be warmed again: one decode step more op by
     // op, runs H6-H7)
     unsigned long long *d = (unsigned long long *)grow_outside(c, &c->amax, bytes);
-    unsigned long long *h = (unsigned long long *)malloc(bytes);
-    if (!h) fail(c, "row_argmax: out of memory for %d rows", rows);
-    if (c->failed) {
-        free(h);
-        return;
+    if ((size_t)rows > c->hkeys_cap) {
+        void *p = realloc(c->hkeys, bytes);
+        if (!p) fail(c, "row_argmax: out of memory for %d rows", rows);
+        else c->hkeys = (unsigned long long *)p, c->hkeys_cap = rows;
     }
+    if (c->failed) return;
+    unsigned long long *h = c->hkeys;
     cu_row_argmax(c->st, part, rows, nv, d);
     CK(c, cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, c->st));
     CK(c, cudaStreamSynchronize(c->st));
@@ -908,7 +909,6 @@ static void cu_row_argmax_op(backend *b, const float *part, int rows, int nv, in
         if (!h[r]) val[r] = -INFINITY;
         idx[r] = h[r] ? v0 + (int32_t)(0xffffffffu - (uint32_t)h[r]) : -1;
     }
-    free(h);
     launched(c, "row_argmax");
     if (c->profile) prof_flush(c);
 }
@@ -959,6 +959,7 @@ static void cu_destroy(backend *b)
     uploads_free(c);
     cudaStreamDestroy(c->st);
     free(c->hidx);
+    free(c->hkeys);
     free(c);
     free(b);
 }
