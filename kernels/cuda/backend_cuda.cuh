@@ -107,7 +107,7 @@ struct cu_impl {
     size_t hkeys_cap;
     unsigned long long tick, fills;
     grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
-        iscores, icand, ikeys, wdeq, hcm, hcpart, xbf, apart, xq, x8, xsc, wsc, xn, amax;
+        iscores, icand, ikeys, wdeq, hcm, hcpart, xbf, apart, xq, x8, xsc, wsc, xn, amax, ystk;
     int *hc_count;              // [HC_COUNT_MAX] zeros: the mHC kernels' counters
     int *attn_count;            // [CU_ATTD_COUNTERS] zeros: cu_attention_decode's counters
     cublasLtHandle_t lt;
@@ -172,6 +172,7 @@ struct cu_impl {
 enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL, SMALL_MMA_STREAM };
 
 #define LT_WS_BYTES (32u << 20)
+#define LT_STACK_MAX 256    // x's bf16 parts as one GEMM's columns up to this many (lt_gemm)
 #define LT_MIN_T GEMM_MODE_MIN_T    // prefill matmuls of at least this many tokens go to cuBLASLt
 #define GEMV_MAX_T 16       // dense matmuls of up to this many tokens on the GEMV (LLM_CUDA_GEMV_MAX_T)
 #define SMALL_MMA_MAX_T 16  // ... on cu_matmul_mma first (BF16 of up to 4096 rows) or

@@ -72,27 +72,43 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
         LTK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x.scale,
                                            sizeof x.scale));
     }
-    int tb = 16;
-    while (tb < T) tb *= 2;
     int parts = x.parts > 1 ? x.parts : 1;
-    uint32_t align[3] = { align_of(w.p), align_of(x.p), align_of(y) };
-    for (int part = 1; part < parts; part++) {
+    // Few tokens in parts (decode batches, short prefill chunks): the
+    // parts as parts * T columns of one GEMM (column t * parts + p is part
+    // p of token t: bf16_parts' own layout read with the part's stride),
+    // so the weights are read once, not once per part, and the parts'
+    // products added by cu_sum_parts in part order, as the beta = 1 GEMMs
+    // of more tokens add them.
+    bool stack = parts > 1 && (long long)parts * T <= LT_STACK_MAX && !fp8 &&
+                 x.ld == (long long)parts * x.lo;
+    float *yg = y;
+    int Tg = T, ldyg = ldy, runs = parts;
+    long long ldb = x.ld;
+    if (stack) {
+        yg = (float *)grow(c, &c->ystk, (size_t)parts * T * N * sizeof(float));
+        if (c->failed) return false;
+        Tg = parts * T, ldyg = N, runs = 1, ldb = x.lo;
+    }
+    int tb = 16;
+    while (tb < Tg) tb *= 2;
+    uint32_t align[3] = { align_of(w.p), align_of(x.p), align_of(yg) };
+    for (int part = 1; part < runs; part++) {
         unsigned a = align_of(byte_off(x.p, (long long)part * x.lo * 2));
         if (a < align[1]) align[1] = a;
     }
-    int key[ALGO_KEY] = { fp8 ? 2 : w.bf16, N, K, (int)w.ld, (int)x.ld, ldy, tb, (int)align[0],
+    int key[ALGO_KEY] = { fp8 ? 2 : w.bf16, N, K, (int)w.ld, (int)ldb, ldyg, tb, (int)align[0],
                           (int)align[1], (int)align[2] };
     cublasLtMatrixLayout_t A = NULL, B = NULL, C = NULL;
     LTK(cublasLtMatrixLayoutCreate(&A, dt, K, N, w.ld));
-    LTK(cublasLtMatrixLayoutCreate(&B, dt, K, T, x.ld));
-    LTK(cublasLtMatrixLayoutCreate(&C, CUDA_R_32F, N, T, ldy));
+    LTK(cublasLtMatrixLayoutCreate(&B, dt, K, Tg, ldb));
+    LTK(cublasLtMatrixLayoutCreate(&C, CUDA_R_32F, N, Tg, ldyg));
     lt_algo *a = NULL;
     for (int i = 0; i < c->nalgos && i < NALGO && !a; i++)
         if (!memcmp(c->algos[i].key, key, sizeof key)) a = &c->algos[i];
     if (ok && !a) {     // chosen for the bucket's largest count
         cublasLtMatrixLayout_t Bb = NULL, Cb = NULL;
-        LTK(cublasLtMatrixLayoutCreate(&Bb, dt, K, tb, x.ld));
-        LTK(cublasLtMatrixLayoutCreate(&Cb, CUDA_R_32F, N, tb, ldy));
+        LTK(cublasLtMatrixLayoutCreate(&Bb, dt, K, tb, ldb));
+        LTK(cublasLtMatrixLayoutCreate(&Cb, CUDA_R_32F, N, tb, ldyg));
         cublasLtMatmulAlgo_t algo;
         if (ok && lt_heuristic(c, op, A, Bb, Cb, align, &algo)) {
             a = &c->algos[c->nalgos++ % NALGO];
@@ -103,26 +119,27 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
         if (Bb) cublasLtMatrixLayoutDestroy(Bb);
     }
     cublasLtMatmulAlgo_t exact;
-    for (int part = 0; part < parts && ok; part++) {
+    for (int part = 0; part < runs && ok; part++) {
         float alpha = 1, beta = part ? 1 : 0;   // the rests add to the first part's product
         const void *xp = byte_off(x.p, (long long)part * x.lo * 2);
         cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
         if (a)
-            st = cublasLtMatmul(c->lt, op, &alpha, w.p, A, xp, B, &beta, y, C, y, C,
+            st = cublasLtMatmul(c->lt, op, &alpha, w.p, A, xp, B, &beta, yg, C, yg, C,
                                 &a->algo, c->lt_ws, LT_WS_BYTES, c->st);
         if (st == CUBLAS_STATUS_SUCCESS) continue;
         // Not for this count: choose for it.
         if (lt_heuristic(c, op, A, B, C, align, &exact)) {
             a = NULL;
-            LTK(cublasLtMatmul(c->lt, op, &alpha, w.p, A, xp, B, &beta, y, C, y, C, &exact,
+            LTK(cublasLtMatmul(c->lt, op, &alpha, w.p, A, xp, B, &beta, yg, C, yg, C, &exact,
                                c->lt_ws, LT_WS_BYTES, c->st));
         } else {
             if (!fp8)
                 fail(c, "cuBLASLt: no %s algorithm for %dx%d by %d tokens",
-                     w.bf16 ? "bf16" : "float32", N, K, T);
+                     w.bf16 ? "bf16" : "float32", N, K, Tg);
             ok = false;
         }
     }
+    if (ok && stack) cu_sum_parts(c->st, yg, N, T, parts, y, ldy);
     if (C) cublasLtMatrixLayoutDestroy(C);
     if (B) cublasLtMatrixLayoutDestroy(B);
     if (A) cublasLtMatrixLayoutDestroy(A);

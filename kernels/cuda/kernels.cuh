@@ -68,6 +68,9 @@ void cu_dequant(cudaStream_t st, const dqw &w, int nexp, bool bf16, void *out, l
 // 2^-110).
 void cu_round_bf16(cudaStream_t st, const float *x, int ldx, const int *rows, int div, int T,
                    int K, uint16_t *out, int ldo, int lo, int parts);
+// y[t][n] = c[t * parts][n] + c[t * parts + 1][n] + ... (rows of N floats,
+// added in part order): the products of x's parts as one GEMM's columns.
+void cu_sum_parts(cudaStream_t st, const float *c, int N, int T, int parts, float *y, int ldy);
 // y[i][n] = swiglu(x_i . w1[n], x_i . w3[n], limit) for the rows n of w1.
 // experts NULL: i = tokens 0..T-1 (a few: the weights are read once per 8
 // tokens), x_i = x[i]; else i = slots 0..T-1 with their own experts,

@@ -994,3 +994,23 @@ void cu_round_bf16(cudaStream_t st, const float *x, int ldx, const int *rows, in
     cu_launch(round_bf16_kernel, (unsigned)((n + 255) / 256), 256, 0, st, x, ldx, rows, div, T, K,
               out, ldo, lo, parts);
 }
+
+__global__ void sum_parts_kernel(const float *c, int N, long long T, int parts, float *y, int ldy)
+{
+    pdl_wait();
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= T * N) return;
+    long long t = i / N, n = i % N;
+    const float *s = c + t * parts * N + n;
+    float v = s[0];
+    for (int p = 1; p < parts; p++) v += s[(long long)p * N];
+    y[t * ldy + n] = v;
+}
+
+void cu_sum_parts(cudaStream_t st, const float *c, int N, int T, int parts, float *y, int ldy)
+{
+    long long n = (long long)T * N;
+    if (n <= 0) return;
+    cu_launch(sum_parts_kernel, (unsigned)((n + 255) / 256), 256, 0, st, c, N, (long long)T, parts,
+              y, ldy);
+}
