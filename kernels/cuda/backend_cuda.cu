@@ -109,16 +109,16 @@ static const char *cu_error(backend *b)
 // others per rank6 matrix: up to SMALL_MMA_MAX_T tokens BF16 matrices of
 // up to 4096 rows on cu_matmul_mma (where SM2 measured it faster: its
 // `measured`), the others (FP8, the head) on cu_matmul_stream, which
-// takes every matrix of 17 to STREAM_MAX_T tokens; more go to cuBLASLt
-// (faster there: the streamed kernel's instructions per weight grow with
-// the tokens).  false: not taken.
+// takes every matrix of 17 to STREAM_MAX_T tokens (its instructions per
+// weight grow with the tokens); more go to cu_matmul_wgmma, and where that
+// cannot run (not sm_90) to cuBLASLt.  false: not taken.
 static bool small_mma(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
                       int ldy)
 {
     int mode = c->small_mma;
     if (mode == SMALL_MMA_OFF || c->gemm == BACKEND_GEMM_F32 || T <= 8 || T > CU_GEMV_MAX_T ||
-        (mode == SMALL_MMA_AUTO && T > STREAM_MAX_T) || (q.type != QT_FP8 && q.type != QT_BF16) ||
-        q.rows <= 0 || q.cols <= 0)
+        (mode == SMALL_MMA_AUTO && T > STREAM_MAX_T && !cu_wgmma_ok()) ||
+        (q.type != QT_FP8 && q.type != QT_BF16) || q.rows <= 0 || q.cols <= 0)
         return false;
     bool quant = fp8_quantized(c, q.type, T);
     bool split = T < GEMM_MODE_MIN_T || (!quant && c->gemm != BACKEND_GEMM_BF16);
@@ -128,6 +128,8 @@ static bool small_mma(cu_impl *c, const dqw &q, const float *x, int ldx, int T, 
         cu_act_quant_round(c->st, x, ldx, T, q.cols, xq, q.cols);
         x = xq, ldx = q.cols;
     }
+    if (mode == SMALL_MMA_WGMMA || (mode == SMALL_MMA_AUTO && T > STREAM_MAX_T))
+        return cu_matmul_wgmma(c->st, q, x, ldx, T, y, ldy, split);
     if (mode == SMALL_MMA_STREAM || (mode == SMALL_MMA_AUTO && (T > SMALL_MMA_MAX_T ||
                                                                 q.type == QT_FP8 || q.rows > 4096)))
         return cu_matmul_stream(c->st, q, x, ldx, T, y, ldy, split);
@@ -1063,13 +1065,16 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_SMALL_MMA: 0, 9-64 tokens as before the tensor-core kernels
     // (GEMV up to gemv_max_t, then cuBLASLt; comparisons); 1,
     // cu_matmul_mma for every matmul it takes; 2, cu_matmul_stream for
-    // every one (tests, benches); unset, each where measured faster.
+    // every one; 3, cu_matmul_wgmma for every one (tests, benches); unset,
+    // each where measured faster.
     c->small_mma = SMALL_MMA_AUTO;
     if (const char *sm = getenv("LLM_CUDA_SMALL_MMA")) {
-        if (strcmp(sm, "0") && strcmp(sm, "1") && strcmp(sm, "2"))
-            fail(c, "LLM_CUDA_SMALL_MMA=%s: expected 0, 1 or 2", sm);
-        c->small_mma = !strcmp(sm, "0") ? SMALL_MMA_OFF : !strcmp(sm, "1") ? SMALL_MMA_ALL
-                                                                         : SMALL_MMA_STREAM;
+        if (strcmp(sm, "0") && strcmp(sm, "1") && strcmp(sm, "2") && strcmp(sm, "3"))
+            fail(c, "LLM_CUDA_SMALL_MMA=%s: expected 0, 1, 2 or 3", sm);
+        c->small_mma = !strcmp(sm, "0")   ? SMALL_MMA_OFF
+                       : !strcmp(sm, "1") ? SMALL_MMA_ALL
+                       : !strcmp(sm, "2") ? SMALL_MMA_STREAM
+                                          : SMALL_MMA_WGMMA;
     }
     if (c->gemm < 0 || c->gemm >= BACKEND_GEMM_N)
         fail(c, "gemm_mode %d: unknown", c->gemm);

@@ -167,9 +167,10 @@ struct cu_impl {
 
 // cu_impl.small_mma: never; the default (cu_matmul_mma up to
 // SMALL_MMA_MAX_T tokens where run SM2 measured it faster than the GEMV,
-// cu_matmul_stream above); cu_matmul_mma for every matmul it takes;
-// cu_matmul_stream for every one.
-enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL, SMALL_MMA_STREAM };
+// cu_matmul_stream above, cu_matmul_wgmma above STREAM_MAX_T);
+// cu_matmul_mma for every matmul it takes; cu_matmul_stream for every one;
+// cu_matmul_wgmma for every one.
+enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL, SMALL_MMA_STREAM, SMALL_MMA_WGMMA };
 
 #define LT_WS_BYTES (32u << 20)
 #define LT_STACK_MAX 256    // x's bf16 parts as one GEMM's columns up to this many (lt_gemm)
@@ -177,7 +178,8 @@ enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL, SMALL_MMA_STREAM };
 #define GEMV_MAX_T 16       // dense matmuls of up to this many tokens on the GEMV (LLM_CUDA_GEMV_MAX_T)
 #define SMALL_MMA_MAX_T 16  // ... on cu_matmul_mma first (BF16 of up to 4096 rows) or
                             // cu_matmul_stream, from 9 tokens (small_mma; runs G6, H4)
-#define STREAM_MAX_T 32     // ... on cu_matmul_stream up to this many, then cuBLASLt (H4)
+#define STREAM_MAX_T 32     // ... on cu_matmul_stream up to this many (H4), then
+                            // cu_matmul_wgmma (run I2)
 #define WCHUNK_BYTES ((size_t)512 << 20)    // experts' weights dequantized at a time
 #define UP_STAGE_BYTES ((size_t)32 << 20)   // each of the two pinned upload buffers
 #define UP_THREADS 8                        // host threads packing a staging buffer (run E2)

@@ -20,8 +20,6 @@
 // for the grid that keeps the most SMs busy in the fewest waves
 // (cudaOccupancyMaxActiveClusters), charging each block its weight bytes,
 // x bytes and tensor-core work.
-#include <mutex>
-
 #include "smm.cuh"
 
 #define ST_THREADS 256
@@ -197,51 +195,6 @@ __global__ void __launch_bounds__(ST_THREADS, 1) stm_kernel(const __grid_constan
     }
 }
 
-// Clusters of ks blocks of `smem` bytes each that one device runs at once
-// (at most 8 sizes of smem per process are remembered; 0: unknown).
-template <typename K> static int stm_max_clusters(K *kernel, int ks, size_t smem)
-{
-    static struct { size_t smem; int n[9]; } seen[8];
-    static int nseen;
-    static std::mutex lock;     // ranks plan on their own threads
-    std::lock_guard<std::mutex> hold(lock);
-    int i = 0;
-    while (i < nseen && seen[i].smem != smem) i++;
-    if (i < nseen && seen[i].n[ks]) return seen[i].n[ks];
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeClusterDimension;
-    at.val.clusterDim.x = 1, at.val.clusterDim.y = ks, at.val.clusterDim.z = 1;
-    cfg.gridDim = dim3(1, ks, 1);
-    cfg.blockDim = dim3(ST_THREADS);
-    cfg.dynamicSmemBytes = smem;
-    cfg.attrs = &at;
-    cfg.numAttrs = 1;
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, (void *)kernel, &cfg) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    if (i == nseen && nseen < 8) seen[nseen++].smem = smem;
-    if (i < nseen) seen[i].n[ks] = n;
-    return n;
-}
-
-// Rough seconds of a block (the plan's cost model, H200-sized): its weights
-// at its share of 3.5 TB/s or at most 30 GB/s an SM, x from L2 at 120 GB/s
-// an SM, bf16 products at 2 TFLOP/s an SM (mma.sync with this kernel's
-// overheads), whichever bounds, plus the cluster's exchange and a fixed 2
-// us a wave.
-static double stm_block_s(double wbytes, double xbytes, double flops, int active, int ks,
-                          double redbytes)
-{
-    double tw = wbytes * active / 3.5e12, tm = wbytes / 30e9;
-    double t = tw > tm ? tw : tm;
-    if (xbytes / 120e9 > t) t = xbytes / 120e9;
-    if (flops / 2e12 > t) t = flops / 2e12;
-    return t + (ks > 1 ? redbytes / 60e9 : 0) + 2e-6;
-}
-
 template <int QT, int NT, bool SPLIT>
 static bool stm_launch(cudaStream_t st, stm_args a)
 {
@@ -258,13 +211,13 @@ static bool stm_launch(cudaStream_t st, stm_args a)
             int Kc = ((w.cols + KS - 1) / KS + S::BK - 1) / S::BK * S::BK;
             if ((long long)(KS - 1) * Kc >= w.cols) continue;
             int nrg = (w.rows + 32 * WM - 1) / (32 * WM);
-            int maxc = KS == 1 ? nsm : stm_max_clusters(k, KS, smem);
+            int maxc = KS == 1 ? nsm : smm_max_clusters(k, KS, ST_THREADS, smem);
             if (maxc < 1) continue;
             int waves = (nrg + maxc - 1) / maxc, active = (nrg < maxc ? nrg : maxc) * KS;
             double rows = 32.0 * WM;
-            double s = waves * stm_block_s(rows * Kc * S::EB, (double)S::TP * Kc * 4,
-                                           rows * Kc * S::TP * 2.0 * (SPLIT ? 2 : 1), active,
-                                           KS, rows * S::TP * 4);
+            double s = waves * smm_block_s(rows * Kc * S::EB, (double)S::TP * Kc * 4,
+                                           rows * Kc * S::TP * 2.0 * (SPLIT ? 2 : 1), 2e12,
+                                           active, KS, rows * S::TP * 4);
             if (!bWM || s < best) best = s, bWM = WM, bKS = KS, bKc = Kc;
         }
     if (!bWM) return false;

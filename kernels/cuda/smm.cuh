@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cooperative_groups.h>
+#include <mutex>
 
 #include "kernels.cuh"
 #include "mma.cuh"
@@ -184,4 +185,50 @@ static inline bool smm_started(cudaError_t e)
 {
     if (e != cudaSuccess) cudaGetLastError();
     return e == cudaSuccess;
+}
+
+// Clusters of ks blocks of `threads` threads and `smem` bytes each that one
+// device runs at once (at most 8 sizes of smem per process are remembered,
+// per kernel; 0: unknown).
+template <typename K> static int smm_max_clusters(K *kernel, int ks, int threads, size_t smem)
+{
+    static struct { size_t smem; int n[9]; } seen[8];
+    static int nseen;
+    static std::mutex lock;     // ranks plan on their own threads
+    std::lock_guard<std::mutex> hold(lock);
+    int i = 0;
+    while (i < nseen && seen[i].smem != smem) i++;
+    if (i < nseen && seen[i].n[ks]) return seen[i].n[ks];
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = 1, at.val.clusterDim.y = ks, at.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(1, ks, 1);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, (void *)kernel, &cfg) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (i == nseen && nseen < 8) seen[nseen++].smem = smem;
+    if (i < nseen) seen[i].n[ks] = n;
+    return n;
+}
+
+// Rough seconds of a block (the streamed kernels' plans, H200-sized): its
+// weights at its share of 3.5 TB/s or at most 30 GB/s an SM, x from L2 at
+// 120 GB/s an SM, bf16 products at `rate` FLOP/s an SM (the kernel's
+// tensor-core rate with its overheads), whichever bounds, plus the
+// cluster's exchange and a fixed 2 us a wave.
+static double smm_block_s(double wbytes, double xbytes, double flops, double rate, int active,
+                          int ks, double redbytes)
+{
+    double tw = wbytes * active / 3.5e12, tm = wbytes / 30e9;
+    double t = tw > tm ? tw : tm;
+    if (xbytes / 120e9 > t) t = xbytes / 120e9;
+    if (flops / rate > t) t = flops / rate;
+    return t + (ks > 1 ? redbytes / 60e9 : 0) + 2e-6;
 }

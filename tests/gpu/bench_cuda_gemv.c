@@ -4,9 +4,10 @@
  * and 8 tokens; then the whole MoE op at T = 1 (router, 6 of 256 MXFP4
  * experts, FP8 shared expert).  `batch`: the same shapes at T = 16, 32
  * and 64 (decode batches), each on the tensor-core small-M kernels
- * (matmul_mma.cu and matmul_stream.cu, LLM_CUDA_SMALL_MMA=1 and 2) and on
+ * (matmul_mma.cu, matmul_stream.cu and matmul_wgmma.cu,
+ * LLM_CUDA_SMALL_MMA=1, 2 and 3) and on
  * the path before them (LLM_CUDA_SMALL_MMA=0: the GEMV up to 16 tokens,
- * cuBLASLt above), three backends in one process (`batch FILTER T,T,..`: those T only).  Each measurement is a CUDA graph of 32 ops replayed 10
+ * cuBLASLt above), four backends in one process (`batch FILTER T,T,..`: those T only).  Each measurement is a CUDA graph of 32 ops replayed 10
  * times, the ops cycling over enough copies of the weights (>= 256 MB)
  * that every read comes from DRAM, not L2; GB/s counts the weight bytes
  * (codes + scales) only.
@@ -113,16 +114,16 @@ static void bench_matmul(const char *name, enum qtype t, int rows, int cols, con
     mm_free(G, &c);
 }
 
-/* Decode batches: the small-M kernels (on `mma`: matmul_mma.cu, x staged
- * whole; on `stream`: matmul_stream.cu) against the path before them (on
- * `old`), the same shape and T on each. */
-static void bench_batch(backend *const b[3], const char *name, enum qtype t, int rows, int cols,
+/* Decode batches: the small-M kernels (b[1]: matmul_mma.cu, x staged
+ * whole; b[2]: matmul_stream.cu; b[3]: matmul_wgmma.cu) against the path
+ * before them (b[0]), the same shape and T on each. */
+static void bench_batch(backend *const b[4], const char *name, enum qtype t, int rows, int cols,
                         const char *filter, const int *Ts, int nT)
 {
     if (filter && !strstr(name, filter)) return;
     size_t bytes = wbytes(t, rows, cols);
-    double s[3][8];
-    for (int i = 0; i < 3; i++) {
+    double s[4][8];
+    for (int i = 0; i < 4; i++) {
         G = b[i];
         mm_ctx c = mm_setup(G, name, t, rows, cols, 64);
         for (int k = 0; k < nT; k++) {
@@ -132,10 +133,11 @@ static void bench_batch(backend *const b[3], const char *name, enum qtype t, int
         mm_free(G, &c);
     }
     for (int k = 0; k < nT; k++)
-        printf("batch %-12s %-5s %6d x %-6d T=%2d: before %8.2f us %6.0f GB/s, staged x %8.2f us "
-               "%6.0f GB/s, streamed x %8.2f us %6.0f GB/s (%.2fx before)\n", name, fmt(t), rows,
-               cols, Ts[k], s[0][k] * 1e6, bytes / s[0][k] / 1e9, s[1][k] * 1e6,
-               bytes / s[1][k] / 1e9, s[2][k] * 1e6, bytes / s[2][k] / 1e9, s[0][k] / s[2][k]);
+        printf("batch %-10s %-4s %5d x %-5d T=%2d: before %7.2f us %5.0f GB/s, staged %7.2f us "
+               "%5.0f GB/s, streamed %7.2f us %5.0f GB/s, wgmma %7.2f us %5.0f GB/s\n", name,
+               fmt(t), rows, cols, Ts[k], s[0][k] * 1e6, bytes / s[0][k] / 1e9, s[1][k] * 1e6,
+               bytes / s[1][k] / 1e9, s[2][k] * 1e6, bytes / s[2][k] / 1e9, s[3][k] * 1e6,
+               bytes / s[3][k] / 1e9);
 }
 
 /* The MoE op at T = 1 over 8 layers' worth of experts (each op another
@@ -231,12 +233,12 @@ int main(int argc, char **argv)
                 }
             }
         }
-        backend *b[3] = { gpu("0"), gpu("1"), gpu("2") };
+        backend *b[4] = { gpu("0"), gpu("1"), gpu("2"), gpu("3") };
         for (size_t i = 0; i < NSHAPES; i++)
             if (strcmp(shapes[i].name, "gate"))     /* the router's gate stays float32 */
                 bench_batch(b, shapes[i].name, shapes[i].t, shapes[i].rows, shapes[i].cols,
                             filter, Ts, nT);
-        for (int i = 0; i < 3; i++) b[i]->destroy(b[i]);
+        for (int i = 0; i < 4; i++) b[i]->destroy(b[i]);
         return 0;
     }
     const char *filter = argc > 1 ? argv[1] : NULL;

@@ -61,7 +61,8 @@
  * cores in every mode but f32 (matmul_mma.cu; the backends here set
  * LLM_CUDA_SMALL_MMA=1: wherever it can run, not only where it was
  * measured faster; views it cannot take run on the GEMV; the same cases
- * again on matmul_stream.cu, LLM_CUDA_SMALL_MMA=2): below 64 tokens x split in two bf16 parts in every such mode,
+ * again on matmul_stream.cu, LLM_CUDA_SMALL_MMA=2, and on matmul_wgmma.cu,
+ * =3): below 64 tokens x split in two bf16 parts in every such mode,
  * so the bf16x2 bound above (u = 2^-16) against the CPU's float32 product
  * (fp8 too: its reference quantizes nothing below 64 tokens); at 64 the
  * mode's own numerics and bound (bf16: x rounded once; fp8: act_quant(x),
@@ -99,8 +100,9 @@
 
 static backend *C, *G;
 /* per GEMM mode: LLM_CUDA_SMALL_MMA=2, decode batches' matmuls with x
- * streamed (matmul_stream.cu) wherever that kernel runs */
-static backend *G_stream[4];
+ * streamed (matmul_stream.cu) wherever that kernel runs; =3, on wgmma
+ * (matmul_wgmma.cu) */
+static backend *G_stream[4], *G_wgmma[4];
 /* bf16x2 with LLM_CUDA_MOE_MMA=0: decode batches' expert tiles on the
  * GEMV; with LLM_CUDA_MOE_MMA_BLOCKS=1: on tensor cores, one block an SM */
 static backend *G_tiles_gemv, *G_tiles_1sm;
@@ -509,15 +511,17 @@ static void test_matmul(void)
         mm_case(what, &o, &go, 65);
         /* decode batches of 9-64 tokens: FP8 and BF16 on tensor cores
          * (matmul_mma.cu, then on the backend with x streamed:
-         * matmul_stream.cu) outside f32 mode, the others and f32 on the
-         * GEMV; views from inside the 128x128 blocks, a column origin off
-         * the blocks but on 16 bytes, the unaligned view (the GEMV's),
-         * row and column tails; x rows not 16-byte aligned at T % 3 == 0 */
-        backend *kern[2] = { G, gemm_mode == GEMM_F32 ? NULL : G_stream[gemm_mode] };
-        for (int ki = 0; ki < 2 && (t == QT_FP8 || t == QT_BF16) && kern[ki]; ki++) {
+         * matmul_stream.cu, and on wgmma: matmul_wgmma.cu) outside f32
+         * mode, the others and f32 on the GEMV; views from inside the
+         * 128x128 blocks, a column origin off the blocks but on 16 bytes,
+         * the unaligned view (the GEMV's), row and column tails; x rows
+         * not 16-byte aligned at T % 3 == 0 */
+        backend *kern[3] = { G, gemm_mode == GEMM_F32 ? NULL : G_stream[gemm_mode],
+                             gemm_mode == GEMM_F32 ? NULL : G_wgmma[gemm_mode] };
+        for (int ki = 0; ki < 3 && (t == QT_FP8 || t == QT_BF16) && kern[ki]; ki++) {
             backend *keep = G;
             G = kern[ki];
-            const char *k = ki ? ", x streamed" : "";
+            const char *k = ki == 1 ? ", x streamed" : ki == 2 ? ", wgmma" : "";
             int Tb[] = { 9, 16, 17, 31, 32, 33, 48, 63, 64 };
             qweight ov = qweight_view(&big, 3, 77, 48, 400), gov = up(&ov);
             for (size_t i = 0; i < sizeof Tb / sizeof Tb[0]; i++) {
@@ -2133,7 +2137,8 @@ static void indexer_cases(backend *gf, backend *g_idx0)
 }
 
 /* The small-M kernel of decode batches' matmuls the backends made next
- * take (LLM_CUDA_SMALL_MMA): 1, matmul_mma.cu; 2, matmul_stream.cu. */
+ * take (LLM_CUDA_SMALL_MMA): 1, matmul_mma.cu; 2, matmul_stream.cu; 3,
+ * matmul_wgmma.cu. */
 static const char *small_mma_kernel = "1";
 
 /* A backend on device 0 whose prefill GEMMs are `gemm` (LLM_CUDA_GEMM). */
@@ -2177,7 +2182,7 @@ static void bad_switches(void)
         { "LLM_CUDA_HC_SPLIT", "2" },       { "LLM_CUDA_HC_MANY_MIN_T", "0" },
         { "LLM_CUDA_HC_MANY_MIN_T", "65" }, { "LLM_CUDA_GEMV_ROWS", "3" },
         { "LLM_CUDA_GEMV_ROWS", "16" },     { "LLM_CUDA_GEMV_TOKENS", "3" },
-        { "LLM_CUDA_ATTN_MMA_MIN_T", "-1" }, { "LLM_CUDA_SMALL_MMA", "3" },
+        { "LLM_CUDA_ATTN_MMA_MIN_T", "-1" }, { "LLM_CUDA_SMALL_MMA", "4" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
@@ -2309,6 +2314,7 @@ static void destroy_backends(backend **g, backend **g1)
     for (int m = 0; m < 4; m++) {
         g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
         if (G_stream[m]) G_stream[m]->destroy(G_stream[m]);
+        if (G_wgmma[m]) G_wgmma[m]->destroy(G_wgmma[m]);
     }
     C->destroy(C);
     C8->destroy(C8);
@@ -2348,6 +2354,9 @@ int main(int argc, char **argv)
     small_mma_kernel = "2";
     for (int m = GEMM_BF16; m <= GEMM_FP8; m++)
         if (!(G_stream[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
+    small_mma_kernel = "3";
+    for (int m = GEMM_BF16; m <= GEMM_FP8; m++)
+        if (!(G_wgmma[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
     small_mma_kernel = "1";
     /* gd[m]: decode attention on tensor cores from one token (bf16, bf16x2) */
     setenv("LLM_CUDA_ATTN_MMA_MIN_T", "1", 1);

@@ -1,0 +1,366 @@
+// Dense matmuls of decode batches of up to 64 tokens on Hopper's wgmma:
+// y = x W^T, W in FP8 (e4m3, UE8M0 128x128 block scales) or BF16, each
+// weight read once for all the tokens, with x streamed beside the weights
+// as in matmul_stream.cu (plan, cluster reduction, exact FP8 decoding).
+//
+// Why: matmul_stream.cu's mma.sync (m16n8k16) needs, per 32 rows of a
+// warp, every token's x fragments loaded from shared memory into
+// registers; from 33 tokens those loads and the mmas outgrow the weight
+// stream (run H4: slower than cuBLASLt on the dequantized weights from 48
+// tokens).  wgmma m64nNk16 takes B from shared memory through a
+// descriptor: a warpgroup multiplies 64 rows by all N columns of x in one
+// instruction, and no lane loads x.
+//
+// A (the weights) comes from registers, in the mma fragment scheme of
+// matmul_mma.cu (smm.cuh's frag_a: each lane's 16-byte copies are its A
+// fragments, k slots permuted); B is x in that permuted k order, written
+// by the block itself: each block stage's float32 x (cp.async) is split
+// into bf16 rows n = 2 token + part (hi = bf16(x), lo = bf16(x - hi)), or
+// n = token rounded once, in wgmma's 128-byte-swizzled K-major layout.
+// So a sum's two parts are adjacent columns of a lane's accumulators
+// (the D layout: columns 2t, 2t + 1), added once at the end.
+//
+// A block is two warpgroups (8 warps of 32 rows: 256 rows), a block stage
+// 64 columns (one swizzle atom of bf16 x, 4 k steps), STAGES of weights
+// and x in flight; the blocks of a cluster split the columns and add
+// their partial sums through distributed shared memory (smm.cuh).
+#include "smm.cuh"
+
+#define SW_THREADS 256
+#define SW_BR 256               // rows per block
+#define SW_BK 64                // columns per block stage
+#define SW_SMEM (210 * 1024)    // the block's shared memory, at most
+
+bool cu_wgmma_ok()
+{
+    static int ok = -1;
+    if (ok < 0) {
+        int dev = 0, major = 0, minor = 0;
+        ok = cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                 cudaSuccess &&
+             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) ==
+                 cudaSuccess &&
+             major == 9 && minor == 0;
+    }
+    return ok;
+}
+
+struct swm_args {
+    dqw w;
+    const float *x;
+    int ldx, T;
+    float *y;
+    int ldy;
+    int Kc;     // columns per block (a multiple of SW_BK)
+    int x16;    // x's rows are whole float4s (aligned, ldx % 4 == 0)
+};
+
+template <int QT, int NP, bool SPLIT> struct swm_shape {
+    static constexpr int EB = QT == QT_BF16 ? 2 : 1;        // bytes per weight
+    static constexpr int SC = 16 / EB;                      // columns per lane copy
+    static constexpr int WB = SW_BR * SW_BK * EB;           // weight bytes per stage
+    static constexpr int TOK = SPLIT ? NP / 2 : NP;         // tokens, padded
+    static constexpr int XST = SW_BK * 4 + 16;              // bytes per staged x row
+    static constexpr int SB = WB + TOK * XST;               // bytes per stage
+    static constexpr int BB = NP * 128;                     // the B tile (bf16 x)
+    static constexpr int STAGES = (SW_SMEM - 1024 - BB) / SB > 6 ? 6 : (SW_SMEM - 1024 - BB) / SB;
+    static constexpr size_t smem()
+    {
+        // the reduction's partial sums and the cluster's shares reuse it
+        size_t st = 1024 + BB + (size_t)STAGES * SB, red = 1024 + (size_t)SW_BR * (2 * TOK + 1) * 4;
+        return st > red ? st : red;
+    }
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// wgmma's descriptor of a K-major bf16 tile in the 128-byte swizzle (rows
+// of 128 bytes, 16-byte chunk c of row r at c ^ (r & 7), 8-row groups
+// 1024 bytes apart, 1024-byte aligned); k step s starts 32 s bytes on.
+__device__ __forceinline__ uint64_t swm_desc(uint32_t addr)
+{
+    return (uint64_t)((addr & 0x3ffff) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 |
+           (uint64_t)1 << 62;
+}
+
+#define SW_R8(i)                                                                              \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]),                \
+        "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define SW_S8(a, b, c, e, f, g, h, i) "%" #a ", %" #b ", %" #c ", %" #e ", %" #f ", %" #g ", %" #h ", %" #i
+
+// d += A . B for A 64 x 16 bf16 in registers (the mma fragment layout per
+// warp) and B NP x 16 bf16 at descriptor db (K-major).
+template <int NP> __device__ __forceinline__ void swm_wgmma(float *d, const uint32_t (&a)[4], uint64_t db);
+
+template <> __device__ __forceinline__ void swm_wgmma<64>(float *d, const uint32_t (&a)[4], uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{" SW_S8(0, 1, 2, 3, 4, 5, 6, 7) ", " SW_S8(8, 9, 10, 11, 12, 13, 14, 15) ", "
+                 SW_S8(16, 17, 18, 19, 20, 21, 22, 23) ", " SW_S8(24, 25, 26, 27, 28, 29, 30, 31) "}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : SW_R8(0), SW_R8(8), SW_R8(16), SW_R8(24)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+template <> __device__ __forceinline__ void swm_wgmma<128>(float *d, const uint32_t (&a)[4], uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{" SW_S8(0, 1, 2, 3, 4, 5, 6, 7) ", " SW_S8(8, 9, 10, 11, 12, 13, 14, 15) ", "
+                 SW_S8(16, 17, 18, 19, 20, 21, 22, 23) ", " SW_S8(24, 25, 26, 27, 28, 29, 30, 31) ", "
+                 SW_S8(32, 33, 34, 35, 36, 37, 38, 39) ", " SW_S8(40, 41, 42, 43, 44, 45, 46, 47) ", "
+                 SW_S8(48, 49, 50, 51, 52, 53, 54, 55) ", " SW_S8(56, 57, 58, 59, 60, 61, 62, 63) "}, "
+                 "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+                 : SW_R8(0), SW_R8(8), SW_R8(16), SW_R8(24), SW_R8(32), SW_R8(40), SW_R8(48),
+                   SW_R8(56)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+#undef SW_R8
+#undef SW_S8
+
+// The compiler must keep the accumulators where wgmma left them.
+template <int N> __device__ __forceinline__ void swm_pin(float (&d)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+#endif
+
+// The column (of a block stage) that k slot 2t + j (j < 2) or 2t + 8 +
+// j - 2 (j >= 2) of k step s takes: frag_a's scheme, FP8 one 16-byte copy
+// a lane for the 4 steps, BF16 two (steps 0-1, 2-3).
+template <int QT> __device__ __forceinline__ int swm_col(int s, int t, int j)
+{
+    return QT == QT_BF16 ? 32 * (s >> 1) + 8 * t + 4 * (s & 1) + j : 16 * t + 4 * s + j;
+}
+
+template <int QT, int NP, bool SPLIT>
+__global__ void __launch_bounds__(SW_THREADS, 1) swm_kernel(const __grid_constant__ swm_args a)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(16) uint8_t sh_raw[];
+    using S = swm_shape<QT, NP, SPLIT>;
+    constexpr int EB = S::EB, SC = S::SC, TOK = S::TOK, XST = S::XST, SB = S::SB;
+    constexpr int STAGES = S::STAGES, NC = SW_BK / 4, H = QT == QT_BF16 ? 2 : 1;
+    constexpr int KSTEPS = SC / 4;      // k steps a lane copy holds
+    static_assert(STAGES >= 2, "two stages at least");
+    uint8_t *sh = (uint8_t *)(((uintptr_t)sh_raw + 1023) & ~(uintptr_t)1023);
+    uint8_t *bt = sh;                   // the B tile
+    uint8_t *stg = sh + S::BB;          // the stages: weights, then x
+    const dqw &w = a.w;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int kb0 = blockIdx.y * a.Kc, kend = min(kb0 + a.Kc, w.cols);
+    int nst = (kend - kb0 + SW_BK - 1) / SW_BK;     // the plan gives every block columns
+
+    // This lane's rows: m-tile j / 2, row g (+ 8 for odd j), and their scale rows.
+    const uint8_t *rp[4], *sp[4];
+    bool rok[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int r = blockIdx.x * SW_BR + warp * 32 + (j >> 1) * 16 + (j & 1) * 8 + g;
+        long long rr = w.r0 + min(r, w.rows - 1);
+        rok[j] = r < w.rows;
+        rp[j] = w.data + (rr * w.ld + w.c0) * EB;
+        sp[j] = QT == QT_FP8 ? w.scale + (rr >> 7) * w.sld : NULL;
+    }
+    // The warp's weights of stage s (H copies of 16 bytes a row: zeros past
+    // the view's rows and the block's columns; nothing past the last stage).
+    auto issue_w = [&](int s) {
+        if (s >= nst) return;
+        uint8_t *dst = stg + (s % STAGES) * SB + warp * (H * 2048) + lane * 16;
+#pragma unroll
+        for (int h = 0; h < H; h++) {
+            int col = kb0 + s * SW_BK + h * 32 + t * SC, n = min(SC, kend - col);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                bool on = rok[j] && n > 0;
+                cp_async16(dst + h * 2048 + j * 512, on ? rp[j] + (long long)col * EB : rp[j],
+                           on ? n * EB : 0);
+            }
+        }
+    };
+    // x of stage s: tokens [0, TOK) x the stage's columns as float4 chunks
+    // (zeros past the tokens and the block's columns), this thread's share.
+    auto issue_x = [&](int s) {
+        if (s >= nst) return;
+        uint8_t *xs = stg + (s % STAGES) * SB + S::WB;
+        for (int i = threadIdx.x; i < TOK * NC; i += SW_THREADS) {
+            int tok = i / NC, c = i % NC, col = kb0 + s * SW_BK + 4 * c;
+            uint8_t *dst = xs + tok * XST + c * 16;
+            int n = tok < a.T ? min(4, kend - col) : 0;
+            const float *src = a.x + (long long)(n > 0 ? tok : 0) * a.ldx + (n > 0 ? col : 0);
+            if (a.x16) {
+                cp_async16(dst, src, n > 0 ? n * 4 : 0);
+            } else {
+                float *d = (float *)dst;
+                for (int e = 0; e < 4; e++) d[e] = e < n ? src[e] : 0.0f;
+            }
+        }
+    };
+    // The weights depend on no earlier kernel: on their way before the wait.
+    for (int s = 0; s < STAGES - 1; s++) issue_w(s), cp_async_commit();
+    pdl_wait();
+    for (int s = 0; s < STAGES - 1; s++) issue_x(s), cp_async_commit();
+
+    float acc[2][NP / 2] = {};
+    uint64_t db = swm_desc((uint32_t)__cvta_generic_to_shared(bt));
+    for (int s = 0; s < nst; s++) {
+        // Stage s landed (every thread's copies) and the B tile is free
+        // (the last stage's wgmma waited for): stage s + STAGES - 1 into
+        // the slot of stage s - 1.
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        issue_w(s + STAGES - 1);
+        issue_x(s + STAGES - 1);
+        cp_async_commit();
+        // x of stage s into the B tile: row n's chunk q (k step q / 2,
+        // slots 8 (q & 1) ..) takes x's columns swm_col(q / 2, t', 2 (q &
+        // 1) + i) for t' = 0..3, i = 0, 1.
+        const uint8_t *xs = stg + (s % STAGES) * SB + S::WB;
+        for (int i = threadIdx.x; i < TOK * 8; i += SW_THREADS) {
+            int tok = i >> 3, q = i & 7;
+            uint32_t hi[4], lo[4];
+#pragma unroll
+            for (int tt = 0; tt < 4; tt++) {
+                float2 f = *(const float2 *)(xs + tok * XST + swm_col<QT>(q >> 1, tt, 2 * (q & 1)) * 4);
+                hi[tt] = pack_bf16x2(f.x, f.y);
+                lo[tt] = pack_bf16x2(f.x - bf16f(hi[tt] & 0xffff), f.y - bf16f(hi[tt] >> 16));
+            }
+            int n = SPLIT ? 2 * tok : tok;
+            *(uint4 *)(bt + n * 128 + ((q ^ (n & 7)) << 4)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            if (SPLIT) {
+                n++;
+                *(uint4 *)(bt + n * 128 + ((q ^ (n & 7)) << 4)) =
+                    make_uint4(lo[0], lo[1], lo[2], lo[3]);
+            }
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        const uint8_t *wsl = stg + (s % STAGES) * SB + warp * (H * 2048) + lane * 16;
+#pragma unroll
+        for (int h = 0; h < H; h++) {
+            int col = kb0 + s * SW_BK + h * 32 + t * SC;
+            float sc[4] = { 1, 1, 1, 1 };
+            if (QT == QT_FP8 && col < kend) {   // past the block's columns: zeros
+                int cb = (w.c0 + col) >> 7;
+#pragma unroll
+                for (int j = 0; j < 4; j++) sc[j] = e8m0f(sp[j][cb]);
+            }
+            uint4 u[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) u[j] = *(const uint4 *)(wsl + h * 2048 + j * 512);
+            uint32_t A[KSTEPS][2][4];
+            frag_a<QT>(u, sc, A);
+            swm_pin(acc[0]);
+            swm_pin(acc[1]);
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int k = 0; k < KSTEPS; k++)
+#pragma unroll
+                for (int m = 0; m < 2; m++) swm_wgmma<NP>(acc[m], A[k][m], db + 2 * (h * KSTEPS + k));
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            swm_pin(acc[0]);
+            swm_pin(acc[1]);
+        }
+    }
+    cp_async_wait<0>();     // (empty groups only: every stage was waited for)
+
+    // Lane (g, t)'s sums: m-tile m, rows g (e = 0) and g + 8 (e = 1), n-tile
+    // j: split, token 4 j + t (its two parts adjacent); else tokens 8 j + 2t
+    // and + 1.
+    auto each = [&](auto f) {
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int j = 0; j < NP / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    int r = warp * 32 + m * 16 + e * 8 + g;
+                    float d0 = acc[m][4 * j + 2 * e], d1 = acc[m][4 * j + 2 * e + 1];
+                    if (SPLIT) {
+                        f(r, 4 * j + t, d0 + d1);
+                    } else {
+                        f(r, 8 * j + 2 * t, d0);
+                        f(r, 8 * j + 2 * t + 1, d1);
+                    }
+                }
+    };
+    if (gridDim.y == 1) {
+        each([&](int r, int tok, float v) {
+            int row = blockIdx.x * SW_BR + r;
+            if (tok < a.T && row < w.rows) a.y[(long long)tok * a.ldy + row] = v;
+        });
+        return;
+    }
+    // The block's partial sums [row][token] pushed to the cluster's blocks
+    // that own them (smm.cuh), each owner adding the ranks' in rank order.
+    constexpr int PL = TOK + 1;
+    float *part = (float *)sh, *recv = part + (size_t)SW_BR * PL;
+    __syncthreads();    // every warp past its last stage
+    each([&](int r, int tok, float v) { part[r * PL + tok] = v; });
+    __syncthreads();
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();          // every block of the cluster is past its stages
+    int KS = (int)cl.num_blocks(), q = (int)cl.block_rank(), per = SW_BR * TOK / KS;
+    push_partials<TOK / 8>(cl, part, recv, SW_BR, 1, SW_BR * a.T, per);
+    cl.sync();
+    for (int i = threadIdx.x; i < per; i += SW_THREADS) {
+        int e = q * per + i, tok = e / SW_BR, r = e % SW_BR, orow = blockIdx.x * SW_BR + r;
+        if (tok >= a.T || orow >= w.rows) continue;
+        float v = 0;
+        for (int p = 0; p < KS; p++) v += recv[p * per + i];
+        a.y[(long long)tok * a.ldy + orow] = v;
+    }
+#elif defined(__CUDA_ARCH__)
+    __trap();   // built for sm_90a only (wgmma)
+#endif
+}
+
+template <int QT, int NP, bool SPLIT>
+static bool swm_launch(cudaStream_t st, swm_args a)
+{
+    using S = swm_shape<QT, NP, SPLIT>;
+    auto *k = swm_kernel<QT, NP, SPLIT>;
+    size_t smem = S::smem();
+    smem_attr<QT * 64 + NP / 8 * 2 + SPLIT>(k, smem);  // before the occupancy queries
+    const dqw &w = a.w;
+    int nsm = cu_sm_count(), nrg = (w.rows + SW_BR - 1) / SW_BR;
+    double best = 0;
+    int bKS = 0, bKc = 0;
+    for (int KS = 1; KS <= 8; KS *= 2) {
+        int Kc = ((w.cols + KS - 1) / KS + SW_BK - 1) / SW_BK * SW_BK;
+        if ((long long)(KS - 1) * Kc >= w.cols) continue;
+        int maxc = KS == 1 ? nsm : smm_max_clusters(k, KS, SW_THREADS, smem);
+        if (maxc < 1) continue;
+        int waves = (nrg + maxc - 1) / maxc, active = (nrg < maxc ? nrg : maxc) * KS;
+        // wgmma at about half its peak rate an SM (the stage's barriers)
+        double s = waves * smm_block_s((double)SW_BR * Kc * S::EB, (double)S::TOK * Kc * 4,
+                                       (double)SW_BR * Kc * NP * 2.0, 3.5e12, active, KS,
+                                       (double)SW_BR * S::TOK * 4);
+        if (!bKS || s < best) best = s, bKS = KS, bKc = Kc;
+    }
+    if (!bKS) return false;
+    a.Kc = bKc;
+    dim3 grid((unsigned)nrg, bKS);
+    return smm_started(cu_launch_cluster(k, grid, SW_THREADS, smem, st, bKS > 1 ? bKS : 0, a));
+}
+
+bool cu_matmul_wgmma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y,
+                     int ldy, bool split)
+{
+    if (!cu_wgmma_ok() || !dense_view_ok(w, T)) return false;
+    swm_args a = {};
+    a.w = w, a.x = x, a.ldx = ldx, a.T = T, a.y = y, a.ldy = ldy;
+    a.x16 = (uintptr_t)x % 16 == 0 && ldx % 4 == 0;
+#define SWM(Q)                                                                                   \
+    do {                                                                                         \
+        if (!split) return swm_launch<Q, 64, false>(st, a);                                      \
+        if (T <= 32) return swm_launch<Q, 64, true>(st, a);                                      \
+        return swm_launch<Q, 128, true>(st, a);                                                  \
+    } while (0)
+    if (w.type == QT_FP8) SWM(QT_FP8);
+    SWM(QT_BF16);
+#undef SWM
+}
