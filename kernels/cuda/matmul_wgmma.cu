@@ -26,10 +26,7 @@
 // their partial sums through distributed shared memory (smm.cuh).
 #include "smm.cuh"
 
-#define SW_THREADS 256
-#define SW_BR 256               // rows per block
 #define SW_BK 64                // columns per block stage
-#define SW_SMEM (210 * 1024)    // the block's shared memory, at most
 
 bool cu_wgmma_ok()
 {
@@ -56,19 +53,24 @@ struct swm_args {
     int x16;    // x's rows are whole float4s (aligned, ldx % 4 == 0)
 };
 
-template <int QT, int NP, bool SPLIT> struct swm_shape {
+// WG warpgroups a block (128 rows each: 4 warps of 32).
+template <int QT, int NP, bool SPLIT, int WG> struct swm_shape {
+    static constexpr int THREADS = 128 * WG;
+    static constexpr int BR = 128 * WG;                     // rows per block
     static constexpr int EB = QT == QT_BF16 ? 2 : 1;        // bytes per weight
     static constexpr int SC = 16 / EB;                      // columns per lane copy
-    static constexpr int WB = SW_BR * SW_BK * EB;           // weight bytes per stage
+    static constexpr int WB = BR * SW_BK * EB;              // weight bytes per stage
     static constexpr int TOK = SPLIT ? NP / 2 : NP;         // tokens, padded
     static constexpr int XST = SW_BK * 4 + 16;              // bytes per staged x row
     static constexpr int SB = WB + TOK * XST;               // bytes per stage
     static constexpr int BB = NP * 128;                     // the B tile (bf16 x)
-    static constexpr int STAGES = (SW_SMEM - 1024 - BB) / SB > 6 ? 6 : (SW_SMEM - 1024 - BB) / SB;
+    // shared memory at most: one block an SM of two warpgroups, two of one
+    static constexpr int SMEM = WG == 2 ? 210 * 1024 : 110 * 1024;
+    static constexpr int STAGES = (SMEM - 1024 - BB) / SB > 6 ? 6 : (SMEM - 1024 - BB) / SB;
     static constexpr size_t smem()
     {
         // the reduction's partial sums and the cluster's shares reuse it
-        size_t st = 1024 + BB + (size_t)STAGES * SB, red = 1024 + (size_t)SW_BR * (2 * TOK + 1) * 4;
+        size_t st = 1024 + BB + (size_t)STAGES * SB, red = 1024 + (size_t)BR * (2 * TOK + 1) * 4;
         return st > red ? st : red;
     }
 };
@@ -135,12 +137,13 @@ template <int QT> __device__ __forceinline__ int swm_col(int s, int t, int j)
     return QT == QT_BF16 ? 32 * (s >> 1) + 8 * t + 4 * (s & 1) + j : 16 * t + 4 * s + j;
 }
 
-template <int QT, int NP, bool SPLIT>
-__global__ void __launch_bounds__(SW_THREADS, 1) swm_kernel(const __grid_constant__ swm_args a)
+template <int QT, int NP, bool SPLIT, int WG>
+__global__ void __launch_bounds__(128 * WG, 1) swm_kernel(const __grid_constant__ swm_args a)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(16) uint8_t sh_raw[];
-    using S = swm_shape<QT, NP, SPLIT>;
+    using S = swm_shape<QT, NP, SPLIT, WG>;
+    constexpr int NTH = S::THREADS, BR = S::BR;
     constexpr int EB = S::EB, SC = S::SC, TOK = S::TOK, XST = S::XST, SB = S::SB;
     constexpr int STAGES = S::STAGES, NC = SW_BK / 4, H = QT == QT_BF16 ? 2 : 1;
     constexpr int KSTEPS = SC / 4;      // k steps a lane copy holds
@@ -158,7 +161,7 @@ __global__ void __launch_bounds__(SW_THREADS, 1) swm_kernel(const __grid_constan
     bool rok[4];
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        int r = blockIdx.x * SW_BR + warp * 32 + (j >> 1) * 16 + (j & 1) * 8 + g;
+        int r = blockIdx.x * BR + warp * 32 + (j >> 1) * 16 + (j & 1) * 8 + g;
         long long rr = w.r0 + min(r, w.rows - 1);
         rok[j] = r < w.rows;
         rp[j] = w.data + (rr * w.ld + w.c0) * EB;
@@ -185,7 +188,7 @@ __global__ void __launch_bounds__(SW_THREADS, 1) swm_kernel(const __grid_constan
     auto issue_x = [&](int s) {
         if (s >= nst) return;
         uint8_t *xs = stg + (s % STAGES) * SB + S::WB;
-        for (int i = threadIdx.x; i < TOK * NC; i += SW_THREADS) {
+        for (int i = threadIdx.x; i < TOK * NC; i += NTH) {
             int tok = i / NC, c = i % NC, col = kb0 + s * SW_BK + 4 * c;
             uint8_t *dst = xs + tok * XST + c * 16;
             int n = tok < a.T ? min(4, kend - col) : 0;
@@ -218,7 +221,7 @@ __global__ void __launch_bounds__(SW_THREADS, 1) swm_kernel(const __grid_constan
         // slots 8 (q & 1) ..) takes x's columns swm_col(q / 2, t', 2 (q &
         // 1) + i) for t' = 0..3, i = 0, 1.
         const uint8_t *xs = stg + (s % STAGES) * SB + S::WB;
-        for (int i = threadIdx.x; i < TOK * 8; i += SW_THREADS) {
+        for (int i = threadIdx.x; i < TOK * 8; i += NTH) {
             int tok = i >> 3, q = i & 7;
             uint32_t hi[4], lo[4];
 #pragma unroll
@@ -289,7 +292,7 @@ __global__ void __launch_bounds__(SW_THREADS, 1) swm_kernel(const __grid_constan
     };
     if (gridDim.y == 1) {
         each([&](int r, int tok, float v) {
-            int row = blockIdx.x * SW_BR + r;
+            int row = blockIdx.x * BR + r;
             if (tok < a.T && row < w.rows) a.y[(long long)tok * a.ldy + row] = v;
         });
         return;
@@ -297,17 +300,17 @@ __global__ void __launch_bounds__(SW_THREADS, 1) swm_kernel(const __grid_constan
     // The block's partial sums [row][token] pushed to the cluster's blocks
     // that own them (smm.cuh), each owner adding the ranks' in rank order.
     constexpr int PL = TOK + 1;
-    float *part = (float *)sh, *recv = part + (size_t)SW_BR * PL;
+    float *part = (float *)sh, *recv = part + (size_t)BR * PL;
     __syncthreads();    // every warp past its last stage
     each([&](int r, int tok, float v) { part[r * PL + tok] = v; });
     __syncthreads();
     cg::cluster_group cl = cg::this_cluster();
     cl.sync();          // every block of the cluster is past its stages
-    int KS = (int)cl.num_blocks(), q = (int)cl.block_rank(), per = SW_BR * TOK / KS;
-    push_partials<TOK / 8>(cl, part, recv, SW_BR, 1, SW_BR * a.T, per);
+    int KS = (int)cl.num_blocks(), q = (int)cl.block_rank(), per = BR * TOK / KS;
+    push_partials<TOK / 8>(cl, part, recv, BR, 1, BR * a.T, per);
     cl.sync();
-    for (int i = threadIdx.x; i < per; i += SW_THREADS) {
-        int e = q * per + i, tok = e / SW_BR, r = e % SW_BR, orow = blockIdx.x * SW_BR + r;
+    for (int i = threadIdx.x; i < per; i += NTH) {
+        int e = q * per + i, tok = e / BR, r = e % BR, orow = blockIdx.x * BR + r;
         if (tok >= a.T || orow >= w.rows) continue;
         float v = 0;
         for (int p = 0; p < KS; p++) v += recv[p * per + i];
@@ -318,33 +321,56 @@ __global__ void __launch_bounds__(SW_THREADS, 1) swm_kernel(const __grid_constan
 #endif
 }
 
-template <int QT, int NP, bool SPLIT>
-static bool swm_launch(cudaStream_t st, swm_args a)
+// The plan of blocks of WG warpgroups: its estimated seconds (0: none),
+// and the columns a block and the cluster size it takes.
+struct swm_plan {
+    double s;
+    int Kc, KS;
+};
+
+template <int QT, int NP, bool SPLIT, int WG> static swm_plan swm_plan_for(const dqw &w)
 {
-    using S = swm_shape<QT, NP, SPLIT>;
-    auto *k = swm_kernel<QT, NP, SPLIT>;
+    using S = swm_shape<QT, NP, SPLIT, WG>;
+    auto *k = swm_kernel<QT, NP, SPLIT, WG>;
     size_t smem = S::smem();
-    smem_attr<QT * 64 + NP / 8 * 2 + SPLIT>(k, smem);  // before the occupancy queries
-    const dqw &w = a.w;
-    int nsm = cu_sm_count(), nrg = (w.rows + SW_BR - 1) / SW_BR;
-    double best = 0;
-    int bKS = 0, bKc = 0;
+    smem_attr<QT * 64 + NP / 8 * 4 + SPLIT * 2 + WG - 1>(k, smem);  // before the queries
+    int nsm = cu_sm_count(), nrg = (w.rows + S::BR - 1) / S::BR;
+    swm_plan best = { 0, 0, 0 };
     for (int KS = 1; KS <= 8; KS *= 2) {
         int Kc = ((w.cols + KS - 1) / KS + SW_BK - 1) / SW_BK * SW_BK;
         if ((long long)(KS - 1) * Kc >= w.cols) continue;
-        int maxc = KS == 1 ? nsm : smm_max_clusters(k, KS, SW_THREADS, smem);
+        int perc = KS == 1 ? nsm * (int)(227 * 1024 / (smem + 1024)) : 0;
+        int maxc = KS == 1 ? (perc > 0 ? perc : nsm) : smm_max_clusters(k, KS, S::THREADS, smem);
         if (maxc < 1) continue;
         int waves = (nrg + maxc - 1) / maxc, active = (nrg < maxc ? nrg : maxc) * KS;
         // wgmma at about half its peak rate an SM (the stage's barriers)
-        double s = waves * smm_block_s((double)SW_BR * Kc * S::EB, (double)S::TOK * Kc * 4,
-                                       (double)SW_BR * Kc * NP * 2.0, 3.5e12, active, KS,
-                                       (double)SW_BR * S::TOK * 4);
-        if (!bKS || s < best) best = s, bKS = KS, bKc = Kc;
+        double s = waves * smm_block_s((double)S::BR * Kc * S::EB, (double)S::TOK * Kc * 4,
+                                       (double)S::BR * Kc * NP * 2.0, 3.5e12 / 2 * WG, active,
+                                       KS, (double)S::BR * S::TOK * 4);
+        if (!best.KS || s < best.s) best = { s, Kc, KS };
     }
-    if (!bKS) return false;
-    a.Kc = bKc;
-    dim3 grid((unsigned)nrg, bKS);
-    return smm_started(cu_launch_cluster(k, grid, SW_THREADS, smem, st, bKS > 1 ? bKS : 0, a));
+    return best;
+}
+
+template <int QT, int NP, bool SPLIT, int WG>
+static bool swm_run(cudaStream_t st, swm_args a, swm_plan p)
+{
+    using S = swm_shape<QT, NP, SPLIT, WG>;
+    a.Kc = p.Kc;
+    dim3 grid((unsigned)((a.w.rows + S::BR - 1) / S::BR), p.KS);
+    return smm_started(cu_launch_cluster(swm_kernel<QT, NP, SPLIT, WG>, grid, S::THREADS,
+                                         S::smem(), st, p.KS > 1 ? p.KS : 0, a));
+}
+
+// Blocks of one or two warpgroups, whichever plan the cost model prefers
+// (LLM_CUDA_WGMMA_WG=1 or 2: that one; comparisons).
+template <int QT, int NP, bool SPLIT> static bool swm_launch(cudaStream_t st, swm_args a)
+{
+    static const int force = getenv("LLM_CUDA_WGMMA_WG") ? atoi(getenv("LLM_CUDA_WGMMA_WG")) : 0;
+    swm_plan p1 = swm_plan_for<QT, NP, SPLIT, 1>(a.w), p2 = swm_plan_for<QT, NP, SPLIT, 2>(a.w);
+    bool two = force == 2 || (force != 1 && p2.KS && (!p1.KS || p2.s <= p1.s));
+    if (two ? !p2.KS : !p1.KS) return false;
+    return two ? swm_run<QT, NP, SPLIT, 2>(st, a, p2) : swm_run<QT, NP, SPLIT, 1>(st, a, p1);
 }
 
 bool cu_matmul_wgmma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y,

@@ -188,16 +188,16 @@ static inline bool smm_started(cudaError_t e)
 }
 
 // Clusters of ks blocks of `threads` threads and `smem` bytes each that one
-// device runs at once (at most 8 sizes of smem per process are remembered,
-// per kernel; 0: unknown).
+// device runs at once (at most 8 block shapes per kernel signature are
+// remembered; 0: unknown).
 template <typename K> static int smm_max_clusters(K *kernel, int ks, int threads, size_t smem)
 {
-    static struct { size_t smem; int n[9]; } seen[8];
+    static struct { size_t smem; int threads, n[9]; } seen[8];
     static int nseen;
     static std::mutex lock;     // ranks plan on their own threads
     std::lock_guard<std::mutex> hold(lock);
     int i = 0;
-    while (i < nseen && seen[i].smem != smem) i++;
+    while (i < nseen && (seen[i].smem != smem || seen[i].threads != threads)) i++;
     if (i < nseen && seen[i].n[ks]) return seen[i].n[ks];
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at;
@@ -213,7 +213,7 @@ template <typename K> static int smm_max_clusters(K *kernel, int ks, int threads
         cudaGetLastError();
         return 0;
     }
-    if (i == nseen && nseen < 8) seen[nseen++].smem = smem;
+    if (i == nseen && nseen < 8) seen[nseen].smem = smem, seen[nseen++].threads = threads;
     if (i < nseen) seen[i].n[ks] = n;
     return n;
 }
