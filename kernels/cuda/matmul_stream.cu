@@ -68,17 +68,9 @@ __global__ void __launch_bounds__(ST_THREADS, 1) stm_kernel(const __grid_constan
     int kb0 = blockIdx.y * a.Kc, kend = min(kb0 + a.Kc, w.cols);
     int nst = (kend - kb0 + BK - 1) / BK;       // the plan gives every block columns
 
-    // This lane's rows: m-tile j / 2, row g (+ 8 for odd j), and their scale rows.
     const uint8_t *rp[4], *sp[4];
     bool rok[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        int r = blockIdx.x * BR + wm * 32 + (j >> 1) * 16 + (j & 1) * 8 + g;
-        long long rr = w.r0 + min(r, w.rows - 1);
-        rok[j] = r < w.rows;
-        rp[j] = w.data + (rr * w.ld + w.c0) * EB;
-        sp[j] = QT == QT_FP8 ? w.scale + (rr >> 7) * w.sld : NULL;
-    }
+    lane_rows<QT>(w, blockIdx.x * BR + wm * 32, rp, sp, rok);
     // Sub-stages h of a block stage this warp takes: h = wk, wk + WK, ...
     // Its weights of block stage s into the warp's slot (zeros past the
     // view's rows and the block's columns; nothing past the last stage).
@@ -99,20 +91,9 @@ __global__ void __launch_bounds__(ST_THREADS, 1) stm_kernel(const __grid_constan
     // chunks (zeros past the tokens and the block's columns), this
     // thread's share.
     auto issue_x = [&](int s) {
-        if (s >= nst) return;
-        uint8_t *xs = sh + (s % ST_STAGES) * SB + 8 * ST_WARP_BYTES;
-        for (int i = threadIdx.x; i < TP * NC; i += ST_THREADS) {
-            int tok = i / NC, c = i % NC, col = kb0 + s * BK + 4 * c;
-            uint8_t *dst = xs + tok * XST + xsw<QT>(c) * 16;
-            int n = tok < a.T ? min(4, kend - col) : 0;
-            const float *src = a.x + (long long)(n > 0 ? tok : 0) * a.ldx + (n > 0 ? col : 0);
-            if (a.x16) {
-                cp_async16(dst, src, n > 0 ? n * 4 : 0);
-            } else {
-                float *d = (float *)dst;
-                for (int e = 0; e < 4; e++) d[e] = e < n ? src[e] : 0.0f;
-            }
-        }
+        if (s < nst)
+            stage_x(sh + (s % ST_STAGES) * SB + 8 * ST_WARP_BYTES, a.x, a.ldx, a.T, a.x16, TP, NC,
+                    XST, kb0 + s * BK, kend, ST_THREADS, [](int c) { return xsw<QT>(c); });
     };
     // The weights depend on no earlier kernel: on their way before the wait.
     for (int s = 0; s < ST_STAGES - 1; s++) issue_w(s), cp_async_commit();
@@ -178,21 +159,9 @@ __global__ void __launch_bounds__(ST_THREADS, 1) stm_kernel(const __grid_constan
         }
         return;
     }
-    // ... over the warps and pushed to the cluster's blocks that own them
-    // (smm.cuh), each owner adding the ranks' in rank order.
-    cg::cluster_group cl = cg::this_cluster();
-    cl.sync();      // every block of the cluster is past its stages
-    int KS = (int)cl.num_blocks(), q = (int)cl.block_rank(), per = BR * TP / KS;
-    float *recv = part + (size_t)8 * 32 * PL;
-    push_partials<NT>(cl, part, recv, BR, WK, BR * a.T, per);
-    cl.sync();
-    for (int i = threadIdx.x; i < per; i += ST_THREADS) {
-        int e = q * per + i, tok = e / BR, r = e % BR, orow = blockIdx.x * BR + r;
-        if (tok >= a.T || orow >= w.rows) continue;
-        float v = 0;
-        for (int p = 0; p < KS; p++) v += recv[p * per + i];
-        a.y[(long long)tok * a.ldy + orow] = v;
-    }
+    // ... over the warps and the cluster's blocks (smm.cuh).
+    cluster_sums<NT>(part, part + (size_t)8 * 32 * PL, BR, WK, a.T, blockIdx.x * BR, w.rows, a.y,
+                     a.ldy);
 }
 
 template <int QT, int NT, bool SPLIT>

@@ -156,17 +156,9 @@ __global__ void __launch_bounds__(128 * WG, 1) swm_kernel(const __grid_constant_
     int kb0 = blockIdx.y * a.Kc, kend = min(kb0 + a.Kc, w.cols);
     int nst = (kend - kb0 + SW_BK - 1) / SW_BK;     // the plan gives every block columns
 
-    // This lane's rows: m-tile j / 2, row g (+ 8 for odd j), and their scale rows.
     const uint8_t *rp[4], *sp[4];
     bool rok[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        int r = blockIdx.x * BR + warp * 32 + (j >> 1) * 16 + (j & 1) * 8 + g;
-        long long rr = w.r0 + min(r, w.rows - 1);
-        rok[j] = r < w.rows;
-        rp[j] = w.data + (rr * w.ld + w.c0) * EB;
-        sp[j] = QT == QT_FP8 ? w.scale + (rr >> 7) * w.sld : NULL;
-    }
+    lane_rows<QT>(w, blockIdx.x * BR + warp * 32, rp, sp, rok);
     // The warp's weights of stage s (H copies of 16 bytes a row: zeros past
     // the view's rows and the block's columns; nothing past the last stage).
     auto issue_w = [&](int s) {
@@ -186,20 +178,9 @@ __global__ void __launch_bounds__(128 * WG, 1) swm_kernel(const __grid_constant_
     // x of stage s: tokens [0, TOK) x the stage's columns as float4 chunks
     // (zeros past the tokens and the block's columns), this thread's share.
     auto issue_x = [&](int s) {
-        if (s >= nst) return;
-        uint8_t *xs = stg + (s % STAGES) * SB + S::WB;
-        for (int i = threadIdx.x; i < TOK * NC; i += NTH) {
-            int tok = i / NC, c = i % NC, col = kb0 + s * SW_BK + 4 * c;
-            uint8_t *dst = xs + tok * XST + c * 16;
-            int n = tok < a.T ? min(4, kend - col) : 0;
-            const float *src = a.x + (long long)(n > 0 ? tok : 0) * a.ldx + (n > 0 ? col : 0);
-            if (a.x16) {
-                cp_async16(dst, src, n > 0 ? n * 4 : 0);
-            } else {
-                float *d = (float *)dst;
-                for (int e = 0; e < 4; e++) d[e] = e < n ? src[e] : 0.0f;
-            }
-        }
+        if (s < nst)
+            stage_x(stg + (s % STAGES) * SB + S::WB, a.x, a.ldx, a.T, a.x16, TOK, NC, XST,
+                    kb0 + s * SW_BK, kend, NTH, [](int c) { return c; });
     };
     // The weights depend on no earlier kernel: on their way before the wait.
     for (int s = 0; s < STAGES - 1; s++) issue_w(s), cp_async_commit();
@@ -297,25 +278,14 @@ __global__ void __launch_bounds__(128 * WG, 1) swm_kernel(const __grid_constant_
         });
         return;
     }
-    // The block's partial sums [row][token] pushed to the cluster's blocks
-    // that own them (smm.cuh), each owner adding the ranks' in rank order.
+    // The block's partial sums [row][token] added over the cluster (smm.cuh).
     constexpr int PL = TOK + 1;
-    float *part = (float *)sh, *recv = part + (size_t)BR * PL;
+    float *part = (float *)sh;
     __syncthreads();    // every warp past its last stage
     each([&](int r, int tok, float v) { part[r * PL + tok] = v; });
     __syncthreads();
-    cg::cluster_group cl = cg::this_cluster();
-    cl.sync();          // every block of the cluster is past its stages
-    int KS = (int)cl.num_blocks(), q = (int)cl.block_rank(), per = BR * TOK / KS;
-    push_partials<TOK / 8>(cl, part, recv, BR, 1, BR * a.T, per);
-    cl.sync();
-    for (int i = threadIdx.x; i < per; i += NTH) {
-        int e = q * per + i, tok = e / BR, r = e % BR, orow = blockIdx.x * BR + r;
-        if (tok >= a.T || orow >= w.rows) continue;
-        float v = 0;
-        for (int p = 0; p < KS; p++) v += recv[p * per + i];
-        a.y[(long long)tok * a.ldy + orow] = v;
-    }
+    cluster_sums<TOK / 8>(part, part + (size_t)BR * PL, BR, 1, a.T, blockIdx.x * BR, w.rows, a.y,
+                          a.ldy);
 #elif defined(__CUDA_ARCH__)
     __trap();   // built for sm_90a only (wgmma)
 #endif

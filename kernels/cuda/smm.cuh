@@ -169,6 +169,70 @@ __device__ __forceinline__ void push_partials(cg::cluster_group &cl, const float
     }
 }
 
+// The lane's rows of a warp's 32 from block row r0 (m-tile j / 2, row g,
+// + 8 for odd j; the streamed kernels): weight pointers at the view's
+// column origin, FP8 scale rows, and whether each is inside the view.
+template <int QT>
+__device__ __forceinline__ void lane_rows(const dqw &w, int r0, const uint8_t *(&rp)[4],
+                                          const uint8_t *(&sp)[4], bool (&rok)[4])
+{
+    constexpr int EB = QT == QT_BF16 ? 2 : 1;
+    int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int r = r0 + (j >> 1) * 16 + (j & 1) * 8 + g;
+        long long rr = w.r0 + min(r, w.rows - 1);
+        rok[j] = r < w.rows;
+        rp[j] = w.data + (rr * w.ld + w.c0) * EB;
+        sp[j] = QT == QT_FP8 ? w.scale + (rr >> 7) * w.sld : NULL;
+    }
+}
+
+// x's tokens [0, TP) x columns [col0, col0 + 4 NC) as float4 chunks into
+// rows xst bytes apart (chunk c at pos(c)), zeros past the T tokens and
+// column kend: this thread's share of nth (cp.async where x16).
+template <typename P>
+__device__ __forceinline__ void stage_x(uint8_t *xs, const float *x, int ldx, int T, bool x16,
+                                        int TP, int NC, int xst, int col0, int kend, int nth,
+                                        P pos)
+{
+    for (int i = threadIdx.x; i < TP * NC; i += nth) {
+        int tok = i / NC, c = i % NC, col = col0 + 4 * c;
+        uint8_t *dst = xs + tok * xst + pos(c) * 16;
+        int n = tok < T ? min(4, kend - col) : 0;
+        const float *src = x + (long long)(n > 0 ? tok : 0) * ldx + (n > 0 ? col : 0);
+        if (x16) {
+            cp_async16(dst, src, n > 0 ? n * 4 : 0);
+        } else {
+            float *d = (float *)dst;
+            for (int e = 0; e < 4; e++) d[e] = e < n ? src[e] : 0.0f;
+        }
+    }
+}
+
+// The block's partial sums part[wk][row][token] (BR rows a warp column,
+// NT * 8 + 1 floats apart) added over the WK warp columns and over the
+// cluster's blocks (push_partials; each owner adds the ranks' shares in
+// rank order) into y's rows row0 + r < rows, T tokens.  Every thread of
+// every block of the cluster calls it.
+template <int NT>
+__device__ __forceinline__ void cluster_sums(float *part, float *recv, int BR, int WK, int T,
+                                             int row0, int rows, float *y, int ldy)
+{
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();      // every block of the cluster is past its stages
+    int KS = (int)cl.num_blocks(), q = (int)cl.block_rank(), per = BR * NT * 8 / KS;
+    push_partials<NT>(cl, part, recv, BR, WK, BR * T, per);
+    cl.sync();
+    for (int i = threadIdx.x; i < per; i += blockDim.x) {
+        int e = q * per + i, tok = e / BR, r = e % BR, orow = row0 + r;
+        if (tok >= T || orow >= rows) continue;
+        float v = 0;
+        for (int p = 0; p < KS; p++) v += recv[p * per + i];
+        y[(long long)tok * ldy + orow] = v;
+    }
+}
+
 // FP8 or BF16 views the small-M kernels take: rows that start on 16
 // bytes (each lane's 16-byte copies), a decode batch's T tokens.
 static inline bool dense_view_ok(const dqw &w, int T)
