@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(ST_THREADS, 1) stm_kernel(const __grid_constan
 {
     extern __shared__ __align__(16) uint8_t sh[];
     using S = stm_shape<QT, NT>;
-    constexpr int EB = S::EB, SC = S::SC, STEP = S::STEP, BK = S::BK, TP = S::TP, XST = S::XST;
+    constexpr int SC = S::SC, STEP = S::STEP, BK = S::BK, TP = S::TP, XST = S::XST;
     constexpr int SB = S::SB, KSTEPS = SC / 4, NC = BK / 4, ST_STAGES = S::STAGES;
     const dqw &w = a.w;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -77,15 +77,8 @@ __global__ void __launch_bounds__(ST_THREADS, 1) stm_kernel(const __grid_constan
     auto issue_w = [&](int s) {
         if (s >= nst) return;
         uint8_t *dst = sh + (s % ST_STAGES) * SB + warp * ST_WARP_BYTES + lane * 16;
-        for (int h = wk, i = 0; h < 2; h += WK, i++) {
-            int col = kb0 + s * BK + h * STEP + t * SC, n = min(SC, kend - col);
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                bool on = rok[j] && n > 0;
-                cp_async16(dst + i * 2048 + j * 512, on ? rp[j] + (long long)col * EB : rp[j],
-                           on ? n * EB : 0);
-            }
-        }
+        for (int h = wk, i = 0; h < 2; h += WK, i++)
+            copy_rows<QT>(dst + i * 2048, rp, rok, kb0 + s * BK + h * STEP + t * SC, kend);
     };
     // x of block stage s: tokens [0, TP) x the stage's columns as float4
     // chunks (zeros past the tokens and the block's columns), this
@@ -119,18 +112,8 @@ __global__ void __launch_bounds__(ST_THREADS, 1) stm_kernel(const __grid_constan
         __syncthreads();
         const uint8_t *wsl = sh + (s % ST_STAGES) * SB + warp * ST_WARP_BYTES + lane * 16;
         for (int h = wk, i = 0; h < 2; h += WK, i++) {
-            int col = kb0 + s * BK + h * STEP + t * SC;
-            float sc[4] = { 1, 1, 1, 1 };
-            if (QT == QT_FP8 && col < kend) {   // past the block's columns: zeros
-                int cb = (w.c0 + col) >> 7;
-#pragma unroll
-                for (int j = 0; j < 4; j++) sc[j] = e8m0f(sp[j][cb]);
-            }
-            uint4 u[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) u[j] = *(const uint4 *)(wsl + i * 2048 + j * 512);
             uint32_t A[KSTEPS][2][4];
-            frag_a<QT>(u, sc, A);
+            lane_frags<QT>(wsl + i * 2048, sp, w, kb0 + s * BK + h * STEP + t * SC, kend, A);
             mma_stage<QT, NT, SPLIT, KSTEPS, SC>(acc, A, xt0 + (s % ST_STAGES) * SB, XST,
                                                  (h * STEP + t * SC) / 8);
         }

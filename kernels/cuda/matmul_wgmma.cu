@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(128 * WG, 1) swm_kernel(const __grid_constant_
     extern __shared__ __align__(16) uint8_t sh_raw[];
     using S = swm_shape<QT, NP, SPLIT, WG>;
     constexpr int NTH = S::THREADS, BR = S::BR;
-    constexpr int EB = S::EB, SC = S::SC, TOK = S::TOK, XST = S::XST, SB = S::SB;
+    constexpr int SC = S::SC, TOK = S::TOK, XST = S::XST, SB = S::SB;
     constexpr int STAGES = S::STAGES, NC = SW_BK / 4, H = QT == QT_BF16 ? 2 : 1;
     constexpr int KSTEPS = SC / 4;      // k steps a lane copy holds
     static_assert(STAGES >= 2, "two stages at least");
@@ -165,15 +165,8 @@ __global__ void __launch_bounds__(128 * WG, 1) swm_kernel(const __grid_constant_
         if (s >= nst) return;
         uint8_t *dst = stg + (s % STAGES) * SB + warp * (H * 2048) + lane * 16;
 #pragma unroll
-        for (int h = 0; h < H; h++) {
-            int col = kb0 + s * SW_BK + h * 32 + t * SC, n = min(SC, kend - col);
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                bool on = rok[j] && n > 0;
-                cp_async16(dst + h * 2048 + j * 512, on ? rp[j] + (long long)col * EB : rp[j],
-                           on ? n * EB : 0);
-            }
-        }
+        for (int h = 0; h < H; h++)
+            copy_rows<QT>(dst + h * 2048, rp, rok, kb0 + s * SW_BK + h * 32 + t * SC, kend);
     };
     // x of stage s: tokens [0, TOK) x the stage's columns as float4 chunks
     // (zeros past the tokens and the block's columns), this thread's share.
@@ -224,18 +217,8 @@ __global__ void __launch_bounds__(128 * WG, 1) swm_kernel(const __grid_constant_
         const uint8_t *wsl = stg + (s % STAGES) * SB + warp * (H * 2048) + lane * 16;
 #pragma unroll
         for (int h = 0; h < H; h++) {
-            int col = kb0 + s * SW_BK + h * 32 + t * SC;
-            float sc[4] = { 1, 1, 1, 1 };
-            if (QT == QT_FP8 && col < kend) {   // past the block's columns: zeros
-                int cb = (w.c0 + col) >> 7;
-#pragma unroll
-                for (int j = 0; j < 4; j++) sc[j] = e8m0f(sp[j][cb]);
-            }
-            uint4 u[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) u[j] = *(const uint4 *)(wsl + h * 2048 + j * 512);
             uint32_t A[KSTEPS][2][4];
-            frag_a<QT>(u, sc, A);
+            lane_frags<QT>(wsl + h * 2048, sp, w, kb0 + s * SW_BK + h * 32 + t * SC, kend, A);
             swm_pin(acc[0]);
             swm_pin(acc[1]);
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");

@@ -95,6 +95,26 @@ __device__ __forceinline__ void frag_a(const uint4 (&u)[4], const float (&sc)[4]
         }
 }
 
+// frag_a of the lane's copies at src + 512 j (copy_rows), which start at
+// column col: FP8 times the rows' block scales (sp: lane_rows), none past
+// kend (the copies' zeros).
+template <int QT>
+__device__ __forceinline__ void lane_frags(const uint8_t *src, const uint8_t *const (&sp)[4],
+                                           const dqw &w, int col, int kend,
+                                           uint32_t (&A)[QT == QT_BF16 ? 2 : 4][2][4])
+{
+    float sc[4] = { 1, 1, 1, 1 };
+    if (QT == QT_FP8 && col < kend) {
+        int cb = (w.c0 + col) >> 7;
+#pragma unroll
+        for (int j = 0; j < 4; j++) sc[j] = e8m0f(sp[j][cb]);
+    }
+    uint4 u[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) u[j] = *(const uint4 *)(src + j * 512);
+    frag_a<QT>(u, sc, A);
+}
+
 // acc[m][n] += the stage's products: A (KSTEPS k steps of 16 columns) times
 // staged x, token g of n-tile 0 at xt, rows xst bytes apart, the lane's
 // columns from 8-column group grp on (SC / 8 groups: chunks 2 grp + part).
@@ -185,6 +205,21 @@ __device__ __forceinline__ void lane_rows(const dqw &w, int r0, const uint8_t *(
         rok[j] = r < w.rows;
         rp[j] = w.data + (rr * w.ld + w.c0) * EB;
         sp[j] = QT == QT_FP8 ? w.scale + (rr >> 7) * w.sld : NULL;
+    }
+}
+
+// The lane's 16-byte copies of its rows (lane_rows) from column col into
+// dst + 512 j: zeros past column kend and outside the view.
+template <int QT>
+__device__ __forceinline__ void copy_rows(uint8_t *dst, const uint8_t *const (&rp)[4],
+                                          const bool (&rok)[4], int col, int kend)
+{
+    constexpr int EB = QT == QT_BF16 ? 2 : 1;
+    int n = min(16 / EB, kend - col);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        bool on = rok[j] && n > 0;
+        cp_async16(dst + j * 512, on ? rp[j] + (long long)col * EB : rp[j], on ? n * EB : 0);
     }
 }
 
