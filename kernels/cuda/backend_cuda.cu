@@ -105,20 +105,21 @@ static const char *cu_error(backend *b)
 // every mode (within 2^-16 of each x: the bf16x2 bound of the float32
 // product these steps promise); at 64 the prefill mode's x (bf16: rounded
 // once; bf16x2: split; fp8: act_quant(x) for FP8 weights, exact in bf16).
-// By default (SMALL_MMA_AUTO), as run H4 measured each against the
-// others per rank6 matrix: up to SMALL_MMA_MAX_T tokens BF16 matrices of
-// up to 4096 rows on cu_matmul_mma (where SM2 measured it faster: its
-// `measured`), the others (FP8, the head) on cu_matmul_stream, which
-// takes every matrix of 17 to STREAM_MAX_T tokens (its instructions per
-// weight grow with the tokens); more go to cu_matmul_wgmma, and where that
-// cannot run (not sm_90) to cuBLASLt.  false: not taken.
+// By default (SMALL_MMA_AUTO), as runs H4 and I2-I3 measured each against
+// the others per rank6 matrix and end to end: up to SMALL_MMA_MAX_T tokens
+// BF16 matrices of up to 4096 rows on cu_matmul_mma (where SM2 measured it
+// faster: its `measured`), the others (FP8, the head) on cu_matmul_stream;
+// from stream_max_t + 1 (STREAM_MAX_T) cuBLASLt, whose one GEMM over x's
+// stacked parts (lt_gemm) beats the streamed kernel there (its
+// instructions per weight grow with the tokens; cu_matmul_wgmma, run I2,
+// is slower still).  false: not taken.
 static bool small_mma(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
                       int ldy)
 {
     int mode = c->small_mma;
     if (mode == SMALL_MMA_OFF || c->gemm == BACKEND_GEMM_F32 || T <= 8 || T > CU_GEMV_MAX_T ||
-        (mode == SMALL_MMA_AUTO && T > STREAM_MAX_T && !cu_wgmma_ok()) ||
-        (q.type != QT_FP8 && q.type != QT_BF16) || q.rows <= 0 || q.cols <= 0)
+        (mode == SMALL_MMA_AUTO && T > c->stream_max_t) || (q.type != QT_FP8 && q.type != QT_BF16) ||
+        q.rows <= 0 || q.cols <= 0)
         return false;
     bool quant = fp8_quantized(c, q.type, T);
     bool split = T < GEMM_MODE_MIN_T || (!quant && c->gemm != BACKEND_GEMM_BF16);
@@ -128,8 +129,7 @@ static bool small_mma(cu_impl *c, const dqw &q, const float *x, int ldx, int T, 
         cu_act_quant_round(c->st, x, ldx, T, q.cols, xq, q.cols);
         x = xq, ldx = q.cols;
     }
-    if (mode == SMALL_MMA_WGMMA || (mode == SMALL_MMA_AUTO && T > STREAM_MAX_T))
-        return cu_matmul_wgmma(c->st, q, x, ldx, T, y, ldy, split);
+    if (mode == SMALL_MMA_WGMMA) return cu_matmul_wgmma(c->st, q, x, ldx, T, y, ldy, split);
     if (mode == SMALL_MMA_STREAM || (mode == SMALL_MMA_AUTO && (T > SMALL_MMA_MAX_T ||
                                                                 q.type == QT_FP8 || q.rows > 4096)))
         return cu_matmul_stream(c->st, q, x, ldx, T, y, ldy, split);
@@ -1068,6 +1068,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // every one; 3, cu_matmul_wgmma for every one (tests, benches); unset,
     // each where measured faster.
     c->small_mma = SMALL_MMA_AUTO;
+    // LLM_CUDA_STREAM_MAX_T: the default's last token count on
+    // cu_matmul_stream (comparisons).
+    c->stream_max_t = (int)env_int(c, "LLM_CUDA_STREAM_MAX_T", 8, 64, STREAM_MAX_T);
     if (const char *sm = getenv("LLM_CUDA_SMALL_MMA")) {
         if (strcmp(sm, "0") && strcmp(sm, "1") && strcmp(sm, "2") && strcmp(sm, "3"))
             fail(c, "LLM_CUDA_SMALL_MMA=%s: expected 0, 1, 2 or 3", sm);

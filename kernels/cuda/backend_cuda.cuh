@@ -118,6 +118,7 @@ struct cu_impl {
     int attn_tokens;            // attn_tokens: query tokens per tensor-core attention block
     int gemv_max_t;             // dense matmuls of up to this many tokens on the GEMV kernel
     int small_mma;              // LLM_CUDA_SMALL_MMA: 9-64 tokens on cu_matmul_mma (enum below)
+    int stream_max_t;           // LLM_CUDA_STREAM_MAX_T (STREAM_MAX_T)
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
     int attn_mma_t;             // ... on tensor cores from this many tokens (LLM_CUDA_ATTN_MMA_MIN_T)
     bool topk_blocks;           // the indexer's top-k over several blocks a token (LLM_CUDA_TOPK_BLOCKS)
@@ -167,9 +168,8 @@ struct cu_impl {
 
 // cu_impl.small_mma: never; the default (cu_matmul_mma up to
 // SMALL_MMA_MAX_T tokens where run SM2 measured it faster than the GEMV,
-// cu_matmul_stream above, cu_matmul_wgmma above STREAM_MAX_T);
-// cu_matmul_mma for every matmul it takes; cu_matmul_stream for every one;
-// cu_matmul_wgmma for every one.
+// cu_matmul_stream above); cu_matmul_mma for every matmul it takes;
+// cu_matmul_stream for every one; cu_matmul_wgmma for every one.
 enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL, SMALL_MMA_STREAM, SMALL_MMA_WGMMA };
 
 #define LT_WS_BYTES (32u << 20)
@@ -178,8 +178,8 @@ enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL, SMALL_MMA_STREAM, SMALL_MMA
 #define GEMV_MAX_T 16       // dense matmuls of up to this many tokens on the GEMV (LLM_CUDA_GEMV_MAX_T)
 #define SMALL_MMA_MAX_T 16  // ... on cu_matmul_mma first (BF16 of up to 4096 rows) or
                             // cu_matmul_stream, from 9 tokens (small_mma; runs G6, H4)
-#define STREAM_MAX_T 32     // ... on cu_matmul_stream up to this many (H4), then
-                            // cu_matmul_wgmma (run I2)
+#define STREAM_MAX_T 16     // ... on cu_matmul_stream up to this many, then cuBLASLt
+                            // (run I3: 16 against 24 and 32, batches of 17-32)
 #define WCHUNK_BYTES ((size_t)512 << 20)    // experts' weights dequantized at a time
 #define UP_STAGE_BYTES ((size_t)32 << 20)   // each of the two pinned upload buffers
 #define UP_THREADS 8                        // host threads packing a staging buffer (run E2)
