@@ -129,7 +129,8 @@ static bool small_mma(cu_impl *c, const dqw &q, const float *x, int ldx, int T, 
         cu_act_quant_round(c->st, x, ldx, T, q.cols, xq, q.cols);
         x = xq, ldx = q.cols;
     }
-    if (mode == SMALL_MMA_WGMMA) return cu_matmul_wgmma(c->st, q, x, ldx, T, y, ldy, split);
+    if (mode == SMALL_MMA_WGMMA)
+        return cu_matmul_wgmma(c->st, q, x, ldx, T, y, ldy, split, c->wgmma_wg);
     if (mode == SMALL_MMA_STREAM || (mode == SMALL_MMA_AUTO && (T > SMALL_MMA_MAX_T ||
                                                                 q.type == QT_FP8 || q.rows > 4096)))
         return cu_matmul_stream(c->st, q, x, ldx, T, y, ldy, split);
@@ -1071,6 +1072,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_STREAM_MAX_T: the default's last token count on
     // cu_matmul_stream (comparisons).
     c->stream_max_t = (int)env_int(c, "LLM_CUDA_STREAM_MAX_T", 8, 64, STREAM_MAX_T);
+    // LLM_CUDA_WGMMA_WG: cu_matmul_wgmma's blocks of 1 or 2 warpgroups
+    // (unset: its plan's choice; comparisons).
+    c->wgmma_wg = (int)env_int(c, "LLM_CUDA_WGMMA_WG", 1, 2, 0);
     if (const char *sm = getenv("LLM_CUDA_SMALL_MMA")) {
         if (strcmp(sm, "0") && strcmp(sm, "1") && strcmp(sm, "2") && strcmp(sm, "3"))
             fail(c, "LLM_CUDA_SMALL_MMA=%s: expected 0, 1, 2 or 3", sm);

@@ -119,6 +119,7 @@ struct cu_impl {
     int gemv_max_t;             // dense matmuls of up to this many tokens on the GEMV kernel
     int small_mma;              // LLM_CUDA_SMALL_MMA: 9-64 tokens on cu_matmul_mma (enum below)
     int stream_max_t;           // LLM_CUDA_STREAM_MAX_T (STREAM_MAX_T)
+    int wgmma_wg;               // LLM_CUDA_WGMMA_WG (0: the plan's choice)
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
     int attn_mma_t;             // ... on tensor cores from this many tokens (LLM_CUDA_ATTN_MMA_MIN_T)
     bool topk_blocks;           // the indexer's top-k over several blocks a token (LLM_CUDA_TOPK_BLOCKS)

@@ -46,9 +46,10 @@ bool cu_matmul_stream(cudaStream_t st, const dqw &w, const float *x, int ldx, in
 // ---- matmul_wgmma.cu ----
 // The same products on Hopper's wgmma (x as B from shared memory, in the
 // order of its two parts or rounded once), x streamed as above: up to 64
-// tokens.  false: nothing launched (not an sm_90 device, or as above).
+// tokens, in blocks of wg warpgroups (1 or 2; 0: the plan's choice).
+// false: nothing launched (not an sm_90 device, or as above).
 bool cu_matmul_wgmma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y,
-                     int ldy, bool split);
+                     int ldy, bool split, int wg);
 bool cu_wgmma_ok();     // the device runs the sm_90a kernels (wgmma)
 // The routed experts of decode batches on cu_matmul_mma's kernel: cu_gemv_tiles'
 // products (below: moe_sort's tiles of tile_m <= 8 slots, w3 NULL or

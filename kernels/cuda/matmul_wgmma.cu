@@ -315,19 +315,18 @@ static bool swm_run(cudaStream_t st, swm_args a, swm_plan p)
                                          S::smem(), st, p.KS > 1 ? p.KS : 0, a));
 }
 
-// Blocks of one or two warpgroups, whichever plan the cost model prefers
-// (LLM_CUDA_WGMMA_WG=1 or 2: that one; comparisons).
-template <int QT, int NP, bool SPLIT> static bool swm_launch(cudaStream_t st, swm_args a)
+// Blocks of `wg` warpgroups (1 or 2), or (0) whichever plan the cost
+// model prefers.
+template <int QT, int NP, bool SPLIT> static bool swm_launch(cudaStream_t st, swm_args a, int wg)
 {
-    static const int force = getenv("LLM_CUDA_WGMMA_WG") ? atoi(getenv("LLM_CUDA_WGMMA_WG")) : 0;
     swm_plan p1 = swm_plan_for<QT, NP, SPLIT, 1>(a.w), p2 = swm_plan_for<QT, NP, SPLIT, 2>(a.w);
-    bool two = force == 2 || (force != 1 && p2.KS && (!p1.KS || p2.s <= p1.s));
+    bool two = wg == 2 || (wg != 1 && p2.KS && (!p1.KS || p2.s <= p1.s));
     if (two ? !p2.KS : !p1.KS) return false;
     return two ? swm_run<QT, NP, SPLIT, 2>(st, a, p2) : swm_run<QT, NP, SPLIT, 1>(st, a, p1);
 }
 
 bool cu_matmul_wgmma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y,
-                     int ldy, bool split)
+                     int ldy, bool split, int wg)
 {
     if (!cu_wgmma_ok() || !dense_view_ok(w, T)) return false;
     swm_args a = {};
@@ -335,9 +334,9 @@ bool cu_matmul_wgmma(cudaStream_t st, const dqw &w, const float *x, int ldx, int
     a.x16 = (uintptr_t)x % 16 == 0 && ldx % 4 == 0;
 #define SWM(Q)                                                                                   \
     do {                                                                                         \
-        if (!split) return swm_launch<Q, 64, false>(st, a);                                      \
-        if (T <= 32) return swm_launch<Q, 64, true>(st, a);                                      \
-        return swm_launch<Q, 128, true>(st, a);                                                  \
+        if (!split) return swm_launch<Q, 64, false>(st, a, wg);                                      \
+        if (T <= 32) return swm_launch<Q, 64, true>(st, a, wg);                                      \
+        return swm_launch<Q, 128, true>(st, a, wg);                                                  \
     } while (0)
     if (w.type == QT_FP8) SWM(QT_FP8);
     SWM(QT_BF16);

@@ -2183,7 +2183,7 @@ static void bad_switches(void)
         { "LLM_CUDA_HC_MANY_MIN_T", "65" }, { "LLM_CUDA_GEMV_ROWS", "3" },
         { "LLM_CUDA_GEMV_ROWS", "16" },     { "LLM_CUDA_GEMV_TOKENS", "3" },
         { "LLM_CUDA_ATTN_MMA_MIN_T", "-1" }, { "LLM_CUDA_SMALL_MMA", "4" },
-        { "LLM_CUDA_STREAM_MAX_T", "7" },
+        { "LLM_CUDA_STREAM_MAX_T", "7" },   { "LLM_CUDA_WGMMA_WG", "3" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
