@@ -334,9 +334,9 @@ bool cu_matmul_wgmma(cudaStream_t st, const dqw &w, const float *x, int ldx, int
     a.x16 = (uintptr_t)x % 16 == 0 && ldx % 4 == 0;
 #define SWM(Q)                                                                                   \
     do {                                                                                         \
-        if (!split) return swm_launch<Q, 64, false>(st, a, wg);                                      \
-        if (T <= 32) return swm_launch<Q, 64, true>(st, a, wg);                                      \
-        return swm_launch<Q, 128, true>(st, a, wg);                                                  \
+        if (!split) return swm_launch<Q, 64, false>(st, a, wg);                                     \
+        if (T <= 32) return swm_launch<Q, 64, true>(st, a, wg);                                     \
+        return swm_launch<Q, 128, true>(st, a, wg);                                                 \
     } while (0)
     if (w.type == QT_FP8) SWM(QT_FP8);
     SWM(QT_BF16);
