@@ -88,31 +88,39 @@ __device__ __forceinline__ uint64_t swm_desc(uint32_t addr)
 #define SW_R8(i)                                                                              \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]),                \
         "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-#define SW_S8(a, b, c, e, f, g, h, i) "%" #a ", %" #b ", %" #c ", %" #e ", %" #f ", %" #g ", %" #h ", %" #i
+#define SW_S8(a, b, c, e, f, g, h, i)                                                         \
+    "%" #a ", %" #b ", %" #c ", %" #e ", %" #f ", %" #g ", %" #h ", %" #i
 
 // d += A . B for A 64 x 16 bf16 in registers (the mma fragment layout per
 // warp) and B NP x 16 bf16 at descriptor db (K-major).
-template <int NP> __device__ __forceinline__ void swm_wgmma(float *d, const uint32_t (&a)[4], uint64_t db);
+template <int NP>
+__device__ __forceinline__ void swm_wgmma(float *d, const uint32_t (&a)[4], uint64_t db);
 
-template <> __device__ __forceinline__ void swm_wgmma<64>(float *d, const uint32_t (&a)[4], uint64_t db)
+template <>
+__device__ __forceinline__ void swm_wgmma<64>(float *d, const uint32_t (&a)[4], uint64_t db)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
                  "{" SW_S8(0, 1, 2, 3, 4, 5, 6, 7) ", " SW_S8(8, 9, 10, 11, 12, 13, 14, 15) ", "
-                 SW_S8(16, 17, 18, 19, 20, 21, 22, 23) ", " SW_S8(24, 25, 26, 27, 28, 29, 30, 31) "}, "
+                 SW_S8(16, 17, 18, 19, 20, 21, 22, 23) ", "
+                 SW_S8(24, 25, 26, 27, 28, 29, 30, 31) "}, "
                  "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
                  : SW_R8(0), SW_R8(8), SW_R8(16), SW_R8(24)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
-template <> __device__ __forceinline__ void swm_wgmma<128>(float *d, const uint32_t (&a)[4], uint64_t db)
+template <>
+__device__ __forceinline__ void swm_wgmma<128>(float *d, const uint32_t (&a)[4], uint64_t db)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
                  "{" SW_S8(0, 1, 2, 3, 4, 5, 6, 7) ", " SW_S8(8, 9, 10, 11, 12, 13, 14, 15) ", "
-                 SW_S8(16, 17, 18, 19, 20, 21, 22, 23) ", " SW_S8(24, 25, 26, 27, 28, 29, 30, 31) ", "
-                 SW_S8(32, 33, 34, 35, 36, 37, 38, 39) ", " SW_S8(40, 41, 42, 43, 44, 45, 46, 47) ", "
-                 SW_S8(48, 49, 50, 51, 52, 53, 54, 55) ", " SW_S8(56, 57, 58, 59, 60, 61, 62, 63) "}, "
+                 SW_S8(16, 17, 18, 19, 20, 21, 22, 23) ", "
+                 SW_S8(24, 25, 26, 27, 28, 29, 30, 31) ", "
+                 SW_S8(32, 33, 34, 35, 36, 37, 38, 39) ", "
+                 SW_S8(40, 41, 42, 43, 44, 45, 46, 47) ", "
+                 SW_S8(48, 49, 50, 51, 52, 53, 54, 55) ", "
+                 SW_S8(56, 57, 58, 59, 60, 61, 62, 63) "}, "
                  "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
                  : SW_R8(0), SW_R8(8), SW_R8(16), SW_R8(24), SW_R8(32), SW_R8(40), SW_R8(48),
                    SW_R8(56)
@@ -200,7 +208,8 @@ __global__ void __launch_bounds__(128 * WG, 1) swm_kernel(const __grid_constant_
             uint32_t hi[4], lo[4];
 #pragma unroll
             for (int tt = 0; tt < 4; tt++) {
-                float2 f = *(const float2 *)(xs + tok * XST + swm_col<QT>(q >> 1, tt, 2 * (q & 1)) * 4);
+                int c = swm_col<QT>(q >> 1, tt, 2 * (q & 1));
+                float2 f = *(const float2 *)(xs + tok * XST + c * 4);
                 hi[tt] = pack_bf16x2(f.x, f.y);
                 lo[tt] = pack_bf16x2(f.x - bf16f(hi[tt] & 0xffff), f.y - bf16f(hi[tt] >> 16));
             }
@@ -225,7 +234,8 @@ __global__ void __launch_bounds__(128 * WG, 1) swm_kernel(const __grid_constant_
 #pragma unroll
             for (int k = 0; k < KSTEPS; k++)
 #pragma unroll
-                for (int m = 0; m < 2; m++) swm_wgmma<NP>(acc[m], A[k][m], db + 2 * (h * KSTEPS + k));
+                for (int m = 0; m < 2; m++)
+                    swm_wgmma<NP>(acc[m], A[k][m], db + 2 * (h * KSTEPS + k));
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
             swm_pin(acc[0]);
