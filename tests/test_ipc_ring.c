@@ -3,6 +3,7 @@
  * the slot state machine through the client library on an in-process
  * segment (generations, stale handles, limits). */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -226,6 +227,11 @@ static void *producer(void *arg)
 {
     struct stress *t = arg;
     unsigned char rec[LLM_IPC_EVENT_MAX];
+    /* The first put waits for the consumer to find the ring empty (and
+     * arm the doorbell), so at least one wake is certain however the two
+     * threads are scheduled; the later ones depend on it (a loaded host
+     * can keep the consumer behind for all 200,000 records). */
+    while (!atomic_load(&t->s->armed)) sched_yield();
     for (uint32_t i = 0; i < t->n;) {
         size_t len = make_rec(rec, i);
         if (llm_ipc_ring_put(t->s, t->ring, RING, rec, len)) {
