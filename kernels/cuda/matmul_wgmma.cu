@@ -30,16 +30,16 @@
 
 bool cu_wgmma_ok()
 {
-    static int ok = -1;
-    if (ok < 0) {
+    // once per process (thread-safe): ranks plan on their own threads
+    static const bool ok = [] {
         int dev = 0, major = 0, minor = 0;
-        ok = cudaGetDevice(&dev) == cudaSuccess &&
-             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
-                 cudaSuccess &&
-             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) ==
-                 cudaSuccess &&
-             major == 9 && minor == 0;
-    }
+        return cudaGetDevice(&dev) == cudaSuccess &&
+               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                   cudaSuccess &&
+               cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) ==
+                   cudaSuccess &&
+               major == 9 && minor == 0;
+    }();
     return ok;
 }
 
@@ -297,13 +297,17 @@ template <int QT, int NP, bool SPLIT, int WG> static swm_plan swm_plan_for(const
     auto *k = swm_kernel<QT, NP, SPLIT, WG>;
     size_t smem = S::smem();
     smem_attr<QT * 64 + NP / 8 * 4 + SPLIT * 2 + WG - 1>(k, smem);  // before the queries
-    int nsm = cu_sm_count(), nrg = (w.rows + S::BR - 1) / S::BR;
+    int nsm = cu_sm_count(), nrg = (w.rows + S::BR - 1) / S::BR, per_sm = 0;
+    // blocks an SM at once (registers, shared memory): one of two
+    // warpgroups, two of one on an H200
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, S::THREADS, smem) != cudaSuccess)
+        cudaGetLastError(), per_sm = 1;
     swm_plan best = { 0, 0, 0 };
     for (int KS = 1; KS <= 8; KS *= 2) {
         int Kc = ((w.cols + KS - 1) / KS + SW_BK - 1) / SW_BK * SW_BK;
         if ((long long)(KS - 1) * Kc >= w.cols) continue;
-        int perc = KS == 1 ? nsm * (int)(227 * 1024 / (smem + 1024)) : 0;
-        int maxc = KS == 1 ? (perc > 0 ? perc : nsm) : smm_max_clusters(k, KS, S::THREADS, smem);
+        int maxc = KS == 1 ? nsm * (per_sm > 0 ? per_sm : 1)
+                           : smm_max_clusters(k, KS, S::THREADS, smem);
         if (maxc < 1) continue;
         int waves = (nrg + maxc - 1) / maxc, active = (nrg < maxc ? nrg : maxc) * KS;
         // wgmma at about half its peak rate an SM (the stage's barriers)
