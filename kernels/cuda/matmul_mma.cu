@@ -76,24 +76,32 @@ __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b)
     return d;
 }
 
-// The 8 E2M1 codes of w (column 2i in the low nibble of byte i) times
-// 2^(S - 127), S a UE8M0 scale: o[j] = bf16 pair (column j, column j + 4),
-// exactly (header).
-__device__ __forceinline__ void fp4x8_bf16x2(uint32_t w, uint32_t S, uint32_t (&o)[4])
+// The bf16x2 multipliers that take e2m1 * 2^-126 to e2m1 * 2^(S - 127), S
+// a UE8M0 scale: m, then m2 (1.0 unless S > 128, whose 2^(S - 1) bf16
+// cannot hold: 2^127 times 2^(S - 128); S = 255: NaN, as the CPU's).
+__device__ __forceinline__ void fp4_mults(uint32_t S, uint32_t &m, uint32_t &m2)
 {
     bool big = S > 128 && S != 255;
-    uint32_t m = S == 255 ? 0x7fc0u : big ? 254u << 7 : (S + 126) << 7;
+    m = S == 255 ? 0x7fc0u : big ? 254u << 7 : (S + 126) << 7;
+    m2 = big ? (S - 1) << 7 : 0x3f80u;
     m |= m << 16;
+    m2 |= m2 << 16;
+}
+
+// The 8 E2M1 codes of w (column 2i in the low nibble of byte i) times m
+// (fp4_mults' first): o[j] = bf16 pair (column j, column j + 4).  The
+// nibbles of pairs 2 and 3 are taken from w >> 8, so that every pair's
+// sign and magnitude bits reach bits 15 and 6-8 (31, 22-24) by left
+// shifts, which the compiler may give to the multiply-add pipe, beside
+// two logic operations (the integer pipe bounds this decode).
+__device__ __forceinline__ void fp4x8_bf16x2(uint32_t w, uint32_t m, uint32_t (&o)[4])
+{
+    uint32_t v = w >> 8;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        uint32_t t = w << (12 - 4 * j);
-        o[j] = mul_bf16x2((t & 0x80008000u) | ((t & 0x70007000u) >> 6), m);
-    }
-    if (big) {      // 2^127 times 2^(S - 128)
-        uint32_t m2 = (S - 1) << 7;
-        m2 |= m2 << 16;
-#pragma unroll
-        for (int j = 0; j < 4; j++) o[j] = mul_bf16x2(o[j], m2);
+        uint32_t s = j < 2 ? w : v;
+        int k = (j & 1) * 4;
+        o[j] = mul_bf16x2(((s << (12 - k)) & 0x80008000u) | ((s << (6 - k)) & 0x01C001C0u), m);
     }
 }
 
@@ -217,7 +225,9 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     cp_async_commit();
     cp_async_wait<0>();     // x and the first weight stages (this thread's copies)
     __syncthreads();
-    for (int i = threadIdx.x; i < TP * nc / 2; i += SM_THREADS) {
+    // (the padding tokens' rows are zeros, whose split is zeros: only
+    // the ntok real ones; expert tiles at 64 tokens hold about 2 of 8)
+    for (int i = threadIdx.x; i < ntok * nc / 2; i += SM_THREADS) {
         int tok = i / (nc / 2), q = i - tok * (nc / 2);
         uint4 *p0 = (uint4 *)(xs + (size_t)tok * a.xst + xsw<QT>(2 * q) * 16);
         uint4 *p1 = (uint4 *)(xs + (size_t)tok * a.xst + xsw<QT>(2 * q + 1) * 16);
@@ -265,14 +275,27 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
         uint32_t A[KSTEPS][2][4];
         if constexpr (FP4) {
             // word h of rows g, g + 8: k steps 2h (columns 0-1, 4-5 of the
-            // word's 8) and 2h + 1 (2-3, 6-7)
+            // word's 8) and 2h + 1 (2-3, 6-7); scales over 128 (rare: a
+            // warp-wide test) take a second multiply
+            uint32_t mm[4], m2[4];
+            bool big = false;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                fp4_mults(sb[j], mm[j], m2[j]);
+                big |= m2[j] != 0x3f803f80u;
+            }
+            big = __any_sync(0xffffffffu, big);
 #pragma unroll
             for (int h = 0; h < 4; h++)
 #pragma unroll
                 for (int m = 0; m < 2; m++) {
                     uint32_t p[4], q[4];
-                    fp4x8_bf16x2(word(u[2 * m], h), sb[2 * m], p);
-                    fp4x8_bf16x2(word(u[2 * m + 1], h), sb[2 * m + 1], q);
+                    fp4x8_bf16x2(word(u[2 * m], h), mm[2 * m], p);
+                    fp4x8_bf16x2(word(u[2 * m + 1], h), mm[2 * m + 1], q);
+                    if (big)
+#pragma unroll
+                        for (int j = 0; j < 4; j++)
+                            p[j] = mul_bf16x2(p[j], m2[2 * m]), q[j] = mul_bf16x2(q[j], m2[2 * m + 1]);
 #pragma unroll
                     for (int k = 0; k < 2; k++) {
                         A[2 * h + k][m][0] = p[2 * k];
