@@ -65,7 +65,7 @@ struct smm_args {
                         // the columns), and of the matrix
     int WM;             // warps along the rows (32 rows each); 8 / WM along the columns
     int Kb;             // columns per block (a multiple of 64 * 8 / WM)
-    int xst;            // bytes per staged token row (Kb * 4 + pad)
+    int xst;            // bytes per staged token row (smm_xst)
     int x16;            // x's rows are whole float4s (aligned, ldx % 4 == 0)
 };
 
@@ -89,20 +89,29 @@ __device__ __forceinline__ void fp4_mults(uint32_t S, uint32_t &m, uint32_t &m2)
 }
 
 // The 8 E2M1 codes of w (column 2i in the low nibble of byte i) times m
-// (fp4_mults' first): o[j] = bf16 pair (column j, column j + 4).  The
-// nibbles of pairs 2 and 3 are taken from w >> 8, so that every pair's
-// sign and magnitude bits reach bits 15 and 6-8 (31, 22-24) by left
-// shifts, which the compiler may give to the multiply-add pipe, beside
-// two logic operations (the integer pipe bounds this decode).
+// (fp4_mults' first): o[j] = bf16 pair (column j, column j + 4).
 __device__ __forceinline__ void fp4x8_bf16x2(uint32_t w, uint32_t m, uint32_t (&o)[4])
 {
-    uint32_t v = w >> 8;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        uint32_t s = j < 2 ? w : v;
-        int k = (j & 1) * 4;
-        o[j] = mul_bf16x2(((s << (12 - k)) & 0x80008000u) | ((s << (6 - k)) & 0x01C001C0u), m);
+        uint32_t t = w << (12 - 4 * j);
+        o[j] = mul_bf16x2((t & 0x80008000u) | ((t & 0x70007000u) >> 6), m);
     }
+}
+
+// Staged x: chunk c of a token row (16 bytes: 4 floats, after the split 8
+// bf16) at 16-byte unit c + c / 8.  A lane's chunks of a stage are then
+// consecutive units, those of the next stage a fixed stride further (one
+// add a stage, immediate offsets for the loads), and a row stride of RS
+// units mod 8 (MXFP4 4, FP8 2, BF16 1) puts the 8 lanes of an LDS.128
+// phase (2 tokens x 4 column slots) on distinct banks.
+__device__ __forceinline__ int xpos(int c) { return c + (c >> 3); }
+
+// Bytes per staged token row of Kb columns (a multiple of 32).
+static int smm_xst(int qt, int Kb)
+{
+    int u = Kb / 32 * 9, rs = qt == QT_MXFP4 ? 4 : qt == QT_FP8 ? 2 : 1;
+    return (u + ((rs - u) & 7)) * 16;
 }
 
 // MODE: SMM_DENSE (y = x W^T), SMM_TILES (one expert matrix over the
@@ -161,17 +170,27 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     // The next stage of this warp's weights (stage is of row group ig, the
     // iss-th overall) into slot iss % SM_STAGES; zeros past the view's rows
     // and columns (past the warp's stages: an empty group).
+    // Whole (the usual case: every stage's columns and every group's rows
+    // inside the view) takes full copies without a test each.
     int iss = 0, is = 0, ig = 0;
+    int rdiv = MODE == SMM_SWIGLU ? BR / 2 : BR;
+    bool whole = nst > 0 && kend - kb0 - cw0 >= nst * STEP && (rg0 + ng) * rdiv <= w.rows;
     auto issue = [&]() {
         uint8_t *dst = wq + (iss % SM_STAGES) * SM_STAGE_BYTES + lane * 16;
-        bool live = ig < ng && nst > 0;
         int col = kb0 + cw0 + is * STEP + t * SC;
-        int n = live ? min(SC, kend - col) : 0;
+        if (whole) {
+            if (ig < ng)
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            bool on = rok[j] && n > 0;
-            if (live) cp_async16(dst + j * 512, on ? rp[j] + cbytes(col) : rp[j],
-                                 on ? (int)cbytes(n + FP4) : 0);
+                for (int j = 0; j < 4; j++) cp_async16(dst + j * 512, rp[j] + cbytes(col), 16);
+        } else {
+            bool live = ig < ng && nst > 0;
+            int n = live ? min(SC, kend - col) : 0;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                bool on = rok[j] && n > 0;
+                if (live) cp_async16(dst + j * 512, on ? rp[j] + cbytes(col) : rp[j],
+                                     on ? (int)cbytes(n + FP4) : 0);
+            }
         }
         cp_async_commit();
         iss++;
@@ -212,7 +231,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     int nc = a.Kb / 4;
     for (int i = threadIdx.x; i < TP * nc; i += SM_THREADS) {
         int tok = i / nc, c = i - tok * nc, col = kb0 + 4 * c, xr = xrow[tok];
-        uint8_t *dst = xs + (size_t)tok * a.xst + xsw<QT>(c) * 16;
+        uint8_t *dst = xs + (size_t)tok * a.xst + xpos(c) * 16;
         int n = xr >= 0 ? min(4, w.cols - col) : 0;
         const float *src = a.x + (long long)(xr >= 0 ? xr : 0) * a.ldx + (n > 0 ? col : 0);
         if (a.x16) {
@@ -229,8 +248,8 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     // the ntok real ones; expert tiles at 64 tokens hold about 2 of 8)
     for (int i = threadIdx.x; i < ntok * nc / 2; i += SM_THREADS) {
         int tok = i / (nc / 2), q = i - tok * (nc / 2);
-        uint4 *p0 = (uint4 *)(xs + (size_t)tok * a.xst + xsw<QT>(2 * q) * 16);
-        uint4 *p1 = (uint4 *)(xs + (size_t)tok * a.xst + xsw<QT>(2 * q + 1) * 16);
+        uint4 *p0 = (uint4 *)(xs + (size_t)tok * a.xst + xpos(2 * q) * 16);
+        uint4 *p1 = (uint4 *)(xs + (size_t)tok * a.xst + xpos(2 * q + 1) * 16);
         split_x8<QT, SPLIT>(p0, p1);
     }
     __syncthreads();
@@ -253,7 +272,11 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
         }
     };
     scales(scn);
-    const uint8_t *xt = xs + (size_t)g * a.xst;     // token g of n-tile 0
+    // Token g of n-tile 0, the lane's first chunk (xpos: its stage's
+    // chunks are units 0 .. SC / 4 - 1 from there, the next stage's XSTEP
+    // bytes further; cw0 is a multiple of 64 columns).
+    constexpr int XSTEP = STEP / 32 * 9 * 16;
+    const uint8_t *xt = xs + (size_t)g * a.xst + xpos(cw0 / 4 + t * SC / 4) * 16;
     // Expert tiles whose warps own whole sums (one block along the
     // columns, one warp along them): each row group's outputs stored
     // from the registers, no block-wide end.
@@ -309,10 +332,10 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
         }
         // The slot is read (A came from it): the stage after the next ones there.
         issue();
-        // The lane's 8-column groups of the stage: MXFP4 four (32
-        // columns), FP8 two (16), BF16 one.
-        int grp = (cw0 + s * STEP + t * SC) / 8;
-        mma_stage<QT, NT, SPLIT, KSTEPS, SC>(acc, A, xt, a.xst, grp);
+        // The lane's 8-column groups of the stage (MXFP4 four, FP8 two,
+        // BF16 one): part p of group h at unit 2 h + p.
+        mma_stage_at<QT, NT, SPLIT, KSTEPS, SC>(acc, A, xt + s * XSTEP, a.xst,
+                                                [](int h, int p) { return (2 * h + p) * 16; });
     }
     if (direct) {
         int rg = rg0 + i;
@@ -374,7 +397,6 @@ static bool smm_plan_for(int qt, int rows, int cols, int TP, long long ntile, lo
                          smm_plan *p)
 {
     int nsm = cu_sm_count();
-    int pad = qt == QT_FP8 ? 32 : qt == QT_MXFP4 ? 64 : 16;     // xsw's row pads
     int step = qt == QT_FP8 ? 64 : qt == QT_MXFP4 ? 128 : 32;   // columns per warp stage
     long long best = -1;
     for (int WM = 8; WM >= 1 && best * ntile < nsm * 7 / 8; WM /= 2)
@@ -382,7 +404,7 @@ static bool smm_plan_for(int qt, int rows, int cols, int TP, long long ntile, lo
             int gran = (step > 64 ? step : 64) * (8 / WM);
             int Kb = ((cols + KS - 1) / KS + gran - 1) / gran * gran;
             if ((KS > 1 && (long long)(KS - 1) * Kb >= cols) ||
-                (long long)TP * (Kb * 4 + pad) > xmax)
+                (long long)TP * smm_xst(qt, Kb) > xmax)
                 continue;
             long long blocks = (long long)(rows + 32 * WM - 1) / (32 * WM) * KS;
             if (blocks > best) best = blocks, p->WM = WM, p->KS = KS, p->Kb = Kb;
@@ -390,7 +412,7 @@ static bool smm_plan_for(int qt, int rows, int cols, int TP, long long ntile, lo
         }
     if (best < 0) return false;
     p->blocks = best;
-    p->smem = (size_t)TP * (p->Kb * 4 + pad) + 8 * SM_STAGES * SM_STAGE_BYTES;
+    p->smem = (size_t)TP * smm_xst(qt, p->Kb) + 8 * SM_STAGES * SM_STAGE_BYTES;
     size_t psum = (size_t)8 * 32 * (TP + 1) * 4 + (size_t)32 * p->WM * TP * 4;   // part, recv
     if (p->smem < psum) p->smem = psum;
     return true;
@@ -399,7 +421,7 @@ static bool smm_plan_for(int qt, int rows, int cols, int TP, long long ntile, lo
 bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y,
                    int ldy, bool split, bool measured)
 {
-    int TP = (T + 15) / 16 * 16, pad = w.type == QT_FP8 ? 32 : 16;
+    int TP = (T + 15) / 16 * 16;
     if (!dense_view_ok(w, T) || (!split && TP != 64)) return false;
     smm_args a = {};
     a.w = w, a.x = x, a.ldx = ldx, a.T = T, a.y = y, a.ldy = ldy, a.R = 1;
@@ -413,7 +435,7 @@ bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T
     if (!smm_plan_for(w.type, w.rows, w.cols, TP, 1, SM_XMAX, &p) ||
         (measured && (TP > 32 || p.Kb < 256)))
         return false;
-    a.WM = p.WM, a.Kb = p.Kb, a.xst = p.Kb * 4 + pad;
+    a.WM = p.WM, a.Kb = p.Kb, a.xst = smm_xst(w.type, p.Kb);
     dim3 grid((unsigned)p.blocks / p.KS, p.KS);
 #define SMM(Q, N, S)                                                                             \
     do {                                                                                         \
@@ -469,7 +491,7 @@ bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *
     int vrows = w3 ? 2 * w.rows : w.rows, est = est_tiles < 1 ? 1 : est_tiles;
     if (!smm_plan_for(QT_MXFP4, vrows, w.cols, 8, est, per_sm == 1 ? SM_XMAX : SM_XMAX2, &p))
         return false;
-    a.WM = p.WM, a.Kb = p.Kb, a.xst = p.Kb * 4 + 64;
+    a.WM = p.WM, a.Kb = p.Kb, a.xst = smm_xst(QT_MXFP4, p.Kb);
     // Warps that own whole sums stream R row groups of 256 rows through
     // one pipeline (x staged once, no block-wide end between them): R such
     // that the grid still makes about 4 waves of the expected tiles.

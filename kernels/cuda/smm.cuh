@@ -30,15 +30,14 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// Staged x: chunk c (16 bytes: 4 floats, or after the split 8 bf16) of a
-// token row at chunk c ^ bit 3 of c: the fragment loads of 8 lanes (2
-// tokens x 4 column slots) then hit distinct banks (row pad: FP8 32
-// bytes, BF16 16; rows a multiple of 128 bytes before the pad).
-// MXFP4 (a lane's 32 columns: chunks 8 apart): bits 3-4 onto bits 0-1, row
-// pad 64 bytes.
+// matmul_stream.cu's staged x: chunk c (16 bytes: 4 floats, or after the
+// split 8 bf16) of a token row at chunk c ^ bit 3 of c: the fragment
+// loads of 8 lanes (2 tokens x 4 column slots) then hit distinct banks
+// (row pad: FP8 32 bytes, BF16 16; rows a multiple of 128 bytes before
+// the pad).  (matmul_mma.cu: xpos.)
 template <int QT> __device__ __forceinline__ int xsw(int c)
 {
-    return c ^ ((c >> 3) & (QT == QT_MXFP4 ? 3 : 1));
+    return c ^ ((c >> 3) & 1);
 }
 
 // The 8 columns of chunks p0, p1 (float32) split in place: hi = bf16(x)
@@ -116,14 +115,15 @@ __device__ __forceinline__ void lane_frags(const uint8_t *src, const uint8_t *co
 }
 
 // acc[m][n] += the stage's products: A (KSTEPS k steps of 16 columns) times
-// staged x, token g of n-tile 0 at xt, rows xst bytes apart, the lane's
-// columns from 8-column group grp on (SC / 8 groups: chunks 2 grp + part).
+// staged x, token g of n-tile 0 at xt, rows xst bytes apart, part p of
+// the lane's 8-column group h (SC / 8 groups) pos(h, p) bytes from there.
 // Each group's x loaded for every n-tile first, so that consecutive mmas
 // go to 2 NT different sums (a sum's own mmas depend on each other); each
 // sum still takes its products in k order, part by part.
-template <int QT, int NT, bool SPLIT, int KSTEPS, int SC>
-__device__ __forceinline__ void mma_stage(float (&acc)[2][NT][4], const uint32_t (&A)[KSTEPS][2][4],
-                                          const uint8_t *xt, int xst, int grp)
+template <int QT, int NT, bool SPLIT, int KSTEPS, int SC, typename P>
+__device__ __forceinline__ void mma_stage_at(float (&acc)[2][NT][4],
+                                             const uint32_t (&A)[KSTEPS][2][4], const uint8_t *xt,
+                                             int xst, P pos)
 {
 #pragma unroll
     for (int part = 0; part < (SPLIT ? 2 : 1); part++)
@@ -132,7 +132,7 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][NT][4], const uint32_t
             uint4 b[NT];
 #pragma unroll
             for (int n = 0; n < NT; n++)
-                b[n] = *(const uint4 *)(xt + (size_t)n * 8 * xst + xsw<QT>(2 * (grp + h) + part) * 16);
+                b[n] = *(const uint4 *)(xt + (size_t)n * 8 * xst + pos(h, part));
 #pragma unroll
             for (int kk = 0; kk < 2; kk++)
 #pragma unroll
@@ -142,6 +142,16 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][NT][4], const uint32_t
                         mma_bf16_16816(acc[m][n], A[2 * h + kk][m], word(b[n], 2 * kk),
                                        word(b[n], 2 * kk + 1));
         }
+}
+
+// mma_stage_at on xsw's layout: the lane's columns from 8-column group
+// grp on (chunks 2 grp + part).
+template <int QT, int NT, bool SPLIT, int KSTEPS, int SC>
+__device__ __forceinline__ void mma_stage(float (&acc)[2][NT][4], const uint32_t (&A)[KSTEPS][2][4],
+                                          const uint8_t *xt, int xst, int grp)
+{
+    mma_stage_at<QT, NT, SPLIT, KSTEPS, SC>(
+        acc, A, xt, xst, [&](int h, int part) { return xsw<QT>(2 * (grp + h) + part) * 16; });
 }
 
 // f(m, n, q, r, tok) for each of a lane's sums acc[m][n][q]: row r of
