@@ -294,22 +294,28 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
 #pragma unroll
         for (int j = 0; j < 4; j++) sb[j] = scn[j], sc[j] = e8m0f(scn[j]);
         scales(scn);
-        // A fragments of the stage's k steps: [step][m-tile][4]
-        uint32_t A[KSTEPS][2][4];
         if constexpr (FP4) {
-            // word h of rows g, g + 8: k steps 2h (columns 0-1, 4-5 of the
-            // word's 8) and 2h + 1 (2-3, 6-7); scales over 128 (rare: a
-            // warp-wide test) take a second multiply
+            // Word h of rows g, g + 8 gives k steps 2h (columns 0-1, 4-5 of
+            // the word's 8) and 2h + 1 (2-3, 6-7): decoded and multiplied
+            // word by word (16 registers of A at a time, not the stage's
+            // 64).  The multiplier of a scale up to 128 is one bf16 pair;
+            // a stage of the warp with a larger one (rare: a warp-wide
+            // test) takes fp4_mults' two multiplies.
             uint32_t mm[4], m2[4];
             bool big = false;
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                fp4_mults(sb[j], mm[j], m2[j]);
-                big |= m2[j] != 0x3f803f80u;
+                big |= sb[j] > 128;
+                mm[j] = ((sb[j] + 126) << 7) * 0x10001u;
             }
             big = __any_sync(0xffffffffu, big);
+            if (big)
 #pragma unroll
-            for (int h = 0; h < 4; h++)
+                for (int j = 0; j < 4; j++) fp4_mults(sb[j], mm[j], m2[j]);
+            const uint8_t *xq = xt + s * XSTEP;
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                uint32_t A[2][2][4];
 #pragma unroll
                 for (int m = 0; m < 2; m++) {
                     uint32_t p[4], q[4];
@@ -321,21 +327,42 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
                             p[j] = mul_bf16x2(p[j], m2[2 * m]), q[j] = mul_bf16x2(q[j], m2[2 * m + 1]);
 #pragma unroll
                     for (int k = 0; k < 2; k++) {
-                        A[2 * h + k][m][0] = p[2 * k];
-                        A[2 * h + k][m][1] = q[2 * k];
-                        A[2 * h + k][m][2] = p[2 * k + 1];
-                        A[2 * h + k][m][3] = q[2 * k + 1];
+                        A[k][m][0] = p[2 * k];
+                        A[k][m][1] = q[2 * k];
+                        A[k][m][2] = p[2 * k + 1];
+                        A[k][m][3] = q[2 * k + 1];
                     }
                 }
+                // The slot is read (h = 0 used all four copies): the stage
+                // after the next ones there.
+                if (h == 0) issue();
+#pragma unroll
+                for (int part = 0; part < (SPLIT ? 2 : 1); part++) {
+                    uint4 b[NT];
+#pragma unroll
+                    for (int n = 0; n < NT; n++)
+                        b[n] = *(const uint4 *)(xq + (size_t)n * 8 * a.xst + (2 * h + part) * 16);
+#pragma unroll
+                    for (int kk = 0; kk < 2; kk++)
+#pragma unroll
+                        for (int n = 0; n < NT; n++)
+#pragma unroll
+                            for (int m = 0; m < 2; m++)
+                                mma_bf16_16816(acc[m][n], A[kk][m], word(b[n], 2 * kk),
+                                               word(b[n], 2 * kk + 1));
+                }
+            }
         } else {
+            // A fragments of the stage's k steps: [step][m-tile][4]
+            uint32_t A[KSTEPS][2][4];
             frag_a<QT>(u, sc, A);
+            // The slot is read (A came from it): the stage after the next ones there.
+            issue();
+            // The lane's 8-column groups of the stage (FP8 two, BF16
+            // one): part p of group h at unit 2 h + p.
+            mma_stage_at<QT, NT, SPLIT, KSTEPS, SC>(acc, A, xt + s * XSTEP, a.xst,
+                                                    [](int h, int p) { return (2 * h + p) * 16; });
         }
-        // The slot is read (A came from it): the stage after the next ones there.
-        issue();
-        // The lane's 8-column groups of the stage (MXFP4 four, FP8 two,
-        // BF16 one): part p of group h at unit 2 h + p.
-        mma_stage_at<QT, NT, SPLIT, KSTEPS, SC>(acc, A, xt + s * XSTEP, a.xst,
-                                                [](int h, int p) { return (2 * h + p) * 16; });
     }
     if (direct) {
         int rg = rg0 + i;
