@@ -337,20 +337,8 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
                 // after the next ones there.
                 if (h == 0) issue();
 #pragma unroll
-                for (int part = 0; part < (SPLIT ? 2 : 1); part++) {
-                    uint4 b[NT];
-#pragma unroll
-                    for (int n = 0; n < NT; n++)
-                        b[n] = *(const uint4 *)(xq + (size_t)n * 8 * a.xst + (2 * h + part) * 16);
-#pragma unroll
-                    for (int kk = 0; kk < 2; kk++)
-#pragma unroll
-                        for (int n = 0; n < NT; n++)
-#pragma unroll
-                            for (int m = 0; m < 2; m++)
-                                mma_bf16_16816(acc[m][n], A[kk][m], word(b[n], 2 * kk),
-                                               word(b[n], 2 * kk + 1));
-                }
+                for (int part = 0; part < (SPLIT ? 2 : 1); part++)
+                    mma_group<NT>(acc, A, xq, a.xst, (2 * h + part) * 16);
             }
         } else {
             // A fragments of the stage's k steps: [step][m-tile][4]

@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(ST_THREADS, 1) stm_kernel(const __grid_constan
     auto issue_x = [&](int s) {
         if (s < nst)
             stage_x(sh + (s % ST_STAGES) * SB + 8 * ST_WARP_BYTES, a.x, a.ldx, a.T, a.x16, TP, NC,
-                    XST, kb0 + s * BK, kend, ST_THREADS, [](int c) { return xsw<QT>(c); });
+                    XST, kb0 + s * BK, kend, ST_THREADS, [](int c) { return xsw(c); });
     };
     // The weights depend on no earlier kernel: on their way before the wait.
     for (int s = 0; s < ST_STAGES - 1; s++) issue_w(s), cp_async_commit();
@@ -106,8 +106,8 @@ __global__ void __launch_bounds__(ST_THREADS, 1) stm_kernel(const __grid_constan
         uint8_t *xs = sh + (s % ST_STAGES) * SB + 8 * ST_WARP_BYTES;
         for (int i = threadIdx.x; i < TP * NC / 2; i += ST_THREADS) {
             int tok = i / (NC / 2), q = i % (NC / 2);
-            split_x8<QT, SPLIT>((uint4 *)(xs + tok * XST + xsw<QT>(2 * q) * 16),
-                                (uint4 *)(xs + tok * XST + xsw<QT>(2 * q + 1) * 16));
+            split_x8<QT, SPLIT>((uint4 *)(xs + tok * XST + xsw(2 * q) * 16),
+                                (uint4 *)(xs + tok * XST + xsw(2 * q + 1) * 16));
         }
         __syncthreads();
         const uint8_t *wsl = sh + (s % ST_STAGES) * SB + warp * ST_WARP_BYTES + lane * 16;

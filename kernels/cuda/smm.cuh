@@ -35,7 +35,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 // loads of 8 lanes (2 tokens x 4 column slots) then hit distinct banks
 // (row pad: FP8 32 bytes, BF16 16; rows a multiple of 128 bytes before
 // the pad).  (matmul_mma.cu: xpos.)
-template <int QT> __device__ __forceinline__ int xsw(int c)
+__device__ __forceinline__ int xsw(int c)
 {
     return c ^ ((c >> 3) & 1);
 }
@@ -114,12 +114,31 @@ __device__ __forceinline__ void lane_frags(const uint8_t *src, const uint8_t *co
     frag_a<QT>(u, sc, A);
 }
 
+// acc[m][n] += one 8-column group's products: A's two k steps times part
+// p of staged x at xt + off (token g of n-tile 0, n-tiles 8 rows of xst
+// bytes apart).  The group's x loaded for every n-tile first, so that
+// consecutive mmas go to 2 NT different sums (a sum's own mmas depend on
+// each other).
+template <int NT>
+__device__ __forceinline__ void mma_group(float (&acc)[2][NT][4], const uint32_t (&A)[2][2][4],
+                                          const uint8_t *xt, int xst, int off)
+{
+    uint4 b[NT];
+#pragma unroll
+    for (int n = 0; n < NT; n++) b[n] = *(const uint4 *)(xt + (size_t)n * 8 * xst + off);
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int m = 0; m < 2; m++)
+                mma_bf16_16816(acc[m][n], A[kk][m], word(b[n], 2 * kk), word(b[n], 2 * kk + 1));
+}
+
 // acc[m][n] += the stage's products: A (KSTEPS k steps of 16 columns) times
-// staged x, token g of n-tile 0 at xt, rows xst bytes apart, part p of
-// the lane's 8-column group h (SC / 8 groups) pos(h, p) bytes from there.
-// Each group's x loaded for every n-tile first, so that consecutive mmas
-// go to 2 NT different sums (a sum's own mmas depend on each other); each
-// sum still takes its products in k order, part by part.
+// staged x, token g of n-tile 0 at xt, part p of the lane's 8-column group
+// h (SC / 8 groups) pos(h, p) bytes from there; each sum takes its
+// products in k order, part by part.
 template <int QT, int NT, bool SPLIT, int KSTEPS, int SC, typename P>
 __device__ __forceinline__ void mma_stage_at(float (&acc)[2][NT][4],
                                              const uint32_t (&A)[KSTEPS][2][4], const uint8_t *xt,
@@ -128,20 +147,9 @@ __device__ __forceinline__ void mma_stage_at(float (&acc)[2][NT][4],
 #pragma unroll
     for (int part = 0; part < (SPLIT ? 2 : 1); part++)
 #pragma unroll
-        for (int h = 0; h < SC / 8; h++) {
-            uint4 b[NT];
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-                b[n] = *(const uint4 *)(xt + (size_t)n * 8 * xst + pos(h, part));
-#pragma unroll
-            for (int kk = 0; kk < 2; kk++)
-#pragma unroll
-                for (int n = 0; n < NT; n++)
-#pragma unroll
-                    for (int m = 0; m < 2; m++)
-                        mma_bf16_16816(acc[m][n], A[2 * h + kk][m], word(b[n], 2 * kk),
-                                       word(b[n], 2 * kk + 1));
-        }
+        for (int h = 0; h < SC / 8; h++)
+            mma_group<NT>(acc, *reinterpret_cast<const uint32_t(*)[2][2][4]>(&A[2 * h]), xt, xst,
+                          pos(h, part));
 }
 
 // mma_stage_at on xsw's layout: the lane's columns from 8-column group
@@ -151,7 +159,7 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][NT][4], const uint32_t
                                           const uint8_t *xt, int xst, int grp)
 {
     mma_stage_at<QT, NT, SPLIT, KSTEPS, SC>(
-        acc, A, xt, xst, [&](int h, int part) { return xsw<QT>(2 * (grp + h) + part) * 16; });
+        acc, A, xt, xst, [&](int h, int part) { return xsw(2 * (grp + h) + part) * 16; });
 }
 
 // f(m, n, q, r, tok) for each of a lane's sums acc[m][n][q]: row r of
