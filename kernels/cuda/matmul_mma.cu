@@ -289,10 +289,13 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
         uint4 u[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) u[j] = *(const uint4 *)(src + j * 512);
-        uint32_t sb[4];
+        uint32_t sb[4];     // the stage's scale bytes (MXFP4), as floats (FP8)
         float sc[4];
 #pragma unroll
-        for (int j = 0; j < 4; j++) sb[j] = scn[j], sc[j] = e8m0f(scn[j]);
+        for (int j = 0; j < 4; j++) {
+            sb[j] = scn[j];
+            if constexpr (!FP4) sc[j] = e8m0f(scn[j]);
+        }
         scales(scn);
         if constexpr (FP4) {
             // Word h of rows g, g + 8 gives k steps 2h (columns 0-1, 4-5 of
