@@ -21,6 +21,8 @@ struct cuda_qw {
     const uint8_t *data, *scale;
     long long ld, sld, estride, sestride;
     int row0, col0;             // copy origin in the stored tensor
+    const uint8_t *bf;          // FP8: the copy in bf16 (fp8_shadow), else NULL
+    long long bstride;
 };
 
 #define NSTAGE 32
@@ -135,6 +137,7 @@ struct cu_impl {
     bool moe_mma;               // decode batches' expert tiles on tensor cores (LLM_CUDA_MOE_MMA)
     bool gate_lt;               // the router's scores of many tokens on cuBLASLt (LLM_CUDA_GATE_LT)
     int moe_mma_sm;             // their blocks an SM, 1 or 2 (LLM_CUDA_MOE_MMA_BLOCKS)
+    bool fp8_shadow;            // FP8 weights also kept in bf16 (LLM_CUDA_FP8_SHADOW)
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
     double expert_host_ms;      // profiling: host time queuing the expert GEMMs

@@ -22,6 +22,8 @@ struct dqw {
     long long ld, sld;          // elements per copy row, scale columns
     int r0, c0;                 // view origin inside the copy
     long long estride, sestride; // bytes between packed experts
+    const uint8_t *bf;          // FP8 under LLM_CUDA_FP8_SHADOW: the copy in bf16 (same
+    long long bstride;          // ld, r0, c0; bstride bytes between experts), else NULL
 };
 
 // Programmatic dependent launch.  Every kernel is launched by cu_launch,

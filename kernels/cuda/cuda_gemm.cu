@@ -147,14 +147,17 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
 }
 
 // Weights of nexp packed experts from q on as a GEMM operand: in stored
-// form when that is the GEMM's type, else dequantized (exactly) into
-// scratch.
+// form when that is the GEMM's type, FP8's bf16 copy where it has one
+// (fp8_shadow), else dequantized (exactly) into scratch.
 static gemm_op gemm_weights(cu_impl *c, bool bf16, const dqw &q, int nexp)
 {
     int es = bf16 ? 2 : 4;
     if (q.type == (bf16 ? QT_BF16 : QT_F32))
         return gemm_op{ byte_off(q.data, ((long long)q.r0 * q.ld + q.c0) * es), q.ld, bf16,
                         q.estride, 0 };
+    if (bf16 && q.bf)
+        return gemm_op{ byte_off(q.bf, ((long long)q.r0 * q.ld + q.c0) * 2), q.ld, true,
+                        q.bstride, 0 };
     long long ld = round_up(q.cols, 8), stride = q.rows * ld * es;
     void *p = grow(c, &c->wdeq, (size_t)nexp * stride);
     if (!c->failed) cu_dequant(c->st, q, nexp, bf16, p, ld);
@@ -283,6 +286,7 @@ void expert_gemms(cu_impl *c, const dqw &w, int E, const int *ho, gemm_op x, flo
         if (ho[e0 + n] == ho[e0]) continue;
         dqw q = w;
         q.data += e0 * w.estride;
+        if (q.bf) q.bf += e0 * w.bstride;
         if (q.scale) q.scale += e0 * w.sestride;
         gemm_op wc = gemm_weights(c, x.bf16, q, n);
         for (int e = e0; e < e0 + n && !c->failed; e++) {

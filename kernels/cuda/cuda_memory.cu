@@ -289,6 +289,10 @@ int cu_upload_weights(backend *b, qweight *w, int n)
                            q->type == QT_FP8 ? 121 : 120, 0);
         launched(c, "synthetic weights");
     }
+    // fp8_shadow: the whole copy in bf16 too (same ld), made below
+    size_t bf_bytes = q->type == QT_FP8 && c->fp8_shadow ? round_up(nr * ld * 2, 256) : 0;
+    uint8_t *bf = bf_bytes ? (uint8_t *)dev_alloc(c, (size_t)n * bf_bytes) : NULL;
+    if (bf_bytes && !bf) return -1;
     for (int i = 0; i < n; i++) {
         const uint8_t *src = (const uint8_t *)w[i].data + (size_t)R0 * src_pitch + C0 * es / 8;
         if (q->data && nr > 0)
@@ -298,13 +302,20 @@ int cu_upload_weights(backend *b, qweight *w, int n)
                         w[i].scale_ld, scols, srows);
         cuda_qw *d = (cuda_qw *)calloc(1, sizeof *d);
         *d = cuda_qw{ data + i * data_bytes, scale ? scale + i * scale_bytes : NULL, ld, scols,
-                      (long long)data_bytes, (long long)scale_bytes, R0, C0 };
+                      (long long)data_bytes, (long long)scale_bytes, R0, C0,
+                      bf ? bf + i * bf_bytes : NULL, (long long)bf_bytes };
         if (c->ndescs == c->capdescs) {
             c->capdescs = c->capdescs ? 2 * c->capdescs : 256;
             c->descs = (cuda_qw **)realloc(c->descs, c->capdescs * sizeof *c->descs);
         }
         c->descs[c->ndescs++] = d;
         w[i].dev = d;
+    }
+    if (bf) {   // ld elements a row of each copy, whole 16-byte rows (zeros past nc)
+        dqw all = { QT_FP8, (int)nr, (int)ld, data, scale, ld, scols, 0, 0,
+                    (long long)data_bytes, (long long)scale_bytes };
+        cu_dequant(c->st, all, n, true, bf, ld);
+        launched(c, "fp8 shadow");
     }
     CK(c, cudaStreamSynchronize(c->st));
     return c->failed ? -1 : 0;

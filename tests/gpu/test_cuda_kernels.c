@@ -106,6 +106,10 @@ static backend *G_stream[4], *G_wgmma[4];
 /* bf16x2 with LLM_CUDA_MOE_MMA=0: decode batches' expert tiles on the
  * GEMV; with LLM_CUDA_MOE_MMA_BLOCKS=1: on tensor cores, one block an SM */
 static backend *G_tiles_gemv, *G_tiles_1sm;
+/* per GEMM mode (bf16x2, fp8), LLM_CUDA_SMALL_MMA=0 (17-64 tokens reach
+ * cuBLASLt): with LLM_CUDA_FP8_SHADOW=1 (FP8 weights also in bf16) and
+ * without */
+static backend *G_shadow[4], *G_deq[4];
 /* appended to the hc tests' names: which sequence of launches G runs */
 static const char *hc_variant = "";
 /* G's prefill GEMMs (LLM_CUDA_GEMM), and the bound u on the relative
@@ -459,6 +463,8 @@ static void test_matmuls(void)
              2);
 }
 
+static void fp8_shadow_cases(void);
+
 static void test_matmul(void)
 {
     enum qtype types[] = { QT_F32, QT_BF16, QT_FP8, QT_MXFP4 };
@@ -569,6 +575,44 @@ static void test_matmul(void)
         snprintf(what, sizeof what, "%s 70x9216", tname(t));
         for (int T = 1; T <= 8; T += 3) mm_case(what, &lk, &glk, T);
     }
+    fp8_shadow_cases();
+}
+
+/* FP8 weights multiplied from their bf16 copy (G_shadow): against the
+ * CPU within mm_case's bounds on a whole tensor, a shard and an unaligned
+ * view, decode batches past the GEMV and prefill steps; then bit for bit
+ * against the per-call dequantization (G_deq) on the whole tensor, whose
+ * copy rows are as long as the scratch's (the same GEMM either way). */
+static void fp8_shadow_cases(void)
+{
+    backend *keep = G;
+    if (!G_shadow[gemm_mode] || !G_deq[gemm_mode]) return;
+    qweight w = make_w(QT_FP8, 300, 512), big = make_w(QT_FP8, 384, 1024);
+    qweight v = qweight_view(&big, 130, 200, 256, 320), o = qweight_view(&big, 3, 77, 6, 101);
+    int Ts[] = { 17, 33, 64, 100, 300 };
+    G = G_deq[gemm_mode];
+    qweight dw = up(&w);
+    G = G_shadow[gemm_mode];
+    qweight gw = up(&w), gv = up(&v), go = up(&o);
+    for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
+        int T = Ts[i], K = w.cols, N = w.rows;
+        mm_case("fp8 300x512 (bf16 copy)", &w, &gw, T);
+        mm_case("fp8 shard rows 130+200 cols 256+320 (bf16 copy)", &v, &gv, T);
+        mm_case("fp8 unaligned view (bf16 copy)", &o, &go, T);
+        float *x = hrand((size_t)T * K, 1.0f);
+        float *dx = dcopy(x, (size_t)T * K * 4), *d1 = G->alloc(G, (size_t)T * N * 4),
+              *d2 = G->alloc(G, (size_t)T * N * 4);
+        poison(d1, (size_t)T * N * 4), poison(d2, (size_t)T * N * 4);
+        G_shadow[gemm_mode]->matmul(G_shadow[gemm_mode], &gw, dx, K, T, d1, N);
+        G_deq[gemm_mode]->matmul(G_deq[gemm_mode], &dw, dx, K, T, d2, N);
+        float *y1 = hcopy(d1, (size_t)T * N * 4), *y2 = hcopy(d2, (size_t)T * N * 4);
+        ok(!memcmp(y1, y2, (size_t)T * N * 4),
+           "matmul fp8 300x512 T=%d (%s): bf16 copy = dequantized per call, bit for bit", T,
+           gemm_names[gemm_mode]);
+        G->release(G, dx), G->release(G, d1), G->release(G, d2);
+        free(x), free(y1), free(y2);
+    }
+    G = keep;
 }
 
 /* ---- row ops ---- */
@@ -2137,8 +2181,8 @@ static void indexer_cases(backend *gf, backend *g_idx0)
 }
 
 /* The small-M kernel of decode batches' matmuls the backends made next
- * take (LLM_CUDA_SMALL_MMA): 1, matmul_mma.cu; 2, matmul_stream.cu; 3,
- * matmul_wgmma.cu. */
+ * take (LLM_CUDA_SMALL_MMA): 0, none (the GEMV, cuBLASLt from 17
+ * tokens); 1, matmul_mma.cu; 2, matmul_stream.cu; 3, matmul_wgmma.cu. */
 static const char *small_mma_kernel = "1";
 
 /* A backend on device 0 whose prefill GEMMs are `gemm` (LLM_CUDA_GEMM). */
@@ -2184,6 +2228,7 @@ static void bad_switches(void)
         { "LLM_CUDA_GEMV_ROWS", "16" },     { "LLM_CUDA_GEMV_TOKENS", "3" },
         { "LLM_CUDA_ATTN_MMA_MIN_T", "-1" }, { "LLM_CUDA_SMALL_MMA", "4" },
         { "LLM_CUDA_STREAM_MAX_T", "7" },   { "LLM_CUDA_WGMMA_WG", "3" },
+        { "LLM_CUDA_FP8_SHADOW", "2" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
@@ -2316,6 +2361,8 @@ static void destroy_backends(backend **g, backend **g1)
         g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
         if (G_stream[m]) G_stream[m]->destroy(G_stream[m]);
         if (G_wgmma[m]) G_wgmma[m]->destroy(G_wgmma[m]);
+        if (G_shadow[m]) G_shadow[m]->destroy(G_shadow[m]);
+        if (G_deq[m]) G_deq[m]->destroy(G_deq[m]);
     }
     C->destroy(C);
     C8->destroy(C8);
@@ -2358,6 +2405,13 @@ int main(int argc, char **argv)
     small_mma_kernel = "3";
     for (int m = GEMM_BF16; m <= GEMM_FP8; m++)
         if (!(G_wgmma[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
+    small_mma_kernel = "0";
+    for (int m = GEMM_BF16X2; m <= GEMM_FP8; m++) {
+        setenv("LLM_CUDA_FP8_SHADOW", "1", 1);
+        G_shadow[m] = gpu_backend(gemm_names[m], "2");
+        unsetenv("LLM_CUDA_FP8_SHADOW");
+        if (!G_shadow[m] || !(G_deq[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
+    }
     small_mma_kernel = "1";
     /* gd[m]: decode attention on tensor cores from one token (bf16, bf16x2) */
     setenv("LLM_CUDA_ATTN_MMA_MIN_T", "1", 1);
