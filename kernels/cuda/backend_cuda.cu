@@ -705,11 +705,12 @@ static void cu_moe_op(backend *b, const moe_args *a)
     float *sy = (float *)grow(c, &c->sy, (size_t)T * H * sizeof(float));
     if (c->failed) return;
 
-    // The router's scores in float32 (every mode): steps of more tokens
-    // than the GEMV takes on cuBLASLt's float32 GEMM rather than
-    // matmul.cu's float32 tiles (1.48 ms a call at 8,192 tokens, 6.6% of
-    // a 131,072-token prefill; LLM_CUDA_GATE_LT=0 keeps them: comparisons).
-    if (T > CU_GEMV_MAX_T && c->gate_lt) f32_matmul(c, gate, a->x, H, T, sc, E);
+    // The router's scores in float32 (every mode): steps of more than
+    // gate_gemv_t tokens on cuBLASLt's float32 GEMM rather than the GEMV
+    // (which reads the gate once per 8 tokens) or matmul.cu's float32
+    // tiles (1.48 ms a call at 8,192 tokens, 6.6% of a 131,072-token
+    // prefill; LLM_CUDA_GATE_LT=0 keeps them: comparisons).
+    if (T > c->gate_gemv_t && c->gate_lt) f32_matmul(c, gate, a->x, H, T, sc, E);
     else cu_matmul(c->st, gate, a->x, H, T, sc, E);
     // Up to LLM_CUDA_MOE_DECODE tokens (default 1, at most 8; 0: never),
     // MXFP4 experts and an FP8 shared expert (V4's): two launches after
@@ -1033,6 +1034,8 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_GATE_LT=0: the router's scores of prefill steps on
     // matmul.cu's float32 tiles (comparisons) instead of cuBLASLt's.
     c->gate_lt = env_switch(c, "LLM_CUDA_GATE_LT");
+    c->gate_gemv_t = (int)env_int(c, "LLM_CUDA_GATE_GEMV_MAX_T", 1, CU_GEMV_MAX_T,
+                                  GATE_GEMV_MAX_T);
     // LLM_CUDA_MOE_MMA_BLOCKS: the blocks an SM its plan aims at
     // (comparisons; 2: every w1 and w3 block a quarter of the columns).
     c->moe_mma_sm = (int)env_int(c, "LLM_CUDA_MOE_MMA_BLOCKS", 1, 2, 2);

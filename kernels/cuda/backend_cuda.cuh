@@ -136,6 +136,7 @@ struct cu_impl {
     bool pf_pending;            // a prefetch since the last join
     bool moe_mma;               // decode batches' expert tiles on tensor cores (LLM_CUDA_MOE_MMA)
     bool gate_lt;               // the router's scores of many tokens on cuBLASLt (LLM_CUDA_GATE_LT)
+    int gate_gemv_t;            // ... from this many + 1 (LLM_CUDA_GATE_GEMV_MAX_T)
     int moe_mma_sm;             // their blocks an SM, 1 or 2 (LLM_CUDA_MOE_MMA_BLOCKS)
     bool fp8_shadow;            // FP8 weights also kept in bf16 (LLM_CUDA_FP8_SHADOW)
     lt_algo algos[NALGO];
@@ -182,6 +183,9 @@ enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL, SMALL_MMA_STREAM, SMALL_MMA
 #define GEMV_MAX_T 16       // dense matmuls of up to this many tokens on the GEMV (LLM_CUDA_GEMV_MAX_T)
 #define SMALL_MMA_MAX_T 16  // ... on cu_matmul_mma first (BF16 of up to 4096 rows) or
                             // cu_matmul_stream, from 9 tokens (small_mma; runs G6, H4)
+#define GATE_GEMV_MAX_T 16  // the router's scores of up to this many tokens on the GEMV, more
+                            // on cuBLASLt (LLM_CUDA_GATE_GEMV_MAX_T; J5: the GEMV reads the
+                            // 4 MB gate once per 8 tokens, 28 us at 64)
 #define STREAM_MAX_T 16     // ... on cu_matmul_stream up to this many, then cuBLASLt
                             // (run I3: 16 against 24 and 32, batches of 17-32)
 #define WCHUNK_BYTES ((size_t)512 << 20)    // experts' weights dequantized at a time

@@ -52,10 +52,23 @@ __device__ __forceinline__ void route_warp(const float *sc, int E, int K, int si
             __syncwarp();
         }
     }
-    if (lane || !want_wt) return;
-    float sum = 0;
-    for (int k = 0; k < K; k++) sum += route_act(sc[sel[k]], sigmoid);
-    for (int k = 0; k < K; k++) wt[k] = route_act(sc[sel[k]], sigmoid) / (sum + 1e-20f) * rscale;
+    if (!want_wt) return;
+    // lane k scores choice k (the loads and activations side by side, not
+    // one after another on lane 0), lane 0 sums them in k order
+    int mine = 0;
+#pragma unroll
+    for (int k = 0; k < TOPK_MAX; k++)
+        if (k < K && k == lane) mine = sel[k];
+    float a = lane < K ? route_act(sc[mine], sigmoid) : 0.0f, act[TOPK_MAX], sum = 0;
+#pragma unroll
+    for (int k = 0; k < TOPK_MAX; k++) act[k] = __shfl_sync(0xffffffffu, a, k);
+    if (lane) return;
+#pragma unroll
+    for (int k = 0; k < TOPK_MAX; k++)
+        if (k < K) sum += act[k];
+#pragma unroll
+    for (int k = 0; k < TOPK_MAX; k++)
+        if (k < K) wt[k] = act[k] / (sum + 1e-20f) * rscale;
 }
 
 // The fused decode MoE after the gate's GEMV wrote scores [T][E]:

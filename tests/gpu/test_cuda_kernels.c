@@ -1837,7 +1837,8 @@ static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int
     bool hash = routing == ROUTE_HASH;
     int vocab = 50;
     qweight gate = make_w(QT_BF16, E, H);
-    qweight w1[256], w2[256], w3[256], g1[256], g2[256], g3[256];
+    qweight *w1 = calloc(6 * (size_t)E, sizeof *w1), *w2 = w1 + E, *w3 = w2 + E, *g1 = w3 + E,
+            *g2 = g1 + E, *g3 = g2 + E;
     for (int e = 0; e < E; e++) {
         qweight a = make_w(QT_MXFP4, I, H), b = make_w(QT_MXFP4, H, I), c = make_w(QT_MXFP4, I, H);
         shift_scales(&b, moe_w2_shift);
@@ -1909,7 +1910,7 @@ static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int
                                                   : 1e-2);
     }
     G->release(G, dx), G->release(G, dbias), G->release(G, dtid), G->release(G, dout);
-    free(bias), free(x), free(tid), free(ids), free(out), free(g);
+    free(bias), free(x), free(tid), free(ids), free(out), free(g), free(w1);
 }
 
 /* ---- all-reduce over two devices ---- */
@@ -2040,6 +2041,10 @@ static void test_moes(void)
     unsetenv("LLM_CUDA_MOE_MMA_MIN_T");
     /* E = 256 (V4's) with K = 6: the router's scratch in the kernel */
     test_moe(3, false, 512, 256, 6, 128, 64, 64);
+    /* more experts than moe_sort's block has threads (its scans carry
+     * across chunks of 1,024), tiles of 4 and of 8 slots */
+    test_moe(40, false, 128, 1100, 4, 64, 0, 64);
+    test_moe(300, true, 128, 1100, 4, 64, 0, 64);
     /* a slice of 48 columns: w2's rows are not whole 16-byte loads */
     test_moe(2, false, 256, 8, 3, 96, 32, 48);
     test_moe(1, true, 256, 8, 3, 96, 32, 48);
@@ -2228,7 +2233,8 @@ static void bad_switches(void)
         { "LLM_CUDA_GEMV_ROWS", "16" },     { "LLM_CUDA_GEMV_TOKENS", "3" },
         { "LLM_CUDA_ATTN_MMA_MIN_T", "-1" }, { "LLM_CUDA_SMALL_MMA", "4" },
         { "LLM_CUDA_STREAM_MAX_T", "7" },   { "LLM_CUDA_WGMMA_WG", "3" },
-        { "LLM_CUDA_FP8_SHADOW", "2" },
+        { "LLM_CUDA_FP8_SHADOW", "2" },     { "LLM_CUDA_GATE_GEMV_MAX_T", "0" },
+        { "LLM_CUDA_GATE_GEMV_MAX_T", "65" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
