@@ -1039,12 +1039,14 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_MOE_MMA_BLOCKS: the blocks an SM its plan aims at
     // (comparisons; 2: every w1 and w3 block a quarter of the columns).
     c->moe_mma_sm = (int)env_int(c, "LLM_CUDA_MOE_MMA_BLOCKS", 1, 2, 2);
-    // LLM_CUDA_FP8_SHADOW=1: each FP8 weight also uploaded as its exact
-    // bf16 values (two more bytes a weight), which cuBLASLt then reads
-    // directly: decode batches past the small-M kernels' tokens and
+    // Each FP8 weight also uploaded as its exact bf16 values (two more
+    // bytes a weight: 0.6 GiB for rank6's 6 layers), which cuBLASLt then
+    // reads directly: decode batches past the small-M kernels' tokens and
     // prefill chunks outside fp8 mode skip dequantizing into scratch at
-    // every call (J5: 5.5-6 us for a 4 MB matrix, ~12 for 16 MB).
-    c->fp8_shadow = env_int(c, "LLM_CUDA_FP8_SHADOW", 0, 1, 0);
+    // every call (5.5-6 us for a 4 MB matrix; run K1: B = 32 5.02 -> 4.79
+    // ms a step, B = 64 6.20 -> 5.98).  LLM_CUDA_FP8_SHADOW=0: without
+    // (memory; comparisons).
+    c->fp8_shadow = env_switch(c, "LLM_CUDA_FP8_SHADOW");
     // LLM_CUDA_GEMV_TOKENS (1, 2, 4 or 8; comparisons): the most tokens a
     // GEMV block takes.  Run D3: 8 tokens as two blocks of 4 took 0.53-0.85x
     // the time of one block of 8 on every matrix of bench_cuda_gemv, and a

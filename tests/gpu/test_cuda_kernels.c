@@ -107,8 +107,8 @@ static backend *G_stream[4], *G_wgmma[4];
  * GEMV; with LLM_CUDA_MOE_MMA_BLOCKS=1: on tensor cores, one block an SM */
 static backend *G_tiles_gemv, *G_tiles_1sm;
 /* per GEMM mode (bf16x2, fp8), LLM_CUDA_SMALL_MMA=0 (17-64 tokens reach
- * cuBLASLt): with LLM_CUDA_FP8_SHADOW=1 (FP8 weights also in bf16) and
- * without */
+ * cuBLASLt): FP8 weights also in bf16 (the default) and, with
+ * LLM_CUDA_FP8_SHADOW=0, not */
 static backend *G_shadow[4], *G_deq[4];
 /* appended to the hc tests' names: which sequence of launches G runs */
 static const char *hc_variant = "";
@@ -2413,10 +2413,11 @@ int main(int argc, char **argv)
         if (!(G_wgmma[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
     small_mma_kernel = "0";
     for (int m = GEMM_BF16X2; m <= GEMM_FP8; m++) {
-        setenv("LLM_CUDA_FP8_SHADOW", "1", 1);
         G_shadow[m] = gpu_backend(gemm_names[m], "2");
+        setenv("LLM_CUDA_FP8_SHADOW", "0", 1);
+        G_deq[m] = gpu_backend(gemm_names[m], "2");
         unsetenv("LLM_CUDA_FP8_SHADOW");
-        if (!G_shadow[m] || !(G_deq[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
+        if (!G_shadow[m] || !G_deq[m]) return exit_status();
     }
     small_mma_kernel = "1";
     /* gd[m]: decode attention on tensor cores from one token (bf16, bf16x2) */
