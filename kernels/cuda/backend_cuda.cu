@@ -198,6 +198,12 @@ static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const floa
         cu_rmsnorm(c->st, x[0], ldx, T, w[0]->cols, norm_w, eps, xn, ldx);
         for (int i = 0; i < CU_MULTI_MAX; i++) xs[i] = xn;
     }
+    // prefill GEMMs of one x split it into bf16 parts once (dense_matmul)
+    struct keep_scope {
+        cu_impl *c;
+        explicit keep_scope(cu_impl *c) : c(c) { c->xkeep.on = true, c->xkeep.set = false; }
+        ~keep_scope() { c->xkeep.on = false; }
+    } keep(c);
     for (int i = 0, k; i < n && !c->failed; i += k) {
         const float *const *xi = norm_w ? xs : x + i;
         for (k = 0; k < CU_MULTI_MAX && i + k < n; k++) {

@@ -84,6 +84,22 @@ struct lt_algo {
     cublasLtMatmulAlgo_t algo;
 };
 
+// A GEMM operand: float32 or bf16 elements, rows ld elements apart;
+// stride: bytes between packed experts; parts (2 or 3; 0 or 1: one):
+// activations in bf16 parts, each lo elements after the one before (the
+// first rounded, the next ones the rests); scale: FP8 e4m3
+// elements with float32 block scales (weights: [N / 128][round_up(K / 128,
+// 4)], K blocks contiguous; activations: [K / 128][T], tokens contiguous).
+struct gemm_op {
+    const void *p;
+    long long ld;
+    bool bf16;
+    long long stride;
+    int lo;
+    const float *scale;
+    int parts;
+};
+
 struct cu_impl {
     int dev, rank, nranks;
     bool profile;
@@ -139,6 +155,14 @@ struct cu_impl {
     int gate_gemv_t;            // ... from this many + 1 (LLM_CUDA_GATE_GEMV_MAX_T)
     int moe_mma_sm;             // their blocks an SM, 1 or 2 (LLM_CUDA_MOE_MMA_BLOCKS)
     bool fp8_shadow;            // FP8 weights also kept in bf16 (LLM_CUDA_FP8_SHADOW=0: not)
+    // x's bf16 parts kept for the next dense_matmul of the same x during
+    // one matmuls op (its projections share an input): which x, and them
+    struct {
+        bool on, set;
+        const float *x;
+        int ldx, T, K;
+        gemm_op op;
+    } xkeep;
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
     double expert_host_ms;      // profiling: host time queuing the expert GEMMs
@@ -224,21 +248,6 @@ static inline bool in_graph(cu_impl *c)
 // Replaying: an op only records its changing values, launches nothing.
 static inline bool recording(cu_impl *c) { return c->gmode == G_RECORD; }
 
-// A GEMM operand: float32 or bf16 elements, rows ld elements apart;
-// stride: bytes between packed experts; parts (2 or 3; 0 or 1: one):
-// activations in bf16 parts, each lo elements after the one before (the
-// first rounded, the next ones the rests); scale: FP8 e4m3
-// elements with float32 block scales (weights: [N / 128][round_up(K / 128,
-// 4)], K blocks contiguous; activations: [K / 128][T], tokens contiguous).
-struct gemm_op {
-    const void *p;
-    long long ld;
-    bool bf16;
-    long long stride;
-    int lo;
-    const float *scale;
-    int parts;
-};
 
 // Under fp8, the activations of a T-token matmul with weight type t are
 // quantized (act_quant).

@@ -239,9 +239,19 @@ void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, floa
     }
     bool bf = use_bf16(c, q);
     gemm_op w = gemm_weights(c, bf, q, 1);
+    // x's parts as the matmuls op's last matrix took them (the same x:
+    // not act_quant's, whose scratch each matrix refills)
+    auto &k = c->xkeep;
+    bool keep = k.on && bf && !quant;
+    if (keep && k.set && k.x == x && k.ldx == ldx && k.T == T && k.K == q.cols) {
+        lt_gemm(c, w, q.rows, q.cols, k.op, T, y, ldy);
+        return;
+    }
     gemm_op in = bf && T < GEMM_MODE_MIN_T ? bf16_parts(c, x, ldx, NULL, 1, T, q.cols, 2)
                                            : gemm_input(c, bf, quant, x, ldx, NULL, 1, T, q.cols);
-    if (!c->failed) lt_gemm(c, w, q.rows, q.cols, in, T, y, ldy);
+    if (c->failed) return;
+    if (keep) k.set = true, k.x = x, k.ldx = ldx, k.T = T, k.K = q.cols, k.op = in;
+    lt_gemm(c, w, q.rows, q.cols, in, T, y, ldy);
 }
 
 // y = x W^T with float32 products whatever the GEMM mode (the router's

@@ -464,6 +464,7 @@ static void test_matmuls(void)
 }
 
 static void fp8_shadow_cases(void);
+static void matmuls_keep_cases(void);
 
 static void test_matmul(void)
 {
@@ -576,6 +577,7 @@ static void test_matmul(void)
         for (int T = 1; T <= 8; T += 3) mm_case(what, &lk, &glk, T);
     }
     fp8_shadow_cases();
+    matmuls_keep_cases();
 }
 
 /* FP8 weights multiplied from their bf16 copy (G_shadow): against the
@@ -613,6 +615,55 @@ static void fp8_shadow_cases(void)
         free(x), free(y1), free(y2);
     }
     G = keep;
+}
+
+/* matmuls through cuBLASLt (G_shadow: 17+ tokens there) split a shared x
+ * into bf16 parts once for the whole list: its outputs equal each matrix's
+ * own matmul bit for bit, for lists sharing x (mixed formats and widths
+ * of rows) and lists whose x differ (column slices of one buffer, where
+ * no split may be reused), at decode-batch and prefill token counts. */
+static void matmuls_keep_cases(void)
+{
+    backend *B = G_shadow[gemm_mode];
+    if (!B) return;
+    enum qtype ty[] = { QT_FP8, QT_BF16, QT_FP8, QT_BF16 };
+    int rows[] = { 1024, 300, 512, 64 }, K = 1024, n = 4, ldx = 4 * K + 4;
+    qweight w[4], g[4];
+    for (int i = 0; i < n; i++) {
+        w[i] = make_w(ty[i], rows[i], K);
+        g[i] = w[i];
+        if (B->upload_weights(B, &g[i], 1)) diag("upload: %s", B->error(B));
+    }
+    int Ts[] = { 20, 33, 64, 100 };
+    for (int sl = 0; sl < 2; sl++)
+        for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
+            int T = Ts[k], ld = 1100;
+            float *x = hrand((size_t)T * ldx, 1.0f), *dx = dcopy(x, (size_t)T * ldx * 4);
+            size_t yb = (size_t)T * ld * n * 4;
+            float *d1 = B->alloc(B, yb), *d2 = B->alloc(B, yb);
+            poison(d1, yb), poison(d2, yb);
+            const qweight *gp[4];
+            const float *gx[4];
+            float *gy[4];
+            int ldy[4];
+            for (int i = 0; i < n; i++) {
+                gp[i] = &g[i], gx[i] = dx + (sl ? (size_t)i * K : 0);
+                gy[i] = d1 + (size_t)i * T * ld, ldy[i] = ld;
+                B->matmul(B, &g[i], gx[i], ldx, T, d2 + (size_t)i * T * ld, ld);
+            }
+            B->matmuls(B, n, gp, gx, ldx, T, gy, ldy, NULL, 0);
+            float *y1 = hcopy(d1, yb), *y2 = hcopy(d2, yb);
+            bool same = true;
+            for (int i = 0; i < n; i++)
+                for (int t = 0; t < T; t++) {
+                    size_t o = (size_t)i * T * ld + (size_t)t * ld;
+                    same &= !memcmp(y1 + o, y2 + o, rows[i] * 4);
+                }
+            ok(same && !B->error(B), "matmuls (%s, x %s) T=%d = one matmul each, bit for bit",
+               gemm_names[gemm_mode], sl ? "column slices" : "shared", T);
+            B->release(B, dx), B->release(B, d1), B->release(B, d2);
+            free(x), free(y1), free(y2);
+        }
 }
 
 /* ---- row ops ---- */
