@@ -198,12 +198,7 @@ static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const floa
         cu_rmsnorm(c->st, x[0], ldx, T, w[0]->cols, norm_w, eps, xn, ldx);
         for (int i = 0; i < CU_MULTI_MAX; i++) xs[i] = xn;
     }
-    // prefill GEMMs of one x split it into bf16 parts once (dense_matmul)
-    struct keep_scope {
-        cu_impl *c;
-        explicit keep_scope(cu_impl *c) : c(c) { c->xkeep.on = true, c->xkeep.set = false; }
-        ~keep_scope() { c->xkeep.on = false; }
-    } keep(c);
+    xkeep_scope keep(c);    // prefill GEMMs of one x split it into bf16 parts once
     for (int i = 0, k; i < n && !c->failed; i += k) {
         const float *const *xi = norm_w ? xs : x + i;
         for (k = 0; k < CU_MULTI_MAX && i + k < n; k++) {
@@ -873,8 +868,11 @@ static void cu_moe_op(backend *b, const moe_args *a)
         }
     }
     phase(c, "moe experts");
-    matmul_any(c, s1, a->x, H, T, sg, I);
-    matmul_any(c, s3, a->x, H, T, su, I);
+    {
+        xkeep_scope keep(c);    // x split into bf16 parts once for both
+        matmul_any(c, s1, a->x, H, T, sg, I);
+        matmul_any(c, s3, a->x, H, T, su, I);
+    }
     cu_swiglu(c->st, sg, su, (long long)T * I, a->limit);
     matmul_any(c, s2, sg, I, T, sy, H);
     cu_moe_combine(c->st, ys, wt, ord, T, K, H, sy, a->out);

@@ -249,6 +249,14 @@ static inline bool in_graph(cu_impl *c)
 static inline bool recording(cu_impl *c) { return c->gmode == G_RECORD; }
 
 
+// While one is in scope, dense_matmul's GEMMs of the same x (pointer,
+// size, unchanged in between: the caller's promise) reuse its bf16 parts.
+struct xkeep_scope {
+    cu_impl *c;
+    explicit xkeep_scope(cu_impl *c) : c(c) { c->xkeep.on = true, c->xkeep.set = false; }
+    ~xkeep_scope() { c->xkeep.on = false; }
+};
+
 // Under fp8, the activations of a T-token matmul with weight type t are
 // quantized (act_quant).
 static inline bool fp8_quantized(cu_impl *c, int t, int T)
