@@ -287,7 +287,7 @@ int cu_upload_weights(backend *b, qweight *w, int n)
         // FP8 codes average about 1, E2M1 about 2: scales 2^-6 and 2^-7.
         if (scale) cu_fill(c->st, scale, (size_t)n * scale_bytes, FILL_CONST, 0,
                            q->type == QT_FP8 ? 121 : 120, 0);
-        launched(c, "synthetic weights");
+        phase(c, "synthetic weights");   // the shadow below: a span of its own
     }
     // fp8_shadow: the whole copy in bf16 too (same ld), made below
     size_t bf_bytes = q->type == QT_FP8 && c->fp8_shadow ? round_up(nr * ld * 2, 256) : 0;
