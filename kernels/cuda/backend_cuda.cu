@@ -138,17 +138,30 @@ static bool small_mma(cu_impl *c, const dqw &q, const float *x, int ldx, int T, 
     return cu_matmul_mma(c->st, q, x, ldx, T, y, ldy, split, mode == SMALL_MMA_AUTO);
 }
 
+// With the FP8 weights' bf16 copies, cuBLASLt over x's stacked parts
+// beats the streamed kernel on every FP8 rank6 matrix and the head from 9
+// tokens (run K4, `bench_cuda_gemv batch` at 12 and 16: wo_b 15.1 against
+// 28.2 us, the head 142 against 165), not the staged kernel on BF16
+// matrices of up to 4096 rows: from lt_min_t tokens those matrices go to
+// cuBLASLt first (LLM_CUDA_LT_MIN_T).
+static bool lt_first(const cu_impl *c, const dqw &q, int T)
+{
+    return c->small_mma == SMALL_MMA_AUTO && c->gemm != BACKEND_GEMM_F32 && T >= c->lt_min_t &&
+           ((q.type == QT_FP8 && q.bf) || (q.type == QT_BF16 && q.rows > 4096));
+}
+
 // Up to gemv_max_t tokens (decode batches) the GEMV kernel reads the
 // weights in stored precision (under fp8, from GEMM_MODE_MIN_T tokens on,
 // times act_quant(x): the products of the CPU's fp8 mode).  More: the
 // prefill GEMMs (dense_matmul: cuBLASLt; below GEMM_MODE_MIN_T tokens x
 // split in two bf16 parts in every mode but f32).  9-64 tokens of FP8
-// and BF16 weights: small_mma first.
+// and BF16 weights: lt_first, then small_mma.
 static void matmul_any(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
                        int ldy)
 {
-    if (small_mma(c, q, x, ldx, T, y, ldy)) return;
-    if (T > c->gemv_max_t) {
+    bool lt = lt_first(c, q, T);
+    if (!lt && small_mma(c, q, x, ldx, T, y, ldy)) return;
+    if (lt || T > c->gemv_max_t) {
         dense_matmul(c, q, x, ldx, T, y, ldy);
         return;
     }
@@ -1088,6 +1101,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_STREAM_MAX_T: the default's last token count on
     // cu_matmul_stream (comparisons).
     c->stream_max_t = (int)env_int(c, "LLM_CUDA_STREAM_MAX_T", 8, 64, STREAM_MAX_T);
+    // LLM_CUDA_LT_MIN_T: lt_first's first token count (comparisons; 17:
+    // as before it, 9-16 tokens on the small-M kernels).
+    c->lt_min_t = (int)env_int(c, "LLM_CUDA_LT_MIN_T", 2, 17, LT_BF16_MIN_T);
     // LLM_CUDA_WGMMA_WG: cu_matmul_wgmma's blocks of 1 or 2 warpgroups
     // (unset: its plan's choice; comparisons).
     c->wgmma_wg = (int)env_int(c, "LLM_CUDA_WGMMA_WG", 1, 2, 0);

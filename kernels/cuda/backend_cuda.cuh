@@ -137,6 +137,7 @@ struct cu_impl {
     int gemv_max_t;             // dense matmuls of up to this many tokens on the GEMV kernel
     int small_mma;              // LLM_CUDA_SMALL_MMA: 9-64 tokens on cu_matmul_mma (enum below)
     int stream_max_t;           // LLM_CUDA_STREAM_MAX_T (STREAM_MAX_T)
+    int lt_min_t;               // LLM_CUDA_LT_MIN_T (LT_BF16_MIN_T)
     int wgmma_wg;               // LLM_CUDA_WGMMA_WG (0: the plan's choice)
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
     int attn_mma_t;             // ... on tensor cores from this many tokens (LLM_CUDA_ATTN_MMA_MIN_T)
@@ -212,6 +213,8 @@ enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL, SMALL_MMA_STREAM, SMALL_MMA
                             // 4 MB gate once per 8 tokens, 28 us at 64)
 #define STREAM_MAX_T 16     // ... on cu_matmul_stream up to this many, then cuBLASLt
                             // (run I3: 16 against 24 and 32, batches of 17-32)
+#define LT_BF16_MIN_T 9     // FP8 matrices with bf16 copies and the head on cuBLASLt from
+                            // this many tokens (lt_first; run K4)
 #define WCHUNK_BYTES ((size_t)512 << 20)    // experts' weights dequantized at a time
 #define UP_STAGE_BYTES ((size_t)32 << 20)   // each of the two pinned upload buffers
 #define UP_THREADS 8                        // host threads packing a staging buffer (run E2)

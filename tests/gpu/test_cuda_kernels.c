@@ -110,6 +110,10 @@ static backend *G_tiles_gemv, *G_tiles_1sm;
  * cuBLASLt): FP8 weights also in bf16 (the default) and, with
  * LLM_CUDA_FP8_SHADOW=0, not */
 static backend *G_shadow[4], *G_deq[4];
+/* per GEMM mode (bf16x2, fp8), LLM_CUDA_SMALL_MMA unset: the default's
+ * choices (9-16 tokens: FP8 with its bf16 copy and BF16 of more than
+ * 4096 rows on cuBLASLt, lt_first) */
+static backend *G_auto[4];
 /* appended to the hc tests' names: which sequence of launches G runs */
 static const char *hc_variant = "";
 /* G's prefill GEMMs (LLM_CUDA_GEMM), and the bound u on the relative
@@ -613,6 +617,15 @@ static void fp8_shadow_cases(void)
            gemm_names[gemm_mode]);
         G->release(G, dx), G->release(G, d1), G->release(G, d2);
         free(x), free(y1), free(y2);
+    }
+    if (G_auto[gemm_mode]) {
+        qweight h = make_w(QT_BF16, 4200, 256);
+        G = G_auto[gemm_mode];
+        qweight aw = up(&w), ah = up(&h);
+        for (int T = 9; T <= 16; T += 7) {
+            mm_case("fp8 300x512 (default: bf16 copy on cuBLASLt)", &w, &aw, T);
+            mm_case("bf16 4200x256 (default: cuBLASLt)", &h, &ah, T);
+        }
     }
     G = keep;
 }
@@ -2249,7 +2262,8 @@ static backend *gpu_backend(const char *gemm, const char *attn_tokens)
     backend_modes modes = BACKEND_MODES_DEFAULT;   /* LLM_CUDA_* override */
     setenv("LLM_CUDA_GEMM", gemm, 1);
     setenv("LLM_CUDA_ATTN_TOKENS", attn_tokens, 1);
-    setenv("LLM_CUDA_SMALL_MMA", small_mma_kernel, 1);     /* wherever that kernel can run */
+    if (small_mma_kernel) setenv("LLM_CUDA_SMALL_MMA", small_mma_kernel, 1);  /* wherever it runs */
+    else unsetenv("LLM_CUDA_SMALL_MMA");
     if (backend_modes_env(&modes, err, sizeof err)
         || backend_cuda_new_group(1, &modes, one, err, sizeof err)) {
         ok(0, "CUDA backend with LLM_CUDA_GEMM=%s LLM_CUDA_ATTN_TOKENS=%s: %s", gemm,
@@ -2285,7 +2299,8 @@ static void bad_switches(void)
         { "LLM_CUDA_ATTN_MMA_MIN_T", "-1" }, { "LLM_CUDA_SMALL_MMA", "4" },
         { "LLM_CUDA_STREAM_MAX_T", "7" },   { "LLM_CUDA_WGMMA_WG", "3" },
         { "LLM_CUDA_FP8_SHADOW", "2" },     { "LLM_CUDA_GATE_GEMV_MAX_T", "0" },
-        { "LLM_CUDA_GATE_GEMV_MAX_T", "65" },
+        { "LLM_CUDA_GATE_GEMV_MAX_T", "65" }, { "LLM_CUDA_LT_MIN_T", "1" },
+        { "LLM_CUDA_LT_MIN_T", "18" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
@@ -2419,6 +2434,7 @@ static void destroy_backends(backend **g, backend **g1)
         if (G_stream[m]) G_stream[m]->destroy(G_stream[m]);
         if (G_wgmma[m]) G_wgmma[m]->destroy(G_wgmma[m]);
         if (G_shadow[m]) G_shadow[m]->destroy(G_shadow[m]);
+        if (G_auto[m]) G_auto[m]->destroy(G_auto[m]);
         if (G_deq[m]) G_deq[m]->destroy(G_deq[m]);
     }
     C->destroy(C);
@@ -2470,6 +2486,9 @@ int main(int argc, char **argv)
         unsetenv("LLM_CUDA_FP8_SHADOW");
         if (!G_shadow[m] || !G_deq[m]) return exit_status();
     }
+    small_mma_kernel = NULL;
+    for (int m = GEMM_BF16X2; m <= GEMM_FP8; m++)
+        if (!(G_auto[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
     small_mma_kernel = "1";
     /* gd[m]: decode attention on tensor cores from one token (bf16, bf16x2) */
     setenv("LLM_CUDA_ATTN_MMA_MIN_T", "1", 1);
