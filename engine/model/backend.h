@@ -189,6 +189,11 @@ struct backend {
      * format instead); upload returns a backend copy of a host array.
      * Both owned by the backend; -1 / NULL on failure (see error). */
     int (*upload_weights)(backend *b, qweight *w, int n);
+    /* Optional (NULL: nothing to do): n uploaded matrices of one width
+     * that matmuls will multiply by one x, in this order; the backend may
+     * lay them out as one matrix.  0: joined; 1: left as they are (views,
+     * formats or row lengths it cannot join); -1: failure (see error). */
+    int (*join_weights)(backend *b, qweight *const *w, int n);
     void *(*upload)(backend *b, const void *host, size_t bytes);
     /* The first failure since creation, or NULL.  After one, outputs are
      * undefined: the step that saw it must be discarded. */

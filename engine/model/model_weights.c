@@ -447,6 +447,22 @@ static void *up_vec(backend *be, const void *p, size_t n, bool *ok)
     return d ? d : (void *)p;
 }
 
+/* The projections forward.c runs as one matmuls list of one x, in its
+ * order (x: wq_a, wkv, the compressor's, the indexer's; qr: wq_b,
+ * iwq_b), offered to the backend to lay out as one matrix each. */
+static bool join_projections(backend *be, v4_layer *L, const v4_config *c, int l)
+{
+    if (!be->join_weights) return true;
+    qweight *px[7], *pq[2];
+    int n = 0, ratio = v4_layer_ratio(c, l);
+    bool csa = c->attn[l] == V4_ATTN_CSA;
+    px[n++] = &L->wq_a, px[n++] = &L->wkv;
+    if (ratio) px[n++] = &L->comp.wkv, px[n++] = &L->comp.wgate;
+    if (csa) px[n++] = &L->icomp.wkv, px[n++] = &L->icomp.wgate, px[n++] = &L->iweights;
+    pq[0] = &L->wq_b, pq[1] = &L->iwq_b;
+    return be->join_weights(be, px, n) >= 0 && (!csa || be->join_weights(be, pq, 2) >= 0);
+}
+
 #define UPV(field, bytes) ((field) = up_vec(be, (field), (bytes), &ok))
 #define UPW(qw) (ok = ok && be->upload_weights(be, &(qw), 1) == 0)
 
@@ -508,6 +524,7 @@ int v4_weights_upload(v4_weights *w, const v4_config *c, const v4_shard *s, back
         UPW(L->sw1);
         UPW(L->sw2);
         UPW(L->sw3);
+        ok = ok && join_projections(be, L, c, l);
     }
     if (!ok) {
         const char *e = be->error(be);

@@ -214,6 +214,14 @@ static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const floa
     xkeep_scope keep(c);    // prefill GEMMs of one x split it into bf16 parts once
     for (int i = 0, k; i < n && !c->failed; i += k) {
         const float *const *xi = norm_w ? xs : x + i;
+        // the run of matrices of this x: one GEMM where join_weights laid
+        // them out as one (decode batches from lt_min_t tokens, where
+        // cuBLASLt takes their bf16 forms)
+        for (k = 0; c->small_mma == SMALL_MMA_AUTO && T >= c->lt_min_t && k < CU_SEG_MAX &&
+                    i + k < n && xi[k] == xi[0];
+             k++)
+            if (!to_dqw(c, w[i + k], &q[k])) return;
+        if (k > 1 && lt_joined(c, k, q, xi[0], ldx, T, y + i, ldy + i)) continue;
         for (k = 0; k < CU_MULTI_MAX && i + k < n; k++) {
             if (!to_dqw(c, w[i + k], &q[k])) return;
             if (k && (q[k].type != q[0].type || q[k].cols != q[0].cols)) break;
@@ -1064,6 +1072,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // ms a step, B = 64 6.20 -> 5.98).  LLM_CUDA_FP8_SHADOW=0: without
     // (memory; comparisons).
     c->fp8_shadow = env_switch(c, "LLM_CUDA_FP8_SHADOW");
+    // LLM_CUDA_JOIN=0: each projection of a shared x its own GEMM
+    // (comparisons; join_weights then leaves the matrices as they are)
+    c->join = env_switch(c, "LLM_CUDA_JOIN");
     // LLM_CUDA_GEMV_TOKENS (1, 2, 4 or 8; comparisons): the most tokens a
     // GEMV block takes.  Run D3: 8 tokens as two blocks of 4 took 0.53-0.85x
     // the time of one block of 8 on every matrix of bench_cuda_gemv, and a
@@ -1142,6 +1153,7 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     b->write = cu_write;
     b->read = cu_read;
     b->upload_weights = cu_upload_weights;
+    b->join_weights = cu_join_weights;
     b->upload = cu_upload;
     b->error = cu_error;
     b->mem_info = cu_mem_info;

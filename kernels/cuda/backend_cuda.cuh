@@ -156,6 +156,7 @@ struct cu_impl {
     int gate_gemv_t;            // ... from this many + 1 (LLM_CUDA_GATE_GEMV_MAX_T)
     int moe_mma_sm;             // their blocks an SM, 1 or 2 (LLM_CUDA_MOE_MMA_BLOCKS)
     bool fp8_shadow;            // FP8 weights also kept in bf16 (LLM_CUDA_FP8_SHADOW=0: not)
+    bool join;                  // join_weights lays matrices out as one (LLM_CUDA_JOIN=0: not)
     // x's bf16 parts kept for the next dense_matmul of the same x during
     // one matmuls op (its projections share an input): which x, and them
     struct {
@@ -321,6 +322,7 @@ void cu_write(backend *b, void *dst, const void *src, size_t bytes);
 void cu_read(backend *b, void *dst, const void *src, size_t bytes);
 void *cu_upload(backend *b, const void *host, size_t bytes);
 int cu_upload_weights(backend *b, qweight *w, int n);
+int cu_join_weights(backend *b, qweight *const *w, int n);
 void cu_mem_info(backend *b, size_t *free_bytes, size_t *total_bytes);
 void *cu_host_alloc(backend *b, size_t bytes);
 void cu_host_free(backend *b, void *p);
@@ -335,10 +337,13 @@ void uploads_free(cu_impl *c);
 
 // cuda_gemm.cu: prefill GEMMs through cuBLASLt, algorithms cached per shape.
 bool lt_op_new(cu_impl *c);
-bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy);
+bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy,
+             const cu_ysegs *segs = nullptr);
 gemm_op gemm_input(cu_impl *c, bool bf16, bool exact, const float *x, int ldx, const int *rows,
                    int div, int T, int K);
 void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y, int ldy);
+bool lt_joined(cu_impl *c, int n, const dqw *q, const float *x, int ldx, int T, float *const *y,
+               const int *ldy);
 void f32_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y, int ldy);
 void expert_gemms(cu_impl *c, const dqw &w, int E, const int *ho, gemm_op x, float *y, int ldy);
 

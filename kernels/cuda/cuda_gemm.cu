@@ -60,7 +60,8 @@ static bool lt_heuristic(cu_impl *c, cublasLtMatmulDesc_t op, cublasLtMatrixLayo
 // weights' 128x128 and the activations' 1x128 block scales applied per
 // K block, float32 sums; those have no algorithm for some shapes: then
 // false, nothing launched (every other type fails the backend).
-bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy)
+bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy,
+             const cu_ysegs *segs)
 {
     bool ok = true;
     bool fp8 = w.scale != NULL;
@@ -81,6 +82,7 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
     // of more tokens add them.
     bool stack = parts > 1 && (long long)parts * T <= LT_STACK_MAX && !fp8 &&
                  x.ld == (long long)parts * x.lo;
+    if (segs && !stack) return false;
     float *yg = y;
     int Tg = T, ldyg = ldy, runs = parts;
     long long ldb = x.ld;
@@ -139,7 +141,8 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
             ok = false;
         }
     }
-    if (ok && stack) cu_sum_parts(c->st, yg, N, T, parts, y, ldy);
+    if (ok && stack && segs) cu_sum_parts_segs(c->st, yg, N, T, parts, *segs);
+    else if (ok && stack) cu_sum_parts(c->st, yg, N, T, parts, y, ldy);
     if (C) cublasLtMatrixLayoutDestroy(C);
     if (B) cublasLtMatrixLayoutDestroy(B);
     if (A) cublasLtMatrixLayoutDestroy(A);
@@ -192,6 +195,21 @@ gemm_op gemm_input(cu_impl *c, bool bf16, bool exact, const float *x, int ldx, c
     return gemm_op{ p, K, false, 0, 0 };
 }
 
+// x as dense_matmul's GEMMs take it: bf16 in two parts below
+// GEMM_MODE_MIN_T tokens, else gemm_input's; while an xkeep_scope is on,
+// the parts the last matrix of the same x took (not act_quant's, whose
+// scratch each matrix refills).
+static gemm_op dense_input(cu_impl *c, bool bf, bool quant, const float *x, int ldx, int T, int K)
+{
+    auto &k = c->xkeep;
+    bool keep = k.on && bf && !quant;
+    if (keep && k.set && k.x == x && k.ldx == ldx && k.T == T && k.K == K) return k.op;
+    gemm_op in = bf && T < GEMM_MODE_MIN_T ? bf16_parts(c, x, ldx, NULL, 1, T, K, 2)
+                                           : gemm_input(c, bf, quant, x, ldx, NULL, 1, T, K);
+    if (keep && !c->failed) k.set = true, k.x = x, k.ldx = ldx, k.T = T, k.K = K, k.op = in;
+    return in;
+}
+
 // fp8: an FP8 weight whose view starts on its 128x128 blocks, times
 // act_quant(x), through cuBLASLt's block-scaled FP8 GEMM; false: the view
 // does not fit it, or cuBLASLt has no algorithm for the shape (on the
@@ -239,19 +257,41 @@ void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, floa
     }
     bool bf = use_bf16(c, q);
     gemm_op w = gemm_weights(c, bf, q, 1);
-    // x's parts as the matmuls op's last matrix took them (the same x:
-    // not act_quant's, whose scratch each matrix refills)
-    auto &k = c->xkeep;
-    bool keep = k.on && bf && !quant;
-    if (keep && k.set && k.x == x && k.ldx == ldx && k.T == T && k.K == q.cols) {
-        lt_gemm(c, w, q.rows, q.cols, k.op, T, y, ldy);
-        return;
+    gemm_op in = dense_input(c, bf, quant, x, ldx, T, q.cols);
+    if (!c->failed) lt_gemm(c, w, q.rows, q.cols, in, T, y, ldy);
+}
+
+// Matrices that join_weights laid back to back (the bf16 forms of FP8
+// and BF16 weights, one after another in the list's order) times one x,
+// as dense_matmul multiplies each in bf16 with x split: one GEMM over all
+// their rows, x's parts its stacked columns, each matrix's sums into its
+// y (cu_sum_parts_segs).  One GEMM of up to 4,160 rows instead of up to
+// 7 (a CSA layer's projections of x).  false: not such a list, or x not
+// split and stacked there; nothing launched.
+bool lt_joined(cu_impl *c, int n, const dqw *q, const float *x, int ldx, int T, float *const *y,
+               const int *ldy)
+{
+    if (n < 2 || n > CU_SEG_MAX || c->gemm == BACKEND_GEMM_F32 || T <= 0 ||
+        !(T < GEMM_MODE_MIN_T || split_modes(c)) || 2 * T > LT_STACK_MAX)
+        return false;
+    cu_ysegs s;
+    s.n = n;
+    gemm_op w0 = {};
+    const uint8_t *next = NULL;
+    int N = 0;
+    for (int i = 0; i < n; i++) {
+        bool bf = q[i].type == QT_BF16 || (q[i].type == QT_FP8 && q[i].bf);
+        if (!bf || q[i].rows <= 0 || q[i].cols != q[0].cols || fp8_quantized(c, q[i].type, T))
+            return false;
+        gemm_op w = gemm_weights(c, true, q[i], 1);     // no launch: bf16 forms
+        if (i && (w.ld != w0.ld || w.p != next)) return false;
+        if (!i) w0 = w;
+        next = (const uint8_t *)byte_off(w.p, (long long)q[i].rows * w.ld * 2);
+        N += q[i].rows;
+        s.end[i] = N, s.y[i] = y[i], s.ldy[i] = ldy[i];
     }
-    gemm_op in = bf && T < GEMM_MODE_MIN_T ? bf16_parts(c, x, ldx, NULL, 1, T, q.cols, 2)
-                                           : gemm_input(c, bf, quant, x, ldx, NULL, 1, T, q.cols);
-    if (c->failed) return;
-    if (keep) k.set = true, k.x = x, k.ldx = ldx, k.T = T, k.K = q.cols, k.op = in;
-    lt_gemm(c, w, q.rows, q.cols, in, T, y, ldy);
+    gemm_op in = dense_input(c, true, false, x, ldx, T, q[0].cols);
+    return c->failed || lt_gemm(c, w0, N, q[0].cols, in, T, NULL, 0, &s);
 }
 
 // y = x W^T with float32 products whatever the GEMM mode (the router's

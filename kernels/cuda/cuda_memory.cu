@@ -321,6 +321,52 @@ int cu_upload_weights(backend *b, qweight *w, int n)
     return c->failed ? -1 : 0;
 }
 
+// Frees p if it is an allocation of c's own (a weight's whole copy).
+static bool disown(cu_impl *c, const void *p)
+{
+    for (int i = 0; i < c->nowned; i++)
+        if (c->owned[i] == p) {
+            CK(c, cudaFree(c->owned[i]));
+            c->owned[i] = c->owned[--c->nowned];
+            return true;
+        }
+    return false;
+}
+
+// Matrices of one width that the model multiplies by the same x
+// (backend.h join_weights): their bf16 forms (FP8's copy, BF16's data)
+// moved back to back into one allocation, each matrix's rows where they
+// were in its own, so that lt_joined multiplies them as one GEMM.  Each
+// old copy is freed (each was one upload of its own): no memory added.
+int cu_join_weights(backend *b, qweight *const *w, int n)
+{
+    cu_impl *c = enter(b);
+    if (n < 2 || !c->join) return 1;
+    long long ld = 0, rows = 0;
+    for (int i = 0; i < n; i++) {
+        const cuda_qw *d = (const cuda_qw *)w[i]->dev;
+        const uint8_t *src = !d ? NULL : w[i]->type == QT_FP8 ? d->bf : w[i]->type == QT_BF16 ? d->data : NULL;
+        if (!src || w[i]->rows <= 0 || w[i]->cols != w[0]->cols || w[i]->row0 != d->row0 ||
+            w[i]->col0 != d->col0 || (i && d->ld != ld))
+            return 1;
+        ld = d->ld, rows += w[i]->rows;
+    }
+    uint8_t *all = (uint8_t *)dev_alloc(c, round_up(rows * ld * 2, 256));
+    if (!all) return -1;
+    long long at = 0;
+    for (int i = 0; i < n; i++) {
+        cuda_qw *d = (cuda_qw *)w[i]->dev;
+        const uint8_t **src = w[i]->type == QT_FP8 ? &d->bf : &d->data;
+        size_t bytes = (size_t)w[i]->rows * ld * 2;
+        CK(c, cudaMemcpyAsync(all + at, *src, bytes, cudaMemcpyDeviceToDevice, c->st));
+        CK(c, cudaStreamSynchronize(c->st));
+        disown(c, *src);
+        *src = all + at;
+        at += bytes;
+    }
+    return c->failed ? -1 : 0;
+}
+
 void cu_mem_info(backend *b, size_t *free_bytes, size_t *total_bytes)
 {
     cu_impl *c = enter(b);

@@ -995,7 +995,7 @@ void cu_round_bf16(cudaStream_t st, const float *x, int ldx, const int *rows, in
               out, ldo, lo, parts);
 }
 
-__global__ void sum_parts_kernel(const float *c, int N, long long T, int parts, float *y, int ldy)
+__global__ void sum_parts_kernel(const float *c, int N, long long T, int parts, cu_ysegs g)
 {
     pdl_wait();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -1004,13 +1004,22 @@ __global__ void sum_parts_kernel(const float *c, int N, long long T, int parts, 
     const float *s = c + t * parts * N + n;
     float v = s[0];
     for (int p = 1; p < parts; p++) v += s[(long long)p * N];
-    y[t * ldy + n] = v;
+    int k = 0;
+    while (n >= g.end[k]) k++;
+    g.y[k][t * g.ldy[k] + n - (k ? g.end[k - 1] : 0)] = v;
 }
 
-void cu_sum_parts(cudaStream_t st, const float *c, int N, int T, int parts, float *y, int ldy)
+void cu_sum_parts_segs(cudaStream_t st, const float *c, int N, int T, int parts,
+                       const cu_ysegs &s)
 {
     long long n = (long long)T * N;
     if (n <= 0) return;
     cu_launch(sum_parts_kernel, (unsigned)((n + 255) / 256), 256, 0, st, c, N, (long long)T, parts,
-              y, ldy);
+              s);
+}
+
+void cu_sum_parts(cudaStream_t st, const float *c, int N, int T, int parts, float *y, int ldy)
+{
+    cu_ysegs s = { 1, { N }, { ldy }, { y } };
+    cu_sum_parts_segs(st, c, N, T, parts, s);
 }

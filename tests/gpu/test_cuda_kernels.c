@@ -342,6 +342,23 @@ static void fp8_bound(const char *name, const qweight *w, const float *x, int ld
     free(xq), free(yq), free(y8), free(row);
 }
 
+/* G's product a of T tokens of x (ldx apart) and cw against the CPU's b
+ * within the bound of the path G took: tensor cores (cu_matmul_mma at
+ * 9-64 tokens for FP8 and BF16: the backends here set
+ * LLM_CUDA_SMALL_MMA=1; past the GEMV's 16 tokens cuBLASLt with x split,
+ * backend_cuda.cu) or the GEMV's float32 sums. */
+static void mm_check(const char *name, const qweight *cw, const float *x, int ldx, int T,
+                     const float *a, const float *b)
+{
+    bool mma = (T > 8 && T <= LT_MIN_T && (cw->type == QT_FP8 || cw->type == QT_BF16)) ||
+               T > GEMV_MAX_T;
+    if (gemm_mode == GEMM_FP8 && T >= LT_MIN_T && (cw->type == QT_FP8 || cw->type == QT_MXFP4))
+        fp8_bound(name, cw, x, ldx, T, a, b);
+    else if (gemm_mode != GEMM_F32 && (T >= LT_MIN_T || mma) && cw->type != QT_F32)
+        bf16_bound(name, cw, x, ldx, T, a, b);
+    else check(name, a, b, (size_t)T * cw->rows);
+}
+
 static void mm_case(const char *what, const qweight *cw, const qweight *gw, int T)
 {
     int K = cw->cols, N = cw->rows, ldy = N + 1;
@@ -356,16 +373,7 @@ static void mm_case(const char *what, const qweight *cw, const qweight *gw, int 
     float *a = pack(yg, T, N, ldy), *b = pack(yc, T, N, ldy);
     char name[160];
     snprintf(name, sizeof name, "matmul %s T=%d", what, T);
-    /* tensor cores: cu_matmul_mma (9-64 tokens, FP8 and BF16: the
-     * backends here set LLM_CUDA_SMALL_MMA=1), or past the GEMV's 16
-     * tokens cuBLASLt with x split (backend_cuda.cu) */
-    bool mma = (T > 8 && T <= LT_MIN_T && (cw->type == QT_FP8 || cw->type == QT_BF16)) ||
-               T > GEMV_MAX_T;
-    if (gemm_mode == GEMM_FP8 && T >= LT_MIN_T && (cw->type == QT_FP8 || cw->type == QT_MXFP4))
-        fp8_bound(name, cw, x, ldx, T, a, b);
-    else if (gemm_mode != GEMM_F32 && (T >= LT_MIN_T || mma) && cw->type != QT_F32)
-        bf16_bound(name, cw, x, ldx, T, a, b);
-    else check(name, a, b, (size_t)T * N);
+    mm_check(name, cw, x, ldx, T, a, b);
     G->release(G, dx);
     G->release(G, dy);
     free(x), free(yc), free(yg), free(a), free(b);
@@ -469,6 +477,7 @@ static void test_matmuls(void)
 
 static void fp8_shadow_cases(void);
 static void matmuls_keep_cases(void);
+static void joined_cases(void);
 
 static void test_matmul(void)
 {
@@ -582,6 +591,7 @@ static void test_matmul(void)
     }
     fp8_shadow_cases();
     matmuls_keep_cases();
+    joined_cases();
 }
 
 /* FP8 weights multiplied from their bf16 copy (G_shadow): against the
@@ -627,6 +637,72 @@ static void fp8_shadow_cases(void)
             mm_case("bf16 4200x256 (default: cuBLASLt)", &h, &ah, T);
         }
     }
+    G = keep;
+}
+
+/* join_weights on the default backend (G_auto): FP8 matrices (their
+ * bf16 copies) and BF16 ones of one width laid out as one, which matmuls
+ * of one x then multiply as one GEMM from 9 tokens (lt_joined): each
+ * matrix's outputs against the CPU within mm_check's bounds (x as it is
+ * and RMS-normalized on the way in); each joined matrix alone (its rows'
+ * new place read by the GEMV, the small-M kernels and cuBLASLt); a list
+ * of two widths left as it is. */
+static void joined_cases(void)
+{
+    backend *B = G_auto[gemm_mode], *keep = G;
+    if (!B) return;
+    G = B;
+    enum qtype ty[] = { QT_FP8, QT_FP8, QT_BF16, QT_BF16, QT_BF16 };
+    int rows[] = { 300, 128, 200, 64, 40 }, K = 512, n = 5, ldx = K + 4;
+    qweight cw[5], gw[5], *jp[5];
+    for (int i = 0; i < n; i++) {
+        cw[i] = make_w(ty[i], rows[i], K);
+        gw[i] = up(&cw[i]);
+        jp[i] = &gw[i];
+    }
+    ok(B->join_weights(B, jp, n) == 0, "join_weights: %d matrices of width %d (%s)", n, K,
+       gemm_names[gemm_mode]);
+    qweight o1 = make_w(QT_FP8, 128, K), o2 = make_w(QT_FP8, 128, 2 * K);
+    qweight go[2] = { up(&o1), up(&o2) }, *gop[2] = { &go[0], &go[1] };
+    ok(B->join_weights(B, gop, 2) == 1, "join_weights: widths %d and %d left as they are", K,
+       2 * K);
+    int Ts[] = { 9, 16, 33, 64, 100 };
+    for (int norm = 0; norm < 2; norm++)
+        for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
+            int T = Ts[k], ld = 301;
+            float *x = hrand((size_t)T * ldx, 1.0f), *nw = norm ? hrand(K, 1.0f) : NULL;
+            float *dx = dcopy(x, (size_t)T * ldx * 4), *dnw = norm ? dcopy(nw, K * 4) : NULL;
+            size_t yb = (size_t)n * T * ld * 4;
+            float *dy = B->alloc(B, yb), *yc = calloc((size_t)n * T * ld, 4);
+            poison(dy, yb);
+            if (norm) C->rmsnorm(C, x, ldx, T, K, nw, 1e-6f, x, ldx);
+            const qweight *gp[5];
+            const float *gx[5];
+            float *gy[5];
+            int ldy[5];
+            for (int i = 0; i < n; i++) {
+                gp[i] = &gw[i], gx[i] = dx, gy[i] = dy + (size_t)i * T * ld, ldy[i] = ld;
+                C->matmul(C, &cw[i], x, ldx, T, yc + (size_t)i * T * ld, ld);
+            }
+            B->matmuls(B, n, gp, gx, ldx, T, gy, ldy, dnw, 1e-6f);
+            float *yg = hcopy(dy, yb);
+            for (int i = 0; i < n; i++) {
+                char name[160];
+                snprintf(name, sizeof name, "matmuls joined%s: matrix %d (%s %dx%d) T=%d",
+                         norm ? ", x normalized" : "", i, tname(ty[i]), rows[i], K, T);
+                float *a = pack(yg + (size_t)i * T * ld, T, rows[i], ld);
+                float *b = pack(yc + (size_t)i * T * ld, T, rows[i], ld);
+                mm_check(name, &cw[i], x, ldx, T, a, b);
+                free(a), free(b);
+            }
+            B->release(B, dx), B->release(B, dy);
+            if (dnw) B->release(B, dnw);
+            free(x), free(nw), free(yc), free(yg);
+        }
+    int Ta[] = { 1, 12, 64 };
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 3; k++)
+            mm_case(ty[i] == QT_FP8 ? "fp8 joined" : "bf16 joined", &cw[i], &gw[i], Ta[k]);
     G = keep;
 }
 
@@ -2300,7 +2376,7 @@ static void bad_switches(void)
         { "LLM_CUDA_STREAM_MAX_T", "7" },   { "LLM_CUDA_WGMMA_WG", "3" },
         { "LLM_CUDA_FP8_SHADOW", "2" },     { "LLM_CUDA_GATE_GEMV_MAX_T", "0" },
         { "LLM_CUDA_GATE_GEMV_MAX_T", "65" }, { "LLM_CUDA_LT_MIN_T", "1" },
-        { "LLM_CUDA_LT_MIN_T", "18" },
+        { "LLM_CUDA_LT_MIN_T", "18" },      { "LLM_CUDA_JOIN", "2" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
