@@ -135,9 +135,12 @@ static void proj_add(proj_list *p, const qweight *w, const float *x, float *y, i
  * ops run (backend.h prefetch); prefill reuses each weight across
  * thousands of tokens and asks nothing.  One token neither: on one H200
  * the prefetches cost it 5% (1.39 against 1.32 ms a step at 8K) and gained
- * 2-5% at 8-64 tokens (docs/PERFORMANCE.md, run C2). */
+ * 2-5% at 8-64 tokens (docs/PERFORMANCE.md, run C2).  Nor 9 or more since
+ * the CUDA backend multiplies those with FP8 weights' bf16 copies, twice
+ * the bytes, more than L2 holds for a layer's projections (run K5, the
+ * prefetch off: 12-64 sequences 0.07-0.13 ms a step faster). */
 #define PREFETCH_MIN_TOKENS 2
-#define PREFETCH_MAX_TOKENS 64
+#define PREFETCH_MAX_TOKENS 8
 
 static void prefetch(backend *be, int T, const qweight *const *w, int n)
 {

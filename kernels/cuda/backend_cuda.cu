@@ -1042,7 +1042,11 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // 32 tokens however few the blocks (before: a 64-token decode batch
     // ran 2 blocks, ~0.3 ms a sublayer); else few token groups also split
     // the columns (ops.cu, hc_store_logits).
-    c->hc_many_t = (int)env_int(c, "LLM_CUDA_HC_MANY_MIN_T", 1, LT_MIN_T, LT_MIN_T);
+    // Run K5 (decode batches at 8K): from 20 tokens the two launches win
+    // (B = 28 4.41 -> 4.27 ms a step, 32 4.72 -> 4.56, 48 5.77 -> 5.37),
+    // below they lose or tie (B = 12 3.49 -> 3.53, 16 3.69 -> 3.73, 20
+    // 3.78 -> 3.77).
+    c->hc_many_t = (int)env_int(c, "LLM_CUDA_HC_MANY_MIN_T", 1, LT_MIN_T, HC_MANY_MIN_T);
     c->hc_split = env_switch(c, "LLM_CUDA_HC_SPLIT");
     // LLM_CUDA_PREFETCH=0: decode steps without the L2 prefetch of the
     // weights the next matmuls read (cuda_prefetch.cu; comparisons).

@@ -216,6 +216,7 @@ enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL, SMALL_MMA_STREAM, SMALL_MMA
                             // (run I3: 16 against 24 and 32, batches of 17-32)
 #define LT_BF16_MIN_T 9     // FP8 matrices with bf16 copies and the head on cuBLASLt from
                             // this many tokens (lt_first; run K4)
+#define HC_MANY_MIN_T 20    // the mHC of this many tokens on in two launches (hc_pre_many; K5)
 #define WCHUNK_BYTES ((size_t)512 << 20)    // experts' weights dequantized at a time
 #define UP_STAGE_BYTES ((size_t)32 << 20)   // each of the two pinned upload buffers
 #define UP_THREADS 8                        // host threads packing a staging buffer (run E2)

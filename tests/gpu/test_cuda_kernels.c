@@ -2271,7 +2271,8 @@ static void hc_tail_cases(backend *gf, backend *g_tail0)
         test_hc_pre_norm_same(g_tail0, 1, 4, 4096, wy);
         test_hc_pre_norm_same(g_tail0, 2, 4, 4096, wy);
         test_hc_pre_norm_same(g_tail0, 8, 4, 4096, wy);
-        test_hc_pre_norm_same(g_tail0, 63, 4, 1024, wy);
+        test_hc_pre_norm_same(g_tail0, 19, 4, 1024, wy);    /* the one launch's last count */
+        test_hc_pre_norm(20, 4, 4096, true, wy);            /* the two launches' first */
         test_hc_pre_norm_same(g_tail0, 2, 5, 96, wy);
         test_hc_pre_norm_same(g_tail0, 3, 2, 5760, wy);
         test_hc_pre_norm_same(g_tail0, 1, 4, 5764, wy);
