@@ -449,7 +449,8 @@ static void *up_vec(backend *be, const void *p, size_t n, bool *ok)
 
 /* The projections forward.c runs as one matmuls list of one x, in its
  * order (x: wq_a, wkv, the compressor's, the indexer's; qr: wq_b,
- * iwq_b), offered to the backend to lay out as one matrix each. */
+ * iwq_b), and the shared expert's w1 and w3, offered to the backend to
+ * lay out as one matrix each. */
 static bool join_projections(backend *be, v4_layer *L, const v4_config *c, int l)
 {
     if (!be->join_weights) return true;
@@ -460,7 +461,9 @@ static bool join_projections(backend *be, v4_layer *L, const v4_config *c, int l
     if (ratio) px[n++] = &L->comp.wkv, px[n++] = &L->comp.wgate;
     if (csa) px[n++] = &L->icomp.wkv, px[n++] = &L->icomp.wgate, px[n++] = &L->iweights;
     pq[0] = &L->wq_b, pq[1] = &L->iwq_b;
-    return be->join_weights(be, px, n) >= 0 && (!csa || be->join_weights(be, pq, 2) >= 0);
+    qweight *s13[2] = { &L->sw1, &L->sw3 };
+    return be->join_weights(be, px, n) >= 0 && (!csa || be->join_weights(be, pq, 2) >= 0) &&
+           be->join_weights(be, s13, 2) >= 0;
 }
 
 #define UPV(field, bytes) ((field) = up_vec(be, (field), (bytes), &ok))

@@ -217,9 +217,7 @@ static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const floa
         // the run of matrices of this x: one GEMM where join_weights laid
         // them out as one (decode batches from lt_min_t tokens, where
         // cuBLASLt takes their bf16 forms)
-        for (k = 0; c->small_mma == SMALL_MMA_AUTO && T >= c->lt_min_t && k < CU_SEG_MAX &&
-                    i + k < n && xi[k] == xi[0];
-             k++)
+        for (k = 0; joins(c, T) && k < CU_SEG_MAX && i + k < n && xi[k] == xi[0]; k++)
             if (!to_dqw(c, w[i + k], &q[k])) return;
         if (k > 1 && lt_joined(c, k, q, xi[0], ldx, T, y + i, ldy + i)) continue;
         for (k = 0; k < CU_MULTI_MAX && i + k < n; k++) {
@@ -891,8 +889,13 @@ static void cu_moe_op(backend *b, const moe_args *a)
     phase(c, "moe experts");
     {
         xkeep_scope keep(c);    // x split into bf16 parts once for both
-        matmul_any(c, s1, a->x, H, T, sg, I);
-        matmul_any(c, s3, a->x, H, T, su, I);
+        dqw s13[2] = { s1, s3 };
+        float *y13[2] = { sg, su };
+        int ld13[2] = { I, I };
+        if (!lt_joined(c, 2, s13, a->x, H, T, y13, ld13)) {
+            matmul_any(c, s1, a->x, H, T, sg, I);
+            matmul_any(c, s3, a->x, H, T, su, I);
+        }
     }
     cu_swiglu(c->st, sg, su, (long long)T * I, a->limit);
     matmul_any(c, s2, sg, I, T, sy, H);

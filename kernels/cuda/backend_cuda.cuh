@@ -276,6 +276,13 @@ static inline bool split_modes(cu_impl *c)
     return c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8;
 }
 
+// Joined matrices (join_weights) run as one GEMM: decode batches from
+// lt_min_t tokens under the default's choices (lt_joined).
+static inline bool joins(const cu_impl *c, int T)
+{
+    return c->small_mma == SMALL_MMA_AUTO && T >= c->lt_min_t;
+}
+
 // The prefill GEMMs of weight q run in bf16 unless LLM_CUDA_GEMM=f32 or
 // the weight is float32 (not exact in bf16).
 static inline bool use_bf16(cu_impl *c, const dqw &q)

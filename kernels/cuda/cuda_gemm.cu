@@ -266,12 +266,13 @@ void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, floa
 // as dense_matmul multiplies each in bf16 with x split: one GEMM over all
 // their rows, x's parts its stacked columns, each matrix's sums into its
 // y (cu_sum_parts_segs).  One GEMM of up to 4,160 rows instead of up to
-// 7 (a CSA layer's projections of x).  false: not such a list, or x not
-// split and stacked there; nothing launched.
+// 7 (a CSA layer's projections of x).  false: not such a list, not a
+// step that joins (joins), or x not split and stacked there; nothing
+// launched.
 bool lt_joined(cu_impl *c, int n, const dqw *q, const float *x, int ldx, int T, float *const *y,
                const int *ldy)
 {
-    if (n < 2 || n > CU_SEG_MAX || c->gemm == BACKEND_GEMM_F32 || T <= 0 ||
+    if (!joins(c, T) || n < 2 || n > CU_SEG_MAX || c->gemm == BACKEND_GEMM_F32 ||
         !(T < GEMM_MODE_MIN_T || split_modes(c)) || 2 * T > LT_STACK_MAX)
         return false;
     cu_ysegs s;
