@@ -76,6 +76,10 @@ int main(void)
     is_int(rc, 2, "--batch 0 is a usage error");
     rc = engine_cli("bench --model tests/fixtures/demo --batch 2,x --prompt 8", &out);
     is_int(rc, 2, "--batch 2,x is a usage error");
+    rc = engine_cli("bench --model tests/fixtures/demo --batch 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,"
+                    "16,17 --prompt 8", &out);
+    ok(rc == 2 && strstr(out.data, "--batch takes at most 16 values"),
+       "--batch of 17 values: a usage error naming the limit (none dropped silently)");
     sb_free(&out);
     return exit_status();
 }

@@ -158,10 +158,16 @@ static double token_flops(const v4_config *c, double p)
  * captured as a graph (backends with graphs). */
 #define WARM_STEPS 2
 
-static int parse_list(const char *s, int *v, int max)
+/* A comma-separated list of 1..2^24 into v; -1 when malformed or longer
+ * than max (an error naming the option, not values silently dropped). */
+static int parse_list(const char *opt, const char *s, int *v, int max)
 {
     int n = 0;
-    while (*s && n < max) {
+    while (*s) {
+        if (n == max) {
+            fprintf(stderr, "llm-engine bench: %s takes at most %d values\n", opt, max);
+            return -1;
+        }
         char *end;
         long x = strtol(s, &end, 10);
         if (end == s || x < 1 || x > 1 << 24 || (*end && *end != ',')) return -1;
@@ -170,6 +176,8 @@ static int parse_list(const char *s, int *v, int max)
     }
     return n;
 }
+
+#define BENCH_LIST_MAX 16   /* values of --prompts and --batch */
 
 static int usage(void)
 {
@@ -190,8 +198,8 @@ static void load_log(void *user, const char *line)
 int cmd_bench(int argc, char **argv)
 {
     const char *model = NULL;
-    int prompts[8] = { 128 }, nprompts = 1, decode = 32, chunk = 8192;
-    int batches[8] = { 1 }, nbatches = 1;
+    int prompts[BENCH_LIST_MAX] = { 128 }, nprompts = 1, decode = 32, chunk = 8192;
+    int batches[BENCH_LIST_MAX] = { 1 }, nbatches = 1;
     double peak_gbs = 4300, peak_tflops = 788, host_gib = 4;
     int repeat = 0, rounds = 3;
     bool copy_logits = false;
@@ -204,8 +212,8 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(a, "--tp")) opt.tp = atoi(v);
         else if (!strcmp(a, "--threads")) opt.threads_per_rank = atoi(v);
         else if (!strcmp(a, "--prompt")) prompts[0] = atoi(v), nprompts = prompts[0] > 0;
-        else if (!strcmp(a, "--prompts")) nprompts = parse_list(v, prompts, 8);
-        else if (!strcmp(a, "--batch")) nbatches = parse_list(v, batches, 8);
+        else if (!strcmp(a, "--prompts")) nprompts = parse_list(a, v, prompts, BENCH_LIST_MAX);
+        else if (!strcmp(a, "--batch")) nbatches = parse_list(a, v, batches, BENCH_LIST_MAX);
         else if (!strcmp(a, "--decode")) decode = atoi(v);
         else if (!strcmp(a, "--chunk")) chunk = atoi(v);
         else if (!strcmp(a, "--logits") && (!strcmp(v, "copy") || !strcmp(v, "argmax")))
