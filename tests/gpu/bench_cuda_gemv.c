@@ -7,7 +7,9 @@
  * (matmul_mma.cu, matmul_stream.cu and matmul_wgmma.cu,
  * LLM_CUDA_SMALL_MMA=1, 2 and 3) and on
  * the path before them (LLM_CUDA_SMALL_MMA=0: the GEMV up to 16 tokens,
- * cuBLASLt above), four backends in one process (`batch FILTER T,T,..`: those T only).  Each measurement is a CUDA graph of 32 ops replayed 10
+ * cuBLASLt above) and on the default's own choice (LLM_CUDA_SMALL_MMA
+ * unset: from 9 tokens FP8 weights' bf16 copies and the head on
+ * cuBLASLt), five backends in one process (`batch FILTER T,T,..`: those T only).  Each measurement is a CUDA graph of 32 ops replayed 10
  * times, the ops cycling over enough copies of the weights (>= 256 MB)
  * that every read comes from DRAM, not L2; GB/s counts the weight bytes
  * (codes + scales) only.
@@ -116,14 +118,15 @@ static void bench_matmul(const char *name, enum qtype t, int rows, int cols, con
 
 /* Decode batches: the small-M kernels (b[1]: matmul_mma.cu, x staged
  * whole; b[2]: matmul_stream.cu; b[3]: matmul_wgmma.cu) against the path
- * before them (b[0]), the same shape and T on each. */
-static void bench_batch(backend *const b[4], const char *name, enum qtype t, int rows, int cols,
+ * before them (b[0]) and the default's choice (b[4]), the same shape and
+ * T on each. */
+static void bench_batch(backend *const b[5], const char *name, enum qtype t, int rows, int cols,
                         const char *filter, const int *Ts, int nT)
 {
     if (filter && !strstr(name, filter)) return;
     size_t bytes = wbytes(t, rows, cols);
-    double s[4][8];
-    for (int i = 0; i < 4; i++) {
+    double s[5][8];
+    for (int i = 0; i < 5; i++) {
         G = b[i];
         mm_ctx c = mm_setup(G, name, t, rows, cols, 64);
         for (int k = 0; k < nT; k++) {
@@ -134,10 +137,11 @@ static void bench_batch(backend *const b[4], const char *name, enum qtype t, int
     }
     for (int k = 0; k < nT; k++)
         printf("batch %-10s %-4s %5d x %-5d T=%2d: before %7.2f us %5.0f GB/s, staged %7.2f us "
-               "%5.0f GB/s, streamed %7.2f us %5.0f GB/s, wgmma %7.2f us %5.0f GB/s\n", name,
-               fmt(t), rows, cols, Ts[k], s[0][k] * 1e6, bytes / s[0][k] / 1e9, s[1][k] * 1e6,
-               bytes / s[1][k] / 1e9, s[2][k] * 1e6, bytes / s[2][k] / 1e9, s[3][k] * 1e6,
-               bytes / s[3][k] / 1e9);
+               "%5.0f GB/s, streamed %7.2f us %5.0f GB/s, wgmma %7.2f us %5.0f GB/s, default "
+               "%7.2f us %5.0f GB/s\n", name, fmt(t), rows, cols, Ts[k], s[0][k] * 1e6,
+               bytes / s[0][k] / 1e9, s[1][k] * 1e6, bytes / s[1][k] / 1e9, s[2][k] * 1e6,
+               bytes / s[2][k] / 1e9, s[3][k] * 1e6, bytes / s[3][k] / 1e9, s[4][k] * 1e6,
+               bytes / s[4][k] / 1e9);
 }
 
 /* The MoE op at T = 1 over 8 layers' worth of experts (each op another
@@ -184,13 +188,18 @@ static void bench_moe(const char *filter)
     free(hx), free(bias);
 }
 
-/* A backend on device 0; small_mma "0": LLM_CUDA_SMALL_MMA=0. */
+/* A backend on device 0; small_mma "0": LLM_CUDA_SMALL_MMA=0; NULL:
+ * the environment's as it was when the bench started. */
+static const char *small_mma_env;
+
 static backend *gpu(const char *small_mma)
 {
     backend *one[1];
     char err[256];
     backend_modes modes = BACKEND_MODES_DEFAULT;   /* LLM_CUDA_* override */
+    if (!small_mma) small_mma = small_mma_env;
     if (small_mma) setenv("LLM_CUDA_SMALL_MMA", small_mma, 1);
+    else unsetenv("LLM_CUDA_SMALL_MMA");
     if (backend_modes_env(&modes, err, sizeof err)
         || backend_cuda_new_group(1, &modes, one, err, sizeof err)) {
         fprintf(stderr, "bench_cuda_gemv: no CUDA backend: %s\n", err);
@@ -220,12 +229,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_cuda_gemv: no CUDA device\n");
         return 1;
     }
+    const char *sm = getenv("LLM_CUDA_SMALL_MMA");
+    small_mma_env = sm ? strdup(sm) : NULL;     /* setenv may replace the string */
     if (argc > 1 && !strcmp(argv[1], "batch")) {
         const char *filter = argc > 2 && *argv[2] ? argv[2] : NULL;
         int Ts[8] = { 16, 32, 64 }, nT = 3;
         if (argc > 3) {
             char *p = argv[3];
-            for (nT = 0; nT < 8 && *p; nT++) {
+            for (nT = 0; *p; nT++) {
+                if (nT == 8) {
+                    fprintf(stderr, "bench_cuda_gemv: at most 8 token counts: %s\n", argv[3]);
+                    return 1;
+                }
                 Ts[nT] = (int)strtol(p, &p, 10);
                 if (Ts[nT] < 1 || Ts[nT] > 64 || (*p && *p++ != ',')) {
                     fprintf(stderr, "bench_cuda_gemv: T must be 1-64: %s\n", argv[3]);
@@ -233,12 +248,12 @@ int main(int argc, char **argv)
                 }
             }
         }
-        backend *b[4] = { gpu("0"), gpu("1"), gpu("2"), gpu("3") };
+        backend *b[5] = { gpu("0"), gpu("1"), gpu("2"), gpu("3"), gpu(NULL) };
         for (size_t i = 0; i < NSHAPES; i++)
             if (strcmp(shapes[i].name, "gate"))     /* the router's gate stays float32 */
                 bench_batch(b, shapes[i].name, shapes[i].t, shapes[i].rows, shapes[i].cols,
                             filter, Ts, nT);
-        for (int i = 0; i < 4; i++) b[i]->destroy(b[i]);
+        for (int i = 0; i < 5; i++) b[i]->destroy(b[i]);
         return 0;
     }
     const char *filter = argc > 1 ? argv[1] : NULL;
