@@ -276,8 +276,9 @@ static inline bool split_modes(cu_impl *c)
     return c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8;
 }
 
-// Joined matrices (join_weights) run as one GEMM: decode batches from
-// lt_min_t tokens under the default's choices (lt_joined).
+// Decode batches from lt_min_t tokens under the default's choices: where
+// cuBLASLt takes bf16 weights first (lt_first) and joined matrices
+// (join_weights) run as one GEMM (lt_joined).
 static inline bool joins(const cu_impl *c, int T)
 {
     return c->small_mma == SMALL_MMA_AUTO && T >= c->lt_min_t;
