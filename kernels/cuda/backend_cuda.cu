@@ -750,7 +750,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
     if (T <= fused_t && T < tiles_t) {
         cu_moe_dec m = { T, K, E, w1, w3, w2, s1, s3, s2, a->x, sc, a->bias, H, a->tid2eid,
                          a->tid_i64, a->sigmoid_scores, ids, a->routed_scale, a->limit, idx, wt,
-                         g, sg, a->out, c->moe_pf };
+                         g, sg, a->out };
         if (cu_moe_decode(c->st, m)) {
             launched(c, "moe");
             return;
@@ -1082,10 +1082,6 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_JOIN=0: each projection of a shared x its own GEMM
     // (comparisons; join_weights then leaves the matrices as they are)
     c->join = env_switch(c, "LLM_CUDA_JOIN");
-    // LLM_CUDA_MOE_PF=1: cu_moe_decode's up kernel brings the rows of w2
-    // (its slot's expert, the shared expert) that the down kernel reads
-    // into L2 once routing has chosen the expert (not yet measured: off).
-    c->moe_pf = env_int(c, "LLM_CUDA_MOE_PF", 0, 1, 0);
     // LLM_CUDA_GEMV_TOKENS (1, 2, 4 or 8; comparisons): the most tokens a
     // GEMV block takes.  Run D3: 8 tokens as two blocks of 4 took 0.53-0.85x
     // the time of one block of 8 on every matrix of bench_cuda_gemv, and a

@@ -157,7 +157,6 @@ struct cu_impl {
     int moe_mma_sm;             // their blocks an SM, 1 or 2 (LLM_CUDA_MOE_MMA_BLOCKS)
     bool fp8_shadow;            // FP8 weights also kept in bf16 (LLM_CUDA_FP8_SHADOW=0: not)
     bool join;                  // join_weights lays matrices out as one (LLM_CUDA_JOIN=0: not)
-    bool moe_pf;                // the decode MoE's up kernel prefetches w2 (LLM_CUDA_MOE_PF)
     // x's bf16 parts kept for the next dense_matmul of the same x during
     // one matmuls op (its projections share an input): which x, and them
     struct {

@@ -26,42 +26,6 @@ struct dqw {
     long long bstride;          // ld, r0, c0; bstride bytes between experts), else NULL
 };
 
-// The bytes of rows [r0, r1) of view q (expert e of a packed tensor):
-// data rows whole (columns outside a column view too) and their scale
-// rows (FP8: the 128-row blocks they touch).  No scales: *sn = 0.
-__host__ __device__ inline void dqw_row_bytes(const dqw &q, long long e, long long r0,
-                                              long long r1, const uint8_t **d,
-                                              unsigned long long *dn, const uint8_t **s,
-                                              unsigned long long *sn)
-{
-    int bits = q.type == QT_F32 ? 32 : q.type == QT_BF16 ? 16 : q.type == QT_FP8 ? 8 : 4;
-    unsigned long long row = (unsigned long long)q.ld * bits / 8;
-    *d = q.data + e * q.estride + (unsigned long long)(q.r0 + r0) * row;
-    *dn = (unsigned long long)(r1 - r0) * row;
-    *s = q.scale, *sn = 0;
-    if (!q.scale || r1 <= r0) return;
-    if (q.type == QT_FP8) {
-        long long b0 = (q.r0 + r0) / 128, b1 = (q.r0 + r1 + 127) / 128;
-        *s = q.scale + e * q.sestride + b0 * q.sld, *sn = (unsigned long long)(b1 - b0) * q.sld;
-    } else if (q.type == QT_MXFP4) {
-        *s = q.scale + e * q.sestride + (q.r0 + r0) * q.sld;
-        *sn = (unsigned long long)(r1 - r0) * q.sld;
-    }
-}
-
-// [p, p + n) into L2, as the whole 16-byte units inside it (the bulk
-// prefetch's unit), chunks of L2_PF_CHUNK bytes over k threads (this one
-// i of them): fire and forget, nothing waits for it.
-#define L2_PF_CHUNK 16384u
-__device__ __forceinline__ void l2_prefetch(const uint8_t *p, unsigned long long n, int i, int k)
-{
-    uintptr_t a = ((uintptr_t)p + 15) & ~(uintptr_t)15, e = ((uintptr_t)p + n) & ~(uintptr_t)15;
-    for (uintptr_t o = a + (uintptr_t)i * L2_PF_CHUNK; o < e; o += (uintptr_t)k * L2_PF_CHUNK) {
-        unsigned len = e - o < L2_PF_CHUNK ? (unsigned)(e - o) : L2_PF_CHUNK;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(o), "r"(len) : "memory");
-    }
-}
-
 // Programmatic dependent launch.  Every kernel is launched by cu_launch,
 // which lets it start while the kernel before it on the stream is still
 // running (in graphs too: a programmatic edge); pdl_wait, at the top of

@@ -8,36 +8,51 @@
 #include "backend_cuda.cuh"
 
 #define PF_MAX 32               // byte ranges a prefetch launch takes
+#define PF_CHUNK 16384u         // bytes a bulk prefetch instruction asks for
 #define PF_BLOCKS 64            // one warp each: spread over SMs' copy engines
 
 struct pf_list {
-    const uint8_t *p[PF_MAX];
+    const char *p[PF_MAX];
     unsigned long long n[PF_MAX];
     int k;
 };
 
 __global__ void prefetch_kernel(const __grid_constant__ pf_list r)
 {
-    int i = blockIdx.x * blockDim.x + threadIdx.x, k = gridDim.x * blockDim.x;
-    for (int m = 0; m < r.k; m++) l2_prefetch(r.p[m], r.n[m], i, k);
+    unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x, stride = gridDim.x * blockDim.x;
+    for (int m = 0; m < r.k; m++) {
+        unsigned long long chunks = (r.n[m] + PF_CHUNK - 1) / PF_CHUNK;
+        for (unsigned long long j = i; j < chunks; j += stride) {
+            unsigned long long o = j * PF_CHUNK, left = r.n[m] - o;
+            unsigned len = left < PF_CHUNK ? (unsigned)left : PF_CHUNK;
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(r.p[m] + o), "r"(len)
+                         : "memory");
+        }
+    }
 }
 
-// [p, p + n) (l2_prefetch takes the whole 16-byte units inside it).
+// [p, p + n) as whole 16-byte units inside it (the instruction's unit).
 static void pf_add(pf_list *l, const uint8_t *p, unsigned long long n)
 {
-    if (!n || l->k == PF_MAX) return;
-    l->p[l->k] = p;
-    l->n[l->k++] = n;
+    uintptr_t a = ((uintptr_t)p + 15) & ~(uintptr_t)15, e = ((uintptr_t)p + n) & ~(uintptr_t)15;
+    if (e <= a || l->k == PF_MAX) return;
+    l->p[l->k] = (const char *)a;
+    l->n[l->k++] = e - a;
 }
 
-// The bytes a view's rows occupy in its device copy, and their scales.
+// The bytes a view's rows occupy in its device copy: data rows [r0, r0 +
+// rows) whole (columns outside a column view too), and their scales.
 static void pf_view(pf_list *l, const dqw &q)
 {
-    const uint8_t *d, *s;
-    unsigned long long dn, sn;
-    dqw_row_bytes(q, 0, 0, q.rows, &d, &dn, &s, &sn);
-    pf_add(l, d, dn);
-    if (sn) pf_add(l, s, sn);
+    int bits = q.type == QT_F32 ? 32 : q.type == QT_BF16 ? 16 : q.type == QT_FP8 ? 8 : 4;
+    unsigned long long row = (unsigned long long)q.ld * bits / 8;
+    pf_add(l, q.data + (unsigned long long)q.r0 * row, (unsigned long long)q.rows * row);
+    if (q.type == QT_FP8 && q.scale) {
+        int b0 = q.r0 / 128, b1 = (q.r0 + q.rows + 127) / 128;
+        pf_add(l, q.scale + (unsigned long long)b0 * q.sld, (unsigned long long)(b1 - b0) * q.sld);
+    } else if (q.type == QT_MXFP4 && q.scale) {
+        pf_add(l, q.scale + (unsigned long long)q.r0 * q.sld, (unsigned long long)q.rows * q.sld);
+    }
 }
 
 void cu_prefetch_op(backend *b, const qweight *const *w, int n)

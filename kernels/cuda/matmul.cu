@@ -164,11 +164,6 @@ struct gv_args {
     float rscale;
     int *idx;
     float *rwt;
-    // moe_up_kernel with pf: its blocks bring their share of the rows of
-    // the down kernel's matrices into L2 (the slot's expert in pw, the
-    // shared expert's ps) once the expert is known.
-    dqw pw, ps;
-    int pf;
 };
 
 // The column loop of gemv_kernel: acc[r][t] += row[r] of bd / bs (the
@@ -492,20 +487,6 @@ __global__ void __launch_bounds__(256, 2) moe_up_kernel(const __grid_constant__ 
     }
     if (threadIdx.x == 0) xrow[0] = tok;
     __syncthreads();
-    if (a.pf && warp == 1) {
-        // The down kernel reads w2 of this slot's expert (and the shared
-        // w2) next: rows [p r / n, p (r + 1) / n) of it, r this block of
-        // the n that run for the slot, are on their way into L2 while
-        // these rows of w1 and w3 stream.
-        const dqw &p = sh ? a.ps : a.pw;
-        int per = (8 / S) * RO, nb = (w.rows + per - 1) / per;
-        const uint8_t *d, *s;
-        unsigned long long dn, sn;
-        dqw_row_bytes(p, sh ? 0 : ex, (long long)p.rows * blockIdx.x / nb,
-                      (long long)p.rows * (blockIdx.x + 1) / nb, &d, &dn, &s, &sn);
-        l2_prefetch(d, dn, lane, 32);
-        l2_prefetch(s, sn, lane, 32);
-    }
     const uint8_t *bd[R], *bs[R];
     long long row[R];
     gv_rows<R>(w, w3, sh ? 0 : ex, n0, RO, bd, bs, row);
@@ -887,7 +868,6 @@ bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m)
     a.scores = m.scores, a.bias = m.bias, a.tid2eid = m.tid2eid, a.ids = m.ids, a.E = m.E;
     a.sigmoid = m.sigmoid, a.tid_i64 = m.tid_i64, a.rscale = m.rscale;
     a.idx = m.idx, a.rwt = m.wt;
-    a.pw = m.w2, a.ps = m.s2, a.pf = m.pf;
 
     // up: experts' w1 / w3 over x, shared s1 / s3 over x
     a.w[0] = m.w1, a.w3 = m.w3, a.x[0] = m.x, a.ldx = m.x_ld, a.vec = m.w1.c0 % VE == 0;
@@ -901,7 +881,6 @@ bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m)
     int per = 8 / a.S;
     cu_launch(moe_up_kernel<QE, QS, R>, dim3((unsigned)((groups + per - 1) / per), ny), 256, 0,
               st, a);
-    a.pf = 0;
 
     // down: experts' w2 over g (weighted), shared s2 over sg, summed
     a.w[0] = m.w2, a.x[0] = m.g, a.ldx = I, a.experts = m.idx, a.wt = m.wt;

@@ -98,6 +98,5 @@ struct cu_moe_dec {
     float *wt;                      // [T][K] their weights
     float *g, *sg;                  // [T*K][w1.rows], [T][s1.rows] (16-byte aligned)
     float *out;                     // [T][w2.rows]
-    bool pf;                        // the up kernel prefetches w2 and s2 into L2
 };
 bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m);

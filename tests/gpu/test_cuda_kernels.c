@@ -106,8 +106,6 @@ static backend *G_stream[4], *G_wgmma[4];
 /* bf16x2 with LLM_CUDA_MOE_MMA=0: decode batches' expert tiles on the
  * GEMV; with LLM_CUDA_MOE_MMA_BLOCKS=1: on tensor cores, one block an SM */
 static backend *G_tiles_gemv, *G_tiles_1sm;
-/* bf16x2 with LLM_CUDA_MOE_PF=1: the decode MoE's up kernel prefetching w2 */
-static backend *G_moe_pf;
 /* per GEMM mode (bf16x2, fp8), LLM_CUDA_SMALL_MMA=0 (17-64 tokens reach
  * cuBLASLt): FP8 weights also in bf16 (the default) and, with
  * LLM_CUDA_FP8_SHADOW=0, not */
@@ -2168,16 +2166,6 @@ static void test_moes(void)
         for (int T = 1; T <= 8; T++)
             for (int r = ROUTE_TOPK; r <= ROUTE_SIGMOID; r++)
                 test_moe(T, r, 1024, 32, 6, 512, 256, 256);
-    /* the same with the up kernel prefetching w2's rows into L2
-     * (LLM_CUDA_MOE_PF=1: no result may change), views whose rows start
-     * inside the tensors */
-    if (G_moe_pf && gemm_mode == GEMM_BF16X2) {
-        backend *keep = G;
-        G = G_moe_pf;
-        for (int T = 1; T <= 8; T++) test_moe(T, T % 3, 1024, 32, 6, 512, 256, 256);
-        test_moe(1, false, 4096, 16, 6, 256, 128, 128);
-        G = keep;
-    }
     setenv("LLM_CUDA_MOE_DECODE", "0", 1);
     for (int T = 1; T <= 8; T++) test_moe(T, T % 2 == 0, 1024, 32, 6, 512, 256, 256);
     test_moe(2, false, 256, 8, 3, 96, 32, 48);
@@ -2362,11 +2350,10 @@ static backend *gpu_backend(const char *gemm, const char *attn_tokens)
     return one[0];
 }
 
-/* The MoE's comparison backends: the expert tiles on the GEMV
- * (LLM_CUDA_MOE_MMA=0) and on tensor cores at one block an SM
- * (LLM_CUDA_MOE_MMA_BLOCKS=1); the decode MoE prefetching w2
- * (LLM_CUDA_MOE_PF=1); bad values: bad_switches. */
-static void moe_switches(void)
+/* The expert tiles' comparison backends: on the GEMV (LLM_CUDA_MOE_MMA=0)
+ * and on tensor cores at one block an SM (LLM_CUDA_MOE_MMA_BLOCKS=1);
+ * bad values of both: bad_switches. */
+static void moe_mma_switch(void)
 {
     setenv("LLM_CUDA_MOE_MMA", "0", 1);
     G_tiles_gemv = gpu_backend("bf16x2", "2");
@@ -2375,9 +2362,6 @@ static void moe_switches(void)
     G_tiles_1sm = gpu_backend("bf16x2", "2");
     unsetenv("LLM_CUDA_MOE_MMA_BLOCKS");
     if (!G_tiles_1sm && G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_gemv = NULL;
-    setenv("LLM_CUDA_MOE_PF", "1", 1);
-    G_moe_pf = gpu_backend("bf16x2", "2");
-    unsetenv("LLM_CUDA_MOE_PF");
 }
 
 /* Comparison switches read when a backend is made: a value out of range
@@ -2394,7 +2378,6 @@ static void bad_switches(void)
         { "LLM_CUDA_FP8_SHADOW", "2" },     { "LLM_CUDA_GATE_GEMV_MAX_T", "0" },
         { "LLM_CUDA_GATE_GEMV_MAX_T", "65" }, { "LLM_CUDA_LT_MIN_T", "1" },
         { "LLM_CUDA_LT_MIN_T", "18" },      { "LLM_CUDA_JOIN", "2" },
-        { "LLM_CUDA_MOE_PF", "2" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
@@ -2523,7 +2506,6 @@ static void attention_decode_mma_cases(backend *gd)
 static void destroy_backends(backend **g, backend **g1)
 {
     if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
-    if (G_moe_pf) G_moe_pf->destroy(G_moe_pf);
     for (int m = 0; m < 4; m++) {
         g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
         if (G_stream[m]) G_stream[m]->destroy(G_stream[m]);
@@ -2594,7 +2576,7 @@ int main(int argc, char **argv)
     C8 = backend_cpu_new(4, NULL, 0);
     backend_cpu_set_fp8(C8, true);
 
-    moe_switches();
+    moe_mma_switch();
     bad_switches();
     /* a short run after a change: one group of tests, then out */
     const char *only = argc > 1 ? argv[1] : NULL;
