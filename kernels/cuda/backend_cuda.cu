@@ -756,6 +756,33 @@ static void cu_moe_op(backend *b, const moe_args *a)
             return;
         }
     }
+    // The shared expert (w1 and w3 joined or not, SwiGLU, w2) into sy.
+    auto shared_expert = [&] {
+        {
+            xkeep_scope keep(c);    // x split into bf16 parts once for both
+            dqw s13[2] = { s1, s3 };
+            float *y13[2] = { sg, su };
+            int ld13[2] = { I, I };
+            if (!lt_joined(c, 2, s13, a->x, H, T, y13, ld13)) {
+                matmul_any(c, s1, a->x, H, T, sg, I);
+                matmul_any(c, s3, a->x, H, T, su, I);
+            }
+        }
+        cu_swiglu(c->st, sg, su, (long long)T * I, a->limit);
+        matmul_any(c, s2, sg, I, T, sy, H);
+    };
+    // Decode batches on the expert tiles (T >= tiles_t, few slots an
+    // expert, x not quantized): the shared expert on a stream of its own
+    // beside the router, the sort and the routed experts (LLM_CUDA_MOE_SIDE),
+    // joined before the sum that adds it.  Its GEMMs and theirs share no
+    // scratch (the gate's, which does, is done before the fork); under
+    // LLM_CUDA_PROFILE the ops stay in one stream, timed one by one.
+    side_scope side(c, c->moe_side && !c->profile && T >= tiles_t && ns < 32 * E &&
+                           !fp8_quantized(c, w1.type, T));
+    if (side.on) {
+        shared_expert();
+        side.end();
+    }
     cu_moe_route(c->st, sc, T, E, K, a->sigmoid_scores, a->bias, a->tid2eid, a->tid_i64, ids,
                  a->routed_scale, idx, wt, ord);
     phase(c, "moe router");
@@ -887,18 +914,8 @@ static void cu_moe_op(backend *b, const moe_args *a)
         }
     }
     phase(c, "moe experts");
-    {
-        xkeep_scope keep(c);    // x split into bf16 parts once for both
-        dqw s13[2] = { s1, s3 };
-        float *y13[2] = { sg, su };
-        int ld13[2] = { I, I };
-        if (!lt_joined(c, 2, s13, a->x, H, T, y13, ld13)) {
-            matmul_any(c, s1, a->x, H, T, sg, I);
-            matmul_any(c, s3, a->x, H, T, su, I);
-        }
-    }
-    cu_swiglu(c->st, sg, su, (long long)T * I, a->limit);
-    matmul_any(c, s2, sg, I, T, sy, H);
+    if (side.on) side.join();
+    else shared_expert();
     cu_moe_combine(c->st, ys, wt, ord, T, K, H, sy, a->out);
     launched(c, "moe shared");
 }
@@ -981,6 +998,11 @@ static void cu_destroy(backend *b)
         cudaStreamDestroy(c->pst);
         cudaEventDestroy(c->pf_ev[0]);
         cudaEventDestroy(c->pf_ev[1]);
+    }
+    if (c->sst) {
+        cudaStreamDestroy(c->sst);
+        cudaEventDestroy(c->side_ev[0]);
+        cudaEventDestroy(c->side_ev[1]);
     }
     for (size_t i = 0; i < c->nowned; i++) cudaFree(c->owned[i]);
     for (size_t i = 0; i < c->ndescs; i++) free(c->descs[i]);
@@ -1082,6 +1104,10 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_JOIN=0: each projection of a shared x its own GEMM
     // (comparisons; join_weights then leaves the matrices as they are)
     c->join = env_switch(c, "LLM_CUDA_JOIN");
+    // LLM_CUDA_MOE_SIDE=1: the shared expert of decode batches (9+ tokens)
+    // on a second stream beside the router and the routed experts
+    // (cu_moe_op; not yet measured: off).
+    c->moe_side = env_int(c, "LLM_CUDA_MOE_SIDE", 0, 1, 0);
     // LLM_CUDA_GEMV_TOKENS (1, 2, 4 or 8; comparisons): the most tokens a
     // GEMV block takes.  Run D3: 8 tokens as two blocks of 4 took 0.53-0.85x
     // the time of one block of 8 on every matrix of bench_cuda_gemv, and a

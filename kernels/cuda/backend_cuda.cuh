@@ -151,6 +151,10 @@ struct cu_impl {
     cudaStream_t pst;           // cuda_prefetch.cu: the prefetches' stream (made on first use),
     cudaEvent_t pf_ev[2];       // its fork from and join into st,
     bool pf_pending;            // a prefetch since the last join
+    bool moe_side;              // the shared expert of decode batches beside the routed ones
+                                // (LLM_CUDA_MOE_SIDE)
+    cudaStream_t sst;           // side_scope's stream (made on first use), its fork from
+    cudaEvent_t side_ev[2];     // and join into st
     bool moe_mma;               // decode batches' expert tiles on tensor cores (LLM_CUDA_MOE_MMA)
     bool gate_lt;               // the router's scores of many tokens on cuBLASLt (LLM_CUDA_GATE_LT)
     int gate_gemv_t;            // ... from this many + 1 (LLM_CUDA_GATE_GEMV_MAX_T)
@@ -253,6 +257,22 @@ static inline bool in_graph(cu_impl *c)
 // Replaying: an op only records its changing values, launches nothing.
 static inline bool recording(cu_impl *c) { return c->gmode == G_RECORD; }
 
+
+// Ops on a second stream beside the main one (cuda_prefetch.cu): while
+// `on` after construction (asked for, and the stream made), the launches
+// go to c->st = the side stream, forked from the main one's work so far;
+// end() puts the main stream back, join() makes it wait for the side
+// work; leaving the scope joins if join() was not called (a graph capture
+// must not end with a stream forked).
+struct side_scope {
+    cu_impl *c;
+    cudaStream_t main = NULL;
+    bool on, ended = false, joined = false;
+    side_scope(cu_impl *c, bool want);
+    void end();
+    void join();
+    ~side_scope() { join(); }
+};
 
 // While one is in scope, dense_matmul's GEMMs of the same x (pointer,
 // size, unchanged in between: the caller's promise) reuse its bf16 parts.

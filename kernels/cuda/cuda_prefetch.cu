@@ -4,7 +4,9 @@
 // compressors, the indexer, attention) that leave HBM nearly idle; the
 // weights depend on nothing, so a second stream brings the next matmuls'
 // bytes into L2 while those run (cp.async.bulk.prefetch.L2: fire and
-// forget; nothing waits for it, no result depends on it).
+// forget; nothing waits for it, no result depends on it).  Also
+// side_scope (backend_cuda.cuh): ops of an op on a second stream beside
+// the main one, joined before the op ends.
 #include "backend_cuda.cuh"
 
 #define PF_MAX 32               // byte ranges a prefetch launch takes
@@ -91,4 +93,37 @@ void cu_prefetch_join(cu_impl *c)
     CK(c, cudaEventRecord(c->pf_ev[1], c->pst));
     CK(c, cudaStreamWaitEvent(c->st, c->pf_ev[1], 0));
     c->pf_pending = false;
+}
+
+side_scope::side_scope(cu_impl *c_, bool want) : c(c_), on(false)
+{
+    if (!want || c->failed) return;
+    if (!c->sst) {
+        CK(c, cudaStreamCreateWithFlags(&c->sst, cudaStreamNonBlocking));
+        CK(c, cudaEventCreateWithFlags(&c->side_ev[0], cudaEventDisableTiming));
+        CK(c, cudaEventCreateWithFlags(&c->side_ev[1], cudaEventDisableTiming));
+        if (c->failed) return;
+    }
+    CK(c, cudaEventRecord(c->side_ev[0], c->st));
+    CK(c, cudaStreamWaitEvent(c->sst, c->side_ev[0], 0));
+    main = c->st;
+    c->st = c->sst;
+    on = !c->failed;
+    if (!on) c->st = main;
+}
+
+void side_scope::end()
+{
+    if (!on || ended) return;
+    CK(c, cudaEventRecord(c->side_ev[1], c->sst));
+    c->st = main;
+    ended = true;
+}
+
+void side_scope::join()
+{
+    if (!on || joined) return;
+    end();
+    CK(c, cudaStreamWaitEvent(c->st, c->side_ev[1], 0));
+    joined = true;
 }

@@ -106,6 +106,9 @@ static backend *G_stream[4], *G_wgmma[4];
 /* bf16x2 with LLM_CUDA_MOE_MMA=0: decode batches' expert tiles on the
  * GEMV; with LLM_CUDA_MOE_MMA_BLOCKS=1: on tensor cores, one block an SM */
 static backend *G_tiles_gemv, *G_tiles_1sm;
+/* bf16x2 with LLM_CUDA_MOE_SIDE=1: decode batches' shared expert on a
+ * second stream */
+static backend *G_moe_side;
 /* per GEMM mode (bf16x2, fp8), LLM_CUDA_SMALL_MMA=0 (17-64 tokens reach
  * cuBLASLt): FP8 weights also in bf16 (the default) and, with
  * LLM_CUDA_FP8_SHADOW=0, not */
@@ -2209,6 +2212,18 @@ static void test_moes(void)
     for (moe_w2_shift = -100; moe_w2_shift <= 100; moe_w2_shift += 200)
         test_moe(32, false, 1024, 32, 6, 512, 256, 256);
     moe_w2_shift = 0;
+    /* the shared expert on its own stream beside the routed experts
+     * (LLM_CUDA_MOE_SIDE=1): the same kernels, the same results; T = 9
+     * and 16 with the shared expert's GEMV-sized steps, 32 and 64 through
+     * cuBLASLt (joined w1 and w3 where the backend joined them) */
+    if (G_moe_side && gemm_mode == GEMM_BF16X2) {
+        backend *keep = G;
+        G = G_moe_side;
+        int ts[] = { 9, 16, 32, 64 };
+        for (int i = 0; i < 4; i++) test_moe(ts[i], i % 2, 1024, 32, 6, 512, 256, 256);
+        test_moe(40, true, 128, 8, 2, 128, 64, 64);
+        G = keep;
+    }
     /* the GEMV over the tiles they replace (LLM_CUDA_MOE_MMA=0: a
      * backend of its own, the switch is read at creation) */
     if (G_tiles_gemv && gemm_mode == GEMM_BF16X2) {
@@ -2350,10 +2365,11 @@ static backend *gpu_backend(const char *gemm, const char *attn_tokens)
     return one[0];
 }
 
-/* The expert tiles' comparison backends: on the GEMV (LLM_CUDA_MOE_MMA=0)
- * and on tensor cores at one block an SM (LLM_CUDA_MOE_MMA_BLOCKS=1);
- * bad values of both: bad_switches. */
-static void moe_mma_switch(void)
+/* The MoE's comparison backends: the expert tiles on the GEMV
+ * (LLM_CUDA_MOE_MMA=0) and on tensor cores at one block an SM
+ * (LLM_CUDA_MOE_MMA_BLOCKS=1); the shared expert on a stream of its own
+ * (LLM_CUDA_MOE_SIDE=1); bad values: bad_switches. */
+static void moe_switches(void)
 {
     setenv("LLM_CUDA_MOE_MMA", "0", 1);
     G_tiles_gemv = gpu_backend("bf16x2", "2");
@@ -2362,6 +2378,9 @@ static void moe_mma_switch(void)
     G_tiles_1sm = gpu_backend("bf16x2", "2");
     unsetenv("LLM_CUDA_MOE_MMA_BLOCKS");
     if (!G_tiles_1sm && G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_gemv = NULL;
+    setenv("LLM_CUDA_MOE_SIDE", "1", 1);
+    G_moe_side = gpu_backend("bf16x2", "2");
+    unsetenv("LLM_CUDA_MOE_SIDE");
 }
 
 /* Comparison switches read when a backend is made: a value out of range
@@ -2378,6 +2397,7 @@ static void bad_switches(void)
         { "LLM_CUDA_FP8_SHADOW", "2" },     { "LLM_CUDA_GATE_GEMV_MAX_T", "0" },
         { "LLM_CUDA_GATE_GEMV_MAX_T", "65" }, { "LLM_CUDA_LT_MIN_T", "1" },
         { "LLM_CUDA_LT_MIN_T", "18" },      { "LLM_CUDA_JOIN", "2" },
+        { "LLM_CUDA_MOE_SIDE", "2" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
@@ -2506,6 +2526,7 @@ static void attention_decode_mma_cases(backend *gd)
 static void destroy_backends(backend **g, backend **g1)
 {
     if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
+    if (G_moe_side) G_moe_side->destroy(G_moe_side);
     for (int m = 0; m < 4; m++) {
         g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
         if (G_stream[m]) G_stream[m]->destroy(G_stream[m]);
@@ -2576,7 +2597,7 @@ int main(int argc, char **argv)
     C8 = backend_cpu_new(4, NULL, 0);
     backend_cpu_set_fp8(C8, true);
 
-    moe_mma_switch();
+    moe_switches();
     bad_switches();
     /* a short run after a change: one group of tests, then out */
     const char *only = argc > 1 ? argv[1] : NULL;

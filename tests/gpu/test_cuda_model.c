@@ -5,7 +5,8 @@
  *     of two, one sequence's graph replayed for another (other state slot,
  *     other positions), the sequences of a batch swapped, a position bound
  *     (graph_pos_cap) crossed; at TP=1 and TP=2, and at TP=1 with an
- *     FP8 cache and the batches' attention on tensor cores;
+ *     FP8 cache and the batches' attention on tensor cores, also with the
+ *     shared expert on a second stream (LLM_CUDA_MOE_SIDE=1);
  *   - gpu_memory_utilization sizes the cache pool from the device's
  *     memory: what is in use after loading is the asked share less the
  *     headroom, the pool computes the same logits as a token-sized one,
@@ -131,6 +132,9 @@ static int run_script(v4_model *m, float *out, int32_t *amax, size_t *rows)
     return S.rc;
 }
 
+/* appended to test_graphs' names: the switches it runs under */
+static const char *variant = "";
+
 /* The cache in dtype t (FP8: the batches' decode attention on tensor
  * cores from 2 sequences, LLM_CUDA_ATTN_MMA_MIN_T=2). */
 static void test_graphs(int tp, enum kv_dtype t)
@@ -156,8 +160,8 @@ static void test_graphs(int tp, enum kv_dtype t)
     v4_model_free(m);
     unsetenv("LLM_CUDA_ATTN_MMA_MIN_T");
     const char *cache = v4_kv_dtype_name(t);
-    if (!ok(rc == 0 && re == rg, "tp=%d, cache %s: the script runs with and without graphs", tp,
-            cache)) {
+    if (!ok(rc == 0 && re == rg, "tp=%d, cache %s%s: the script runs with and without graphs", tp,
+            cache, variant)) {
         free(eager);
         free(graph);
         free(amax);
@@ -166,13 +170,13 @@ static void test_graphs(int tp, enum kv_dtype t)
     size_t differ = 0, first = 0;
     for (size_t r = 0; r < re; r++)
         if (memcmp(eager + r * V, graph + r * V, V * sizeof(float)) && !differ++) first = r;
-    ok(cap_e == 0 && rep_e == 0, "tp=%d, cache %s, LLM_CUDA_GRAPHS=0: no graphs (%lld captures, "
-       "%lld replays)", tp, cache, cap_e, rep_e);
+    ok(cap_e == 0 && rep_e == 0, "tp=%d, cache %s%s, LLM_CUDA_GRAPHS=0: no graphs (%lld captures, "
+       "%lld replays)", tp, cache, variant, cap_e, rep_e);
     /* Keys: batch 1 and 2 at bound 1024, batch 1 at 2048; per rank. */
-    ok(cap_g >= 3 * tp && rep_g >= 50 * tp, "tp=%d, cache %s: decode steps replayed (%lld "
-       "captures, %lld replays over the ranks)", tp, cache, cap_g, rep_g);
-    ok(differ == 0, "tp=%d, cache %s: graph replay equals op by op, bit for bit, over %zu logits "
-       "rows (%zu differ, first %zu)", tp, cache, re, differ, first);
+    ok(cap_g >= 3 * tp && rep_g >= 50 * tp, "tp=%d, cache %s%s: decode steps replayed (%lld "
+       "captures, %lld replays over the ranks)", tp, cache, variant, cap_g, rep_g);
+    ok(differ == 0, "tp=%d, cache %s%s: graph replay equals op by op, bit for bit, over %zu logits "
+       "rows (%zu differ, first %zu)", tp, cache, variant, re, differ, first);
     size_t wrong = 0;
     for (size_t r = 0; r < re && ra == re; r++) {
         const float *x = graph + r * V;
@@ -182,8 +186,8 @@ static void test_graphs(int tp, enum kv_dtype t)
             if (x[j] > best) best = x[j], at = j;
         wrong += amax[r] != at;
     }
-    ok(ra == re && wrong == 0, "tp=%d, cache %s: steps taking only the greedy choice get the "
-       "greedy rule on the logits, %zu rows (%zu differ)", tp, cache, ra, wrong);
+    ok(ra == re && wrong == 0, "tp=%d, cache %s%s: steps taking only the greedy choice get the "
+       "greedy rule on the logits, %zu rows (%zu differ)", tp, cache, variant, ra, wrong);
     free(amax);
     free(eager);
     free(graph);
@@ -267,6 +271,13 @@ int main(void)
     }
     test_graphs(1, KV_F32);
     test_graphs(1, KV_FP8);
+    /* the batch of 12's shared expert on a second stream, forked and
+     * joined inside the captured step */
+    setenv("LLM_CUDA_MOE_SIDE", "1", 1);
+    variant = ", LLM_CUDA_MOE_SIDE=1";
+    test_graphs(1, KV_FP8);
+    unsetenv("LLM_CUDA_MOE_SIDE");
+    variant = "";
     if (llm_cuda_device_count() >= 2) {
         test_graphs(2, KV_F32);
         test_memory();
