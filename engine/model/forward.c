@@ -191,8 +191,7 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
     const rope_table *rt = ratio ? &M->rope_comp : &M->rope_main;
 
     int ihd = c->index_head_dim, inh = c->index_heads, cd = (csa ? 2 : 1) * hd;
-    /* Every projection of x, then those of qr normalized (q_norm); in the
-     * order model_weights.c's join_projections offers them to be joined. */
+    /* Every projection of x, then those of qr normalized (q_norm). */
     proj_list px = { 0 }, pq = { 0 };
     proj_add(&px, &L->wq_a, s->x, s->qr, qlr);
     proj_add(&px, &L->wkv, s->x, s->kv, hd);

@@ -146,7 +146,7 @@ static bool small_mma(cu_impl *c, const dqw &q, const float *x, int ldx, int T, 
 // cuBLASLt first (LLM_CUDA_LT_MIN_T).
 static bool lt_first(const cu_impl *c, const dqw &q, int T)
 {
-    return joins(c, T) && c->gemm != BACKEND_GEMM_F32 &&
+    return c->small_mma == SMALL_MMA_AUTO && c->gemm != BACKEND_GEMM_F32 && T >= c->lt_min_t &&
            ((q.type == QT_FP8 && q.bf) || (q.type == QT_BF16 && q.rows > 4096));
 }
 

@@ -296,9 +296,8 @@ static inline bool split_modes(cu_impl *c)
     return c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8;
 }
 
-// Decode batches from lt_min_t tokens under the default's choices: where
-// cuBLASLt takes bf16 weights first (lt_first) and joined matrices
-// (join_weights) run as one GEMM (lt_joined).
+// Joined matrices (join_weights) run as one GEMM: decode batches from
+// lt_min_t tokens under the default's choices (lt_joined).
 static inline bool joins(const cu_impl *c, int T)
 {
     return c->small_mma == SMALL_MMA_AUTO && T >= c->lt_min_t;

@@ -141,8 +141,8 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
             ok = false;
         }
     }
-    cu_ysegs one = { { N }, { ldy }, { y } };
-    if (ok && stack) cu_sum_parts(c->st, yg, N, T, parts, segs ? *segs : one);
+    if (ok && stack && segs) cu_sum_parts_segs(c->st, yg, N, T, parts, *segs);
+    else if (ok && stack) cu_sum_parts(c->st, yg, N, T, parts, y, ldy);
     if (C) cublasLtMatrixLayoutDestroy(C);
     if (B) cublasLtMatrixLayoutDestroy(B);
     if (A) cublasLtMatrixLayoutDestroy(A);
@@ -265,7 +265,7 @@ void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, floa
 // and BF16 weights, one after another in the list's order) times one x,
 // as dense_matmul multiplies each in bf16 with x split: one GEMM over all
 // their rows, x's parts its stacked columns, each matrix's sums into its
-// y (cu_sum_parts' segments).  One GEMM of up to 4,160 rows instead of up to
+// y (cu_sum_parts_segs).  One GEMM of up to 4,160 rows instead of up to
 // 7 (a CSA layer's projections of x).  false: not such a list, not a
 // step that joins (joins), or x not split and stacked there; nothing
 // launched.
@@ -276,6 +276,7 @@ bool lt_joined(cu_impl *c, int n, const dqw *q, const float *x, int ldx, int T, 
         !(T < GEMM_MODE_MIN_T || split_modes(c)) || 2 * T > LT_STACK_MAX)
         return false;
     cu_ysegs s;
+    s.n = n;
     gemm_op w0 = {};
     const uint8_t *next = NULL;
     int N = 0;

@@ -341,14 +341,11 @@ static bool disown(cu_impl *c, const void *p)
 int cu_join_weights(backend *b, qweight *const *w, int n)
 {
     cu_impl *c = enter(b);
-    if (n < 2 || n > CU_SEG_MAX || !c->join) return 1;    // lt_joined's limit
+    if (n < 2 || !c->join) return 1;
     long long ld = 0, rows = 0;
     for (int i = 0; i < n; i++) {
         const cuda_qw *d = (const cuda_qw *)w[i]->dev;
-        const uint8_t *src = !d                     ? NULL
-                             : w[i]->type == QT_FP8  ? d->bf
-                             : w[i]->type == QT_BF16 ? d->data
-                                                     : NULL;
+        const uint8_t *src = !d ? NULL : w[i]->type == QT_FP8 ? d->bf : w[i]->type == QT_BF16 ? d->data : NULL;
         if (!src || w[i]->rows <= 0 || w[i]->cols != w[0]->cols || w[i]->row0 != d->row0 ||
             w[i]->col0 != d->col0 || (i && d->ld != ld))
             return 1;
@@ -356,21 +353,16 @@ int cu_join_weights(backend *b, qweight *const *w, int n)
     }
     uint8_t *all = (uint8_t *)dev_alloc(c, round_up(rows * ld * 2, 256));
     if (!all) return -1;
-    const uint8_t **src[CU_SEG_MAX];
     long long at = 0;
     for (int i = 0; i < n; i++) {
         cuda_qw *d = (cuda_qw *)w[i]->dev;
-        src[i] = w[i]->type == QT_FP8 ? &d->bf : &d->data;
+        const uint8_t **src = w[i]->type == QT_FP8 ? &d->bf : &d->data;
         size_t bytes = (size_t)w[i]->rows * ld * 2;
-        CK(c, cudaMemcpyAsync(all + at, *src[i], bytes, cudaMemcpyDeviceToDevice, c->st));
+        CK(c, cudaMemcpyAsync(all + at, *src, bytes, cudaMemcpyDeviceToDevice, c->st));
+        CK(c, cudaStreamSynchronize(c->st));
+        disown(c, *src);
+        *src = all + at;
         at += bytes;
-    }
-    CK(c, cudaStreamSynchronize(c->st));   // the copies done: the old ones go
-    at = 0;
-    for (int i = 0; i < n; i++) {
-        disown(c, *src[i]);
-        *src[i] = all + at;
-        at += (long long)w[i]->rows * ld * 2;
     }
     return c->failed ? -1 : 0;
 }

@@ -77,16 +77,17 @@ void cu_dequant(cudaStream_t st, const dqw &w, int nexp, bool bf16, void *out, l
 void cu_round_bf16(cudaStream_t st, const float *x, int ldx, const int *rows, int div, int T,
                    int K, uint16_t *out, int ldo, int lo, int parts);
 // y[t][n] = c[t * parts][n] + c[t * parts + 1][n] + ... (rows of N floats,
-// added in part order): the products of x's parts as one GEMM's columns,
-// the N columns cut into up to CU_SEG_MAX segments (a joined GEMM's
-// matrices; one for a single matrix): segment s, columns [end[s - 1],
-// end[s]), goes to y[s] (rows ldy[s] apart) at column 0.
+// added in part order): the products of x's parts as one GEMM's columns.
+void cu_sum_parts(cudaStream_t st, const float *c, int N, int T, int parts, float *y, int ldy);
+// The same, the N columns cut into n <= CU_SEG_MAX segments (a joined
+// GEMM's matrices): segment s, columns [end[s - 1], end[s]), into y[s].
 #define CU_SEG_MAX 8
 struct cu_ysegs {
-    int end[CU_SEG_MAX], ldy[CU_SEG_MAX];
+    int n, end[CU_SEG_MAX], ldy[CU_SEG_MAX];
     float *y[CU_SEG_MAX];
 };
-void cu_sum_parts(cudaStream_t st, const float *c, int N, int T, int parts, const cu_ysegs &s);
+void cu_sum_parts_segs(cudaStream_t st, const float *c, int N, int T, int parts,
+                       const cu_ysegs &s);
 // y[i][n] = swiglu(x_i . w1[n], x_i . w3[n], limit) for the rows n of w1.
 // experts NULL: i = tokens 0..T-1 (a few: the weights are read once per 8
 // tokens), x_i = x[i]; else i = slots 0..T-1 with their own experts,

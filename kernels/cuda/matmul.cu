@@ -1009,7 +1009,8 @@ __global__ void sum_parts_kernel(const float *c, int N, long long T, int parts, 
     g.y[k][t * g.ldy[k] + n - (k ? g.end[k - 1] : 0)] = v;
 }
 
-void cu_sum_parts(cudaStream_t st, const float *c, int N, int T, int parts, const cu_ysegs &s)
+void cu_sum_parts_segs(cudaStream_t st, const float *c, int N, int T, int parts,
+                       const cu_ysegs &s)
 {
     long long n = (long long)T * N;
     if (n <= 0) return;
@@ -1017,3 +1018,8 @@ void cu_sum_parts(cudaStream_t st, const float *c, int N, int T, int parts, cons
               s);
 }
 
+void cu_sum_parts(cudaStream_t st, const float *c, int N, int T, int parts, float *y, int ldy)
+{
+    cu_ysegs s = { 1, { N }, { ldy }, { y } };
+    cu_sum_parts_segs(st, c, N, T, parts, s);
+}
