@@ -1104,10 +1104,11 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_JOIN=0: each projection of a shared x its own GEMM
     // (comparisons; join_weights then leaves the matrices as they are)
     c->join = env_switch(c, "LLM_CUDA_JOIN");
-    // LLM_CUDA_MOE_SIDE=1: the shared expert of decode batches (9+ tokens)
-    // on a second stream beside the router and the routed experts
-    // (cu_moe_op; not yet measured: off).
-    c->moe_side = env_int(c, "LLM_CUDA_MOE_SIDE", 0, 1, 0);
+    // The shared expert of decode batches (9+ tokens) on a second stream
+    // beside the router and the routed experts (cu_moe_op); run K9: B = 32
+    // 4.39-4.40 -> 4.22-4.29 ms, B = 64 5.60-5.71 -> 5.51-5.56.
+    // LLM_CUDA_MOE_SIDE=0: one stream (comparisons).
+    c->moe_side = env_switch(c, "LLM_CUDA_MOE_SIDE");
     // LLM_CUDA_GEMV_TOKENS (1, 2, 4 or 8; comparisons): the most tokens a
     // GEMV block takes.  Run D3: 8 tokens as two blocks of 4 took 0.53-0.85x
     // the time of one block of 8 on every matrix of bench_cuda_gemv, and a

@@ -106,8 +106,8 @@ static backend *G_stream[4], *G_wgmma[4];
 /* bf16x2 with LLM_CUDA_MOE_MMA=0: decode batches' expert tiles on the
  * GEMV; with LLM_CUDA_MOE_MMA_BLOCKS=1: on tensor cores, one block an SM */
 static backend *G_tiles_gemv, *G_tiles_1sm;
-/* bf16x2 with LLM_CUDA_MOE_SIDE=1: decode batches' shared expert on a
- * second stream */
+/* bf16x2 with LLM_CUDA_MOE_SIDE=0: decode batches' shared expert on the
+ * main stream after the routed experts (G: on a second stream beside them) */
 static backend *G_moe_side;
 /* per GEMM mode (bf16x2, fp8), LLM_CUDA_SMALL_MMA=0 (17-64 tokens reach
  * cuBLASLt): FP8 weights also in bf16 (the default) and, with
@@ -2212,8 +2212,9 @@ static void test_moes(void)
     for (moe_w2_shift = -100; moe_w2_shift <= 100; moe_w2_shift += 200)
         test_moe(32, false, 1024, 32, 6, 512, 256, 256);
     moe_w2_shift = 0;
-    /* the shared expert on its own stream beside the routed experts
-     * (LLM_CUDA_MOE_SIDE=1): the same kernels, the same results; T = 9
+    /* the shared expert after the routed experts on one stream
+     * (LLM_CUDA_MOE_SIDE=0; G runs it beside them on a second stream):
+     * the same kernels, the same results; T = 9
      * and 16 with the shared expert's GEMV-sized steps, 32 and 64 through
      * cuBLASLt (joined w1 and w3 where the backend joined them) */
     if (G_moe_side && gemm_mode == GEMM_BF16X2) {
@@ -2367,8 +2368,8 @@ static backend *gpu_backend(const char *gemm, const char *attn_tokens)
 
 /* The MoE's comparison backends: the expert tiles on the GEMV
  * (LLM_CUDA_MOE_MMA=0) and on tensor cores at one block an SM
- * (LLM_CUDA_MOE_MMA_BLOCKS=1); the shared expert on a stream of its own
- * (LLM_CUDA_MOE_SIDE=1); bad values: bad_switches. */
+ * (LLM_CUDA_MOE_MMA_BLOCKS=1); the shared expert on the main stream
+ * (LLM_CUDA_MOE_SIDE=0); bad values: bad_switches. */
 static void moe_switches(void)
 {
     setenv("LLM_CUDA_MOE_MMA", "0", 1);
@@ -2378,7 +2379,7 @@ static void moe_switches(void)
     G_tiles_1sm = gpu_backend("bf16x2", "2");
     unsetenv("LLM_CUDA_MOE_MMA_BLOCKS");
     if (!G_tiles_1sm && G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_gemv = NULL;
-    setenv("LLM_CUDA_MOE_SIDE", "1", 1);
+    setenv("LLM_CUDA_MOE_SIDE", "0", 1);
     G_moe_side = gpu_backend("bf16x2", "2");
     unsetenv("LLM_CUDA_MOE_SIDE");
 }
