@@ -81,6 +81,11 @@ void cu_round_bf16(cudaStream_t st, const float *x, int ldx, const int *rows, in
 void cu_sum_parts(cudaStream_t st, const float *c, int N, int T, int parts, float *y, int ldy);
 // The same, the N columns cut into n <= CU_SEG_MAX segments (a joined
 // GEMM's matrices): segment s, columns [end[s - 1], end[s]), into y[s].
+// Its kernel indexes this struct, a kernel parameter, by a computed
+// segment.  Mind its layout: without `n` first (fa3f8be) ptxas copied the
+// whole struct to a 128-byte stack frame in every thread (`nvcc -Xptxas
+// -v`: "128 bytes stack frame"; as it is, 0), which made decode steps of
+// 16-64 sequences 0.15-0.55 ms slower (runs K7-K9).
 #define CU_SEG_MAX 8
 struct cu_ysegs {
     int n, end[CU_SEG_MAX], ldy[CU_SEG_MAX];
