@@ -993,17 +993,8 @@ static void cu_destroy(backend *b)
     if (c->lt_op) cublasLtMatmulDescDestroy(c->lt_op);
     if (c->lt_op8) cublasLtMatmulDescDestroy(c->lt_op8);
     if (c->lt) cublasLtDestroy(c->lt);
-    if (c->pst) {               // prefetches read the weights freed below
-        cudaStreamSynchronize(c->pst);
-        cudaStreamDestroy(c->pst);
-        cudaEventDestroy(c->pf_ev[0]);
-        cudaEventDestroy(c->pf_ev[1]);
-    }
-    if (c->sst) {
-        cudaStreamDestroy(c->sst);
-        cudaEventDestroy(c->side_ev[0]);
-        cudaEventDestroy(c->side_ev[1]);
-    }
+    fork_free(c->pf);           // prefetches read the weights freed below
+    fork_free(c->side);
     for (size_t i = 0; i < c->nowned; i++) cudaFree(c->owned[i]);
     for (size_t i = 0; i < c->ndescs; i++) free(c->descs[i]);
     free(c->owned);

@@ -100,6 +100,14 @@ struct gemm_op {
     int parts;
 };
 
+// A second stream beside st (cuda_prefetch.cu), made on first use: its
+// fork from st (fork_from: it waits for st's work so far) and its join
+// (fork_end records its work so far, fork_wait makes st wait for that).
+struct cu_fork {
+    cudaStream_t s;
+    cudaEvent_t ev[2];
+};
+
 struct cu_impl {
     int dev, rank, nranks;
     bool profile;
@@ -148,13 +156,11 @@ struct cu_impl {
     int hc_many_t;              // ... of this many tokens on (LLM_CUDA_HC_MANY_MIN_T)
     bool hc_split;              // ... over column slices when few (LLM_CUDA_HC_SPLIT)
     bool prefetch;              // decode weights into L2 ahead of their matmuls (LLM_CUDA_PREFETCH)
-    cudaStream_t pst;           // cuda_prefetch.cu: the prefetches' stream (made on first use),
-    cudaEvent_t pf_ev[2];       // its fork from and join into st,
+    cu_fork pf;                 // cuda_prefetch.cu: the prefetches' stream,
     bool pf_pending;            // a prefetch since the last join
     bool moe_side;              // the shared expert of decode batches beside the routed ones
                                 // (LLM_CUDA_MOE_SIDE)
-    cudaStream_t sst;           // side_scope's stream (made on first use), its fork from
-    cudaEvent_t side_ev[2];     // and join into st
+    cu_fork side;               // side_scope's stream
     bool moe_mma;               // decode batches' expert tiles on tensor cores (LLM_CUDA_MOE_MMA)
     bool gate_lt;               // the router's scores of many tokens on cuBLASLt (LLM_CUDA_GATE_LT)
     int gate_gemv_t;            // ... from this many + 1 (LLM_CUDA_GATE_GEMV_MAX_T)
@@ -257,6 +263,11 @@ static inline bool in_graph(cu_impl *c)
 // Replaying: an op only records its changing values, launches nothing.
 static inline bool recording(cu_impl *c) { return c->gmode == G_RECORD; }
 
+
+bool fork_from(cu_impl *c, cu_fork &f);
+void fork_end(cu_impl *c, cu_fork &f);
+void fork_wait(cu_impl *c, cu_fork &f);
+void fork_free(cu_fork &f);     // after its work finished
 
 // Ops on a second stream beside the main one (cuda_prefetch.cu): while
 // `on` after construction (asked for, and the stream made), the launches

@@ -69,17 +69,10 @@ void cu_prefetch_op(backend *b, const qweight *const *w, int n)
         dqw q;
         if (w[i]->dev && w[i]->rows > 0 && to_dqw(c, w[i], &q)) pf_view(&l, q);
     }
-    if (!c->pst) {
-        CK(c, cudaStreamCreateWithFlags(&c->pst, cudaStreamNonBlocking));
-        CK(c, cudaEventCreateWithFlags(&c->pf_ev[0], cudaEventDisableTiming));
-        CK(c, cudaEventCreateWithFlags(&c->pf_ev[1], cudaEventDisableTiming));
-        if (c->failed) return;
-    }
     // After the ops issued so far (so the bytes arrive as the next ones
     // run, not a whole step early), beside the ones issued next.
-    CK(c, cudaEventRecord(c->pf_ev[0], c->st));
-    CK(c, cudaStreamWaitEvent(c->pst, c->pf_ev[0], 0));
-    prefetch_kernel<<<PF_BLOCKS, 32, 0, c->pst>>>(l);
+    if (!fork_from(c, c->pf)) return;
+    prefetch_kernel<<<PF_BLOCKS, 32, 0, c->pf.s>>>(l);
     CK(c, cudaGetLastError());
     c->pf_pending = true;
     launched(c, "prefetch");
@@ -90,32 +83,49 @@ void cu_prefetch_op(backend *b, const qweight *const *w, int n)
 void cu_prefetch_join(cu_impl *c)
 {
     if (!c->pf_pending) return;
-    CK(c, cudaEventRecord(c->pf_ev[1], c->pst));
-    CK(c, cudaStreamWaitEvent(c->st, c->pf_ev[1], 0));
+    fork_end(c, c->pf);
+    fork_wait(c, c->pf);
     c->pf_pending = false;
+}
+
+bool fork_from(cu_impl *c, cu_fork &f)
+{
+    if (!f.s) {
+        CK(c, cudaStreamCreateWithFlags(&f.s, cudaStreamNonBlocking));
+        CK(c, cudaEventCreateWithFlags(&f.ev[0], cudaEventDisableTiming));
+        CK(c, cudaEventCreateWithFlags(&f.ev[1], cudaEventDisableTiming));
+        if (c->failed) return false;
+    }
+    CK(c, cudaEventRecord(f.ev[0], c->st));
+    CK(c, cudaStreamWaitEvent(f.s, f.ev[0], 0));
+    return !c->failed;
+}
+
+void fork_end(cu_impl *c, cu_fork &f) { CK(c, cudaEventRecord(f.ev[1], f.s)); }
+
+void fork_wait(cu_impl *c, cu_fork &f) { CK(c, cudaStreamWaitEvent(c->st, f.ev[1], 0)); }
+
+void fork_free(cu_fork &f)
+{
+    if (!f.s) return;
+    cudaStreamSynchronize(f.s);
+    cudaStreamDestroy(f.s);
+    cudaEventDestroy(f.ev[0]);
+    cudaEventDestroy(f.ev[1]);
 }
 
 side_scope::side_scope(cu_impl *c_, bool want) : c(c_), on(false)
 {
-    if (!want || c->failed) return;
-    if (!c->sst) {
-        CK(c, cudaStreamCreateWithFlags(&c->sst, cudaStreamNonBlocking));
-        CK(c, cudaEventCreateWithFlags(&c->side_ev[0], cudaEventDisableTiming));
-        CK(c, cudaEventCreateWithFlags(&c->side_ev[1], cudaEventDisableTiming));
-        if (c->failed) return;
-    }
-    CK(c, cudaEventRecord(c->side_ev[0], c->st));
-    CK(c, cudaStreamWaitEvent(c->sst, c->side_ev[0], 0));
+    if (!want || c->failed || !fork_from(c, c->side)) return;
     main = c->st;
-    c->st = c->sst;
-    on = !c->failed;
-    if (!on) c->st = main;
+    c->st = c->side.s;
+    on = true;
 }
 
 void side_scope::end()
 {
     if (!on || ended) return;
-    CK(c, cudaEventRecord(c->side_ev[1], c->sst));
+    fork_end(c, c->side);
     c->st = main;
     ended = true;
 }
@@ -124,6 +134,6 @@ void side_scope::join()
 {
     if (!on || joined) return;
     end();
-    CK(c, cudaStreamWaitEvent(c->st, c->side_ev[1], 0));
+    fork_wait(c, c->side);
     joined = true;
 }

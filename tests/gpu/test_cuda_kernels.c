@@ -2214,9 +2214,8 @@ static void test_moes(void)
     moe_w2_shift = 0;
     /* the shared expert after the routed experts on one stream
      * (LLM_CUDA_MOE_SIDE=0; G runs it beside them on a second stream):
-     * the same kernels, the same results; T = 9
-     * and 16 with the shared expert's GEMV-sized steps, 32 and 64 through
-     * cuBLASLt (joined w1 and w3 where the backend joined them) */
+     * the same kernels, within the same bounds of the CPU, at T = 9, 16,
+     * 32 and 64 and with E = 8 at 40 */
     if (G_moe_side && gemm_mode == GEMM_BF16X2) {
         backend *keep = G;
         G = G_moe_side;
