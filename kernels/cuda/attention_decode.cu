@@ -200,17 +200,25 @@ bool cu_attention_decode_fits(const dattn &a)
            (a.nheads + ATTD_HPB - 1) / ATTD_HPB <= CU_ATTD_MAX_GROUPS;
 }
 
-void cu_attention_decode_plan(const dattn &a, int *splits, int *chunk)
+// Four blocks an SM by default (ATTD_TARGET), not attn_split_plan's two:
+// a block of this kernel stages and scores one or a few key tiles and
+// its split's merge is short, so more of them hide more latency (run L4,
+// rank6, batch 1 at 131K: 1.31-1.33 ms a token with 264 blocks, 1.29-1.30
+// with 528, 1.30-1.31 with 1,056, 1.34-1.35 with 132, 1.41 with 66; 8K
+// and batches of 8 within noise from 264 to 1,056).
+#define ATTD_TARGET 528
+
+void cu_attention_decode_plan(const dattn &a, int target, int *splits, int *chunk)
 {
-    attn_split_plan(a, ATTD_HPB, ATTD_KT, splits, chunk);
+    attn_split_plan(a, ATTD_HPB, ATTD_KT, splits, chunk, target > 0 ? target : ATTD_TARGET);
 }
 
-void cu_attention_decode(cudaStream_t st, const dattn &a, float *part, int *count,
+void cu_attention_decode(cudaStream_t st, const dattn &a, int target, float *part, int *count,
                          const dattn *segs)
 {
     if (a.n <= 0 || a.nheads <= 0) return;
     int splits, chunk;
-    cu_attention_decode_plan(a, &splits, &chunk);
+    cu_attention_decode_plan(a, target, &splits, &chunk);
     size_t smem = ((size_t)attd_scratch_floats(a.hd) + ATTD_KT * ATTD_HPB) * sizeof(float);
     smem_attr<0>(attention_decode_kernel, smem);
     dim3 grid(splits, (a.nheads + ATTD_HPB - 1) / ATTD_HPB, a.n);

@@ -180,17 +180,19 @@ __device__ __forceinline__ void stage_keys(KeyOf key, int t, int tn, int hd, int
 #define ATTN_SPLIT_TARGET 264       // blocks a launch aims at: two an SM on an H200
 
 // The splits of a launch of a.n tokens (or sequences) x groups of hpb
-// heads, in tiles of kt keys: near ATTN_SPLIT_TARGET blocks, at most a
-// split a tile and ATTN_MAX_SPLITS, a split's keys a whole number of
-// tiles; one split past CU_ATTD_MAX_T tokens (the merge's counters).
-// Depends on n, the heads and pos_end only (graph replay).
-static inline void attn_split_plan(const dattn &a, int hpb, int kt, int *splits, int *chunk)
+// heads, in tiles of kt keys: near `target` blocks (ATTN_SPLIT_TARGET
+// unless given), at most a split a tile and ATTN_MAX_SPLITS, a split's
+// keys a whole number of tiles; one split past CU_ATTD_MAX_T tokens (the
+// merge's counters).  Depends on n, the heads and pos_end only (graph
+// replay).
+static inline void attn_split_plan(const dattn &a, int hpb, int kt, int *splits, int *chunk,
+                                   int target = ATTN_SPLIT_TARGET)
 {
     int ncomp_max = a.ratio ? (a.sel ? a.sel_ld : a.pos_end / a.ratio) : 0;
     int tiles = (a.window + ncomp_max + kt - 1) / kt;
     if (tiles < 1) tiles = 1;
     long long base = (long long)a.n * ((a.nheads + hpb - 1) / hpb);
-    long long s = ATTN_SPLIT_TARGET / base;
+    long long s = target / base;
     if (s < 1 || a.n > CU_ATTD_MAX_T) s = 1;
     if (s > tiles) s = tiles;
     if (s > ATTN_MAX_SPLITS) s = ATTN_MAX_SPLITS;

@@ -575,7 +575,7 @@ static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
                tensor_core_keys(c, (enum kv_dtype)d.ring_t) && cu_attention_mma_decode_fits(d);
     bool dec = !mma && c->attn_decode && cu_attention_decode_fits(d);
     if (mma) cu_attention_mma_decode_plan(d, &splits, &chunk);
-    else if (dec) cu_attention_decode_plan(d, &splits, &chunk);
+    else if (dec) cu_attention_decode_plan(d, c->attd_target, &splits, &chunk);
     else cu_attention_plan(d, &hpb, &splits, &chunk);
     float *part = NULL;
     if (splits > 1) {
@@ -585,7 +585,7 @@ static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
     }
     if (mma)
         cu_attention_mma_decode(c->st, d, split_modes(c), part, c->attn_count, segs);
-    else if (dec) cu_attention_decode(c->st, d, part, c->attn_count, segs);
+    else if (dec) cu_attention_decode(c->st, d, c->attd_target, part, c->attn_count, segs);
     else if (!cu_attention(c->st, d, part, segs))
         fail(c, "attention: head_dim %d is too large for the kernel", d.hd);
 }
@@ -1046,6 +1046,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // or sequences on tensor cores in the tensor-core modes (attention_run;
     // 0: never).
     c->attn_mma_t = (int)env_int(c, "LLM_CUDA_ATTN_MMA_MIN_T", 0, 1 << 20, ATT_DEC_MMA_MIN_T);
+    // LLM_CUDA_ATTD_BLOCKS: the blocks the float32 decode attention
+    // kernel's key splits aim at (comparisons; 0: its default, ATTD_TARGET).
+    c->attd_target = (int)env_int(c, "LLM_CUDA_ATTD_BLOCKS", 0, 4096, 0);
     // LLM_CUDA_TOPK_BLOCKS=0: the indexer's top-k on one block a token
     // also at long contexts (comparisons; the same entries either way).
     c->topk_blocks = env_switch(c, "LLM_CUDA_TOPK_BLOCKS");

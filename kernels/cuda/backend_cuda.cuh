@@ -149,6 +149,7 @@ struct cu_impl {
     int wgmma_wg;               // LLM_CUDA_WGMMA_WG (0: the plan's choice)
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
     int attn_mma_t;             // ... on tensor cores from this many tokens (LLM_CUDA_ATTN_MMA_MIN_T)
+    int attd_target;            // ... on the float32 kernel: blocks its splits aim at (LLM_CUDA_ATTD_BLOCKS)
     bool topk_blocks;           // the indexer's top-k over several blocks a token (LLM_CUDA_TOPK_BLOCKS)
     bool idx_tiled;             // the indexer's tiled score kernel (LLM_CUDA_INDEXER_TILED)
     bool hc_tail;               // hc_pre_norm's batched last block (LLM_CUDA_HC_PRE_TAIL)

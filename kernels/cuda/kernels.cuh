@@ -398,8 +398,9 @@ bool cu_attention_mma_decode(cudaStream_t st, const dattn &a, bool split, float 
 #define CU_ATTD_MAX_GROUPS 64
 #define CU_ATTD_COUNTERS (CU_ATTD_MAX_T * CU_ATTD_MAX_GROUPS)
 bool cu_attention_decode_fits(const dattn &a);
-void cu_attention_decode_plan(const dattn &a, int *splits, int *chunk);
-void cu_attention_decode(cudaStream_t st, const dattn &a, float *part, int *count,
+// target: blocks the plan aims at (attn_split_plan; 0: ATTD_TARGET).
+void cu_attention_decode_plan(const dattn &a, int target, int *splits, int *chunk);
+void cu_attention_decode(cudaStream_t st, const dattn &a, int target, float *part, int *count,
                          const dattn *segs = NULL);
 
 // ---- allreduce.cu ----
