@@ -200,17 +200,9 @@ bool cu_attention_decode_fits(const dattn &a)
            (a.nheads + ATTD_HPB - 1) / ATTD_HPB <= CU_ATTD_MAX_GROUPS;
 }
 
-// Four blocks an SM by default (ATTD_TARGET), not attn_split_plan's two:
-// a block of this kernel stages and scores one or a few key tiles and
-// its split's merge is short, so more of them hide more latency (run L4,
-// rank6, batch 1 at 131K: 1.31-1.33 ms a token with 264 blocks, 1.29-1.30
-// with 528, 1.30-1.31 with 1,056, 1.34-1.35 with 132, 1.41 with 66; 8K
-// and batches of 8 within noise from 264 to 1,056).
-#define ATTD_TARGET 528
-
 void cu_attention_decode_plan(const dattn &a, int target, int *splits, int *chunk)
 {
-    attn_split_plan(a, ATTD_HPB, ATTD_KT, splits, chunk, target > 0 ? target : ATTD_TARGET);
+    attn_split_plan(a, ATTD_HPB, ATTD_KT, splits, chunk, target);
 }
 
 void cu_attention_decode(cudaStream_t st, const dattn &a, int target, float *part, int *count,

@@ -1047,8 +1047,8 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // 0: never).
     c->attn_mma_t = (int)env_int(c, "LLM_CUDA_ATTN_MMA_MIN_T", 0, 1 << 20, ATT_DEC_MMA_MIN_T);
     // LLM_CUDA_ATTD_BLOCKS: the blocks the float32 decode attention
-    // kernel's key splits aim at (comparisons; 0: its default, ATTD_TARGET).
-    c->attd_target = (int)env_int(c, "LLM_CUDA_ATTD_BLOCKS", 0, 4096, 0);
+    // kernel's key splits aim at (comparisons).
+    c->attd_target = (int)env_int(c, "LLM_CUDA_ATTD_BLOCKS", 1, 4096, ATTD_TARGET);
     // LLM_CUDA_TOPK_BLOCKS=0: the indexer's top-k on one block a token
     // also at long contexts (comparisons; the same entries either way).
     c->topk_blocks = env_switch(c, "LLM_CUDA_TOPK_BLOCKS");

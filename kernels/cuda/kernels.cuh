@@ -398,7 +398,14 @@ bool cu_attention_mma_decode(cudaStream_t st, const dattn &a, bool split, float 
 #define CU_ATTD_MAX_GROUPS 64
 #define CU_ATTD_COUNTERS (CU_ATTD_MAX_T * CU_ATTD_MAX_GROUPS)
 bool cu_attention_decode_fits(const dattn &a);
-// target: blocks the plan aims at (attn_split_plan; 0: ATTD_TARGET).
+// target: blocks the plan aims at (attn_split_plan), ATTD_TARGET unless
+// compared: four an SM, not the two of attn_split_plan's default, since a
+// block of this kernel stages and scores one or a few key tiles and its
+// split's merge is short (run L4, rank6, batch 1 at 131K: 1.31-1.33 ms a
+// token with 264 blocks, 1.29-1.30 with 528, 1.30-1.31 with 1,056,
+// 1.34-1.35 with 132, 1.41 with 66; 8K and batches of 8 within noise
+// from 264 to 1,056).
+#define ATTD_TARGET 528
 void cu_attention_decode_plan(const dattn &a, int target, int *splits, int *chunk);
 void cu_attention_decode(cudaStream_t st, const dattn &a, int target, float *part, int *count,
                          const dattn *segs = NULL);
