@@ -200,6 +200,12 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
         }
     };
     int ntok = a.T;
+    if (MODE != SMM_DENSE) {
+        // The tile table is moe_sort's; a grid sized for the most tiles
+        // has blocks past the count, which leave before any other work.
+        pdl_wait();
+        if ((int)blockIdx.z >= *a.ntiles) return;   // the whole cluster (same z)
+    }
     if (MODE == SMM_DENSE) {
         // The weights depend on no earlier kernel: on their way before the wait.
         rows(rg0, true);
@@ -209,10 +215,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
         int i = threadIdx.x;
         if (i < TP) xrow[i] = yrow[i] = i < a.T ? i : -1;
     } else {
-        pdl_wait();     // the tile table is moe_sort's
-        int nt = *a.ntiles;
-        int4 tl = a.tiles[blockIdx.z];      // read with the count (max_tiles of them)
-        if ((int)blockIdx.z >= nt) return;  // the whole cluster (same z)
+        int4 tl = a.tiles[blockIdx.z];
         ntok = tl.z, e = tl.x;
         rows(rg0, true);
         rows(rg0, false);
@@ -225,27 +228,35 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     }
     __syncthreads();
 
-    // x: tokens [0, TP) x the block's columns as float4 chunks (zeros past
-    // the tokens and the columns), then each 8 columns' 2 chunks split in
-    // place: hi in the first, lo in the second (unsplit: the first only).
+    // x: the ntok real tokens x the block's columns as float4 chunks, a
+    // warp a token (zeros past the columns), then each 8 columns' 2 chunks
+    // split in place: hi in the first, lo in the second (unsplit: the
+    // first only).  The padding tokens' rows [ntok, TP) stay as they are:
+    // an mma's column of sums reads only its own token's row, and those
+    // columns are neither stored nor sent.  (Expert tiles at 64 tokens
+    // hold about 2 real tokens of 8; in run M1's ncu profile a third of
+    // the w1 / w3 kernel's instructions ran outside its stage loop: x
+    // staged and partial sums sent for all 8 tokens, with divisions, and
+    // the blocks past the tile count.)
     int nc = a.Kb / 4;
-    for (int i = threadIdx.x; i < TP * nc; i += SM_THREADS) {
-        int tok = i / nc, c = i - tok * nc, col = kb0 + 4 * c, xr = xrow[tok];
-        uint8_t *dst = xs + (size_t)tok * a.xst + xpos(c) * 16;
-        int n = xr >= 0 ? min(4, w.cols - col) : 0;
-        const float *src = a.x + (long long)(xr >= 0 ? xr : 0) * a.ldx + (n > 0 ? col : 0);
-        if (a.x16) {
-            cp_async16(dst, src, n > 0 ? n * 4 : 0);
-        } else {
-            float *d = (float *)dst;
-            for (int e = 0; e < 4; e++) d[e] = e < n ? src[e] : 0.0f;
+    for (int tok = warp; tok < ntok; tok += SM_THREADS / 32) {
+        int xr = xrow[tok];
+        const float *xt = a.x + (long long)xr * a.ldx;
+        for (int c = lane; c < nc; c += 32) {
+            int col = kb0 + 4 * c, n = min(4, w.cols - col);
+            uint8_t *dst = xs + (size_t)tok * a.xst + xpos(c) * 16;
+            const float *src = xt + (n > 0 ? col : 0);
+            if (a.x16) {
+                cp_async16(dst, src, n > 0 ? n * 4 : 0);
+            } else {
+                float *d = (float *)dst;
+                for (int e = 0; e < 4; e++) d[e] = e < n ? src[e] : 0.0f;
+            }
         }
     }
     cp_async_commit();
     cp_async_wait<0>();     // x and the first weight stages (this thread's copies)
     __syncthreads();
-    // (the padding tokens' rows are zeros, whose split is zeros: only
-    // the ntok real ones; expert tiles at 64 tokens hold about 2 of 8)
     for (int i = threadIdx.x; i < ntok * nc / 2; i += SM_THREADS) {
         int tok = i / (nc / 2), q = i - tok * (nc / 2);
         uint4 *p0 = (uint4 *)(xs + (size_t)tok * a.xst + xpos(2 * q) * 16);
@@ -382,20 +393,21 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     __syncthreads();
     int KS = (int)cl.num_blocks(), q = (int)cl.block_rank(), per = BR * TP / KS;
     float *recv = part + (size_t)8 * 32 * PL;
-    push_partials<NT>(cl, part, recv, BR, WK, BR * TP, per);
+    push_partials<NT>(cl, part, recv, BR, WK, BR * ntok, per);
     cl.sync();
     // ... then each block adds its share over the ranks, in rank order
     // (SMM_SWIGLU: a w1 row r of a warp's 32 with its w3 row r + 16, in
     // the same share: per is a multiple of 32).
     for (int i = threadIdx.x; i < per; i += SM_THREADS) {
         int e = q * per + i, tok = e / BR, r = e - tok * BR;
+        if (tok >= ntok) break;     // (not sent: push_partials' real tokens only)
         if (MODE == SMM_SWIGLU && (r & 16)) continue;
         float v = 0, v3 = 0;
         for (int p = 0; p < KS; p++) v += recv[p * per + i];
         if (MODE == SMM_SWIGLU)
             for (int p = 0; p < KS; p++) v3 += recv[p * per + i + 16];
         int orow = MODE == SMM_SWIGLU ? rg0 * (BR / 2) + (r >> 5) * 16 + (r & 15) : rg0 * BR + r;
-        if (tok < ntok && orow < w.rows)
+        if (orow < w.rows)
             a.y[(long long)yrow[tok] * a.ldy + orow] =
                 MODE == SMM_SWIGLU ? swiglu1(v, v3, a.limit) : v;
     }
