@@ -177,16 +177,14 @@ __device__ __forceinline__ void stage_keys(KeyOf key, int t, int tn, int hd, int
 // attention_mma.cu): the keys of a (token, group of heads) in splits, a
 // block each, whose partials the last block to finish merges.
 #define ATTN_MAX_SPLITS 64          // attn_merge_splits: two a lane
-#define ATTN_SPLIT_TARGET 264       // blocks a launch aims at: two an SM on an H200
 
 // The splits of a launch of a.n tokens (or sequences) x groups of hpb
-// heads, in tiles of kt keys: near `target` blocks (ATTN_SPLIT_TARGET
-// unless given), at most a split a tile and ATTN_MAX_SPLITS, a split's
-// keys a whole number of tiles; one split past CU_ATTD_MAX_T tokens (the
-// merge's counters).  Depends on n, the heads and pos_end only (graph
+// heads, in tiles of kt keys: near `target` blocks, at most a split a
+// tile and ATTN_MAX_SPLITS, a split's keys a whole number of tiles; one
+// split past CU_ATTD_MAX_T tokens (the merge's counters).  Depends on n, the heads and pos_end only (graph
 // replay).
 static inline void attn_split_plan(const dattn &a, int hpb, int kt, int *splits, int *chunk,
-                                   int target = ATTN_SPLIT_TARGET)
+                                   int target)
 {
     int ncomp_max = a.ratio ? (a.sel ? a.sel_ld : a.pos_end / a.ratio) : 0;
     int tiles = (a.window + ncomp_max + kt - 1) / kt;

@@ -428,15 +428,15 @@ bool cu_attention_mma_decode_fits(const dattn &a)
            a.nheads >= 1;
 }
 
-void cu_attention_mma_decode_plan(const dattn &a, int *splits, int *chunk)
+void cu_attention_mma_decode_plan(const dattn &a, int target, int *splits, int *chunk)
 {
-    attn_split_plan(a, AM_HEADS, AM_KEYS, splits, chunk);
+    attn_split_plan(a, AM_HEADS, AM_KEYS, splits, chunk, target);
 }
 
-bool cu_attention_mma_decode(cudaStream_t st, const dattn &a, bool split, float *part,
+bool cu_attention_mma_decode(cudaStream_t st, const dattn &a, int target, bool split, float *part,
                              int *count, const dattn *segs)
 {
     am_launch l = { segs, 1, 0, part, count };
-    cu_attention_mma_decode_plan(a, &l.splits, &l.chunk);
+    cu_attention_mma_decode_plan(a, target, &l.splits, &l.chunk);
     return split ? attention_mma_hd<2, 1, true>(st, a, l) : attention_mma_hd<1, 1, true>(st, a, l);
 }

@@ -574,7 +574,7 @@ static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
     bool mma = c->attn_mma_t && d.n >= c->attn_mma_t &&
                tensor_core_keys(c, (enum kv_dtype)d.ring_t) && cu_attention_mma_decode_fits(d);
     bool dec = !mma && c->attn_decode && cu_attention_decode_fits(d);
-    if (mma) cu_attention_mma_decode_plan(d, &splits, &chunk);
+    if (mma) cu_attention_mma_decode_plan(d, c->attm_target, &splits, &chunk);
     else if (dec) cu_attention_decode_plan(d, c->attd_target, &splits, &chunk);
     else cu_attention_plan(d, &hpb, &splits, &chunk);
     float *part = NULL;
@@ -584,7 +584,8 @@ static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
         if (c->failed) return;
     }
     if (mma)
-        cu_attention_mma_decode(c->st, d, split_modes(c), part, c->attn_count, segs);
+        cu_attention_mma_decode(c->st, d, c->attm_target, split_modes(c), part, c->attn_count,
+                                segs);
     else if (dec) cu_attention_decode(c->st, d, c->attd_target, part, c->attn_count, segs);
     else if (!cu_attention(c->st, d, part, segs))
         fail(c, "attention: head_dim %d is too large for the kernel", d.hd);
@@ -746,11 +747,20 @@ static void cu_moe_op(backend *b, const moe_args *a)
     // decode MoE bound by its MXFP4 decode instructions, which the tensor
     // cores' path does with fewer a byte).
     int tiles_t = (int)env_int(c, "LLM_CUDA_MOE_MMA_MIN_T", 1, 9, 9);
+    // The fused decode MoE routes its tokens in a launch of its own
+    // (route_kernel) before the up kernel, rather than in every routed
+    // block of the up kernel before its first weight load, where the
+    // routing was about 45% of a block's time and ran once per wave (run
+    // M1, ncu at T = 1: the block's other warps waiting at the barrier
+    // after it).  Run M2, bench_cuda_moe 1: 55.4 -> 51.2 us an op; rank6
+    // batch 1 at 8K 1.16 -> 1.13-1.15 ms.  LLM_CUDA_MOE_ROUTE_FIRST=0: in
+    // the up kernel (comparisons).
+    bool route_first = env_switch(c, "LLM_CUDA_MOE_ROUTE_FIRST");
     if (c->failed) return;
     if (T <= fused_t && T < tiles_t) {
         cu_moe_dec m = { T, K, E, w1, w3, w2, s1, s3, s2, a->x, sc, a->bias, H, a->tid2eid,
                          a->tid_i64, a->sigmoid_scores, ids, a->routed_scale, a->limit, idx, wt,
-                         g, sg, a->out };
+                         g, sg, a->out, route_first ? ord : NULL };
         if (cu_moe_decode(c->st, m)) {
             launched(c, "moe");
             return;
@@ -1049,6 +1059,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_ATTD_BLOCKS: the blocks the float32 decode attention
     // kernel's key splits aim at (comparisons).
     c->attd_target = (int)env_int(c, "LLM_CUDA_ATTD_BLOCKS", 1, 4096, ATTD_TARGET);
+    // LLM_CUDA_ATTM_BLOCKS: the same for the tensor-core decode kernel
+    // (batches of ATTN_MMA_MIN_T+ sequences; comparisons).
+    c->attm_target = (int)env_int(c, "LLM_CUDA_ATTM_BLOCKS", 1, 4096, ATTM_TARGET);
     // LLM_CUDA_TOPK_BLOCKS=0: the indexer's top-k on one block a token
     // also at long contexts (comparisons; the same entries either way).
     c->topk_blocks = env_switch(c, "LLM_CUDA_TOPK_BLOCKS");

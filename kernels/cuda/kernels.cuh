@@ -383,8 +383,11 @@ bool cu_attention_mma(cudaStream_t st, const dattn &a, bool split, int tokens);
 // cu_attention_decode's; part: n * nheads * splits * (hd + 2) floats when
 // the plan splits).  false: head_dim not 64, 128, 256 or 512.
 bool cu_attention_mma_decode_fits(const dattn &a);
-void cu_attention_mma_decode_plan(const dattn &a, int *splits, int *chunk);
-bool cu_attention_mma_decode(cudaStream_t st, const dattn &a, bool split, float *part,
+// target: blocks the plan aims at (attn_split_plan), ATTM_TARGET unless
+// compared (LLM_CUDA_ATTM_BLOCKS): two an SM.
+#define ATTM_TARGET 264
+void cu_attention_mma_decode_plan(const dattn &a, int target, int *splits, int *chunk);
+bool cu_attention_mma_decode(cudaStream_t st, const dattn &a, int target, bool split, float *part,
                              int *count, const dattn *segs = NULL);
 
 // ---- attention_decode.cu ----

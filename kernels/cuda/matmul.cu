@@ -164,6 +164,7 @@ struct gv_args {
     float rscale;
     int *idx;
     float *rwt;
+    int routed;             // moe_up_kernel: idx already holds the choices (route_kernel)
 };
 
 // The column loop of gemv_kernel: acc[r][t] += row[r] of bd / bs (the
@@ -463,8 +464,10 @@ __global__ void __launch_bounds__(256, 2) moe_up_kernel(const __grid_constant__ 
     int n0 = (blockIdx.x * (8 / S) + warp / S) * RO;
     if (blockIdx.x * (8 / S) * RO >= w.rows) return;    // the other matrix is taller
     if (!sh) {
-        pdl_wait();     // scores from the gate's GEMV
-        if (warp == 0) {
+        pdl_wait();     // scores from the gate's GEMV, or idx from route_kernel
+        if (a.routed) {
+            if (threadIdx.x == 0) ex = a.idx[slot];
+        } else if (warp == 0) {
             // xs as the router's scratch until x is staged (E * 5 bytes)
             // (the weights only where they are stored: off the others'
             // path to their first weight load)
@@ -868,6 +871,11 @@ bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m)
     a.scores = m.scores, a.bias = m.bias, a.tid2eid = m.tid2eid, a.ids = m.ids, a.E = m.E;
     a.sigmoid = m.sigmoid, a.tid_i64 = m.tid_i64, a.rscale = m.rscale;
     a.idx = m.idx, a.rwt = m.wt;
+    if (m.order) {
+        cu_moe_route(st, m.scores, m.T, m.E, m.K, m.sigmoid, m.bias, m.tid2eid, m.tid_i64, m.ids,
+                     m.rscale, m.idx, m.wt, m.order);
+        a.routed = 1;
+    }
 
     // up: experts' w1 / w3 over x, shared s1 / s3 over x
     a.w[0] = m.w1, a.w3 = m.w3, a.x[0] = m.x, a.ldx = m.x_ld, a.vec = m.w1.c0 % VE == 0;

@@ -1,8 +1,9 @@
-// The MoE of a decode step (T <= 8 tokens) in three launches: the gate's
-// GEMV (cu_matmul), then cu_moe_decode's two (matmul.cu).  Also the
-// router's choice for one token on one warp, shared by the router kernel
-// (ops.cu) and cu_moe_decode's prologue, so both choose the same experts
-// with the same weights.  A header of its own: only the files that use it
+// The MoE of a decode step (T <= 8 tokens) in four launches: the gate's
+// GEMV (cu_matmul), then cu_moe_decode's routing, up and down (matmul.cu).
+// Also the router's choice for one token on one warp, shared by the
+// router kernel (ops.cu) and the up kernel's prologue (where routing is
+// not a launch of its own), so both choose the same experts with the
+// same weights.  A header of its own: only the files that use it
 // recompile.
 #pragma once
 #include "kernels.cuh"
@@ -75,8 +76,10 @@ __device__ __forceinline__ void route_warp(const float *sc, int E, int K, int si
 //   up:   blocks (rows, slot) for the T*K routed slots and T shared-expert
 //         slots in one grid; a routed block first routes its token
 //         (route_warp; the first block of a token's first slot stores
-//         idx and wt [T][K]), then g[slot] = SwiGLU(x . w1_e, x . w3_e),
-//         a shared block sg[t] = SwiGLU(x . s1, x . s3);
+//         idx and wt [T][K]) -- or, given order, reads idx, which
+//         route_kernel stored in a launch before -- then g[slot] =
+//         SwiGLU(x . w1_e, x . w3_e), a shared block sg[t] = SwiGLU(x .
+//         s1, x . s3);
 //   down: blocks (rows, token): out[t] = (sum over the token's K slots of
 //         wt * (g[slot] . w2_e), one dot product over K * I columns) +
 //         (sg[t] . s2) -- the routed sum first, then the shared expert
@@ -98,5 +101,7 @@ struct cu_moe_dec {
     float *wt;                      // [T][K] their weights
     float *g, *sg;                  // [T*K][w1.rows], [T][s1.rows] (16-byte aligned)
     float *out;                     // [T][w2.rows]
+    int *order;                     // [T][K] scratch: not NULL, the routing in a launch
+                                    // of its own first (route_kernel), not in up's blocks
 };
 bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m);

@@ -2158,8 +2158,8 @@ static void test_moes(void)
     test_moe(1, true, 128, 8, 2, 128, 64, 64);
     test_moe(5, false, 128, 8, 2, 128, 64, 64);
     /* decode sizes, MXFP4 experts and an FP8 shared expert: the fused
-     * decode MoE (moe_decode.cuh: routing in the expert kernel's
-     * prologue, the shared expert in the same grids), every T <= 8, each
+     * decode MoE (moe_decode.cuh: routing in a launch before the expert
+     * kernel, the shared expert in the same grids), every T <= 8, each
      * routing, three draws of weights and inputs (one in the prefill
      * modes' passes: no mode changes T <= 8); then the separate launches
      * it replaces (LLM_CUDA_MOE_DECODE=0), still the path of other
@@ -2175,6 +2175,14 @@ static void test_moes(void)
     setenv("LLM_CUDA_MOE_DECODE", "8", 1);
     test_moe(1, false, 4096, 16, 6, 256, 128, 128);
     test_moe(8, true, 4096, 16, 6, 256, 128, 128);
+    /* the fused decode MoE with its routing in the up kernel's blocks
+     * (by default route_kernel's launch before it) */
+    setenv("LLM_CUDA_MOE_ROUTE_FIRST", "0", 1);
+    for (int T = 1; T <= 8; T += 7)
+        for (int r = ROUTE_TOPK; r <= ROUTE_SIGMOID; r++)
+            test_moe(T, r, 4096, 16, 6, 256, 128, 128);
+    test_moe(3, false, 512, 256, 6, 128, 64, 64);
+    unsetenv("LLM_CUDA_MOE_ROUTE_FIRST");
     unsetenv("LLM_CUDA_MOE_DECODE");
     /* decode sizes through the sorted expert tiles (on tensor cores but
      * under f32), LLM_CUDA_MOE_MMA_MIN_T=1: the comparison issue 13 needs
@@ -2398,6 +2406,7 @@ static void bad_switches(void)
         { "LLM_CUDA_GATE_GEMV_MAX_T", "65" }, { "LLM_CUDA_LT_MIN_T", "1" },
         { "LLM_CUDA_LT_MIN_T", "18" },      { "LLM_CUDA_JOIN", "2" },
         { "LLM_CUDA_MOE_SIDE", "2" },     { "LLM_CUDA_ATTD_BLOCKS", "-1" },
+        { "LLM_CUDA_ATTM_BLOCKS", "0" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
