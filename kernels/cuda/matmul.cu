@@ -468,15 +468,15 @@ __global__ void __launch_bounds__(256, 2) moe_up_kernel(const __grid_constant__ 
         if (a.routed) {
             if (threadIdx.x == 0) ex = a.idx[slot];
         } else if (warp == 0) {
-            // xs as the router's scratch until x is staged (E * 5 bytes)
+            // xs as the router's scratch until x is staged (E * 9 bytes)
             // (the weights only where they are stored: off the others'
             // path to their first weight load)
             int sel[TOPK_MAX], k = slot - tok * a.K;
             bool first = blockIdx.x == 0 && k == 0;
             float wt[TOPK_MAX];
-            float *val = (float *)xs;
+            float *act = (float *)xs, *val = act + a.E;
             route_warp(a.scores + (long long)tok * a.E, a.E, a.K, a.sigmoid, a.bias, a.tid2eid,
-                       a.tid_i64, a.tid2eid ? a.ids[tok] : 0, a.rscale, val,
+                       a.tid_i64, a.tid2eid ? a.ids[tok] : 0, a.rscale, act, val,
                        (unsigned char *)(val + a.E), sel, first, wt);
             if (lane == 0) {
                 ex = sel[k];
@@ -859,7 +859,7 @@ bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m)
     constexpr int R = 4;        // NT = 1 (launch_nt)
     const int QE = QT_MXFP4, QS = QT_FP8, VE = 32, VS = 16;
     int I = m.w1.rows, Is = m.s1.rows, H = m.w2.rows;
-    if (m.T < 1 || m.T > 8 || m.K < 1 || m.K > 16 || m.E < m.K || m.E * 5 > xtile<1>::n * 4 ||
+    if (m.T < 1 || m.T > 8 || m.K < 1 || m.K > 16 || m.E < m.K || m.E * 9 > xtile<1>::n * 4 ||
         m.w1.type != QE || m.w2.type != QE || m.s1.type != QS || m.s2.type != QS ||
         !same_layout(m.w1, m.w3) || !same_layout(m.s1, m.s3) || m.s2.rows != H ||
         m.w2.cols != I || m.s2.cols != Is || I <= 0 || Is <= 0 || H <= 0 ||

@@ -17,12 +17,17 @@ __device__ __forceinline__ float route_act(float x, int sigmoid)
 
 // Token scores sc[E] -> its K experts sel[] (every lane gets them) and,
 // on lane 0 when want_wt, their weights wt[] (the chosen scores
-// normalized, times rscale).  Scored: the biased scores once into val (E floats of shared
-// memory, taken: E bytes), then K rounds of arg-max over them (larger
-// first, ties to the lower expert); hashed (tid2eid): the table's row id.
+// normalized, times rscale).  Scored: the activations once into act and
+// the biased scores into val (2 E floats of shared memory, taken: E
+// bytes), then K rounds of arg-max over them (larger first, ties to the
+// lower expert), each lane's candidates loaded ROUTE_U at a time before
+// they are compared in expert order (the loads' latencies overlap: one
+// LDS after another was most of a round); hashed (tid2eid): the table's
+// row id.
+#define ROUTE_U 8
 __device__ __forceinline__ void route_warp(const float *sc, int E, int K, int sigmoid,
                                            const float *bias, const void *tid2eid, int tid_i64,
-                                           int id, float rscale, float *val,
+                                           int id, float rscale, float *act, float *val,
                                            unsigned char *taken, int (&sel)[TOPK_MAX],
                                            bool want_wt, float (&wt)[TOPK_MAX])
 {
@@ -32,16 +37,40 @@ __device__ __forceinline__ void route_warp(const float *sc, int E, int K, int si
             sel[k] = tid_i64 ? (int)((const long long *)tid2eid)[(long long)id * K + k]
                              : ((const int *)tid2eid)[(long long)id * K + k];
     } else {
-        batched<8>(lane, E, 32, [&](int e) { return route_act(sc[e], sigmoid) + bias[e]; },
-                   [&](int e, float v) { val[e] = v, taken[e] = 0; });
+        for (int e0 = lane; e0 < E; e0 += 32 * ROUTE_U) {
+            float x[ROUTE_U], b[ROUTE_U];
+#pragma unroll
+            for (int u = 0; u < ROUTE_U; u++) {
+                int e = e0 + 32 * u;
+                x[u] = e < E ? sc[e] : 0.0f;
+                b[u] = e < E ? bias[e] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < ROUTE_U; u++) {
+                int e = e0 + 32 * u;
+                if (e >= E) break;
+                float v = route_act(x[u], sigmoid);
+                act[e] = v, val[e] = v + b[u], taken[e] = 0;
+            }
+        }
         __syncwarp();
         for (int k = 0; k < K; k++) {
             float bv = 0;
             int be = -1;
-            for (int e = lane; e < E; e += 32) {
-                if (taken[e]) continue;
-                float v = val[e];
-                if (be < 0 || v > bv || (v == bv && e < be)) bv = v, be = e;
+            for (int e0 = lane; e0 < E; e0 += 32 * ROUTE_U) {
+                float v[ROUTE_U];
+                bool tk[ROUTE_U];
+#pragma unroll
+                for (int u = 0; u < ROUTE_U; u++) {
+                    int e = e0 + 32 * u;
+                    tk[u] = e >= E || taken[e];
+                    v[u] = e < E ? val[e] : 0.0f;
+                }
+#pragma unroll
+                for (int u = 0; u < ROUTE_U; u++) {
+                    int e = e0 + 32 * u;
+                    if (!tk[u] && (be < 0 || v[u] > bv || (v[u] == bv && e < be))) bv = v[u], be = e;
+                }
             }
             for (int o = 16; o; o >>= 1) {
                 float ov = __shfl_xor_sync(0xffffffffu, bv, o);
@@ -60,16 +89,17 @@ __device__ __forceinline__ void route_warp(const float *sc, int E, int K, int si
 #pragma unroll
     for (int k = 0; k < TOPK_MAX; k++)
         if (k < K && k == lane) mine = sel[k];
-    float a = lane < K ? route_act(sc[mine], sigmoid) : 0.0f, act[TOPK_MAX], sum = 0;
+    float a = lane < K ? (tid2eid ? route_act(sc[mine], sigmoid) : act[mine]) : 0.0f;
+    float acts[TOPK_MAX], sum = 0;
 #pragma unroll
-    for (int k = 0; k < TOPK_MAX; k++) act[k] = __shfl_sync(0xffffffffu, a, k);
+    for (int k = 0; k < TOPK_MAX; k++) acts[k] = __shfl_sync(0xffffffffu, a, k);
     if (lane) return;
 #pragma unroll
     for (int k = 0; k < TOPK_MAX; k++)
-        if (k < K) sum += act[k];
+        if (k < K) sum += acts[k];
 #pragma unroll
     for (int k = 0; k < TOPK_MAX; k++)
-        if (k < K) wt[k] = act[k] / (sum + 1e-20f) * rscale;
+        if (k < K) wt[k] = acts[k] / (sum + 1e-20f) * rscale;
 }
 
 // The fused decode MoE after the gate's GEMV wrote scores [T][E]:
@@ -85,7 +115,7 @@ __device__ __forceinline__ void route_warp(const float *sc, int E, int K, int si
 //         (sg[t] . s2) -- the routed sum first, then the shared expert
 //         added, as cu_gemv_combine with add.
 // False (nothing launched): not this path's formats or shapes (MXFP4
-// experts with an FP8 shared expert, T <= 8, K <= 16, E <= 6000 scores in
+// experts with an FP8 shared expert, T <= 8, K <= 16, E <= 3640 scores in
 // shared memory, w1 / w3 and s1 / s3 of one layout, w2 and s2 of H rows);
 // the caller then routes and runs the separate GEMVs.
 struct cu_moe_dec {

@@ -1222,12 +1222,13 @@ __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmo
                              float rscale, int *idx, float *wt, int *order)
 {
     pdl_wait();
-    extern __shared__ float rsh[];      // [E] scores, then [E] taken flags
+    extern __shared__ float rsh[];      // [E] activations, [E] scores, then [E] taken flags
     int t = blockIdx.x, lane = threadIdx.x & 31;
     int sel[TOPK_MAX];
     float w[TOPK_MAX];
     route_warp(scores + (long long)t * E, E, K, sigmoid, bias, tid2eid, tid_i64,
-               tid2eid ? ids[t] : 0, rscale, rsh, (unsigned char *)(rsh + E), sel, true, w);
+               tid2eid ? ids[t] : 0, rscale, rsh, rsh + E, (unsigned char *)(rsh + 2 * E), sel,
+               true, w);
     if (lane) return;
     for (int k = 0; k < K; k++) {
         idx[(long long)t * K + k] = sel[k];
@@ -1251,7 +1252,7 @@ void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, boo
                   float routed_scale, int *idx, float *wt, int *order)
 {
     if (T <= 0) return;
-    size_t smem = tid2eid ? 0 : (size_t)E * (sizeof(float) + 1);
+    size_t smem = tid2eid ? 0 : (size_t)E * (2 * sizeof(float) + 1);
     if (smem > 48 * 1024)
         cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cu_launch(route_kernel, T, 32, smem, st, scores, T, E, K, sigmoid, bias, tid2eid, tid_i64,
