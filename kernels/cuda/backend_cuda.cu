@@ -741,12 +741,16 @@ static void cu_moe_op(backend *b, const moe_args *a)
     // separate GEMVs share a row's loads over the 8 tokens better), so
     // more tokens take the separate launches below.
     int fused_t = (int)env_int(c, "LLM_CUDA_MOE_DECODE", 0, 8, 1);
-    // LLM_CUDA_MOE_MMA_MIN_T: steps of at least this many tokens take the
-    // sorted expert tiles (on tensor cores where LLM_CUDA_MOE_MMA allows)
-    // instead of the per-slot GEMVs below (comparison: run ST2 found the
-    // decode MoE bound by its MXFP4 decode instructions, which the tensor
-    // cores' path does with fewer a byte).
-    int tiles_t = (int)env_int(c, "LLM_CUDA_MOE_MMA_MIN_T", 1, 9, 9);
+    // Steps of at least tiles_t tokens take the sorted expert tiles (on
+    // tensor cores where LLM_CUDA_MOE_MMA allows) instead of the per-slot
+    // GEMVs below: since the tiles stage and send only their real tokens
+    // (run M2) they win from 3 tokens (run M4, rank6 8K, ms a step, GEMVs
+    // against tiles: B = 3 1.81-1.83 / 1.79, 4 1.98-2.01 / 1.92, 6
+    // 2.74-2.75 / 2.61-2.63, 8 3.04-3.05 / 2.85-2.87; B = 2 1.41 / 1.43;
+    // bench_cuda_moe 2 / 3 / 4 / 8: 76.8 / 101.9 / 121.8 / 218.1 us
+    // against 79.4 / 103.8 / 113.4 / 191.7).  LLM_CUDA_MOE_MMA_MIN_T:
+    // comparisons.
+    int tiles_t = (int)env_int(c, "LLM_CUDA_MOE_MMA_MIN_T", 1, 9, 3);
     // The fused decode MoE routes its tokens in a launch of its own
     // (route_kernel) before the up kernel, rather than in every routed
     // block of the up kernel before its first weight load, where the

@@ -2163,7 +2163,9 @@ static void test_moes(void)
      * routing, three draws of weights and inputs (one in the prefill
      * modes' passes: no mode changes T <= 8); then the separate launches
      * it replaces (LLM_CUDA_MOE_DECODE=0), still the path of other
-     * formats and by default of 2-8 tokens */
+     * formats and by default of 2 tokens (LLM_CUDA_MOE_MMA_MIN_T=9: not
+     * the expert tiles, the default from 3 tokens on) */
+    setenv("LLM_CUDA_MOE_MMA_MIN_T", "9", 1);
     setenv("LLM_CUDA_MOE_DECODE", "8", 1);
     for (int draw = 0; draw < (gemm_mode == GEMM_F32 ? 3 : 1); draw++)
         for (int T = 1; T <= 8; T++)
@@ -2184,6 +2186,7 @@ static void test_moes(void)
     test_moe(3, false, 512, 256, 6, 128, 64, 64);
     unsetenv("LLM_CUDA_MOE_ROUTE_FIRST");
     unsetenv("LLM_CUDA_MOE_DECODE");
+    unsetenv("LLM_CUDA_MOE_MMA_MIN_T");
     /* decode sizes through the sorted expert tiles (on tensor cores but
      * under f32), LLM_CUDA_MOE_MMA_MIN_T=1: the comparison issue 13 needs
      * (tiles of one or a few slots) */
