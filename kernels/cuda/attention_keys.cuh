@@ -181,8 +181,8 @@ __device__ __forceinline__ void stage_keys(KeyOf key, int t, int tn, int hd, int
 // The splits of a launch of a.n tokens (or sequences) x groups of hpb
 // heads, in tiles of kt keys: near `target` blocks, at most a split a
 // tile and ATTN_MAX_SPLITS, a split's keys a whole number of tiles; one
-// split past CU_ATTD_MAX_T tokens (the merge's counters).  Depends on n, the heads and pos_end only (graph
-// replay).
+// split past CU_ATTD_MAX_T tokens (the merge's counters).  Depends on n,
+// the heads, pos_end and target only (graph replay).
 static inline void attn_split_plan(const dattn &a, int hpb, int kt, int *splits, int *chunk,
                                    int target)
 {

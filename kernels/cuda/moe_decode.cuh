@@ -69,7 +69,8 @@ __device__ __forceinline__ void route_warp(const float *sc, int E, int K, int si
 #pragma unroll
                 for (int u = 0; u < ROUTE_U; u++) {
                     int e = e0 + 32 * u;
-                    if (!tk[u] && (be < 0 || v[u] > bv || (v[u] == bv && e < be))) bv = v[u], be = e;
+                    if (!tk[u] && (be < 0 || v[u] > bv || (v[u] == bv && e < be)))
+                        bv = v[u], be = e;
                 }
             }
             for (int o = 16; o; o >>= 1) {
