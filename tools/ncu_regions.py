@@ -91,8 +91,9 @@ def main():
     min_share = float(sys.argv[2]) if len(sys.argv) > 2 else 0.004
     seen = set()
     for name, hdr, rows in kernels(sys.argv[1]):
-        key = (name, len(rows), rows[0][0] if rows else "")
-        if key in seen:     # the export repeats a kernel per view
+        # (the export can list a result twice: the same rows again)
+        key = (name, len(rows), sum(num(r[hdr.index("Instructions Executed")]) for r in rows))
+        if key in seen:
             continue
         seen.add(key)
         report(name, hdr, rows, min_share)
