@@ -200,12 +200,6 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
         }
     };
     int ntok = a.T;
-    if (MODE != SMM_DENSE) {
-        // The tile table is moe_sort's; a grid sized for the most tiles
-        // has blocks past the count, which leave before any other work.
-        pdl_wait();
-        if ((int)blockIdx.z >= *a.ntiles) return;   // the whole cluster (same z)
-    }
     if (MODE == SMM_DENSE) {
         // The weights depend on no earlier kernel: on their way before the wait.
         rows(rg0, true);
@@ -215,7 +209,10 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
         int i = threadIdx.x;
         if (i < TP) xrow[i] = yrow[i] = i < a.T ? i : -1;
     } else {
-        int4 tl = a.tiles[blockIdx.z];
+        pdl_wait();     // the tile table is moe_sort's
+        int nt = *a.ntiles;
+        int4 tl = a.tiles[blockIdx.z];      // read with the count (max_tiles of them)
+        if ((int)blockIdx.z >= nt) return;  // the whole cluster (same z)
         ntok = tl.z, e = tl.x;
         rows(rg0, true);
         rows(rg0, false);
@@ -236,8 +233,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     // columns are neither stored nor sent.  (Expert tiles at 64 tokens
     // hold about 2 real tokens of 8; in run M1's ncu profile a third of
     // the w1 / w3 kernel's instructions ran outside its stage loop: x
-    // staged and partial sums sent for all 8 tokens, with divisions, and
-    // the blocks past the tile count.)
+    // staged and partial sums sent for all 8 tokens, with divisions.)
     int nc = a.Kb / 4;
     for (int tok = warp; tok < ntok; tok += SM_THREADS / 32) {
         int xr = xrow[tok];
