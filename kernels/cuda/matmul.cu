@@ -859,8 +859,9 @@ bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m)
     constexpr int R = 4;        // NT = 1 (launch_nt)
     const int QE = QT_MXFP4, QS = QT_FP8, VE = 32, VS = 16;
     int I = m.w1.rows, Is = m.s1.rows, H = m.w2.rows;
-    if (m.T < 1 || m.T > 8 || m.K < 1 || m.K > 16 || m.E < m.K || m.E * 9 > xtile<1>::n * 4 ||
-        m.w1.type != QE || m.w2.type != QE || m.s1.type != QS || m.s2.type != QS ||
+    if (m.T < 1 || m.T > 8 || m.K < 1 || m.K > 16 || m.E < m.K ||
+        (!m.order && m.E * 9 > xtile<1>::n * 4) || m.w1.type != QE || m.w2.type != QE ||
+        m.s1.type != QS || m.s2.type != QS ||
         !same_layout(m.w1, m.w3) || !same_layout(m.s1, m.s3) || m.s2.rows != H ||
         m.w2.cols != I || m.s2.cols != Is || I <= 0 || Is <= 0 || H <= 0 ||
         (uintptr_t)m.g % 16 || (uintptr_t)m.sg % 16)

@@ -116,9 +116,10 @@ __device__ __forceinline__ void route_warp(const float *sc, int E, int K, int si
 //         (sg[t] . s2) -- the routed sum first, then the shared expert
 //         added, as cu_gemv_combine with add.
 // False (nothing launched): not this path's formats or shapes (MXFP4
-// experts with an FP8 shared expert, T <= 8, K <= 16, E <= 3640 scores in
-// shared memory, w1 / w3 and s1 / s3 of one layout, w2 and s2 of H rows);
-// the caller then routes and runs the separate GEMVs.
+// experts with an FP8 shared expert, T <= 8, K <= 16, with the routing
+// in the up kernel E <= 3640 scores in its shared memory, w1 / w3 and s1
+// / s3 of one layout, w2 and s2 of H rows); the caller then routes and
+// runs the separate GEMVs.
 struct cu_moe_dec {
     int T, K, E;
     dqw w1, w3, w2, s1, s3, s2;     // experts (packed, estride apart), shared expert
