@@ -37,6 +37,8 @@ __device__ __forceinline__ void route_warp(const float *sc, int E, int K, int si
             sel[k] = tid_i64 ? (int)((const long long *)tid2eid)[(long long)id * K + k]
                              : ((const int *)tid2eid)[(long long)id * K + k];
     } else {
+        // (batched's one value a load would leave the bias loads behind
+        // the shared stores, which the compiler cannot move them past)
         for (int e0 = lane; e0 < E; e0 += 32 * ROUTE_U) {
             float x[ROUTE_U], b[ROUTE_U];
 #pragma unroll
