@@ -760,11 +760,18 @@ static void cu_moe_op(backend *b, const moe_args *a)
     // batch 1 at 8K 1.16 -> 1.13-1.15 ms.  LLM_CUDA_MOE_ROUTE_FIRST=0: in
     // the up kernel (comparisons).
     bool route_first = env_switch(c, "LLM_CUDA_MOE_ROUTE_FIRST");
+    // LLM_CUDA_MOE_DEC_MMA=1: the fused decode MoE's up and down kernels
+    // on tensor cores (moe_decode_mma.cu: x and g split in two bf16 parts,
+    // as the expert tiles; not under f32), LLM_CUDA_MOE_DEC_MMA_S warps a
+    // row group of the up kernel (2, 4, 8).  Off until measured.
+    bool dec_mma = env_int(c, "LLM_CUDA_MOE_DEC_MMA", 0, 1, 0) && c->gemm != BACKEND_GEMM_F32;
+    int dec_s = (int)env_int(c, "LLM_CUDA_MOE_DEC_MMA_S", 2, 8, 8);
+    if (dec_s & (dec_s - 1)) fail(c, "LLM_CUDA_MOE_DEC_MMA_S=%d: expected 2, 4 or 8", dec_s);
     if (c->failed) return;
     if (T <= fused_t && T < tiles_t) {
         cu_moe_dec m = { T, K, E, w1, w3, w2, s1, s3, s2, a->x, sc, a->bias, H, a->tid2eid,
                          a->tid_i64, a->sigmoid_scores, ids, a->routed_scale, a->limit, idx, wt,
-                         g, sg, a->out, route_first ? ord : NULL };
+                         g, sg, a->out, route_first ? ord : NULL, dec_mma ? dec_s : 0 };
         if (cu_moe_decode(c->st, m)) {
             launched(c, "moe");
             return;

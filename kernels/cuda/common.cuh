@@ -92,6 +92,16 @@ __device__ __forceinline__ float e8m0f(uint32_t e)
     return __uint_as_float(e == 255 ? 0x7fc00000u : e ? e << 23 : 0x00400000u);
 }
 
+// 16 bytes of weights, read once: not kept in L1.
+__device__ __forceinline__ uint4 ld_weights(const uint8_t *p)
+{
+    uint4 u;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+        : "l"(p));
+    return u;
+}
+
 // Word j of 16 loaded bytes.
 __device__ __forceinline__ uint32_t word(const uint4 &u, int j)
 {

@@ -26,16 +26,6 @@ template <int NT> struct xtile { static constexpr int n = 8192 / NT; };
 // the xor spreads every 8 consecutive lanes over all banks.
 __device__ __forceinline__ int xswz(int q) { return q ^ ((q >> 3) & 7); }
 
-// 16 bytes of weights, read once: not kept in L1.
-__device__ __forceinline__ uint4 ld_weights(const uint8_t *p)
-{
-    uint4 u;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
-        : "l"(p));
-    return u;
-}
-
 __device__ __forceinline__ float comp(const float4 &v, int k)
 {
     return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
@@ -876,6 +866,7 @@ bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m)
         cu_moe_route(st, m.scores, m.T, m.E, m.K, m.sigmoid, m.bias, m.tid2eid, m.tid_i64, m.ids,
                      m.rscale, m.idx, m.wt, m.order);
         a.routed = 1;
+        if (m.mma_s && cu_moe_decode_mma(st, m, m.mma_s)) return true;
     }
 
     // up: experts' w1 / w3 over x, shared s1 / s3 over x

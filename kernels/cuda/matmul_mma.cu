@@ -69,36 +69,6 @@ struct smm_args {
     int x16;            // x's rows are whole float4s (aligned, ldx % 4 == 0)
 };
 
-__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-
-// The bf16x2 multipliers that take e2m1 * 2^-126 to e2m1 * 2^(S - 127), S
-// a UE8M0 scale: m, then m2 (1.0 unless S > 128, whose 2^(S - 1) bf16
-// cannot hold: 2^127 times 2^(S - 128); S = 255: NaN, as the CPU's).
-__device__ __forceinline__ void fp4_mults(uint32_t S, uint32_t &m, uint32_t &m2)
-{
-    bool big = S > 128 && S != 255;
-    m = S == 255 ? 0x7fc0u : big ? 254u << 7 : (S + 126) << 7;
-    m2 = big ? (S - 1) << 7 : 0x3f80u;
-    m |= m << 16;
-    m2 |= m2 << 16;
-}
-
-// The 8 E2M1 codes of w (column 2i in the low nibble of byte i) times m
-// (fp4_mults' first): o[j] = bf16 pair (column j, column j + 4).
-__device__ __forceinline__ void fp4x8_bf16x2(uint32_t w, uint32_t m, uint32_t (&o)[4])
-{
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        uint32_t t = w << (12 - 4 * j);
-        o[j] = mul_bf16x2((t & 0x80008000u) | ((t & 0x70007000u) >> 6), m);
-    }
-}
-
 // Staged x: chunk c of a token row (16 bytes: 4 floats, after the split 8
 // bf16) at 16-byte unit c + c / 8.  A lane's chunks of a stage are then
 // consecutive units, those of the next stage a fixed stride further (one

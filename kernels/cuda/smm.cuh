@@ -60,6 +60,36 @@ template <int QT, bool SPLIT> __device__ __forceinline__ void split_x8(uint4 *p0
     if (SPLIT) *p1 = make_uint4(lo[0], lo[1], lo[2], lo[3]);
 }
 
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+// The bf16x2 multipliers that take e2m1 * 2^-126 to e2m1 * 2^(S - 127), S
+// a UE8M0 scale: m, then m2 (1.0 unless S > 128, whose 2^(S - 1) bf16
+// cannot hold: 2^127 times 2^(S - 128); S = 255: NaN, as the CPU's).
+__device__ __forceinline__ void fp4_mults(uint32_t S, uint32_t &m, uint32_t &m2)
+{
+    bool big = S > 128 && S != 255;
+    m = S == 255 ? 0x7fc0u : big ? 254u << 7 : (S + 126) << 7;
+    m2 = big ? (S - 1) << 7 : 0x3f80u;
+    m |= m << 16;
+    m2 |= m2 << 16;
+}
+
+// The 8 E2M1 codes of w (column 2i in the low nibble of byte i) times m
+// (fp4_mults' first): o[j] = bf16 pair (column j, column j + 4).
+__device__ __forceinline__ void fp4x8_bf16x2(uint32_t w, uint32_t m, uint32_t (&o)[4])
+{
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        uint32_t t = w << (12 - 4 * j);
+        o[j] = mul_bf16x2((t & 0x80008000u) | ((t & 0x70007000u) >> 6), m);
+    }
+}
+
 // A bf16 pair from two FP8 codes (the low 16 bits of b) times scale s.
 __device__ __forceinline__ uint32_t fp8x2_bf16x2(uint32_t b, float s)
 {

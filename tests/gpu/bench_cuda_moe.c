@@ -11,8 +11,10 @@
  * T <= 8: the decode MoE instead (gate GEMV, then the fused routing and
  * expert kernels of moe_decode.cuh; LLM_CUDA_MOE_DECODE=0: the separate
  * router, shared-expert and expert GEMVs), in CUDA graphs of 32 ops over
- * 8 layers' weights (every read from DRAM); GB/s of the weight bytes one
- * op reads (gate, T * 6 expert slots, T shared-expert reads: each slot
+ * 8 layers' weights (every read from DRAM); then the fused MoE's up
+ * and down on tensor cores (LLM_CUDA_MOE_DEC_MMA=1) at each column
+ * split S of its up kernel (LLM_CUDA_MOE_DEC_MMA_S 8, 4, 2); GB/s of the
+ * weight bytes one op reads (gate, T * 6 expert slots, T shared-expert reads: each slot
  * reads its expert, so T > 1 counts an expert twice when two tokens pick
  * it; the unique bytes are at most that).
  * 9 <= T <= 64: the decode batch's MoE the same way, its expert tiles on
@@ -139,12 +141,14 @@ static void bench_decode(int T, bool fused)
     double sh = 3.0 * ((double)I * H + (double)(I / 128) * (H / 128));
     double bytes = T <= 8 ? 2.0 * E * H + T * (K * ex + sh)
                           : 2.0 * E * H + E * (1 - pow(1 - (double)K / E, T)) * ex + sh;
+    char dec_name[32];
+    snprintf(dec_name, sizeof dec_name, "fused, mma S=%s", getenv("LLM_CUDA_MOE_DEC_MMA_S"));
     printf("moe decode T=%d (E=%d K=%d H=%d I=%d) %-22s: %8.2f us %7.0f GB/s\n", T, E, K, H, I,
            T > 8 || getenv("LLM_CUDA_MOE_MMA_MIN_T")
                   ? (!fused ? "tiles on the GEMV"
                      : getenv("LLM_CUDA_MOE_MMA_BLOCKS") ? "tensor cores, 1 block/SM"
                                                          : "tensor cores, 2 blocks/SM")
-           : fused ? "fused (3 launches)"
+           : fused ? (getenv("LLM_CUDA_MOE_DEC_MMA") ? dec_name : "fused (3 launches)")
                    : "separate (6 launches)",
            sec * 1e6, bytes / sec / 1e9);
     const char *e = G->error(G);
@@ -173,6 +177,16 @@ int main(int argc, char **argv)
             setenv("LLM_CUDA_MOE_MMA_MIN_T", "1", 1);
             bench_decode(T, true);
             unsetenv("LLM_CUDA_MOE_MMA_MIN_T");
+            /* the fused MoE's up and down on tensor cores, the up kernel's
+             * column slices S (LLM_CUDA_MOE_DEC_MMA, _S) */
+            static const char *const slices[] = { "8", "4", "2" };
+            setenv("LLM_CUDA_MOE_DEC_MMA", "1", 1);
+            for (int i = 0; i < 3; i++) {
+                setenv("LLM_CUDA_MOE_DEC_MMA_S", slices[i], 1);
+                bench_decode(T, true);
+            }
+            unsetenv("LLM_CUDA_MOE_DEC_MMA");
+            unsetenv("LLM_CUDA_MOE_DEC_MMA_S");
         }
         return 0;
     }

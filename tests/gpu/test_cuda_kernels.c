@@ -28,7 +28,10 @@
  * the terms' magnitudes for rounding errors of random sign), the same
  * bound the separate launches have met on these shapes; the same experts
  * (the gate's GEMV and route_warp are shared by both paths; a near-tie
- * that the GEMV's order flips against the CPU's fails loudly).
+ * that the GEMV's order flips against the CPU's fails loudly).  Its up
+ * and down kernels on tensor cores (LLM_CUDA_MOE_DEC_MMA=1, not under
+ * f32): x and g split in two bf16 parts as the expert tiles split them,
+ * so the tiles' bound below, 4 2^-16 + 1e-5.
  * LLM_CUDA_GEMM=fp8 (DeepSeek's numerics): in steps of 64+ tokens the
  * matmuls of FP8 and MXFP4 weights multiply act_quant(x) (cpu/quant.h),
  * FP8 weights as FP8 x FP8 with block scales (cuBLASLt), MXFP4 ones as
@@ -2035,20 +2038,27 @@ static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int
     const char *f8 = getenv("LLM_CUDA_MOE_FP8");
     const char *mm = getenv("LLM_CUDA_MOE_MMA"), *mt = getenv("LLM_CUDA_MOE_MMA_MIN_T");
     bool tiles = T >= (mt ? atoi(mt) : 9);     /* the sorted expert tiles (backend_cuda.cu) */
+    /* the fused decode MoE's up and down on tensor cores (x and g split
+     * as the tiles split them; not under f32) */
+    const char *dm = getenv("LLM_CUDA_MOE_DEC_MMA"), *rf = getenv("LLM_CUDA_MOE_ROUTE_FIRST");
+    bool decmma = !tiles && T <= (fe ? atoi(fe) : 1) && dm && !strcmp(dm, "1") &&
+                  !(rf && !strcmp(rf, "0")) && gemm_mode != GEMM_F32;
     snprintf(name, sizeof name, "moe %s routing T=%d H=%d (E=%d K=%d, rank slice %d+%d of %d "
-             "in MXFP4 experts)%s%s%s%s%s", hash ? "hash" : routing == ROUTE_SIGMOID ? "sigmoid" : "top-k",
+             "in MXFP4 experts)%s%s%s%s%s%s", hash ? "hash" : routing == ROUTE_SIGMOID ? "sigmoid" : "top-k",
              T, H, E, K, i0, ni, I, !tiles && T > (fe ? atoi(fe) : 1) ? " separate launches" : "",
              gemm_mode == GEMM_FP8 && f8 && !strcmp(f8, "0") ? " bf16 expert kernel" : "",
              moe_w2_shift > 0 ? " w2 scales x2^100" : moe_w2_shift < 0 ? " w2 scales x2^-100" : "",
              tiles && mm && !strcmp(mm, "0") ? " expert tiles on the GEMV" : "",
-             tiles && T <= 8 ? " expert tiles (LLM_CUDA_MOE_MMA_MIN_T)" : "");
+             tiles && T <= 8 ? " expert tiles (LLM_CUDA_MOE_MMA_MIN_T)" : "",
+             decmma ? " LLM_CUDA_MOE_DEC_MMA=1" : "");
     if (T >= LT_MIN_T && (gemm_mode == GEMM_BF16 || gemm_mode == GEMM_BF16X2)) {
         a.x = x, a.gate = &gate, a.w1 = w1, a.w2 = w2, a.w3 = w3;
         a.sw1 = &s1, a.sw2 = &s2, a.sw3 = &s3;
         moe_bound_check(name, &a, g, out);
     } else {
         check_tol(name, g, out, (size_t)T * H,
-                  !tiles || gemm_mode == GEMM_F32 ? TOL
+                  decmma                          ? 4 * 0x1p-16 + TOL
+                  : !tiles || gemm_mode == GEMM_F32 ? TOL
                   : T < LT_MIN_T                  ? 4 * 0x1p-16 + TOL
                                                   : 1e-2);
     }
@@ -2185,6 +2195,35 @@ static void test_moes(void)
             test_moe(T, r, 4096, 16, 6, 256, 128, 128);
     test_moe(3, false, 512, 256, 6, 128, 64, 64);
     unsetenv("LLM_CUDA_MOE_ROUTE_FIRST");
+    /* its up and down kernels on tensor cores (LLM_CUDA_MOE_DEC_MMA=1,
+     * moe_decode_mma.cu; f32 keeps matmul.cu's): every T <= 8 and
+     * routing, the up kernel's column slices 2 and 4 (default 8), E = 256,
+     * a 64-column slice (half a chunk of w2: the lanes past it idle), w2
+     * scales 2^+-100 (bf16 multipliers past one pair), a 48-column slice
+     * (not whole scale blocks: matmul.cu's kernels), routing in the up
+     * kernel (the switch needs route_kernel first: matmul.cu's) */
+    setenv("LLM_CUDA_MOE_DEC_MMA", "1", 1);
+    for (int T = 1; T <= 8; T++)
+        for (int r = ROUTE_TOPK; r <= ROUTE_SIGMOID; r++)
+            test_moe(T, r, 1024, 32, 6, 512, 256, 256);
+    for (int sl = 2; sl <= 4; sl *= 2) {
+        setenv("LLM_CUDA_MOE_DEC_MMA_S", sl == 2 ? "2" : "4", 1);
+        test_moe(1, false, 4096, 16, 6, 256, 128, 128);
+        test_moe(5, true, 1024, 32, 6, 512, 256, 256);
+    }
+    unsetenv("LLM_CUDA_MOE_DEC_MMA_S");
+    test_moe(1, false, 4096, 16, 6, 256, 128, 128);
+    test_moe(8, true, 4096, 16, 6, 256, 128, 128);
+    test_moe(2, false, 512, 256, 6, 128, 64, 64);
+    test_moe(1, false, 128, 8, 2, 128, 64, 64);
+    for (moe_w2_shift = -100; moe_w2_shift <= 100; moe_w2_shift += 200)
+        test_moe(2, false, 1024, 32, 6, 512, 256, 256);
+    moe_w2_shift = 0;
+    test_moe(2, false, 256, 8, 3, 96, 32, 48);
+    setenv("LLM_CUDA_MOE_ROUTE_FIRST", "0", 1);
+    test_moe(1, false, 1024, 32, 6, 512, 256, 256);
+    unsetenv("LLM_CUDA_MOE_ROUTE_FIRST");
+    unsetenv("LLM_CUDA_MOE_DEC_MMA");
     unsetenv("LLM_CUDA_MOE_DECODE");
     unsetenv("LLM_CUDA_MOE_MMA_MIN_T");
     /* decode sizes through the sorted expert tiles (on tensor cores but

@@ -1,0 +1,350 @@
+// The fused decode MoE's up and down kernels (cu_moe_decode, T <= 8) on
+// tensor cores: the same grids of one slot (up) or one token (down) a
+// block as matmul.cu's moe_up_kernel / moe_down_kernel, every product an
+// mma.sync m16n8k16 instead of float32 FMAs.  Those kernels spend ~6.8
+// instructions a weight on an E2M1 code (decode to f16, convert to
+// float32, FMA; run M1's ncu at T = 1) and are issue-bound well below the
+// bandwidth; here a weight costs its exact bf16 decode (matmul_mma.cu's
+// fp4x8_bf16x2) and an eighth of an mma.
+//
+// Fragments (matmul_mma.cu's scheme): a warp owns 16 weight rows (up: 8
+// rows of w1 and the same 8 of w3; down: 16 rows of w2 and of the shared
+// s2) and a slice of the columns; in each chunk of columns lane (g, q)
+// loads 16 bytes of its rows g and g + 8 at the lane's slice (MXFP4 32
+// columns, one scale block; FP8 16), which are its A fragments for the
+// chunk's k steps.  x is B: column 0 its bf16 hi part, column 1 its lo
+// part (hi = bf16(x), lo = bf16(x - hi): within 2^-16 of x, the expert
+// tiles' split), columns 2-7 zero, so lane (g, 0) ends with row g's two
+// partial sums in c0, c1 and row g + 8's in c2, c3.
+//
+// Staged x (per block, its columns as units): MXFP4 units of 8 columns,
+// hi as the bf16 pairs (c0,c4) (c1,c5) (c2,c6) (c3,c7) (fp4x8_bf16x2's
+// order) then lo; FP8 units of 4 columns, (c0,c1) (c2,c3), hi then lo.  A
+// chunk is 16 units, 4 a lane; lane q's unit j is stored at (j + q) mod 4
+// of its four, so the 8 lanes that read hi and lo of their unit j hit 8
+// distinct bank groups.
+#include "moe_decode.cuh"
+#include "smm.cuh"
+
+template <int QT> struct mdm_fmt;
+// UC columns a unit (4 UC bytes staged), SC a lane's slice, CH a chunk
+template <> struct mdm_fmt<QT_MXFP4> { static constexpr int UC = 8, SC = 32, CH = 128; };
+template <> struct mdm_fmt<QT_FP8> { static constexpr int UC = 4, SC = 16, CH = 64; };
+
+#define MDM_D 4     // chunks in flight per warp (2 x 16 bytes a lane each)
+
+struct mdm_args {
+    int T, K, S;                // S: warps a row group (its column slices)
+    dqw w1, w3, w2, s1, s3, s2;
+    const float *x;
+    int x_ld;
+    const int *idx;             // [T][K] experts (route_kernel)
+    const float *wt;            // [T][K] their weights
+    float *g, *sg, *out;        // [T*K][w1.rows], [T][s1.rows], [T][w2.rows]
+    float limit;
+};
+
+// Byte offset of unit u in staged x.
+template <int QT> __device__ __forceinline__ int unit_at(int u)
+{
+    return ((u & ~3) | ((u + (u >> 2)) & 3)) * 4 * mdm_fmt<QT>::UC;
+}
+
+// Unit u of staged x from UC floats at p (16-byte aligned) times f.
+template <int QT>
+__device__ __forceinline__ void put_unit(uint8_t *xs, int u, const float *p, float f)
+{
+    constexpr int UC = mdm_fmt<QT>::UC, FP4 = QT == QT_MXFP4;
+    float v[UC];
+#pragma unroll
+    for (int i = 0; i < UC / 4; i++) {
+        float4 a = ((const float4 *)p)[i];
+        v[4 * i] = f * a.x, v[4 * i + 1] = f * a.y, v[4 * i + 2] = f * a.z, v[4 * i + 3] = f * a.w;
+    }
+    uint32_t hi[UC / 2], lo[UC / 2];
+#pragma unroll
+    for (int e = 0; e < UC / 2; e++) {
+        float f0 = FP4 ? v[e] : v[2 * e], f1 = FP4 ? v[e + 4] : v[2 * e + 1];
+        hi[e] = pack_bf16x2(f0, f1);
+        // f - hi is exact in float32
+        lo[e] = pack_bf16x2(f0 - bf16f(hi[e] & 0xffff), f1 - bf16f(hi[e] >> 16));
+    }
+    uint8_t *d = xs + unit_at<QT>(u);
+    if (FP4) {
+        ((uint4 *)d)[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        ((uint4 *)d)[1] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    } else {
+        ((uint2 *)d)[0] = make_uint2(hi[0], hi[1]);
+        ((uint2 *)d)[1] = make_uint2(lo[0], lo[1]);
+    }
+}
+
+// One chunk's copies of a lane: 16 bytes of its rows g and g + 8 (zeros
+// past the columns) and their scale bytes.
+struct mdm_copy {
+    uint4 a, b;
+    uint32_t sa, sb;
+};
+
+// The copies of rows ra, rb (copy rows, scale rows alike) of expert data
+// pa / pb, scales qa / qb (the same layout w), at view column col.
+template <int QT>
+__device__ __forceinline__ void mdm_load(mdm_copy &c, const dqw &w, const uint8_t *pa,
+                                         const uint8_t *pb, const uint8_t *qa, const uint8_t *qb,
+                                         long long ra, long long rb, int col)
+{
+    c.a = c.b = make_uint4(0, 0, 0, 0);
+    c.sa = c.sb = 127;
+    if (col >= w.cols) return;
+    long long k = w.c0 + col;
+    if (QT == QT_MXFP4) {
+        c.a = ld_weights(pa + ((ra * w.ld + k) >> 1));
+        c.b = ld_weights(pb + ((rb * w.ld + k) >> 1));
+        c.sa = qa[ra * w.sld + (k >> 5)];
+        c.sb = qb[rb * w.sld + (k >> 5)];
+    } else {
+        c.a = ld_weights(pa + ra * w.ld + k);
+        c.b = ld_weights(pb + rb * w.ld + k);
+        c.sa = qa[(ra >> 7) * w.sld + (k >> 7)];
+        c.sb = qb[(rb >> 7) * w.sld + (k >> 7)];
+    }
+}
+
+// acc += the chunk's products: copies c times staged x's chunk at xc
+// (unit_at of its first unit); live: the lane's slice inside the columns.
+template <int QT>
+__device__ __forceinline__ void mdm_mma(float (&acc)[4], const mdm_copy &c, const uint8_t *xc,
+                                        bool live)
+{
+    int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    bool bx = live && g < 2;    // lanes of B's columns 0 (hi) and 1 (lo)
+    const uint8_t *xq = xc + q * 16 * mdm_fmt<QT>::UC;
+    if (QT == QT_MXFP4) {
+        // the multiplier of a scale up to 128 is one bf16 pair; a chunk
+        // of the warp with a larger one (rare) takes fp4_mults' two
+        uint32_t ma = ((c.sa + 126) << 7) * 0x10001u, mb = ((c.sb + 126) << 7) * 0x10001u;
+        uint32_t ma2 = 0, mb2 = 0;
+        bool big = __any_sync(0xffffffffu, c.sa > 128 || c.sb > 128);
+        if (big) fp4_mults(c.sa, ma, ma2), fp4_mults(c.sb, mb, mb2);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            uint32_t p[4], r[4];
+            fp4x8_bf16x2(word(c.a, j), ma, p);
+            fp4x8_bf16x2(word(c.b, j), mb, r);
+            if (big)
+#pragma unroll
+                for (int i = 0; i < 4; i++) p[i] = mul_bf16x2(p[i], ma2), r[i] = mul_bf16x2(r[i], mb2);
+            uint4 xv = make_uint4(0, 0, 0, 0);
+            if (bx) xv = *(const uint4 *)(xq + ((j + q) & 3) * 32 + g * 16);
+            mma_bf16_16816(acc, p[0], r[0], p[1], r[1], xv.x, xv.y);
+            mma_bf16_16816(acc, p[2], r[2], p[3], r[3], xv.z, xv.w);
+        }
+    } else {
+        float fa = e8m0f(c.sa), fb = e8m0f(c.sb);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            uint32_t wa = word(c.a, j), wb = word(c.b, j);
+            uint2 xv = make_uint2(0, 0);
+            if (bx) xv = *(const uint2 *)(xq + ((j + q) & 3) * 16 + g * 8);
+            mma_bf16_16816(acc, fp8x2_bf16x2(wa, fa), fp8x2_bf16x2(wb, fb),
+                           fp8x2_bf16x2(wa >> 16, fa), fp8x2_bf16x2(wb >> 16, fb), xv.x, xv.y);
+        }
+    }
+}
+
+// Up, one slot a block (blockIdx.y: the T * K routed slots of MXFP4
+// experts, then the T shared-expert slots of FP8): this warp's 8 rows of
+// w1 and w3 from n0 over its chunks, x staged, SwiGLU into g or sg.
+template <int QT>
+__device__ __forceinline__ void mdm_up(const mdm_args &a, uint8_t *xs, float (*part)[16])
+{
+    using F = mdm_fmt<QT>;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    int S = a.S, sub = warp % S, n0 = (blockIdx.x * (8 / S) + warp / S) * 8;
+    int ns = a.T * a.K, slot = blockIdx.y;
+    bool sh = QT == QT_FP8;
+    int tok = sh ? slot - ns : slot / a.K;
+    const dqw &w = sh ? a.s1 : a.w1, &w3 = sh ? a.s3 : a.w3;
+    long long e = 0;
+    if (!sh) {
+        pdl_wait();     // the slot's expert from route_kernel
+        e = a.idx[slot];
+    }
+    long long r = w.r0 + min(n0 + g, w.rows - 1);
+    const uint8_t *pa = w.data + e * w.estride, *pb = w3.data + e * w3.estride;
+    const uint8_t *qa = w.scale + e * w.sestride, *qb = w3.scale + e * w3.sestride;
+    int nch = (w.cols + F::CH - 1) / F::CH, per = (nch + S - 1) / S;
+    int cb = sub * per, ce = min(nch, cb + per);
+    mdm_copy cp[MDM_D];
+#pragma unroll
+    for (int d = 0; d < MDM_D; d++)
+        if (cb + d < ce) mdm_load<QT>(cp[d], w, pa, pb, qa, qb, r, r, (cb + d) * F::CH + q * F::SC);
+    if (sh) pdl_wait();     // the shared expert's weights were on their way first
+    const float *x = a.x + (long long)tok * a.x_ld;
+    for (int u = threadIdx.x; u < w.cols / F::UC; u += blockDim.x)
+        put_unit<QT>(xs, u, x + u * F::UC, 1.0f);
+    __syncthreads();
+    float acc[4] = { 0, 0, 0, 0 };
+    for (int c = cb; c < ce; c += MDM_D) {
+#pragma unroll
+        for (int d = 0; d < MDM_D; d++) {
+            if (c + d >= ce) break;
+            mdm_mma<QT>(acc, cp[d], xs + unit_at<QT>((c + d) * 16),
+                        (c + d) * F::CH + q * F::SC < w.cols);
+            if (c + d + MDM_D < ce)
+                mdm_load<QT>(cp[d], w, pa, pb, qa, qb, r, r, (c + d + MDM_D) * F::CH + q * F::SC);
+        }
+    }
+    if (q == 0) part[warp][g] = acc[0] + acc[1], part[warp][8 + g] = acc[2] + acc[3];
+    __syncthreads();
+    if (sub || lane >= 8 || n0 + lane >= w.rows) return;
+    float v = 0, u = 0;
+    for (int k = 0; k < S; k++) v += part[warp + k][lane], u += part[warp + k][8 + lane];
+    float *y = sh ? a.sg + (long long)tok * a.s1.rows : a.g + (long long)slot * a.w1.rows;
+    y[n0 + lane] = swiglu1(v, u, a.limit);
+}
+
+__global__ void __launch_bounds__(256, 2) moe_up_mma_kernel(const __grid_constant__ mdm_args a)
+{
+    extern __shared__ __align__(16) uint8_t mdm_sh[];
+    __shared__ float part[8][16];
+    bool sh = (int)blockIdx.y >= a.T * a.K;
+    const dqw &w = sh ? a.s1 : a.w1;
+    if ((int)blockIdx.x * (8 / a.S) * 8 >= w.rows) return;     // the other matrix is taller
+    if (sh) mdm_up<QT_FP8>(a, mdm_sh, part);
+    else mdm_up<QT_MXFP4>(a, mdm_sh, part);
+}
+
+// Down, one token a block (blockIdx.y): this warp's 16 rows from n0 of
+// the shared expert's s2 over sg (FP8 chunks, first: their weights load
+// before the wait) and of the K chosen experts' w2 over their g rows
+// times their weights (MXFP4 chunks, cpe an expert, the last one's slices
+// past I empty: each chunk one expert's columns); out = the routed sum
+// plus the shared one, as moe_down_kernel.
+__global__ void __launch_bounds__(256, 2) moe_down_mma_kernel(const __grid_constant__ mdm_args a)
+{
+    extern __shared__ __align__(16) uint8_t mdm_sh[];
+    __shared__ float part[2][8][16];
+    __shared__ long long eo[2][16];
+    using FR = mdm_fmt<QT_MXFP4>;
+    using FS = mdm_fmt<QT_FP8>;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    int S = a.S, sub = warp % S, n0 = (blockIdx.x * (8 / S) + warp / S) * 16, t = blockIdx.y;
+    const dqw &w = a.w2, &sw = a.s2;
+    int H = w.rows, I = w.cols, Is = sw.cols, K = a.K;
+    int cpe = (I + FR::CH - 1) / FR::CH, nr = K * cpe, nsc = (Is + FS::CH - 1) / FS::CH;
+    int rper = (nr + S - 1) / S, sper = (nsc + S - 1) / S;
+    int r0 = sub * rper, r1 = min(nr, r0 + rper), s0 = sub * sper, s1 = min(nsc, s0 + sper);
+    int nsw = max(0, s1 - s0), n = nsw + max(0, r1 - r0);    // this warp's chunks
+    uint8_t *xr = mdm_sh, *xsh = mdm_sh + (size_t)nr * 16 * 4 * FR::UC;
+    long long ra = min(n0 + g, H - 1), rb = min(n0 + g + 8, H - 1);
+    long long sra = sw.r0 + ra, srb = sw.r0 + rb;
+    ra += w.r0, rb += w.r0;
+    // chunk i of the warp's sequence: shared s0 + i, then routed r0 + i - nsw
+    // (expert lk, its chunk lc: counted as the loads go, in order)
+    int lk = r0 / cpe, lc = r0 - lk * cpe;
+    mdm_copy cp[MDM_D];
+    auto load = [&](int d, int i) {
+        if (i < nsw) {
+            mdm_load<QT_FP8>(cp[d], sw, sw.data, sw.data, sw.scale, sw.scale, sra, srb,
+                             (s0 + i) * FS::CH + q * FS::SC);
+        } else {
+            const uint8_t *p = w.data + eo[0][lk], *s = w.scale + eo[1][lk];
+            int col = lc * FR::CH + q * FR::SC;
+            mdm_load<QT_MXFP4>(cp[d], w, p, p, s, s, ra, rb, col);
+            if (++lc == cpe) lc = 0, lk++;
+        }
+    };
+    int pre = min(nsw, MDM_D);
+#pragma unroll
+    for (int d = 0; d < MDM_D; d++)
+        if (d < pre) load(d, d);
+    pdl_wait();     // experts, weights, g and sg from the up kernel
+    if (threadIdx.x < K) {
+        long long e = a.idx[(long long)t * K + threadIdx.x];
+        eo[0][threadIdx.x] = e * w.estride;
+        eo[1][threadIdx.x] = e * w.sestride;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int d = 0; d < MDM_D; d++)
+        if (d >= pre && d < n) load(d, d);
+    for (int u = threadIdx.x; u < K * (I / FR::UC); u += blockDim.x) {
+        int k = u / (I / FR::UC), i = (u - k * (I / FR::UC)) * FR::UC;
+        long long sl = (long long)t * K + k;
+        put_unit<QT_MXFP4>(xr, (k * cpe + i / FR::CH) * 16 + (i % FR::CH) / FR::UC,
+                           a.g + sl * I + i, a.wt[sl]);
+    }
+    for (int u = threadIdx.x; u < Is / FS::UC; u += blockDim.x)
+        put_unit<QT_FP8>(xsh, u, a.sg + (long long)t * Is + u * FS::UC, 1.0f);
+    __syncthreads();
+    float acc[4] = { 0, 0, 0, 0 }, sacc[4] = { 0, 0, 0, 0 };
+    int ck = r0 / cpe, cc = r0 - ck * cpe;   // the routed chunk computed next
+    for (int i0 = 0; i0 < n; i0 += MDM_D) {
+#pragma unroll
+        for (int d = 0; d < MDM_D; d++) {
+            int i = i0 + d;
+            if (i >= n) break;
+            if (i < nsw) {
+                int c = s0 + i;
+                mdm_mma<QT_FP8>(sacc, cp[d], xsh + unit_at<QT_FP8>(c * 16),
+                                c * FS::CH + q * FS::SC < Is);
+            } else {
+                mdm_mma<QT_MXFP4>(acc, cp[d], xr + unit_at<QT_MXFP4>((ck * cpe + cc) * 16),
+                                  cc * FR::CH + q * FR::SC < I);
+                if (++cc == cpe) cc = 0, ck++;
+            }
+            if (i + MDM_D < n) load(d, i + MDM_D);
+        }
+    }
+    if (q == 0) {
+        part[0][warp][g] = acc[0] + acc[1], part[0][warp][8 + g] = acc[2] + acc[3];
+        part[1][warp][g] = sacc[0] + sacc[1], part[1][warp][8 + g] = sacc[2] + sacc[3];
+    }
+    __syncthreads();
+    if (sub || lane >= 16 || n0 + lane >= H) return;
+    float v = 0, u = 0;
+    for (int k = 0; k < S; k++) v += part[0][warp + k][lane], u += part[1][warp + k][lane];
+    a.out[(long long)t * H + n0 + lane] = v + u;
+}
+
+// The views the kernels take: 16-byte copies (rows on 16 bytes, columns
+// from a block boundary), whole units of x.
+static bool mdm_view_ok(const dqw &w)
+{
+    if (w.type == QT_MXFP4)
+        return w.ld % 32 == 0 && w.c0 % 32 == 0 && w.cols % 32 == 0 && w.estride % 16 == 0;
+    return w.type == QT_FP8 && w.ld % 16 == 0 && w.c0 % 16 == 0 && w.cols % 16 == 0 &&
+           w.estride % 16 == 0;
+}
+
+bool cu_moe_decode_mma(cudaStream_t st, const cu_moe_dec &m, int S)
+{
+    int H = m.w2.rows, I = m.w1.rows, Is = m.s1.rows;
+    if (!m.order || (S != 2 && S != 4 && S != 8) || !mdm_view_ok(m.w1) || !mdm_view_ok(m.w3) ||
+        !mdm_view_ok(m.w2) || !mdm_view_ok(m.s1) || !mdm_view_ok(m.s3) || !mdm_view_ok(m.s2) ||
+        m.w1.cols % 8 || (uintptr_t)m.x % 16 || m.x_ld % 4)
+        return false;
+    mdm_args a = { m.T, m.K, S, m.w1, m.w3, m.w2, m.s1, m.s3, m.s2, m.x, m.x_ld, m.idx, m.wt,
+                   m.g, m.sg, m.out, m.limit };
+    // x staged: 4 bytes a column, whole chunks (MXFP4 128 columns, FP8 64)
+    auto bytes = [](int cols, int ch) { return (size_t)(cols + ch - 1) / ch * ch * 4; };
+    size_t up = bytes(m.w1.cols, 128) > bytes(m.s1.cols, 64) ? bytes(m.w1.cols, 128)
+                                                             : bytes(m.s1.cols, 64);
+    size_t down = m.K * bytes(I, 128) + bytes(Is, 64);
+    if (up > 96 * 1024 || down > 96 * 1024) return false;
+    if (up > 48 * 1024)
+        cudaFuncSetAttribute(moe_up_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)up);
+    if (down > 48 * 1024)
+        cudaFuncSetAttribute(moe_down_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)down);
+    int per = 8 / S, gu = ((I > Is ? I : Is) + 7) / 8, gd = (H + 15) / 16;
+    cu_launch(moe_up_mma_kernel, dim3((unsigned)((gu + per - 1) / per), m.T * m.K + m.T), 256, up,
+              st, a);
+    // down: a row group a block (8 warps of its columns: 256 blocks a
+    // token at V4's H = 4,096)
+    a.S = 8;
+    cu_launch(moe_down_mma_kernel, dim3((unsigned)gd, m.T), 256, down, st, a);
+    return true;
+}
