@@ -733,14 +733,15 @@ static void cu_moe_op(backend *b, const moe_args *a)
     // prefill; LLM_CUDA_GATE_LT=0 keeps them: comparisons).
     if (T > c->gate_gemv_t && c->gate_lt) f32_matmul(c, gate, a->x, H, T, sc, E);
     else cu_matmul(c->st, gate, a->x, H, T, sc, E);
-    // Up to LLM_CUDA_MOE_DECODE tokens (default 1, at most 8; 0: never),
-    // MXFP4 experts and an FP8 shared expert (V4's): two launches after
-    // the gate's (moe_decode.cuh), the routing in the first one's
-    // prologue.  Measured on the H200 (run W1, bench_cuda_moe): T = 1
-    // 55.3 us fused against 58.5 separate, T = 8 288 against 235 (the
-    // separate GEMVs share a row's loads over the 8 tokens better), so
-    // more tokens take the separate launches below.
-    int fused_t = (int)env_int(c, "LLM_CUDA_MOE_DECODE", 0, 8, 1);
+    // Up to LLM_CUDA_MOE_DECODE tokens (default 2, at most 8; 0: never),
+    // MXFP4 experts and an FP8 shared expert (V4's): routing, up and down
+    // after the gate's GEMV (moe_decode.cuh).  Measured on the H200 (run
+    // W1, bench_cuda_moe): T = 1 55.3 us fused against 58.5 separate, T =
+    // 8 288 against 235 (the separate GEMVs share a row's loads over the
+    // 8 tokens better), so more tokens take the separate launches below;
+    // T = 2 (run N2): 75.2 fused, 71.0 on tensor cores, 76.6 separate
+    // (rank6 batch 2: 1.38 ms on tensor cores, 1.42 fused, 1.41 separate).
+    int fused_t = (int)env_int(c, "LLM_CUDA_MOE_DECODE", 0, 8, 2);
     // Steps of at least tiles_t tokens take the sorted expert tiles (on
     // tensor cores where LLM_CUDA_MOE_MMA allows) instead of the per-slot
     // GEMVs below: since the tiles stage and send only their real tokens
@@ -760,11 +761,14 @@ static void cu_moe_op(backend *b, const moe_args *a)
     // batch 1 at 8K 1.16 -> 1.13-1.15 ms.  LLM_CUDA_MOE_ROUTE_FIRST=0: in
     // the up kernel (comparisons).
     bool route_first = env_switch(c, "LLM_CUDA_MOE_ROUTE_FIRST");
-    // LLM_CUDA_MOE_DEC_MMA=1: the fused decode MoE's up and down kernels
-    // on tensor cores (moe_decode_mma.cu: x and g split in two bf16 parts,
-    // as the expert tiles; not under f32), LLM_CUDA_MOE_DEC_MMA_S warps a
-    // row group of the up kernel (2, 4, 8).  Off until measured.
-    bool dec_mma = env_int(c, "LLM_CUDA_MOE_DEC_MMA", 0, 1, 0) && c->gemm != BACKEND_GEMM_F32;
+    // The fused decode MoE's up and down kernels on tensor cores
+    // (moe_decode_mma.cu: x and g split in two bf16 parts, as the expert
+    // tiles; not under f32): run N2, bench_cuda_moe 1 / 2 49.0 / 75.2 ->
+    // 44.0 / 71.0 us, rank6 batch 1 at 8K 1.14 -> 1.08 ms, 131K 1.25 ->
+    // 1.21-1.22.  LLM_CUDA_MOE_DEC_MMA=0: matmul.cu's float32 kernels
+    // (comparisons); LLM_CUDA_MOE_DEC_MMA_S: warps a row group of the up
+    // kernel (2, 4, 8: within 3% of each other in N2).
+    bool dec_mma = env_switch(c, "LLM_CUDA_MOE_DEC_MMA") && c->gemm != BACKEND_GEMM_F32;
     int dec_s = (int)env_int(c, "LLM_CUDA_MOE_DEC_MMA_S", 2, 8, 8);
     if (dec_s & (dec_s - 1)) fail(c, "LLM_CUDA_MOE_DEC_MMA_S=%d: expected 2, 4 or 8", dec_s);
     if (c->failed) return;

@@ -86,28 +86,41 @@ struct mdm_copy {
     uint32_t sa, sb;
 };
 
-// The copies of rows ra, rb (copy rows, scale rows alike) of expert data
-// pa / pb, scales qa / qb (the same layout w), at view column col.
+// A lane's two rows at its slice of chunk 0 (row a of data da / scales
+// qa, row b of db / qb, the layout w): copy pointers, scale rows, the
+// slice's first copy column.  Chunk ch's copies are 64 bytes a chunk
+// further (MXFP4 128 columns, FP8 64).
+struct mdm_rows {
+    const uint8_t *a, *b, *sa, *sb;
+    int k0;
+};
+
 template <int QT>
-__device__ __forceinline__ void mdm_load(mdm_copy &c, const dqw &w, const uint8_t *pa,
-                                         const uint8_t *pb, const uint8_t *qa, const uint8_t *qb,
-                                         long long ra, long long rb, int col)
+__device__ __forceinline__ mdm_rows mdm_rows_at(const dqw &w, const uint8_t *da, const uint8_t *qa,
+                                                long long ra, const uint8_t *db,
+                                                const uint8_t *qb, long long rb)
+{
+    int k0 = w.c0 + (threadIdx.x & 3) * mdm_fmt<QT>::SC;
+    if (QT == QT_MXFP4)
+        return { da + ((ra * w.ld + k0) >> 1), db + ((rb * w.ld + k0) >> 1),
+                 qa + ra * w.sld + (k0 >> 5), qb + rb * w.sld + (k0 >> 5), k0 };
+    return { da + ra * w.ld + k0, db + rb * w.ld + k0, qa + (ra >> 7) * w.sld,
+             qb + (rb >> 7) * w.sld, k0 };
+}
+
+// Chunk ch's copies of the lane's rows; zeros where the slice is past
+// the view's columns (live false).
+template <int QT>
+__device__ __forceinline__ void mdm_load(mdm_copy &c, const mdm_rows &r, int ch, bool live)
 {
     c.a = c.b = make_uint4(0, 0, 0, 0);
     c.sa = c.sb = 127;
-    if (col >= w.cols) return;
-    long long k = w.c0 + col;
-    if (QT == QT_MXFP4) {
-        c.a = ld_weights(pa + ((ra * w.ld + k) >> 1));
-        c.b = ld_weights(pb + ((rb * w.ld + k) >> 1));
-        c.sa = qa[ra * w.sld + (k >> 5)];
-        c.sb = qb[rb * w.sld + (k >> 5)];
-    } else {
-        c.a = ld_weights(pa + ra * w.ld + k);
-        c.b = ld_weights(pb + rb * w.ld + k);
-        c.sa = qa[(ra >> 7) * w.sld + (k >> 7)];
-        c.sb = qb[(rb >> 7) * w.sld + (k >> 7)];
-    }
+    if (!live) return;
+    c.a = ld_weights(r.a + ch * 64);
+    c.b = ld_weights(r.b + ch * 64);
+    int si = QT == QT_MXFP4 ? ch * 4 : (r.k0 + ch * 64) >> 7;
+    c.sa = r.sa[si];
+    c.sb = r.sb[si];
 }
 
 // acc += the chunk's products: copies c times staged x's chunk at xc
@@ -171,14 +184,14 @@ __device__ __forceinline__ void mdm_up(const mdm_args &a, uint8_t *xs, float (*p
         e = a.idx[slot];
     }
     long long r = w.r0 + min(n0 + g, w.rows - 1);
-    const uint8_t *pa = w.data + e * w.estride, *pb = w3.data + e * w3.estride;
-    const uint8_t *qa = w.scale + e * w.sestride, *qb = w3.scale + e * w3.sestride;
+    mdm_rows rw = mdm_rows_at<QT>(w, w.data + e * w.estride, w.scale + e * w.sestride, r,
+                                  w3.data + e * w3.estride, w3.scale + e * w3.sestride, r);
     int nch = (w.cols + F::CH - 1) / F::CH, per = (nch + S - 1) / S;
-    int cb = sub * per, ce = min(nch, cb + per);
+    int cb = sub * per, ce = min(nch, cb + per), qc = q * F::SC;
     mdm_copy cp[MDM_D];
 #pragma unroll
     for (int d = 0; d < MDM_D; d++)
-        if (cb + d < ce) mdm_load<QT>(cp[d], w, pa, pb, qa, qb, r, r, (cb + d) * F::CH + q * F::SC);
+        if (cb + d < ce) mdm_load<QT>(cp[d], rw, cb + d, (cb + d) * F::CH + qc < w.cols);
     if (sh) pdl_wait();     // the shared expert's weights were on their way first
     const float *x = a.x + (long long)tok * a.x_ld;
     for (int u = threadIdx.x; u < w.cols / F::UC; u += blockDim.x)
@@ -190,9 +203,9 @@ __device__ __forceinline__ void mdm_up(const mdm_args &a, uint8_t *xs, float (*p
         for (int d = 0; d < MDM_D; d++) {
             if (c + d >= ce) break;
             mdm_mma<QT>(acc, cp[d], xs + unit_at<QT>((c + d) * 16),
-                        (c + d) * F::CH + q * F::SC < w.cols);
-            if (c + d + MDM_D < ce)
-                mdm_load<QT>(cp[d], w, pa, pb, qa, qb, r, r, (c + d + MDM_D) * F::CH + q * F::SC);
+                        (c + d) * F::CH + qc < w.cols);
+            int nx = c + d + MDM_D;
+            if (nx < ce) mdm_load<QT>(cp[d], rw, nx, nx * F::CH + qc < w.cols);
         }
     }
     if (q == 0) part[warp][g] = acc[0] + acc[1], part[warp][8 + g] = acc[2] + acc[3];
@@ -236,22 +249,26 @@ __global__ void __launch_bounds__(256, 2) moe_down_mma_kernel(const __grid_const
     int rper = (nr + S - 1) / S, sper = (nsc + S - 1) / S;
     int r0 = sub * rper, r1 = min(nr, r0 + rper), s0 = sub * sper, s1 = min(nsc, s0 + sper);
     int nsw = max(0, s1 - s0), n = nsw + max(0, r1 - r0);    // this warp's chunks
+    mdm_copy cp[MDM_D];
     uint8_t *xr = mdm_sh, *xsh = mdm_sh + (size_t)nr * 16 * 4 * FR::UC;
     long long ra = min(n0 + g, H - 1), rb = min(n0 + g + 8, H - 1);
-    long long sra = sw.r0 + ra, srb = sw.r0 + rb;
+    mdm_rows srw = mdm_rows_at<QT_FP8>(sw, sw.data, sw.scale, sw.r0 + ra, sw.data, sw.scale,
+                                       sw.r0 + rb);
     ra += w.r0, rb += w.r0;
     // chunk i of the warp's sequence: shared s0 + i, then routed r0 + i - nsw
-    // (expert lk, its chunk lc: counted as the loads go, in order)
+    // (expert lk, its chunk lc, its rows rw: followed as the loads go, in order)
     int lk = r0 / cpe, lc = r0 - lk * cpe;
-    mdm_copy cp[MDM_D];
+    mdm_rows rw = {};
     auto load = [&](int d, int i) {
         if (i < nsw) {
-            mdm_load<QT_FP8>(cp[d], sw, sw.data, sw.data, sw.scale, sw.scale, sra, srb,
-                             (s0 + i) * FS::CH + q * FS::SC);
+            int c = s0 + i;
+            mdm_load<QT_FP8>(cp[d], srw, c, c * FS::CH + q * FS::SC < Is);
         } else {
-            const uint8_t *p = w.data + eo[0][lk], *s = w.scale + eo[1][lk];
-            int col = lc * FR::CH + q * FR::SC;
-            mdm_load<QT_MXFP4>(cp[d], w, p, p, s, s, ra, rb, col);
+            if (lc == 0 || i == nsw) {
+                const uint8_t *p = w.data + eo[0][lk], *s = w.scale + eo[1][lk];
+                rw = mdm_rows_at<QT_MXFP4>(w, p, s, ra, p, s, rb);
+            }
+            mdm_load<QT_MXFP4>(cp[d], rw, lc, lc * FR::CH + q * FR::SC < I);
             if (++lc == cpe) lc = 0, lk++;
         }
     };

@@ -9,11 +9,12 @@
  * (moe_gemm_fp8.cu) and with moe_gemm.cu's (LLM_CUDA_MOE_FP8=0);
  * milliseconds per op, host waits included.
  * T <= 8: the decode MoE instead (gate GEMV, then the fused routing and
- * expert kernels of moe_decode.cuh; LLM_CUDA_MOE_DECODE=0: the separate
+ * expert kernels of moe_decode.cuh, float32 (LLM_CUDA_MOE_DEC_MMA=0);
+ * LLM_CUDA_MOE_DECODE=0: the separate
  * router, shared-expert and expert GEMVs), in CUDA graphs of 32 ops over
  * 8 layers' weights (every read from DRAM); then the fused MoE's up
- * and down on tensor cores (LLM_CUDA_MOE_DEC_MMA=1) at each column
- * split S of its up kernel (LLM_CUDA_MOE_DEC_MMA_S 8, 4, 2); GB/s of the
+ * and down on tensor cores (the default) at each column split S of
+ * its up kernel (LLM_CUDA_MOE_DEC_MMA_S 8, 4, 2); GB/s of the
  * weight bytes one op reads (gate, T * 6 expert slots, T shared-expert reads: each slot
  * reads its expert, so T > 1 counts an expert twice when two tokens pick
  * it; the unique bytes are at most that).
@@ -113,6 +114,8 @@ static void bench_decode(int T, bool fused)
 {
     int H = 4096, E = 256, K = 6, I = 1024;
     if (T <= 8) setenv("LLM_CUDA_MOE_DECODE", fused ? "8" : "0", 1);
+    if (T <= 8 && getenv("LLM_CUDA_MOE_DEC_MMA_S")) unsetenv("LLM_CUDA_MOE_DEC_MMA");
+    else if (T <= 8) setenv("LLM_CUDA_MOE_DEC_MMA", "0", 1);
     else setenv("LLM_CUDA_MOE_MMA", fused ? "1" : "0", 1);
     backend *one[1];
     char err[256];
@@ -148,7 +151,7 @@ static void bench_decode(int T, bool fused)
                   ? (!fused ? "tiles on the GEMV"
                      : getenv("LLM_CUDA_MOE_MMA_BLOCKS") ? "tensor cores, 1 block/SM"
                                                          : "tensor cores, 2 blocks/SM")
-           : fused ? (getenv("LLM_CUDA_MOE_DEC_MMA") ? dec_name : "fused (3 launches)")
+           : fused ? (getenv("LLM_CUDA_MOE_DEC_MMA_S") ? dec_name : "fused (3 launches)")
                    : "separate (6 launches)",
            sec * 1e6, bytes / sec / 1e9);
     const char *e = G->error(G);
@@ -178,14 +181,12 @@ int main(int argc, char **argv)
             bench_decode(T, true);
             unsetenv("LLM_CUDA_MOE_MMA_MIN_T");
             /* the fused MoE's up and down on tensor cores, the up kernel's
-             * column slices S (LLM_CUDA_MOE_DEC_MMA, _S) */
+             * column slices S (LLM_CUDA_MOE_DEC_MMA_S) */
             static const char *const slices[] = { "8", "4", "2" };
-            setenv("LLM_CUDA_MOE_DEC_MMA", "1", 1);
             for (int i = 0; i < 3; i++) {
                 setenv("LLM_CUDA_MOE_DEC_MMA_S", slices[i], 1);
                 bench_decode(T, true);
             }
-            unsetenv("LLM_CUDA_MOE_DEC_MMA");
             unsetenv("LLM_CUDA_MOE_DEC_MMA_S");
         }
         return 0;

@@ -29,9 +29,10 @@
  * bound the separate launches have met on these shapes; the same experts
  * (the gate's GEMV and route_warp are shared by both paths; a near-tie
  * that the GEMV's order flips against the CPU's fails loudly).  Its up
- * and down kernels on tensor cores (LLM_CUDA_MOE_DEC_MMA=1, not under
- * f32): x and g split in two bf16 parts as the expert tiles split them,
- * so the tiles' bound below, 4 2^-16 + 1e-5.
+ * and down kernels on tensor cores (moe_decode_mma.cu, by default in
+ * every mode but f32; LLM_CUDA_MOE_DEC_MMA=0: the float32 ones): x and
+ * g split in two bf16 parts as the expert tiles split them, so the
+ * tiles' bound below, 4 2^-16 + 1e-5.
  * LLM_CUDA_GEMM=fp8 (DeepSeek's numerics): in steps of 64+ tokens the
  * matmuls of FP8 and MXFP4 weights multiply act_quant(x) (cpu/quant.h),
  * FP8 weights as FP8 x FP8 with block scales (cuBLASLt), MXFP4 ones as
@@ -2041,16 +2042,16 @@ static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int
     /* the fused decode MoE's up and down on tensor cores (x and g split
      * as the tiles split them; not under f32) */
     const char *dm = getenv("LLM_CUDA_MOE_DEC_MMA"), *rf = getenv("LLM_CUDA_MOE_ROUTE_FIRST");
-    bool decmma = !tiles && T <= (fe ? atoi(fe) : 1) && dm && !strcmp(dm, "1") &&
+    bool decmma = !tiles && T <= (fe ? atoi(fe) : 2) && !(dm && !strcmp(dm, "0")) &&
                   !(rf && !strcmp(rf, "0")) && gemm_mode != GEMM_F32;
     snprintf(name, sizeof name, "moe %s routing T=%d H=%d (E=%d K=%d, rank slice %d+%d of %d "
              "in MXFP4 experts)%s%s%s%s%s%s", hash ? "hash" : routing == ROUTE_SIGMOID ? "sigmoid" : "top-k",
-             T, H, E, K, i0, ni, I, !tiles && T > (fe ? atoi(fe) : 1) ? " separate launches" : "",
+             T, H, E, K, i0, ni, I, !tiles && T > (fe ? atoi(fe) : 2) ? " separate launches" : "",
              gemm_mode == GEMM_FP8 && f8 && !strcmp(f8, "0") ? " bf16 expert kernel" : "",
              moe_w2_shift > 0 ? " w2 scales x2^100" : moe_w2_shift < 0 ? " w2 scales x2^-100" : "",
              tiles && mm && !strcmp(mm, "0") ? " expert tiles on the GEMV" : "",
              tiles && T <= 8 ? " expert tiles (LLM_CUDA_MOE_MMA_MIN_T)" : "",
-             decmma ? " LLM_CUDA_MOE_DEC_MMA=1" : "");
+             decmma ? " on tensor cores (LLM_CUDA_MOE_DEC_MMA)" : "");
     if (T >= LT_MIN_T && (gemm_mode == GEMM_BF16 || gemm_mode == GEMM_BF16X2)) {
         a.x = x, a.gate = &gate, a.w1 = w1, a.w2 = w2, a.w3 = w3;
         a.sw1 = &s1, a.sw2 = &s2, a.sw3 = &s3;
@@ -2169,14 +2170,16 @@ static void test_moes(void)
     test_moe(5, false, 128, 8, 2, 128, 64, 64);
     /* decode sizes, MXFP4 experts and an FP8 shared expert: the fused
      * decode MoE (moe_decode.cuh: routing in a launch before the expert
-     * kernel, the shared expert in the same grids), every T <= 8, each
-     * routing, three draws of weights and inputs (one in the prefill
-     * modes' passes: no mode changes T <= 8); then the separate launches
-     * it replaces (LLM_CUDA_MOE_DECODE=0), still the path of other
-     * formats and by default of 2 tokens (LLM_CUDA_MOE_MMA_MIN_T=9: not
-     * the expert tiles, the default from 3 tokens on) */
+     * kernels, the shared expert in the same grids) on matmul.cu's
+     * float32 kernels (LLM_CUDA_MOE_DEC_MMA=0; by default f32's), every
+     * T <= 8, each routing, three draws of weights and inputs (one in the
+     * prefill modes' passes: no mode changes T <= 8); then the separate
+     * launches it replaces (LLM_CUDA_MOE_DECODE=0), still the path of
+     * other formats (LLM_CUDA_MOE_MMA_MIN_T=9: not the expert tiles, the
+     * default from 3 tokens on) */
     setenv("LLM_CUDA_MOE_MMA_MIN_T", "9", 1);
     setenv("LLM_CUDA_MOE_DECODE", "8", 1);
+    setenv("LLM_CUDA_MOE_DEC_MMA", "0", 1);
     for (int draw = 0; draw < (gemm_mode == GEMM_F32 ? 3 : 1); draw++)
         for (int T = 1; T <= 8; T++)
             for (int r = ROUTE_TOPK; r <= ROUTE_SIGMOID; r++)
@@ -2195,14 +2198,14 @@ static void test_moes(void)
             test_moe(T, r, 4096, 16, 6, 256, 128, 128);
     test_moe(3, false, 512, 256, 6, 128, 64, 64);
     unsetenv("LLM_CUDA_MOE_ROUTE_FIRST");
-    /* its up and down kernels on tensor cores (LLM_CUDA_MOE_DEC_MMA=1,
-     * moe_decode_mma.cu; f32 keeps matmul.cu's): every T <= 8 and
+    /* its up and down kernels on tensor cores (moe_decode_mma.cu, the
+     * default; f32 keeps matmul.cu's): every T <= 8 and
      * routing, the up kernel's column slices 2 and 4 (default 8), E = 256,
      * a 64-column slice (half a chunk of w2: the lanes past it idle), w2
      * scales 2^+-100 (bf16 multipliers past one pair), a 48-column slice
      * (not whole scale blocks: matmul.cu's kernels), routing in the up
      * kernel (the switch needs route_kernel first: matmul.cu's) */
-    setenv("LLM_CUDA_MOE_DEC_MMA", "1", 1);
+    unsetenv("LLM_CUDA_MOE_DEC_MMA");
     for (int T = 1; T <= 8; T++)
         for (int r = ROUTE_TOPK; r <= ROUTE_SIGMOID; r++)
             test_moe(T, r, 1024, 32, 6, 512, 256, 256);
@@ -2223,7 +2226,6 @@ static void test_moes(void)
     setenv("LLM_CUDA_MOE_ROUTE_FIRST", "0", 1);
     test_moe(1, false, 1024, 32, 6, 512, 256, 256);
     unsetenv("LLM_CUDA_MOE_ROUTE_FIRST");
-    unsetenv("LLM_CUDA_MOE_DEC_MMA");
     unsetenv("LLM_CUDA_MOE_DECODE");
     unsetenv("LLM_CUDA_MOE_MMA_MIN_T");
     /* decode sizes through the sorted expert tiles (on tensor cores but
