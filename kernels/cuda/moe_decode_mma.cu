@@ -165,18 +165,19 @@ __device__ __forceinline__ void mdm_mma(float (&acc)[4], const mdm_copy &c, cons
     }
 }
 
-// Up, one slot a block (blockIdx.y: the T * K routed slots of MXFP4
-// experts, then the T shared-expert slots of FP8): this warp's 8 rows of
-// w1 and w3 from n0 over its chunks, x staged, SwiGLU into g or sg.
+// Up, one slot a block (blockIdx.y: the T shared-expert slots of FP8,
+// then the T * K routed slots of MXFP4 experts; the shared ones first, so
+// that the first wave's blocks whose weights depend on nothing earlier
+// load them while route_kernel runs): this warp's 8 rows of w1 and w3
+// from n0 over its chunks, x staged, SwiGLU into g or sg.
 template <int QT>
 __device__ __forceinline__ void mdm_up(const mdm_args &a, uint8_t *xs, float (*part)[16])
 {
     using F = mdm_fmt<QT>;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     int S = a.S, sub = warp % S, n0 = (blockIdx.x * (8 / S) + warp / S) * 8;
-    int ns = a.T * a.K, slot = blockIdx.y;
     bool sh = QT == QT_FP8;
-    int tok = sh ? slot - ns : slot / a.K;
+    int slot = blockIdx.y - (sh ? 0 : a.T), tok = sh ? slot : slot / a.K;
     const dqw &w = sh ? a.s1 : a.w1, &w3 = sh ? a.s3 : a.w3;
     long long e = 0;
     if (!sh) {
@@ -221,7 +222,7 @@ __global__ void __launch_bounds__(256, 2) moe_up_mma_kernel(const __grid_constan
 {
     extern __shared__ __align__(16) uint8_t mdm_sh[];
     __shared__ float part[8][16];
-    bool sh = (int)blockIdx.y >= a.T * a.K;
+    bool sh = (int)blockIdx.y < a.T;
     const dqw &w = sh ? a.s1 : a.w1;
     if ((int)blockIdx.x * (8 / a.S) * 8 >= w.rows) return;     // the other matrix is taller
     if (sh) mdm_up<QT_FP8>(a, mdm_sh, part);
