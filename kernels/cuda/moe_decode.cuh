@@ -1,5 +1,6 @@
 // The MoE of a decode step (T <= 8 tokens) in four launches: the gate's
-// GEMV (cu_matmul), then cu_moe_decode's routing, up and down (matmul.cu).
+// GEMV (cu_matmul), then cu_moe_decode's routing, up and down (matmul.cu;
+// with mma_s, up and down on tensor cores: moe_decode_mma.cu).
 // Also the router's choice for one token on one warp, shared by the
 // router kernel (ops.cu) and the up kernel's prologue (where routing is
 // not a launch of its own), so both choose the same experts with the
