@@ -771,11 +771,16 @@ static void cu_moe_op(backend *b, const moe_args *a)
     bool dec_mma = env_switch(c, "LLM_CUDA_MOE_DEC_MMA") && c->gemm != BACKEND_GEMM_F32;
     int dec_s = (int)env_int(c, "LLM_CUDA_MOE_DEC_MMA_S", 2, 8, 8);
     if (dec_s & (dec_s - 1)) fail(c, "LLM_CUDA_MOE_DEC_MMA_S=%d: expected 2, 4 or 8", dec_s);
+    // LLM_CUDA_MOE_DEC_STREAM=1: its up kernel as about two blocks an SM
+    // streaming row groups (moe_up_stream_kernel; written after run N7,
+    // not yet measured, so off by default)
+    bool dec_stream = env_int(c, "LLM_CUDA_MOE_DEC_STREAM", 0, 1, 0);
     if (c->failed) return;
     if (T <= fused_t && T < tiles_t) {
         cu_moe_dec m = { T, K, E, w1, w3, w2, s1, s3, s2, a->x, sc, a->bias, H, a->tid2eid,
                          a->tid_i64, a->sigmoid_scores, ids, a->routed_scale, a->limit, idx, wt,
-                         g, sg, a->out, route_first ? ord : NULL, dec_mma ? dec_s : 0 };
+                         g, sg, a->out, route_first ? ord : NULL, dec_mma ? dec_s : 0,
+                         dec_stream };
         if (cu_moe_decode(c->st, m)) {
             launched(c, "moe");
             return;

@@ -2200,7 +2200,8 @@ static void test_moes(void)
     unsetenv("LLM_CUDA_MOE_ROUTE_FIRST");
     /* its up and down kernels on tensor cores (moe_decode_mma.cu, the
      * default; f32 keeps matmul.cu's): every T <= 8 and
-     * routing, the up kernel's column slices 2 and 4 (default 8), E = 256,
+     * routing, the up kernel's column slices 2 and 4 (default 8), its
+     * streamed form (LLM_CUDA_MOE_DEC_STREAM=1), E = 256,
      * a 64-column slice (half a chunk of w2: the lanes past it idle), w2
      * scales 2^+-100 (bf16 multipliers past one pair), a 48-column slice
      * (not whole scale blocks: matmul.cu's kernels), routing in the up
@@ -2215,6 +2216,15 @@ static void test_moes(void)
         test_moe(5, true, 1024, 32, 6, 512, 256, 256);
     }
     unsetenv("LLM_CUDA_MOE_DEC_MMA_S");
+    /* the up kernel streamed (LLM_CUDA_MOE_DEC_STREAM=1): ranges of items
+     * across the shared and routed slots and the tokens (H = 1024: 8
+     * MXFP4 and 16 FP8 chunks, one and two a warp an item; 4096: V4's) */
+    setenv("LLM_CUDA_MOE_DEC_STREAM", "1", 1);
+    for (int T = 1; T <= 8; T++) test_moe(T, T % 3, 1024, 32, 6, 512, 256, 256);
+    test_moe(1, false, 4096, 16, 6, 256, 128, 128);
+    test_moe(2, true, 4096, 16, 6, 256, 128, 128);
+    test_moe(1, false, 4096, 16, 6, 1024, 512, 512);
+    unsetenv("LLM_CUDA_MOE_DEC_STREAM");
     test_moe(1, false, 4096, 16, 6, 256, 128, 128);
     test_moe(8, true, 4096, 16, 6, 256, 128, 128);
     test_moe(2, false, 512, 256, 6, 128, 64, 64);
