@@ -775,12 +775,16 @@ static void cu_moe_op(backend *b, const moe_args *a)
     // streaming row groups (moe_up_stream_kernel; written after run N7,
     // not yet measured, so off by default)
     bool dec_stream = env_int(c, "LLM_CUDA_MOE_DEC_STREAM", 0, 1, 0);
+    // LLM_CUDA_ROUTE_REGS=1: the router's warp with its state in
+    // registers (route_warp_regs; written after run N7, not yet measured,
+    // so off by default)
+    bool route_regs = env_int(c, "LLM_CUDA_ROUTE_REGS", 0, 1, 0);
     if (c->failed) return;
     if (T <= fused_t && T < tiles_t) {
         cu_moe_dec m = { T, K, E, w1, w3, w2, s1, s3, s2, a->x, sc, a->bias, H, a->tid2eid,
                          a->tid_i64, a->sigmoid_scores, ids, a->routed_scale, a->limit, idx, wt,
                          g, sg, a->out, route_first ? ord : NULL, dec_mma ? dec_s : 0,
-                         dec_stream };
+                         dec_stream, route_regs };
         if (cu_moe_decode(c->st, m)) {
             launched(c, "moe");
             return;
@@ -814,7 +818,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
         side.end();
     }
     cu_moe_route(c->st, sc, T, E, K, a->sigmoid_scores, a->bias, a->tid2eid, a->tid_i64, ids,
-                 a->routed_scale, idx, wt, ord);
+                 a->routed_scale, idx, wt, ord, route_regs);
     phase(c, "moe router");
     // fp8: the routed experts multiply act_quant(x) and act_quant(g): on
     // FP8 tensor cores as codes and scales (moe_gemm_fp8.cu), else as

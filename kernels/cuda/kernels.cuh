@@ -257,9 +257,12 @@ void cu_kv_round(cudaStream_t st, float *x, int ld, int T, int n, int t);
 void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float limit);
 // Router: scores [T][E] logits in, per token the chosen experts idx[T][K],
 // weights wt[T][K] and order[T][K] (the k's by ascending expert id).
+// regs (LLM_CUDA_ROUTE_REGS): its warp's state in registers
+// (route_warp_regs; pending measurement).
 void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, bool sigmoid,
                   const float *bias, const void *tid2eid, bool tid_i64, const int *ids,
-                  float routed_scale, int *idx, float *wt, int *order);
+                  float routed_scale, int *idx, float *wt, int *order,
+                  bool regs);
 // Slots (t*K + k) grouped by expert: perm, tiles of tile_m slots, and
 // offs [E + 1]: where each expert's slots start in perm.
 void cu_moe_sort(cudaStream_t st, const int *idx, int nslots, int E, int *perm, int4 *tiles,

@@ -106,6 +106,71 @@ __device__ __forceinline__ void route_warp(const float *sc, int E, int K, int si
         if (k < K) wt[k] = acts[k] / (sum + 1e-20f) * rscale;
 }
 
+// route_warp for E <= 32 ROUTE_U scored experts (not hashed) with its
+// state in registers (route_kernel under LLM_CUDA_ROUTE_REGS=1; written
+// after run N7, not yet measured): lane l's candidates l + 32 u, u <
+// ROUTE_U, the chosen ones a bit mask, the rounds unrolled over
+// TOPK_MAX; the same activations, comparisons and sums in the same
+// order (inside a lane e grows with u, so an equal value never displaces
+// an earlier one, as route_warp's e < be test), so the same choices and
+// weights.  Run N3 counted ~250 instructions a round in route_warp (its
+// shared loads, bounds tests and branches) on the one warp every routed
+// block waits for.
+__device__ __forceinline__ void route_warp_regs(const float *sc, int E, int K, int sigmoid,
+                                                const float *bias, float rscale,
+                                                int (&sel)[TOPK_MAX], bool want_wt,
+                                                float (&wt)[TOPK_MAX])
+{
+    int lane = threadIdx.x & 31;
+    float act[ROUTE_U], val[ROUTE_U];
+    unsigned taken = 0;     // bit u: candidate u chosen, or past E
+#pragma unroll
+    for (int u = 0; u < ROUTE_U; u++) {
+        int e = lane + 32 * u;
+        float x = e < E ? sc[e] : 0.0f, b = e < E ? bias[e] : 0.0f;
+        act[u] = route_act(x, sigmoid);
+        val[u] = act[u] + b;
+        if (e >= E) taken |= 1u << u;
+    }
+#pragma unroll
+    for (int k = 0; k < TOPK_MAX; k++) {
+        if (k >= K) break;
+        float bv = 0;
+        int be = -1;
+#pragma unroll
+        for (int u = 0; u < ROUTE_U; u++)
+            if (!(taken >> u & 1) && (be < 0 || val[u] > bv)) bv = val[u], be = lane + 32 * u;
+        for (int o = 16; o; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
+        }
+        sel[k] = be;
+        if ((be & 31) == lane) taken |= 1u << (be >> 5);
+    }
+    if (!want_wt) return;
+    // choice k's activation from its lane (a select over u: no indexed
+    // registers), summed in k order on lane 0
+    float acts[TOPK_MAX], sum = 0;
+#pragma unroll
+    for (int k = 0; k < TOPK_MAX; k++) {
+        acts[k] = 0;
+        if (k >= K) continue;
+        int u = sel[k] >> 5;
+        float a = act[0];
+#pragma unroll
+        for (int j = 1; j < ROUTE_U; j++) a = u == j ? act[j] : a;
+        acts[k] = __shfl_sync(0xffffffffu, a, sel[k] & 31);
+    }
+    if (lane) return;
+#pragma unroll
+    for (int k = 0; k < TOPK_MAX; k++)
+        if (k < K) sum += acts[k];
+#pragma unroll
+    for (int k = 0; k < TOPK_MAX; k++)
+        if (k < K) wt[k] = acts[k] / (sum + 1e-20f) * rscale;
+}
+
 // The fused decode MoE after the gate's GEMV wrote scores [T][E]:
 //   up:   blocks (rows, slot) for the T*K routed slots and T shared-expert
 //         slots in one grid; a routed block first routes its token
@@ -141,6 +206,7 @@ struct cu_moe_dec {
     int mma_s;                      // with order: > 0, up and down on tensor cores
                                     // (moe_decode_mma.cu; S = mma_s warps a row group of up)
     bool mma_stream;                // and the up kernel streamed (pending measurement)
+    bool route_regs;                // route_kernel's register form (pending measurement)
 };
 bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m);
 // cu_moe_decode's up and down after route_kernel on tensor cores (x and g

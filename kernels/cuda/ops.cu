@@ -1216,16 +1216,45 @@ void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float lim
 
 // A block (one warp) per token (route_warp), then the k's in the CPU's
 // summation order for moe_combine_kernel.  (Eight tokens a block put a
-// 64-token step on 8 SMs: 14.5 us in run J5.)
+// 64-token step on 8 SMs: 14.5 us in run J5.)  regs (LLM_CUDA_ROUTE_REGS,
+// pending measurement): route_warp_regs where it applies, and the
+// outputs stored by the lanes side by side, the order from each choice's
+// rank (the insertion sort's stable order without its local memory).
 __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmoid,
                              const float *bias, const void *tid2eid, int tid_i64, const int *ids,
-                             float rscale, int *idx, float *wt, int *order)
+                             float rscale, int *idx, float *wt, int *order, int regs)
 {
     pdl_wait();
     extern __shared__ float rsh[];      // [E] activations, [E] scores, then [E] taken flags
     int t = blockIdx.x, lane = threadIdx.x & 31;
     int sel[TOPK_MAX];
     float w[TOPK_MAX];
+    if (regs) {
+        if (!tid2eid && E <= 32 * ROUTE_U)
+            route_warp_regs(scores + (long long)t * E, E, K, sigmoid, bias, rscale, sel, true, w);
+        else
+            route_warp(scores + (long long)t * E, E, K, sigmoid, bias, tid2eid, tid_i64,
+                       tid2eid ? ids[t] : 0, rscale, rsh, rsh + E,
+                       (unsigned char *)(rsh + 2 * E), sel, true, w);
+        // lane k: choice k, its place in ascending expert order (ties in k
+        // order); lane 0 the weights
+        int mine = 0, rank = 0;
+#pragma unroll
+        for (int k = 0; k < TOPK_MAX; k++)
+            if (k < K && k == lane) mine = sel[k];
+#pragma unroll
+        for (int j = 0; j < TOPK_MAX; j++)
+            if (j < K) rank += sel[j] < mine || (sel[j] == mine && j < lane);
+        if (lane < K) {
+            idx[(long long)t * K + lane] = mine;
+            order[(long long)t * K + rank] = lane;
+        }
+        if (lane == 0)
+#pragma unroll
+            for (int k = 0; k < TOPK_MAX; k++)
+                if (k < K) wt[(long long)t * K + k] = w[k];
+        return;
+    }
     route_warp(scores + (long long)t * E, E, K, sigmoid, bias, tid2eid, tid_i64,
                tid2eid ? ids[t] : 0, rscale, rsh, rsh + E, (unsigned char *)(rsh + 2 * E), sel,
                true, w);
@@ -1249,14 +1278,14 @@ __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmo
 
 void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, bool sigmoid,
                   const float *bias, const void *tid2eid, bool tid_i64, const int *ids,
-                  float routed_scale, int *idx, float *wt, int *order)
+                  float routed_scale, int *idx, float *wt, int *order, bool regs)
 {
     if (T <= 0) return;
     size_t smem = tid2eid ? 0 : (size_t)E * (2 * sizeof(float) + 1);
     if (smem > 48 * 1024)
         cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cu_launch(route_kernel, T, 32, smem, st, scores, T, E, K, sigmoid, bias, tid2eid, tid_i64,
-              ids, routed_scale, idx, wt, order);
+              ids, routed_scale, idx, wt, order, (int)regs);
 }
 
 // One block: count slots per expert, lay out the tiles, scatter the slots;

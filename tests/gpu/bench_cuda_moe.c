@@ -14,8 +14,9 @@
  * router, shared-expert and expert GEMVs), in CUDA graphs of 32 ops over
  * 8 layers' weights (every read from DRAM); then the fused MoE's up
  * and down on tensor cores (the default) at each column split S of
- * its up kernel (LLM_CUDA_MOE_DEC_MMA_S 8, 4, 2) and with it streamed
- * (LLM_CUDA_MOE_DEC_STREAM=1); GB/s of the
+ * its up kernel (LLM_CUDA_MOE_DEC_MMA_S 8, 4, 2), with it streamed
+ * (LLM_CUDA_MOE_DEC_STREAM=1), with the router in registers
+ * (LLM_CUDA_ROUTE_REGS=1); GB/s of the
  * weight bytes one op reads (gate, T * 6 expert slots, T shared-expert reads: each slot
  * reads its expert, so T > 1 counts an expert twice when two tokens pick
  * it; the unique bytes are at most that).
@@ -146,9 +147,9 @@ static void bench_decode(int T, bool fused)
     double bytes = T <= 8 ? 2.0 * E * H + T * (K * ex + sh)
                           : 2.0 * E * H + E * (1 - pow(1 - (double)K / E, T)) * ex + sh;
     char dec_name[32];
-    snprintf(dec_name, sizeof dec_name, "fused, mma %s%s",
-             getenv("LLM_CUDA_MOE_DEC_STREAM") ? "streamed" : "S=",
-             getenv("LLM_CUDA_MOE_DEC_STREAM") ? "" : getenv("LLM_CUDA_MOE_DEC_MMA_S"));
+    snprintf(dec_name, sizeof dec_name, "fused, mma S=%s%s%s", getenv("LLM_CUDA_MOE_DEC_MMA_S"),
+             getenv("LLM_CUDA_MOE_DEC_STREAM") ? " stream" : "",
+             getenv("LLM_CUDA_ROUTE_REGS") ? " regs" : "");
     printf("moe decode T=%d (E=%d K=%d H=%d I=%d) %-22s: %8.2f us %7.0f GB/s\n", T, E, K, H, I,
            T > 8 || getenv("LLM_CUDA_MOE_MMA_MIN_T")
                   ? (!fused ? "tiles on the GEMV"
@@ -190,9 +191,13 @@ int main(int argc, char **argv)
                 setenv("LLM_CUDA_MOE_DEC_MMA_S", slices[i], 1);
                 bench_decode(T, true);
             }
+            setenv("LLM_CUDA_MOE_DEC_MMA_S", "8", 1);
             setenv("LLM_CUDA_MOE_DEC_STREAM", "1", 1);     /* its up kernel streamed */
             bench_decode(T, true);
             unsetenv("LLM_CUDA_MOE_DEC_STREAM");
+            setenv("LLM_CUDA_ROUTE_REGS", "1", 1);     /* the router in registers */
+            bench_decode(T, true);
+            unsetenv("LLM_CUDA_ROUTE_REGS");
             unsetenv("LLM_CUDA_MOE_DEC_MMA_S");
         }
         return 0;

@@ -2034,7 +2034,7 @@ static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int
     a.w1 = g1, a.w2 = g2, a.w3 = g3, a.sw1 = &gs1, a.sw2 = &gs2, a.sw3 = &gs3, a.out = dout;
     G->moe(G, &a);
     float *g = hcopy(dout, (size_t)T * H * 4);
-    char name[256];
+    char name[384];
     const char *fe = getenv("LLM_CUDA_MOE_DECODE");
     const char *f8 = getenv("LLM_CUDA_MOE_FP8");
     const char *mm = getenv("LLM_CUDA_MOE_MMA"), *mt = getenv("LLM_CUDA_MOE_MMA_MIN_T");
@@ -2045,13 +2045,14 @@ static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int
     bool decmma = !tiles && T <= (fe ? atoi(fe) : 2) && !(dm && !strcmp(dm, "0")) &&
                   !(rf && !strcmp(rf, "0")) && gemm_mode != GEMM_F32;
     snprintf(name, sizeof name, "moe %s routing T=%d H=%d (E=%d K=%d, rank slice %d+%d of %d "
-             "in MXFP4 experts)%s%s%s%s%s%s", hash ? "hash" : routing == ROUTE_SIGMOID ? "sigmoid" : "top-k",
+             "in MXFP4 experts)%s%s%s%s%s%s%s", hash ? "hash" : routing == ROUTE_SIGMOID ? "sigmoid" : "top-k",
              T, H, E, K, i0, ni, I, !tiles && T > (fe ? atoi(fe) : 2) ? " separate launches" : "",
              gemm_mode == GEMM_FP8 && f8 && !strcmp(f8, "0") ? " bf16 expert kernel" : "",
              moe_w2_shift > 0 ? " w2 scales x2^100" : moe_w2_shift < 0 ? " w2 scales x2^-100" : "",
              tiles && mm && !strcmp(mm, "0") ? " expert tiles on the GEMV" : "",
              tiles && T <= 8 ? " expert tiles (LLM_CUDA_MOE_MMA_MIN_T)" : "",
-             decmma ? " on tensor cores (LLM_CUDA_MOE_DEC_MMA)" : "");
+             decmma ? " on tensor cores (LLM_CUDA_MOE_DEC_MMA)" : "",
+             getenv("LLM_CUDA_ROUTE_REGS") ? " LLM_CUDA_ROUTE_REGS=1" : "");
     if (T >= LT_MIN_T && (gemm_mode == GEMM_BF16 || gemm_mode == GEMM_BF16X2)) {
         a.x = x, a.gate = &gate, a.w1 = w1, a.w2 = w2, a.w3 = w3;
         a.sw1 = &s1, a.sw2 = &s2, a.sw3 = &s3;
@@ -2312,6 +2313,20 @@ static void test_moes(void)
      * slice in a block) */
     test_moe(300, true, 160, 8, 2, 192, 96, 96);
     test_moe(300, false, 256, 8, 3, 96, 16, 48);
+    /* the router's register form (LLM_CUDA_ROUTE_REGS=1): the decode MoE
+     * (1 and 2 tokens), the tiles (5, 40), the grouped GEMMs (300); E = 32,
+     * 256 (V4's), 1,100 (past its 256: route_warp, its new stores) and
+     * hashed (the same) */
+    setenv("LLM_CUDA_ROUTE_REGS", "1", 1);
+    for (int r = ROUTE_TOPK; r <= ROUTE_SIGMOID; r++) {
+        test_moe(1, r, 1024, 32, 6, 512, 256, 256);
+        test_moe(2, r, 512, 256, 6, 128, 64, 64);
+        test_moe(5, r, 1024, 32, 6, 512, 256, 256);
+    }
+    test_moe(40, false, 128, 1100, 4, 64, 0, 64);
+    test_moe(300, true, 128, 8, 2, 128, 64, 64);
+    test_moe(300, false, 256, 8, 3, 96, 16, 48);
+    unsetenv("LLM_CUDA_ROUTE_REGS");
     if (gemm_mode != GEMM_FP8) return;
     /* fp8: the grouped GEMMs on FP8 tensor cores (moe_gemm_fp8.cu; the
      * cases above with 32+ slots per expert ran there too, except the
