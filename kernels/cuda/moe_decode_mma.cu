@@ -146,7 +146,8 @@ __device__ __forceinline__ void mdm_mma(float (&acc)[4], const mdm_copy &c, cons
             fp4x8_bf16x2(word(c.b, j), mb, r);
             if (big)
 #pragma unroll
-                for (int i = 0; i < 4; i++) p[i] = mul_bf16x2(p[i], ma2), r[i] = mul_bf16x2(r[i], mb2);
+                for (int i = 0; i < 4; i++)
+                    p[i] = mul_bf16x2(p[i], ma2), r[i] = mul_bf16x2(r[i], mb2);
             uint4 xv = make_uint4(0, 0, 0, 0);
             if (bx) xv = *(const uint4 *)(xq + ((j + q) & 3) * 32 + g * 16);
             mma_bf16_16816(acc, p[0], r[0], p[1], r[1], xv.x, xv.y);
@@ -264,7 +265,8 @@ __global__ void __launch_bounds__(256, 2) moe_up_stream_kernel(const __grid_cons
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     int gs = (a.s1.rows + 7) / 8, gr = (a.w1.rows + 7) / 8;
     int ni = a.T * gs + a.T * a.K * gr, nb = gridDim.x;
-    int it0 = (int)((long long)blockIdx.x * ni / nb), it1 = (int)((long long)(blockIdx.x + 1) * ni / nb);
+    int it0 = (int)((long long)blockIdx.x * ni / nb);
+    int it1 = (int)((long long)(blockIdx.x + 1) * ni / nb);
     int pr = a.w1.cols / FR::CH / 8, ps = a.s1.cols / FS::CH / 8;    // chunks a warp an item
     bool waited = false;
     // the copies' side: item li, its k-th chunk of this warp, its rows
