@@ -146,7 +146,7 @@ __device__ __forceinline__ void route_warp_regs(const float *sc, int E, int K, i
             if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
         }
         sel[k] = be;
-        if ((be & 31) == lane) taken |= 1u << (be >> 5);
+        if (be >= 0 && (be & 31) == lane) taken |= 1u << (be >> 5);
     }
     if (!want_wt) return;
     // choice k's activation from its lane (a select over u: no indexed
