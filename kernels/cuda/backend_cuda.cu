@@ -779,12 +779,15 @@ static void cu_moe_op(backend *b, const moe_args *a)
     // registers (route_warp_regs; written after run N7, not yet measured,
     // so off by default)
     bool route_regs = env_int(c, "LLM_CUDA_ROUTE_REGS", 0, 1, 0);
+    // LLM_CUDA_MOE_DEC_PREFETCH=1: its up kernel's blocks bring the down
+    // kernel's weights into L2 (written after run N7, not yet measured)
+    bool dec_pf = env_int(c, "LLM_CUDA_MOE_DEC_PREFETCH", 0, 1, 0);
     if (c->failed) return;
     if (T <= fused_t && T < tiles_t) {
         cu_moe_dec m = { T, K, E, w1, w3, w2, s1, s3, s2, a->x, sc, a->bias, H, a->tid2eid,
                          a->tid_i64, a->sigmoid_scores, ids, a->routed_scale, a->limit, idx, wt,
                          g, sg, a->out, route_first ? ord : NULL, dec_mma ? dec_s : 0,
-                         dec_stream, route_regs };
+                         dec_stream, route_regs, dec_pf };
         if (cu_moe_decode(c->st, m)) {
             launched(c, "moe");
             return;

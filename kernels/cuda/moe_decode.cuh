@@ -207,9 +207,10 @@ struct cu_moe_dec {
                                     // (moe_decode_mma.cu; S = mma_s warps a row group of up)
     bool mma_stream;                // and the up kernel streamed (pending measurement)
     bool route_regs;                // route_kernel's register form (pending measurement)
+    bool mma_prefetch;              // up brings down's weights into L2 (pending measurement)
 };
 bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m);
 // cu_moe_decode's up and down after route_kernel on tensor cores (x and g
 // in two bf16 parts, as the expert tiles): false, nothing launched, where
 // the views or the sizes do not suit it (the caller runs matmul.cu's).
-bool cu_moe_decode_mma(cudaStream_t st, const cu_moe_dec &m, int S, bool stream);
+bool cu_moe_decode_mma(cudaStream_t st, const cu_moe_dec &m, int S, bool stream, bool pf);

@@ -42,7 +42,41 @@ struct mdm_args {
     const float *wt;            // [T][K] their weights
     float *g, *sg, *out;        // [T*K][w1.rows], [T][s1.rows], [T][w2.rows]
     float limit;
+    int pf;                     // the up kernel brings the down kernel's weights into L2
 };
+
+// [p, p + n) into L2 in bulk prefetches of at most 16 KB (whole 16-byte
+// units inside it; fire and forget: nothing waits for them).
+__device__ __forceinline__ void mdm_prefetch(const uint8_t *p, unsigned long long n)
+{
+    uintptr_t a = ((uintptr_t)p + 15) & ~(uintptr_t)15, e = ((uintptr_t)p + n) & ~(uintptr_t)15;
+    for (; a < e; a += 16384) {
+        unsigned len = e - a < 16384 ? (unsigned)(e - a) : 16384u;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(len) : "memory");
+    }
+}
+
+// The up kernel's block b of gridDim.x for its slot (LLM_CUDA_MOE_DEC_PREFETCH,
+// pending measurement): the b-th slice of the rows the down kernel will
+// read for it -- w2 of the slot's expert e, or the shared s2 -- with
+// their scales, so that the down kernel, which waits for the up kernel
+// before it can address its experts, finds them in L2.
+__device__ __forceinline__ void mdm_prefetch_down(const mdm_args &a, bool sh, long long e)
+{
+    const dqw &w = sh ? a.s2 : a.w2;
+    int nb = gridDim.x, r0 = (int)((long long)blockIdx.x * w.rows / nb);
+    int r1 = (int)((long long)(blockIdx.x + 1) * w.rows / nb);
+    if (r1 <= r0) return;
+    unsigned long long row = sh ? (unsigned long long)w.ld : (unsigned long long)w.ld / 2;
+    mdm_prefetch(w.data + e * w.estride + (w.r0 + r0) * row, (r1 - r0) * row);
+    if (sh) {
+        int b0 = (w.r0 + r0) / 128, b1 = (w.r0 + r1 + 127) / 128;
+        mdm_prefetch(w.scale + b0 * w.sld, (unsigned long long)(b1 - b0) * w.sld);
+    } else {
+        mdm_prefetch(w.scale + e * w.sestride + (w.r0 + r0) * w.sld,
+                     (unsigned long long)(r1 - r0) * w.sld);
+    }
+}
 
 // Byte offset of unit u in staged x.
 template <int QT> __device__ __forceinline__ int unit_at(int u)
@@ -194,6 +228,7 @@ __device__ __forceinline__ void mdm_up(const mdm_args &a, uint8_t *xs, float (*p
 #pragma unroll
     for (int d = 0; d < MDM_D; d++)
         if (cb + d < ce) mdm_load<QT>(cp[d], rw, cb + d, (cb + d) * F::CH + qc < w.cols);
+    if (a.pf && threadIdx.x == 0) mdm_prefetch_down(a, sh, e);
     if (sh) pdl_wait();     // the shared expert's weights were on their way first
     const float *x = a.x + (long long)tok * a.x_ld;
     for (int u = threadIdx.x; u < w.cols / F::UC; u += blockDim.x)
@@ -474,7 +509,7 @@ static bool mdm_view_ok(const dqw &w)
            w.estride % 16 == 0;
 }
 
-bool cu_moe_decode_mma(cudaStream_t st, const cu_moe_dec &m, int S, bool stream)
+bool cu_moe_decode_mma(cudaStream_t st, const cu_moe_dec &m, int S, bool stream, bool pf)
 {
     int H = m.w2.rows, I = m.w1.rows, Is = m.s1.rows;
     if (!m.order || (S != 2 && S != 4 && S != 8) || !mdm_view_ok(m.w1) || !mdm_view_ok(m.w3) ||
@@ -482,7 +517,7 @@ bool cu_moe_decode_mma(cudaStream_t st, const cu_moe_dec &m, int S, bool stream)
         m.w1.cols % 8 || (uintptr_t)m.x % 16 || m.x_ld % 4)
         return false;
     mdm_args a = { m.T, m.K, S, m.w1, m.w3, m.w2, m.s1, m.s3, m.s2, m.x, m.x_ld, m.idx, m.wt,
-                   m.g, m.sg, m.out, m.limit };
+                   m.g, m.sg, m.out, m.limit, pf };
     // x staged: 4 bytes a column, whole chunks (MXFP4 128 columns, FP8 64)
     auto bytes = [](int cols, int ch) { return (size_t)(cols + ch - 1) / ch * ch * 4; };
     size_t up = bytes(m.w1.cols, 128) > bytes(m.s1.cols, 64) ? bytes(m.w1.cols, 128)

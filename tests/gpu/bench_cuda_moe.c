@@ -16,7 +16,8 @@
  * and down on tensor cores (the default) at each column split S of
  * its up kernel (LLM_CUDA_MOE_DEC_MMA_S 8, 4, 2), with it streamed
  * (LLM_CUDA_MOE_DEC_STREAM=1), with the router in registers
- * (LLM_CUDA_ROUTE_REGS=1); GB/s of the
+ * (LLM_CUDA_ROUTE_REGS=1), with the up kernel prefetching the down
+ * kernel's weights (LLM_CUDA_MOE_DEC_PREFETCH=1); GB/s of the
  * weight bytes one op reads (gate, T * 6 expert slots, T shared-expert reads: each slot
  * reads its expert, so T > 1 counts an expert twice when two tokens pick
  * it; the unique bytes are at most that).
@@ -147,9 +148,10 @@ static void bench_decode(int T, bool fused)
     double bytes = T <= 8 ? 2.0 * E * H + T * (K * ex + sh)
                           : 2.0 * E * H + E * (1 - pow(1 - (double)K / E, T)) * ex + sh;
     char dec_name[32];
-    snprintf(dec_name, sizeof dec_name, "fused, mma S=%s%s%s", getenv("LLM_CUDA_MOE_DEC_MMA_S"),
+    snprintf(dec_name, sizeof dec_name, "fused, mma S=%s%s%s%s", getenv("LLM_CUDA_MOE_DEC_MMA_S"),
              getenv("LLM_CUDA_MOE_DEC_STREAM") ? " stream" : "",
-             getenv("LLM_CUDA_ROUTE_REGS") ? " regs" : "");
+             getenv("LLM_CUDA_ROUTE_REGS") ? " regs" : "",
+             getenv("LLM_CUDA_MOE_DEC_PREFETCH") ? " pf" : "");
     printf("moe decode T=%d (E=%d K=%d H=%d I=%d) %-22s: %8.2f us %7.0f GB/s\n", T, E, K, H, I,
            T > 8 || getenv("LLM_CUDA_MOE_MMA_MIN_T")
                   ? (!fused ? "tiles on the GEMV"
@@ -198,6 +200,9 @@ int main(int argc, char **argv)
             setenv("LLM_CUDA_ROUTE_REGS", "1", 1);     /* the router in registers */
             bench_decode(T, true);
             unsetenv("LLM_CUDA_ROUTE_REGS");
+            setenv("LLM_CUDA_MOE_DEC_PREFETCH", "1", 1);   /* down's weights into L2 */
+            bench_decode(T, true);
+            unsetenv("LLM_CUDA_MOE_DEC_PREFETCH");
             unsetenv("LLM_CUDA_MOE_DEC_MMA_S");
         }
         return 0;

@@ -2202,7 +2202,8 @@ static void test_moes(void)
     /* its up and down kernels on tensor cores (moe_decode_mma.cu, the
      * default; f32 keeps matmul.cu's): every T <= 8 and
      * routing, the up kernel's column slices 2 and 4 (default 8), its
-     * streamed form (LLM_CUDA_MOE_DEC_STREAM=1), E = 256,
+     * streamed form (LLM_CUDA_MOE_DEC_STREAM=1), its L2 prefetch of the
+     * down kernel's weights (LLM_CUDA_MOE_DEC_PREFETCH=1), E = 256,
      * a 64-column slice (half a chunk of w2: the lanes past it idle), w2
      * scales 2^+-100 (bf16 multipliers past one pair), a 48-column slice
      * (not whole scale blocks: matmul.cu's kernels), routing in the up
@@ -2226,6 +2227,14 @@ static void test_moes(void)
     test_moe(2, true, 4096, 16, 6, 256, 128, 128);
     test_moe(1, false, 4096, 16, 6, 1024, 512, 512);
     unsetenv("LLM_CUDA_MOE_DEC_STREAM");
+    /* its up kernel bringing the down kernel's weights into L2
+     * (LLM_CUDA_MOE_DEC_PREFETCH=1: prefetches of the views' rows only,
+     * the same results) */
+    setenv("LLM_CUDA_MOE_DEC_PREFETCH", "1", 1);
+    for (int T = 1; T <= 2; T++) test_moe(T, T, 1024, 32, 6, 512, 256, 256);
+    test_moe(1, false, 4096, 16, 6, 1024, 512, 512);
+    test_moe(2, false, 512, 256, 6, 128, 64, 64);
+    unsetenv("LLM_CUDA_MOE_DEC_PREFETCH");
     test_moe(1, false, 4096, 16, 6, 256, 128, 128);
     test_moe(8, true, 4096, 16, 6, 256, 128, 128);
     test_moe(2, false, 512, 256, 6, 128, 64, 64);
