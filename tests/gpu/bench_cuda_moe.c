@@ -112,10 +112,14 @@ static void dec_run(void *p, int i)
 }
 
 /* fused: T <= 8, the fused decode MoE; above, the expert tiles on tensor
- * cores */
+ * cores.  T <= 8 without tiles asked for (LLM_CUDA_MOE_MMA_MIN_T unset):
+ * none (MIN_T 9), so that 3-8 tokens measure the fused and separate
+ * paths, not the default tiles. */
 static void bench_decode(int T, bool fused)
 {
     int H = 4096, E = 256, K = 6, I = 1024;
+    bool tiles = getenv("LLM_CUDA_MOE_MMA_MIN_T") != NULL;
+    if (T <= 8 && !tiles) setenv("LLM_CUDA_MOE_MMA_MIN_T", "9", 1);
     if (T <= 8) setenv("LLM_CUDA_MOE_DECODE", fused ? "8" : "0", 1);
     if (T <= 8 && getenv("LLM_CUDA_MOE_DEC_MMA_S")) unsetenv("LLM_CUDA_MOE_DEC_MMA");
     else if (T <= 8) setenv("LLM_CUDA_MOE_DEC_MMA", "0", 1);
@@ -153,7 +157,7 @@ static void bench_decode(int T, bool fused)
              getenv("LLM_CUDA_ROUTE_REGS") ? " regs" : "",
              getenv("LLM_CUDA_MOE_DEC_PREFETCH") ? " pf" : "");
     printf("moe decode T=%d (E=%d K=%d H=%d I=%d) %-22s: %8.2f us %7.0f GB/s\n", T, E, K, H, I,
-           T > 8 || getenv("LLM_CUDA_MOE_MMA_MIN_T")
+           T > 8 || tiles
                   ? (!fused ? "tiles on the GEMV"
                      : getenv("LLM_CUDA_MOE_MMA_BLOCKS") ? "tensor cores, 1 block/SM"
                                                          : "tensor cores, 2 blocks/SM")
@@ -162,6 +166,7 @@ static void bench_decode(int T, bool fused)
            sec * 1e6, bytes / sec / 1e9);
     const char *e = G->error(G);
     if (e) printf("moe decode: %s\n", e);
+    if (T <= 8 && !tiles) unsetenv("LLM_CUDA_MOE_MMA_MIN_T");
     G->release(G, c.x), G->release(G, out), G->release(G, dbias);
     G->destroy(G);
     for (int l = 0; l < DLAYERS; l++) bench_moe_free(&c.a[l]);
