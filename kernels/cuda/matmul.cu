@@ -866,7 +866,7 @@ bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m)
         cu_moe_route(st, m.scores, m.T, m.E, m.K, m.sigmoid, m.bias, m.tid2eid, m.tid_i64, m.ids,
                      m.rscale, m.idx, m.wt, m.order, m.route_regs);
         a.routed = 1;
-        if (m.mma_s && cu_moe_decode_mma(st, m, m.mma_s, m.mma_stream, m.mma_prefetch)) return true;
+        if (m.mma_s && cu_moe_decode_mma(st, m)) return true;
     }
 
     // up: experts' w1 / w3 over x, shared s1 / s3 over x

@@ -16,6 +16,31 @@ __device__ __forceinline__ float route_act(float x, int sigmoid)
     return sigmoid ? 1.0f / (1.0f + expf(-x)) : sqrtf(x > 20.0f ? x : log1pf(expf(x)));
 }
 
+// The warp's best (value bv, expert be; be < 0: none) over its lanes':
+// larger first, ties to the lower expert.  Every lane gets it.
+__device__ __forceinline__ void route_best(float &bv, int &be)
+{
+    for (int o = 16; o; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oe = __shfl_xor_sync(0xffffffffu, be, o);
+        if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
+    }
+}
+
+// wt[k] = the chosen activations acts[k] normalized (summed in k order),
+// times rscale.
+__device__ __forceinline__ void route_weights(const float (&acts)[TOPK_MAX], int K, float rscale,
+                                              float (&wt)[TOPK_MAX])
+{
+    float sum = 0;
+#pragma unroll
+    for (int k = 0; k < TOPK_MAX; k++)
+        if (k < K) sum += acts[k];
+#pragma unroll
+    for (int k = 0; k < TOPK_MAX; k++)
+        if (k < K) wt[k] = acts[k] / (sum + 1e-20f) * rscale;
+}
+
 // Token scores sc[E] -> its K experts sel[] (every lane gets them) and,
 // on lane 0 when want_wt, their weights wt[] (the chosen scores
 // normalized, times rscale).  Scored: the activations once into act and
@@ -76,11 +101,7 @@ __device__ __forceinline__ void route_warp(const float *sc, int E, int K, int si
                         bv = v[u], be = e;
                 }
             }
-            for (int o = 16; o; o >>= 1) {
-                float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-                int oe = __shfl_xor_sync(0xffffffffu, be, o);
-                if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
-            }
+            route_best(bv, be);
             sel[k] = be;
             if (lane == 0 && be >= 0) taken[be] = 1;
             __syncwarp();
@@ -94,16 +115,11 @@ __device__ __forceinline__ void route_warp(const float *sc, int E, int K, int si
     for (int k = 0; k < TOPK_MAX; k++)
         if (k < K && k == lane) mine = sel[k];
     float a = lane < K ? (tid2eid ? route_act(sc[mine], sigmoid) : act[mine]) : 0.0f;
-    float acts[TOPK_MAX], sum = 0;
+    float acts[TOPK_MAX];
 #pragma unroll
     for (int k = 0; k < TOPK_MAX; k++) acts[k] = __shfl_sync(0xffffffffu, a, k);
     if (lane) return;
-#pragma unroll
-    for (int k = 0; k < TOPK_MAX; k++)
-        if (k < K) sum += acts[k];
-#pragma unroll
-    for (int k = 0; k < TOPK_MAX; k++)
-        if (k < K) wt[k] = acts[k] / (sum + 1e-20f) * rscale;
+    route_weights(acts, K, rscale, wt);
 }
 
 // route_warp for E <= 32 ROUTE_U scored experts (not hashed) with its
@@ -140,18 +156,14 @@ __device__ __forceinline__ void route_warp_regs(const float *sc, int E, int K, i
 #pragma unroll
         for (int u = 0; u < ROUTE_U; u++)
             if (!(taken >> u & 1) && (be < 0 || val[u] > bv)) bv = val[u], be = lane + 32 * u;
-        for (int o = 16; o; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oe = __shfl_xor_sync(0xffffffffu, be, o);
-            if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
-        }
+        route_best(bv, be);
         sel[k] = be;
         if (be >= 0 && (be & 31) == lane) taken |= 1u << (be >> 5);
     }
     if (!want_wt) return;
     // choice k's activation from its lane (a select over u: no indexed
     // registers), summed in k order on lane 0
-    float acts[TOPK_MAX], sum = 0;
+    float acts[TOPK_MAX];
 #pragma unroll
     for (int k = 0; k < TOPK_MAX; k++) {
         acts[k] = 0;
@@ -163,12 +175,7 @@ __device__ __forceinline__ void route_warp_regs(const float *sc, int E, int K, i
         acts[k] = __shfl_sync(0xffffffffu, a, sel[k] & 31);
     }
     if (lane) return;
-#pragma unroll
-    for (int k = 0; k < TOPK_MAX; k++)
-        if (k < K) sum += acts[k];
-#pragma unroll
-    for (int k = 0; k < TOPK_MAX; k++)
-        if (k < K) wt[k] = acts[k] / (sum + 1e-20f) * rscale;
+    route_weights(acts, K, rscale, wt);
 }
 
 // The fused decode MoE after the gate's GEMV wrote scores [T][E]:
@@ -213,4 +220,4 @@ bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m);
 // cu_moe_decode's up and down after route_kernel on tensor cores (x and g
 // in two bf16 parts, as the expert tiles): false, nothing launched, where
 // the views or the sizes do not suit it (the caller runs matmul.cu's).
-bool cu_moe_decode_mma(cudaStream_t st, const cu_moe_dec &m, int S, bool stream, bool pf);
+bool cu_moe_decode_mma(cudaStream_t st, const cu_moe_dec &m);

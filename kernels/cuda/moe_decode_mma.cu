@@ -113,6 +113,14 @@ __device__ __forceinline__ void put_unit(uint8_t *xs, int u, const float *p, flo
     }
 }
 
+// x's row (cols columns) staged in QT's units by the block's threads.
+template <int QT>
+__device__ __forceinline__ void stage_x(uint8_t *xs, const float *x, int cols)
+{
+    for (int u = threadIdx.x; u < cols / mdm_fmt<QT>::UC; u += blockDim.x)
+        put_unit<QT>(xs, u, x + u * mdm_fmt<QT>::UC, 1.0f);
+}
+
 // One chunk's copies of a lane: 16 bytes of its rows g and g + 8 (zeros
 // past the columns) and their scale bytes.
 struct mdm_copy {
@@ -230,9 +238,7 @@ __device__ __forceinline__ void mdm_up(const mdm_args &a, uint8_t *xs, float (*p
         if (cb + d < ce) mdm_load<QT>(cp[d], rw, cb + d, (cb + d) * F::CH + qc < w.cols);
     if (a.pf && threadIdx.x == 0) mdm_prefetch_down(a, sh, e);
     if (sh) pdl_wait();     // the shared expert's weights were on their way first
-    const float *x = a.x + (long long)tok * a.x_ld;
-    for (int u = threadIdx.x; u < w.cols / F::UC; u += blockDim.x)
-        put_unit<QT>(xs, u, x + u * F::UC, 1.0f);
+    stage_x<QT>(xs, a.x + (long long)tok * a.x_ld, w.cols);
     __syncthreads();
     float acc[4] = { 0, 0, 0, 0 };
     for (int c = cb; c < ce; c += MDM_D) {
@@ -348,12 +354,8 @@ __global__ void __launch_bounds__(256, 2) moe_up_stream_kernel(const __grid_cons
     mdm_item ct = mdm_item_at(a, ci, gs, gr);
     auto stage = [&](const mdm_item &t) {
         const float *x = a.x + (long long)t.tok * a.x_ld;
-        if (t.sh)
-            for (int u = threadIdx.x; u < a.s1.cols / FS::UC; u += blockDim.x)
-                put_unit<QT_FP8>(mdm_sh, u, x + u * FS::UC, 1.0f);
-        else
-            for (int u = threadIdx.x; u < a.w1.cols / FR::UC; u += blockDim.x)
-                put_unit<QT_MXFP4>(mdm_sh, u, x + u * FR::UC, 1.0f);
+        if (t.sh) stage_x<QT_FP8>(mdm_sh, x, a.s1.cols);
+        else stage_x<QT_MXFP4>(mdm_sh, x, a.w1.cols);
     };
     if (ci < it1) stage(ct);
     __syncthreads();
@@ -509,15 +511,16 @@ static bool mdm_view_ok(const dqw &w)
            w.estride % 16 == 0;
 }
 
-bool cu_moe_decode_mma(cudaStream_t st, const cu_moe_dec &m, int S, bool stream, bool pf)
+bool cu_moe_decode_mma(cudaStream_t st, const cu_moe_dec &m)
 {
+    int S = m.mma_s;
     int H = m.w2.rows, I = m.w1.rows, Is = m.s1.rows;
     if (!m.order || (S != 2 && S != 4 && S != 8) || !mdm_view_ok(m.w1) || !mdm_view_ok(m.w3) ||
         !mdm_view_ok(m.w2) || !mdm_view_ok(m.s1) || !mdm_view_ok(m.s3) || !mdm_view_ok(m.s2) ||
         m.w1.cols % 8 || (uintptr_t)m.x % 16 || m.x_ld % 4)
         return false;
     mdm_args a = { m.T, m.K, S, m.w1, m.w3, m.w2, m.s1, m.s3, m.s2, m.x, m.x_ld, m.idx, m.wt,
-                   m.g, m.sg, m.out, m.limit, pf };
+                   m.g, m.sg, m.out, m.limit, m.mma_prefetch };
     // x staged: 4 bytes a column, whole chunks (MXFP4 128 columns, FP8 64)
     auto bytes = [](int cols, int ch) { return (size_t)(cols + ch - 1) / ch * ch * 4; };
     size_t up = bytes(m.w1.cols, 128) > bytes(m.s1.cols, 64) ? bytes(m.w1.cols, 128)
@@ -533,7 +536,7 @@ bool cu_moe_decode_mma(cudaStream_t st, const cu_moe_dec &m, int S, bool stream,
     int per = 8 / S, gu = ((I > Is ? I : Is) + 7) / 8, gd = (H + 15) / 16;
     // streamed: every warp the same chunks of each item (whole chunks, a
     // multiple of 8 of them: V4's H = 4,096 has 32 MXFP4 and 64 FP8)
-    if (stream && m.w1.cols % (8 * 128) == 0 && m.s1.cols % (8 * 64) == 0) {
+    if (m.mma_stream && m.w1.cols % (8 * 128) == 0 && m.s1.cols % (8 * 64) == 0) {
         long long items = (long long)m.T * ((Is + 7) / 8) + (long long)m.T * m.K * ((I + 7) / 8);
         long long nb = 2LL * cu_sm_count();
         if (up > 48 * 1024)
