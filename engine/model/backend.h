@@ -313,6 +313,16 @@ struct backend {
      * issued in between (CUDA: an L2 prefetch on a second stream, after
      * the ops issued so far).  Changes no result. */
     void (*prefetch)(backend *b, const qweight *const *w, int n);
+    /* A second stream for a step of T tokens (NULL, or side_begin false:
+     * none; the caller then issues the same ops in one sequence).  After
+     * side_begin returns true the ops issued run after every op issued
+     * before it, beside those issued after side_end, until side_join,
+     * after which ops also wait for them.  The caller's promise: the ops
+     * on either side neither write what the other side's read or write.
+     * Changes no result. */
+    bool (*side_begin)(backend *b, int T);
+    void (*side_end)(backend *b);
+    void (*side_join)(backend *b);
 
     void (*destroy)(backend *b);
 };

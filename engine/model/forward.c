@@ -113,6 +113,17 @@ static void compress_all(v4_model *M, v4_rank *R, const v4_batch *B, const v4_co
     R->be->compress(R->be, args, B->nseg);
 }
 
+/* An attention layer's compressors over its projections' outputs: the
+ * entries attention reads, and in CSA layers the indexer's keys. */
+static void compressors(v4_model *M, v4_rank *R, const v4_batch *B, int l)
+{
+    const v4_config *c = &M->cfg;
+    const v4_layer *L = &R->w.layers[l];
+    v4_scratch *s = &R->s;
+    if (v4_layer_ratio(c, l)) compress_all(M, R, B, &L->comp, l, false, s->ckv, s->cg);
+    if (c->attn[l] == V4_ATTN_CSA) compress_all(M, R, B, &L->icomp, l, true, s->ikv, s->ig);
+}
+
 /* Projections of one step run together: the backend's matmuls (which may
  * launch matrices of one format as one kernel), or one matmul each. */
 #define PROJ_MAX 8
@@ -191,18 +202,31 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
     const rope_table *rt = ratio ? &M->rope_comp : &M->rope_main;
 
     int ihd = c->index_head_dim, inh = c->index_heads, cd = (csa ? 2 : 1) * hd;
-    /* Every projection of x, then those of qr normalized (q_norm). */
-    proj_list px = { 0 }, pq = { 0 };
+    /* Every projection of x, then those of qr normalized (q_norm).  The
+     * compressors' projections (and the indexer's weights) and the
+     * compressors depend on x alone until qk_prep: beside the queries'
+     * where the backend has a second stream for the step (short,
+     * latency-bound launches that then overlap), else issued with them
+     * and after qk_prep as one sequence. */
+    proj_list px = { 0 }, pc = { 0 }, pq = { 0 };
     proj_add(&px, &L->wq_a, s->x, s->qr, qlr);
     proj_add(&px, &L->wkv, s->x, s->kv, hd);
     if (ratio) {
-        proj_add(&px, &L->comp.wkv, s->x, s->ckv, cd);
-        proj_add(&px, &L->comp.wgate, s->x, s->cg, cd);
+        proj_add(&pc, &L->comp.wkv, s->x, s->ckv, cd);
+        proj_add(&pc, &L->comp.wgate, s->x, s->cg, cd);
     }
     if (csa) {
-        proj_add(&px, &L->icomp.wkv, s->x, s->ikv, 2 * ihd);
-        proj_add(&px, &L->icomp.wgate, s->x, s->ig, 2 * ihd);
-        proj_add(&px, &L->iweights, s->x, s->iw, inh);
+        proj_add(&pc, &L->icomp.wkv, s->x, s->ikv, 2 * ihd);
+        proj_add(&pc, &L->icomp.wgate, s->x, s->ig, 2 * ihd);
+        proj_add(&pc, &L->iweights, s->x, s->iw, inh);
+    }
+    bool side = pc.n && be->side_begin && be->side_begin(be, T);
+    if (side) {
+        proj_run(be, &pc, H, T, NULL, NULL, 0);
+        compressors(M, R, B, l);
+        be->side_end(be);
+    } else {
+        for (int i = 0; i < pc.n; i++) proj_add(&px, pc.w[i], pc.x[i], pc.y[i], pc.ldy[i]);
     }
     proj_run(be, &px, H, T, NULL, NULL, 0);
     proj_add(&pq, &L->wq_b, s->qr, s->q, qd);
@@ -211,6 +235,7 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
     /* the output projections' weights arrive while qk_prep, the
      * compressors, the indexer and attention run */
     prefetch(be, T, (const qweight *const[]){ &L->wo_a, &L->wo_b }, 2);
+    if (side) be->side_join(be);
     /* The chunk's keys end rounded as the ring will hold them, so attention
      * sees the same values from the chunk as from the cache (DeepSeek's
      * reference rounds kv in place the same way). */
@@ -223,9 +248,8 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
     if (be->qk_prep) be->qk_prep(be, &qa);
     else qk_prep_ops(be, &qa);
 
-    if (ratio) compress_all(M, R, B, &L->comp, l, false, s->ckv, s->cg);
+    if (!side) compressors(M, R, B, l);
     if (csa) {
-        compress_all(M, R, B, &L->icomp, l, true, s->ikv, s->ig);
         indexer_args *ia = R->iargs;
         for (int i = 0; i < B->nseg; i++) {
             const v4_segment *g = &B->segs[i];

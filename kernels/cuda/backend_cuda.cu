@@ -767,27 +767,24 @@ static void cu_moe_op(backend *b, const moe_args *a)
     // 44.0 / 71.0 us, rank6 batch 1 at 8K 1.14 -> 1.08 ms, 131K 1.25 ->
     // 1.21-1.22.  LLM_CUDA_MOE_DEC_MMA=0: matmul.cu's float32 kernels
     // (comparisons); LLM_CUDA_MOE_DEC_MMA_S: warps a row group of the up
-    // kernel (2, 4, 8: within 3% of each other in N2).
+    // kernel (2, 4, 8: within 3% of each other in N2; 4 by runs P1-P2,
+    // bench_cuda_moe 2 66.3 against 8's 68.5 us, batch 1 at 131K
+    // 1.21-1.22 against 1.22-1.24 ms, batch 2 1.36 against 1.37-1.39).
     bool dec_mma = env_switch(c, "LLM_CUDA_MOE_DEC_MMA") && c->gemm != BACKEND_GEMM_F32;
-    int dec_s = (int)env_int(c, "LLM_CUDA_MOE_DEC_MMA_S", 2, 8, 8);
+    int dec_s = (int)env_int(c, "LLM_CUDA_MOE_DEC_MMA_S", 2, 8, 4);
     if (dec_s & (dec_s - 1)) fail(c, "LLM_CUDA_MOE_DEC_MMA_S=%d: expected 2, 4 or 8", dec_s);
-    // LLM_CUDA_MOE_DEC_STREAM=1: its up kernel as about two blocks an SM
-    // streaming row groups (moe_up_stream_kernel; written after run N7,
-    // not yet measured, so off by default)
-    bool dec_stream = env_int(c, "LLM_CUDA_MOE_DEC_STREAM", 0, 1, 0);
-    // LLM_CUDA_ROUTE_REGS=1: the router's warp with its state in
-    // registers (route_warp_regs; written after run N7, not yet measured,
-    // so off by default)
-    bool route_regs = env_int(c, "LLM_CUDA_ROUTE_REGS", 0, 1, 0);
-    // LLM_CUDA_MOE_DEC_PREFETCH=1: its up kernel's blocks bring the down
-    // kernel's weights into L2 (written after run N7, not yet measured)
-    bool dec_pf = env_int(c, "LLM_CUDA_MOE_DEC_PREFETCH", 0, 1, 0);
+    // The router's warp with its state in registers where it applies
+    // (route_warp_regs): run P1, bench_cuda_moe 1 / 2 45.2 / 72.5 ->
+    // 41.7 / 69.3 us, rank6 batch 1 at 8K 1.09-1.10 -> 1.08-1.09 ms.
+    // LLM_CUDA_ROUTE_REGS=0: route_warp's shared-memory rounds everywhere
+    // (comparisons; the same choices and weights, tested).
+    bool route_regs = env_switch(c, "LLM_CUDA_ROUTE_REGS");
     if (c->failed) return;
     if (T <= fused_t && T < tiles_t) {
         cu_moe_dec m = { T, K, E, w1, w3, w2, s1, s3, s2, a->x, sc, a->bias, H, a->tid2eid,
                          a->tid_i64, a->sigmoid_scores, ids, a->routed_scale, a->limit, idx, wt,
                          g, sg, a->out, route_first ? ord : NULL, dec_mma ? dec_s : 0,
-                         dec_stream, route_regs, dec_pf };
+                         route_regs };
         if (cu_moe_decode(c->st, m)) {
             launched(c, "moe");
             return;
@@ -1143,6 +1140,13 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // 4.39-4.40 -> 4.22-4.29 ms, B = 64 5.60-5.71 -> 5.51-5.56.
     // LLM_CUDA_MOE_SIDE=0: one stream (comparisons).
     c->moe_side = env_switch(c, "LLM_CUDA_MOE_SIDE");
+    // Decode steps of up to 8 tokens run an attention layer's compressor
+    // projections and compressors on a second stream beside wq_a, wkv
+    // and wq_b (backend.h side_begin; forward.c attention), joined before
+    // qk_prep: run P3, rank6 batch 1 at 8K 1.08-1.10 -> 1.06-1.07 ms,
+    // 131K 1.21-1.22 -> 1.19-1.20, batch 4 1.96-1.98 -> 1.93, 8 2.86-2.88
+    // -> 2.82-2.83.  LLM_CUDA_ATTN_SIDE=0: one stream (comparisons).
+    c->attn_side = env_switch(c, "LLM_CUDA_ATTN_SIDE");
     // LLM_CUDA_GEMV_TOKENS (1, 2, 4 or 8; comparisons): the most tokens a
     // GEMV block takes.  Run D3: 8 tokens as two blocks of 4 took 0.53-0.85x
     // the time of one block of 8 on every matrix of bench_cuda_gemv, and a
@@ -1250,6 +1254,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     b->gather_cols = cu_gather_cols;
     b->row_argmax = cu_row_argmax_op;
     b->prefetch = cu_prefetch_op;
+    b->side_begin = cu_side_begin;
+    b->side_end = cu_side_end;
+    b->side_join = cu_side_join;
     b->graph_begin = cu_graph_begin;
     b->graph_end = cu_graph_end;
     b->graph_counts = cu_graph_counts;

@@ -162,7 +162,10 @@ struct cu_impl {
     bool pf_pending;            // a prefetch since the last join
     bool moe_side;              // the shared expert of decode batches beside the routed ones
                                 // (LLM_CUDA_MOE_SIDE)
-    cu_fork side;               // side_scope's stream
+    cu_fork side;               // side_scope's stream (and side_begin's)
+    bool attn_side;             // decode attention's compressors beside its queries
+    bool side_on;               // between side_begin and side_end
+    cudaStream_t side_main;     // the main stream then
     bool moe_mma;               // decode batches' expert tiles on tensor cores (LLM_CUDA_MOE_MMA)
     bool gate_lt;               // the router's scores of many tokens on cuBLASLt (LLM_CUDA_GATE_LT)
     int gate_gemv_t;            // ... from this many + 1 (LLM_CUDA_GATE_GEMV_MAX_T)
@@ -373,6 +376,9 @@ void cu_copy_fence(backend *b, bool wait);
 // cuda_prefetch.cu
 void cu_prefetch_op(backend *b, const qweight *const *w, int n);
 void cu_prefetch_join(cu_impl *c);
+bool cu_side_begin(backend *b, int T);
+void cu_side_end(backend *b);
+void cu_side_join(backend *b);
 void copies_free(cu_impl *c);
 void uploads_free(cu_impl *c);
 

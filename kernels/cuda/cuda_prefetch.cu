@@ -137,3 +137,40 @@ void side_scope::join()
     fork_wait(c, c->side);
     joined = true;
 }
+
+// backend.h side_begin: only in graphs (captured, or replayed: the same
+// op order both ways) and for decode steps of up to SIDE_MAX_T tokens,
+// whose matmuls are GEMVs with no scratch (eager steps also reuse the
+// staging buffers, ordered on one stream only); recording a replay
+// launches nothing, so it forks nothing.
+#define SIDE_MAX_T 8
+bool cu_side_begin(backend *b, int T)
+{
+    cu_impl *c = enter(b);
+    if (!c->attn_side || c->failed || c->profile || !in_graph(c) || T > SIDE_MAX_T || c->side_on)
+        return false;
+    if (!recording(c)) {
+        if (!fork_from(c, c->side)) return false;
+        c->side_main = c->st;
+        c->st = c->side.s;
+    }
+    c->side_on = true;
+    return true;
+}
+
+void cu_side_end(backend *b)
+{
+    cu_impl *c = enter(b);
+    if (!c->side_on) return;
+    if (!recording(c)) {
+        fork_end(c, c->side);
+        c->st = c->side_main;
+    }
+    c->side_on = false;
+}
+
+void cu_side_join(backend *b)
+{
+    cu_impl *c = enter(b);
+    if (!recording(c)) fork_wait(c, c->side);
+}

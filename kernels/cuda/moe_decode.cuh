@@ -123,8 +123,8 @@ __device__ __forceinline__ void route_warp(const float *sc, int E, int K, int si
 }
 
 // route_warp for E <= 32 ROUTE_U scored experts (not hashed) with its
-// state in registers (route_kernel under LLM_CUDA_ROUTE_REGS=1; written
-// after run N7, not yet measured): lane l's candidates l + 32 u, u <
+// state in registers (route_kernel's default; LLM_CUDA_ROUTE_REGS=0
+// compares): lane l's candidates l + 32 u, u <
 // ROUTE_U, the chosen ones a bit mask, the rounds unrolled over
 // TOPK_MAX; the same activations, comparisons and sums in the same
 // order (inside a lane e grows with u, so an equal value never displaces
@@ -212,9 +212,7 @@ struct cu_moe_dec {
                                     // of its own first (route_kernel), not in up's blocks
     int mma_s;                      // with order: > 0, up and down on tensor cores
                                     // (moe_decode_mma.cu; S = mma_s warps a row group of up)
-    bool mma_stream;                // and the up kernel streamed (pending measurement)
-    bool route_regs;                // route_kernel's register form (pending measurement)
-    bool mma_prefetch;              // up brings down's weights into L2 (pending measurement)
+    bool route_regs;                // route_kernel's register form where it applies
 };
 bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m);
 // cu_moe_decode's up and down after route_kernel on tensor cores (x and g

@@ -42,41 +42,7 @@ struct mdm_args {
     const float *wt;            // [T][K] their weights
     float *g, *sg, *out;        // [T*K][w1.rows], [T][s1.rows], [T][w2.rows]
     float limit;
-    int pf;                     // the up kernel brings the down kernel's weights into L2
 };
-
-// [p, p + n) into L2 in bulk prefetches of at most 16 KB (whole 16-byte
-// units inside it; fire and forget: nothing waits for them).
-__device__ __forceinline__ void mdm_prefetch(const uint8_t *p, unsigned long long n)
-{
-    uintptr_t a = ((uintptr_t)p + 15) & ~(uintptr_t)15, e = ((uintptr_t)p + n) & ~(uintptr_t)15;
-    for (; a < e; a += 16384) {
-        unsigned len = e - a < 16384 ? (unsigned)(e - a) : 16384u;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(len) : "memory");
-    }
-}
-
-// The up kernel's block b of gridDim.x for its slot (LLM_CUDA_MOE_DEC_PREFETCH,
-// pending measurement): the b-th slice of the rows the down kernel will
-// read for it -- w2 of the slot's expert e, or the shared s2 -- with
-// their scales, so that the down kernel, which waits for the up kernel
-// before it can address its experts, finds them in L2.
-__device__ __forceinline__ void mdm_prefetch_down(const mdm_args &a, bool sh, long long e)
-{
-    const dqw &w = sh ? a.s2 : a.w2;
-    int nb = gridDim.x, r0 = (int)((long long)blockIdx.x * w.rows / nb);
-    int r1 = (int)((long long)(blockIdx.x + 1) * w.rows / nb);
-    if (r1 <= r0) return;
-    unsigned long long row = sh ? (unsigned long long)w.ld : (unsigned long long)w.ld / 2;
-    mdm_prefetch(w.data + e * w.estride + (w.r0 + r0) * row, (r1 - r0) * row);
-    if (sh) {
-        int b0 = (w.r0 + r0) / 128, b1 = (w.r0 + r1 + 127) / 128;
-        mdm_prefetch(w.scale + b0 * w.sld, (unsigned long long)(b1 - b0) * w.sld);
-    } else {
-        mdm_prefetch(w.scale + e * w.sestride + (w.r0 + r0) * w.sld,
-                     (unsigned long long)(r1 - r0) * w.sld);
-    }
-}
 
 // Byte offset of unit u in staged x.
 template <int QT> __device__ __forceinline__ int unit_at(int u)
@@ -236,7 +202,6 @@ __device__ __forceinline__ void mdm_up(const mdm_args &a, uint8_t *xs, float (*p
 #pragma unroll
     for (int d = 0; d < MDM_D; d++)
         if (cb + d < ce) mdm_load<QT>(cp[d], rw, cb + d, (cb + d) * F::CH + qc < w.cols);
-    if (a.pf && threadIdx.x == 0) mdm_prefetch_down(a, sh, e);
     if (sh) pdl_wait();     // the shared expert's weights were on their way first
     stage_x<QT>(xs, a.x + (long long)tok * a.x_ld, w.cols);
     __syncthreads();
@@ -269,139 +234,6 @@ __global__ void __launch_bounds__(256, 2) moe_up_mma_kernel(const __grid_constan
     if ((int)blockIdx.x * (8 / a.S) * 8 >= w.rows) return;     // the other matrix is taller
     if (sh) mdm_up<QT_FP8>(a, mdm_sh, part);
     else mdm_up<QT_MXFP4>(a, mdm_sh, part);
-}
-
-// Up, streamed (LLM_CUDA_MOE_DEC_STREAM=1; written after run N7, not yet
-// measured): run N3 found the one-slot blocks too short to keep their
-// loads flowing (896 blocks of 32 KB at T = 1; a fifth of the
-// instructions in each warp's prologue, the long scoreboard the largest
-// stall).  Here a grid of about two blocks an SM takes items -- a row
-// group of 8 rows of one slot: the T shared slots' groups, then the T * K
-// routed slots' -- in contiguous ranges, one item at a time with all 8
-// warps on its columns (the same chunks a warp in every item of a
-// format: ncs / 8), the copies running D chunks ahead across items; each
-// item's sums meet in part (two buffers by item parity, one barrier),
-// and x is staged again (after that barrier, before another) where the
-// token or the format changes.  pdl_wait comes before the first routed
-// item's copies (their expert is route_kernel's), or after the prologue
-// where the range holds none.
-struct mdm_item {
-    bool sh;
-    int slot, tok, grp;     // slot: a routed slot (T * K of them) or the token
-};
-
-__device__ __forceinline__ mdm_item mdm_item_at(const mdm_args &a, int it, int gs, int gr)
-{
-    if (it < a.T * gs) return { true, it / gs, it / gs, it - it / gs * gs };
-    int j = it - a.T * gs, slot = j / gr;
-    return { false, slot, slot / a.K, j - slot * gr };
-}
-
-__global__ void __launch_bounds__(256, 2) moe_up_stream_kernel(const __grid_constant__ mdm_args a)
-{
-    extern __shared__ __align__(16) uint8_t mdm_sh[];
-    __shared__ float part[2][8][16];
-    using FR = mdm_fmt<QT_MXFP4>;
-    using FS = mdm_fmt<QT_FP8>;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    int gs = (a.s1.rows + 7) / 8, gr = (a.w1.rows + 7) / 8;
-    int ni = a.T * gs + a.T * a.K * gr, nb = gridDim.x;
-    int it0 = (int)((long long)blockIdx.x * ni / nb);
-    int it1 = (int)((long long)(blockIdx.x + 1) * ni / nb);
-    int pr = a.w1.cols / FR::CH / 8, ps = a.s1.cols / FS::CH / 8;    // chunks a warp an item
-    bool waited = false;
-    // the copies' side: item li, its k-th chunk of this warp, its rows
-    int li = it0, lk = 0;
-    mdm_item lt = mdm_item_at(a, li, gs, gr);
-    mdm_rows lrw;
-    auto rows_of = [&](const mdm_item &t) {
-        const dqw &w = t.sh ? a.s1 : a.w1, &w3 = t.sh ? a.s3 : a.w3;
-        long long e = 0;
-        if (!t.sh) {
-            if (!waited) pdl_wait(), waited = true;    // experts from route_kernel
-            e = a.idx[t.slot];
-        }
-        long long r = w.r0 + min(t.grp * 8 + g, w.rows - 1);
-        const uint8_t *da = w.data + e * w.estride, *qa = w.scale + e * w.sestride;
-        const uint8_t *db = w3.data + e * w3.estride, *qb = w3.scale + e * w3.sestride;
-        return t.sh ? mdm_rows_at<QT_FP8>(w, da, qa, r, db, qb, r)
-                    : mdm_rows_at<QT_MXFP4>(w, da, qa, r, db, qb, r);
-    };
-    if (li < it1) lrw = rows_of(lt);
-    mdm_copy cp[MDM_D];
-    auto load = [&](int d) {
-        if (lt.sh) {
-            int c = warp * ps + lk;
-            mdm_load<QT_FP8>(cp[d], lrw, c, c * FS::CH + q * FS::SC < a.s1.cols);
-        } else {
-            int c = warp * pr + lk;
-            mdm_load<QT_MXFP4>(cp[d], lrw, c, c * FR::CH + q * FR::SC < a.w1.cols);
-        }
-        if (++lk == (lt.sh ? ps : pr) && ++li < it1) {
-            lk = 0;
-            lt = mdm_item_at(a, li, gs, gr);
-            lrw = rows_of(lt);
-        }
-    };
-    int n = 0;      // this warp's chunks over the range
-    for (int it = it0; it < it1; it++) n += it < a.T * gs ? ps : pr;
-#pragma unroll
-    for (int d = 0; d < MDM_D; d++)
-        if (d < n) load(d);
-    if (!waited) pdl_wait(), waited = true;    // x: read after the wait, as everywhere
-    // the computing side: item ci (x staged for its token and format), its k-th chunk
-    int ci = it0, ck = 0, par = 0;
-    mdm_item ct = mdm_item_at(a, ci, gs, gr);
-    auto stage = [&](const mdm_item &t) {
-        const float *x = a.x + (long long)t.tok * a.x_ld;
-        if (t.sh) stage_x<QT_FP8>(mdm_sh, x, a.s1.cols);
-        else stage_x<QT_MXFP4>(mdm_sh, x, a.w1.cols);
-    };
-    if (ci < it1) stage(ct);
-    __syncthreads();
-    float acc[4] = { 0, 0, 0, 0 };
-    for (int k0 = 0; k0 < n; k0 += MDM_D) {
-#pragma unroll
-        for (int d = 0; d < MDM_D; d++) {
-            if (k0 + d >= n) break;
-            if (ct.sh) {
-                int c = warp * ps + ck;
-                mdm_mma<QT_FP8>(acc, cp[d], mdm_sh + unit_at<QT_FP8>(c * 16),
-                                c * FS::CH + q * FS::SC < a.s1.cols);
-            } else {
-                int c = warp * pr + ck;
-                mdm_mma<QT_MXFP4>(acc, cp[d], mdm_sh + unit_at<QT_MXFP4>(c * 16),
-                                  c * FR::CH + q * FR::SC < a.w1.cols);
-            }
-            if (k0 + d + MDM_D < n) load(d);
-            if (++ck < (ct.sh ? ps : pr)) continue;
-            // the item's end: its sums, then x for the next where it differs
-            if (q == 0) {
-                part[par][warp][g] = acc[0] + acc[1];
-                part[par][warp][8 + g] = acc[2] + acc[3];
-            }
-            acc[0] = acc[1] = acc[2] = acc[3] = 0;
-            __syncthreads();
-            const dqw &w = ct.sh ? a.s1 : a.w1;
-            int row = ct.grp * 8 + lane;
-            if (warp == 0 && lane < 8 && row < w.rows) {
-                float v = 0, u = 0;
-                for (int k = 0; k < 8; k++) v += part[par][k][lane], u += part[par][k][8 + lane];
-                float *y = ct.sh ? a.sg + (long long)ct.tok * a.s1.rows
-                                 : a.g + (long long)ct.slot * a.w1.rows;
-                y[row] = swiglu1(v, u, a.limit);
-            }
-            par ^= 1, ck = 0;
-            if (++ci < it1) {
-                mdm_item nt = mdm_item_at(a, ci, gs, gr);
-                if (nt.sh != ct.sh || nt.tok != ct.tok) {
-                    stage(nt);
-                    __syncthreads();
-                }
-                ct = nt;
-            }
-        }
-    }
 }
 
 // Down, one token a block (blockIdx.y): this warp's 16 rows from n0 of
@@ -520,7 +352,7 @@ bool cu_moe_decode_mma(cudaStream_t st, const cu_moe_dec &m)
         m.w1.cols % 8 || (uintptr_t)m.x % 16 || m.x_ld % 4)
         return false;
     mdm_args a = { m.T, m.K, S, m.w1, m.w3, m.w2, m.s1, m.s3, m.s2, m.x, m.x_ld, m.idx, m.wt,
-                   m.g, m.sg, m.out, m.limit, m.mma_prefetch };
+                   m.g, m.sg, m.out, m.limit };
     // x staged: 4 bytes a column, whole chunks (MXFP4 128 columns, FP8 64)
     auto bytes = [](int cols, int ch) { return (size_t)(cols + ch - 1) / ch * ch * 4; };
     size_t up = bytes(m.w1.cols, 128) > bytes(m.s1.cols, 64) ? bytes(m.w1.cols, 128)
@@ -534,19 +366,8 @@ bool cu_moe_decode_mma(cudaStream_t st, const cu_moe_dec &m)
         cudaFuncSetAttribute(moe_down_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)down);
     int per = 8 / S, gu = ((I > Is ? I : Is) + 7) / 8, gd = (H + 15) / 16;
-    // streamed: every warp the same chunks of each item (whole chunks, a
-    // multiple of 8 of them: V4's H = 4,096 has 32 MXFP4 and 64 FP8)
-    if (m.mma_stream && m.w1.cols % (8 * 128) == 0 && m.s1.cols % (8 * 64) == 0) {
-        long long items = (long long)m.T * ((Is + 7) / 8) + (long long)m.T * m.K * ((I + 7) / 8);
-        long long nb = 2LL * cu_sm_count();
-        if (up > 48 * 1024)
-            cudaFuncSetAttribute(moe_up_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)up);
-        cu_launch(moe_up_stream_kernel, dim3((unsigned)(items < nb ? items : nb)), 256, up, st, a);
-    } else {
-        cu_launch(moe_up_mma_kernel, dim3((unsigned)((gu + per - 1) / per), m.T * m.K + m.T), 256,
-                  up, st, a);
-    }
+    cu_launch(moe_up_mma_kernel, dim3((unsigned)((gu + per - 1) / per), m.T * m.K + m.T), 256,
+              up, st, a);
     // down: a row group a block (8 warps of its columns: 256 blocks a
     // token at V4's H = 4,096)
     a.S = 8;

@@ -1216,8 +1216,8 @@ void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float lim
 
 // A block (one warp) per token (route_warp), then the k's in the CPU's
 // summation order for moe_combine_kernel.  (Eight tokens a block put a
-// 64-token step on 8 SMs: 14.5 us in run J5.)  regs (LLM_CUDA_ROUTE_REGS,
-// pending measurement): route_warp_regs where it applies, and the
+// 64-token step on 8 SMs: 14.5 us in run J5.)  regs (the default;
+// LLM_CUDA_ROUTE_REGS=0 compares): route_warp_regs where it applies, and the
 // outputs stored by the lanes side by side, the order from each choice's
 // rank (the insertion sort's stable order without its local memory).
 __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmoid,

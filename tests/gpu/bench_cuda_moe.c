@@ -14,10 +14,9 @@
  * router, shared-expert and expert GEMVs), in CUDA graphs of 32 ops over
  * 8 layers' weights (every read from DRAM); then the fused MoE's up
  * and down on tensor cores (the default) at each column split S of
- * its up kernel (LLM_CUDA_MOE_DEC_MMA_S 8, 4, 2), with it streamed
- * (LLM_CUDA_MOE_DEC_STREAM=1), with the router in registers
- * (LLM_CUDA_ROUTE_REGS=1), with the up kernel prefetching the down
- * kernel's weights (LLM_CUDA_MOE_DEC_PREFETCH=1); GB/s of the
+ * its up kernel (LLM_CUDA_MOE_DEC_MMA_S 8, 4, 2, then 8 again: the
+ * first row after a switch can differ), then with the router's shared-
+ * memory rounds (LLM_CUDA_ROUTE_REGS=0); GB/s of the
  * weight bytes one op reads (gate, T * 6 expert slots, T shared-expert reads: each slot
  * reads its expert, so T > 1 counts an expert twice when two tokens pick
  * it; the unique bytes are at most that).
@@ -152,10 +151,8 @@ static void bench_decode(int T, bool fused)
     double bytes = T <= 8 ? 2.0 * E * H + T * (K * ex + sh)
                           : 2.0 * E * H + E * (1 - pow(1 - (double)K / E, T)) * ex + sh;
     char dec_name[32];
-    snprintf(dec_name, sizeof dec_name, "fused, mma S=%s%s%s%s", getenv("LLM_CUDA_MOE_DEC_MMA_S"),
-             getenv("LLM_CUDA_MOE_DEC_STREAM") ? " stream" : "",
-             getenv("LLM_CUDA_ROUTE_REGS") ? " regs" : "",
-             getenv("LLM_CUDA_MOE_DEC_PREFETCH") ? " pf" : "");
+    snprintf(dec_name, sizeof dec_name, "fused, mma S=%s%s", getenv("LLM_CUDA_MOE_DEC_MMA_S"),
+             getenv("LLM_CUDA_ROUTE_REGS") ? " route smem" : "");
     printf("moe decode T=%d (E=%d K=%d H=%d I=%d) %-22s: %8.2f us %7.0f GB/s\n", T, E, K, H, I,
            T > 8 || tiles
                   ? (!fused ? "tiles on the GEMV"
@@ -193,21 +190,14 @@ int main(int argc, char **argv)
             unsetenv("LLM_CUDA_MOE_MMA_MIN_T");
             /* the fused MoE's up and down on tensor cores, the up kernel's
              * column slices S (LLM_CUDA_MOE_DEC_MMA_S) */
-            static const char *const slices[] = { "8", "4", "2" };
-            for (int i = 0; i < 3; i++) {
+            static const char *const slices[] = { "8", "4", "2", "8" };
+            for (int i = 0; i < 4; i++) {
                 setenv("LLM_CUDA_MOE_DEC_MMA_S", slices[i], 1);
                 bench_decode(T, true);
             }
-            setenv("LLM_CUDA_MOE_DEC_MMA_S", "8", 1);
-            setenv("LLM_CUDA_MOE_DEC_STREAM", "1", 1);     /* its up kernel streamed */
-            bench_decode(T, true);
-            unsetenv("LLM_CUDA_MOE_DEC_STREAM");
-            setenv("LLM_CUDA_ROUTE_REGS", "1", 1);     /* the router in registers */
+            setenv("LLM_CUDA_ROUTE_REGS", "0", 1);     /* the router's shared-memory rounds */
             bench_decode(T, true);
             unsetenv("LLM_CUDA_ROUTE_REGS");
-            setenv("LLM_CUDA_MOE_DEC_PREFETCH", "1", 1);   /* down's weights into L2 */
-            bench_decode(T, true);
-            unsetenv("LLM_CUDA_MOE_DEC_PREFETCH");
             unsetenv("LLM_CUDA_MOE_DEC_MMA_S");
         }
         return 0;

@@ -2052,7 +2052,7 @@ static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int
              tiles && mm && !strcmp(mm, "0") ? " expert tiles on the GEMV" : "",
              tiles && T <= 8 ? " expert tiles (LLM_CUDA_MOE_MMA_MIN_T)" : "",
              decmma ? " on tensor cores (LLM_CUDA_MOE_DEC_MMA)" : "",
-             getenv("LLM_CUDA_ROUTE_REGS") ? " LLM_CUDA_ROUTE_REGS=1" : "");
+             getenv("LLM_CUDA_ROUTE_REGS") ? " LLM_CUDA_ROUTE_REGS=0" : "");
     if (T >= LT_MIN_T && (gemm_mode == GEMM_BF16 || gemm_mode == GEMM_BF16X2)) {
         a.x = x, a.gate = &gate, a.w1 = w1, a.w2 = w2, a.w3 = w3;
         a.sw1 = &s1, a.sw2 = &s2, a.sw3 = &s3;
@@ -2201,9 +2201,7 @@ static void test_moes(void)
     unsetenv("LLM_CUDA_MOE_ROUTE_FIRST");
     /* its up and down kernels on tensor cores (moe_decode_mma.cu, the
      * default; f32 keeps matmul.cu's): every T <= 8 and
-     * routing, the up kernel's column slices 2 and 4 (default 8), its
-     * streamed form (LLM_CUDA_MOE_DEC_STREAM=1), its L2 prefetch of the
-     * down kernel's weights (LLM_CUDA_MOE_DEC_PREFETCH=1), E = 256,
+     * routing, the up kernel's column slices 2 and 8 (default 4), E = 256,
      * a 64-column slice (half a chunk of w2: the lanes past it idle), w2
      * scales 2^+-100 (bf16 multipliers past one pair), a 48-column slice
      * (not whole scale blocks: matmul.cu's kernels), routing in the up
@@ -2212,29 +2210,12 @@ static void test_moes(void)
     for (int T = 1; T <= 8; T++)
         for (int r = ROUTE_TOPK; r <= ROUTE_SIGMOID; r++)
             test_moe(T, r, 1024, 32, 6, 512, 256, 256);
-    for (int sl = 2; sl <= 4; sl *= 2) {
-        setenv("LLM_CUDA_MOE_DEC_MMA_S", sl == 2 ? "2" : "4", 1);
+    for (int sl = 2; sl <= 8; sl *= 4) {
+        setenv("LLM_CUDA_MOE_DEC_MMA_S", sl == 2 ? "2" : "8", 1);
         test_moe(1, false, 4096, 16, 6, 256, 128, 128);
         test_moe(5, true, 1024, 32, 6, 512, 256, 256);
     }
     unsetenv("LLM_CUDA_MOE_DEC_MMA_S");
-    /* the up kernel streamed (LLM_CUDA_MOE_DEC_STREAM=1): ranges of items
-     * across the shared and routed slots and the tokens (H = 1024: 8
-     * MXFP4 and 16 FP8 chunks, one and two a warp an item; 4096: V4's) */
-    setenv("LLM_CUDA_MOE_DEC_STREAM", "1", 1);
-    for (int T = 1; T <= 8; T++) test_moe(T, T % 3, 1024, 32, 6, 512, 256, 256);
-    test_moe(1, false, 4096, 16, 6, 256, 128, 128);
-    test_moe(2, true, 4096, 16, 6, 256, 128, 128);
-    test_moe(1, false, 4096, 16, 6, 1024, 512, 512);
-    unsetenv("LLM_CUDA_MOE_DEC_STREAM");
-    /* its up kernel bringing the down kernel's weights into L2
-     * (LLM_CUDA_MOE_DEC_PREFETCH=1: prefetches of the views' rows only,
-     * the same results) */
-    setenv("LLM_CUDA_MOE_DEC_PREFETCH", "1", 1);
-    for (int T = 1; T <= 2; T++) test_moe(T, T, 1024, 32, 6, 512, 256, 256);
-    test_moe(1, false, 4096, 16, 6, 1024, 512, 512);
-    test_moe(2, false, 512, 256, 6, 128, 64, 64);
-    unsetenv("LLM_CUDA_MOE_DEC_PREFETCH");
     test_moe(1, false, 4096, 16, 6, 256, 128, 128);
     test_moe(8, true, 4096, 16, 6, 256, 128, 128);
     test_moe(2, false, 512, 256, 6, 128, 64, 64);
@@ -2322,11 +2303,12 @@ static void test_moes(void)
      * slice in a block) */
     test_moe(300, true, 160, 8, 2, 192, 96, 96);
     test_moe(300, false, 256, 8, 3, 96, 16, 48);
-    /* the router's register form (LLM_CUDA_ROUTE_REGS=1): the decode MoE
-     * (1 and 2 tokens), the tiles (5, 40), the grouped GEMMs (300); E = 32,
-     * 256 (V4's), 1,100 (past its 256: route_warp, its new stores) and
-     * hashed (the same) */
-    setenv("LLM_CUDA_ROUTE_REGS", "1", 1);
+    /* the router's shared-memory form everywhere (LLM_CUDA_ROUTE_REGS=0;
+     * the cases above ran the register form where it applies: E <= 256
+     * scored, else route_warp): the decode MoE (1 and 2 tokens), the
+     * tiles (5, 40), the grouped GEMMs (300); E = 32, 256 (V4's), 1,100
+     * and hashed */
+    setenv("LLM_CUDA_ROUTE_REGS", "0", 1);
     for (int r = ROUTE_TOPK; r <= ROUTE_SIGMOID; r++) {
         test_moe(1, r, 1024, 32, 6, 512, 256, 256);
         test_moe(2, r, 512, 256, 6, 128, 64, 64);
