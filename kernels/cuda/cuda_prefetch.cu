@@ -114,19 +114,31 @@ void fork_free(cu_fork &f)
     cudaEventDestroy(f.ev[1]);
 }
 
+// c->st onto the side stream, forked after the ops issued so far; *main:
+// the stream side_back returns to.
+static bool side_fork(cu_impl *c, cudaStream_t *main)
+{
+    if (!fork_from(c, c->side)) return false;
+    *main = c->st;
+    c->st = c->side.s;
+    return true;
+}
+
+static void side_back(cu_impl *c, cudaStream_t main)
+{
+    fork_end(c, c->side);
+    c->st = main;
+}
+
 side_scope::side_scope(cu_impl *c_, bool want) : c(c_), on(false)
 {
-    if (!want || c->failed || !fork_from(c, c->side)) return;
-    main = c->st;
-    c->st = c->side.s;
-    on = true;
+    on = want && !c->failed && side_fork(c, &main);
 }
 
 void side_scope::end()
 {
     if (!on || ended) return;
-    fork_end(c, c->side);
-    c->st = main;
+    side_back(c, main);
     ended = true;
 }
 
@@ -149,11 +161,7 @@ bool cu_side_begin(backend *b, int T)
     cu_impl *c = enter(b);
     if (!c->attn_side || c->failed || c->profile || !in_graph(c) || T > SIDE_MAX_T || c->side_on)
         return false;
-    if (!recording(c)) {
-        if (!fork_from(c, c->side)) return false;
-        c->side_main = c->st;
-        c->st = c->side.s;
-    }
+    if (!recording(c) && !side_fork(c, &c->side_main)) return false;
     c->side_on = true;
     return true;
 }
@@ -162,10 +170,7 @@ void cu_side_end(backend *b)
 {
     cu_impl *c = enter(b);
     if (!c->side_on) return;
-    if (!recording(c)) {
-        fork_end(c, c->side);
-        c->st = c->side_main;
-    }
+    if (!recording(c)) side_back(c, c->side_main);
     c->side_on = false;
 }
 

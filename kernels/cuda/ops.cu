@@ -1214,12 +1214,12 @@ void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float lim
     cu_launch(swiglu_kernel, blocks_for(n, 256), 256, 0, st, g, u, n, limit);
 }
 
-// A block (one warp) per token (route_warp), then the k's in the CPU's
-// summation order for moe_combine_kernel.  (Eight tokens a block put a
-// 64-token step on 8 SMs: 14.5 us in run J5.)  regs (the default;
-// LLM_CUDA_ROUTE_REGS=0 compares): route_warp_regs where it applies, and the
-// outputs stored by the lanes side by side, the order from each choice's
-// rank (the insertion sort's stable order without its local memory).
+// A block (one warp) per token: route_warp_regs where it applies (regs,
+// the default; LLM_CUDA_ROUTE_REGS=0 compares), else route_warp; then the
+// outputs stored by the lanes side by side, the k's in the CPU's
+// summation order for moe_combine_kernel from each choice's rank (the
+// stable order of an insertion sort, without its local memory).  (Eight
+// tokens a block put a 64-token step on 8 SMs: 14.5 us in run J5.)
 __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmoid,
                              const float *bias, const void *tid2eid, int tid_i64, const int *ids,
                              float rscale, int *idx, float *wt, int *order, int regs)
@@ -1229,51 +1229,29 @@ __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmo
     int t = blockIdx.x, lane = threadIdx.x & 31;
     int sel[TOPK_MAX];
     float w[TOPK_MAX];
-    if (regs) {
-        if (!tid2eid && E <= 32 * ROUTE_U)
-            route_warp_regs(scores + (long long)t * E, E, K, sigmoid, bias, rscale, sel, true, w);
-        else
-            route_warp(scores + (long long)t * E, E, K, sigmoid, bias, tid2eid, tid_i64,
-                       tid2eid ? ids[t] : 0, rscale, rsh, rsh + E,
-                       (unsigned char *)(rsh + 2 * E), sel, true, w);
-        // lane k: choice k, its place in ascending expert order (ties in k
-        // order); lane 0 the weights
-        int mine = 0, rank = 0;
+    if (regs && !tid2eid && E <= 32 * ROUTE_U)
+        route_warp_regs(scores + (long long)t * E, E, K, sigmoid, bias, rscale, sel, true, w);
+    else
+        route_warp(scores + (long long)t * E, E, K, sigmoid, bias, tid2eid, tid_i64,
+                   tid2eid ? ids[t] : 0, rscale, rsh, rsh + E, (unsigned char *)(rsh + 2 * E),
+                   sel, true, w);
+    // lane k: choice k, its place in ascending expert order (ties in k
+    // order); lane 0 the weights
+    int mine = 0, rank = 0;
+#pragma unroll
+    for (int k = 0; k < TOPK_MAX; k++)
+        if (k < K && k == lane) mine = sel[k];
+#pragma unroll
+    for (int j = 0; j < TOPK_MAX; j++)
+        if (j < K) rank += sel[j] < mine || (sel[j] == mine && j < lane);
+    if (lane < K) {
+        idx[(long long)t * K + lane] = mine;
+        order[(long long)t * K + rank] = lane;
+    }
+    if (lane == 0)
 #pragma unroll
         for (int k = 0; k < TOPK_MAX; k++)
-            if (k < K && k == lane) mine = sel[k];
-#pragma unroll
-        for (int j = 0; j < TOPK_MAX; j++)
-            if (j < K) rank += sel[j] < mine || (sel[j] == mine && j < lane);
-        if (lane < K) {
-            idx[(long long)t * K + lane] = mine;
-            order[(long long)t * K + rank] = lane;
-        }
-        if (lane == 0)
-#pragma unroll
-            for (int k = 0; k < TOPK_MAX; k++)
-                if (k < K) wt[(long long)t * K + k] = w[k];
-        return;
-    }
-    route_warp(scores + (long long)t * E, E, K, sigmoid, bias, tid2eid, tid_i64,
-               tid2eid ? ids[t] : 0, rscale, rsh, rsh + E, (unsigned char *)(rsh + 2 * E), sel,
-               true, w);
-    if (lane) return;
-    for (int k = 0; k < K; k++) {
-        idx[(long long)t * K + k] = sel[k];
-        wt[(long long)t * K + k] = w[k];
-    }
-    // The k's in ascending expert order (stable), the CPU's summation order.
-    int ord[TOPK_MAX];
-    for (int k = 0; k < K; k++) {
-        int j = k;
-        while (j > 0 && sel[ord[j - 1]] > sel[k]) {
-            ord[j] = ord[j - 1];
-            j--;
-        }
-        ord[j] = k;
-    }
-    for (int k = 0; k < K; k++) order[(long long)t * K + k] = ord[k];
+            if (k < K) wt[(long long)t * K + k] = w[k];
 }
 
 void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, bool sigmoid,
