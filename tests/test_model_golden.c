@@ -20,16 +20,19 @@
  * MXFP4 matmuls quantized to e4m3 per 128 channels) drifts further on
  * these tiny random models, and the CPU backend in the same numerics
  * (gemm_mode fp8) drifts as far: measured (docs/MODEL.md) rel L2
- * 0.165-0.226, max abs 3.6, incremental vs full 0.144, greedy 73.5-82%:
+ * 0.173-0.236, max abs 3.7, incremental vs full 0.22, greedy 70-79%:
  * bounds 0.35, 6, 0.3, >= 65%.  Its full pass must also be nearer the
- * CPU's fp8 mode than the golden: rel L2 to the CPU's at most 0.85 of its
- * rel L2 to the golden (measured 0.66-0.75; a path that did not quantize
- * sits ~1e-5 from the golden and ~0.2 from the CPU's fp8 mode).  A weak
- * check: the two cannot agree to float32 noise, as a value next to an
- * e4m3 rounding boundary lands on either side from sums that differ in
- * their last bits, and on these tiny models with sharp logits such flips
- * compound over the layers; test_cuda_kernels holds each fp8 kernel to
- * the CPU's fp8 numerics tightly. */
+ * CPU's fp8 mode than the golden: rel L2 to the CPU's at most 0.95 of its
+ * rel L2 to the golden (measured 0.77-0.86, run Q3; 0.66-0.75 while the
+ * x of BF16 weights was split in two bf16 parts on the GPU and left
+ * float32 on the CPU: each rounding both sides share is one more place
+ * for last-bit differences to flip a value; a path that did not quantize
+ * sits ~1e-5 from the golden and ~0.2 from the CPU's fp8 mode, a ratio of
+ * 10^4).  A weak check: the two cannot agree to float32 noise, as a value
+ * next to an e4m3 (or bf16) rounding boundary lands on either side from
+ * sums that differ in their last bits, and on these tiny models with
+ * sharp logits such flips compound over the layers; test_cuda_kernels
+ * holds each fp8 kernel to the CPU's fp8 numerics tightly. */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -99,7 +102,7 @@ static void cpu_fp8_case(const char *what, const char *dir, const int32_t *ids, 
         ok(0, "%s: the CPU's fp8 mode runs", what);
     } else {
         double r = rel_l2(got, ref, ng), rg = rel_l2(got, gold, ng), rc = rel_l2(ref, gold, ng);
-        ok(r <= 0.85 * rg, "%s vs the CPU's fp8 mode: rel L2 %.3g (to the golden %.3g; the "
+        ok(r <= 0.95 * rg, "%s vs the CPU's fp8 mode: rel L2 %.3g (to the golden %.3g; the "
            "CPU's fp8 mode to the golden %.3g)", what, r, rg, rc);
     }
     free(ref);

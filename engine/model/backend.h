@@ -341,7 +341,8 @@ backend *backend_cpu_new(int threads, struct tp_group *g, int rank);
  * CUDA backend's fp8 mode is checked against): in steps of at least
  * GEMM_MODE_MIN_T tokens, every matmul of an FP8 or MXFP4 weight (dense
  * and routed experts; not the router) multiplies act_quant_round(x)
- * (cpu/quant.h) instead of x. */
+ * (cpu/quant.h) instead of x, and every matmul of a BF16 weight (not the
+ * router) x rounded to bf16. */
 void backend_cpu_set_fp8(backend *b, bool on);
 
 /* CUDA backends for ranks 0..tp-1, rank r on device r, joined by an NCCL

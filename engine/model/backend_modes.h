@@ -17,7 +17,7 @@
  * activations in two bf16 parts, in one, or float32 operands; or fp8,
  * DeepSeek's numerics: activations of FP8 and MXFP4 matmuls quantized by
  * act_quant (e4m3 per 128 channels, UE8M0 scales), FP8 weights multiplied
- * as FP8 (docs/MODEL.md). */
+ * as FP8, everything else as under bf16 (docs/MODEL.md). */
 enum backend_gemm {
     BACKEND_GEMM_BF16X2, BACKEND_GEMM_BF16, BACKEND_GEMM_F32, BACKEND_GEMM_FP8, BACKEND_GEMM_N
 };

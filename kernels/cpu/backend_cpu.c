@@ -84,19 +84,25 @@ static bool cpu_recover(backend *b)
 }
 
 /* cpu_matmul over n rows of x, in a step of T tokens, a scratch shortage
- * reported as the backend's: under the fp8 mode (backend_cpu_set_fp8) on
- * a quantized copy of x when the step and the weight call for it. */
-static void matmul(cpu_impl *c, int T, const qweight *w, const float *x, int ldx, int n,
-                   float *y, int ldy)
+ * reported as the backend's: under the fp8 mode (backend_cpu_set_fp8), in
+ * steps of GEMM_MODE_MIN_T+ tokens, on a copy of x quantized for FP8 and
+ * MXFP4 weights (act_quant_round) or rounded to bf16 for BF16 ones
+ * (DeepSeek's bf16 activations), unless exact (the router's scores). */
+static void matmul(cpu_impl *c, int T, const qweight *w, bool exact, const float *x, int ldx,
+                   int n, float *y, int ldy)
 {
     float *q = NULL;
-    if (c->fp8 && T >= GEMM_MODE_MIN_T && (w->type == QT_FP8 || w->type == QT_MXFP4)) {
+    bool quant = w->type == QT_FP8 || w->type == QT_MXFP4;
+    if (c->fp8 && !exact && T >= GEMM_MODE_MIN_T && (quant || w->type == QT_BF16)) {
         int K = w->cols;
         q = scratch(c, "fp8 activations", (size_t)n * K * sizeof *q + 4);
         if (!q) return;
         for (int t = 0; t < n; t++) {
-            memcpy(q + (size_t)t * K, x + (size_t)t * ldx, K * sizeof *q);
-            act_quant_round(q + (size_t)t * K, K);
+            float *qt = q + (size_t)t * K;
+            memcpy(qt, x + (size_t)t * ldx, K * sizeof *q);
+            if (quant) act_quant_round(qt, K);
+            else
+                for (int k = 0; k < K; k++) qt[k] = bf16_to_f32(f32_to_bf16(qt[k]));
         }
         x = q;
         ldx = K;
@@ -109,7 +115,7 @@ static void matmul(cpu_impl *c, int T, const qweight *w, const float *x, int ldx
 static void cpu_matmul_op(backend *b, const qweight *w, const float *x, int ldx, int T,
                           float *y, int ldy)
 {
-    matmul(b->impl, T, w, x, ldx, T, y, ldy);
+    matmul(b->impl, T, w, false, x, ldx, T, y, ldy);
 }
 
 static void cpu_embed(backend *b, const qweight *w, const int32_t *ids, int T, float *out)
@@ -420,10 +426,10 @@ static void expert(cpu_impl *c, int T, const qweight *w1, const qweight *w2,
     float *g = scratch(c, "moe expert", (size_t)2 * n * I * sizeof *g);
     if (!g) return;
     float *u = g + (size_t)n * I;
-    matmul(c, T, w1, x, H, n, g, I);
-    matmul(c, T, w3, x, H, n, u, I);
+    matmul(c, T, w1, false, x, H, n, g, I);
+    matmul(c, T, w3, false, x, H, n, u, I);
     swiglu(g, u, (size_t)n * I, limit, g);
-    matmul(c, T, w2, g, I, n, out, H);
+    matmul(c, T, w2, false, g, I, n, out, H);
     free(g);
 }
 
@@ -441,7 +447,7 @@ static void cpu_moe(backend *b, const moe_args *a)
     int32_t *idx = (int32_t *)(wt + TK);
     int *rows = (int *)(idx + TK);
     float *xs = (float *)(rows + TK), *ys = xs + TK * H;
-    matmul(c, T, a->gate, a->x, H, T, scores, E);
+    matmul(c, T, a->gate, true, a->x, H, T, scores, E);
     for (int t = 0; t < T; t++) {
         float *sc = scores + (size_t)t * E;
         for (int e = 0; e < E; e++)

@@ -17,7 +17,7 @@
 // mode stays within its 2^-16 of the float32 reference (fp8: as bf16x2).
 static bool tensor_core_keys(cu_impl *c, enum kv_dtype t)
 {
-    return c->gemm == BACKEND_GEMM_BF16 || (split_modes(c) && t != KV_F32);
+    return c->gemm == BACKEND_GEMM_BF16 || (attn_split(c) && t != KV_F32);
 }
 
 void fail(cu_impl *c, const char *fmt, ...)
@@ -105,7 +105,8 @@ static const char *cu_error(backend *b)
 // (not under f32): below GEMM_MODE_MIN_T x split in two bf16 parts in
 // every mode (within 2^-16 of each x: the bf16x2 bound of the float32
 // product these steps promise); at 64 the prefill mode's x (bf16: rounded
-// once; bf16x2: split; fp8: act_quant(x) for FP8 weights, exact in bf16).
+// once; bf16x2: split; fp8: act_quant(x) for FP8 weights, exact in bf16,
+// and rounded once for BF16 ones).
 // By default (SMALL_MMA_AUTO), as runs H4 and I2-I3 measured each against
 // the others per rank6 matrix and end to end: up to SMALL_MMA_MAX_T tokens
 // BF16 matrices of up to 4096 rows on cu_matmul_mma (where SM2 measured it
@@ -123,7 +124,7 @@ static bool small_mma(cu_impl *c, const dqw &q, const float *x, int ldx, int T, 
         q.rows <= 0 || q.cols <= 0)
         return false;
     bool quant = fp8_quantized(c, q.type, T);
-    bool split = T < GEMM_MODE_MIN_T || (!quant && c->gemm != BACKEND_GEMM_BF16);
+    bool split = T < GEMM_MODE_MIN_T || (!quant && split_mode(c));
     if (quant) {
         float *xq = (float *)grow(c, &c->xq, (size_t)T * q.cols * sizeof(float));
         if (c->failed) return true;
@@ -584,7 +585,7 @@ static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
         if (c->failed) return;
     }
     if (mma)
-        cu_attention_mma_decode(c->st, d, c->attm_target, split_modes(c), part, c->attn_count,
+        cu_attention_mma_decode(c->st, d, c->attm_target, attn_split(c), part, c->attn_count,
                                 segs);
     else if (dec) cu_attention_decode(c->st, d, c->attd_target, part, c->attn_count, segs);
     else if (!cu_attention(c->st, d, part, segs))
@@ -596,7 +597,7 @@ static void attention_one(cu_impl *c, const attention_args *a)
     dattn d;
     if (!to_dattn(c, a, &d) || recording(c)) return;
     if (!in_graph(c) && a->n >= ATT_MMA_MIN_T && tensor_core_keys(c, a->dtype) &&
-        cu_attention_mma(c->st, d, split_modes(c), c->attn_tokens))
+        cu_attention_mma(c->st, d, attn_split(c), c->attn_tokens))
         return;
     attention_run(c, d, NULL);
 }
@@ -870,7 +871,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
                           false, false, false };
         dmoe_gemm m2 = { w2, {}, false, 0, tiles, ntiles, perm, g, I, 0, ys, H, true, false,
                          false };
-        bool split = !quant && split_modes(c);
+        bool split = !quant && split_mode(c);
         // fp8 (W4A8): read at each MoE op, LLM_CUDA_MOE_FP8=0 keeps these
         // GEMMs on moe_gemm.cu's bf16 kernel (comparison: the same
         // products, summed in another order and precision).

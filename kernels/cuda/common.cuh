@@ -419,17 +419,30 @@ struct drope {
     float inv_freq[ROPE_MAX_PAIRS];
 };
 
+// Pair i's cosine and sine at pos (cpu_rope_head's).
+__device__ __forceinline__ void rope_cs(const drope &rt, int i, int pos, float &c, float &s)
+{
+    float ang = rt.inv_freq[i] * (float)pos;
+    c = (float)cos((double)ang) * rt.attn_factor;
+    s = (float)sin((double)ang) * rt.attn_factor;
+}
+
+// Pair i of r (x in any memory) rotated by c and s (the CPU's order of
+// operations).
+__device__ __forceinline__ void rope_rot(float *r, int i, float c, float s)
+{
+    float x0 = r[2 * i], x1 = r[2 * i + 1];
+    r[2 * i] = __fadd_rn(__fmul_rn(x0, c), __fmul_rn(-x1, s));
+    r[2 * i + 1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+}
+
 // Rotate the last 2*npairs channels of one head (x in any memory) at pos,
 // the CPU's order of operations (cpu_rope_head), element by element.
 __device__ __forceinline__ void rope_pair(float *r, int i, const drope &rt, int pos, bool inverse)
 {
-    float ang = rt.inv_freq[i] * (float)pos;
-    float c = (float)cos((double)ang) * rt.attn_factor;
-    float s = (float)sin((double)ang) * rt.attn_factor;
-    if (inverse) s = -s;
-    float x0 = r[2 * i], x1 = r[2 * i + 1];
-    r[2 * i] = __fadd_rn(__fmul_rn(x0, c), __fmul_rn(-x1, s));
-    r[2 * i + 1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    float c, s;
+    rope_cs(rt, i, pos, c, s);
+    rope_rot(r, i, c, inverse ? -s : s);
 }
 
 // Let kernel k use smem bytes of dynamic shared memory on this device: set

@@ -180,13 +180,13 @@ static gemm_op bf16_parts(cu_impl *c, const float *x, int ldx, const int *rows, 
 
 // Activations x[T][K] (rows rows[t] / div of x when rows is set, then
 // ldx == K) as a GEMM operand: bf16 in scratch (split in two under
-// bf16x2 and fp8 unless exact, x's values being exact in bf16), or
+// bf16x2 unless exact, x's values being exact in bf16), or
 // float32 (gathered into scratch when rows is set).
 gemm_op gemm_input(cu_impl *c, bool bf16, bool exact, const float *x, int ldx, const int *rows,
                    int div, int T, int K)
 {
     if (bf16) {
-        bool split = !exact && split_modes(c);
+        bool split = !exact && split_mode(c);
         return bf16_parts(c, x, ldx, rows, div, T, K, split ? 2 : 1);
     }
     if (!rows) return gemm_op{ x, ldx, false, 0, 0 };
@@ -273,7 +273,7 @@ bool lt_joined(cu_impl *c, int n, const dqw *q, const float *x, int ldx, int T, 
                const int *ldy)
 {
     if (!joins(c, T) || n < 2 || n > CU_SEG_MAX || c->gemm == BACKEND_GEMM_F32 ||
-        !(T < GEMM_MODE_MIN_T || split_modes(c)) || 2 * T > LT_STACK_MAX)
+        !(T < GEMM_MODE_MIN_T || split_mode(c)) || 2 * T > LT_STACK_MAX)
         return false;
     cu_ysegs s;
     s.n = n;

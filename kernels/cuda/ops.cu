@@ -1071,49 +1071,79 @@ void cu_hc_collapse_norm(cudaStream_t st, const float *h, int T, int hc, int H, 
                   base, scale, iters, hc_eps, norm_eps, nw, post, comb, collapsed, out);
 }
 
-// The queries and key of an attention layer (qk_args, backend.h), a block
-// per (head, token): heads [0, nh) of q, then kv, then [0, inh) of qi.
-// Each row staged in shared memory: RMSNorm (rmsnorm_kernel's operations,
-// at its 128 threads), RoPE pair by pair (rope_pair), kv stored rounded
-// (kv_put_row), the indexer weights scaled by kv's block.
-__global__ void __launch_bounds__(128) qk_prep_kernel(float *q, int nh, int hd, float *kv,
-                                                      const float *kv_norm, float eps, drope rt,
-                                                      int dtype, float *qi, int inh, int ihd,
-                                                      drope irt, float *iw, float iw_scale,
-                                                      const int *pos)
+// The queries and key of an attention layer (qk_args, backend.h) of
+// token blockIdx.y.  Block 0: kv, by the whole block (RMSNorm with its
+// weight, RoPE, stored rounded as the ring holds it: kv_put_row), and the
+// indexer weights scaled.  Blocks 1..: QK_ROWS rows of [q heads, then qi
+// heads], a warp each: the row staged in the warp's shared memory, its
+// RMSNorm (rmsnorm_kernel's operations; the sum of squares in double, in
+// the warp's order), RoPE with cosines and sines the block computes once
+// for its rows (they share the token's position).  (A block of 128
+// threads per row took 0.7 ms a layer for an 8,192-token step: 97 rows a
+// token, each with its barriers and 32 double-precision sin/cos pairs.)
+#define QK_ROWS 8
+__global__ void __launch_bounds__(32 * QK_ROWS) qk_prep_kernel(float *q, int nh, int hd, float *kv,
+                                                             const float *kv_norm, float eps,
+                                                             drope rt, int dtype, float *qi,
+                                                             int inh, int ihd, drope irt,
+                                                             float *iw, float iw_scale,
+                                                             const int *pos)
 {
     pdl_wait();
-    extern __shared__ float xs[];
+    extern __shared__ float xs[];       // [QK_ROWS][max(hd, ihd)]
     __shared__ double sh[32];
-    int b = blockIdx.x, t = blockIdx.y;
-    bool isq = b < nh, iskv = b == nh;
-    float *row = isq ? q + ((long long)t * nh + b) * hd
-               : iskv ? kv + (long long)t * hd
-                      : qi + ((long long)t * inh + b - nh - 1) * ihd;
-    int n = isq || iskv ? hd : ihd;
-    const drope &r = isq || iskv ? rt : irt;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = row[i];
-    if (isq || iskv) {
-        const float *w = iskv ? kv_norm : NULL;
+    __shared__ float cs[2][2][ROPE_MAX_PAIRS];      // [rt, irt][cos, sin]
+    int t = blockIdx.y, p = pos[t], e = threadIdx.x;
+    if (blockIdx.x == 0) {
+        float *row = kv + (long long)t * hd;
+        for (int i = e; i < hd; i += blockDim.x) xs[i] = row[i];
         double ss = 0;
-#pragma unroll 4
-        for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xs[i] * xs[i];
+        for (int i = e; i < hd; i += blockDim.x) ss += (double)xs[i] * xs[i];
         ss = block_sum(ss, sh);
+        float rs = 1.0f / sqrtf((float)(ss / hd) + eps);
+        for (int i = e; i < hd; i += blockDim.x) xs[i] = kv_norm ? kv_norm[i] * (xs[i] * rs) : xs[i] * rs;
+        __syncthreads();
+        for (int i = e; i < rt.npairs; i += blockDim.x) rope_pair(xs + hd - 2 * rt.npairs, i, rt, p, false);
+        __syncthreads();
+        if (dtype != KV_F32) {
+            kv_put_row(dtype, xs, hd, NULL, 0, 0, row);
+        } else {
+            for (int i = e; i < hd; i += blockDim.x) row[i] = xs[i];
+        }
+        if (qi)
+            for (int i = e; i < inh; i += blockDim.x) iw[(long long)t * inh + i] *= iw_scale;
+        return;
+    }
+    int r0 = (blockIdx.x - 1) * QK_ROWS, nr = nh + (qi ? inh : 0);
+    // the tables this block's rows use (a block-uniform choice)
+    bool uq = r0 < nh, ui = r0 + QK_ROWS > nh && r0 < nr;
+    for (int i = e; i < ROPE_MAX_PAIRS; i += blockDim.x) {
+        if (uq && i < rt.npairs) rope_cs(rt, i, p, cs[0][0][i], cs[0][1][i]);
+        if (ui && i < irt.npairs) rope_cs(irt, i, p, cs[1][0][i], cs[1][1][i]);
+    }
+    __syncthreads();
+    int warp = e >> 5, lane = e & 31, r = r0 + warp;
+    if (r >= nr) return;
+    bool isq = r < nh;
+    int n = isq ? hd : ihd, np = isq ? rt.npairs : irt.npairs;
+    float *row = isq ? q + ((long long)t * nh + r) * hd : qi + ((long long)t * inh + r - nh) * ihd;
+    float *x = xs + warp * (hd > ihd ? hd : ihd);
+    double ss = 0;
+    for (int i = lane; i < n; i += 32) {
+        float v = row[i];
+        x[i] = v;
+        ss += (double)v * v;
+    }
+    if (isq) {
+        for (int k = 16; k; k >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, k);
         float rs = 1.0f / sqrtf((float)(ss / n) + eps);
-        for (int i = threadIdx.x; i < n; i += blockDim.x)
-            xs[i] = w ? w[i] * (xs[i] * rs) : xs[i] * rs;
+        for (int i = lane; i < n; i += 32) x[i] *= rs;
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < r.npairs; i += blockDim.x)
-        rope_pair(xs + n - 2 * r.npairs, i, r, pos[t], false);
-    __syncthreads();
-    if (iskv && dtype != KV_F32) {
-        kv_put_row(dtype, xs, n, NULL, 0, 0, row);
-    } else {
-        for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = xs[i];
-    }
-    if (iskv && qi)
-        for (int i = threadIdx.x; i < inh; i += blockDim.x) iw[(long long)t * inh + i] *= iw_scale;
+    __syncwarp();
+    const float(*tc)[ROPE_MAX_PAIRS] = cs[isq ? 0 : 1];
+    for (int i = lane; i < np; i += 32) rope_rot(x + n - 2 * np, i, tc[0][i], tc[1][i]);
+    __syncwarp();
+    for (int i = lane; i < n; i += 32) row[i] = x[i];
 }
 
 void cu_qk_prep(cudaStream_t st, int T, float *q, int nh, int hd, float *kv, const float *kv_norm,
@@ -1121,10 +1151,10 @@ void cu_qk_prep(cudaStream_t st, int T, float *q, int nh, int hd, float *kv, con
                 const drope &irt, float *iw, float iw_scale, const int *pos)
 {
     if (T <= 0) return;
-    int n = qi && ihd > hd ? ihd : hd;
-    dim3 grid(nh + 1 + (qi ? inh : 0), T);
-    cu_launch(qk_prep_kernel, grid, 128, (size_t)n * sizeof(float), st, q, nh, hd, kv, kv_norm,
-              eps, rt, dtype, qi, inh, ihd, irt, iw, iw_scale, pos);
+    int n = qi && ihd > hd ? ihd : hd, rows = nh + (qi ? inh : 0);
+    dim3 grid(1 + (rows + QK_ROWS - 1) / QK_ROWS, T);
+    cu_launch(qk_prep_kernel, grid, 32 * QK_ROWS, (size_t)QK_ROWS * n * sizeof(float), st, q, nh,
+              hd, kv, kv_norm, eps, rt, dtype, qi, inh, ihd, irt, iw, iw_scale, pos);
 }
 
 __global__ void hc_post_kernel(float *h, const float *y, const float *post, const float *comb,

@@ -43,8 +43,9 @@
  * of the CPU's y8 on the quantized x8: Hopper's FP8 tensor cores keep
  * about 14 bits of their running sums inside a 128-deep scale block
  * (DeepSeek-V3 report, 3.3.2) before cuBLASLt adds the block into float32.
- * Other weights run as under bf16x2 (u = 2^-16), as do attention and the
- * indexer.  MoE against the CPU's fp8 mode: relative L2 <= 1e-2.  Where
+ * BF16 weights multiply x rounded to bf16 once (u = 2^-8, DeepSeek's
+ * bf16 activations; the CPU's fp8 mode rounds it the same way); attention
+ * and the indexer run as under bf16x2.  MoE against the CPU's fp8 mode: relative L2 <= 1e-2.  Where
  * no quantized value differs it is float32 noise (measured 1e-7..2e-6);
  * but g, quantized again before w2, comes from float32 sums that differ
  * in their last bits, so a g value next to an e4m3 rounding boundary
@@ -124,11 +125,12 @@ static backend *G_auto[4];
 /* appended to the hc tests' names: which sequence of launches G runs */
 static const char *hc_variant = "";
 /* G's prefill GEMMs (LLM_CUDA_GEMM), and the bound u on the relative
- * change of each activation they multiply */
+ * change of each activation they multiply (fp8: x of BF16 weights is
+ * rounded once, as under bf16) */
 enum { GEMM_F32, GEMM_BF16, GEMM_BF16X2, GEMM_FP8 };
 static int gemm_mode;
 static const char *const gemm_names[] = { "f32", "bf16", "bf16x2", "fp8" };
-static double gemm_u(void) { return gemm_mode == GEMM_BF16 ? 0x1p-8 : 0x1p-16; }
+static double gemm_u(void) { return gemm_mode == GEMM_BF16 || gemm_mode == GEMM_FP8 ? 0x1p-8 : 0x1p-16; }
 /* The same for a T-token matmul: decode batches split x in every mode. */
 static double gemm_u_at(int T) { return T < LT_MIN_T ? 0x1p-16 : gemm_u(); }
 #define FP8_ACC_U 0x1p-13      /* FP8 tensor-core sums within a scale block (header) */
@@ -292,6 +294,14 @@ static void bf16_bound(const char *name, const qweight *w, const float *x, int l
     char what[200];
     snprintf(what, sizeof what, "%s equals the CPU on the x it multiplies", name);
     check_tol(what, got, yr, (size_t)T * N, TOL);
+    if (gemm_mode == GEMM_FP8 && T >= LT_MIN_T) {
+        /* the reference multiplies that x too */
+        float *y8 = malloc((size_t)T * N * sizeof *y8);
+        C8->matmul(C8, w, x, ldx, T, y8, N);
+        ok(!memcmp(y8, yr, (size_t)T * N * sizeof *y8), "%s: the CPU's fp8 mode is its matmul "
+           "on x rounded to bf16", name);
+        free(y8);
+    }
     float *row = malloc(K * sizeof *row);
     size_t over = 0;
     double worst = 0;
@@ -2857,6 +2867,10 @@ int main(int argc, char **argv)
         test_qk_prep(1, 32, 512, 32, 64, 128, 32, t);
         test_qk_prep(8, 4, 512, 32, 0, 0, 0, t);
         test_qk_prep(5, 3, 64, 8, 4, 32, 8, t);
+        /* a prefill step's rows; blocks of 8 rows mixing q and qi heads,
+         * qi rows longer than q's */
+        test_qk_prep(70, 32, 512, 32, 64, 128, 32, t);
+        test_qk_prep(3, 5, 64, 8, 9, 128, 16, t);
     }
     test_moes();
     /* the same matmuls, MoE layers and prefill attention on tensor cores */
