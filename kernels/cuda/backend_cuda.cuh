@@ -173,12 +173,19 @@ struct cu_impl {
     bool fp8_shadow;            // FP8 weights also kept in bf16 (LLM_CUDA_FP8_SHADOW=0: not)
     bool join;                  // join_weights lays matrices out as one (LLM_CUDA_JOIN=0: not)
     // x's bf16 parts kept for the next dense_matmul of the same x during
-    // one matmuls op (its projections share an input): which x, and them
+    // one matmuls op (its projections share an input): which x, and them;
+    // so its act_quant codes and scales (fp8_matmul: q8 the x they are
+    // of, in the scratch at x8 and xs)
     struct {
         bool on, set;
         const float *x;
         int ldx, T, K;
         gemm_op op;
+        struct {
+            const float *x;
+            int ldx, T, K;
+            const void *x8, *xs;
+        } q8;
     } xkeep;
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
@@ -294,7 +301,10 @@ struct side_scope {
 // size, unchanged in between: the caller's promise) reuse its bf16 parts.
 struct xkeep_scope {
     cu_impl *c;
-    explicit xkeep_scope(cu_impl *c) : c(c) { c->xkeep.on = true, c->xkeep.set = false; }
+    explicit xkeep_scope(cu_impl *c) : c(c)
+    {
+        c->xkeep.on = true, c->xkeep.set = false, c->xkeep.q8.x = NULL;
+    }
     ~xkeep_scope() { c->xkeep.on = false; }
 };
 

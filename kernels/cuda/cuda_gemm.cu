@@ -227,7 +227,13 @@ static bool fp8_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T,
     if (c->failed) return true;
     cu_fp8_wscales(c->st, q.scale + (long long)(q.r0 / 128) * q.sld + q.c0 / 128, q.sld, nrb, ncb,
                    ws, l4);
-    cu_act_quant_fp8(c->st, x, ldx, T, K, xq, ldq, xs);
+    // x quantized once for the matrices of one matmuls op that share it
+    auto &k = c->xkeep.q8;
+    if (!(c->xkeep.on && k.x == x && k.ldx == ldx && k.T == T && k.K == K && k.x8 == xq &&
+          k.xs == xs)) {
+        cu_act_quant_fp8(c->st, x, ldx, T, K, xq, ldq, xs);
+        if (c->xkeep.on) k = { x, ldx, T, K, xq, xs };
+    }
     gemm_op w = { q.data + (long long)q.r0 * q.ld + q.c0, q.ld, false, 0, 0, ws };
     gemm_op in = { xq, ldq, false, 0, 0, xs };
     return lt_gemm(c, w, N, K, in, T, y, ldy);

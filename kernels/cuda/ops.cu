@@ -56,24 +56,39 @@ void cu_rmsnorm(cudaStream_t st, const float *x, int ldx, int T, int n, const fl
     cu_launch(rmsnorm_kernel, T, n >= 1024 ? 512 : 128, 0, st, x, ldx, n, weight, eps, out, ldo);
 }
 
+// Blocks (pair chunk, token; tokens past 65,535 in turn): the token's
+// cosines and sines once a block (every head shares them), then a pair of
+// the token's heads a thread.  (A thread per pair, each with its own
+// double-precision sin and cos and 64-bit divisions: 103 us for the 8,192
+// x 32 heads of a prefill step.  One block a token put a decode step's
+// pairs on one SM: 1.22 against 1.19-1.20 ms at 131K, run Q4.)
 __global__ void rope_kernel(float *x, int ld, int T, int nheads, int hd, drope rt, const int *pos,
                             int inverse)
 {
     pdl_wait();
-    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (long long)T * nheads * rt.npairs) return;
-    int i = idx % rt.npairs, h = (idx / rt.npairs) % nheads, t = idx / ((long long)rt.npairs * nheads);
-    float *r = x + (long long)t * ld + (long long)h * hd + hd - 2 * rt.npairs;
-    rope_pair(r, i, rt, pos[t], inverse);
+    __shared__ float cs[2][ROPE_MAX_PAIRS];
+    int np = rt.npairs, j = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int t = blockIdx.y; t < T; t += gridDim.y) {
+        __syncthreads();    // the previous token's table read
+        for (int i = threadIdx.x; i < np; i += blockDim.x) {
+            rope_cs(rt, i, pos[t], cs[0][i], cs[1][i]);
+            if (inverse) cs[1][i] = -cs[1][i];
+        }
+        __syncthreads();
+        if (j < nheads * np) {
+            int h = j / np, i = j - h * np;
+            rope_rot(x + (long long)t * ld + (long long)h * hd + hd - 2 * np, i, cs[0][i],
+                     cs[1][i]);
+        }
+    }
 }
 
 void cu_rope(cudaStream_t st, float *x, int ld, int T, int nheads, int head_dim, const drope &rt,
              const int *pos, bool inverse)
 {
-    long long n = (long long)T * nheads * rt.npairs;
-    if (n <= 0) return;
-    cu_launch(rope_kernel, blocks_for(n, 256), 256, 0, st, x, ld, T, nheads, head_dim, rt, pos,
-              inverse);
+    if (T <= 0 || nheads <= 0 || rt.npairs <= 0) return;
+    dim3 grid((unsigned)((nheads * rt.npairs + 255) / 256), (unsigned)(T < 65535 ? T : 65535));
+    cu_launch(rope_kernel, grid, 256, 0, st, x, ld, T, nheads, head_dim, rt, pos, inverse);
 }
 
 __global__ void scale_kernel(float *x, int ld, int T, int n, float s)
@@ -1416,28 +1431,66 @@ void cu_row_argmax(cudaStream_t st, const float *part, int rows, int nv,
     cu_launch(row_argmax_kernel, dim3(rows, slices), 256, 0, st, part, nv, per, keys);
 }
 
+// A block per (1,024 columns, token; tokens past 65,535 in turn), 4
+// consecutive columns a thread (float4s where the rows allow: v4), the
+// token's slots in the CPU's order and their weights loaded once a block,
+// every slot's loads issued before the sums (the same operations in the
+// same order).  (A thread per element with a 64-bit division for its
+// token, its K loads one after another: 464 us for 8,192 x 4,096 x 6.)
 __global__ void moe_combine_kernel(const float *ys, const float *wt, const int *order, int T,
-                                   int K, int H, const float *shared, float *out)
+                                   int K, int H, const float *shared, float *out, bool v4)
 {
     pdl_wait();
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (long long)T * H) return;
-    int t = i / H, d = i % H;
-    float acc = 0;
-    for (int j = 0; j < K; j++) {
-        long long s = (long long)t * K + order[(long long)t * K + j];
-        acc = __fadd_rn(acc, __fmul_rn(ys[s * H + d], wt[s]));
+    __shared__ long long slot[TOPK_MAX];
+    __shared__ float w[TOPK_MAX];
+    int d = (blockIdx.x * blockDim.x + threadIdx.x) * 4, m = H - d < 4 ? H - d : 4;
+    for (int t = blockIdx.y; t < T; t += gridDim.y) {
+        __syncthreads();    // the previous token's slots read
+        if (threadIdx.x < K) {
+            long long s = (long long)t * K + order[(long long)t * K + threadIdx.x];
+            slot[threadIdx.x] = s;
+            w[threadIdx.x] = wt[s];
+        }
+        __syncthreads();
+        if (d >= H) continue;
+        float v[TOPK_MAX][4];
+#pragma unroll
+        for (int j = 0; j < TOPK_MAX; j++) {
+            if (j >= K) break;
+            const float *r = ys + slot[j] * H + d;
+            if (v4) {
+                *(float4 *)v[j] = *(const float4 *)r;
+            } else {
+#pragma unroll
+                for (int c = 0; c < 4; c++) v[j][c] = c < m ? r[c] : 0.0f;
+            }
+        }
+        float acc[4] = { 0, 0, 0, 0 };
+#pragma unroll
+        for (int j = 0; j < TOPK_MAX; j++) {
+            if (j >= K) break;
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[c] = __fadd_rn(acc[c], __fmul_rn(v[j][c], w[j]));
+        }
+        long long o = (long long)t * H + d;
+        if (v4) {
+            float4 sh = *(const float4 *)(shared + o);
+            *(float4 *)(out + o) = make_float4(acc[0] + sh.x, acc[1] + sh.y, acc[2] + sh.z,
+                                               acc[3] + sh.w);
+        } else {
+            for (int c = 0; c < m; c++) out[o + c] = acc[c] + shared[o + c];
+        }
     }
-    out[i] = acc + shared[i];
 }
 
 void cu_moe_combine(cudaStream_t st, const float *ys, const float *wt, const int *order, int T,
                     int K, int H, const float *shared, float *out)
 {
-    long long n = (long long)T * H;
-    if (n <= 0) return;
-    cu_launch(moe_combine_kernel, blocks_for(n, 256), 256, 0, st, ys, wt, order, T, K, H, shared,
-              out);
+    if (T <= 0 || H <= 0) return;
+    bool v4 = H % 4 == 0 && (uintptr_t)ys % 16 == 0 && (uintptr_t)shared % 16 == 0 &&
+              (uintptr_t)out % 16 == 0;
+    dim3 grid((unsigned)((H + 1023) / 1024), (unsigned)(T < 65535 ? T : 65535));
+    cu_launch(moe_combine_kernel, grid, 256, 0, st, ys, wt, order, T, K, H, shared, out, v4);
 }
 
 // ---- synthetic weights (benchmarks) ----

@@ -2743,6 +2743,7 @@ int main(int argc, char **argv)
     test_rope(5, 4, 64, 8, true);
     test_rope(33, 16, 512, 32, false);
     test_rope(2, 1, 512, 32, true);
+    test_rope(70, 32, 512, 32, true);
     test_scale();
     copy_case();
     test_hc(1, 4, 256);
