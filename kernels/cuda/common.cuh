@@ -419,6 +419,10 @@ struct drope {
     float inv_freq[ROPE_MAX_PAIRS];
 };
 
+// grid.y of a kernel whose blocks take rows blockIdx.y, + gridDim.y, ...
+// of T (grid.y's limit is 65,535).
+static inline unsigned grid_rows(int T) { return (unsigned)(T < 65535 ? T : 65535); }
+
 // Pair i's cosine and sine at pos (cpu_rope_head's).
 __device__ __forceinline__ void rope_cs(const drope &rt, int i, int pos, float &c, float &s)
 {

@@ -1016,7 +1016,7 @@ void cu_round_bf16(cudaStream_t st, const float *x, int ldx, const int *rows, in
     if (T <= 0 || K <= 0) return;
     bool v4 = K % 4 == 0 && ldx % 4 == 0 && (uintptr_t)x % 16 == 0 && ldo % 4 == 0 &&
               lo % 4 == 0 && (uintptr_t)out % 8 == 0;
-    dim3 grid((unsigned)((K + 1023) / 1024), (unsigned)(T < 65535 ? T : 65535));
+    dim3 grid((unsigned)((K + 1023) / 1024), grid_rows(T));
     cu_launch(round_bf16_kernel, grid, 256, 0, st, x, ldx, rows, div, T, K, out, ldo, lo, parts,
               v4);
 }

@@ -87,7 +87,7 @@ void cu_rope(cudaStream_t st, float *x, int ld, int T, int nheads, int head_dim,
              const int *pos, bool inverse)
 {
     if (T <= 0 || nheads <= 0 || rt.npairs <= 0) return;
-    dim3 grid((unsigned)((nheads * rt.npairs + 255) / 256), (unsigned)(T < 65535 ? T : 65535));
+    dim3 grid((unsigned)((nheads * rt.npairs + 255) / 256), grid_rows(T));
     cu_launch(rope_kernel, grid, 256, 0, st, x, ld, T, nheads, head_dim, rt, pos, inverse);
 }
 
@@ -1116,9 +1116,11 @@ __global__ void __launch_bounds__(32 * QK_ROWS) qk_prep_kernel(float *q, int nh,
         for (int i = e; i < hd; i += blockDim.x) ss += (double)xs[i] * xs[i];
         ss = block_sum(ss, sh);
         float rs = 1.0f / sqrtf((float)(ss / hd) + eps);
-        for (int i = e; i < hd; i += blockDim.x) xs[i] = kv_norm ? kv_norm[i] * (xs[i] * rs) : xs[i] * rs;
+        for (int i = e; i < hd; i += blockDim.x)
+            xs[i] = kv_norm ? kv_norm[i] * (xs[i] * rs) : xs[i] * rs;
         __syncthreads();
-        for (int i = e; i < rt.npairs; i += blockDim.x) rope_pair(xs + hd - 2 * rt.npairs, i, rt, p, false);
+        for (int i = e; i < rt.npairs; i += blockDim.x)
+            rope_pair(xs + hd - 2 * rt.npairs, i, rt, p, false);
         __syncthreads();
         if (dtype != KV_F32) {
             kv_put_row(dtype, xs, hd, NULL, 0, 0, row);
@@ -1147,11 +1149,10 @@ __global__ void __launch_bounds__(32 * QK_ROWS) qk_prep_kernel(float *q, int nh,
     for (int i = lane; i < n; i += 32) {
         float v = row[i];
         x[i] = v;
-        ss += (double)v * v;
+        if (isq) ss += (double)v * v;   // the indexer's queries are not normalized
     }
     if (isq) {
-        for (int k = 16; k; k >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, k);
-        float rs = 1.0f / sqrtf((float)(ss / n) + eps);
+        float rs = 1.0f / sqrtf((float)(warp_sum_d(ss) / n) + eps);
         for (int i = lane; i < n; i += 32) x[i] *= rs;
     }
     __syncwarp();
@@ -1489,7 +1490,7 @@ void cu_moe_combine(cudaStream_t st, const float *ys, const float *wt, const int
     if (T <= 0 || H <= 0) return;
     bool v4 = H % 4 == 0 && (uintptr_t)ys % 16 == 0 && (uintptr_t)shared % 16 == 0 &&
               (uintptr_t)out % 16 == 0;
-    dim3 grid((unsigned)((H + 1023) / 1024), (unsigned)(T < 65535 ? T : 65535));
+    dim3 grid((unsigned)((H + 1023) / 1024), grid_rows(T));
     cu_launch(moe_combine_kernel, grid, 256, 0, st, ys, wt, order, T, K, H, shared, out, v4);
 }
 
