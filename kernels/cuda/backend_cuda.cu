@@ -851,13 +851,22 @@ static void cu_moe_op(backend *b, const moe_args *a)
     } else {
         // Slots sorted by expert into tiles: of a few slots for the GEMVs
         // (decode batches, short steps: few slots per expert), else of
-        // CU_TILE_M for the GEMMs.
+        // CU_TILE_M for the GEMMs (CU_TILE_M8 for the W4A8 ones).
         bool gv = ns < 32 * E;
         // Decode batches' tiles on tensor cores (cu_moe_tiles_mma: MXFP4
         // experts, not under f32): tiles of 8 slots, the kernel's N.
         bool mma = gv && c->moe_mma && c->gemm != BACKEND_GEMM_F32 && w1.type == QT_MXFP4 &&
                    w3.type == QT_MXFP4 && w2.type == QT_MXFP4;
-        int tm = !gv ? CU_TILE_M : mma || ns > 4 * E ? 8 : 4;
+        // fp8 (W4A8): read at each MoE op, LLM_CUDA_MOE_FP8=0 keeps these
+        // GEMMs on moe_gemm.cu's bf16 kernel (comparison: the same
+        // products, summed in another order and precision).
+        const char *f8 = getenv("LLM_CUDA_MOE_FP8");
+        dmoe_gemm w13 = {}, w2v = {};
+        w13.w1 = w1, w13.w3 = w3, w13.swiglu = true, w2v.w1 = w2;
+        bool w4a8 = quant && !gv && !c->moe_lt && w2.type == QT_MXFP4 &&
+                    !(f8 && !strcmp(f8, "0")) && cu_moe_gemm_fp8_ok(w13) &&
+                    cu_moe_gemm_fp8_ok(w2v) && ns / CU_TILE_M8 + (E < ns ? E : ns) <= 65535;
+        int tm = w4a8 ? CU_TILE_M8 : !gv ? CU_TILE_M : mma || ns > 4 * E ? 8 : 4;
         int max_tiles = ns / tm + (E < ns ? E : ns);
         int *perm = (int *)grow(c, &c->perm, ns * sizeof(int));
         int4 *tiles = (int4 *)grow(c, &c->tiles, max_tiles * sizeof(int4));
@@ -872,13 +881,6 @@ static void cu_moe_op(backend *b, const moe_args *a)
         dmoe_gemm m2 = { w2, {}, false, 0, tiles, ntiles, perm, g, I, 0, ys, H, true, false,
                          false };
         bool split = !quant && split_mode(c);
-        // fp8 (W4A8): read at each MoE op, LLM_CUDA_MOE_FP8=0 keeps these
-        // GEMMs on moe_gemm.cu's bf16 kernel (comparison: the same
-        // products, summed in another order and precision).
-        const char *f8 = getenv("LLM_CUDA_MOE_FP8");
-        bool w4a8 = quant && !gv && !c->moe_lt && w2.type == QT_MXFP4 && max_tiles <= 65535 &&
-                    !(f8 && !strcmp(f8, "0")) && cu_moe_gemm_fp8_ok(m13) &&
-                    cu_moe_gemm_fp8_ok(m2);
         if (quant && !w4a8) {
             quantize_x();
             m13.x = xr;

@@ -19,10 +19,16 @@
 // sum times x's scale of that group is added in float32 (promotion every
 // 128 columns, as DeepGEMM does).
 //
-// A block: one tile (64 slots of one expert) x 256 weight rows (fused:
-// 128 outputs, their w1 and w3 rows), 2 warpgroups of 128 threads; each
-// warpgroup's wgmma takes the 64 slots x its 128 rows (fused: 64 of w1,
-// the same 64 of w3, so SwiGLU pairs sit in one thread's registers).
+// A block: one tile of moe_sort's table (up to 128 slots of one expert,
+// CU_TILE_M8) x 128 weight rows (fused: 64 outputs, their w1 and w3
+// rows), 2 warpgroups of 128 threads; warpgroup w's wgmma takes the
+// tile's slots 64 w .. 64 w + 63 x all 128 rows (fused: 64 of w1, the
+// same 64 of w3, so SwiGLU pairs sit in one thread's registers).  The
+// two warpgroups share one re-encoded B: each weight byte is re-encoded
+// once per 128 slots (64 x 256 blocks did it once per 64; the kernel is
+// bound by the issue of that integer work, run C1).  A warpgroup with no
+// slots in a partial tile multiplies zeros (its wgmma in a branch would
+// make ptxas serialize every wgmma) and skips the promotion.
 // K in stages of 128 columns, 3 in shared memory (128-byte swizzled, the
 // layout wgmma's descriptors read): x's codes by cp.async (zero-filled
 // past the width and past the tile's slots), the weights' codes loaded a
@@ -31,8 +37,8 @@
 // the current stage.
 #include "moe_gemm_fp8.cuh"
 
-#define M8_M CU_TILE_M      // slots per block (one wgmma's M)
-#define M8_N 256            // weight rows per block: 128 per warpgroup
+#define M8_M CU_TILE_M8     // slots per block: 64 (one wgmma's M) per warpgroup
+#define M8_N 128            // weight rows per block, shared by the warpgroups
 #define M8_K 128            // columns per stage (one x scale group, 128 bytes)
 #define M8_S 3              // stages
 #define M8_THREADS 256
@@ -40,7 +46,7 @@
 #define M8_STAGE (M8_A + M8_N * M8_K)   // x codes, then the weights' e5m2
 #define M8_SMEM (1024 + M8_S * M8_STAGE + (M8_S * M8_M + M8_M + M8_N) * 4)
 
-static_assert(M8_M == 64, "one wgmma of M = 64 per warpgroup");
+static_assert(M8_M == 128, "one wgmma of M = 64 per warpgroup");
 
 bool cu_moe_gemm_fp8_ok(const dmoe_gemm &g)
 {
@@ -155,6 +161,7 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
     int gq = lane >> 2, t4 = lane & 3, q = tid & 3;
     int cols = G.w1.cols, nrows = G.w1.rows, nb = (cols + 31) / 32, nk = (cols + M8_K - 1) / M8_K;
     int n0 = blockIdx.x * (SWIGLU ? M8_N / 2 : M8_N);
+    bool busy = 64 * wg < tl.z;     // this warpgroup has slots
     if (tid < M8_M) {
         int s = tl.y + tid;
         xrow[tid] = tid >= tl.z ? -1 : G.xdiv ? G.perm[s] / G.xdiv : s;
@@ -162,24 +169,24 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
 
     // This thread's weight rows: B rows br_i = tid / 4 + 64 i, block q of
     // each stage (4 threads a row, 16 bytes of codes each).  Fused: B rows
-    // 128 w .. 128 w + 63 are w1's n0 + 64 w + .., the next 64 w3's.
-    const uint8_t *crow[4], *srow[4];
-    int rbase[4];
-    bool rok[4];
+    // 0..63 are w1's n0.., 64..127 w3's.
+    const uint8_t *crow[2], *srow[2];
+    int rbase[2];
+    bool rok[2];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const dqw &W = SWIGLU && (i & 1) ? G.w3 : G.w1;
-        int wr = n0 + (SWIGLU ? 64 * (i >> 1) : 64 * i) + (tid >> 2);
+    for (int i = 0; i < 2; i++) {
+        const dqw &W = SWIGLU && i ? G.w3 : G.w1;
+        int wr = n0 + (SWIGLU ? 0 : 64 * i) + (tid >> 2);
         rok[i] = wr < nrows;
         long long r = W.r0 + (rok[i] ? wr : 0);
         crow[i] = W.data + tl.x * W.estride + (r * W.ld + W.c0) / 2;
         srow[i] = W.scale + tl.x * W.sestride + r * W.sld + W.c0 / 32;
     }
-    uint4 rc[4];
-    uint32_t rs[4];
+    uint4 rc[2];
+    uint32_t rs[2];
     auto load_w = [&](int kt) {
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 2; i++) {
             int j = 4 * kt + q;
             bool ok = rok[i] && j < nb;
             rc[i] = ok ? *(const uint4 *)(crow[i] + 16 * j) : make_uint4(0, 0, 0, 0);
@@ -190,7 +197,7 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
     // stage; an expert's first tile reads its weights from DRAM)
     auto prefetch_w = [&](int kt) {
 #pragma unroll
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 2; i++)
             if (rok[i] && 4 * kt + q < nb)
                 asm volatile("prefetch.global.L2 [%0];\n" ::"l"(crow[i] + 16 * (4 * kt + q)));
     };
@@ -202,7 +209,7 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
     // 16 scale bytes a load where the rows allow (G.wvec, set by the
     // launcher), else byte by byte.
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 2; i++) {
         int mx = 0;
         if (rok[i] && G.wvec) {
             uint32_t m4 = 0;
@@ -224,7 +231,7 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
     auto load_x = [&](int kt, int buf) {
         uint32_t A = sbase + buf * M8_STAGE;
 #pragma unroll
-        for (int v = 0; v < 2; v++) {
+        for (int v = 0; v < M8_A / 16 / M8_THREADS; v++) {
             int u = tid + M8_THREADS * v, r = u >> 3, c = u & 7, row = xrow[r];
             int k = kt * M8_K + 16 * c;
             bool ok = row >= 0 && k < cols;
@@ -240,7 +247,7 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
     auto store_w = [&](int buf) {
         uint8_t *B = sh + buf * M8_STAGE + M8_A;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 2; i++) {
             int br = (tid >> 2) + 64 * i;
             uint4 o0, o1;
             m8_encode(rc[i], (int)rs[i] - rbase[i], o0, o1);
@@ -272,10 +279,10 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
     settle();
     __syncthreads();
 
-    int m0 = 16 * wi + gq;      // this thread's accumulator rows m0, m0 + 8
+    int m0 = 64 * wg + 16 * wi + gq;    // this thread's accumulator slots m0, m0 + 8
     for (int kt = 0; kt < nk; kt++) {
         int buf = kt % M8_S;
-        uint32_t A = sbase + buf * M8_STAGE, B = A + M8_A + wg * (128 * M8_K);
+        uint32_t A = sbase + buf * M8_STAGE + wg * (64 * M8_K), B = sbase + buf * M8_STAGE + M8_A;
         uint64_t da = m8_desc(A), db = m8_desc(B);
         m8_pin(P);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -293,20 +300,23 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
         settle();
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         m8_pin(P);
-        float s0 = sxs[buf * M8_M + m0], s1 = sxs[buf * M8_M + m0 + 8];
+        if (busy) {
+            float s0 = sxs[buf * M8_M + m0], s1 = sxs[buf * M8_M + m0 + 8];
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-            acc[4 * j] = fmaf(P[4 * j], s0, acc[4 * j]);
-            acc[4 * j + 1] = fmaf(P[4 * j + 1], s0, acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(P[4 * j + 2], s1, acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(P[4 * j + 3], s1, acc[4 * j + 3]);
+            for (int j = 0; j < 16; j++) {
+                acc[4 * j] = fmaf(P[4 * j], s0, acc[4 * j]);
+                acc[4 * j + 1] = fmaf(P[4 * j + 1], s0, acc[4 * j + 1]);
+                acc[4 * j + 2] = fmaf(P[4 * j + 2], s1, acc[4 * j + 2]);
+                acc[4 * j + 3] = fmaf(P[4 * j + 3], s1, acc[4 * j + 3]);
+            }
         }
         __syncthreads();
     }
 
-    // Accumulator (j, e, h): slot m0 + 8 h, the warpgroup's B row
-    // 8 j + 2 t4 + e (the wgmma D layout: 4 values per 8 columns).
-    const float *rf = rowf + 128 * wg;
+    // Accumulator (j, e, h): slot m0 + 8 h, B row 8 j + 2 t4 + e (the
+    // wgmma D layout: 4 values per 8 columns); pairs of columns stored
+    // together where the output allows.
+    bool v2 = G.ldy % 2 == 0 && (uintptr_t)G.y % 8 == 0 && nrows % 2 == 0;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         int m = m0 + 8 * h;
@@ -314,15 +324,23 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
         int s = tl.y + m;
         float *y = G.y + (long long)(G.scatter ? G.perm[s] : s) * G.ldy;
 #pragma unroll
-        for (int j = 0; j < (SWIGLU ? 8 : 16); j++)
+        for (int j = 0; j < (SWIGLU ? 8 : 16); j++) {
+            int c = 8 * j + 2 * t4, n = n0 + c;
+            float v[2];
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                int c = 8 * j + 2 * t4 + e;
-                int n = n0 + (SWIGLU ? 64 : 128) * wg + c;
-                if (n >= nrows) continue;
-                float v = acc[4 * j + 2 * h + e] * rf[c];
-                y[n] = SWIGLU ? swiglu1(v, acc[4 * (j + 8) + 2 * h + e] * rf[64 + c], G.limit) : v;
+                v[e] = acc[4 * j + 2 * h + e] * rowf[c + e];
+                if (SWIGLU)
+                    v[e] = swiglu1(v[e], acc[4 * (j + 8) + 2 * h + e] * rowf[64 + c + e], G.limit);
             }
+            if (v2 && n < nrows) {
+                *(float2 *)(y + n) = make_float2(v[0], v[1]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    if (n + e < nrows) y[n + e] = v[e];
+            }
+        }
     }
 #elif defined(__CUDA_ARCH__)
     __trap();   // built for sm_90a only (wgmma)
