@@ -37,16 +37,20 @@
 // the current stage.
 #include "moe_gemm_fp8.cuh"
 
-#define M8_M CU_TILE_M8     // slots per block: 64 (one wgmma's M) per warpgroup
-#define M8_N 128            // weight rows per block, shared by the warpgroups
+#define M8_M CU_TILE_M8     // slots per item: 64 (one wgmma's M) per consumer warpgroup
+#define M8_N 128            // weight rows per item, shared by the consumers
 #define M8_K 128            // columns per stage (one x scale group, 128 bytes)
-#define M8_S 3              // stages
-#define M8_THREADS 256
+#define M8_S 4              // stages in the ring
+#define M8_LAG 2            // stages whose cp.async the producer keeps in flight
+#define M8_THREADS 384      // the producer warpgroup, then 2 consumer warpgroups
 #define M8_A (M8_M * M8_K)              // bytes of x codes per stage
 #define M8_STAGE (M8_A + M8_N * M8_K)   // x codes, then the weights' e5m2
-#define M8_SMEM (1024 + M8_S * M8_STAGE + (M8_S * M8_M + M8_M + M8_N) * 4)
+// the ring; x scales [M8_S][M8_M]; rowf [2][M8_N]; xrow [2][M8_M]; the
+// barriers full[M8_S], empty[M8_S], done[2]
+#define M8_SMEM \
+    (1024 + M8_S * M8_STAGE + (M8_S * M8_M + 2 * M8_N + 2 * M8_M) * 4 + (2 * M8_S + 2) * 8)
 
-static_assert(M8_M == 128, "one wgmma of M = 64 per warpgroup");
+static_assert(M8_M == 128, "one wgmma of M = 64 per consumer warpgroup");
 
 bool cu_moe_gemm_fp8_ok(const dmoe_gemm &g)
 {
@@ -113,6 +117,31 @@ __device__ __forceinline__ uint64_t m8_desc(uint32_t addr)
            (uint64_t)1 << 62;
 }
 
+// mbarriers (shared::cta): arrive releases this thread's earlier writes,
+// wait acquires those of a completed phase of the given parity.
+__device__ __forceinline__ void m8_bar_init(uint32_t bar, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void m8_bar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void m8_bar_wait(uint32_t bar, uint32_t parity)
+{
+    uint32_t ok;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(ok)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!ok);
+}
+
 // The compiler must keep the accumulators where wgmma left them.
 __device__ __forceinline__ void m8_pin(float (&d)[64])
 {
@@ -142,206 +171,265 @@ __device__ __forceinline__ void m8_wgmma(float (&d)[64], uint64_t da, uint64_t d
 #undef M8_F8
 #endif
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The producer warpgroup (threads 0..127): for each item of this block,
+// the tile's x rows and the weight rows' bases, then per stage x's codes
+// and scales by cp.async and the weights re-encoded into the ring; a
+// stage is handed over (full) once its cp.async landed, M8_LAG stages
+// later, so that loads stay in flight while the next stages are encoded.
 template <bool SWIGLU>
-__global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
+__device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nitems, uint8_t *sh,
+                                           float *sxs, float *rowf, int *xrow, uint32_t full0,
+                                           uint32_t empty0, uint32_t done0)
+{
+    const dmoe_gemm &G = a.g;
+    int tid = threadIdx.x, q = tid & 3, pr = tid >> 2, c8 = tid & 7, r8 = tid >> 3;
+    int cols = G.w1.cols, nrows = G.w1.rows, nb = (cols + 31) / 32, nk = (cols + M8_K - 1) / M8_K;
+    uint32_t sbase = m8_smem(sh), sx0 = m8_smem(sxs);
+    // x chunk v of a stage: row r8 + 16 v, 16-byte chunk c8 (swizzled by
+    // the row's low 3 bits, the same for every v)
+    uint32_t adst = r8 * 128 + ((c8 ^ (r8 & 7)) << 4);
+    int g = 0;          // stages produced by this block
+    int pending = 0;    // the last of them, not yet handed over
+    auto hand_over = [&](int n) {
+        for (; pending > n; pending--) m8_bar_arrive(full0 + 8 * ((g - pending) % M8_S));
+    };
+    for (int item = blockIdx.x, it = 0; item < nitems; item += gridDim.x, it++) {
+        // The last item's stages out before this one's set-up round trips.
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        hand_over(0);
+        int tile = item / ncb;
+        int4 tl = G.tiles[tile];
+        int n0 = (item - tile * ncb) * (SWIGLU ? M8_N / 2 : M8_N);
+        int *xr = xrow + (it & 1) * M8_M;
+        {
+            int s = tl.y + tid;
+            xr[tid] = tid >= tl.z ? -1 : G.xdiv ? G.perm[s] / G.xdiv : s;
+        }
+        // This thread's weight rows: B rows pr + 32 i, block q of each
+        // stage (4 threads a row, 16 bytes of codes each).  Fused: B rows
+        // 0..63 are w1's n0.., 64..127 w3's.
+        const uint8_t *crow[4], *srow[4];
+        bool rok[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const dqw &W = SWIGLU && i >= 2 ? G.w3 : G.w1;
+            int wr = n0 + pr + 32 * (SWIGLU ? (i & 1) : i);
+            rok[i] = wr < nrows;
+            long long r = W.r0 + (rok[i] ? wr : 0);
+            crow[i] = W.data + tl.x * W.estride + (r * W.ld + W.c0) / 2;
+            srow[i] = W.scale + tl.x * W.sestride + r * W.sld + W.c0 / 32;
+        }
+        uint4 rc[4];
+        uint32_t rs[4];
+        auto load_w = [&](int kt) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int j = 4 * kt + q;
+                bool ok = rok[i] && j < nb;
+                rc[i] = ok ? *(const uint4 *)(crow[i] + 16 * j) : make_uint4(0, 0, 0, 0);
+                rs[i] = ok ? srow[i][j] : 0;
+            }
+        };
+        // stages 2-3 ahead of the registers' into L2 (a DRAM miss outlasts
+        // a stage; an expert's first tile reads its weights from DRAM)
+        auto prefetch_w = [&](int kt) {
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (rok[i] && 4 * kt + q < nb)
+                    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(crow[i] + 16 * (4 * kt + q)));
+        };
+        load_w(0);
+        prefetch_w(1);
+        prefetch_w(2);
+        prefetch_w(3);
+        // Each row's largest block exponent, over the 4 threads of the row:
+        // 16 scale bytes a load where the rows allow (G.wvec, set by the
+        // launcher), else byte by byte.
+        int rbase[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int mx = 0;
+            if (rok[i] && G.wvec) {
+                uint32_t m4 = 0;
+                for (int j = 16 * q; j < nb; j += 64) {
+                    uint4 v = *(const uint4 *)(srow[i] + j);
+                    m4 = __vmaxu4(m4, __vmaxu4(__vmaxu4(v.x, v.y), __vmaxu4(v.z, v.w)));
+                }
+                mx = (int)max(max(m4 & 255, (m4 >> 8) & 255), max((m4 >> 16) & 255, m4 >> 24));
+            } else if (rok[i]) {
+                for (int j = q; j < nb; j += 4) mx = max(mx, (int)srow[i][j]);
+            }
+            mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            rbase[i] = mx - 13;
+        }
+        asm volatile("bar.sync 1, 128;\n" ::: "memory");   // xr
+        int xoff[8];
+#pragma unroll
+        for (int v = 0; v < 8; v++) {
+            int row = xr[r8 + 16 * v];
+            xoff[v] = row >= 0 ? row * a.ldq + 16 * c8 : -1;
+        }
+        int xsr = xr[tid];
+        // rowf[it & 1] is free once the consumers stored item it - 2
+        if (it >= 2) m8_bar_wait(done0 + 8 * (it & 1), ((it >> 1) - 1) & 1);
+        if (q == 0) {
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                rowf[(it & 1) * M8_N + pr + 32 * i] = ldexpf(1.0f, rbase[i] - 127);
+        }
+        for (int kt = 0; kt < nk; kt++) {
+            int s = g % M8_S;
+            if (g >= M8_S) m8_bar_wait(empty0 + 8 * s, (g / M8_S - 1) & 1);
+            uint32_t A = sbase + s * M8_STAGE;
+            bool kok = kt * M8_K + 16 * c8 < cols;
+#pragma unroll
+            for (int v = 0; v < 8; v++) {
+                bool ok = kok && xoff[v] >= 0;
+                m8_cp16(A + adst + v * 2048, a.xq + (ok ? xoff[v] + kt * M8_K : 0), ok);
+            }
+            m8_cp4(sx0 + 4 * (s * M8_M + tid),
+                   xsr >= 0 ? a.xs + (long long)kt * a.xs_ld + xsr : a.xs, xsr >= 0);
+            asm volatile("cp.async.commit_group;\n" ::: "memory");
+            uint8_t *B = sh + s * M8_STAGE + M8_A;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int br = pr + 32 * i;
+                uint4 o0, o1;
+                m8_encode(rc[i], (int)rs[i] - rbase[i], o0, o1);
+                uint8_t *row = B + br * 128;
+                *(uint4 *)(row + (((2 * q) ^ (br & 7)) << 4)) = o0;
+                *(uint4 *)(row + (((2 * q + 1) ^ (br & 7)) << 4)) = o1;
+            }
+            if (kt + 1 < nk) load_w(kt + 1);
+            if (kt + 4 < nk) prefetch_w(kt + 4);
+            g++, pending++;
+            // every stage but the newest M8_LAG landed: hand those over
+            asm volatile("cp.async.wait_group %0;\n" ::"n"(M8_LAG) : "memory");
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            hand_over(M8_LAG);
+        }
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    hand_over(0);
+}
+
+// A consumer warpgroup (cw 0 or 1): the tile's slots 64 cw .. 64 cw + 63
+// of each item times all 128 rows, wgmma per stage, promoted with x's
+// scale; a stage is released (empty) once its wgmma completed; each
+// item's outputs stored while the producer fills the next item's stages.
+template <bool SWIGLU>
+__device__ __forceinline__ void m8_consume(const dmoe_gemm8 &a, int ncb, int nitems, uint32_t sbase,
+                                           const float *sxs, const float *rowf, uint32_t full0,
+                                           uint32_t empty0, uint32_t done0)
+{
+    const dmoe_gemm &G = a.g;
+    int ct = threadIdx.x - 128, cw = ct >> 7, lane = ct & 31, wi = (ct >> 5) & 3;
+    int gq = lane >> 2, t4 = lane & 3;
+    int nrows = G.w1.rows, nk = (G.w1.cols + M8_K - 1) / M8_K;
+    int m0 = 64 * cw + 16 * wi + gq;    // this thread's accumulator slots m0, m0 + 8
+    bool v2 = G.ldy % 2 == 0 && (uintptr_t)G.y % 8 == 0 && nrows % 2 == 0;
+    float acc[64], P[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) P[i] = 0.0f;
+    int g = 0;
+    for (int item = blockIdx.x, it = 0; item < nitems; item += gridDim.x, it++) {
+        int tile = item / ncb;
+        int4 tl = G.tiles[tile];
+        int n0 = (item - tile * ncb) * (SWIGLU ? M8_N / 2 : M8_N);
+        bool busy = 64 * cw < tl.z;     // this warpgroup has slots
+#pragma unroll
+        for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+        for (int kt = 0; kt < nk; kt++, g++) {
+            int s = g % M8_S;
+            m8_bar_wait(full0 + 8 * s, (g / M8_S) & 1);
+            uint32_t A = sbase + s * M8_STAGE + cw * (64 * M8_K), B = sbase + s * M8_STAGE + M8_A;
+            uint64_t da = m8_desc(A), db = m8_desc(B);
+            m8_pin(P);
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) m8_wgmma(P, da + 2 * kk, db + 2 * kk, kk);
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            m8_pin(P);
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            m8_pin(P);
+            float s0 = sxs[s * M8_M + m0], s1 = sxs[s * M8_M + m0 + 8];
+            m8_bar_arrive(empty0 + 8 * s);
+            if (busy) {
+#pragma unroll
+                for (int j = 0; j < 16; j++) {
+                    acc[4 * j] = fmaf(P[4 * j], s0, acc[4 * j]);
+                    acc[4 * j + 1] = fmaf(P[4 * j + 1], s0, acc[4 * j + 1]);
+                    acc[4 * j + 2] = fmaf(P[4 * j + 2], s1, acc[4 * j + 2]);
+                    acc[4 * j + 3] = fmaf(P[4 * j + 3], s1, acc[4 * j + 3]);
+                }
+            }
+        }
+        // Accumulator (j, e, h): slot m0 + 8 h, B row 8 j + 2 t4 + e (the
+        // wgmma D layout: 4 values per 8 columns); pairs of columns stored
+        // together where the output allows.
+        const float *rf = rowf + (it & 1) * M8_N;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int m = m0 + 8 * h;
+            if (m >= tl.z) continue;
+            int s = tl.y + m;
+            float *y = G.y + (long long)(G.scatter ? G.perm[s] : s) * G.ldy;
+#pragma unroll
+            for (int j = 0; j < (SWIGLU ? 8 : 16); j++) {
+                int c = 8 * j + 2 * t4, n = n0 + c;
+                float v[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    v[e] = acc[4 * j + 2 * h + e] * rf[c + e];
+                    if (SWIGLU)
+                        v[e] = swiglu1(v[e], acc[4 * (j + 8) + 2 * h + e] * rf[64 + c + e], G.limit);
+                }
+                if (v2 && n < nrows) {
+                    *(float2 *)(y + n) = make_float2(v[0], v[1]);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        if (n + e < nrows) y[n + e] = v[e];
+                }
+            }
+        }
+        m8_bar_arrive(done0 + 8 * (it & 1));
+    }
+}
+#endif
+
+// Persistent: a block per SM takes items (tile, 128 weight rows) in turn,
+// items tile-major so that the blocks running together share experts.
+template <bool SWIGLU>
+__global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a, int ncb)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     pdl_wait();
-    const dmoe_gemm &G = a.g;
-    if ((int)blockIdx.y >= *G.ntiles) return;
     extern __shared__ __align__(1024) uint8_t m8_raw[];
     uint8_t *sh = m8_raw + ((1024 - (m8_smem(m8_raw) & 1023)) & 1023);
-    uint32_t sbase = m8_smem(sh);
     float *sxs = (float *)(sh + M8_S * M8_STAGE);  // [M8_S][M8_M] x scales of a stage's slots
-    int *xrow = (int *)(sxs + M8_S * M8_M);        // [M8_M] each slot's row of x, -1: none
-    float *rowf = (float *)(xrow + M8_M);          // [M8_N] each weight row's 2^(b - 127)
-
-    int4 tl = G.tiles[blockIdx.y];
-    int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wi = (tid >> 5) & 3;
-    int gq = lane >> 2, t4 = lane & 3, q = tid & 3;
-    int cols = G.w1.cols, nrows = G.w1.rows, nb = (cols + 31) / 32, nk = (cols + M8_K - 1) / M8_K;
-    int n0 = blockIdx.x * (SWIGLU ? M8_N / 2 : M8_N);
-    bool busy = 64 * wg < tl.z;     // this warpgroup has slots
-    if (tid < M8_M) {
-        int s = tl.y + tid;
-        xrow[tid] = tid >= tl.z ? -1 : G.xdiv ? G.perm[s] / G.xdiv : s;
+    float *rowf = sxs + M8_S * M8_M;               // [2][M8_N] each weight row's 2^(b - 127)
+    int *xrow = (int *)(rowf + 2 * M8_N);          // [2][M8_M] each slot's row of x, -1: none
+    uint32_t full0 = m8_smem(xrow + 2 * M8_M), empty0 = full0 + 8 * M8_S,
+             done0 = empty0 + 8 * M8_S;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < M8_S; s++) {
+            m8_bar_init(full0 + 8 * s, 128);
+            m8_bar_init(empty0 + 8 * s, 256);
+        }
+        m8_bar_init(done0, 256);
+        m8_bar_init(done0 + 8, 256);
     }
-
-    // This thread's weight rows: B rows br_i = tid / 4 + 64 i, block q of
-    // each stage (4 threads a row, 16 bytes of codes each).  Fused: B rows
-    // 0..63 are w1's n0.., 64..127 w3's.
-    const uint8_t *crow[2], *srow[2];
-    int rbase[2];
-    bool rok[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const dqw &W = SWIGLU && i ? G.w3 : G.w1;
-        int wr = n0 + (SWIGLU ? 0 : 64 * i) + (tid >> 2);
-        rok[i] = wr < nrows;
-        long long r = W.r0 + (rok[i] ? wr : 0);
-        crow[i] = W.data + tl.x * W.estride + (r * W.ld + W.c0) / 2;
-        srow[i] = W.scale + tl.x * W.sestride + r * W.sld + W.c0 / 32;
-    }
-    uint4 rc[2];
-    uint32_t rs[2];
-    auto load_w = [&](int kt) {
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            int j = 4 * kt + q;
-            bool ok = rok[i] && j < nb;
-            rc[i] = ok ? *(const uint4 *)(crow[i] + 16 * j) : make_uint4(0, 0, 0, 0);
-            rs[i] = ok ? srow[i][j] : 0;
-        }
-    };
-    // stages 2 ahead of the registers' into L2 (a DRAM miss outlasts one
-    // stage; an expert's first tile reads its weights from DRAM)
-    auto prefetch_w = [&](int kt) {
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-            if (rok[i] && 4 * kt + q < nb)
-                asm volatile("prefetch.global.L2 [%0];\n" ::"l"(crow[i] + 16 * (4 * kt + q)));
-    };
-    load_w(0);      // in flight while the rows' bases are found
-    prefetch_w(2);
-    prefetch_w(3);
-
-    // Each row's largest block exponent, over the 4 threads of the row:
-    // 16 scale bytes a load where the rows allow (G.wvec, set by the
-    // launcher), else byte by byte.
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        int mx = 0;
-        if (rok[i] && G.wvec) {
-            uint32_t m4 = 0;
-            for (int j = 16 * q; j < nb; j += 64) {
-                uint4 v = *(const uint4 *)(srow[i] + j);
-                m4 = __vmaxu4(m4, __vmaxu4(__vmaxu4(v.x, v.y), __vmaxu4(v.z, v.w)));
-            }
-            mx = (int)max(max(m4 & 255, (m4 >> 8) & 255), max((m4 >> 16) & 255, m4 >> 24));
-        } else if (rok[i]) {
-            for (int j = q; j < nb; j += 4) mx = max(mx, (int)srow[i][j]);
-        }
-        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        rbase[i] = mx - 13;
-        if (q == 0) rowf[(tid >> 2) + 64 * i] = ldexpf(1.0f, mx - 13 - 127);
-    }
-    __syncthreads();    // xrow
-
-    auto load_x = [&](int kt, int buf) {
-        uint32_t A = sbase + buf * M8_STAGE;
-#pragma unroll
-        for (int v = 0; v < M8_A / 16 / M8_THREADS; v++) {
-            int u = tid + M8_THREADS * v, r = u >> 3, c = u & 7, row = xrow[r];
-            int k = kt * M8_K + 16 * c;
-            bool ok = row >= 0 && k < cols;
-            m8_cp16(A + r * 128 + ((c ^ (r & 7)) << 4),
-                    ok ? a.xq + (long long)row * a.ldq + k : a.xq, ok);
-        }
-        if (tid < M8_M) {
-            int row = xrow[tid];
-            m8_cp4(m8_smem(sxs + buf * M8_M + tid),
-                   row >= 0 ? a.xs + (long long)kt * a.xs_ld + row : a.xs, row >= 0);
-        }
-    };
-    auto store_w = [&](int buf) {
-        uint8_t *B = sh + buf * M8_STAGE + M8_A;
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            int br = (tid >> 2) + 64 * i;
-            uint4 o0, o1;
-            m8_encode(rc[i], (int)rs[i] - rbase[i], o0, o1);
-            uint8_t *row = B + br * 128;
-            *(uint4 *)(row + (((2 * q) ^ (br & 7)) << 4)) = o0;
-            *(uint4 *)(row + (((2 * q + 1) ^ (br & 7)) << 4)) = o1;
-        }
-    };
-    auto cp_commit = [] { asm volatile("cp.async.commit_group;\n" ::: "memory"); };
-    // this thread's cp.async of the stage before the newest landed, and its
-    // shared stores made visible to the tensor cores (async proxy)
-    auto settle = [] {
-        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    };
-
-    float acc[64], P[64];
-#pragma unroll
-    for (int i = 0; i < 64; i++) acc[i] = 0.0f, P[i] = 0.0f;
-
-    load_x(0, 0);
-    cp_commit();
-    store_w(0);
-    if (nk > 1) {
-        load_w(1);
-        load_x(1, 1);
-    }
-    cp_commit();
-    settle();
     __syncthreads();
-
-    int m0 = 64 * wg + 16 * wi + gq;    // this thread's accumulator slots m0, m0 + 8
-    for (int kt = 0; kt < nk; kt++) {
-        int buf = kt % M8_S;
-        uint32_t A = sbase + buf * M8_STAGE + wg * (64 * M8_K), B = sbase + buf * M8_STAGE + M8_A;
-        uint64_t da = m8_desc(A), db = m8_desc(B);
-        m8_pin(P);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) m8_wgmma(P, da + 2 * kk, db + 2 * kk, kk);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        m8_pin(P);
-        if (kt + 1 < nk) store_w((kt + 1) % M8_S);
-        if (kt + 2 < nk) {
-            load_w(kt + 2);
-            load_x(kt + 2, (kt + 2) % M8_S);
-        }
-        if (kt + 4 < nk) prefetch_w(kt + 4);
-        cp_commit();
-        settle();
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        m8_pin(P);
-        if (busy) {
-            float s0 = sxs[buf * M8_M + m0], s1 = sxs[buf * M8_M + m0 + 8];
-#pragma unroll
-            for (int j = 0; j < 16; j++) {
-                acc[4 * j] = fmaf(P[4 * j], s0, acc[4 * j]);
-                acc[4 * j + 1] = fmaf(P[4 * j + 1], s0, acc[4 * j + 1]);
-                acc[4 * j + 2] = fmaf(P[4 * j + 2], s1, acc[4 * j + 2]);
-                acc[4 * j + 3] = fmaf(P[4 * j + 3], s1, acc[4 * j + 3]);
-            }
-        }
-        __syncthreads();
-    }
-
-    // Accumulator (j, e, h): slot m0 + 8 h, B row 8 j + 2 t4 + e (the
-    // wgmma D layout: 4 values per 8 columns); pairs of columns stored
-    // together where the output allows.
-    bool v2 = G.ldy % 2 == 0 && (uintptr_t)G.y % 8 == 0 && nrows % 2 == 0;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        int m = m0 + 8 * h;
-        if (m >= tl.z) continue;
-        int s = tl.y + m;
-        float *y = G.y + (long long)(G.scatter ? G.perm[s] : s) * G.ldy;
-#pragma unroll
-        for (int j = 0; j < (SWIGLU ? 8 : 16); j++) {
-            int c = 8 * j + 2 * t4, n = n0 + c;
-            float v[2];
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                v[e] = acc[4 * j + 2 * h + e] * rowf[c + e];
-                if (SWIGLU)
-                    v[e] = swiglu1(v[e], acc[4 * (j + 8) + 2 * h + e] * rowf[64 + c + e], G.limit);
-            }
-            if (v2 && n < nrows) {
-                *(float2 *)(y + n) = make_float2(v[0], v[1]);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 2; e++)
-                    if (n + e < nrows) y[n + e] = v[e];
-            }
-        }
-    }
+    int nitems = *a.g.ntiles * ncb;
+    if (threadIdx.x < 128)
+        m8_produce<SWIGLU>(a, ncb, nitems, sh, sxs, rowf, xrow, full0, empty0, done0);
+    else
+        m8_consume<SWIGLU>(a, ncb, nitems, m8_smem(sh), sxs, rowf, full0, empty0, done0);
 #elif defined(__CUDA_ARCH__)
     __trap();   // built for sm_90a only (wgmma)
 #endif
@@ -349,12 +437,15 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a)
 
 bool cu_moe_gemm_fp8(cudaStream_t st, const dmoe_gemm8 &a, int max_tiles)
 {
-    if (!cu_moe_gemm_fp8_ok(a.g) || max_tiles > 65535 || a.ldq % 16 != 0 ||
-        (uintptr_t)a.xq % 16 != 0)
+    // (the producer's offsets of x's codes are ints)
+    if (!cu_moe_gemm_fp8_ok(a.g) || a.ldq % 16 != 0 || (uintptr_t)a.xq % 16 != 0 ||
+        (long long)a.xs_ld * a.ldq > INT_MAX)
         return false;
+    if (a.g.w1.cols <= 0) return false;
     if (a.g.w1.rows <= 0 || max_tiles <= 0) return true;
-    int nout = a.g.swiglu ? M8_N / 2 : M8_N;
-    dim3 grid((a.g.w1.rows + nout - 1) / nout, max_tiles);
+    int nout = a.g.swiglu ? M8_N / 2 : M8_N, ncb = (a.g.w1.rows + nout - 1) / nout;
+    long long items = (long long)max_tiles * ncb;
+    int grid = (int)(items < cu_sm_count() ? items : cu_sm_count());
     // wvec: every row's scale bytes start 16-byte aligned and come in 16s
     auto svec = [&](const dqw &w) {
         return (uintptr_t)w.scale % 16 == 0 && w.sld % 16 == 0 && w.sestride % 16 == 0 &&
@@ -364,10 +455,10 @@ bool cu_moe_gemm_fp8(cudaStream_t st, const dmoe_gemm8 &a, int max_tiles)
     b.g.wvec = svec(a.g.w1) && (!a.g.swiglu || svec(a.g.w3));
     if (a.g.swiglu) {
         smem_attr<16>(moe_gemm8_kernel<true>, M8_SMEM);
-        cu_launch(moe_gemm8_kernel<true>, grid, M8_THREADS, M8_SMEM, st, b);
+        cu_launch(moe_gemm8_kernel<true>, dim3(grid), M8_THREADS, M8_SMEM, st, b, ncb);
     } else {
         smem_attr<17>(moe_gemm8_kernel<false>, M8_SMEM);
-        cu_launch(moe_gemm8_kernel<false>, grid, M8_THREADS, M8_SMEM, st, b);
+        cu_launch(moe_gemm8_kernel<false>, dim3(grid), M8_THREADS, M8_SMEM, st, b, ncb);
     }
     return true;
 }
