@@ -41,16 +41,25 @@
 #define M8_N 128            // weight rows per item, shared by the consumers
 #define M8_K 128            // columns per stage (one x scale group, 128 bytes)
 #define M8_S 4              // stages in the ring
-#define M8_LAG 2            // stages whose cp.async the producer keeps in flight
+#define M8_D 2              // stages the producer's loads run ahead of its encoding
+#define M8_R 4              // the producer's ring of weight codes (> M8_D)
 #define M8_THREADS 384      // the producer warpgroup, then 2 consumer warpgroups
 #define M8_A (M8_M * M8_K)              // bytes of x codes per stage
 #define M8_STAGE (M8_A + M8_N * M8_K)   // x codes, then the weights' e5m2
-// the ring; x scales [M8_S][M8_M]; rowf [2][M8_N]; xrow [2][M8_M]; the
-// barriers full[M8_S], empty[M8_S], done[2]
-#define M8_SMEM \
-    (1024 + M8_S * M8_STAGE + (M8_S * M8_M + 2 * M8_N + 2 * M8_M) * 4 + (2 * M8_S + 2) * 8)
+#define M8_RAW (M8_N * M8_K / 2)        // MXFP4 codes of a stage's weights
+// the ring; the codes' ring; x scales [M8_S][M8_M]; rowf [2][M8_N]; xrow
+// [2][M8_M]; the barriers full[M8_S], empty[M8_S], done[2]; then the
+// rows' scale bytes [M8_N][m8_nbp(nb)]
+#define M8_SMEM0                                                                  \
+    (1024 + M8_S * M8_STAGE + M8_R * M8_RAW + (M8_S * M8_M + 2 * M8_N + 2 * M8_M) * 4 + \
+     (2 * M8_S + 2) * 8)
+
+// Bytes per row of the scale bytes in shared memory: whole 16-byte chunks,
+// an odd number of them (the 8 rows a warp reads at once in 8 banks).
+__host__ __device__ inline int m8_nbp(int nb) { return 16 * (((nb + 15) / 16) | 1); }
 
 static_assert(M8_M == 128, "one wgmma of M = 64 per consumer warpgroup");
+static_assert(M8_R > M8_D, "a code slot is refilled after its stage is encoded");
 
 bool cu_moe_gemm_fp8_ok(const dmoe_gemm &g)
 {
@@ -172,20 +181,24 @@ __device__ __forceinline__ void m8_wgmma(float (&d)[64], uint64_t da, uint64_t d
 #endif
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// The producer warpgroup (threads 0..127): for each item of this block,
-// the tile's x rows and the weight rows' bases, then per stage x's codes
-// and scales by cp.async and the weights re-encoded into the ring; a
-// stage is handed over (full) once its cp.async landed, M8_LAG stages
-// later, so that loads stay in flight while the next stages are encoded.
+// The producer warpgroup (threads 0..127).  For each item of this block:
+// the tile's x rows, the weight rows' scale bytes (cp.async) and from them
+// each row's base; then per stage x's codes and scales by cp.async, the
+// weights' MXFP4 codes by cp.async M8_D stages ahead into a ring of its
+// own, and their re-encoding into the stage (all loads in flight while
+// it encodes: the encode never waits for memory).  A stage is handed
+// over (full) once its x codes landed, M8_D stages later.
 template <bool SWIGLU>
 __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nitems, uint8_t *sh,
-                                           float *sxs, float *rowf, int *xrow, uint32_t full0,
-                                           uint32_t empty0, uint32_t done0)
+                                           float *sxs, float *rowf, int *xrow, uint8_t *wsc,
+                                           int nbp, uint32_t full0, uint32_t empty0,
+                                           uint32_t done0)
 {
     const dmoe_gemm &G = a.g;
     int tid = threadIdx.x, q = tid & 3, pr = tid >> 2, c8 = tid & 7, r8 = tid >> 3;
     int cols = G.w1.cols, nrows = G.w1.rows, nb = (cols + 31) / 32, nk = (cols + M8_K - 1) / M8_K;
-    uint32_t sbase = m8_smem(sh), sx0 = m8_smem(sxs);
+    uint32_t sbase = m8_smem(sh), sx0 = m8_smem(sxs), raw0 = sbase + M8_S * M8_STAGE,
+             wsc0 = m8_smem(wsc);
     // x chunk v of a stage: row r8 + 16 v, 16-byte chunk c8 (swizzled by
     // the row's low 3 bits, the same for every v)
     uint32_t adst = r8 * 128 + ((c8 ^ (r8 & 7)) << 4);
@@ -194,23 +207,46 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
     auto hand_over = [&](int n) {
         for (; pending > n; pending--) m8_bar_arrive(full0 + 8 * ((g - pending) % M8_S));
     };
+    auto commit = [] { asm volatile("cp.async.commit_group;\n" ::: "memory"); };
+    int4 tl = nitems > (int)blockIdx.x ? G.tiles[blockIdx.x / ncb] : make_int4(0, 0, 0, 0);
     for (int item = blockIdx.x, it = 0; item < nitems; item += gridDim.x, it++) {
         // The last item's stages out before this one's set-up round trips.
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         hand_over(0);
-        int tile = item / ncb;
-        int4 tl = G.tiles[tile];
+        int tile = item / ncb, next = item + gridDim.x;
+        int4 tln = next < nitems ? G.tiles[next / ncb] : tl;     // in flight over this item
         int n0 = (item - tile * ncb) * (SWIGLU ? M8_N / 2 : M8_N);
-        int *xr = xrow + (it & 1) * M8_M;
-        {
-            int s = tl.y + tid;
-            xr[tid] = tid >= tl.z ? -1 : G.xdiv ? G.perm[s] / G.xdiv : s;
+        // B row br: fused, w1's row n0 + br for br < 64, then w3's
+        auto srow = [&](int br, bool &ok) {
+            int wr = n0 + (SWIGLU ? (br & 63) : br);
+            const dqw *W = SWIGLU && br >= 64 ? &G.w3 : &G.w1;
+            ok = wr < nrows;
+            return W->scale + tl.x * W->sestride + (W->r0 + (ok ? wr : 0)) * W->sld + W->c0 / 32;
+        };
+        // The 128 rows' scale bytes, [br][nbp] (16 at a time where the
+        // rows allow: G.wvec, set by the launcher).
+        if (G.wvec) {
+            int n16 = nb / 16;
+            for (int u = tid; u < M8_N * n16; u += 128) {
+                int br = u / n16, c = u - br * n16;
+                bool ok;
+                const uint8_t *src = srow(br, ok);
+                m8_cp16(wsc0 + br * nbp + 16 * c, src + 16 * c, ok);
+            }
+        } else {
+            for (int u = tid; u < M8_N * nb; u += 128) {
+                int br = u / nb, j = u - br * nb;
+                bool ok;
+                const uint8_t *src = srow(br, ok);
+                wsc[br * nbp + j] = ok ? src[j] : 0;
+            }
         }
+        commit();
         // This thread's weight rows: B rows pr + 32 i, block q of each
-        // stage (4 threads a row, 16 bytes of codes each).  Fused: B rows
-        // 0..63 are w1's n0.., 64..127 w3's.
-        const uint8_t *crow[4], *srow[4];
+        // stage (4 threads a row, 16 bytes of codes each), into raw slot
+        // (stage % M8_R): [br][64 bytes].
+        const uint8_t *crow[4];
         bool rok[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -219,53 +255,49 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
             rok[i] = wr < nrows;
             long long r = W.r0 + (rok[i] ? wr : 0);
             crow[i] = W.data + tl.x * W.estride + (r * W.ld + W.c0) / 2;
-            srow[i] = W.scale + tl.x * W.sestride + r * W.sld + W.c0 / 32;
         }
-        uint4 rc[4];
-        uint32_t rs[4];
-        auto load_w = [&](int kt) {
+        int g0 = g;
+        auto load_raw = [&](int kt) {
+            uint32_t dst = raw0 + ((g0 + kt) % M8_R) * M8_RAW + pr * 64 + q * 16;
+            int j = 4 * kt + q;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                int j = 4 * kt + q;
                 bool ok = rok[i] && j < nb;
-                rc[i] = ok ? *(const uint4 *)(crow[i] + 16 * j) : make_uint4(0, 0, 0, 0);
-                rs[i] = ok ? srow[i][j] : 0;
+                m8_cp16(dst + i * 32 * 64, crow[i] + (ok ? 16 * j : 0), ok);
             }
         };
-        // stages 2-3 ahead of the registers' into L2 (a DRAM miss outlasts
-        // a stage; an expert's first tile reads its weights from DRAM)
-        auto prefetch_w = [&](int kt) {
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-                if (rok[i] && 4 * kt + q < nb)
-                    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(crow[i] + 16 * (4 * kt + q)));
-        };
-        load_w(0);
-        prefetch_w(1);
-        prefetch_w(2);
-        prefetch_w(3);
-        // Each row's largest block exponent, over the 4 threads of the row:
-        // 16 scale bytes a load where the rows allow (G.wvec, set by the
-        // launcher), else byte by byte.
+        for (int d = 0; d < M8_D; d++) {
+            if (d < nk) load_raw(d);
+            commit();
+        }
+        {
+            int s = tl.y + tid;
+            xrow[(it & 1) * M8_M + tid] = tid >= tl.z ? -1 : G.xdiv ? G.perm[s] / G.xdiv : s;
+        }
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(M8_D) : "memory");  // the scale bytes
+        asm volatile("bar.sync 1, 128;\n" ::: "memory");    // every thread's xrow and bytes
+        // Each row's largest block exponent, over the 4 threads of the row.
         int rbase[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
+            const uint8_t *sr = wsc + (pr + 32 * i) * nbp;
             int mx = 0;
-            if (rok[i] && G.wvec) {
+            if (G.wvec) {
                 uint32_t m4 = 0;
                 for (int j = 16 * q; j < nb; j += 64) {
-                    uint4 v = *(const uint4 *)(srow[i] + j);
+                    uint4 v = *(const uint4 *)(sr + j);
                     m4 = __vmaxu4(m4, __vmaxu4(__vmaxu4(v.x, v.y), __vmaxu4(v.z, v.w)));
                 }
                 mx = (int)max(max(m4 & 255, (m4 >> 8) & 255), max((m4 >> 16) & 255, m4 >> 24));
-            } else if (rok[i]) {
-                for (int j = q; j < nb; j += 4) mx = max(mx, (int)srow[i][j]);
+            } else {
+                for (int j = q; j < nb; j += 4) mx = max(mx, (int)sr[j]);
             }
             mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             rbase[i] = mx - 13;
         }
-        asm volatile("bar.sync 1, 128;\n" ::: "memory");   // xr
+        const int *xr = xrow + (it & 1) * M8_M;
         int xoff[8];
 #pragma unroll
         for (int v = 0; v < 8; v++) {
@@ -292,25 +324,27 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
             }
             m8_cp4(sx0 + 4 * (s * M8_M + tid),
                    xsr >= 0 ? a.xs + (long long)kt * a.xs_ld + xsr : a.xs, xsr >= 0);
-            asm volatile("cp.async.commit_group;\n" ::: "memory");
+            if (kt + M8_D < nk) load_raw(kt + M8_D);
+            commit();
+            // stage kt's codes (and stage kt - M8_D's x) landed
+            asm volatile("cp.async.wait_group %0;\n" ::"n"(M8_D) : "memory");
+            const uint8_t *rw = sh + M8_S * M8_STAGE + (g % M8_R) * M8_RAW + pr * 64 + q * 16;
             uint8_t *B = sh + s * M8_STAGE + M8_A;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int br = pr + 32 * i;
                 uint4 o0, o1;
-                m8_encode(rc[i], (int)rs[i] - rbase[i], o0, o1);
+                m8_encode(*(const uint4 *)(rw + i * 32 * 64),
+                          (int)wsc[br * nbp + 4 * kt + q] - rbase[i], o0, o1);
                 uint8_t *row = B + br * 128;
                 *(uint4 *)(row + (((2 * q) ^ (br & 7)) << 4)) = o0;
                 *(uint4 *)(row + (((2 * q + 1) ^ (br & 7)) << 4)) = o1;
             }
-            if (kt + 1 < nk) load_w(kt + 1);
-            if (kt + 4 < nk) prefetch_w(kt + 4);
-            g++, pending++;
-            // every stage but the newest M8_LAG landed: hand those over
-            asm volatile("cp.async.wait_group %0;\n" ::"n"(M8_LAG) : "memory");
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            hand_over(M8_LAG);
+            g++, pending++;
+            hand_over(M8_D);
         }
+        tl = tln;
     }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -411,11 +445,13 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a, 
     pdl_wait();
     extern __shared__ __align__(1024) uint8_t m8_raw[];
     uint8_t *sh = m8_raw + ((1024 - (m8_smem(m8_raw) & 1023)) & 1023);
-    float *sxs = (float *)(sh + M8_S * M8_STAGE);  // [M8_S][M8_M] x scales of a stage's slots
+    float *sxs = (float *)(sh + M8_S * M8_STAGE + M8_R * M8_RAW);  // [M8_S][M8_M] x scales
     float *rowf = sxs + M8_S * M8_M;               // [2][M8_N] each weight row's 2^(b - 127)
     int *xrow = (int *)(rowf + 2 * M8_N);          // [2][M8_M] each slot's row of x, -1: none
     uint32_t full0 = m8_smem(xrow + 2 * M8_M), empty0 = full0 + 8 * M8_S,
              done0 = empty0 + 8 * M8_S;
+    uint8_t *wsc = (uint8_t *)(xrow + 2 * M8_M) + (2 * M8_S + 2) * 8;  // [M8_N][nbp]
+    int nbp = m8_nbp((a.g.w1.cols + 31) / 32);
     if (threadIdx.x == 0) {
         for (int s = 0; s < M8_S; s++) {
             m8_bar_init(full0 + 8 * s, 128);
@@ -427,7 +463,7 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a, 
     __syncthreads();
     int nitems = *a.g.ntiles * ncb;
     if (threadIdx.x < 128)
-        m8_produce<SWIGLU>(a, ncb, nitems, sh, sxs, rowf, xrow, full0, empty0, done0);
+        m8_produce<SWIGLU>(a, ncb, nitems, sh, sxs, rowf, xrow, wsc, nbp, full0, empty0, done0);
     else
         m8_consume<SWIGLU>(a, ncb, nitems, m8_smem(sh), sxs, rowf, full0, empty0, done0);
 #elif defined(__CUDA_ARCH__)
@@ -453,12 +489,14 @@ bool cu_moe_gemm_fp8(cudaStream_t st, const dmoe_gemm8 &a, int max_tiles)
     };
     dmoe_gemm8 b = a;
     b.g.wvec = svec(a.g.w1) && (!a.g.swiglu || svec(a.g.w3));
+    size_t smem = M8_SMEM0 + (size_t)M8_N * m8_nbp((a.g.w1.cols + 31) / 32);
+    if (smem > 227 * 1024) return false;
     if (a.g.swiglu) {
-        smem_attr<16>(moe_gemm8_kernel<true>, M8_SMEM);
-        cu_launch(moe_gemm8_kernel<true>, dim3(grid), M8_THREADS, M8_SMEM, st, b, ncb);
+        smem_attr<16>(moe_gemm8_kernel<true>, smem);
+        cu_launch(moe_gemm8_kernel<true>, dim3(grid), M8_THREADS, smem, st, b, ncb);
     } else {
-        smem_attr<17>(moe_gemm8_kernel<false>, M8_SMEM);
-        cu_launch(moe_gemm8_kernel<false>, dim3(grid), M8_THREADS, M8_SMEM, st, b, ncb);
+        smem_attr<17>(moe_gemm8_kernel<false>, smem);
+        cu_launch(moe_gemm8_kernel<false>, dim3(grid), M8_THREADS, smem, st, b, ncb);
     }
     return true;
 }
