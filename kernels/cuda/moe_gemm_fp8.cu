@@ -43,7 +43,10 @@
 #define M8_S 4              // stages in the ring
 #define M8_D 2              // stages the producer's loads run ahead of its encoding
 #define M8_R 4              // the producer's ring of weight codes (> M8_D)
-#define M8_THREADS 384      // the producer warpgroup, then 2 consumer warpgroups
+#define M8_PT 256           // producer threads: 2 warpgroups
+#define M8_THREADS 512      // the producers, then 2 consumer warpgroups
+#define M8_PREG 72          // registers of a producer thread (setmaxnreg), and of a
+#define M8_CREG 184         // consumer's: 2 x 128 x (72 + 184) = 65,536
 #define M8_A (M8_M * M8_K)              // bytes of x codes per stage
 #define M8_STAGE (M8_A + M8_N * M8_K)   // x codes, then the weights' e5m2
 #define M8_RAW (M8_N * M8_K / 2)        // MXFP4 codes of a stage's weights
@@ -196,10 +199,11 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
 {
     const dmoe_gemm &G = a.g;
     int tid = threadIdx.x, q = tid & 3, pr = tid >> 2, c8 = tid & 7, r8 = tid >> 3;
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(M8_PREG));
     int cols = G.w1.cols, nrows = G.w1.rows, nb = (cols + 31) / 32, nk = (cols + M8_K - 1) / M8_K;
     uint32_t sbase = m8_smem(sh), sx0 = m8_smem(sxs), raw0 = sbase + M8_S * M8_STAGE,
              wsc0 = m8_smem(wsc);
-    // x chunk v of a stage: row r8 + 16 v, 16-byte chunk c8 (swizzled by
+    // x chunk v of a stage: row r8 + 32 v, 16-byte chunk c8 (swizzled by
     // the row's low 3 bits, the same for every v)
     uint32_t adst = r8 * 128 + ((c8 ^ (r8 & 7)) << 4);
     int g = 0;          // stages produced by this block
@@ -214,6 +218,8 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         hand_over(0);
+        // every producer is past the last item's encoding (wsc is reused)
+        asm volatile("bar.sync 1, %0;\n" ::"n"(M8_PT) : "memory");
         int tile = item / ncb, next = item + gridDim.x;
         int4 tln = next < nitems ? G.tiles[next / ncb] : tl;     // in flight over this item
         int n0 = (item - tile * ncb) * (SWIGLU ? M8_N / 2 : M8_N);
@@ -228,14 +234,14 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
         // rows allow: G.wvec, set by the launcher).
         if (G.wvec) {
             int n16 = nb / 16;
-            for (int u = tid; u < M8_N * n16; u += 128) {
+            for (int u = tid; u < M8_N * n16; u += M8_PT) {
                 int br = u / n16, c = u - br * n16;
                 bool ok;
                 const uint8_t *src = srow(br, ok);
                 m8_cp16(wsc0 + br * nbp + 16 * c, src + 16 * c, ok);
             }
         } else {
-            for (int u = tid; u < M8_N * nb; u += 128) {
+            for (int u = tid; u < M8_N * nb; u += M8_PT) {
                 int br = u / nb, j = u - br * nb;
                 bool ok;
                 const uint8_t *src = srow(br, ok);
@@ -243,15 +249,15 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
             }
         }
         commit();
-        // This thread's weight rows: B rows pr + 32 i, block q of each
+        // This thread's weight rows: B rows pr + 64 i, block q of each
         // stage (4 threads a row, 16 bytes of codes each), into raw slot
         // (stage % M8_R): [br][64 bytes].
-        const uint8_t *crow[4];
-        bool rok[4];
+        const uint8_t *crow[2];
+        bool rok[2];
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const dqw &W = SWIGLU && i >= 2 ? G.w3 : G.w1;
-            int wr = n0 + pr + 32 * (SWIGLU ? (i & 1) : i);
+        for (int i = 0; i < 2; i++) {
+            const dqw &W = SWIGLU && i ? G.w3 : G.w1;
+            int wr = n0 + pr + (SWIGLU ? 0 : 64 * i);
             rok[i] = wr < nrows;
             long long r = W.r0 + (rok[i] ? wr : 0);
             crow[i] = W.data + tl.x * W.estride + (r * W.ld + W.c0) / 2;
@@ -261,9 +267,9 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
             uint32_t dst = raw0 + ((g0 + kt) % M8_R) * M8_RAW + pr * 64 + q * 16;
             int j = 4 * kt + q;
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < 2; i++) {
                 bool ok = rok[i] && j < nb;
-                m8_cp16(dst + i * 32 * 64, crow[i] + (ok ? 16 * j : 0), ok);
+                m8_cp16(dst + i * 64 * 64, crow[i] + (ok ? 16 * j : 0), ok);
             }
         };
 #pragma unroll
@@ -271,17 +277,17 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
             if (d < nk) load_raw(d);
             commit();
         }
-        {
+        if (tid < M8_M) {
             int s = tl.y + tid;
             xrow[(it & 1) * M8_M + tid] = tid >= tl.z ? -1 : G.xdiv ? G.perm[s] / G.xdiv : s;
         }
         asm volatile("cp.async.wait_group %0;\n" ::"n"(M8_D) : "memory");  // the scale bytes
-        asm volatile("bar.sync 1, 128;\n" ::: "memory");    // every thread's xrow and bytes
+        asm volatile("bar.sync 1, %0;\n" ::"n"(M8_PT) : "memory");  // every xrow and byte
         // Each row's largest block exponent, over the 4 threads of the row.
-        int rbase[4];
+        int rbase[2];
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const uint8_t *sr = wsc + (pr + 32 * i) * nbp;
+        for (int i = 0; i < 2; i++) {
+            const uint8_t *sr = wsc + (pr + 64 * i) * nbp;
             int mx = 0;
             if (G.wvec) {
                 uint32_t m4 = 0;
@@ -298,19 +304,19 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
             rbase[i] = mx - 13;
         }
         const int *xr = xrow + (it & 1) * M8_M;
-        int xoff[8];
+        int xoff[4];
 #pragma unroll
-        for (int v = 0; v < 8; v++) {
-            int row = xr[r8 + 16 * v];
+        for (int v = 0; v < 4; v++) {
+            int row = xr[r8 + 32 * v];
             xoff[v] = row >= 0 ? row * a.ldq + 16 * c8 : -1;
         }
-        int xsr = xr[tid];
+        int xsr = tid < M8_M ? xr[tid] : -1;
         // rowf[it & 1] is free once the consumers stored item it - 2
         if (it >= 2) m8_bar_wait(done0 + 8 * (it & 1), ((it >> 1) - 1) & 1);
         if (q == 0) {
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-                rowf[(it & 1) * M8_N + pr + 32 * i] = ldexpf(1.0f, rbase[i] - 127);
+            for (int i = 0; i < 2; i++)
+                rowf[(it & 1) * M8_N + pr + 64 * i] = ldexpf(1.0f, rbase[i] - 127);
         }
         for (int kt = 0; kt < nk; kt++) {
             int s = g % M8_S;
@@ -318,12 +324,13 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
             uint32_t A = sbase + s * M8_STAGE;
             bool kok = kt * M8_K + 16 * c8 < cols;
 #pragma unroll
-            for (int v = 0; v < 8; v++) {
+            for (int v = 0; v < 4; v++) {
                 bool ok = kok && xoff[v] >= 0;
-                m8_cp16(A + adst + v * 2048, a.xq + (ok ? xoff[v] + kt * M8_K : 0), ok);
+                m8_cp16(A + adst + v * 4096, a.xq + (ok ? xoff[v] + kt * M8_K : 0), ok);
             }
-            m8_cp4(sx0 + 4 * (s * M8_M + tid),
-                   xsr >= 0 ? a.xs + (long long)kt * a.xs_ld + xsr : a.xs, xsr >= 0);
+            if (tid < M8_M)
+                m8_cp4(sx0 + 4 * (s * M8_M + tid),
+                       xsr >= 0 ? a.xs + (long long)kt * a.xs_ld + xsr : a.xs, xsr >= 0);
             if (kt + M8_D < nk) load_raw(kt + M8_D);
             commit();
             // stage kt's codes (and stage kt - M8_D's x) landed
@@ -331,10 +338,10 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
             const uint8_t *rw = sh + M8_S * M8_STAGE + (g % M8_R) * M8_RAW + pr * 64 + q * 16;
             uint8_t *B = sh + s * M8_STAGE + M8_A;
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int br = pr + 32 * i;
+            for (int i = 0; i < 2; i++) {
+                int br = pr + 64 * i;
                 uint4 o0, o1;
-                m8_encode(*(const uint4 *)(rw + i * 32 * 64),
+                m8_encode(*(const uint4 *)(rw + i * 64 * 64),
                           (int)wsc[br * nbp + 4 * kt + q] - rbase[i], o0, o1);
                 uint8_t *row = B + br * 128;
                 *(uint4 *)(row + (((2 * q) ^ (br & 7)) << 4)) = o0;
@@ -361,7 +368,8 @@ __device__ __forceinline__ void m8_consume(const dmoe_gemm8 &a, int ncb, int nit
                                            uint32_t empty0, uint32_t done0)
 {
     const dmoe_gemm &G = a.g;
-    int ct = threadIdx.x - 128, cw = ct >> 7, lane = ct & 31, wi = (ct >> 5) & 3;
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(M8_CREG));
+    int ct = threadIdx.x - M8_PT, cw = ct >> 7, lane = ct & 31, wi = (ct >> 5) & 3;
     int gq = lane >> 2, t4 = lane & 3;
     int nrows = G.w1.rows, nk = (G.w1.cols + M8_K - 1) / M8_K;
     int m0 = 64 * cw + 16 * wi + gq;    // this thread's accumulator slots m0, m0 + 8
@@ -454,7 +462,7 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a, 
     int nbp = m8_nbp((a.g.w1.cols + 31) / 32);
     if (threadIdx.x == 0) {
         for (int s = 0; s < M8_S; s++) {
-            m8_bar_init(full0 + 8 * s, 128);
+            m8_bar_init(full0 + 8 * s, M8_PT);
             m8_bar_init(empty0 + 8 * s, 256);
         }
         m8_bar_init(done0, 256);
@@ -462,7 +470,7 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a, 
     }
     __syncthreads();
     int nitems = *a.g.ntiles * ncb;
-    if (threadIdx.x < 128)
+    if (threadIdx.x < M8_PT)
         m8_produce<SWIGLU>(a, ncb, nitems, sh, sxs, rowf, xrow, wsc, nbp, full0, empty0, done0);
     else
         m8_consume<SWIGLU>(a, ncb, nitems, m8_smem(sh), sxs, rowf, full0, empty0, done0);
