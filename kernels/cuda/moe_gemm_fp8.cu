@@ -184,7 +184,7 @@ __device__ __forceinline__ void m8_wgmma(float (&d)[64], uint64_t da, uint64_t d
 #endif
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// The producer warpgroup (threads 0..127).  For each item of this block:
+// The producers (M8_PT threads: 2 warpgroups).  For each item of a block:
 // the tile's x rows, the weight rows' scale bytes (cp.async) and from them
 // each row's base; then per stage x's codes and scales by cp.async, the
 // weights' MXFP4 codes by cp.async M8_D stages ahead into a ring of its
@@ -206,9 +206,9 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
     // x chunk v of a stage: row r8 + 32 v, 16-byte chunk c8 (swizzled by
     // the row's low 3 bits, the same for every v)
     uint32_t adst = r8 * 128 + ((c8 ^ (r8 & 7)) << 4);
-    int g = 0;          // stages produced by this block
-    int pending = 0;    // the last of them, not yet handed over
-    auto hand_over = [&](int n) {
+    unsigned g = 0;     // stages produced by this block
+    unsigned pending = 0;   // the last of them, not yet handed over
+    auto hand_over = [&](unsigned n) {
         for (; pending > n; pending--) m8_bar_arrive(full0 + 8 * ((g - pending) % M8_S));
     };
     auto commit = [] { asm volatile("cp.async.commit_group;\n" ::: "memory"); };
@@ -262,15 +262,15 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
             long long r = W.r0 + (rok[i] ? wr : 0);
             crow[i] = W.data + tl.x * W.estride + (r * W.ld + W.c0) / 2;
         }
-        int g0 = g;
+#pragma unroll
+        for (int i = 0; i < 2; i++) crow[i] += 16 * q;  // block q of each stage
+        unsigned g0 = g;
         auto load_raw = [&](int kt) {
             uint32_t dst = raw0 + ((g0 + kt) % M8_R) * M8_RAW + pr * 64 + q * 16;
-            int j = 4 * kt + q;
+            bool jok = 4 * kt + q < nb;
 #pragma unroll
-            for (int i = 0; i < 2; i++) {
-                bool ok = rok[i] && j < nb;
-                m8_cp16(dst + i * 64 * 64, crow[i] + (ok ? 16 * j : 0), ok);
-            }
+            for (int i = 0; i < 2; i++)
+                m8_cp16(dst + i * 64 * 64, crow[i] + 64 * kt, rok[i] && jok);
         };
 #pragma unroll
         for (int d = 0; d < M8_D; d++) {
@@ -304,13 +304,18 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
             rbase[i] = mx - 13;
         }
         const int *xr = xrow + (it & 1) * M8_M;
-        int xoff[4];
+        // this thread's x chunks (rows without a slot: xq, not read) and
+        // its slot's x scales
+        const uint8_t *xp[4];
+        unsigned xok = 0;
 #pragma unroll
         for (int v = 0; v < 4; v++) {
             int row = xr[r8 + 32 * v];
-            xoff[v] = row >= 0 ? row * a.ldq + 16 * c8 : -1;
+            xp[v] = a.xq + (row >= 0 ? (long long)row * a.ldq + 16 * c8 : 0);
+            xok |= (row >= 0) << v;
         }
         int xsr = tid < M8_M ? xr[tid] : -1;
+        const float *xsp = a.xs + (xsr >= 0 ? xsr : 0);
         // rowf[it & 1] is free once the consumers stored item it - 2
         if (it >= 2) m8_bar_wait(done0 + 8 * (it & 1), ((it >> 1) - 1) & 1);
         if (q == 0) {
@@ -319,18 +324,15 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
                 rowf[(it & 1) * M8_N + pr + 64 * i] = ldexpf(1.0f, rbase[i] - 127);
         }
         for (int kt = 0; kt < nk; kt++) {
-            int s = g % M8_S;
+            unsigned s = g % M8_S;
             if (g >= M8_S) m8_bar_wait(empty0 + 8 * s, (g / M8_S - 1) & 1);
             uint32_t A = sbase + s * M8_STAGE;
-            bool kok = kt * M8_K + 16 * c8 < cols;
+            unsigned kok = kt * M8_K + 16 * c8 < cols ? xok : 0;
 #pragma unroll
-            for (int v = 0; v < 4; v++) {
-                bool ok = kok && xoff[v] >= 0;
-                m8_cp16(A + adst + v * 4096, a.xq + (ok ? xoff[v] + kt * M8_K : 0), ok);
-            }
+            for (int v = 0; v < 4; v++)
+                m8_cp16(A + adst + v * 4096, xp[v] + kt * M8_K, kok >> v & 1);
             if (tid < M8_M)
-                m8_cp4(sx0 + 4 * (s * M8_M + tid),
-                       xsr >= 0 ? a.xs + (long long)kt * a.xs_ld + xsr : a.xs, xsr >= 0);
+                m8_cp4(sx0 + 4 * (s * M8_M + tid), xsp + (long long)kt * a.xs_ld, xsr >= 0);
             if (kt + M8_D < nk) load_raw(kt + M8_D);
             commit();
             // stage kt's codes (and stage kt - M8_D's x) landed
@@ -377,7 +379,7 @@ __device__ __forceinline__ void m8_consume(const dmoe_gemm8 &a, int ncb, int nit
     float acc[64], P[64];
 #pragma unroll
     for (int i = 0; i < 64; i++) P[i] = 0.0f;
-    int g = 0;
+    unsigned g = 0;
     for (int item = blockIdx.x, it = 0; item < nitems; item += gridDim.x, it++) {
         int tile = item / ncb;
         int4 tl = G.tiles[tile];
@@ -386,7 +388,7 @@ __device__ __forceinline__ void m8_consume(const dmoe_gemm8 &a, int ncb, int nit
 #pragma unroll
         for (int i = 0; i < 64; i++) acc[i] = 0.0f;
         for (int kt = 0; kt < nk; kt++, g++) {
-            int s = g % M8_S;
+            unsigned s = g % M8_S;
             m8_bar_wait(full0 + 8 * s, (g / M8_S) & 1);
             uint32_t A = sbase + s * M8_STAGE + cw * (64 * M8_K), B = sbase + s * M8_STAGE + M8_A;
             uint64_t da = m8_desc(A), db = m8_desc(B);
