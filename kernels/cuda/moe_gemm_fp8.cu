@@ -19,22 +19,32 @@
 // sum times x's scale of that group is added in float32 (promotion every
 // 128 columns, as DeepGEMM does).
 //
-// A block: one tile of moe_sort's table (up to 128 slots of one expert,
-// CU_TILE_M8) x 128 weight rows (fused: 64 outputs, their w1 and w3
-// rows), 2 warpgroups of 128 threads; warpgroup w's wgmma takes the
-// tile's slots 64 w .. 64 w + 63 x all 128 rows (fused: 64 of w1, the
-// same 64 of w3, so SwiGLU pairs sit in one thread's registers).  The
-// two warpgroups share one re-encoded B: each weight byte is re-encoded
-// once per 128 slots (64 x 256 blocks did it once per 64; the kernel is
-// bound by the issue of that integer work, run C1).  A warpgroup with no
-// slots in a partial tile multiplies zeros (its wgmma in a branch would
-// make ptxas serialize every wgmma) and skips the promotion.
-// K in stages of 128 columns, 3 in shared memory (128-byte swizzled, the
-// layout wgmma's descriptors read): x's codes by cp.async (zero-filled
-// past the width and past the tile's slots), the weights' codes loaded a
-// stage ahead into registers (and prefetched into L2 two stages before
-// that) and re-encoded by every thread while the tensor cores work on
-// the current stage.
+// Work: items of one tile of moe_sort's table (up to 128 slots of one
+// expert, CU_TILE_M8) x 128 weight rows (fused: 64 outputs, their w1 and
+// w3 rows), K in stages of 128 columns.  A persistent block per SM takes
+// the items in turn (tile-major: the blocks running together share
+// experts), warp-specialized (the shape DeepGEMM and CUTLASS use on
+// Hopper) because the re-encoding of the weights is integer work that,
+// done by the threads issuing wgmma, left the tensor cores idle 3/4 of
+// the time (runs S1-S5, docs/GPU_NOTES.md):
+//   - 2 producer warpgroups (setmaxnreg 72 registers): per item, the
+//     tile's x rows, the 128 rows' scale bytes and each row's base; per
+//     stage, x's codes and scales by cp.async into a ring of 4 stages
+//     (128-byte swizzled, the layout wgmma's descriptors read; zero-filled
+//     past the width and the tile's slots), the weights' MXFP4 codes by
+//     cp.async 2 stages ahead into a ring of their own, and their
+//     re-encoding into the stage; a stage is handed over through an
+//     mbarrier (full) once its x codes landed;
+//   - 2 consumer warpgroups (setmaxnreg 184): warpgroup w's wgmma takes
+//     the tile's slots 64 w .. 64 w + 63 x all 128 rows (fused: 64 of w1,
+//     the same 64 of w3, so SwiGLU pairs sit in one thread's registers),
+//     waits, releases the stage (empty), promotes; an item's outputs are
+//     stored while the producers fill the next item's stages (rowf, the
+//     rows' 2^(b - 127), double-buffered behind a "done" mbarrier).
+// The two consumers share one re-encoded B: each weight byte is
+// re-encoded once per 128 slots.  A consumer with no slots in a partial
+// tile multiplies zeros (wgmma under a data-dependent branch makes ptxas
+// serialize every wgmma, warning C7518) and skips the promotion.
 #include "moe_gemm_fp8.cuh"
 
 #define M8_M CU_TILE_M8     // slots per item: 64 (one wgmma's M) per consumer warpgroup
