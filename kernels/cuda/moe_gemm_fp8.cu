@@ -26,15 +26,16 @@
 // experts), warp-specialized (the shape DeepGEMM and CUTLASS use on
 // Hopper) because the re-encoding of the weights is integer work that,
 // done by the threads issuing wgmma, left the tensor cores idle 3/4 of
-// the time (runs S1-S5, docs/GPU_NOTES.md):
+// the time (runs S1-S8, docs/GPU_NOTES.md):
 //   - 2 producer warpgroups (setmaxnreg 72 registers): per item, the
 //     tile's x rows, the 128 rows' scale bytes and each row's base; per
-//     stage, x's codes and scales by cp.async into a ring of 4 stages
+//     stage, x's codes and scales by cp.async (a stage ahead) into a
+//     ring of 4 stages
 //     (128-byte swizzled, the layout wgmma's descriptors read; zero-filled
 //     past the width and the tile's slots), the weights' MXFP4 codes by
 //     cp.async 2 stages ahead into a ring of their own, and their
 //     re-encoding into the stage; a stage is handed over through an
-//     mbarrier (full) once its x codes landed;
+//     mbarrier (full) as soon as it is whole;
 //   - 2 consumer warpgroups (setmaxnreg 184): warpgroup w's wgmma takes
 //     the tile's slots 64 w .. 64 w + 63 x all 128 rows (fused: 64 of w1,
 //     the same 64 of w3, so SwiGLU pairs sit in one thread's registers),
@@ -51,7 +52,7 @@
 #define M8_N 128            // weight rows per item, shared by the consumers
 #define M8_K 128            // columns per stage (one x scale group, 128 bytes)
 #define M8_S 4              // stages in the ring
-#define M8_D 2              // stages the producer's loads run ahead of its encoding
+#define M8_D 2              // stages the weights' codes are loaded ahead of their encoding
 #define M8_R 4              // the producer's ring of weight codes (> M8_D)
 #define M8_PT 256           // producer threads: 2 warpgroups
 #define M8_THREADS 512      // the producers, then 2 consumer warpgroups
@@ -196,11 +197,12 @@ __device__ __forceinline__ void m8_wgmma(float (&d)[64], uint64_t da, uint64_t d
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // The producers (M8_PT threads: 2 warpgroups).  For each item of a block:
 // the tile's x rows, the weight rows' scale bytes (cp.async) and from them
-// each row's base; then per stage x's codes and scales by cp.async, the
-// weights' MXFP4 codes by cp.async M8_D stages ahead into a ring of its
-// own, and their re-encoding into the stage (all loads in flight while
-// it encodes: the encode never waits for memory).  A stage is handed
-// over (full) once its x codes landed, M8_D stages later.
+// each row's base; then per stage x's codes and scales by cp.async a
+// stage ahead into the ring, the weights' MXFP4 codes by cp.async M8_D
+// stages ahead into a ring of their own, and their re-encoding into the
+// stage (the loads in flight while it encodes: the encode never waits for
+// memory).  A stage is handed over (full) as soon as it is encoded, so
+// that the consumers have up to 3 stages ready, not 2.
 template <bool SWIGLU>
 __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nitems, uint8_t *sh,
                                            float *sxs, float *rowf, int *xrow, uint8_t *wsc,
@@ -217,17 +219,9 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
     // the row's low 3 bits, the same for every v)
     uint32_t adst = r8 * 128 + ((c8 ^ (r8 & 7)) << 4);
     unsigned g = 0;     // stages produced by this block
-    unsigned pending = 0;   // the last of them, not yet handed over
-    auto hand_over = [&](unsigned n) {
-        for (; pending > n; pending--) m8_bar_arrive(full0 + 8 * ((g - pending) % M8_S));
-    };
     auto commit = [] { asm volatile("cp.async.commit_group;\n" ::: "memory"); };
     int4 tl = nitems > (int)blockIdx.x ? G.tiles[blockIdx.x / ncb] : make_int4(0, 0, 0, 0);
     for (int item = blockIdx.x, it = 0; item < nitems; item += gridDim.x, it++) {
-        // The last item's stages out before this one's set-up round trips.
-        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        hand_over(0);
         // every producer is past the last item's encoding (wsc is reused)
         asm volatile("bar.sync 1, %0;\n" ::"n"(M8_PT) : "memory");
         int tile = item / ncb, next = item + gridDim.x;
@@ -333,9 +327,10 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
             for (int i = 0; i < 2; i++)
                 rowf[(it & 1) * M8_N + pr + 64 * i] = ldexpf(1.0f, rbase[i] - 127);
         }
-        for (int kt = 0; kt < nk; kt++) {
-            unsigned s = g % M8_S;
-            if (g >= M8_S) m8_bar_wait(empty0 + 8 * s, (g / M8_S - 1) & 1);
+        // stage kt's x codes and scales into slot gs % M8_S, once free
+        auto load_x = [&](int kt, unsigned gs) {
+            unsigned s = gs % M8_S;
+            if (gs >= M8_S) m8_bar_wait(empty0 + 8 * s, (gs / M8_S - 1) & 1);
             uint32_t A = sbase + s * M8_STAGE;
             unsigned kok = kt * M8_K + 16 * c8 < cols ? xok : 0;
 #pragma unroll
@@ -343,10 +338,16 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
                 m8_cp16(A + adst + v * 4096, xp[v] + kt * M8_K, kok >> v & 1);
             if (tid < M8_M)
                 m8_cp4(sx0 + 4 * (s * M8_M + tid), xsp + (long long)kt * a.xs_ld, xsr >= 0);
+        };
+        load_x(0, g);
+        commit();
+        for (int kt = 0; kt < nk; kt++) {
+            unsigned s = g % M8_S;
+            if (kt + 1 < nk) load_x(kt + 1, g + 1);
             if (kt + M8_D < nk) load_raw(kt + M8_D);
             commit();
-            // stage kt's codes (and stage kt - M8_D's x) landed
-            asm volatile("cp.async.wait_group %0;\n" ::"n"(M8_D) : "memory");
+            // stage kt's x (a stage ago) and codes (M8_D stages ago) landed
+            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
             const uint8_t *rw = sh + M8_S * M8_STAGE + (g % M8_R) * M8_RAW + pr * 64 + q * 16;
             uint8_t *B = sh + s * M8_STAGE + M8_A;
 #pragma unroll
@@ -359,15 +360,13 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
                 *(uint4 *)(row + (((2 * q) ^ (br & 7)) << 4)) = o0;
                 *(uint4 *)(row + (((2 * q + 1) ^ (br & 7)) << 4)) = o1;
             }
+            // the stage to the consumers as soon as it is whole
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            g++, pending++;
-            hand_over(M8_D);
+            m8_bar_arrive(full0 + 8 * s);
+            g++;
         }
         tl = tln;
     }
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    hand_over(0);
 }
 
 // A consumer warpgroup (cw 0 or 1): the tile's slots 64 cw .. 64 cw + 63
