@@ -865,7 +865,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
         w13.w1 = w1, w13.w3 = w3, w13.swiglu = true, w2v.w1 = w2;
         bool w4a8 = quant && !gv && !c->moe_lt && w2.type == QT_MXFP4 &&
                     !(f8 && !strcmp(f8, "0")) && cu_moe_gemm_fp8_ok(w13) &&
-                    cu_moe_gemm_fp8_ok(w2v) && ns / CU_TILE_M8 + (E < ns ? E : ns) <= 65535;
+                    cu_moe_gemm_fp8_ok(w2v);
         int tm = w4a8 ? CU_TILE_M8 : !gv ? CU_TILE_M : mma || ns > 4 * E ? 8 : 4;
         int max_tiles = ns / tm + (E < ns ? E : ns);
         int *perm = (int *)grow(c, &c->perm, ns * sizeof(int));

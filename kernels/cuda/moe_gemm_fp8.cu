@@ -75,13 +75,20 @@ __host__ __device__ inline int m8_nbp(int nb) { return 16 * (((nb + 15) / 16) | 
 static_assert(M8_M == 128, "one wgmma of M = 64 per consumer warpgroup");
 static_assert(M8_R > M8_D, "a code slot is refilled after its stage is encoded");
 
+// Shared memory of a block for weights of cols columns.
+static size_t m8_smem_bytes(int cols)
+{
+    return M8_SMEM0 + (size_t)M8_N * m8_nbp((cols + 31) / 32);
+}
+
 bool cu_moe_gemm_fp8_ok(const dmoe_gemm &g)
 {
     auto ok = [](const dqw &w) {
         return w.type == QT_MXFP4 && w.c0 % 32 == 0 && w.ld % 32 == 0 &&
                (uintptr_t)w.data % 16 == 0 && w.estride % 16 == 0;
     };
-    return ok(g.w1) && g.w1.cols % 16 == 0 &&
+    return ok(g.w1) && g.w1.cols > 0 && g.w1.cols % 16 == 0 &&
+           m8_smem_bytes(g.w1.cols) <= 227 * 1024 &&
            (!g.swiglu || (ok(g.w3) && g.w3.rows == g.w1.rows && g.w3.cols == g.w1.cols));
 }
 
@@ -492,11 +499,7 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a, 
 
 bool cu_moe_gemm_fp8(cudaStream_t st, const dmoe_gemm8 &a, int max_tiles)
 {
-    // (the producer's offsets of x's codes are ints)
-    if (!cu_moe_gemm_fp8_ok(a.g) || a.ldq % 16 != 0 || (uintptr_t)a.xq % 16 != 0 ||
-        (long long)a.xs_ld * a.ldq > INT_MAX)
-        return false;
-    if (a.g.w1.cols <= 0) return false;
+    if (!cu_moe_gemm_fp8_ok(a.g) || a.ldq % 16 != 0 || (uintptr_t)a.xq % 16 != 0) return false;
     if (a.g.w1.rows <= 0 || max_tiles <= 0) return true;
     int nout = a.g.swiglu ? M8_N / 2 : M8_N, ncb = (a.g.w1.rows + nout - 1) / nout;
     long long items = (long long)max_tiles * ncb;
@@ -508,8 +511,7 @@ bool cu_moe_gemm_fp8(cudaStream_t st, const dmoe_gemm8 &a, int max_tiles)
     };
     dmoe_gemm8 b = a;
     b.g.wvec = svec(a.g.w1) && (!a.g.swiglu || svec(a.g.w3));
-    size_t smem = M8_SMEM0 + (size_t)M8_N * m8_nbp((a.g.w1.cols + 31) / 32);
-    if (smem > 227 * 1024) return false;
+    size_t smem = m8_smem_bytes(a.g.w1.cols);
     if (a.g.swiglu) {
         smem_attr<16>(moe_gemm8_kernel<true>, smem);
         cu_launch(moe_gemm8_kernel<true>, dim3(grid), M8_THREADS, smem, st, b, ncb);

@@ -18,13 +18,15 @@ struct dmoe_gemm8 {
 
 // Whether cu_moe_gemm_fp8 takes these weights: MXFP4 views that start on
 // a scale block (c0 and ld multiples of 32, 16-byte aligned experts), a
-// width that is a multiple of 16, w1 and w3 of one shape.
+// width that is a positive multiple of 16 whose scale rows fit in shared
+// memory (up to ~7,800 columns), w1 and w3 of one shape.
 bool cu_moe_gemm_fp8_ok(const dmoe_gemm &g);
 
 // Slots per tile of moe_sort's table for cu_moe_gemm_fp8 (two wgmma M's).
 #define CU_TILE_M8 128
 
 // y = x8 . W^T (or SwiGLU of w1 and w3) over moe_sort's tiles of CU_TILE_M8
-// slots; the codes' rows 16-byte aligned (ldq a multiple of 16).  false:
-// not taken (cu_moe_gemm_fp8_ok, or more than 65535 tiles), nothing launched.
+// slots (a persistent grid: any number of tiles); the codes' rows 16-byte
+// aligned (ldq a multiple of 16).  false: not taken (cu_moe_gemm_fp8_ok or
+// the codes' alignment), nothing launched.
 bool cu_moe_gemm_fp8(cudaStream_t st, const dmoe_gemm8 &a, int max_tiles);
