@@ -36,7 +36,6 @@
 #define AM_KEYS 32      // keys per tile (four n8 tiles)
 #define AM_PAD 8        // bf16 elements of padding per shared row (banks)
 #define AM_KSPLIT 2     // the logits' channels in this many halves, a warp each
-#define AM_LOADS 4      // key loads a thread has in flight while staging a tile
 
 // N 8x8 bf16 matrices (4, or 2 transposed) at the rows the lanes point
 // to (lanes 8m..8m+7: the rows of matrix m), as mma fragments.
@@ -55,40 +54,95 @@ __device__ __forceinline__ void am_ldm(uint32_t *r, const __nv_bfloat16 *p)
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
-// Channels c..c+3 of a stored key as loaded (v: 16, 8 or 4 bytes by the
-// key's type; sc: an FP8 group's scale byte), then as four bf16 (BF16 and
-// FP8 exactly): loads apart from their use, so that a thread's loads for
-// several keys are in flight at once (one at a time, each waited for, was
-// the largest of the kernel's stalls: ncu run E3, long scoreboard).
-struct am_raw {
-    uint4 v;
-    unsigned sc;
-    int t;      // the key's type; -1: past the last key (zeros)
-};
-
-__device__ __forceinline__ am_raw am_key_load(const kref &r, int c, bool ok)
+// A key's 16-byte unit as stored (T: 4 float32, 8 bf16 or 16 FP8 channels
+// with their group's scale byte sc) as bf16 at d (32-byte aligned for FP8,
+// 16 for BF16, 8 for float32): BF16 and FP8 exactly.
+template <int T>
+__device__ __forceinline__ void am_unit_bf16(const uint4 &v, unsigned sc, __nv_bfloat16 *d)
 {
-    am_raw w;
-    w.t = ok ? r.t : -1;
-    w.sc = 0;
-    if (w.t == KV_F32) w.v = *(const uint4 *)((const float *)r.p + c);
-    else if (w.t == KV_BF16) *(uint2 *)&w.v = *(const uint2 *)((const uint16_t *)r.p + c);
-    else if (w.t == KV_FP8) {
-        w.v.x = *(const uint32_t *)((const uint8_t *)r.p + c);
-        w.sc = r.s[c / KV_FP8_GROUP];
+    if (T == KV_BF16) {
+        *(uint4 *)d = v;
+    } else if (T == KV_F32) {
+        *(uint2 *)d = make_uint2(pack_bf16x2(__uint_as_float(v.x), __uint_as_float(v.y)),
+                                 pack_bf16x2(__uint_as_float(v.z), __uint_as_float(v.w)));
+    } else {
+        float s = pow2i((int)sc - 127);
+        uint32_t w[4] = { v.x, v.y, v.z, v.w }, o[8];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float4 f = fp8x4f(w[k], s);
+            o[2 * k] = pack_bf16x2(f.x, f.y), o[2 * k + 1] = pack_bf16x2(f.z, f.w);
+        }
+        *(uint4 *)d = make_uint4(o[0], o[1], o[2], o[3]);
+        *(uint4 *)(d + 8) = make_uint4(o[4], o[5], o[6], o[7]);
     }
-    return w;
 }
 
-__device__ __forceinline__ uint2 am_key4(const am_raw &w)
+// The KPW keys rows[0..KPW) of a warp, all stored as T, into their bf16
+// rows of ks (row r at ks + rows[u] * LD): the keys' 16-byte units in
+// order over the lanes (an FP8 key of 512 channels: one load a lane), up
+// to 8 loads a lane in flight before any is converted.  (Loads of 4 bytes
+// a thread, each with its key's type switch and address, were half of the
+// kernel's instructions: ncu, run T1.)
+template <int HD, int T, int KPW>
+__device__ __forceinline__ void am_stage_as(const kref *kr, const int *rows, __nv_bfloat16 *ks)
 {
-    if (w.t == KV_BF16) return make_uint2(w.v.x, w.v.y);
-    if (w.t == KV_F32)
-        return make_uint2(pack_bf16x2(__uint_as_float(w.v.x), __uint_as_float(w.v.y)),
-                          pack_bf16x2(__uint_as_float(w.v.z), __uint_as_float(w.v.w)));
-    if (w.t != KV_FP8) return make_uint2(0, 0);     // rows past the last key: 0 * P, never NaN
-    float4 f = fp8x4f(w.v.x, pow2i((int)w.sc - 127));
-    return make_uint2(pack_bf16x2(f.x, f.y), pack_bf16x2(f.z, f.w));
+    constexpr int W = T == KV_F32 ? 4 : T == KV_BF16 ? 8 : 16;    // channels a unit
+    constexpr int UPK = HD / W, N = UPK * KPW, UPL = (N + 31) / 32, B = UPL < 8 ? UPL : 8;
+    constexpr int LD = HD + AM_PAD;
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j0 = 0; j0 < UPL; j0 += B) {
+        uint4 v[B];
+        unsigned sc[B];
+#pragma unroll
+        for (int j = 0; j < B; j++) {
+            int i = lane + 32 * (j0 + j), c = i % UPK * W;
+            if (N % 32 == 0 || i < N) {
+                const kref &r = kr[rows[i / UPK]];
+                v[j] = *(const uint4 *)(r.p + (long long)c * (16 / W));
+                sc[j] = T == KV_FP8 ? r.s[c / KV_FP8_GROUP] : 0;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < B; j++) {
+            int i = lane + 32 * (j0 + j);
+            if (N % 32 == 0 || i < N)
+                am_unit_bf16<T>(v[j], sc[j], ks + rows[i / UPK] * LD + i % UPK * W);
+        }
+    }
+}
+
+// The tile's keys kr[0..valid) as bf16 rows of ks, zeros past them (0 * P,
+// never NaN): warp w takes keys w, w + 8, ...; a warp whose keys share a
+// type and are all valid stages them together (am_stage_as), others key
+// by key.  Every key row 16-byte aligned (cache rows and the step's
+// float32 rows: hd a multiple of 64).
+template <int HD>
+__device__ __forceinline__ void am_stage_keys(const kref *kr, int valid, __nv_bfloat16 *ks)
+{
+    constexpr int KPW = AM_KEYS / 8, LD = HD + AM_PAD;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int rows[KPW], t0 = warp < valid ? kr[warp].t : -1;
+    bool same = true;
+#pragma unroll
+    for (int u = 0; u < KPW; u++) {
+        rows[u] = warp + 8 * u;
+        same = same && rows[u] < valid && kr[rows[u]].t == t0;
+    }
+    if (same && t0 == KV_FP8) return am_stage_as<HD, KV_FP8, KPW>(kr, rows, ks);
+    if (same && t0 == KV_F32) return am_stage_as<HD, KV_F32, KPW>(kr, rows, ks);
+    if (same && t0 == KV_BF16) return am_stage_as<HD, KV_BF16, KPW>(kr, rows, ks);
+#pragma unroll 1
+    for (int u = 0; u < KPW; u++) {
+        int t = rows[u] < valid ? kr[rows[u]].t : -1;
+        if (t == KV_FP8) am_stage_as<HD, KV_FP8, 1>(kr, rows + u, ks);
+        else if (t == KV_F32) am_stage_as<HD, KV_F32, 1>(kr, rows + u, ks);
+        else if (t == KV_BF16) am_stage_as<HD, KV_BF16, 1>(kr, rows + u, ks);
+        else
+            for (int c = lane * 8; c < HD; c += 256)
+                *(uint4 *)(ks + rows[u] * LD + c) = make_uint4(0, 0, 0, 0);
+    }
 }
 
 template <int HD, int NP, int TQ>
@@ -147,9 +201,9 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
     constexpr int NT = HD / 64, NB = NT > 1 ? 2 : 1, WPM = 8 / MT, WPK = WPM / AM_KSPLIT;
     constexpr int WN = AM_KEYS / 8 / WPK, KH = HD / AM_KSPLIT;
     constexpr int TPR = 256 / M, KPT = AM_KEYS / TPR;   // softmax: threads per row, keys each
-    constexpr int KX = AM_KEYS * HD / 1024, KG = KX < AM_LOADS ? KX : AM_LOADS; // a tile's loads a thread
     static_assert(TQ == 1 || TQ == 2, "8 warps cover 2 or 4 m16 tiles");
     static_assert(AM_KSPLIT == 2, "the softmax adds two parts");
+    static_assert(WN % 2 == 0, "K's fragments two n8 tiles a load");
     extern __shared__ __align__(16) unsigned char smem[];
     kref *krows = (kref *)smem;                                 // [2][AM_KEYS]
     unsigned *kvis2 = (unsigned *)(krows + 2 * AM_KEYS);        // [2][AM_KEYS]
@@ -205,22 +259,7 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
         const kref *kr = krows + buf * AM_KEYS;
         const unsigned *kvis = kvis2 + buf * AM_KEYS;
         __syncthreads();    // this tile's rows are known; the previous tile's K and P are consumed
-        // The tile's keys as bf16: a thread's channels c..c+3 of keys
-        // r0, r0 + 1024 / HD, ..., AM_LOADS keys' loads in flight at once.
-#pragma unroll 1
-        for (int i0 = 0; i0 < KX; i0 += KG) {
-            am_raw w[KG];
-#pragma unroll
-            for (int i = 0; i < KG; i++) {
-                int x = tid * 4 + (i0 + i) * 1024, r = x / HD;
-                w[i] = am_key_load(kr[r], x % HD, kt + r < nk);
-            }
-#pragma unroll
-            for (int i = 0; i < KG; i++) {
-                int x = tid * 4 + (i0 + i) * 1024;
-                *(uint2 *)(ks + x / HD * LD + x % HD) = am_key4(w[i]);
-            }
-        }
+        am_stage_keys<HD>(kr, nk - kt, ks);
         __syncthreads();
         const unsigned seen = tvis[buf];
         if (warp == 0 && kt + AM_KEYS < nk)
@@ -231,7 +270,10 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
         // m16 tile mq (none when its token sees no key of the tile).
         if (seen >> (mq * 16 / AM_HEADS) & 1) {
             float s[NP][WN][4] = {};      // a sum per part: independent MMA chains
-            const __nv_bfloat16 *kb = ks + (nq * 8 + g) * LD + 2 * t;
+            // K's fragments by ldmatrix, two n8 tiles a load: lane l points
+            // at key 8 (nq + 2 jj + l / 16) + l % 8, channel 8 (l / 8 % 2).
+            const __nv_bfloat16 *kb =
+                ks + ((nq + (lane >> 4)) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8;
 #pragma unroll 4
             for (int k = kq * KH; k < (kq + 1) * KH; k += 16) {
                 uint32_t af[NP][4];
@@ -239,11 +281,14 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
                 for (int part = 0; part < NP; part++)
                     am_ldm<4, false>(af[part], qs + (part * M + mq * 16 + arow) * LD + k + acol);
 #pragma unroll
-                for (int j = 0; j < WN; j++) {
-                    const __nv_bfloat16 *kj = kb + j * 8 * LD + k;
-                    uint32_t b0 = *(const uint32_t *)kj, b1 = *(const uint32_t *)(kj + 8);
+                for (int jj = 0; jj < WN / 2; jj++) {
+                    uint32_t b[4];      // b0, b1 of n8 tiles 2 jj and 2 jj + 1
+                    am_ldm<4, false>(b, kb + jj * 16 * LD + k);
 #pragma unroll
-                    for (int part = 0; part < NP; part++) mma_bf16_16816(s[part][j], af[part], b0, b1);
+                    for (int u = 0; u < 2; u++)
+#pragma unroll
+                        for (int part = 0; part < NP; part++)
+                            mma_bf16_16816(s[part][2 * jj + u], af[part], b[2 * u], b[2 * u + 1]);
                 }
             }
 #pragma unroll
