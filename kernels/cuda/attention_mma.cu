@@ -204,6 +204,7 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
     static_assert(TQ == 1 || TQ == 2, "8 warps cover 2 or 4 m16 tiles");
     static_assert(AM_KSPLIT == 2, "the softmax adds two parts");
     static_assert(WN % 2 == 0, "K's fragments two n8 tiles a load");
+    static_assert(KPT % 4 == 0, "the softmax's loads of 4 keys");
     extern __shared__ __align__(16) unsigned char smem[];
     kref *krows = (kref *)smem;                                 // [2][AM_KEYS]
     unsigned *kvis2 = (unsigned *)(krows + 2 * AM_KEYS);        // [2][AM_KEYS]
@@ -309,24 +310,35 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
             int r = tid / TPR, sub = tid % TPR, tok = r / AM_HEADS;
             const float *sr = ss + r * AM_KEYS + sub * KPT;
             const unsigned *vr = kvis + sub * KPT;
+            // (16-byte loads and stores: the keys of a thread are adjacent)
             float x[KPT], mx = -INFINITY;
 #pragma unroll
-            for (int j = 0; j < KPT; j++) {
-                x[j] = vr[j] >> tok & 1 ? (sr[j] + sr[M * AM_KEYS + j]) * a.scale : -INFINITY;
-                mx = fmaxf(mx, x[j]);
+            for (int j = 0; j < KPT; j += 4) {
+                float4 s0 = *(const float4 *)(sr + j), s1 = *(const float4 *)(sr + M * AM_KEYS + j);
+                uint4 v = *(const uint4 *)(vr + j);
+                x[j] = v.x >> tok & 1 ? (s0.x + s1.x) * a.scale : -INFINITY;
+                x[j + 1] = v.y >> tok & 1 ? (s0.y + s1.y) * a.scale : -INFINITY;
+                x[j + 2] = v.z >> tok & 1 ? (s0.z + s1.z) * a.scale : -INFINITY;
+                x[j + 3] = v.w >> tok & 1 ? (s0.w + s1.w) * a.scale : -INFINITY;
             }
+#pragma unroll
+            for (int j = 0; j < KPT; j++) mx = fmaxf(mx, x[j]);
             for (int o2 = 1; o2 < TPR; o2 <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o2));
             float mold = mrow[r], mnew = fmaxf(mold, mx), mref = mnew == -INFINITY ? 0 : mnew;
             float sum = 0;
 #pragma unroll
-            for (int j = 0; j < KPT; j += 2) {
-                float e0 = expf(x[j] - mref), e1 = expf(x[j + 1] - mref);
-                sum += e0 + e1;
-                uint32_t pp[NP];
-                am_split2<NP>(e0, e1, pp);
+            for (int j = 0; j < KPT; j += 4) {
+                float e[4];
+                uint32_t pp[2][NP];
+#pragma unroll
+                for (int i = 0; i < 4; i++) e[i] = expf(x[j + i] - mref);
+                sum += e[0] + e[1];
+                sum += e[2] + e[3];
+                am_split2<NP>(e[0], e[1], pp[0]);
+                am_split2<NP>(e[2], e[3], pp[1]);
 #pragma unroll
                 for (int k = 0; k < NP; k++)
-                    *(uint32_t *)(ps + (k * M + r) * LDP + sub * KPT + j) = pp[k];
+                    *(uint2 *)(ps + (k * M + r) * LDP + sub * KPT + j) = make_uint2(pp[0][k], pp[1][k]);
             }
             for (int o2 = 1; o2 < TPR; o2 <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o2);
             __syncwarp();
@@ -341,9 +353,11 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
 
         // O = O * correction + P . K over this warp's channels (a token's
         // rows skipped when it sees no key of the tile: P = 0 there).
+        // (Skipped where no row of the m16 tile changed its max: x * 1 = x.)
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             float c0 = crow[mt * 16 + g], c1 = crow[mt * 16 + g + 8];
+            if (!__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) continue;
 #pragma unroll
             for (int n8 = 0; n8 < NT; n8++)
                 o[mt][n8][0] *= c0, o[mt][n8][1] *= c0, o[mt][n8][2] *= c1, o[mt][n8][3] *= c1;
