@@ -506,12 +506,14 @@ static void indexer_one(cu_impl *c, const indexer_args *a)
     size_t cap;
     float *sc = indexer_scores(c, a->n, maxvis, false, &cap);
     unsigned *cand = indexer_cand(c, d, cap);
-    // Many tokens: tensor-core scores over keys gathered as bf16, in
-    // scratch of a fixed size (the profile step at load allocates it).
+    // Many tokens: tensor-core scores over keys gathered as bf16 and the
+    // queries rounded to bf16, in scratch the profile step at load
+    // allocates (a step of the most tokens).
     uint16_t *keys = NULL;
     if (!in_graph(c) && a->n >= IDX_MMA_MIN_T && cu_indexer_mma_fits(a->nheads, a->d) &&
         tensor_core_keys(c, a->keys.dtype))
-        keys = (uint16_t *)grow(c, &c->ikeys, (size_t)CU_INDEXER_KTILE * a->d * sizeof(uint16_t));
+        keys = (uint16_t *)grow(c, &c->ikeys, ((size_t)CU_INDEXER_KTILE + (size_t)a->n * a->nheads) *
+                                                  a->d * sizeof(uint16_t));
     if (c->failed) return;
     cu_indexer(c->st, d, sc, cap, cand, keys, c->idx_tiled);
 }

@@ -4,14 +4,14 @@
 // (the reference model keeps both in bf16 and scores them in float32).
 // The visible keys are first gathered from the paged cache into a
 // contiguous bf16 tile (indexer_gather_kernel: the one place that reads
-// the cache's storage format), then one fused kernel does the products
+// the cache's storage format) and the queries rounded to bf16 once
+// (indexer_qround_kernel), then one fused kernel does the products
 // (mma.sync m16n8k16), ReLU, weights, the sum over heads and the causal
 // mask, writing the [token][entry] rows the radix top-k reads.
 #include <stdio.h>
 
 #include "indexer_mma.h"
-#include "kernels.cuh"
-#include "mma.cuh"
+#include "smm.cuh"
 
 #define MMA_WARPS 8
 #define MMA_KEYS (32 * MMA_WARPS)   // keys per block: 32 per warp, in registers
@@ -19,7 +19,8 @@
 #define MMA_QB 2                    // tokens per shared-memory stage
 #define MMA_D 128                   // head dim this kernel is written for
 #define MMA_QST (MMA_D + 32)        // bf16 row stride of q in shared memory (no bank conflicts)
-#define MMA_QLOADS 4                // query loads a thread has in flight while staging
+// dynamic shared memory: two stages of MMA_QB tokens' bf16 queries and weights
+#define MMA_SMEM (2 * MMA_QB * 64 * (MMA_QST * 2 + 4))
 
 static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
@@ -37,6 +38,19 @@ __global__ void indexer_gather_kernel(dpaged keys, int k0, int k1, int d, uint2 
                           pack_bf16x2(kref_at(r, c + 2), kref_at(r, c + 3)));
 }
 
+// The queries of tokens [t0, t0 + nt) (nh x d floats each) as bf16 (d a
+// multiple of 4), rows as they are: the same rounding the kernel's
+// staging did per block (every block of a token re-read and converted its
+// float32 queries: 2 MB of loads a block of 64 tokens, run T6).
+__global__ void indexer_qround_kernel(const float4 *q, long long n4, uint2 *out)
+{
+    pdl_wait();
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    float4 v = q[i];
+    out[i] = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+}
+
 // Block (x, y): keys k0 + [x*MMA_KEYS, +MMA_KEYS) of the gathered tile
 // kt (rows k0..k1) against tokens t0 + [y*MMA_QG, +MMA_QG) that see more
 // than topk entries.  The matrix product has keys as M (each warp holds
@@ -46,14 +60,17 @@ __global__ void indexer_gather_kernel(dpaged keys, int k0, int k1, int d, uint2 
 // k-step pair jj, dims 32*jj + 8*t .. +8 for both operands: one 16-byte
 // load each.  The accumulator's columns are heads, so ReLU, the weight
 // and the sum over heads happen in registers; the four lanes of a row
-// then add up by shuffles.
+// then add up by shuffles.  The queries (qbf: bf16, row i - t0 token i) and weights of
+// MMA_QB tokens come by cp.async into one of two stages while the other
+// stage's tokens are scored.
 __global__ void __launch_bounds__(32 * MMA_WARPS, 2)
-indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *kt, float smul,
-                   float *scores, long long ldsc)
+indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *kt,
+                   const uint16_t *qbf, float smul, float *scores, long long ldsc)
 {
     pdl_wait();
-    __shared__ __align__(16) uint16_t qs[MMA_QB * 64 * MMA_QST];
-    __shared__ float ws[MMA_QB * 64];
+    extern __shared__ __align__(16) uint8_t ish[];
+    uint16_t *qs2 = (uint16_t *)ish;                                  // [2][MMA_QB * 64][MMA_QST]
+    float *ws2 = (float *)(ish + 2 * MMA_QB * 64 * MMA_QST * 2);      // [2][MMA_QB * 64]
     int nh = a.nheads, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int s0 = k0 + blockIdx.x * MMA_KEYS, sw = s0 + 32 * warp;
     // Tokens that see more than max(topk, s0) entries: (pos0+i+1)/ratio > m.
@@ -77,31 +94,36 @@ indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *k
             }
         }
 
-    for (int ib = i0; ib < i1; ib += MMA_QB) {
-        __syncthreads();        // the previous stage is consumed
+    // Stage tokens ib.. (at most MMA_QB, before i1) into buffer b: 16-byte
+    // copies of their heads' bf16 rows, their weights 4 bytes a copy.
+    auto stage = [&](int ib, int b) {
         int nq = min(MMA_QB, i1 - ib);
-        // The stage's queries as bf16, MMA_QLOADS loads a thread in flight
-        // before any is converted (one at a time, each waited for, is how
-        // the prefill attention kernel's staging lost most: run E4).
-        const float4 *qg = (const float4 *)(a.q + (long long)ib * nh * MMA_D);
-        for (int x0 = threadIdx.x; x0 < nq * nh * (MMA_D / 4); x0 += MMA_QLOADS * blockDim.x) {
-            float4 v[MMA_QLOADS];
-#pragma unroll
-            for (int u = 0; u < MMA_QLOADS; u++) {
-                int x = x0 + u * blockDim.x;
-                if (x < nq * nh * (MMA_D / 4)) v[u] = qg[x];
-            }
-#pragma unroll
-            for (int u = 0; u < MMA_QLOADS; u++) {
-                int x = x0 + u * blockDim.x, row = x / (MMA_D / 4), c = x % (MMA_D / 4) * 4;
-                if (x < nq * nh * (MMA_D / 4))
-                    *(uint2 *)(qs + row * MMA_QST + c) =
-                        make_uint2(pack_bf16x2(v[u].x, v[u].y), pack_bf16x2(v[u].z, v[u].w));
-            }
+        const uint16_t *src = qbf + (long long)(ib - t0) * nh * MMA_D;
+        uint16_t *qd = qs2 + b * MMA_QB * 64 * MMA_QST;
+        for (int x = threadIdx.x; x < nq * nh * (MMA_D / 8); x += blockDim.x) {
+            int row = x / (MMA_D / 8), c = x % (MMA_D / 8) * 8;
+            cp_async16(qd + row * MMA_QST + c, src + (long long)row * MMA_D + c, 16);
         }
-        for (int x = threadIdx.x; x < nq * nh; x += blockDim.x)
-            ws[x] = a.w[(long long)ib * nh + x] * smul;
+        float *wd = ws2 + b * MMA_QB * 64;
+        for (int x = threadIdx.x; x < nq * nh; x += blockDim.x) {
+            unsigned d = (unsigned)__cvta_generic_to_shared(wd + x);
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d),
+                         "l"(a.w + (long long)ib * nh + x)
+                         : "memory");
+        }
+        cp_async_commit();
+    };
+    stage(i0, 0);
+    for (int ib = i0, b = 0; ib < i1; ib += MMA_QB, b ^= 1) {
+        int nq = min(MMA_QB, i1 - ib);
+        // The other buffer was consumed (the barrier at the end of the
+        // last round): the next tokens go there while these are scored.
+        if (ib + MMA_QB < i1) stage(ib + MMA_QB, b ^ 1);
+        else cp_async_commit();
+        cp_async_wait<1>();
         __syncthreads();
+        const uint16_t *qs = qs2 + b * MMA_QB * 64 * MMA_QST;
+        const float *ws = ws2 + b * MMA_QB * 64;
         for (int qb = 0; qb < nq; qb++) {
             int i = ib + qb, nvis = (a.pos0 + i + 1) / a.ratio;
             if (sw >= nvis) continue;
@@ -119,7 +141,7 @@ indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *k
                         mma_bf16_16816(acc[mt], lo[2], hi[2], lo[3], hi[3], b.z, b.w);
                     }
                 }
-                float w0 = ws[qb * nh + h0 + 2 * t], w1 = ws[qb * nh + h0 + 2 * t + 1];
+                float w0 = ws[qb * nh + h0 + 2 * t] * smul, w1 = ws[qb * nh + h0 + 2 * t + 1] * smul;
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
                     part[mt][0] += fmaxf(acc[mt][0], 0) * w0 + fmaxf(acc[mt][1], 0) * w1;
@@ -138,6 +160,7 @@ indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *k
             int s = sw + 16 * (t >> 1) + 8 * (t & 1) + g;
             if (s < nvis && s < k1) scores[(long long)(i - t0) * ldsc + s] = v;
         }
+        __syncthreads();    // this buffer is free for the round after next
     }
 }
 
@@ -148,13 +171,19 @@ void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *s
 {
     int maxvis = (a.pos0 + a.n) / a.ratio;
     float smul = (float)pow(a.d, -0.5);
+    // the queries of the rows, bf16, after the key tile
+    uint16_t *qb = kt + (size_t)ktile * a.d;
+    long long n4 = (long long)nt * a.nheads * a.d / 4;
+    cu_launch(indexer_qround_kernel, blocks_for(n4, 256), 256, 0, st,
+              (const float4 *)(a.q + (long long)t0 * a.nheads * a.d), n4, (uint2 *)qb);
+    smem_attr<0>(indexer_mma_kernel, MMA_SMEM);
     for (int k0 = 0; k0 < maxvis; k0 += ktile) {
         int k1 = maxvis - k0 < ktile ? maxvis : k0 + ktile;
         cu_launch(indexer_gather_kernel, blocks_for((long long)(k1 - k0) * a.d / 4, 256), 256, 0,
                   st, a.keys, k0, k1, a.d, (uint2 *)kt);
         dim3 grid(blocks_for(k1 - k0, MMA_KEYS), blocks_for(nt, MMA_QG));
-        cu_launch(indexer_mma_kernel, grid, 32 * MMA_WARPS, 0, st, a, t0, nt, k0, k1, kt, smul,
-                  scores, ldsc);
+        cu_launch(indexer_mma_kernel, grid, 32 * MMA_WARPS, MMA_SMEM, st, a, t0, nt, k0, k1, kt,
+                  qb, smul, scores, ldsc);
     }
 }
 
@@ -173,7 +202,8 @@ extern "C" int cuda_indexer_mma_scores(const indexer_args *a, float *scores, int
     char **blocks = NULL;
     uint16_t *kt = NULL;
     cudaError_t e = cudaMalloc(&blocks, nblk * sizeof(char *));
-    if (e == cudaSuccess) e = cudaMalloc(&kt, (size_t)ktile * a->d * sizeof(uint16_t));
+    if (e == cudaSuccess)
+        e = cudaMalloc(&kt, ((size_t)ktile + (size_t)chunk * a->nheads) * a->d * sizeof(uint16_t));
     if (e == cudaSuccess)
         e = cudaMemcpy(blocks, a->keys.blocks, nblk * sizeof(char *), cudaMemcpyHostToDevice);
     dindexer d = { a->n, a->pos0, a->ratio, a->nheads, a->d, a->topk, a->q, a->w,

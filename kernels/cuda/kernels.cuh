@@ -319,7 +319,8 @@ struct dindexer {
 // cand: scratch of cu_indexer_cand_bytes(a, scores_cap) bytes (none when
 // 0) for the top-k over several blocks per token, or NULL: one block each.
 // keys: NULL, scores in float32 (decode; LLM_CUDA_GEMM=f32); or scratch
-// of CU_INDEXER_KTILE * d bf16 for the tensor-core scores (indexer_mma.cu;
+// of (CU_INDEXER_KTILE + n * nheads) * d bf16 for the tensor-core scores
+// (a key tile, then the queries; indexer_mma.cu;
 // cu_indexer_mma_fits, not under graph capture: dyn must be NULL).
 // tiled: float32 scores on indexer_scores_cpu_kernel (the CPU's scores,
 // bit for bit) where it takes the shape (false: indexer_scores_kernel,
@@ -350,7 +351,8 @@ void cu_indexer_topk(cudaStream_t st, const dindexer &a, int t0, int nt, const f
 bool cu_indexer_mma_fits(int nheads, int d);
 // Scores rows [t0, t0+nt) of the step (row i - t0 of scores, stride
 // ldsc) of tokens that see more than topk entries, keys gathered into kt
-// (ktile * d bf16) tile by tile.
+// (ktile * d bf16) tile by tile, the rows' queries rounded to bf16 after
+// them (nt * nheads * d more).
 void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *scores,
                     long long ldsc, uint16_t *kt, int ktile);
 

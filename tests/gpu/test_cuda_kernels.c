@@ -2623,6 +2623,22 @@ static void destroy_backends(backend **g, backend **g1)
  * attention in float32 and on tensor cores (every mode but f32);
  * `test_cuda_kernels mhc-indexer`: hc_pre_norm and the indexer; `moe`:
  * only the MoE layers, in every mode; `argmax`: row_argmax. */
+/* The indexer's tensor-core scores (G: a backend whose op takes that path
+ * for every cache dtype): key tiles and token chunks (odd counts: a last
+ * stage of one token), few entries, Flash's shapes. */
+static void indexer_mma_cases(backend *g)
+{
+    G = g;
+    test_indexer_mma(64, 64, 2000, 128, 48, 200, KV_F32);    /* key tiles and token chunks */
+    test_indexer_mma(64, 64, 0, 300, 128, 32768, KV_F32);    /* few entries: all or top 64 */
+    test_indexer_mma(16, 512, 7000, 300, 300, 32768, KV_F32);
+    test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_F32);
+    test_indexer_mma(64, 512, 120000, 64, 64, 32768, KV_F32);
+    test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_BF16);     /* keys as the cache stores them */
+    test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_FP8);
+    test_indexer_mma(64, 512, 9000, 77, 33, 32768, KV_FP8);
+}
+
 int main(int argc, char **argv)
 {
     const char *seed = getenv("SEED");
@@ -2709,6 +2725,7 @@ int main(int argc, char **argv)
         test_indexer_batch(7, 8, 32, 512, 160000, KV_FP8, 48, false);
         test_indexer_batch(64, 64, 128, 512, 9000, KV_BF16, 0, false);
         test_indexer_batch(8, 64, 128, 512, 131071, KV_FP8, 0, true);
+        indexer_mma_cases(g[GEMM_BF16]);
     }
     if (only && !strcmp(only, "matmul"))
         for (gemm_mode = GEMM_BF16X2; gemm_mode <= GEMM_FP8; gemm_mode++) {
@@ -2806,14 +2823,7 @@ int main(int argc, char **argv)
     }
     indexer_cases(g[GEMM_F32], g_idx0);
     g_idx0->destroy(g_idx0);
-    G = g[GEMM_BF16];      /* the op takes the tensor-core path for every cache dtype */
-    test_indexer_mma(64, 64, 2000, 128, 48, 200, KV_F32);    /* key tiles and token chunks */
-    test_indexer_mma(64, 64, 0, 300, 128, 32768, KV_F32);    /* few entries: all or top 64 */
-    test_indexer_mma(16, 512, 7000, 300, 300, 32768, KV_F32);
-    test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_F32);
-    test_indexer_mma(64, 512, 120000, 64, 64, 32768, KV_F32);
-    test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_BF16);     /* keys as the cache stores them */
-    test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_FP8);
+    indexer_mma_cases(g[GEMM_BF16]);
     G = g[GEMM_F32];
     attention_cases();
     for (int t = KV_F32; t <= KV_FP8; t++) {
