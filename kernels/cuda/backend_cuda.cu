@@ -515,7 +515,7 @@ static void indexer_one(cu_impl *c, const indexer_args *a)
         keys = (uint16_t *)grow(c, &c->ikeys, ((size_t)CU_INDEXER_KTILE + (size_t)a->n * a->nheads) *
                                                   a->d * sizeof(uint16_t));
     if (c->failed) return;
-    cu_indexer(c->st, d, sc, cap, cand, keys, c->idx_tiled);
+    cu_indexer(c->st, d, sc, cap, cand, keys, c->idx_tiled, c->idx_wgmma);
 }
 
 // The launch shape of a batch: its first sequence's, with the largest
@@ -548,7 +548,8 @@ static void cu_indexer_op(backend *b, const indexer_args *a, int nseg)
             size_t cap;
             float *sc = indexer_scores(c, n1, shape.pos_end / shape.ratio, true, &cap);
             unsigned *cand = indexer_cand(c, shape, cap);
-            if (!c->failed) cu_indexer(c->st, shape, sc, cap, cand, NULL, c->idx_tiled, dev);
+            if (!c->failed)
+                cu_indexer(c->st, shape, sc, cap, cand, NULL, c->idx_tiled, c->idx_wgmma, dev);
         });
     launched(c, "indexer");
 }
@@ -1115,6 +1116,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_INDEXER_TILED=0: the indexer's float32 scores on
     // indexer_scores_kernel (comparisons; the sum over heads in another order).
     c->idx_tiled = env_switch(c, "LLM_CUDA_INDEXER_TILED");
+    // LLM_CUDA_INDEXER_WGMMA=0: the prefill indexer's tensor-core scores on
+    // mma.sync (indexer_mma_kernel; comparisons) rather than wgmma.
+    c->idx_wgmma = env_switch(c, "LLM_CUDA_INDEXER_WGMMA");
     // LLM_CUDA_HC_PRE_TAIL=0: hc_pre_norm's last block as before (its
     // loads one column at a time; the same operations and results).
     c->hc_tail = env_switch(c, "LLM_CUDA_HC_PRE_TAIL");

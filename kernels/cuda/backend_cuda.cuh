@@ -153,6 +153,7 @@ struct cu_impl {
     int attm_target;            // ... on the tensor-core kernel (LLM_CUDA_ATTM_BLOCKS)
     bool topk_blocks;           // the indexer's top-k over several blocks a token (LLM_CUDA_TOPK_BLOCKS)
     bool idx_tiled;             // the indexer's tiled score kernel (LLM_CUDA_INDEXER_TILED)
+    bool idx_wgmma;             // its tensor-core scores on wgmma (LLM_CUDA_INDEXER_WGMMA)
     bool hc_tail;               // hc_pre_norm's batched last block (LLM_CUDA_HC_PRE_TAIL)
     bool hc_many;               // hc_pre(_norm) of 64+ tokens in two launches (LLM_CUDA_HC_FUSED_MANY)
     int hc_many_t;              // ... of this many tokens on (LLM_CUDA_HC_MANY_MIN_T)

@@ -7,11 +7,14 @@
 // the cache's storage format) and the queries rounded to bf16 once
 // (indexer_qround_kernel), then one fused kernel does the products
 // (mma.sync m16n8k16), ReLU, weights, the sum over heads and the causal
-// mask, writing the [token][entry] rows the radix top-k reads.
+// mask, writing the [token][entry] rows the radix top-k reads.  On
+// sm_90a the products run on wgmma (indexer_wgmma_kernel), else on
+// mma.sync (indexer_mma_kernel; LLM_CUDA_INDEXER_WGMMA=0 compares).
 #include <stdio.h>
 
 #include "indexer_mma.h"
 #include "smm.cuh"
+#include "wgmma.cuh"
 
 #define MMA_WARPS 8
 #define MMA_KEYS (32 * MMA_WARPS)   // keys per block: 32 per warp, in registers
@@ -164,11 +167,152 @@ indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *k
     }
 }
 
+// The same scores on wgmma (m64n64k16, A in registers, B in shared
+// memory).  Block (x, y), one warpgroup: keys k0 + [x*WG_KEYS, +WG_KEYS)
+// against tokens t0 + [y*WG_QG, +WG_QG) that see more than topk entries,
+// as indexer_mma_kernel.  Its keys are two m64 tiles of A fragments (the
+// mma layout, k in order), loaded once; each token's queries (64 heads x
+// 128 dims: N x K) come by cp.async, WG_ST - 1 tokens ahead, into a ring
+// of WG_ST stages laid out as wgmma reads them (128-byte swizzle, two
+// atoms of 64 dims).  Three blocks share an SM, each reducing while the
+// others multiply (run T9: one block of two warpgroups in lockstep
+// waited at its barriers 38% of the time).  The
+// sums over heads: indexer_mma_kernel's epilogue, the same order (a
+// lane's accumulator columns are heads 8 j + 2t, + 1, as an n8 tile's).
+#define WG_KEYS 128
+#define WG_QG 64
+#define WG_ST 4
+#define WG_QB (64 * MMA_D * 2)     // bytes of a stage's queries
+#define WG_SMEM (1024 + WG_ST * (WG_QB + 64 * 4))
+
+__global__ void __launch_bounds__(128, 3)
+indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *kt,
+                     const uint16_t *qbf, float smul, float *scores, long long ldsc)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    pdl_wait();
+    extern __shared__ __align__(16) uint8_t wsh_raw[];
+    uint8_t *qst = (uint8_t *)(((uintptr_t)wsh_raw + 1023) & ~(uintptr_t)1023);
+    float *wst = (float *)(qst + WG_ST * WG_QB);
+    const int nh = a.nheads, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wq = warp, g = lane >> 2, t = lane & 3;
+    const int s0 = k0 + blockIdx.x * WG_KEYS;
+    int m = a.topk > s0 ? a.topk : s0;
+    int i0 = t0 + blockIdx.y * WG_QG, i1 = min(i0 + WG_QG, t0 + nt);
+    i0 = max(i0, a.ratio * (m + 1) - a.pos0 - 1);
+    if (i0 >= i1) return;
+    const int ntok = i1 - i0;
+
+    // Token i's queries (zeros past the heads) and weights into stage b.
+    auto stage = [&](int i, int b) {
+        uint8_t *q = qst + b * WG_QB;
+        const uint16_t *src = qbf + (long long)(i - t0) * nh * MMA_D;
+        for (int x = tid; x < 64 * (MMA_D / 8); x += 128) {
+            int n = x / (MMA_D / 8), c16 = x % (MMA_D / 8), c = c16 & 7;
+            cp_async16(q + (c16 >> 3) * (64 * 128) + n * 128 + ((c ^ (n & 7)) << 4),
+                       n < nh ? src + n * MMA_D + c16 * 8 : src, n < nh ? 16 : 0);
+        }
+        for (int x = tid; x < nh; x += 128) {
+            unsigned d = (unsigned)__cvta_generic_to_shared(wst + b * 64 + x);
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d),
+                         "l"(a.w + (long long)i * nh + x)
+                         : "memory");
+        }
+        cp_async_commit();
+    };
+    for (int j = 0; j < WG_ST - 1; j++) {
+        if (j < ntok) stage(i0 + j, j);
+        else cp_async_commit();
+    }
+
+    // A: keys kb + 16 wq + g (+ 8) of m-tile mt (kb = s0 + 128 wg + 64 mt);
+    // k step s: dims 16 s + 2t (+1) in words 0-1, 16 s + 8 + 2t in 2-3.
+    uint32_t A[2][8][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            int key = s0 + 64 * mt + 16 * wq + g + 8 * r;
+            const uint32_t *row = (const uint32_t *)(kt + (long long)(key - k0) * MMA_D);
+#pragma unroll
+            for (int s = 0; s < 8; s++) {
+                A[mt][s][r] = key < k1 ? row[8 * s + t] : 0;
+                A[mt][s][2 + r] = key < k1 ? row[8 * s + 4 + t] : 0;
+            }
+        }
+
+    const uint32_t qa = (uint32_t)__cvta_generic_to_shared(qst);
+    // Token j's products into d (stage j % WG_ST), committed as a group.
+    auto issue = [&](int j, float (&d)[2][32]) {
+        uint64_t db = swm_desc(qa + (j % WG_ST) * WG_QB);
+        swm_pin(d[0]);
+        swm_pin(d[1]);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int s = 0; s < 8; s++)
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+                swm_wgmma<64>(d[mt], A[mt][s], db + ((s >> 2) * (64 * 128) + (s & 3) * 32) / 16,
+                              s > 0);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    };
+    // Token j's scores from d (its products done).
+    auto finish = [&](int j, float (&d)[2][32]) {
+        int i = i0 + j, nvis = (a.pos0 + i + 1) / a.ratio;
+        const float *ws = wst + (j % WG_ST) * 64;
+        float part[2][2] = { { 0, 0 }, { 0, 0 } };
+#pragma unroll
+        for (int jn = 0; jn < 8; jn++) {
+            if (8 * jn >= nh) break;
+            float w0 = ws[8 * jn + 2 * t] * smul, w1 = ws[8 * jn + 2 * t + 1] * smul;
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                part[mt][0] += fmaxf(d[mt][4 * jn], 0) * w0 + fmaxf(d[mt][4 * jn + 1], 0) * w1;
+                part[mt][1] += fmaxf(d[mt][4 * jn + 2], 0) * w0 + fmaxf(d[mt][4 * jn + 3], 0) * w1;
+            }
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                part[mt][r] += __shfl_xor_sync(0xffffffffu, part[mt][r], 1);
+                part[mt][r] += __shfl_xor_sync(0xffffffffu, part[mt][r], 2);
+            }
+        float v = t == 0 ? part[0][0] : t == 1 ? part[0][1] : t == 2 ? part[1][0] : part[1][1];
+        int key = s0 + 64 * (t >> 1) + 16 * wq + g + 8 * (t & 1);
+        if (key < nvis && key < k1) scores[(long long)(i - t0) * ldsc + key] = v;
+    };
+    // Token j: its stage landed (the next two may be in flight) and stage
+    // (j + 3) % WG_ST free (token j - 1 finished by every warp): fill it,
+    // multiply, reduce.  (Token j + 1's wgmma issued before token j's
+    // reduction, into a second accumulator set behind wait_group 1, made
+    // ptxas serialize the groups, warning C7514: it cannot tell which
+    // group's registers the reduction reads.  The other block of the SM
+    // multiplies meanwhile.)
+    float acc[2][32];
+    for (int j = 0; j < ntok; j++) {
+        cp_async_wait<WG_ST - 2>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        if (j + WG_ST - 1 < ntok) stage(i0 + j + WG_ST - 1, (j + WG_ST - 1) % WG_ST);
+        else cp_async_commit();
+        issue(j, acc);
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        swm_pin(acc[0]);
+        swm_pin(acc[1]);
+        finish(j, acc);
+    }
+#elif defined(__CUDA_ARCH__)
+    __trap();   // built for sm_90a only (wgmma)
+#endif
+}
+
 bool cu_indexer_mma_fits(int nheads, int d) { return d == MMA_D && nheads % 8 == 0 && nheads <= 64; }
 
 void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *scores,
-                    long long ldsc, uint16_t *kt, int ktile)
+                    long long ldsc, uint16_t *kt, int ktile, bool wgmma)
 {
+    wgmma = wgmma && cu_wgmma_ok();
     int maxvis = (a.pos0 + a.n) / a.ratio;
     float smul = (float)pow(a.d, -0.5);
     // the queries of the rows, bf16, after the key tile
@@ -177,20 +321,24 @@ void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *s
     cu_launch(indexer_qround_kernel, blocks_for(n4, 256), 256, 0, st,
               (const float4 *)(a.q + (long long)t0 * a.nheads * a.d), n4, (uint2 *)qb);
     smem_attr<0>(indexer_mma_kernel, MMA_SMEM);
+    smem_attr<1>(indexer_wgmma_kernel, WG_SMEM);
     for (int k0 = 0; k0 < maxvis; k0 += ktile) {
         int k1 = maxvis - k0 < ktile ? maxvis : k0 + ktile;
         cu_launch(indexer_gather_kernel, blocks_for((long long)(k1 - k0) * a.d / 4, 256), 256, 0,
                   st, a.keys, k0, k1, a.d, (uint2 *)kt);
-        dim3 grid(blocks_for(k1 - k0, MMA_KEYS), blocks_for(nt, MMA_QG));
-        cu_launch(indexer_mma_kernel, grid, 32 * MMA_WARPS, MMA_SMEM, st, a, t0, nt, k0, k1, kt,
-                  qb, smul, scores, ldsc);
+        if (wgmma)
+            cu_launch(indexer_wgmma_kernel, dim3(blocks_for(k1 - k0, WG_KEYS), blocks_for(nt, WG_QG)),
+                      128, WG_SMEM, st, a, t0, nt, k0, k1, kt, qb, smul, scores, ldsc);
+        else
+            cu_launch(indexer_mma_kernel, dim3(blocks_for(k1 - k0, MMA_KEYS), blocks_for(nt, MMA_QG)),
+                      32 * MMA_WARPS, MMA_SMEM, st, a, t0, nt, k0, k1, kt, qb, smul, scores, ldsc);
     }
 }
 
 // ---- C entry for tests ----
 
 extern "C" int cuda_indexer_mma_scores(const indexer_args *a, float *scores, int ld, int chunk,
-                                       int ktile, char *err, size_t errlen)
+                                       int ktile, int wgmma, char *err, size_t errlen)
 {
     if (!cu_indexer_mma_fits(a->nheads, a->d)) {
         snprintf(err, errlen, "indexer_mma: %d heads of %d (needs d %d, heads a multiple of 8, "
@@ -212,7 +360,7 @@ extern "C" int cuda_indexer_mma_scores(const indexer_args *a, float *scores, int
                    a->sel, a->nsel, a->pos0 + a->n, NULL };
     for (int t0 = 0; t0 < a->n && e == cudaSuccess; t0 += chunk)
         cu_indexer_mma(0, d, t0, a->n - t0 < chunk ? a->n - t0 : chunk,
-                       scores + (size_t)t0 * ld, ld, kt, ktile);
+                       scores + (size_t)t0 * ld, ld, kt, ktile, wgmma != 0);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     if (e == cudaSuccess) e = cudaGetLastError();
     cudaFree(blocks);

@@ -14,12 +14,13 @@ extern "C" {
 /* scores[i][s] (device memory, row stride ld) for s < (pos0+i+1)/ratio of
  * each token i of a that sees more than a->topk entries (other elements
  * are left as they are), computed in token chunks of `chunk` over key
- * tiles of `ktile` entries, on the current device's default stream.
+ * tiles of `ktile` entries, on the current device's default stream, on
+ * wgmma where the device has it and `wgmma` is not 0, else mma.sync.
  * a's q and w are device memory, a->keys.blocks a host array of device
  * block addresses; sel and nsel are not used.  Returns 0, or -1 with a
  * message in err. */
 int cuda_indexer_mma_scores(const indexer_args *a, float *scores, int ld, int chunk, int ktile,
-                            char *err, size_t errlen);
+                            int wgmma, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

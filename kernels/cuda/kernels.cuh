@@ -324,9 +324,11 @@ struct dindexer {
 // cu_indexer_mma_fits, not under graph capture: dyn must be NULL).
 // tiled: float32 scores on indexer_scores_cpu_kernel (the CPU's scores,
 // bit for bit) where it takes the shape (false: indexer_scores_kernel,
-// LLM_CUDA_INDEXER_TILED=0).
+// LLM_CUDA_INDEXER_TILED=0).  wgmma: the tensor-core scores on wgmma where
+// the device has it (false: mma.sync, LLM_CUDA_INDEXER_WGMMA=0).
 void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
-                unsigned *cand, uint16_t *keys, bool tiled, const dindexer *segs = NULL);
+                unsigned *cand, uint16_t *keys, bool tiled, bool wgmma,
+                const dindexer *segs = NULL);
 size_t cu_indexer_cand_bytes(const dindexer &a, size_t scores_cap);
 
 // ---- indexer_topk.cu ----
@@ -354,7 +356,7 @@ bool cu_indexer_mma_fits(int nheads, int d);
 // (ktile * d bf16) tile by tile, the rows' queries rounded to bf16 after
 // them (nt * nheads * d more).
 void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *scores,
-                    long long ldsc, uint16_t *kt, int ktile);
+                    long long ldsc, uint16_t *kt, int ktile, bool wgmma);
 
 struct dattn {
     int n, pos0, nheads, hd, window;

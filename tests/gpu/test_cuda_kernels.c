@@ -1346,35 +1346,39 @@ static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, i
     }
     for (int p = 0; p < nthr; p++) pthread_join(th[p], NULL);
 
-    /* (a) the scores, every token (topk 0) */
+    /* (a) the scores, every token (topk 0): on wgmma (the default on an
+     * H200), then on mma.sync (LLM_CUDA_INDEXER_WGMMA=0's kernel) */
     float *dq = dcopy(q, (size_t)n * nheads * d * 4), *dw = dcopy(w, (size_t)n * nheads * 4);
     float *dsc = G->alloc(G, (size_t)n * S * 4);
-    poison(dsc, (size_t)n * S * 4);
     indexer_args a = { .n = n, .pos0 = pos0, .ratio = ratio, .nheads = nheads, .d = d,
                        .topk = 0, .q = dq, .w = dw, .keys = pages_rows(&pg, true) };
-    char err[256] = "";
-    int rc = cuda_indexer_mma_scores(&a, dsc, S, chunk, ktile, err, sizeof err);
-    float *sc = hcopy(dsc, (size_t)n * S * 4);
-    long long over = 0, future = 0;
-    double worst = 0, d2 = 0, z2 = 0;
-    for (int i = 0; i < n; i++) {
-        int nvis = (pos0 + i + 1) / ratio;
-        for (int s = 0; s < S; s++) {
-            size_t o = (size_t)i * S + s;
-            if (s >= nvis) {
-                future += !isnan(sc[o]);
-                continue;
+    for (int wg = 1; wg >= 0; wg--) {
+        poison(dsc, (size_t)n * S * 4);
+        char err[256] = "";
+        int rc = cuda_indexer_mma_scores(&a, dsc, S, chunk, ktile, wg, err, sizeof err);
+        float *sc = hcopy(dsc, (size_t)n * S * 4);
+        long long over = 0, future = 0;
+        double worst = 0, d2 = 0, z2 = 0;
+        for (int i = 0; i < n; i++) {
+            int nvis = (pos0 + i + 1) / ratio;
+            for (int s = 0; s < S; s++) {
+                size_t o = (size_t)i * S + s;
+                if (s >= nvis) {
+                    future += !isnan(sc[o]);
+                    continue;
+                }
+                double e = fabs(sc[o] - ref[o]);
+                if (!(e <= tol[o])) over++;     /* NaN counts */
+                if (e / tol[o] > worst) worst = e / tol[o];
+                d2 += e * e, z2 += ref[o] * ref[o];
             }
-            double e = fabs(sc[o] - ref[o]);
-            if (!(e <= tol[o])) over++;     /* NaN counts */
-            if (e / tol[o] > worst) worst = e / tol[o];
-            d2 += e * e, z2 += ref[o] * ref[o];
         }
+        ok(!rc && !over && !future, "indexer_mma scores (%s) heads=%d pos0=%d n=%d (%d %s "
+           "entries) chunk=%d ktile=%d: %lld over the bound, %lld future written, worst error "
+           "%.3g of the bound, rel L2 %.3g%s%s", wg ? "wgmma" : "mma.sync", nheads, pos0, n, S,
+           dname(t), chunk, ktile, over, future, worst, sqrt(d2 / z2), rc ? ": " : "", err);
+        free(sc);
     }
-    ok(!rc && !over && !future, "indexer_mma scores heads=%d pos0=%d n=%d (%d %s entries) "
-       "chunk=%d ktile=%d: %lld over the bound, %lld future written, worst error %.3g of the "
-       "bound, rel L2 %.3g%s%s", nheads, pos0, n, S, dname(t), chunk, ktile, over, future, worst,
-       sqrt(d2 / z2), rc ? ": " : "", err);
 
     /* (b) the op's choice (G under bf16: many tokens take the tensor-core path) */
     int32_t *dsel = G->alloc(G, (size_t)n * topk * 4);
@@ -1418,7 +1422,7 @@ static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, i
     pages_free(&pg);
     G->release(G, dq), G->release(G, dw), G->release(G, dsc), G->release(G, dsel),
         G->release(G, dnsel);
-    free(q), free(w), free(ref), free(tol), free(sc), free(gs), free(gn), free(tmp);
+    free(q), free(w), free(ref), free(tol), free(gs), free(gn), free(tmp);
 }
 
 /* ---- attention ---- */
