@@ -2480,7 +2480,7 @@ static void bad_switches(void)
         { "LLM_CUDA_GATE_GEMV_MAX_T", "65" }, { "LLM_CUDA_LT_MIN_T", "1" },
         { "LLM_CUDA_LT_MIN_T", "18" },      { "LLM_CUDA_JOIN", "2" },
         { "LLM_CUDA_MOE_SIDE", "2" },     { "LLM_CUDA_ATTD_BLOCKS", "-1" },
-        { "LLM_CUDA_ATTM_BLOCKS", "0" },
+        { "LLM_CUDA_ATTM_BLOCKS", "0" },    { "LLM_CUDA_INDEXER_WGMMA", "2" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
