@@ -54,6 +54,29 @@ __global__ void indexer_qround_kernel(const float4 *q, long long n4, uint2 *out)
     out[i] = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
 }
 
+// The epilogue's terms of one n8 tile of sums (a: heads h0 + 2t, + 1 of
+// rows g and g + 8, the mma layout): ReLU, the heads' weights, added to
+// the rows' parts p.
+__device__ __forceinline__ void idx_heads(float (&p)[2], const float *a, float w0, float w1)
+{
+    p[0] += fmaxf(a[0], 0) * w0 + fmaxf(a[1], 0) * w1;
+    p[1] += fmaxf(a[2], 0) * w0 + fmaxf(a[3], 0) * w1;
+}
+
+// The 4 lanes of a row group add up their parts (m-tile, row g / g + 8);
+// lane t keeps part [t >> 1][t & 1], the score it stores.
+__device__ __forceinline__ float idx_quad(float (&part)[2][2], int t)
+{
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            part[mt][r] += __shfl_xor_sync(0xffffffffu, part[mt][r], 1);
+            part[mt][r] += __shfl_xor_sync(0xffffffffu, part[mt][r], 2);
+        }
+    return t == 0 ? part[0][0] : t == 1 ? part[0][1] : t == 2 ? part[1][0] : part[1][1];
+}
+
 // Block (x, y): keys k0 + [x*MMA_KEYS, +MMA_KEYS) of the gathered tile
 // kt (rows k0..k1) against tokens t0 + [y*MMA_QG, +MMA_QG) that see more
 // than topk entries.  The matrix product has keys as M (each warp holds
@@ -146,20 +169,10 @@ indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *k
                 }
                 float w0 = ws[qb * nh + h0 + 2 * t] * smul, w1 = ws[qb * nh + h0 + 2 * t + 1] * smul;
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    part[mt][0] += fmaxf(acc[mt][0], 0) * w0 + fmaxf(acc[mt][1], 0) * w1;
-                    part[mt][1] += fmaxf(acc[mt][2], 0) * w0 + fmaxf(acc[mt][3], 0) * w1;
-                }
+                for (int mt = 0; mt < 2; mt++) idx_heads(part[mt], acc[mt], w0, w1);
             }
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    part[mt][r] += __shfl_xor_sync(0xffffffffu, part[mt][r], 1);
-                    part[mt][r] += __shfl_xor_sync(0xffffffffu, part[mt][r], 2);
-                }
             // Lane (g, t) stores key 16*(t>>1) + 8*(t&1) + g: 32 keys, one per lane.
-            float v = t == 0 ? part[0][0] : t == 1 ? part[0][1] : t == 2 ? part[1][0] : part[1][1];
+            float v = idx_quad(part, t);
             int s = sw + 16 * (t >> 1) + 8 * (t & 1) + g;
             if (s < nvis && s < k1) scores[(long long)(i - t0) * ldsc + s] = v;
         }
@@ -266,19 +279,9 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t 
             if (8 * jn >= nh) break;
             float w0 = ws[8 * jn + 2 * t] * smul, w1 = ws[8 * jn + 2 * t + 1] * smul;
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                part[mt][0] += fmaxf(d[mt][4 * jn], 0) * w0 + fmaxf(d[mt][4 * jn + 1], 0) * w1;
-                part[mt][1] += fmaxf(d[mt][4 * jn + 2], 0) * w0 + fmaxf(d[mt][4 * jn + 3], 0) * w1;
-            }
+            for (int mt = 0; mt < 2; mt++) idx_heads(part[mt], d[mt] + 4 * jn, w0, w1);
         }
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                part[mt][r] += __shfl_xor_sync(0xffffffffu, part[mt][r], 1);
-                part[mt][r] += __shfl_xor_sync(0xffffffffu, part[mt][r], 2);
-            }
-        float v = t == 0 ? part[0][0] : t == 1 ? part[0][1] : t == 2 ? part[1][0] : part[1][1];
+        float v = idx_quad(part, t);
         int key = s0 + 64 * (t >> 1) + 16 * wq + g + 8 * (t & 1);
         if (key < nvis && key < k1) scores[(long long)(i - t0) * ldsc + key] = v;
     };
