@@ -962,14 +962,32 @@ __global__ void __launch_bounds__(256, 2) hc_post_logits_kernel(float *h, const 
     // logits (lane / 8) x 8 columns (lane % 8) of one stream, the warp's
     // 8-column group fixed, the stream and logit quad stepping with i (a
     // loop: unrolled, its addresses would be kept in registers).
-    int fu = lane / 8, fc = warp % 4 * 8 + lane % 8;
+    int fu = lane / 8, fc = warp % 4 * 8 + lane % 8, w4 = warp / 4;
+    // (HC = 4, V4's: copy i = 2 i2 + h is logit 4 i2 + fu of stream w4 +
+    // 2 h, so its source and destination are two base pointers plus
+    // constants; the general form's index arithmetic per copy was 37% of
+    // the kernel's instructions, ncu run T13.)
+    const float *fbase = fn + (long long)fu * n + (long long)w4 * H + fc;
     auto fetch = [&](int c0, int b) {
+        if constexpr (HC == 4) {
+            bool col = c0 + fc < H;
+            float *dst = &fs[b][w4 * HCM_C + fc][fu];
+#pragma unroll
+            for (int i2 = 0; i2 < FQ / 2; i2++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    bool ok = col && 4 * i2 + fu < NMIX;
+                    cp_async4(dst + h * 2 * HCM_C * FS + 4 * i2,
+                              ok ? fbase + c0 + 4LL * i2 * n + 2LL * h * H : fn, ok);
+                }
+        } else {
 #pragma unroll 1
-        for (int i = 0; i < FQ; i++) {
-            int g = warp / 4 + 2 * i, k = g % HC, j = g / HC * 4 + fu;
-            bool ok = j < NMIX && c0 + fc < H;
-            cp_async4(&fs[b][k * HCM_C + fc][j],
-                      ok ? fn + j * n + (long long)k * H + c0 + fc : fn, ok);
+            for (int i = 0; i < FQ; i++) {
+                int g = w4 + 2 * i, k = g % HC, j = g / HC * 4 + fu;
+                bool ok = j < NMIX && c0 + fc < H;
+                cp_async4(&fs[b][k * HCM_C + fc][j],
+                          ok ? fn + j * n + (long long)k * H + c0 + fc : fn, ok);
+            }
         }
         cp_async_commit();
     };
