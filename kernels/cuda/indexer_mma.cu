@@ -86,9 +86,9 @@ __device__ __forceinline__ float idx_quad(float (&part)[2][2], int t)
 // k-step pair jj, dims 32*jj + 8*t .. +8 for both operands: one 16-byte
 // load each.  The accumulator's columns are heads, so ReLU, the weight
 // and the sum over heads happen in registers; the four lanes of a row
-// then add up by shuffles.  The queries (qbf: bf16, row i - t0 token i) and weights of
-// MMA_QB tokens come by cp.async into one of two stages while the other
-// stage's tokens are scored.
+// then add up by shuffles.  The queries (qbf: bf16, row i - t0 token i)
+// and weights of MMA_QB tokens come by cp.async into one of two stages
+// while the other stage's tokens are scored.
 __global__ void __launch_bounds__(32 * MMA_WARPS, 2)
 indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *kt,
                    const uint16_t *qbf, float smul, float *scores, long long ldsc)
@@ -131,12 +131,8 @@ indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *k
             cp_async16(qd + row * MMA_QST + c, src + (long long)row * MMA_D + c, 16);
         }
         float *wd = ws2 + b * MMA_QB * 64;
-        for (int x = threadIdx.x; x < nq * nh; x += blockDim.x) {
-            unsigned d = (unsigned)__cvta_generic_to_shared(wd + x);
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d),
-                         "l"(a.w + (long long)ib * nh + x)
-                         : "memory");
-        }
+        for (int x = threadIdx.x; x < nq * nh; x += blockDim.x)
+            cp_async4(wd + x, a.w + (long long)ib * nh + x, true);
         cp_async_commit();
     };
     stage(i0, 0);
@@ -189,9 +185,9 @@ indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *k
 // of WG_ST stages laid out as wgmma reads them (128-byte swizzle, two
 // atoms of 64 dims).  Three blocks share an SM, each reducing while the
 // others multiply (run T9: one block of two warpgroups in lockstep
-// waited at its barriers 38% of the time).  The
-// sums over heads: indexer_mma_kernel's epilogue, the same order (a
-// lane's accumulator columns are heads 8 j + 2t, + 1, as an n8 tile's).
+// waited at its barriers 38% of the time).  The sums over heads:
+// indexer_mma_kernel's epilogue, the same order (a lane's accumulator
+// columns are heads 8 j + 2t, + 1, as an n8 tile's).
 #define WG_KEYS 128
 #define WG_QG 64
 #define WG_ST 4
@@ -225,12 +221,8 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t 
             cp_async16(q + (c16 >> 3) * (64 * 128) + n * 128 + ((c ^ (n & 7)) << 4),
                        n < nh ? src + n * MMA_D + c16 * 8 : src, n < nh ? 16 : 0);
         }
-        for (int x = tid; x < nh; x += 128) {
-            unsigned d = (unsigned)__cvta_generic_to_shared(wst + b * 64 + x);
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d),
-                         "l"(a.w + (long long)i * nh + x)
-                         : "memory");
-        }
+        for (int x = tid; x < nh; x += 128)
+            cp_async4(wst + b * 64 + x, a.w + (long long)i * nh + x, true);
         cp_async_commit();
     };
     for (int j = 0; j < WG_ST - 1; j++) {
@@ -238,7 +230,7 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t 
         else cp_async_commit();
     }
 
-    // A: keys kb + 16 wq + g (+ 8) of m-tile mt (kb = s0 + 128 wg + 64 mt);
+    // A: keys kb + 16 wq + g (+ 8) of m-tile mt (kb = s0 + 64 mt);
     // k step s: dims 16 s + 2t (+1) in words 0-1, 16 s + 8 + 2t in 2-3.
     uint32_t A[2][8][4];
 #pragma unroll
@@ -290,8 +282,8 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t 
     // multiply, reduce.  (Token j + 1's wgmma issued before token j's
     // reduction, into a second accumulator set behind wait_group 1, made
     // ptxas serialize the groups, warning C7514: it cannot tell which
-    // group's registers the reduction reads.  The other block of the SM
-    // multiplies meanwhile.)
+    // group's registers the reduction reads.  The SM's other blocks
+    // multiply meanwhile.)
     float acc[2][32];
     for (int j = 0; j < ntok; j++) {
         cp_async_wait<WG_ST - 2>();

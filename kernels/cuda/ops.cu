@@ -5,6 +5,7 @@
 #include "backend.h"
 #include "kernels.cuh"
 #include "moe_decode.cuh"
+#include "smm.cuh"
 
 #define HC_MAX BACKEND_HC_MAX
 
@@ -886,18 +887,6 @@ bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, in
     return true;
 }
 
-// 4 bytes from global src to shared dst through cp.async (zeros when not
-// ok), in the group the next cp_async_commit closes.
-__device__ __forceinline__ void cp_async4(float *dst, const float *src, bool ok)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
-                     (unsigned)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(ok ? 4 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Until at most the last group committed is in flight.
-__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 // hc_pre_norm of many tokens, first launch (hc = HC): for HCM_T tokens a
 // block, the previous sublayer's hc_post (y not NULL: hc_mixed, the new
@@ -1019,7 +1008,7 @@ __global__ void __launch_bounds__(256, 2) hc_post_logits_kernel(float *h, const 
             }
             if (y && in) *(float4 *)(ht + (long long)k * H + c0 + 4 * q) = *(float4 *)v;
         }
-        cp_async_wait1();
+        cp_async_wait<1>();
         __syncthreads();
         if (c0 + HCM_C < ce) load(c0 + HCM_C);
 #pragma unroll 4

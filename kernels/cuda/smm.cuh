@@ -1,7 +1,7 @@
 // Pieces shared by the small-M tensor-core matmuls of decode batches
 // (matmul_mma.cu: x staged whole per block; matmul_stream.cu: x streamed
-// with the weights): asynchronous copies, the staged x's layout and its
-// split into two bf16 parts, FP8 and BF16 weights as mma A fragments, and
+// with the weights): asynchronous copies (also ops.cu's and
+// indexer_mma.cu's), the staged x's layout and its split into two bf16 parts, FP8 and BF16 weights as mma A fragments, and
 // one stage's products.  The fragment scheme is matmul_mma.cu's header:
 // lane (g, t) copies 16 bytes of rows g and g + 8 of each m-tile, and the
 // mma's k slots {2t, 2t+1, 2t+8, 2t+9} of step s take its columns
@@ -20,6 +20,14 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes
 {
     uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes)
+                 : "memory");
+}
+
+// 4 bytes from global src to shared dst (zeros when not ok).
+__device__ __forceinline__ void cp_async4(float *dst, const float *src, bool ok)
+{
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(ok ? 4 : 0)
                  : "memory");
 }
 
