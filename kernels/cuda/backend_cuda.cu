@@ -359,7 +359,7 @@ static void cu_hc_pre_norm_op(backend *b, float *h, const float *y, int T, int h
     bool done = T < c->hc_many_t
                     ? cu_hc_pre_norm(c->st, h, y, T, hc, H, fn, base, scale, iters, hc_eps,
                                      norm_eps, norm_w, m, c->hc_count, post, comb, collapsed,
-                                     normed, c->hc_tail)
+                                     normed, c->hc_tail, c->hc_cluster)
                     : hc_pre_many(c, h, y, T, hc, H, fn, base, scale, iters, hc_eps, norm_eps,
                                   (float *)m, post, comb, collapsed, norm_w, normed);
     if (!done) {
@@ -1122,6 +1122,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_HC_PRE_TAIL=0: hc_pre_norm's last block as before (its
     // loads one column at a time; the same operations and results).
     c->hc_tail = env_switch(c, "LLM_CUDA_HC_PRE_TAIL");
+    // LLM_CUDA_HC_PRE_CLUSTER=0: hc_pre_norm of hc = 4 with the last block
+    // (above) rather than in clusters of 16 blocks a token.
+    c->hc_cluster = env_switch(c, "LLM_CUDA_HC_PRE_CLUSTER") && cu_hc_pre_cluster_init();
     // LLM_CUDA_MOE_MMA=0: the expert tiles of decode batches on the GEMV
     // (float32 products; comparisons) instead of cu_moe_tiles_mma.
     c->moe_mma = env_switch(c, "LLM_CUDA_MOE_MMA");

@@ -202,7 +202,10 @@ void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, co
 // launched): hc > HC_FUSED_MAX (the Sinkhorn on one warp), T >
 // HC_FUSED_MAX_T or H > 12K (the collapsed row in shared memory).  tail:
 // the last block as ops.cu's hc_tail where it takes the shape (false:
-// LLM_CUDA_HC_PRE_TAIL=0; the same results).
+// LLM_CUDA_HC_PRE_TAIL=0; the same results).  cluster (where
+// cu_hc_pre_cluster_init said yes): hc = 4 with 16-byte rows and out in
+// clusters of 16 blocks a token (ops.cu's hc_pre_cluster_kernel: no last
+// block; sums in another order); LLM_CUDA_HC_PRE_CLUSTER=0 turns it off.
 #define HC_FUSED_MAX 5
 #define HC_FUSED_MAX_T 63
 // Column slices per logit: about 128 blocks in all, at most 8.
@@ -213,7 +216,10 @@ void cu_hc_post(cudaStream_t st, float *h, const float *y, const float *post, co
 bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
                     const float *fn, const float *base, const float *scale, int iters,
                     float hc_eps, float norm_eps, const float *nw, void *m, int *count,
-                    float *post, float *comb, float *collapsed, float *out, bool tail);
+                    float *post, float *comb, float *collapsed, float *out, bool tail,
+                    bool cluster);
+// Whether this device runs hc_pre_norm's clusters of 16 (non-portable).
+bool cu_hc_pre_cluster_init(void);
 // The same for many tokens in two launches (T >= 64, hc 2 to 4): first
 // cu_hc_post_logits, y not NULL: cu_hc_post(h, y, post, comb) with the
 // logits m [T][(2 + hc) hc] of the new streams in one pass over them (y

@@ -863,12 +863,235 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
                              out + (long long)t * H);
 }
 
+// hc_pre_norm of a few tokens for hc = HC, a cluster of HCC blocks a
+// token (grid (T, HCC), clusters (1, HCC, 1)): block r owns the float4
+// columns [Q r / HCC, Q (r + 1) / HCC) of every stream (Q = H / 4), so no
+// block reads what another writes and no last block waits for the rest.
+// Thread (column qi, group jg) multiplies its columns' streams (after
+// hc_post with y) with the fn rows of logits jg, jg + NJ, ... (its first
+// columns of fn, the norm weights, base and scale loaded before the
+// wait: weights); group 0 also stores the new streams, keeps them in
+// shared memory and adds their squares.  A block's NMIX logit parts and
+// sum of squares go to every block of the cluster (distributed shared
+// memory), and each adds them in rank order, so all blocks hold the same
+// logits.  Then each collapses its own columns with pre, the sums of
+// squares of the collapsed row meet the same way, and each writes its
+// columns' RMSNorm; rank 0 stores post, and one warp of rank 1 runs the
+// Sinkhorn between its arrival at the last barrier and its wait there.
+// Three cluster barriers instead of the one-launch kernel's counter,
+// fences and single last block (ops of the same results within rounding:
+// sums in another order).
+#define HCC 16
+#define HCC_QT 64
+#define HCC_QB ((12 * 1024 / 4 + HCC - 1) / HCC)
+
+__device__ __forceinline__ void cluster_arrive()
+{
+    asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+}
+
+__device__ __forceinline__ void cluster_wait()
+{
+    asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
+
+template <int HC>
+__global__ void __launch_bounds__(512) hc_pre_cluster_kernel(float *h, const float *y, int H,
+                                                             const float *fn, const float *base,
+                                                             const float *scale, int iters,
+                                                             float hc_eps, float norm_eps,
+                                                             const float *nw, float *post,
+                                                             float *comb, float *col, float *out)
+{
+    constexpr int NMIX = (2 + HC) * HC, NJ = 512 / HCC_QT, JPT = (NMIX + NJ - 1) / NJ;
+    static_assert(HCC * (NMIX + 1) <= 512 && HC <= HC_FUSED_MAX, "a thread a pushed part");
+    __shared__ float4 vs[HCC_QB * HC];          // the block's columns of the new streams
+    __shared__ float red[NJ][2][JPT], pa[HCC][NMIX], mt[NMIX], sb[NMIX], ssc[3];
+    __shared__ float pre[HC], pp[HC_FUSED_MAX], cc[HC_FUSED_MAX * HC_FUSED_MAX];
+    __shared__ double redss[2], s2w[2], pss[HCC], ps2[HCC];
+    cg::cluster_group cl = cg::this_cluster();
+    int t = blockIdx.x, rank = (int)cl.block_rank(), e = threadIdx.x, lane = e & 31, w = e >> 5;
+    int qi = e % HCC_QT, jg = e / HCC_QT, n = HC * H, Q = H / 4;
+    int q0 = (int)((long long)Q * rank / HCC), q1 = (int)((long long)Q * (rank + 1) / HCC);
+    float *ht = h + (long long)t * n;
+    const float *yt = y ? y + (long long)t * H : NULL;
+    float4 f[JPT][HC], wv = make_float4(1, 1, 1, 1);
+    auto load_f = [&](int q) {
+#pragma unroll
+        for (int i = 0; i < JPT; i++)
+#pragma unroll
+            for (int k = 0; k < HC; k++)
+                if (jg + NJ * i < NMIX)
+                    f[i][k] = ((const float4 *)(fn + (long long)(jg + NJ * i) * n + (long long)k * H))[q];
+    };
+    // Every block of the cluster has started before any writes to another's
+    // shared memory (the wait comes before the first push).
+    cluster_arrive();
+    bool first = q0 + qi < q1;
+    if (first) load_f(q0 + qi);
+    if (nw && e < HCC_QT && first) wv = ((const float4 *)nw)[q0 + e];
+    if (e < NMIX) sb[e] = base[e];
+    if (e < 3) ssc[e] = scale[e];
+    pdl_wait();
+    float4 o[HC], yv;
+    if (first) {
+#pragma unroll
+        for (int k = 0; k < HC; k++) o[k] = ((const float4 *)(ht + (long long)k * H))[q0 + qi];
+        if (yt) yv = ((const float4 *)yt)[q0 + qi];
+    }
+    if (yt && e < HC) pp[e] = post[(long long)t * HC + e];
+    if (yt && e < HC * HC) cc[e] = comb[(long long)t * HC * HC + e];
+    __syncthreads();
+    float a[JPT] = {};
+    double ss = 0;
+    for (int q = q0 + qi; q < q1; q += HCC_QT) {
+        if (q != q0 + qi) {
+            load_f(q);
+#pragma unroll
+            for (int k = 0; k < HC; k++) o[k] = ((const float4 *)(ht + (long long)k * H))[q];
+            if (yt) yv = ((const float4 *)yt)[q];
+        }
+        float v[HC][4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            float oc[HC_FUSED_MAX] = {};
+#pragma unroll
+            for (int k = 0; k < HC; k++) oc[k] = ((const float *)&o[k])[c];
+#pragma unroll
+            for (int k = 0; k < HC; k++)
+                v[k][c] = yt ? hc_mixed(oc, k, HC, ((const float *)&yv)[c], pp, cc) : oc[k];
+        }
+        if (jg == 0) {
+#pragma unroll
+            for (int k = 0; k < HC; k++) {
+                float4 v4 = make_float4(v[k][0], v[k][1], v[k][2], v[k][3]);
+                vs[(q - q0) * HC + k] = v4;
+                if (yt) ((float4 *)(ht + (long long)k * H))[q] = v4;
+#pragma unroll
+                for (int c = 0; c < 4; c++) ss += (double)v[k][c] * v[k][c];
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < JPT; i++)
+#pragma unroll
+            for (int k = 0; k < HC; k++) {
+                const float *fk = (const float *)&f[i][k];
+#pragma unroll
+                for (int c = 0; c < 4; c++) a[i] += v[k][c] * fk[c];
+            }
+    }
+#pragma unroll
+    for (int i = 0; i < JPT; i++) a[i] = warp_sum(a[i]);
+    if (jg == 0) ss = warp_sum_d(ss);
+    if (lane == 0) {
+#pragma unroll
+        for (int i = 0; i < JPT; i++) red[jg][w & 1][i] = a[i];
+        if (jg == 0) redss[w] = ss;
+    }
+    __syncthreads();
+    cluster_wait();
+    // This block's parts to every block's pa [rank] and pss [rank].
+    if (e < HCC * (NMIX + 1)) {
+        int dst = e / (NMIX + 1), j = e % (NMIX + 1);
+        if (j < NMIX)
+            *cl.map_shared_rank(&pa[rank][j], dst) = red[j % NJ][0][j / NJ] + red[j % NJ][1][j / NJ];
+        else
+            *cl.map_shared_rank(&pss[rank], dst) = redss[0] + redss[1];
+    }
+    cluster_arrive();
+    cluster_wait();
+    if (e < NMIX) {
+        double s = 0;
+        float aj = 0;
+        for (int r = 0; r < HCC; r++) s += pss[r], aj += pa[r][e];
+        mt[e] = aj * (1.0f / sqrtf((float)(s / n) + norm_eps));
+    }
+    __syncthreads();
+    if (e < HC) {
+        pre[e] = sigmoidf_(mt[e] * ssc[0] + sb[e]) + hc_eps;
+        if (rank == 0) post[(long long)t * HC + e] = 2.0f * sigmoidf_(mt[HC + e] * ssc[1] + sb[HC + e]);
+    }
+    __syncthreads();
+    // The collapsed row: column q's value sv from the kept streams.
+    auto collapse = [&](int q, float (&sv)[4]) {
+#pragma unroll
+        for (int c = 0; c < 4; c++) sv[c] = 0;
+#pragma unroll
+        for (int k = 0; k < HC; k++) {
+            float4 v4 = vs[(q - q0) * HC + k];
+            const float *vk = (const float *)&v4;
+#pragma unroll
+            for (int c = 0; c < 4; c++) sv[c] += pre[k] * vk[c];
+        }
+    };
+    if (e < HCC_QT) {
+        double s2 = 0;
+        for (int q = q0 + e; q < q1; q += HCC_QT) {
+            float sv[4];
+            collapse(q, sv);
+            ((float4 *)(col + (long long)t * H))[q] = make_float4(sv[0], sv[1], sv[2], sv[3]);
+#pragma unroll
+            for (int c = 0; c < 4; c++) s2 += (double)sv[c] * sv[c];
+        }
+        s2 = warp_sum_d(s2);
+        if (lane == 0) s2w[w] = s2;
+        asm volatile("bar.sync 1, %0;" ::"n"(HCC_QT) : "memory");
+        if (e < HCC) *cl.map_shared_rank(&ps2[rank], e) = s2w[0] + s2w[1];
+    }
+    cluster_arrive();
+    if (rank == (HCC > 1) && w == HCC_QT / 32)
+        hc_sinkhorn_warp(mt, sb, ssc, HC, iters, hc_eps, comb + (long long)t * HC * HC);
+    cluster_wait();
+    if (e >= HCC_QT) return;
+    double s2 = 0;
+    for (int r = 0; r < HCC; r++) s2 += ps2[r];
+    float rn = 1.0f / sqrtf((float)(s2 / H) + norm_eps);
+    for (int q = q0 + e; q < q1; q += HCC_QT) {
+        float sv[4], yo[4];
+        collapse(q, sv);
+        if (nw && q != q0 + e) wv = ((const float4 *)nw)[q];
+        const float *wf = (const float *)&wv;
+#pragma unroll
+        for (int c = 0; c < 4; c++) yo[c] = nw ? wf[c] * (sv[c] * rn) : sv[c] * rn;
+        ((float4 *)(out + (long long)t * H))[q] = make_float4(yo[0], yo[1], yo[2], yo[3]);
+    }
+}
+
+bool cu_hc_pre_cluster_init(void)
+{
+    auto k = hc_pre_cluster_kernel<4>;
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = 1, at.val.clusterDim.y = HCC, at.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1, HCC);
+    cfg.blockDim = 512;
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    bool ok = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+                  cudaSuccess &&
+              cudaOccupancyMaxActiveClusters(&clusters, k, &cfg) == cudaSuccess && clusters > 0;
+    cudaGetLastError();
+    return ok;
+}
+
 bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
                     const float *fn, const float *base, const float *scale, int iters,
                     float hc_eps, float norm_eps, const float *nw, void *m, int *count,
-                    float *post, float *comb, float *collapsed, float *out, bool tail)
+                    float *post, float *comb, float *collapsed, float *out, bool tail,
+                    bool cluster)
 {
     if (hc > HC_FUSED_MAX || T > HC_FUSED_MAX_T || H > 12 * 1024) return false;
+    if (cluster && hc == 4 && out && H % 4 == 0 && (uintptr_t)h % 16 == 0 &&
+        (uintptr_t)fn % 16 == 0 && (uintptr_t)y % 16 == 0 && (uintptr_t)collapsed % 16 == 0 &&
+        (uintptr_t)out % 16 == 0 && (uintptr_t)nw % 16 == 0) {
+        if (T > 0)
+            cu_launch_cluster(hc_pre_cluster_kernel<4>, dim3(T, HCC), 512, 0, st, HCC, h, y, H, fn,
+                              base, scale, iters, hc_eps, norm_eps, nw, post, comb, collapsed,
+                              out);
+        return true;
+    }
     int nmix = (2 + hc) * hc, S = HC_SPLITS(nmix, T);
     double *pss = (double *)m;
     float *pa = (float *)(pss + (long long)T * S);

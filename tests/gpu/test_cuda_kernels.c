@@ -2351,19 +2351,22 @@ static void test_moes(void)
     unsetenv("LLM_CUDA_MOE_FP8");
 }
 
-/* hc_pre_norm's last block as before and against the default (gf). */
-static void hc_tail_cases(backend *gf, backend *g_tail0)
+/* hc_pre_norm's one launch three ways: in clusters of 16 blocks a token
+ * (gf, the default for hc = 4), with its last block (g_clu0:
+ * LLM_CUDA_HC_PRE_CLUSTER=0) and that last block as before (g_tail0: also
+ * LLM_CUDA_HC_PRE_TAIL=0). */
+static void hc_tail_cases(backend *gf, backend *g_clu0, backend *g_tail0)
 {
-    /* hc_pre_norm's last block as before (LLM_CUDA_HC_PRE_TAIL=0): against
-     * the CPU, and the default (hc_tail) bit for bit against it; H = 5760:
-     * HC_TAIL_Q columns for every collapsing thread, 5764: past hc_tail
-     * (the old last block either way) */
-    G = g_tail0, hc_variant = " (LLM_CUDA_HC_PRE_TAIL=0)";
+    /* the last block as before: against the CPU, and g_clu0's (hc_tail)
+     * bit for bit against it; H = 5760: HC_TAIL_Q columns for every
+     * collapsing thread, 5764: past hc_tail (the old last block either
+     * way) */
+    G = g_tail0, hc_variant = " (LLM_CUDA_HC_PRE_TAIL=0, LLM_CUDA_HC_PRE_CLUSTER=0)";
     for (int wy = 0; wy < 2; wy++) {
         test_hc_pre_norm(1, 4, 4096, true, wy);
         test_hc_pre_norm(8, 4, 4096, false, wy);
     }
-    G = gf, hc_variant = "";
+    G = g_clu0, hc_variant = " (LLM_CUDA_HC_PRE_CLUSTER=0)";
     for (int wy = 0; wy < 2; wy++) {
         test_hc_pre_norm_same(g_tail0, 1, 4, 4096, wy);
         test_hc_pre_norm_same(g_tail0, 2, 4, 4096, wy);
@@ -2375,7 +2378,18 @@ static void hc_tail_cases(backend *gf, backend *g_tail0)
         test_hc_pre_norm_same(g_tail0, 1, 4, 5764, wy);
         test_hc_pre_norm(1, 4, 5760, true, wy);
     }
-    G = gf;
+    /* the clusters against the CPU: 1 to 19 tokens; 16-byte columns
+     * spread unevenly over the 16 blocks (H = 1000: 250 of them), more
+     * than a pass of 64 a block (5760: 90; 12,288: 192, the largest H) */
+    G = gf, hc_variant = "";
+    for (int wy = 0; wy < 2; wy++) {
+        test_hc_pre_norm(1, 4, 4096, true, wy);
+        test_hc_pre_norm(2, 4, 4096, false, wy);
+        test_hc_pre_norm(19, 4, 1024, true, wy);
+        test_hc_pre_norm(3, 4, 1000, true, wy);
+        test_hc_pre_norm(1, 4, 5760, false, wy);
+        test_hc_pre_norm(2, 4, 12288, true, wy);
+    }
 }
 
 /* The indexer against the CPU on gf (f32 mode) and, for a few shapes, on
@@ -2481,6 +2495,7 @@ static void bad_switches(void)
         { "LLM_CUDA_LT_MIN_T", "18" },      { "LLM_CUDA_JOIN", "2" },
         { "LLM_CUDA_MOE_SIDE", "2" },     { "LLM_CUDA_ATTD_BLOCKS", "-1" },
         { "LLM_CUDA_ATTM_BLOCKS", "0" },    { "LLM_CUDA_INDEXER_WGMMA", "2" },
+        { "LLM_CUDA_HC_PRE_CLUSTER", "2" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
@@ -2657,15 +2672,18 @@ int main(int argc, char **argv)
     backend *g_hc4 = gpu_backend(gemm_names[GEMM_F32], "2");
     unsetenv("LLM_CUDA_HC_FUSED_MANY");
     if (!g_hc4) return exit_status();
-    /* g_tail0: hc_pre_norm's last block as before; g_idx0: the indexer's
-     * scores on indexer_scores_kernel */
+    /* g_clu0: hc_pre_norm with its last block; g_tail0: that last block
+     * as before; g_idx0: the indexer's scores on indexer_scores_kernel */
+    setenv("LLM_CUDA_HC_PRE_CLUSTER", "0", 1);
+    backend *g_clu0 = gpu_backend(gemm_names[GEMM_F32], "2");
     setenv("LLM_CUDA_HC_PRE_TAIL", "0", 1);
     backend *g_tail0 = gpu_backend(gemm_names[GEMM_F32], "2");
     unsetenv("LLM_CUDA_HC_PRE_TAIL");
+    unsetenv("LLM_CUDA_HC_PRE_CLUSTER");
     setenv("LLM_CUDA_INDEXER_TILED", "0", 1);
     backend *g_idx0 = gpu_backend(gemm_names[GEMM_F32], "2");
     unsetenv("LLM_CUDA_INDEXER_TILED");
-    if (!g_tail0 || !g_idx0) return exit_status();
+    if (!g_clu0 || !g_tail0 || !g_idx0) return exit_status();
     for (int m = 0; m < 4; m++)
         if (!(g[m] = gpu_backend(gemm_names[m], "2")) || !(g1[m] = gpu_backend(gemm_names[m], "1")))
             return exit_status();
@@ -2723,7 +2741,7 @@ int main(int argc, char **argv)
             test_hc_pre_norm(3, 2, 130, false, wy);
             test_hc_pre_norm(2, 5, 96, true, wy);
         }
-        hc_tail_cases(g[GEMM_F32], g_tail0);
+        hc_tail_cases(g[GEMM_F32], g_clu0, g_tail0);
         indexer_cases(g[GEMM_F32], g_idx0);
         test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8, 0, false);
         test_indexer_batch(7, 8, 32, 512, 160000, KV_FP8, 48, false);
@@ -2746,6 +2764,7 @@ int main(int argc, char **argv)
     }
     if (only) {
         g_hc4->destroy(g_hc4), g_tail0->destroy(g_tail0), g_idx0->destroy(g_idx0);
+        g_clu0->destroy(g_clu0);
         gd[0]->destroy(gd[0]), gd[1]->destroy(gd[1]);
         destroy_backends(g, g1);
         return exit_status();
@@ -2811,8 +2830,8 @@ int main(int argc, char **argv)
     G = g_hc4, hc_variant = " (LLM_CUDA_HC_FUSED_MANY=0)";
     test_hc(300, 4, 4096);
     for (int wy = 0; wy < 2; wy++) test_hc_pre_norm(300, 4, 4096, true, wy);
-    hc_tail_cases(g[GEMM_F32], g_tail0);
-    g_tail0->destroy(g_tail0);
+    hc_tail_cases(g[GEMM_F32], g_clu0, g_tail0);
+    g_tail0->destroy(g_tail0), g_clu0->destroy(g_clu0);
     g_hc4->destroy(g_hc4);
     int ch1[] = { 7, 1, 1, 13, 5, 1, 1, 1, 40, 2 };
     int ch2[] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
