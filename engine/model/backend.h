@@ -156,6 +156,7 @@ typedef struct {
     const qweight *w1, *w2, *w3;    /* [E] */
     const qweight *sw1, *sw2, *sw3;
     float *out;             /* [T][H] */
+    bool routed;            /* hc_pre_norm_route chose the experts of x already */
 } moe_args;
 
 /* The bound on pos0 + n that sizes an op under graph replay: a power of
@@ -256,6 +257,16 @@ struct backend {
                         const float *fn, const float *base, const float *scale, int iters,
                         float hc_eps, float norm_eps, float *post, float *comb,
                         float *collapsed, const float *norm_w, float *normed);
+    /* Optional (NULL: none): hc_pre_norm, then the router of the moe op
+     * a that follows it (a->x = normed), in fewer launches.  True: done
+     * (that moe op, given a->routed, skips its gate and router: the
+     * backend keeps the choices); false: nothing done (the caller runs
+     * hc_pre_norm, and the moe op routes). */
+    bool (*hc_pre_norm_route)(backend *b, float *h, const float *y, int T, int hc, int H,
+                              const float *fn, const float *base, const float *scale, int iters,
+                              float hc_eps, float norm_eps, float *post, float *comb,
+                              float *collapsed, const float *norm_w, float *normed,
+                              const moe_args *a);
     /* Final collapse with sigmoid weights (hc_head). */
     void (*hc_head)(backend *b, const float *h, int T, int hc, int H, const float *fn,
                     const float *base, const float *scale, float hc_eps, float norm_eps,

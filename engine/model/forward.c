@@ -308,11 +308,11 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
     be->matmul(be, &L->wo_b, s->oa, ng * olr, T, s->y, H);
 }
 
-static void ffn(v4_model *M, v4_rank *R, const v4_batch *B, int l)
+static moe_args ffn_args(v4_model *M, v4_rank *R, const v4_batch *B, int l)
 {
     const v4_config *c = &M->cfg;
     const v4_layer *L = &R->w.layers[l];
-    moe_args a = {
+    return (moe_args){
         .T = B->T, .H = c->hidden_size, .x = R->s.x, .ids = B->ids, .gate = &L->gate,
         .bias = L->gate_bias, .tid2eid = L->tid2eid, .tid_i64 = L->tid_i64,
         .n_experts = c->n_experts, .topk = c->topk,
@@ -321,7 +321,6 @@ static void ffn(v4_model *M, v4_rank *R, const v4_batch *B, int l)
         .w1 = L->w1, .w2 = L->w2, .w3 = L->w3, .sw1 = &L->sw1, .sw2 = &L->sw2, .sw3 = &L->sw3,
         .out = R->s.y,
     };
-    R->be->moe(R->be, &a);
 }
 
 /* One hyper-connected sublayer: expand the previous sublayer's output into
@@ -349,7 +348,13 @@ static void sublayer(v4_model *M, v4_rank *R, const v4_batch *B, int l, bool is_
         bool csa = c->attn[l] == V4_ATTN_CSA;
         prefetch(be, T, w, csa ? 9 : v4_layer_ratio(c, l) ? 5 : 3);
     }
-    if (be->hc_pre_norm) {
+    /* the MoE's router with the mHC where the backend can */
+    moe_args ma = is_ffn ? ffn_args(M, R, B, l) : (moe_args){ 0 };
+    if (is_ffn && be->hc_pre_norm_route &&
+        be->hc_pre_norm_route(be, s->h, y, T, hc, H, fn, base, scale, c->hc_sinkhorn_iters,
+                              (float)c->hc_eps, eps, s->post, s->comb, s->col, norm, s->x, &ma)) {
+        ma.routed = true;
+    } else if (be->hc_pre_norm) {
         be->hc_pre_norm(be, s->h, y, T, hc, H, fn, base, scale, c->hc_sinkhorn_iters,
                         (float)c->hc_eps, eps, s->post, s->comb, s->col, norm, s->x);
     } else {
@@ -358,7 +363,7 @@ static void sublayer(v4_model *M, v4_rank *R, const v4_batch *B, int l, bool is_
                    (float)c->hc_eps, eps, s->post, s->comb, s->col);
         be->rmsnorm(be, s->col, H, T, H, norm, eps, s->x, H);
     }
-    if (is_ffn) ffn(M, R, B, l);
+    if (is_ffn) be->moe(be, &ma);
     else attention(M, R, B, l);
     be->allreduce(be, s->y, (size_t)T * H);
 }

@@ -371,6 +371,40 @@ static void cu_hc_pre_norm_op(backend *b, float *h, const float *y, int T, int h
     launched(c, "hc_pre_norm");
 }
 
+// hc_pre_norm with the MoE router in its clusters (cu_hc_pre_norm_route):
+// scored routing (not hashed) of a bf16 gate, few tokens, where the
+// clusters run; the moe op then finds sc, idx, wt and ord filled.
+static bool cu_hc_pre_norm_route_op(backend *b, float *h, const float *y, int T, int hc, int H,
+                                    const float *fn, const float *base, const float *scale,
+                                    int iters, float hc_eps, float norm_eps, float *post,
+                                    float *comb, float *collapsed, const float *norm_w,
+                                    float *normed, const moe_args *a)
+{
+    cu_impl *c = enter(b);
+    int E = a->n_experts, K = a->topk;
+    dqw gate = {};
+    bool ok = c->hc_route && hc == 4 && T < c->hc_many_t && a->T == T && a->x == normed &&
+              !a->tid2eid && a->gate->type == QT_BF16 && a->gate->rows == E &&
+              a->gate->cols == H && to_dqw(c, a->gate, &gate);
+    cu_hc_route r = { ok ? gate.data + (gate.r0 * gate.ld + gate.c0) * 2 : NULL, gate.ld, a->bias,
+                      E, K, a->sigmoid_scores, a->routed_scale, NULL, NULL, NULL, NULL };
+    if (!ok || !cu_hc_route_fits(T, H, r) || c->failed) return false;
+    if (recording(c)) return true;
+    float *sc = (float *)grow(c, &c->sc, (size_t)T * E * sizeof(float));
+    int *idx = (int *)grow(c, &c->idx, (size_t)T * K * sizeof(int));
+    float *wt = (float *)grow(c, &c->wt, (size_t)T * K * sizeof(float));
+    int *ord = (int *)grow(c, &c->ord, (size_t)T * K * sizeof(int));
+    if (c->failed) return false;
+    r.sc = sc, r.idx = idx, r.order = ord, r.wt = wt;
+    if (!cu_hc_pre_norm_route(c->st, h, y, T, H, fn, base, scale, iters, hc_eps, norm_eps,
+                              norm_w, post, comb, collapsed, normed, r)) {
+        fail(c, "hc_pre_norm_route: a gate of %d x %d, top %d, H %d it cannot take", E, H, K, H);
+        return false;
+    }
+    launched(c, "hc_pre_norm");
+    return true;
+}
+
 static void cu_hc_head_op(backend *b, const float *h, int T, int hc, int H, const float *fn,
                           const float *base, const float *scale, float hc_eps, float norm_eps,
                           float *out)
@@ -735,8 +769,13 @@ static void cu_moe_op(backend *b, const moe_args *a)
     // (which reads the gate once per 8 tokens) or matmul.cu's float32
     // tiles (1.48 ms a call at 8,192 tokens, 6.6% of a 131,072-token
     // prefill; LLM_CUDA_GATE_LT=0 keeps them: comparisons).
-    if (T > c->gate_gemv_t && c->gate_lt) f32_matmul(c, gate, a->x, H, T, sc, E);
-    else cu_matmul(c->st, gate, a->x, H, T, sc, E);
+    if (a->routed) {
+        // sc, idx, wt and ord hold hc_pre_norm_route's
+    } else if (T > c->gate_gemv_t && c->gate_lt) {
+        f32_matmul(c, gate, a->x, H, T, sc, E);
+    } else {
+        cu_matmul(c->st, gate, a->x, H, T, sc, E);
+    }
     // Up to LLM_CUDA_MOE_DECODE tokens (default 2, at most 8; 0: never),
     // MXFP4 experts and an FP8 shared expert (V4's): routing, up and down
     // after the gate's GEMV (moe_decode.cuh).  Measured on the H200 (run
@@ -788,7 +827,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
         cu_moe_dec m = { T, K, E, w1, w3, w2, s1, s3, s2, a->x, sc, a->bias, H, a->tid2eid,
                          a->tid_i64, a->sigmoid_scores, ids, a->routed_scale, a->limit, idx, wt,
                          g, sg, a->out, route_first ? ord : NULL, dec_mma ? dec_s : 0,
-                         route_regs };
+                         route_regs, a->routed };
         if (cu_moe_decode(c->st, m)) {
             launched(c, "moe");
             return;
@@ -821,8 +860,9 @@ static void cu_moe_op(backend *b, const moe_args *a)
         shared_expert();
         side.end();
     }
-    cu_moe_route(c->st, sc, T, E, K, a->sigmoid_scores, a->bias, a->tid2eid, a->tid_i64, ids,
-                 a->routed_scale, idx, wt, ord, route_regs);
+    if (!a->routed)
+        cu_moe_route(c->st, sc, T, E, K, a->sigmoid_scores, a->bias, a->tid2eid, a->tid_i64,
+                     ids, a->routed_scale, idx, wt, ord, route_regs);
     phase(c, "moe router");
     // fp8: the routed experts multiply act_quant(x) and act_quant(g): on
     // FP8 tensor cores as codes and scales (moe_gemm_fp8.cu), else as
@@ -1124,7 +1164,11 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     c->hc_tail = env_switch(c, "LLM_CUDA_HC_PRE_TAIL");
     // LLM_CUDA_HC_PRE_CLUSTER=0: hc_pre_norm of hc = 4 with the last block
     // (above) rather than in clusters of 16 blocks a token.
-    c->hc_cluster = env_switch(c, "LLM_CUDA_HC_PRE_CLUSTER") && cu_hc_pre_cluster_init();
+    // LLM_CUDA_HC_ROUTE=0: the MoE's gate and router in launches of their
+    // own rather than in hc_pre_norm's clusters.
+    bool route_ok = false;
+    c->hc_cluster = env_switch(c, "LLM_CUDA_HC_PRE_CLUSTER") && cu_hc_pre_cluster_init(&route_ok);
+    c->hc_route = env_switch(c, "LLM_CUDA_HC_ROUTE") && c->hc_cluster && route_ok;
     // LLM_CUDA_MOE_MMA=0: the expert tiles of decode batches on the GEMV
     // (float32 products; comparisons) instead of cu_moe_tiles_mma.
     c->moe_mma = env_switch(c, "LLM_CUDA_MOE_MMA");
@@ -1253,6 +1297,7 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     b->scale = cu_scale_op;
     b->hc_pre = cu_hc_pre_op;
     b->hc_pre_norm = cu_hc_pre_norm_op;
+    b->hc_pre_norm_route = cu_hc_pre_norm_route_op;
     b->hc_post = cu_hc_post_op;
     b->hc_head = cu_hc_head_op;
     b->compress = cu_compress_op;

@@ -156,6 +156,7 @@ struct cu_impl {
     bool idx_wgmma;             // its tensor-core scores on wgmma (LLM_CUDA_INDEXER_WGMMA)
     bool hc_tail;               // hc_pre_norm's batched last block (LLM_CUDA_HC_PRE_TAIL)
     bool hc_cluster;            // hc_pre_norm in clusters (LLM_CUDA_HC_PRE_CLUSTER)
+    bool hc_route;              // with the MoE router in them (LLM_CUDA_HC_ROUTE)
     bool hc_many;               // hc_pre(_norm) of 64+ tokens in two launches (LLM_CUDA_HC_FUSED_MANY)
     int hc_many_t;              // ... of this many tokens on (LLM_CUDA_HC_MANY_MIN_T)
     bool hc_split;              // ... over column slices when few (LLM_CUDA_HC_SPLIT)

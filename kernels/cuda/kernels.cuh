@@ -218,8 +218,34 @@ bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, in
                     float hc_eps, float norm_eps, const float *nw, void *m, int *count,
                     float *post, float *comb, float *collapsed, float *out, bool tail,
                     bool cluster);
-// Whether this device runs hc_pre_norm's clusters of 16 (non-portable).
-bool cu_hc_pre_cluster_init(void);
+// Whether this device runs hc_pre_norm's clusters of 16 (non-portable);
+// *route: also with the MoE router (cu_hc_pre_norm_route's shared memory).
+bool cu_hc_pre_cluster_init(bool *route);
+// The MoE router fused into hc_pre_norm's clusters (hc = 4): a bf16 gate
+// [E][ld] (the view's origin applied) over the normed rows out.
+struct cu_hc_route {
+    const uint8_t *gate;
+    long long ld;
+    const float *bias;          // [E] or NULL
+    int E, K, sigmoid;
+    float rscale;
+    float *sc;                  // [T][E] the scores
+    int *idx, *order;           // [T][K] route_kernel's outputs
+    float *wt;
+};
+// cu_hc_pre_norm's clusters (y, nw and the outputs as there), then each
+// token's gate scores (a part from every block's columns, added by rank 0
+// in rank order) and route_kernel's choices, weights and order from them
+// (the same order of candidates: the same choices for the same scores).
+// False, nothing launched: not cu_hc_route_fits, or rows not 16-byte
+// aligned.
+// The shapes cu_hc_pre_norm_route takes: 1 or 2 tokens, H a multiple of
+// 128 up to 4,096, E up to 256, K up to TOPK_MAX, 16-byte gate rows.
+bool cu_hc_route_fits(int T, int H, const cu_hc_route &r);
+bool cu_hc_pre_norm_route(cudaStream_t st, float *h, const float *y, int T, int H,
+                          const float *fn, const float *base, const float *scale, int iters,
+                          float hc_eps, float norm_eps, const float *nw, float *post,
+                          float *comb, float *collapsed, float *out, const cu_hc_route &r);
 // The same for many tokens in two launches (T >= 64, hc 2 to 4): first
 // cu_hc_post_logits, y not NULL: cu_hc_post(h, y, post, comb) with the
 // logits m [T][(2 + hc) hc] of the new streams in one pass over them (y

@@ -863,8 +863,9 @@ bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m)
     a.sigmoid = m.sigmoid, a.tid_i64 = m.tid_i64, a.rscale = m.rscale;
     a.idx = m.idx, a.rwt = m.wt;
     if (m.order) {
-        cu_moe_route(st, m.scores, m.T, m.E, m.K, m.sigmoid, m.bias, m.tid2eid, m.tid_i64, m.ids,
-                     m.rscale, m.idx, m.wt, m.order, m.route_regs);
+        if (!m.routed)
+            cu_moe_route(st, m.scores, m.T, m.E, m.K, m.sigmoid, m.bias, m.tid2eid, m.tid_i64,
+                         m.ids, m.rscale, m.idx, m.wt, m.order, m.route_regs);
         a.routed = 1;
         if (m.mma_s && cu_moe_decode_mma(st, m)) return true;
     }

@@ -41,6 +41,30 @@ __device__ __forceinline__ void route_weights(const float (&acts)[TOPK_MAX], int
         if (k < K) wt[k] = acts[k] / (sum + 1e-20f) * rscale;
 }
 
+// The router's outputs for one token, by a warp: lane k stores choice k
+// (idx) and its place in ascending expert order (order: ties in k order,
+// moe_combine_kernel's summation order), lane 0 the weights w (wt).
+__device__ __forceinline__ void route_store(const int (&sel)[TOPK_MAX],
+                                            const float (&w)[TOPK_MAX], int K, int *idx,
+                                            float *wt, int *order)
+{
+    int lane = threadIdx.x & 31, mine = 0, rank = 0;
+#pragma unroll
+    for (int k = 0; k < TOPK_MAX; k++)
+        if (k < K && k == lane) mine = sel[k];
+#pragma unroll
+    for (int j = 0; j < TOPK_MAX; j++)
+        if (j < K) rank += sel[j] < mine || (sel[j] == mine && j < lane);
+    if (lane < K) {
+        idx[lane] = mine;
+        order[rank] = lane;
+    }
+    if (lane == 0)
+#pragma unroll
+        for (int k = 0; k < TOPK_MAX; k++)
+            if (k < K) wt[k] = w[k];
+}
+
 // Token scores sc[E] -> its K experts sel[] (every lane gets them) and,
 // on lane 0 when want_wt, their weights wt[] (the chosen scores
 // normalized, times rscale).  Scored: the activations once into act and
@@ -213,6 +237,7 @@ struct cu_moe_dec {
     int mma_s;                      // with order: > 0, up and down on tensor cores
                                     // (moe_decode_mma.cu; S = mma_s warps a row group of up)
     bool route_regs;                // route_kernel's register form where it applies
+    bool routed;                    // idx, wt and order filled (cu_hc_pre_norm_route)
 };
 bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m);
 // cu_moe_decode's up and down after route_kernel on tensor cores (x and g

@@ -884,6 +884,23 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
 #define HCC 16
 #define HCC_QT 64
 #define HCC_QB ((12 * 1024 / 4 + HCC - 1) / HCC)
+// Tokens with the router: 1 or 2, where the MoE is cu_moe_decode's (runs
+// U3-U5, rank6 at 8K, router here / in its own launches: batch 1
+// 0.98-1.02 / 0.99-1.05 ms, 2 1.26-1.30 / 1.29-1.31; 4 1.84-1.90 /
+// 1.85-1.86, 8 2.73-2.82 / 2.74-2.76: from 3 tokens the expert tiles'
+// router runs beside the shared expert, and every cluster stages the
+// whole gate).
+#define HCC_MAX_T 2
+// With the router: shared memory for E gate rows of nc columns (a block's
+// share of H), the rank-0 parts [HCC][E], the normed columns and the
+// router's state.
+#define HCR_E_MAX 256
+#define HCR_NC_MAX 256
+#define HCR_SURV (16 * TOPK_MAX)  // the top-k's survivors: at most K a warp
+#define HCR_SMEM(E, nc)                                                                    \
+    ((size_t)(E) * ((nc) + 8) * 2 +                                                        \
+     ((size_t)HCC * (E) + (nc) + 2 * (size_t)(E) + 2 * HCR_SURV + TOPK_MAX + 16) * 4)
+#define HCR_SMEM_MAX HCR_SMEM(HCR_E_MAX, HCR_NC_MAX)
 
 __device__ __forceinline__ void cluster_arrive()
 {
@@ -895,13 +912,14 @@ __device__ __forceinline__ void cluster_wait()
     asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
 }
 
-template <int HC>
+template <int HC, bool ROUTE>
 __global__ void __launch_bounds__(512) hc_pre_cluster_kernel(float *h, const float *y, int H,
                                                              const float *fn, const float *base,
                                                              const float *scale, int iters,
                                                              float hc_eps, float norm_eps,
                                                              const float *nw, float *post,
-                                                             float *comb, float *col, float *out)
+                                                             float *comb, float *col, float *out,
+                                                             cu_hc_route R)
 {
     constexpr int NMIX = (2 + HC) * HC, NJ = 512 / HCC_QT, JPT = (NMIX + NJ - 1) / NJ;
     static_assert(HCC * (NMIX + 1) <= 512 && HC <= HC_FUSED_MAX, "a thread a pushed part");
@@ -932,6 +950,25 @@ __global__ void __launch_bounds__(512) hc_pre_cluster_kernel(float *h, const flo
     if (nw && e < HCC_QT && first) wv = ((const float4 *)nw)[q0 + e];
     if (e < NMIX) sb[e] = base[e];
     if (e < 3) ssc[e] = scale[e];
+    // ROUTE: the gate's columns of this block on their way into shared
+    // memory (gs [E][nc]), rank 0's biases in registers.
+    extern __shared__ __align__(16) unsigned char hcr_sm[];
+    const int nc = 4 * (q1 - q0);
+    uint16_t *gs = (uint16_t *)hcr_sm;
+    const int gst = nc + 8;     // a row's bf16s: padded, 16-byte reads of 16 rows conflict-free
+    float *pg = (float *)(gs + (ROUTE ? (size_t)R.E * gst : 0));  // [HCC][E] (rank 0)
+    float *xs = pg + HCC * R.E, *ract = xs + nc, *rval = ract + R.E, *sv = rval + R.E;
+    int *rsel = (int *)(sv + HCR_SURV), *se = rsel + TOPK_MAX, *cnt = se + HCR_SURV;
+    float rb = 0;
+    if (ROUTE) {
+        for (int i = e; i < R.E * (nc / 8); i += 512) {
+            int j = i / (nc / 8), c8 = i % (nc / 8);
+            cp_async16(gs + (size_t)j * gst + 8 * c8, R.gate + (j * R.ld + 4 * q0 + 8 * c8) * 2,
+                       16);
+        }
+        cp_async_commit();
+        if (rank == 0 && e < R.E && R.bias) rb = R.bias[e];
+    }
     pdl_wait();
     float4 o[HC], yv;
     if (first) {
@@ -1038,28 +1075,111 @@ __global__ void __launch_bounds__(512) hc_pre_cluster_kernel(float *h, const flo
         asm volatile("bar.sync 1, %0;" ::"n"(HCC_QT) : "memory");
         if (e < HCC) *cl.map_shared_rank(&ps2[rank], e) = s2w[0] + s2w[1];
     }
+    bool sinkhorn = rank == (HCC > 1) && w == HCC_QT / 32;
     cluster_arrive();
-    if (rank == (HCC > 1) && w == HCC_QT / 32)
+    if (!ROUTE && sinkhorn)
         hc_sinkhorn_warp(mt, sb, ssc, HC, iters, hc_eps, comb + (long long)t * HC * HC);
     cluster_wait();
-    if (e >= HCC_QT) return;
-    double s2 = 0;
-    for (int r = 0; r < HCC; r++) s2 += ps2[r];
-    float rn = 1.0f / sqrtf((float)(s2 / H) + norm_eps);
-    for (int q = q0 + e; q < q1; q += HCC_QT) {
-        float sv[4], yo[4];
-        collapse(q, sv);
-        if (nw && q != q0 + e) wv = ((const float4 *)nw)[q];
-        const float *wf = (const float *)&wv;
+    if (!ROUTE && e >= HCC_QT) return;
+    if (e < HCC_QT) {
+        double s2 = 0;
+        for (int r = 0; r < HCC; r++) s2 += ps2[r];
+        float rn = 1.0f / sqrtf((float)(s2 / H) + norm_eps);
+        for (int q = q0 + e; q < q1; q += HCC_QT) {
+            float sv[4], yo[4];
+            collapse(q, sv);
+            if (nw && q != q0 + e) wv = ((const float4 *)nw)[q];
+            const float *wf = (const float *)&wv;
 #pragma unroll
-        for (int c = 0; c < 4; c++) yo[c] = nw ? wf[c] * (sv[c] * rn) : sv[c] * rn;
-        ((float4 *)(out + (long long)t * H))[q] = make_float4(yo[0], yo[1], yo[2], yo[3]);
+            for (int c = 0; c < 4; c++) yo[c] = nw ? wf[c] * (sv[c] * rn) : sv[c] * rn;
+            ((float4 *)(out + (long long)t * H))[q] = make_float4(yo[0], yo[1], yo[2], yo[3]);
+            if (ROUTE) *(float4 *)(xs + 4 * (q - q0)) = make_float4(yo[0], yo[1], yo[2], yo[3]);
+        }
     }
+    if (!ROUTE) return;
+    // The router: this block's part of every gate row's dot product with
+    // the normed row (two threads a row, over alternate 8-column chunks,
+    // then added) to rank 0, which adds the parts in rank order.
+    cp_async_wait<0>();
+    __syncthreads();
+    {
+        int j = e >> 1, hh = e & 1;
+        float sj = 0;
+        if (j < R.E)
+            for (int c8 = hh; c8 < nc / 8; c8 += 2) {
+                uint4 g4 = *(const uint4 *)(gs + (size_t)j * gst + 8 * c8);
+                float4 xa = *(const float4 *)(xs + 8 * c8), xb = *(const float4 *)(xs + 8 * c8 + 4);
+                const float xv[8] = { xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w };
+                const uint32_t gw[4] = { g4.x, g4.y, g4.z, g4.w };
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    sj = fmaf(bf16f((uint16_t)gw[c]), xv[2 * c], sj);
+                    sj = fmaf(bf16f((uint16_t)(gw[c] >> 16)), xv[2 * c + 1], sj);
+                }
+            }
+        sj += __shfl_xor_sync(0xffffffffu, sj, 1);
+        if (j < R.E && !hh) *cl.map_shared_rank(&pg[rank * R.E + j], 0) = sj;
+    }
+    cluster_arrive();
+    if (sinkhorn) hc_sinkhorn_warp(mt, sb, ssc, HC, iters, hc_eps, comb + (long long)t * HC * HC);
+    cluster_wait();
+    if (rank != 0) return;
+    // Choice k: the expert whose biased score has k better ones (larger,
+    // or equal from a lower expert: route_warp_regs' order, so the same
+    // choices).  A candidate with K better ones in its own warp of 32 is
+    // out; among the at most K a warp left, a better candidate anywhere
+    // has one of them (or its warp's K better ones) above it, so counting
+    // the survivors alone gives the rank.  rsel starts valid (NaNs).
+    bool cand = e < R.E;
+    float v = -INFINITY;
+    if (cand) {
+        float sj = 0;
+        for (int r = 0; r < HCC; r++) sj += pg[r * R.E + e];
+        R.sc[(long long)t * R.E + e] = sj;
+        ract[e] = route_act(sj, R.sigmoid);
+        rval[e] = v = ract[e] + rb;
+    }
+    if (e < R.K) rsel[e] = e;
+    int better = 0;
+#pragma unroll 8
+    for (int l = 0; l < 32; l++) {
+        float u = __shfl_sync(0xffffffffu, v, l);
+        int el = (e & ~31) + l;
+        better += el < R.E && (u > v || (u == v && el < e));
+    }
+    bool surv = cand && better < R.K;
+    unsigned m = __ballot_sync(0xffffffffu, surv);
+    if (lane == 0) cnt[w] = __popc(m);
+    __syncthreads();
+    int off = 0, ns = 0;
+    for (int k = 0; k < 16; k++) off += k < w ? cnt[k] : 0, ns += cnt[k];
+    if (surv) {
+        int pos = off + __popc(m & ((1u << lane) - 1));
+        sv[pos] = v, se[pos] = e;
+    }
+    __syncthreads();
+    if (surv) {
+        int rk = 0;
+        for (int i = 0; i < ns; i++) rk += sv[i] > v || (sv[i] == v && se[i] < e);
+        if (rk < R.K) rsel[rk] = e;
+    }
+    __syncthreads();
+    if (w) return;
+    int sel[TOPK_MAX];
+    float acts[TOPK_MAX], wt[TOPK_MAX] = {};
+#pragma unroll
+    for (int k = 0; k < TOPK_MAX; k++) {
+        sel[k] = k < R.K ? rsel[k] : 0;
+        acts[k] = k < R.K ? ract[sel[k]] : 0.0f;
+    }
+    if (lane == 0) route_weights(acts, R.K, R.rscale, wt);
+    route_store(sel, wt, R.K, R.idx + (long long)t * R.K, R.wt + (long long)t * R.K,
+                R.order + (long long)t * R.K);
 }
 
-bool cu_hc_pre_cluster_init(void)
+bool cu_hc_pre_cluster_init(bool *route)
 {
-    auto k = hc_pre_cluster_kernel<4>;
+    auto k = hc_pre_cluster_kernel<4, false>, kr = hc_pre_cluster_kernel<4, true>;
     cudaLaunchAttribute at;
     at.id = cudaLaunchAttributeClusterDimension;
     at.val.clusterDim.x = 1, at.val.clusterDim.y = HCC, at.val.clusterDim.z = 1;
@@ -1072,6 +1192,14 @@ bool cu_hc_pre_cluster_init(void)
     bool ok = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
                   cudaSuccess &&
               cudaOccupancyMaxActiveClusters(&clusters, k, &cfg) == cudaSuccess && clusters > 0;
+    // with the router: the largest shared memory it takes
+    cfg.dynamicSmemBytes = HCR_SMEM_MAX;
+    *route = ok &&
+             cudaFuncSetAttribute(kr, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+                 cudaSuccess &&
+             cudaFuncSetAttribute(kr, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  HCR_SMEM_MAX) == cudaSuccess &&
+             cudaOccupancyMaxActiveClusters(&clusters, kr, &cfg) == cudaSuccess && clusters > 0;
     cudaGetLastError();
     return ok;
 }
@@ -1087,9 +1215,9 @@ bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, in
         (uintptr_t)fn % 16 == 0 && (uintptr_t)y % 16 == 0 && (uintptr_t)collapsed % 16 == 0 &&
         (uintptr_t)out % 16 == 0 && (uintptr_t)nw % 16 == 0) {
         if (T > 0)
-            cu_launch_cluster(hc_pre_cluster_kernel<4>, dim3(T, HCC), 512, 0, st, HCC, h, y, H, fn,
-                              base, scale, iters, hc_eps, norm_eps, nw, post, comb, collapsed,
-                              out);
+            cu_launch_cluster(hc_pre_cluster_kernel<4, false>, dim3(T, HCC), 512, 0, st, HCC, h,
+                              y, H, fn, base, scale, iters, hc_eps, norm_eps, nw, post, comb,
+                              collapsed, out, cu_hc_route{});
         return true;
     }
     int nmix = (2 + hc) * hc, S = HC_SPLITS(nmix, T);
@@ -1107,6 +1235,29 @@ bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, in
         cu_launch(hc_pre_norm_kernel<false>, dim3(nmix * S, T), 512, (size_t)H * sizeof(float),
                   st, h, y, hc, H, fn, base, scale, iters, hc_eps, norm_eps, nw, nmix, S, pa, pss,
                   count, post, comb, collapsed, out);
+    return true;
+}
+
+bool cu_hc_route_fits(int T, int H, const cu_hc_route &r)
+{
+    return T >= 1 && T <= HCC_MAX_T && H % (8 * HCC) == 0 && H / HCC <= HCR_NC_MAX &&
+           r.E >= r.K && r.E <= HCR_E_MAX && r.K >= 1 && r.K <= TOPK_MAX && r.ld % 8 == 0 &&
+           (uintptr_t)r.gate % 16 == 0;
+}
+
+bool cu_hc_pre_norm_route(cudaStream_t st, float *h, const float *y, int T, int H,
+                          const float *fn, const float *base, const float *scale, int iters,
+                          float hc_eps, float norm_eps, const float *nw, float *post,
+                          float *comb, float *collapsed, float *out, const cu_hc_route &r)
+{
+    int nc = H / HCC;
+    if (!cu_hc_route_fits(T, H, r) || !out || (uintptr_t)h % 16 || (uintptr_t)fn % 16 ||
+        (uintptr_t)y % 16 || (uintptr_t)collapsed % 16 || (uintptr_t)out % 16 ||
+        (uintptr_t)nw % 16)
+        return false;
+    cu_launch_cluster(hc_pre_cluster_kernel<4, true>, dim3(T, HCC), 512, HCR_SMEM(r.E, nc), st,
+                      HCC, h, y, H, fn, base, scale, iters, hc_eps, norm_eps, nw, post, comb,
+                      collapsed, out, r);
     return true;
 }
 
@@ -1502,7 +1653,7 @@ __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmo
 {
     pdl_wait();
     extern __shared__ float rsh[];      // [E] activations, [E] scores, then [E] taken flags
-    int t = blockIdx.x, lane = threadIdx.x & 31;
+    int t = blockIdx.x;
     int sel[TOPK_MAX];
     float w[TOPK_MAX];
     if (regs && !tid2eid && E <= 32 * ROUTE_U)
@@ -1511,23 +1662,7 @@ __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmo
         route_warp(scores + (long long)t * E, E, K, sigmoid, bias, tid2eid, tid_i64,
                    tid2eid ? ids[t] : 0, rscale, rsh, rsh + E, (unsigned char *)(rsh + 2 * E),
                    sel, true, w);
-    // lane k: choice k, its place in ascending expert order (ties in k
-    // order); lane 0 the weights
-    int mine = 0, rank = 0;
-#pragma unroll
-    for (int k = 0; k < TOPK_MAX; k++)
-        if (k < K && k == lane) mine = sel[k];
-#pragma unroll
-    for (int j = 0; j < TOPK_MAX; j++)
-        if (j < K) rank += sel[j] < mine || (sel[j] == mine && j < lane);
-    if (lane < K) {
-        idx[(long long)t * K + lane] = mine;
-        order[(long long)t * K + rank] = lane;
-    }
-    if (lane == 0)
-#pragma unroll
-        for (int k = 0; k < TOPK_MAX; k++)
-            if (k < K) wt[(long long)t * K + k] = w[k];
+    route_store(sel, w, K, idx + (long long)t * K, wt + (long long)t * K, order + (long long)t * K);
 }
 
 void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, bool sigmoid,

@@ -2082,6 +2082,107 @@ static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int
     free(bias), free(x), free(tid), free(ids), free(out), free(g), free(w1);
 }
 
+/* hc_pre_norm with the MoE router in its clusters (hc_pre_norm_route,
+ * hc = 4), then the moe op it routed, against hc_pre_norm and the moe op
+ * routing for itself on the same backend (G) from the same inputs: the
+ * mHC outputs within TOL of the CPU's; the MoE output within TOL of the
+ * other path's and of the CPU's moe op on the normed rows the GPU made
+ * (the same experts: a choice or a weight gone wrong moves it by far
+ * more).  ties: K + 1 experts share one gate row and a bias that puts
+ * them first, so the K lowest of them must be chosen, as the CPU does. */
+static void test_hc_route(int T, int H, int E, int K, bool sigmoid, bool ties)
+{
+    int hc = 4, mix = (2 + hc) * hc, n = hc * H, I = 32;
+    float *h = hrand((size_t)T * n, 1.0f), *fn = hrand((size_t)mix * n, 0.05f);
+    float *base = hrand(mix, 0.5f), *scale = hrand(3, 1.0f), *nw = hrand(H, 1.0f);
+    float *y = hrand((size_t)T * H, 1.0f), *post = hrand((size_t)T * hc, 1.0f);
+    float *comb = hrand((size_t)T * hc * hc, 0.5f), *bias = hrand(E, 0.1f);
+    qweight gate = make_w(QT_BF16, E, H);
+    if (ties)
+        for (int j = 1; j <= K; j++) {
+            memcpy((uint16_t *)gate.data + (size_t)(3 + j) * H, (uint16_t *)gate.data + 3 * H,
+                   (size_t)H * 2);
+            bias[3] = bias[3 + j] = 50.0f;
+        }
+    qweight *w1 = calloc(3 * (size_t)E, sizeof *w1), *w2 = w1 + E, *w3 = w2 + E;
+    for (int e = 0; e < E; e++)
+        w1[e] = make_w(QT_MXFP4, I, H), w2[e] = make_w(QT_MXFP4, H, I),
+        w3[e] = make_w(QT_MXFP4, I, H);
+    qweight s1 = make_w(QT_FP8, I, H), s2 = make_w(QT_FP8, H, I), s3 = make_w(QT_FP8, I, H);
+    /* the CPU: hc_post, hc_pre, rmsnorm, moe */
+    float *col = malloc((size_t)T * H * 4), *xn = malloc((size_t)T * H * 4);
+    float *out = malloc((size_t)T * H * 4), *h0 = malloc((size_t)T * n * 4);
+    float *post0 = malloc((size_t)T * hc * 4), *comb0 = malloc((size_t)T * hc * hc * 4);
+    memcpy(h0, h, (size_t)T * n * 4);
+    memcpy(post0, post, (size_t)T * hc * 4), memcpy(comb0, comb, (size_t)T * hc * hc * 4);
+    C->hc_post(C, h, y, post, comb, T, hc, H);
+    C->hc_pre(C, h, T, hc, H, fn, base, scale, 20, 1e-6f, 1e-6f, post, comb, col);
+    C->rmsnorm(C, col, H, T, H, nw, 1e-6f, xn, H);
+    moe_args a = { .T = T, .H = H, .x = xn, .gate = &gate, .bias = bias, .n_experts = E,
+                   .topk = K, .routed_scale = 1.5f, .limit = 2.5f, .sigmoid_scores = sigmoid,
+                   .w1 = w1, .w2 = w2, .w3 = w3, .sw1 = &s1, .sw2 = &s2, .sw3 = &s3, .out = out };
+    C->moe(C, &a);
+    /* the GPU, fused (f = 0) and not (f = 1) */
+    qweight gg = up(&gate), gs1 = up(&s1), gs2 = up(&s2), gs3 = up(&s3);
+    if (G->upload_weights(G, w1, E) || G->upload_weights(G, w2, E) ||
+        G->upload_weights(G, w3, E))
+        diag("upload experts: %s", G->error(G));
+    float *got[2][6];
+    bool fused = false;
+    for (int f = 0; f < 2; f++) {
+        float *dh = dcopy(h0, (size_t)T * n * 4), *dfn = dcopy(fn, (size_t)mix * n * 4);
+        float *dbase = dcopy(base, mix * 4), *dscale = dcopy(scale, 12), *dw = dcopy(nw, H * 4);
+        float *dy = dcopy(y, (size_t)T * H * 4), *dpost = dcopy(post0, (size_t)T * hc * 4);
+        float *dcomb = dcopy(comb0, (size_t)T * hc * hc * 4), *dbias = dcopy(bias, E * 4);
+        float *dcol = G->alloc(G, (size_t)T * H * 4), *dxn = G->alloc(G, (size_t)T * H * 4);
+        float *dout = G->alloc(G, (size_t)T * H * 4);
+        poison(dcol, (size_t)T * H * 4), poison(dxn, (size_t)T * H * 4);
+        poison(dout, (size_t)T * H * 4);
+        moe_args ga = a;
+        ga.x = dxn, ga.gate = &gg, ga.bias = dbias, ga.sw1 = &gs1, ga.sw2 = &gs2, ga.sw3 = &gs3;
+        ga.out = dout;
+        if (f == 0)
+            fused = ga.routed = G->hc_pre_norm_route(G, dh, dy, T, hc, H, dfn, dbase, dscale, 20,
+                                                     1e-6f, 1e-6f, dpost, dcomb, dcol, dw, dxn,
+                                                     &ga);
+        else
+            G->hc_pre_norm(G, dh, dy, T, hc, H, dfn, dbase, dscale, 20, 1e-6f, 1e-6f, dpost,
+                           dcomb, dcol, dw, dxn);
+        G->moe(G, &ga);
+        float *dev[] = { dpost, dcomb, dcol, dxn, dh, dout };
+        size_t len[] = { (size_t)T * hc, (size_t)T * hc * hc, (size_t)T * H, (size_t)T * H,
+                         (size_t)T * n, (size_t)T * H };
+        for (int i = 0; i < 6; i++) got[f][i] = hcopy(dev[i], len[i] * 4);
+        void *d[] = { dh, dfn, dbase, dscale, dw, dy, dpost, dcomb, dbias, dcol, dxn, dout };
+        for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) G->release(G, d[i]);
+    }
+    char name[160];
+    snprintf(name, sizeof name, "hc_pre_norm_route T=%d H=%d E=%d K=%d%s%s", T, H, E, K,
+             sigmoid ? " sigmoid" : "", ties ? " ties" : "");
+    ok(fused && !G->error(G), "%s: takes the fused path", name);
+    const float *want[] = { post, comb, col, xn, h };
+    size_t len[] = { (size_t)T * hc, (size_t)T * hc * hc, (size_t)T * H, (size_t)T * H,
+                     (size_t)T * n };
+    const char *what[] = { "post", "comb (Sinkhorn)", "collapsed", "normed", "streams" };
+    for (int i = 0; i < 5; i++) {
+        char nm[224];
+        snprintf(nm, sizeof nm, "%s: %s", name, what[i]);
+        check(nm, got[0][i], want[i], len[i]);
+    }
+    char nm[224];
+    snprintf(nm, sizeof nm, "%s: moe output as with the moe op's own router", name);
+    check(nm, got[0][5], got[1][5], (size_t)T * H);
+    a.x = got[0][3], a.gate = &gate, a.bias = bias, a.sw1 = &s1, a.sw2 = &s2, a.sw3 = &s3;
+    a.routed = false;
+    C->moe(C, &a);
+    snprintf(nm, sizeof nm, "%s: moe output as the CPU's from the same normed rows", name);
+    check(nm, got[0][5], out, (size_t)T * H);
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < 6; i++) free(got[f][i]);
+    free(h), free(fn), free(base), free(scale), free(nw), free(y), free(post), free(comb);
+    free(bias), free(col), free(xn), free(out), free(h0), free(post0), free(comb0), free(w1);
+}
+
 /* ---- all-reduce over two devices ---- */
 
 typedef struct {
@@ -2390,6 +2491,12 @@ static void hc_tail_cases(backend *gf, backend *g_clu0, backend *g_tail0)
         test_hc_pre_norm(1, 4, 5760, false, wy);
         test_hc_pre_norm(2, 4, 12288, true, wy);
     }
+    /* with the router: V4's shapes at 1 and 2 tokens (the largest count:
+     * cu_hc_route_fits), E = 64 over 1,024 columns, sigmoid scores, ties */
+    test_hc_route(1, 4096, 256, 6, false, false);
+    test_hc_route(2, 4096, 256, 6, false, true);
+    test_hc_route(2, 2048, 256, 8, true, false);
+    test_hc_route(1, 1024, 64, 4, false, true);
 }
 
 /* The indexer against the CPU on gf (f32 mode) and, for a few shapes, on
@@ -2495,7 +2602,7 @@ static void bad_switches(void)
         { "LLM_CUDA_LT_MIN_T", "18" },      { "LLM_CUDA_JOIN", "2" },
         { "LLM_CUDA_MOE_SIDE", "2" },     { "LLM_CUDA_ATTD_BLOCKS", "-1" },
         { "LLM_CUDA_ATTM_BLOCKS", "0" },    { "LLM_CUDA_INDEXER_WGMMA", "2" },
-        { "LLM_CUDA_HC_PRE_CLUSTER", "2" },
+        { "LLM_CUDA_HC_PRE_CLUSTER", "2" }, { "LLM_CUDA_HC_ROUTE", "2" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
