@@ -878,9 +878,9 @@ __global__ void __launch_bounds__(512) hc_pre_norm_kernel(float *h, const float 
 // squares of the collapsed row meet the same way, and each writes its
 // columns' RMSNorm; rank 0 stores post, and one warp of rank 1 runs the
 // Sinkhorn between its arrival at the last barrier and its wait there.
-// Three cluster barriers instead of the one-launch kernel's counter,
-// fences and single last block (ops of the same results within rounding:
-// sums in another order).
+// Three cluster barriers (four with the router, ROUTE: below) instead of
+// the one-launch kernel's counter, fences and single last block (ops of
+// the same results within rounding: sums in another order).
 #define HCC 16
 #define HCC_QT 64
 #define HCC_QB ((12 * 1024 / 4 + HCC - 1) / HCC)
