@@ -371,6 +371,21 @@ static void cu_hc_pre_norm_op(backend *b, float *h, const float *y, int T, int h
     launched(c, "hc_pre_norm");
 }
 
+// The router's outputs for T tokens (scores [T][E]; choices, weights and
+// their order [T][K]) in the buffers the moe op reads them from, sized
+// alike by it and by hc_pre_norm_route (which fills them before it).
+struct route_bufs {
+    float *sc, *wt;
+    int *idx, *ord;
+};
+static route_bufs route_scratch(cu_impl *c, int T, int E, int K)
+{
+    size_t ns = (size_t)T * K;
+    return { (float *)grow(c, &c->sc, (size_t)T * E * sizeof(float)),
+             (float *)grow(c, &c->wt, ns * sizeof(float)),
+             (int *)grow(c, &c->idx, ns * sizeof(int)), (int *)grow(c, &c->ord, ns * sizeof(int)) };
+}
+
 // hc_pre_norm with the MoE router in its clusters (cu_hc_pre_norm_route):
 // scored routing (not hashed) of a bf16 gate, few tokens, where the
 // clusters run; the moe op then finds sc, idx, wt and ord filled.
@@ -390,12 +405,9 @@ static bool cu_hc_pre_norm_route_op(backend *b, float *h, const float *y, int T,
                       E, K, a->sigmoid_scores, a->routed_scale, NULL, NULL, NULL, NULL };
     if (!ok || !cu_hc_route_fits(T, H, r) || c->failed) return false;
     if (recording(c)) return true;
-    float *sc = (float *)grow(c, &c->sc, (size_t)T * E * sizeof(float));
-    int *idx = (int *)grow(c, &c->idx, (size_t)T * K * sizeof(int));
-    float *wt = (float *)grow(c, &c->wt, (size_t)T * K * sizeof(float));
-    int *ord = (int *)grow(c, &c->ord, (size_t)T * K * sizeof(int));
+    route_bufs rb = route_scratch(c, T, E, K);
     if (c->failed) return false;
-    r.sc = sc, r.idx = idx, r.order = ord, r.wt = wt;
+    r.sc = rb.sc, r.idx = rb.idx, r.order = rb.ord, r.wt = rb.wt;
     if (!cu_hc_pre_norm_route(c->st, h, y, T, H, fn, base, scale, iters, hc_eps, norm_eps,
                               norm_w, post, comb, collapsed, normed, r)) {
         fail(c, "hc_pre_norm_route: a gate of %d x %d, top %d, H %d it cannot take", E, H, K, H);
@@ -752,10 +764,9 @@ static void cu_moe_op(backend *b, const moe_args *a)
         !to_dqw(c, &a->w3[0], &w3) || !to_dqw(c, a->sw1, &s1) || !to_dqw(c, a->sw2, &s2) ||
         !to_dqw(c, a->sw3, &s3))
         return;
-    float *sc = (float *)grow(c, &c->sc, (size_t)T * E * sizeof(float));
-    int *idx = (int *)grow(c, &c->idx, ns * sizeof(int));
-    float *wt = (float *)grow(c, &c->wt, ns * sizeof(float));
-    int *ord = (int *)grow(c, &c->ord, ns * sizeof(int));
+    route_bufs rb = route_scratch(c, T, E, K);
+    float *sc = rb.sc, *wt = rb.wt;
+    int *idx = rb.idx, *ord = rb.ord;
     float *g = (float *)grow(c, &c->g, (size_t)ns * I * sizeof(float) + 4);
     float *u = (float *)grow(c, &c->u, (size_t)ns * I * sizeof(float) + 4);
     float *ys = (float *)grow(c, &c->ys, (size_t)ns * H * sizeof(float));
@@ -769,13 +780,9 @@ static void cu_moe_op(backend *b, const moe_args *a)
     // (which reads the gate once per 8 tokens) or matmul.cu's float32
     // tiles (1.48 ms a call at 8,192 tokens, 6.6% of a 131,072-token
     // prefill; LLM_CUDA_GATE_LT=0 keeps them: comparisons).
-    if (a->routed) {
-        // sc, idx, wt and ord hold hc_pre_norm_route's
-    } else if (T > c->gate_gemv_t && c->gate_lt) {
-        f32_matmul(c, gate, a->x, H, T, sc, E);
-    } else {
-        cu_matmul(c->st, gate, a->x, H, T, sc, E);
-    }
+    // (a->routed: sc, idx, wt and ord hold hc_pre_norm_route's already)
+    if (!a->routed && T > c->gate_gemv_t && c->gate_lt) f32_matmul(c, gate, a->x, H, T, sc, E);
+    else if (!a->routed) cu_matmul(c->st, gate, a->x, H, T, sc, E);
     // Up to LLM_CUDA_MOE_DECODE tokens (default 2, at most 8; 0: never),
     // MXFP4 experts and an FP8 shared expert (V4's): routing, up and down
     // after the gate's GEMV (moe_decode.cuh).  Measured on the H200 (run

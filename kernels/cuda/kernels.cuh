@@ -233,15 +233,15 @@ struct cu_hc_route {
     int *idx, *order;           // [T][K] route_kernel's outputs
     float *wt;
 };
+// The shapes cu_hc_pre_norm_route takes: 1 or 2 tokens, H a multiple of
+// 128 up to 4,096, E up to 256, K up to TOPK_MAX, 16-byte gate rows.
+bool cu_hc_route_fits(int T, int H, const cu_hc_route &r);
 // cu_hc_pre_norm's clusters (y, nw and the outputs as there), then each
 // token's gate scores (a part from every block's columns, added by rank 0
 // in rank order) and route_kernel's choices, weights and order from them
 // (the same order of candidates: the same choices for the same scores).
 // False, nothing launched: not cu_hc_route_fits, or rows not 16-byte
 // aligned.
-// The shapes cu_hc_pre_norm_route takes: 1 or 2 tokens, H a multiple of
-// 128 up to 4,096, E up to 256, K up to TOPK_MAX, 16-byte gate rows.
-bool cu_hc_route_fits(int T, int H, const cu_hc_route &r);
 bool cu_hc_pre_norm_route(cudaStream_t st, float *h, const float *y, int T, int H,
                           const float *fn, const float *base, const float *scale, int iters,
                           float hc_eps, float norm_eps, const float *nw, float *post,

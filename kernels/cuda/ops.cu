@@ -1177,31 +1177,44 @@ __global__ void __launch_bounds__(512) hc_pre_cluster_kernel(float *h, const flo
                 R.order + (long long)t * R.K);
 }
 
-bool cu_hc_pre_cluster_init(bool *route)
+// Whether clusters of HCC blocks of kernel k (smem bytes of dynamic shared
+// memory) can run here: the non-portable size allowed and at least one
+// such cluster resident.
+template <typename K> static bool hcc_runs(K k, size_t smem)
 {
-    auto k = hc_pre_cluster_kernel<4, false>, kr = hc_pre_cluster_kernel<4, true>;
     cudaLaunchAttribute at;
     at.id = cudaLaunchAttributeClusterDimension;
     at.val.clusterDim.x = 1, at.val.clusterDim.y = HCC, at.val.clusterDim.z = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(1, HCC);
     cfg.blockDim = 512;
+    cfg.dynamicSmemBytes = smem;
     cfg.attrs = &at;
     cfg.numAttrs = 1;
     int clusters = 0;
     bool ok = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
                   cudaSuccess &&
+              (!smem || cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem) == cudaSuccess) &&
               cudaOccupancyMaxActiveClusters(&clusters, k, &cfg) == cudaSuccess && clusters > 0;
-    // with the router: the largest shared memory it takes
-    cfg.dynamicSmemBytes = HCR_SMEM_MAX;
-    *route = ok &&
-             cudaFuncSetAttribute(kr, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
-                 cudaSuccess &&
-             cudaFuncSetAttribute(kr, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  HCR_SMEM_MAX) == cudaSuccess &&
-             cudaOccupancyMaxActiveClusters(&clusters, kr, &cfg) == cudaSuccess && clusters > 0;
     cudaGetLastError();
     return ok;
+}
+
+bool cu_hc_pre_cluster_init(bool *route)
+{
+    bool ok = hcc_runs(hc_pre_cluster_kernel<4, false>, 0);
+    // with the router: the largest shared memory it takes
+    *route = ok && hcc_runs(hc_pre_cluster_kernel<4, true>, HCR_SMEM_MAX);
+    return ok;
+}
+
+// The clusters' rows: 16-byte aligned (float4 accesses), out given.
+static bool hcc_rows(const float *h, const float *y, const float *fn, const float *nw,
+                     const float *collapsed, const float *out)
+{
+    return out && (uintptr_t)h % 16 == 0 && (uintptr_t)fn % 16 == 0 && (uintptr_t)y % 16 == 0 &&
+           (uintptr_t)collapsed % 16 == 0 && (uintptr_t)out % 16 == 0 && (uintptr_t)nw % 16 == 0;
 }
 
 bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
@@ -1211,9 +1224,7 @@ bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, in
                     bool cluster)
 {
     if (hc > HC_FUSED_MAX || T > HC_FUSED_MAX_T || H > 12 * 1024) return false;
-    if (cluster && hc == 4 && out && H % 4 == 0 && (uintptr_t)h % 16 == 0 &&
-        (uintptr_t)fn % 16 == 0 && (uintptr_t)y % 16 == 0 && (uintptr_t)collapsed % 16 == 0 &&
-        (uintptr_t)out % 16 == 0 && (uintptr_t)nw % 16 == 0) {
+    if (cluster && hc == 4 && H % 4 == 0 && hcc_rows(h, y, fn, nw, collapsed, out)) {
         if (T > 0)
             cu_launch_cluster(hc_pre_cluster_kernel<4, false>, dim3(T, HCC), 512, 0, st, HCC, h,
                               y, H, fn, base, scale, iters, hc_eps, norm_eps, nw, post, comb,
@@ -1251,10 +1262,7 @@ bool cu_hc_pre_norm_route(cudaStream_t st, float *h, const float *y, int T, int 
                           float *comb, float *collapsed, float *out, const cu_hc_route &r)
 {
     int nc = H / HCC;
-    if (!cu_hc_route_fits(T, H, r) || !out || (uintptr_t)h % 16 || (uintptr_t)fn % 16 ||
-        (uintptr_t)y % 16 || (uintptr_t)collapsed % 16 || (uintptr_t)out % 16 ||
-        (uintptr_t)nw % 16)
-        return false;
+    if (!cu_hc_route_fits(T, H, r) || !hcc_rows(h, y, fn, nw, collapsed, out)) return false;
     cu_launch_cluster(hc_pre_cluster_kernel<4, true>, dim3(T, HCC), 512, HCR_SMEM(r.E, nc), st,
                       HCC, h, y, H, fn, base, scale, iters, hc_eps, norm_eps, nw, post, comb,
                       collapsed, out, r);
