@@ -377,7 +377,8 @@ size_t cu_indexer_cand_bytes(const dindexer &a, size_t scores_cap)
 }
 
 void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
-                unsigned *cand, uint16_t *keys, bool tiled, bool wgmma, const dindexer *segs)
+                unsigned *cand, uint16_t *keys, bool tiled, bool wgmma, bool dec,
+                const dindexer *segs)
 {
     if (a.n <= 0) return;
     int maxvis = a.pos_end / a.ratio;
@@ -394,6 +395,8 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
         const dindexer *sg = segs ? segs + t0 : NULL;
         if (maxvis > a.topk && keys && !segs) {
             cu_indexer_mma(st, a, t0, nt, scores, ldsc, keys, CU_INDEXER_KTILE, wgmma);
+        } else if (maxvis > a.topk && dec) {
+            cu_indexer_dec(st, a, t0, nt, scores, ldsc, sg);
         } else if (maxvis > a.topk &&
                    !(tiled && idxt_scores(st, a, t0, nt, smul, scores, ldsc, sg))) {
             dim3 grid(blocks_for(maxvis, IDX_ENTRIES), nt);

@@ -544,6 +544,15 @@ static unsigned *indexer_cand(cu_impl *c, const dindexer &d, size_t scores_cap)
     return bytes ? (unsigned *)grow(c, &c->icand, bytes) : NULL;
 }
 
+// Steps of few tokens (decode) score on tensor cores straight from the
+// cache (cu_indexer_dec) where the GEMM mode puts the prefill's scores
+// there: the same bf16 queries a prefill chunk selects with.
+static bool decode_mma(cu_impl *c, const dindexer &d)
+{
+    return c->idx_dec && tensor_core_keys(c, (enum kv_dtype)d.keys.dtype) &&
+           cu_indexer_dec_fits(d);
+}
+
 static void indexer_one(cu_impl *c, const indexer_args *a)
 {
     dindexer d;
@@ -561,7 +570,7 @@ static void indexer_one(cu_impl *c, const indexer_args *a)
         keys = (uint16_t *)grow(c, &c->ikeys, ((size_t)CU_INDEXER_KTILE + (size_t)a->n * a->nheads) *
                                                   a->d * sizeof(uint16_t));
     if (c->failed) return;
-    cu_indexer(c->st, d, sc, cap, cand, keys, c->idx_tiled, c->idx_wgmma);
+    cu_indexer(c->st, d, sc, cap, cand, keys, c->idx_tiled, c->idx_wgmma, decode_mma(c, d));
 }
 
 // The launch shape of a batch: its first sequence's, with the largest
@@ -595,7 +604,8 @@ static void cu_indexer_op(backend *b, const indexer_args *a, int nseg)
             float *sc = indexer_scores(c, n1, shape.pos_end / shape.ratio, true, &cap);
             unsigned *cand = indexer_cand(c, shape, cap);
             if (!c->failed)
-                cu_indexer(c->st, shape, sc, cap, cand, NULL, c->idx_tiled, c->idx_wgmma, dev);
+                cu_indexer(c->st, shape, sc, cap, cand, NULL, c->idx_tiled, c->idx_wgmma,
+                           decode_mma(c, shape), dev);
         });
     launched(c, "indexer");
 }
@@ -1166,6 +1176,10 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_INDEXER_WGMMA=0: the prefill indexer's tensor-core scores on
     // mma.sync (indexer_mma_kernel; comparisons) rather than wgmma.
     c->idx_wgmma = env_switch(c, "LLM_CUDA_INDEXER_WGMMA");
+    // LLM_CUDA_INDEXER_DECODE_MMA=0: decode steps' indexer scores in
+    // float32 (the CPU's bits) in every GEMM mode, not on tensor cores
+    // where the mode puts the prefill's there.
+    c->idx_dec = env_switch(c, "LLM_CUDA_INDEXER_DECODE_MMA");
     // LLM_CUDA_HC_PRE_TAIL=0: hc_pre_norm's last block as before (its
     // loads one column at a time; the same operations and results).
     c->hc_tail = env_switch(c, "LLM_CUDA_HC_PRE_TAIL");

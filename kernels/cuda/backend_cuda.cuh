@@ -154,6 +154,7 @@ struct cu_impl {
     bool topk_blocks;           // the indexer's top-k over several blocks a token (LLM_CUDA_TOPK_BLOCKS)
     bool idx_tiled;             // the indexer's tiled score kernel (LLM_CUDA_INDEXER_TILED)
     bool idx_wgmma;             // its tensor-core scores on wgmma (LLM_CUDA_INDEXER_WGMMA)
+    bool idx_dec;               // decode's on tensor cores (LLM_CUDA_INDEXER_DECODE_MMA)
     bool hc_tail;               // hc_pre_norm's batched last block (LLM_CUDA_HC_PRE_TAIL)
     bool hc_cluster;            // hc_pre_norm in clusters (LLM_CUDA_HC_PRE_CLUSTER)
     bool hc_route;              // with the MoE router in them (LLM_CUDA_HC_ROUTE)

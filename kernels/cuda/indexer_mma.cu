@@ -3,13 +3,15 @@
 // ReLU(q[i][h] . k[s]) with q and k rounded to bf16 and float32 sums
 // (the reference model keeps both in bf16 and scores them in float32).
 // The visible keys are first gathered from the paged cache into a
-// contiguous bf16 tile (indexer_gather_kernel: the one place that reads
+// contiguous bf16 tile (indexer_gather_kernel: the prefill's one place that reads
 // the cache's storage format) and the queries rounded to bf16 once
 // (indexer_qround_kernel), then one fused kernel does the products
 // (mma.sync m16n8k16), ReLU, weights, the sum over heads and the causal
 // mask, writing the [token][entry] rows the radix top-k reads.  On
 // sm_90a the products run on wgmma (indexer_wgmma_kernel), else on
 // mma.sync (indexer_mma_kernel; LLM_CUDA_INDEXER_WGMMA=0 compares).
+// Decode steps take indexer_wgmma_dec_kernel: no tile, each block reads
+// its keys straight from the cache and rounds its row's queries itself.
 #include <stdio.h>
 
 #include "indexer_mma.h"
@@ -304,6 +306,159 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t 
 
 bool cu_indexer_mma_fits(int nheads, int d) { return d == MMA_D && nheads % 8 == 0 && nheads <= 64; }
 
+// Decode steps (a few tokens, or a batch of one-token sequences: segs):
+// the same scores with no gathered tile.  Each lane reads its keys'
+// channels straight from the paged cache, 32 consecutive channels a row
+// (FP8 codes and their group's scale: two 16-byte loads; bf16: four),
+// exactly in bf16.  The sum over the head dim may take its terms in any
+// order, so lane t's channels 32t .. 32t+31 play the k indices its A
+// fragment holds (k step s, pair h: channels 32t + 4s + 2h, +1; dec_chan)
+// and the queries are staged in that order, rounded to bf16 as
+// indexer_qround_kernel rounds them.  A block (one warpgroup) stages its
+// row's queries once, then takes chunks of DEC_KEYS entries blockIdx.x,
+// + gridDim.x, ... up to the row's visible count (read from dyn under
+// graph replay: the grid is sized for the launch's bound).  The sums
+// over heads: indexer_wgmma_kernel's epilogue.
+#define DEC_KEYS 128
+#define DEC_SMEM (1024 + WG_QB + 64 * 4)
+
+// The channel that plays k index k (0..127) of the A fragment's order.
+__host__ __device__ constexpr int dec_chan(int k)
+{
+    return 32 * ((k & 7) >> 1) + 4 * (k >> 4) + 2 * ((k >> 3) & 1) + (k & 1);
+}
+
+__global__ void __launch_bounds__(128, 3)
+indexer_wgmma_dec_kernel(dindexer a, int t0, float smul, float *scores, long long ldsc,
+                         const dindexer *segs)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    pdl_wait();
+    extern __shared__ __align__(16) uint8_t dsh_raw[];
+    uint8_t *qs = (uint8_t *)(((uintptr_t)dsh_raw + 1023) & ~(uintptr_t)1023);
+    float *ws = (float *)(qs + WG_QB);
+    int i = t0 + blockIdx.y;
+    if (segs) a = segs[blockIdx.y], i = 0;      // sequence t0 + blockIdx.y of a batch
+    int nvis = ((a.dyn ? a.dyn->pos0 : a.pos0) + i + 1) / a.ratio;
+    if (nvis <= a.topk || (int)blockIdx.x * DEC_KEYS >= nvis) return;
+    const int nh = a.nheads, tid = threadIdx.x, lane = tid & 31, wq = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+
+    // Queries: float4 x of head n holds channels 4v .. 4v+3 (v = x % 32),
+    // k indices 16 (v & 7) + 2 (v >> 3) + {0, 1} and the same + 8; stored
+    // as wgmma reads B (indexer_wgmma_kernel's stage: 128-byte swizzle,
+    // two atoms of 64 k).
+    const float4 *q4 = (const float4 *)(a.q + (long long)i * nh * MMA_D);
+    for (int x = tid; x < 64 * (MMA_D / 4); x += 128) {
+        int n = x >> 5, v = x & 31, k = 16 * (v & 7) + 2 * (v >> 3);
+        float4 f = n < nh ? q4[x] : make_float4(0, 0, 0, 0);
+        uint32_t w2[2] = { pack_bf16x2(f.x, f.y), pack_bf16x2(f.z, f.w) };
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int kk = k + 8 * h, c16 = kk >> 3;
+            *(uint32_t *)(qs + (c16 >> 3) * (64 * 128) + n * 128 + (((c16 & 7) ^ (n & 7)) << 4) +
+                          2 * (kk & 7)) = w2[h];
+        }
+    }
+    if (tid < 64) ws[tid] = tid < nh ? a.w[(long long)i * nh + tid] * smul : 0.0f;
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    const uint64_t db = swm_desc((uint32_t)__cvta_generic_to_shared(qs));
+    const bool fp8 = a.keys.dtype == KV_FP8;
+
+    for (int c = blockIdx.x; c * DEC_KEYS < nvis; c += gridDim.x) {
+        const int s0 = c * DEC_KEYS;
+        // A: key s0 + 64 mt + 16 wq + g + 8 r, k step s: words 0-1 (row r)
+        // channels 32t + 4s, +1; words 2-3 channels 32t + 4s + 2, +3.
+        uint32_t A[2][8][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                int key = s0 + 64 * mt + 16 * wq + g + 8 * r;
+                uint32_t w[16];
+                float sc = 1;
+#pragma unroll
+                for (int u = 0; u < 16; u++) w[u] = 0;
+                if (key < nvis) {
+                    kref kr = dpaged_ref(a.keys, key);
+                    const uint4 *p = (const uint4 *)(kr.p + (fp8 ? 32 : 64) * t);
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        if (fp8 && u >= 2) break;
+                        uint4 v = p[u];
+                        w[4 * u] = v.x, w[4 * u + 1] = v.y, w[4 * u + 2] = v.z, w[4 * u + 3] = v.w;
+                    }
+                    if (fp8) sc = pow2i((int)kr.s[t >> 1] - 127);
+                }
+#pragma unroll
+                for (int s = 0; s < 8; s++) {
+                    if (fp8) {
+                        float4 f = fp8x4f(w[s], sc);
+                        A[mt][s][r] = pack_bf16x2(f.x, f.y);
+                        A[mt][s][2 + r] = pack_bf16x2(f.z, f.w);
+                    } else {
+                        A[mt][s][r] = w[2 * s];
+                        A[mt][s][2 + r] = w[2 * s + 1];
+                    }
+                }
+            }
+        float acc[2][32];
+        swm_pin(acc[0]);
+        swm_pin(acc[1]);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int s = 0; s < 8; s++)
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+                swm_wgmma<64>(acc[mt], A[mt][s], db + ((s >> 2) * (64 * 128) + (s & 3) * 32) / 16,
+                              s > 0);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        swm_pin(acc[0]);
+        swm_pin(acc[1]);
+        float part[2][2] = { { 0, 0 }, { 0, 0 } };
+#pragma unroll
+        for (int jn = 0; jn < 8; jn++) {
+            if (8 * jn >= nh) break;
+            float w0 = ws[8 * jn + 2 * t], w1 = ws[8 * jn + 2 * t + 1];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) idx_heads(part[mt], acc[mt] + 4 * jn, w0, w1);
+        }
+        float v = idx_quad(part, t);
+        int key = s0 + 64 * (t >> 1) + 16 * wq + g + 8 * (t & 1);
+        if (key < nvis) scores[(long long)blockIdx.y * ldsc + key] = v;
+    }
+#elif defined(__CUDA_ARCH__)
+    __trap();   // built for sm_90a only (wgmma)
+#endif
+}
+
+static_assert(dec_chan(0) == 0 && dec_chan(1) == 1 && dec_chan(2) == 32 && dec_chan(8) == 2 &&
+                  dec_chan(16) == 4 && dec_chan(127) == 127,
+              "dec_chan: lane t's channels 32t .. 32t+31");
+
+bool cu_indexer_dec_fits(const dindexer &a)
+{
+    return cu_wgmma_ok() && cu_indexer_mma_fits(a.nheads, a.d) && a.keys.row_len == MMA_D &&
+           a.keys.off % 16 == 0 && (a.keys.dtype == KV_FP8 || a.keys.dtype == KV_BF16);
+}
+
+void cu_indexer_dec(cudaStream_t st, const dindexer &a, int t0, int nt, float *scores,
+                    long long ldsc, const dindexer *segs)
+{
+    int dev = 0, sms = 132, per_sm = 1;
+    if (cudaGetDevice(&dev) == cudaSuccess)
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, indexer_wgmma_dec_kernel, 128, DEC_SMEM);
+    int per_grid = sms * (per_sm > 0 ? per_sm : 1);
+    int chunks = (int)blocks_for(a.pos_end / a.ratio, DEC_KEYS), per_row = per_grid / nt;
+    dim3 grid(chunks < per_row ? chunks : per_row > 1 ? per_row : 1, nt);
+    cu_launch(indexer_wgmma_dec_kernel, grid, 128, DEC_SMEM, st, a, t0, (float)pow(a.d, -0.5),
+              scores, ldsc, segs);
+}
+
+
 void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *scores,
                     long long ldsc, uint16_t *kt, int ktile, bool wgmma)
 {
@@ -333,8 +488,10 @@ void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *s
 // ---- C entry for tests ----
 
 extern "C" int cuda_indexer_mma_scores(const indexer_args *a, float *scores, int ld, int chunk,
-                                       int ktile, int wgmma, char *err, size_t errlen)
+                                       int ktile, enum cuda_indexer_kernel kernel, char *err,
+                                       size_t errlen)
 {
+    if (errlen) *err = 0;
     if (!cu_indexer_mma_fits(a->nheads, a->d)) {
         snprintf(err, errlen, "indexer_mma: %d heads of %d (needs d %d, heads a multiple of 8, "
                  "at most 64)", a->nheads, a->d, MMA_D);
@@ -353,15 +510,24 @@ extern "C" int cuda_indexer_mma_scores(const indexer_args *a, float *scores, int
                    { blocks, (long long)a->keys.off, a->keys.per_block, a->keys.row_len,
                      (int)a->keys.dtype },
                    a->sel, a->nsel, a->pos0 + a->n, NULL };
-    for (int t0 = 0; t0 < a->n && e == cudaSuccess; t0 += chunk)
-        cu_indexer_mma(0, d, t0, a->n - t0 < chunk ? a->n - t0 : chunk,
-                       scores + (size_t)t0 * ld, ld, kt, ktile, wgmma != 0);
+    if (kernel == CUDA_INDEXER_DECODE && !cu_indexer_dec_fits(d)) {
+        snprintf(err, errlen, "indexer_mma: the decode kernel takes FP8 or bf16 keys on sm_90a");
+        e = cudaErrorInvalidValue;
+    }
+    for (int t0 = 0; t0 < a->n && e == cudaSuccess; t0 += chunk) {
+        int nt = a->n - t0 < chunk ? a->n - t0 : chunk;
+        if (kernel == CUDA_INDEXER_DECODE)
+            cu_indexer_dec(0, d, t0, nt, scores + (size_t)t0 * ld, ld, NULL);
+        else
+            cu_indexer_mma(0, d, t0, nt, scores + (size_t)t0 * ld, ld, kt, ktile,
+                           kernel == CUDA_INDEXER_WGMMA);
+    }
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     if (e == cudaSuccess) e = cudaGetLastError();
     cudaFree(blocks);
     cudaFree(kt);
     if (e != cudaSuccess) {
-        snprintf(err, errlen, "indexer_mma: %s", cudaGetErrorString(e));
+        if (!*err) snprintf(err, errlen, "indexer_mma: %s", cudaGetErrorString(e));
         return -1;
     }
     return 0;

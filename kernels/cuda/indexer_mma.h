@@ -11,16 +11,21 @@ extern "C" {
 
 #include "backend.h"
 
+/* The kernels: prefill's on mma.sync or wgmma (keys gathered into tiles),
+ * decode's (wgmma, keys read from the cache). */
+enum cuda_indexer_kernel { CUDA_INDEXER_MMA_SYNC, CUDA_INDEXER_WGMMA, CUDA_INDEXER_DECODE };
+
 /* scores[i][s] (device memory, row stride ld) for s < (pos0+i+1)/ratio of
  * each token i of a that sees more than a->topk entries (other elements
- * are left as they are), computed in token chunks of `chunk` over key
- * tiles of `ktile` entries, on the current device's default stream, on
- * wgmma where the device has it and `wgmma` is not 0, else mma.sync.
- * a's q and w are device memory, a->keys.blocks a host array of device
- * block addresses; sel and nsel are not used.  Returns 0, or -1 with a
- * message in err. */
+ * are left as they are), computed in token chunks of `chunk` (over key
+ * tiles of `ktile` entries for the prefill's kernels), on the current
+ * device's default stream by `kernel` (the prefill's wgmma falls back to
+ * mma.sync where the device has no wgmma; the decode kernel needs it and
+ * FP8 or bf16 keys).  a's q and w are device memory, a->keys.blocks a
+ * host array of device block addresses; sel and nsel are not used.
+ * Returns 0, or -1 with a message in err. */
 int cuda_indexer_mma_scores(const indexer_args *a, float *scores, int ld, int chunk, int ktile,
-                            int wgmma, char *err, size_t errlen);
+                            enum cuda_indexer_kernel kernel, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -357,9 +357,11 @@ struct dindexer {
 // tiled: float32 scores on indexer_scores_cpu_kernel (the CPU's scores,
 // bit for bit) where it takes the shape (false: indexer_scores_kernel,
 // LLM_CUDA_INDEXER_TILED=0).  wgmma: the tensor-core scores on wgmma where
-// the device has it (false: mma.sync, LLM_CUDA_INDEXER_WGMMA=0).
+// the device has it (false: mma.sync, LLM_CUDA_INDEXER_WGMMA=0).  dec:
+// without keys, the scores on tensor cores by cu_indexer_dec (its fits
+// checked) rather than in float32.
 void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
-                unsigned *cand, uint16_t *keys, bool tiled, bool wgmma,
+                unsigned *cand, uint16_t *keys, bool tiled, bool wgmma, bool dec,
                 const dindexer *segs = NULL);
 size_t cu_indexer_cand_bytes(const dindexer &a, size_t scores_cap);
 
@@ -389,6 +391,13 @@ bool cu_indexer_mma_fits(int nheads, int d);
 // them (nt * nheads * d more).
 void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *scores,
                     long long ldsc, uint16_t *kt, int ktile, bool wgmma);
+// The same scores for steps of few tokens (or segs, a batch of one-token
+// sequences) with no gathered tile: keys read from the cache (FP8 or
+// bf16 rows of 128, 16-byte aligned) on wgmma, the queries rounded to
+// bf16 per block; dyn honoured.
+bool cu_indexer_dec_fits(const dindexer &a);
+void cu_indexer_dec(cudaStream_t st, const dindexer &a, int t0, int nt, float *scores,
+                    long long ldsc, const dindexer *segs);
 
 struct dattn {
     int n, pos0, nheads, hd, window;

@@ -1328,6 +1328,49 @@ static int cmp_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
+/* ref and tol ([n][S]) of n tokens from pos0 over host keys, in threads. */
+static void mma_ref(const float *q, const float *w, const paged_rows *keys, int n, int pos0,
+                    int ratio, int nheads, int d, int S, double *ref, double *tol)
+{
+    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    int nthr = nproc < 1 ? 1 : nproc > 32 ? 32 : (int)nproc;
+    pthread_t th[32];
+    mma_ref_job J[32];
+    for (int p = 0; p < nthr; p++) {
+        J[p] = (mma_ref_job){ q, w, keys, n, pos0, ratio, nheads, d, S, nthr, p, ref, tol };
+        pthread_create(&th[p], NULL, mma_ref_part, &J[p]);
+    }
+    for (int p = 0; p < nthr; p++) pthread_join(th[p], NULL);
+}
+
+/* Whether a token's choice (sel, nsel of them; nvis visible entries, the
+ * reference scores r with bounds tl) is one the bound allows: (b) above.
+ * tmp: nvis doubles of scratch; *flips counts chosen entries below the
+ * reference k-th best (near-ties). */
+static bool choice_within(const double *r, const double *tl, int nvis, int topk,
+                          const int32_t *sel, int nsel, double *tmp, long long *flips)
+{
+    int want = nvis < topk ? nvis : topk;
+    bool good = nsel == want;
+    for (int k = 0; good && k < want; k++)
+        good = sel[k] >= 0 && sel[k] < nvis && (k == 0 || sel[k] > sel[k - 1]);
+    if (good && nvis > topk) {
+        double maxtol = 0;
+        for (int s = 0; s < nvis; s++) {
+            tmp[s] = -r[s];
+            if (tl[s] > maxtol) maxtol = tl[s];
+        }
+        /* the reference k-th best: partial selection by sorting a copy */
+        qsort(tmp, nvis, sizeof *tmp, cmp_double);
+        double kth = -tmp[topk - 1];
+        for (int k = 0; good && k < want; k++) {
+            good = r[sel[k]] >= kth - tl[sel[k]] - maxtol;
+            *flips += r[sel[k]] < kth;
+        }
+    }
+    return good;
+}
+
 static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, int ktile,
                              enum kv_dtype t)
 {
@@ -1336,26 +1379,22 @@ static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, i
     paged_rows hk = pages_rows(&pg, false);
     float *q = hrand((size_t)n * nheads * d, 1.0f), *w = hrand((size_t)n * nheads, 1.0f);
     double *ref = calloc((size_t)n * S, sizeof *ref), *tol = calloc((size_t)n * S, sizeof *tol);
-    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
-    int nthr = nproc < 1 ? 1 : nproc > 32 ? 32 : (int)nproc;
-    pthread_t th[32];
-    mma_ref_job J[32];
-    for (int p = 0; p < nthr; p++) {
-        J[p] = (mma_ref_job){ q, w, &hk, n, pos0, ratio, nheads, d, S, nthr, p, ref, tol };
-        pthread_create(&th[p], NULL, mma_ref_part, &J[p]);
-    }
-    for (int p = 0; p < nthr; p++) pthread_join(th[p], NULL);
+    mma_ref(q, w, &hk, n, pos0, ratio, nheads, d, S, ref, tol);
 
     /* (a) the scores, every token (topk 0): on wgmma (the default on an
-     * H200), then on mma.sync (LLM_CUDA_INDEXER_WGMMA=0's kernel) */
+     * H200), on mma.sync (LLM_CUDA_INDEXER_WGMMA=0's kernel), and on the
+     * decode steps' kernel (keys read from the cache: FP8 and bf16) */
     float *dq = dcopy(q, (size_t)n * nheads * d * 4), *dw = dcopy(w, (size_t)n * nheads * 4);
     float *dsc = G->alloc(G, (size_t)n * S * 4);
     indexer_args a = { .n = n, .pos0 = pos0, .ratio = ratio, .nheads = nheads, .d = d,
                        .topk = 0, .q = dq, .w = dw, .keys = pages_rows(&pg, true) };
-    for (int wg = 1; wg >= 0; wg--) {
+    static const char *const kname[] = { "mma.sync", "wgmma", "decode wgmma" };
+    enum cuda_indexer_kernel ks[] = { CUDA_INDEXER_WGMMA, CUDA_INDEXER_MMA_SYNC,
+                                      CUDA_INDEXER_DECODE };
+    for (int kx = 0; kx < (t == KV_F32 ? 2 : 3); kx++) {
         poison(dsc, (size_t)n * S * 4);
         char err[256] = "";
-        int rc = cuda_indexer_mma_scores(&a, dsc, S, chunk, ktile, wg, err, sizeof err);
+        int rc = cuda_indexer_mma_scores(&a, dsc, S, chunk, ktile, ks[kx], err, sizeof err);
         float *sc = hcopy(dsc, (size_t)n * S * 4);
         long long over = 0, future = 0;
         double worst = 0, d2 = 0, z2 = 0;
@@ -1375,12 +1414,13 @@ static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, i
         }
         ok(!rc && !over && !future, "indexer_mma scores (%s) heads=%d pos0=%d n=%d (%d %s "
            "entries) chunk=%d ktile=%d: %lld over the bound, %lld future written, worst error "
-           "%.3g of the bound, rel L2 %.3g%s%s", wg ? "wgmma" : "mma.sync", nheads, pos0, n, S,
+           "%.3g of the bound, rel L2 %.3g%s%s", kname[ks[kx]], nheads, pos0, n, S,
            dname(t), chunk, ktile, over, future, worst, sqrt(d2 / z2), rc ? ": " : "", err);
         free(sc);
     }
 
-    /* (b) the op's choice (G under bf16: many tokens take the tensor-core path) */
+    /* (b) the op's choice (G under bf16: tensor-core scores, from 64 tokens
+     * the prefill's kernels, below that the decode kernel) */
     int32_t *dsel = G->alloc(G, (size_t)n * topk * 4);
     int *dnsel = G->alloc(G, n * sizeof *dnsel);
     poison(dsel, (size_t)n * topk * 4);
@@ -1393,26 +1433,9 @@ static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, i
     long long flips = 0;
     double *tmp = malloc((size_t)S * sizeof *tmp);
     for (int i = 0; i < n; i++) {
-        int nvis = (pos0 + i + 1) / ratio, want = nvis < topk ? nvis : topk;
-        const int32_t *sel = gs + (size_t)i * topk;
-        const double *r = ref + (size_t)i * S, *tl = tol + (size_t)i * S;
-        bool good = gn[i] == want;
-        for (int k = 0; good && k < want; k++)
-            good = sel[k] >= 0 && sel[k] < nvis && (k == 0 || sel[k] > sel[k - 1]);
-        if (good && nvis > topk) {
-            double maxtol = 0;
-            for (int s = 0; s < nvis; s++) {
-                tmp[s] = -r[s];
-                if (tl[s] > maxtol) maxtol = tl[s];
-            }
-            /* the reference k-th best: partial selection by sorting a copy */
-            qsort(tmp, nvis, sizeof *tmp, cmp_double);
-            double kth = -tmp[topk - 1];
-            for (int k = 0; good && k < want; k++) {
-                good = r[sel[k]] >= kth - tl[sel[k]] - maxtol;
-                flips += r[sel[k]] < kth;
-            }
-        }
+        int nvis = (pos0 + i + 1) / ratio;
+        bool good = choice_within(ref + (size_t)i * S, tol + (size_t)i * S, nvis, topk,
+                                  gs + (size_t)i * topk, gn[i], tmp, &flips);
         if (!good && first_bad < 0) first_bad = i;
         bad += !good;
     }
@@ -1624,13 +1647,15 @@ static void test_compress_batch(int nseg, int ratio, bool overlap, int d, int ma
     free(sq), free(ca), free(ga), free(inv), free(ape), free(norm);
 }
 
-/* Every sequence chooses the CPU's entries (float32 scores: exactly).
- * distinct > 0: keys repeat (pages_repeat).  graph: the op as a decode
- * step runs it, under a graph key four times (run, captured, replayed:
- * the positions read on the device, sizes for the capped position
- * bound), outputs poisoned before the last, which must be a replay. */
+/* Every sequence chooses the CPU's entries (float32 scores: exactly), or
+ * with `bound` (G scores on tensor cores) entries test_indexer_mma's
+ * bound allows.  distinct > 0: keys repeat (pages_repeat).  graph: the
+ * op as a decode step runs it, under a graph key four times (run,
+ * captured, replayed: the positions read on the device, sizes for the
+ * capped position bound), outputs poisoned before the last, which must
+ * be a replay. */
 static void test_indexer_batch(int nseg, int nheads, int d, int topk, int maxpos, enum kv_dtype t,
-                               int distinct, bool graph)
+                               int distinct, bool graph, bool bound)
 {
     int ratio = 4;
     dseq *sq = calloc(nseg, sizeof *sq);
@@ -1674,22 +1699,33 @@ static void test_indexer_batch(int nseg, int nheads, int d, int topk, int maxpos
         G->indexer(G, ga, nseg);
     }
     int bad = 0, first_bad = -1;
+    long long flips = 0;
     for (int s = 0; s < nseg; s++) {
         dseq *q = &sq[s];
         int32_t *gs = hcopy(q->dsel, topk * 4);
         int gn;
         G->read(G, &gn, q->dnsel, sizeof gn);
         bool same = gn == q->nsel[0];
-        for (int k = 0; same && k < gn; k++) same = gs[k] == q->sel[k];
+        if (bound) {
+            int nvis = (q->pos0 + 1) / ratio, S = nvis > 0 ? nvis : 1;
+            double *ref = calloc(S, sizeof *ref), *tol = calloc(S, sizeof *tol),
+                   *tmp = malloc(S * sizeof *tmp);
+            paged_rows hk = pages_rows(&q->pg, false);
+            mma_ref(q->q, q->w, &hk, 1, q->pos0, ratio, nheads, d, S, ref, tol);
+            same = choice_within(ref, tol, nvis, topk, gs, gn, tmp, &flips);
+            free(ref), free(tol), free(tmp);
+        }
+        for (int k = 0; same && !bound && k < gn; k++) same = gs[k] == q->sel[k];
         if (!same && first_bad < 0) first_bad = s;
         bad += !same;
         free(gs);
     }
     ok(!bad && !G->error(G) && (!graph || rep1 > rep0), "indexer, a batch of %d sequences "
-       "(positions up to %d) heads=%d d=%d topk=%d keys %s%s%s: %d choose other entries (first %d)"
-       "%s", nseg, maxpos, nheads, d, topk, dname(t), distinct ? " (few distinct: ties)" : "",
-       graph ? ", replayed as a graph" : "", bad, first_bad,
-       graph && rep1 <= rep0 ? "; the graph was not replayed" : "");
+       "(positions up to %d) heads=%d d=%d topk=%d keys %s%s%s%s: %d choose other entries (first "
+       "%d)%s", nseg, maxpos, nheads, d, topk, dname(t), distinct ? " (few distinct: ties)" : "",
+       graph ? ", replayed as a graph" : "", bound ? ", tensor cores (within the bound)" : "",
+       bad, first_bad, graph && rep1 <= rep0 ? "; the graph was not replayed" : "");
+    if (bound) diag("  %lld chosen entries below the reference k-th best (near-ties)", flips);
     for (int s = 0; s < nseg; s++) dseq_free(&sq[s]);
     free(sq), free(ca), free(ga);
 }
@@ -2603,6 +2639,7 @@ static void bad_switches(void)
         { "LLM_CUDA_MOE_SIDE", "2" },     { "LLM_CUDA_ATTD_BLOCKS", "-1" },
         { "LLM_CUDA_ATTM_BLOCKS", "0" },    { "LLM_CUDA_INDEXER_WGMMA", "2" },
         { "LLM_CUDA_HC_PRE_CLUSTER", "2" }, { "LLM_CUDA_HC_ROUTE", "2" },
+        { "LLM_CUDA_INDEXER_DECODE_MMA", "2" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
@@ -2763,6 +2800,16 @@ static void indexer_mma_cases(backend *g)
     test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_BF16);     /* keys as the cache stores them */
     test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_FP8);
     test_indexer_mma(64, 512, 9000, 77, 33, 32768, KV_FP8);
+    /* decode steps (the op's choice on the decode kernel): 1-5 tokens,
+     * 32 heads (zeros past them), counts not a multiple of a chunk, 1M */
+    test_indexer_mma(64, 512, 9000, 5, 5, 32768, KV_BF16);
+    test_indexer_mma(32, 512, 4 * 70000 + 3, 2, 2, 32768, KV_FP8);
+    test_indexer_mma(64, 512, 1048575, 1, 1, 32768, KV_FP8);
+    /* batches of one-token sequences, one replayed as a graph */
+    test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8, 0, false, true);
+    test_indexer_batch(7, 64, 128, 512, 9000, KV_BF16, 0, false, true);
+    test_indexer_batch(8, 64, 128, 512, 131071, KV_FP8, 0, true, true);
+    test_indexer_batch(1, 64, 128, 512, 131071, KV_FP8, 0, true, true);
 }
 
 int main(int argc, char **argv)
@@ -2850,10 +2897,10 @@ int main(int argc, char **argv)
         }
         hc_tail_cases(g[GEMM_F32], g_clu0, g_tail0);
         indexer_cases(g[GEMM_F32], g_idx0);
-        test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8, 0, false);
-        test_indexer_batch(7, 8, 32, 512, 160000, KV_FP8, 48, false);
-        test_indexer_batch(64, 64, 128, 512, 9000, KV_BF16, 0, false);
-        test_indexer_batch(8, 64, 128, 512, 131071, KV_FP8, 0, true);
+        test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8, 0, false, false);
+        test_indexer_batch(7, 8, 32, 512, 160000, KV_FP8, 48, false, false);
+        test_indexer_batch(64, 64, 128, 512, 9000, KV_BF16, 0, false, false);
+        test_indexer_batch(8, 64, 128, 512, 131071, KV_FP8, 0, true, false);
         indexer_mma_cases(g[GEMM_BF16]);
     }
     if (only && !strcmp(only, "matmul"))
@@ -2964,8 +3011,8 @@ int main(int argc, char **argv)
             test_compress_batch(nb[i], 4, true, 512, 9000, t);
             test_compress_batch(nb[i], 128, false, 512, 9000, t);
             test_compress_batch(nb[i], 4, true, 128, 300, t);
-            test_indexer_batch(nb[i], 64, 128, 512, 9000, t, 0, false);
-            test_indexer_batch(nb[i], 8, 32, 8, 100, t, 0, false);
+            test_indexer_batch(nb[i], 64, 128, 512, 9000, t, 0, false, false);
+            test_indexer_batch(nb[i], 8, 32, 8, 100, t, 0, false, false);
             test_attention_batch(nb[i], 32, 512, 128, 4, 512, 9000, t);
             test_attention_batch(nb[i], 32, 512, 128, 128, 0, 9000, t);
             test_attention_batch(nb[i], 32, 512, 128, 0, 0, 9000, t);
@@ -2973,23 +3020,23 @@ int main(int argc, char **argv)
             test_ring_store_batch(nb[i], 128, 512, t);
         }
     }
-    test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8, 0, false);  /* 1M context: 262,144 entries */
+    test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8, 0, false, false);  /* 1M context: 262,144 entries */
     for (int t = KV_F32; t <= KV_FP8; t++) {
         /* sequences below and above the top-k's threshold (16,384
          * entries) in one batch (positions spread below 160,000: 40,000
          * entries), without and with ties; 64 sequences (the most that
          * spread over blocks), 65 (one block each) */
-        test_indexer_batch(7, 8, 32, 512, 160000, t, 0, false);
-        test_indexer_batch(7, 8, 32, 512, 160000, t, 48, false);
-        test_indexer_batch(7, 8, 32, 512, 160000, t, 3, false);
-        test_indexer_batch(64, 8, 32, 512, 100000, t, 0, false);
-        test_indexer_batch(65, 8, 32, 512, 100000, t, 48, false);
+        test_indexer_batch(7, 8, 32, 512, 160000, t, 0, false, false);
+        test_indexer_batch(7, 8, 32, 512, 160000, t, 48, false, false);
+        test_indexer_batch(7, 8, 32, 512, 160000, t, 3, false, false);
+        test_indexer_batch(64, 8, 32, 512, 100000, t, 0, false, false);
+        test_indexer_batch(65, 8, 32, 512, 100000, t, 48, false, false);
     }
     /* as a decode step runs it: one sequence (the op's one-token path)
      * and a batch, replayed from a graph; 1M context with ties */
-    test_indexer_batch(1, 64, 128, 512, 131071, KV_FP8, 0, true);
-    test_indexer_batch(8, 64, 128, 512, 131071, KV_FP8, 0, true);
-    test_indexer_batch(3, 8, 32, 512, 1048575, KV_FP8, 48, true);
+    test_indexer_batch(1, 64, 128, 512, 131071, KV_FP8, 0, true, false);
+    test_indexer_batch(8, 64, 128, 512, 131071, KV_FP8, 0, true, false);
+    test_indexer_batch(3, 8, 32, 512, 1048575, KV_FP8, 48, true, false);
     test_attention_batch(3, 32, 512, 128, 4, 512, 1048575, KV_FP8);
     for (int t = KV_F32; t <= KV_FP8; t++) {   /* HCA's long contexts in a batch */
         test_attention_batch(7, 32, 512, 128, 128, 0, 131071, t);
