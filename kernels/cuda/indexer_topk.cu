@@ -13,6 +13,7 @@
 #define TOPK_THREADS 512
 #define TOPK_LOADS 8        // keys a thread loads before counting them (radix passes)
 #define TOPK_ITEMS 8        // consecutive entries a thread emits per tile
+#define TOPK_STAGE 16384    // most keys a block stages in shared memory (64 KB)
 
 struct topk_smem {
     int hist[256], scan[32];
@@ -103,6 +104,36 @@ __device__ void block_topk(int n, int k, Key key, Emit emit, topk_smem &sm)
     }
 }
 
+// block_topk over keys staged in shared memory (ks, room for kcap) when
+// n <= kcap: five passes over them rather than over key(s), each of
+// which, reading global memory, waited a round trip (run V2: ~10 us a
+// block for 2,048-4,096 entries).  All of a thread's loads are in flight
+// before it stores any.
+template <class Key, class Emit>
+__device__ void staged_topk(int n, int k, Key key, Emit emit, topk_smem &sm, unsigned *ks,
+                            int kcap)
+{
+    if (n > kcap) {
+        block_topk(n, k, key, emit, sm);
+        return;
+    }
+    for (int c0 = 0; c0 < n; c0 += TOPK_LOADS * blockDim.x) {
+        unsigned u[TOPK_LOADS];
+#pragma unroll
+        for (int j = 0; j < TOPK_LOADS; j++) {
+            int s = c0 + j * blockDim.x + threadIdx.x;
+            u[j] = s < n ? key(s) : 0;
+        }
+#pragma unroll
+        for (int j = 0; j < TOPK_LOADS; j++) {
+            int s = c0 + j * blockDim.x + threadIdx.x;
+            if (s < n) ks[s] = u[j];
+        }
+    }
+    __syncthreads();
+    block_topk(n, k, [&](int s) { return ks[s]; }, emit, sm);
+}
+
 // Blocks per token: 1 under IDX_TOPK_MULTI_MIN entries, else
 // floor(sqrt(nvis / k)), which makes a block's range (about sqrt(nvis k)
 // entries, at least k) as long as the G·k candidates.  Grows with nvis,
@@ -128,10 +159,11 @@ __device__ __forceinline__ int visible(const dindexer &a, int i)
 // segs sequences (a block row each).
 __global__ void __launch_bounds__(TOPK_THREADS)
     indexer_topk_part_kernel(dindexer a, int t0, const float *scores, long long ldsc,
-                             unsigned *cand, long long ldc, const dindexer *segs)
+                             unsigned *cand, long long ldc, const dindexer *segs, int kcap)
 {
     pdl_wait();
     __shared__ topk_smem sm;
+    extern __shared__ unsigned ks[];
     int i = t0 + blockIdx.y;
     if (segs) a = segs[blockIdx.y], i = 0;
     int nvis = visible(a, i), k = a.topk, G = topk_blocks(nvis, k), b = blockIdx.x;
@@ -139,8 +171,8 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     int lo = (int)((long long)b * nvis / G), hi = (int)((long long)(b + 1) * nvis / G);
     const float *sc = scores + blockIdx.y * ldsc + lo;
     unsigned *ck = cand + blockIdx.y * ldc + (long long)b * k, *ci = ck + (long long)G * k;
-    block_topk(hi - lo, k, [&](int s) { return fkey(sc[s]); },
-               [&](int r, int s, unsigned u) { ck[r] = u, ci[r] = lo + s; }, sm);
+    staged_topk(hi - lo, k, [&](int s) { return fkey(sc[s]); },
+                [&](int r, int s, unsigned u) { ck[r] = u, ci[r] = lo + s; }, sm, ks, kcap);
 }
 
 // A block per row: the token's chosen entries into a.sel (k of them, or
@@ -149,10 +181,11 @@ __global__ void __launch_bounds__(TOPK_THREADS)
 // (in ascending entry order: the lower candidate is the lower entry).
 __global__ void __launch_bounds__(TOPK_THREADS)
     indexer_topk_kernel(dindexer a, int t0, const float *scores, long long ldsc,
-                        const unsigned *cand, long long ldc, const dindexer *segs)
+                        const unsigned *cand, long long ldc, const dindexer *segs, int kcap)
 {
     pdl_wait();
     __shared__ topk_smem sm;
+    extern __shared__ unsigned ks[];
     int i = t0 + blockIdx.x;
     if (segs) a = segs[blockIdx.x], i = 0;
     int nvis = visible(a, i), k = a.topk;
@@ -166,12 +199,12 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     int G = cand ? topk_blocks(nvis, k) : 1;
     if (G > 1) {
         const unsigned *ck = cand + blockIdx.x * ldc, *ci = ck + (long long)G * k;
-        block_topk(G * k, k, [&](int j) { return ck[j]; },
-                   [&](int r, int j, unsigned) { out[r] = (int)ci[j]; }, sm);
+        staged_topk(G * k, k, [&](int j) { return ck[j]; },
+                    [&](int r, int j, unsigned) { out[r] = (int)ci[j]; }, sm, ks, kcap);
     } else {
         const float *sc = scores + blockIdx.x * ldsc;
-        block_topk(nvis, k, [&](int s) { return fkey(sc[s]); },
-                   [&](int r, int s, unsigned) { out[r] = s; }, sm);
+        staged_topk(nvis, k, [&](int s) { return fkey(sc[s]); },
+                    [&](int r, int s, unsigned) { out[r] = s; }, sm, ks, kcap);
     }
     if (threadIdx.x == 0) a.nsel[i] = k;
 }
@@ -182,11 +215,24 @@ long long cu_indexer_topk_ld(int maxvis, int topk, int rows)
     return rows <= IDX_TOPK_MULTI_MAX_T && G > 1 ? 2LL * G * topk : 0;
 }
 
+// The launches stage keys where a row's count fits TOPK_STAGE: the part
+// kernel (few rows) always has room for that many, the last kernel for
+// the most its rows can have, or that many for few rows (the rows of a
+// many-row prefill launch over longer contexts read global memory at
+// full occupancy instead).
 void cu_indexer_topk(cudaStream_t st, const dindexer &a, int t0, int nt, const float *scores,
                      long long ldsc, unsigned *cand, long long ldc, const dindexer *segs)
 {
+    int maxvis = a.pos_end / a.ratio, G = topk_blocks(maxvis, a.topk);
+    smem_attr<0>(indexer_topk_part_kernel, TOPK_STAGE * sizeof(unsigned));
+    smem_attr<1>(indexer_topk_kernel, TOPK_STAGE * sizeof(unsigned));
     if (cand)
-        cu_launch(indexer_topk_part_kernel, dim3(topk_blocks(a.pos_end / a.ratio, a.topk), nt),
-                  TOPK_THREADS, 0, st, a, t0, scores, ldsc, cand, ldc, segs);
-    cu_launch(indexer_topk_kernel, nt, TOPK_THREADS, 0, st, a, t0, scores, ldsc, cand, ldc, segs);
+        cu_launch(indexer_topk_part_kernel, dim3(G, nt), TOPK_THREADS,
+                  TOPK_STAGE * sizeof(unsigned), st, a, t0, scores, ldsc, cand, ldc, segs,
+                  TOPK_STAGE);
+    long long most = maxvis;
+    if (cand && G > 1) most = max((long long)G * a.topk, (long long)min(maxvis, IDX_TOPK_MULTI_MIN - 1));
+    int kcap = most <= TOPK_STAGE ? (int)most : nt <= IDX_TOPK_MULTI_MAX_T ? TOPK_STAGE : 0;
+    cu_launch(indexer_topk_kernel, nt, TOPK_THREADS, kcap * sizeof(unsigned), st, a, t0, scores,
+              ldsc, cand, ldc, segs, kcap);
 }
