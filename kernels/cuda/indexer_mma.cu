@@ -3,8 +3,8 @@
 // ReLU(q[i][h] . k[s]) with q and k rounded to bf16 and float32 sums
 // (the reference model keeps both in bf16 and scores them in float32).
 // The visible keys are first gathered from the paged cache into a
-// contiguous bf16 tile (indexer_gather_kernel: the prefill's one place that reads
-// the cache's storage format) and the queries rounded to bf16 once
+// contiguous bf16 tile (indexer_gather_kernel: the prefill's one place
+// that reads the cache's storage format) and the queries rounded to bf16 once
 // (indexer_qround_kernel), then one fused kernel does the products
 // (mma.sync m16n8k16), ReLU, weights, the sum over heads and the causal
 // mask, writing the [token][entry] rows the radix top-k reads.  On
@@ -348,9 +348,8 @@ indexer_wgmma_dec_kernel(dindexer a, int t0, float smul, float *scores, long lon
     // Queries: float4 x of head n holds channels 4v .. 4v+3 (v = x % 32),
     // k indices 16 (v & 7) + 2 (v >> 3) + {0, 1} and the same + 8; stored
     // as wgmma reads B (indexer_wgmma_kernel's stage: 128-byte swizzle,
-    // two atoms of 64 k).
-    // All of a thread's 16 loads are issued before any store (one round
-    // trip, not 16: run V2 timed the block's staging at ~9 us).
+    // two atoms of 64 k).  A thread's loads all go out before any store
+    // (one round trip, not 16: run V2 timed the staging at ~9 us).
     const float4 *q4 = (const float4 *)(a.q + (long long)i * nh * MMA_D);
     float4 f[DEC_QLOADS];
 #pragma unroll
@@ -418,7 +417,8 @@ indexer_wgmma_dec_kernel(dindexer a, int t0, float smul, float *scores, long lon
                     }
                 } else {
 #pragma unroll
-                    for (int s = 0; s < 8; s++) A[mt][s][r] = w[2 * s], A[mt][s][2 + r] = w[2 * s + 1];
+                    for (int s = 0; s < 8; s++)
+                        A[mt][s][r] = w[2 * s], A[mt][s][2 + r] = w[2 * s + 1];
                 }
             }
         float acc[2][32];
@@ -475,7 +475,6 @@ void cu_indexer_dec(cudaStream_t st, const dindexer &a, int t0, int nt, float *s
     cu_launch(indexer_wgmma_dec_kernel, grid, 128, DEC_SMEM, st, a, t0, (float)pow(a.d, -0.5),
               scores, ldsc, segs);
 }
-
 
 void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *scores,
                     long long ldsc, uint16_t *kt, int ktile, bool wgmma)
@@ -545,7 +544,7 @@ extern "C" int cuda_indexer_mma_scores(const indexer_args *a, float *scores, int
     cudaFree(blocks);
     cudaFree(kt);
     if (e != cudaSuccess) {
-        if (!*err) snprintf(err, errlen, "indexer_mma: %s", cudaGetErrorString(e));
+        if (errlen && !*err) snprintf(err, errlen, "indexer_mma: %s", cudaGetErrorString(e));
         return -1;
     }
     return 0;

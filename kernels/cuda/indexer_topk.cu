@@ -231,7 +231,8 @@ void cu_indexer_topk(cudaStream_t st, const dindexer &a, int t0, int nt, const f
                   TOPK_STAGE * sizeof(unsigned), st, a, t0, scores, ldsc, cand, ldc, segs,
                   TOPK_STAGE);
     long long most = maxvis;
-    if (cand && G > 1) most = max((long long)G * a.topk, (long long)min(maxvis, IDX_TOPK_MULTI_MIN - 1));
+    if (cand && G > 1)
+        most = max((long long)G * a.topk, (long long)min(maxvis, IDX_TOPK_MULTI_MIN - 1));
     int kcap = most <= TOPK_STAGE ? (int)most : nt <= IDX_TOPK_MULTI_MAX_T ? TOPK_STAGE : 0;
     cu_launch(indexer_topk_kernel, nt, TOPK_THREADS, kcap * sizeof(unsigned), st, a, t0, scores,
               ldsc, cand, ldc, segs, kcap);

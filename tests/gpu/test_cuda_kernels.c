@@ -3020,7 +3020,8 @@ int main(int argc, char **argv)
             test_ring_store_batch(nb[i], 128, 512, t);
         }
     }
-    test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8, 0, false, false);  /* 1M context: 262,144 entries */
+    /* 1M context: 262,144 entries */
+    test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8, 0, false, false);
     for (int t = KV_F32; t <= KV_FP8; t++) {
         /* sequences below and above the top-k's threshold (16,384
          * entries) in one batch (positions spread below 160,000: 40,000
