@@ -29,6 +29,18 @@ __device__ __forceinline__ unsigned fkey(float f)
     return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 
+// Keys c0 + j blockDim.x + threadIdx.x (j < TOPK_LOADS) of n into u (0
+// past n), every load issued before any is used.
+template <class Key>
+__device__ __forceinline__ void topk_loads(int c0, int n, Key key, unsigned (&u)[TOPK_LOADS])
+{
+#pragma unroll
+    for (int j = 0; j < TOPK_LOADS; j++) {
+        int s = c0 + j * blockDim.x + threadIdx.x;
+        u[j] = s < n ? key(s) : 0;
+    }
+}
+
 // The top k (0 < k <= n) of entries 0..n-1 with keys key(s), larger key
 // first, then lower s: emit(r, s, key) for each, r its place among them
 // in ascending s (0..k-1).  Every thread of the block (whole warps, at
@@ -50,11 +62,7 @@ __device__ void block_topk(int n, int k, Key key, Emit emit, topk_smem &sm)
         __syncthreads();
         for (int c0 = 0; c0 < n; c0 += TOPK_LOADS * blockDim.x) {
             unsigned u[TOPK_LOADS];
-#pragma unroll
-            for (int j = 0; j < TOPK_LOADS; j++) {
-                int s = c0 + j * blockDim.x + threadIdx.x;
-                u[j] = s < n ? key(s) : 0;
-            }
+            topk_loads(c0, n, key, u);
 #pragma unroll
             for (int j = 0; j < TOPK_LOADS; j++) {
                 bool in = c0 + j * (int)blockDim.x + (int)threadIdx.x < n && (u[j] & mask) == prefix;
@@ -119,11 +127,7 @@ __device__ void staged_topk(int n, int k, Key key, Emit emit, topk_smem &sm, uns
     }
     for (int c0 = 0; c0 < n; c0 += TOPK_LOADS * blockDim.x) {
         unsigned u[TOPK_LOADS];
-#pragma unroll
-        for (int j = 0; j < TOPK_LOADS; j++) {
-            int s = c0 + j * blockDim.x + threadIdx.x;
-            u[j] = s < n ? key(s) : 0;
-        }
+        topk_loads(c0, n, key, u);
 #pragma unroll
         for (int j = 0; j < TOPK_LOADS; j++) {
             int s = c0 + j * blockDim.x + threadIdx.x;
