@@ -79,6 +79,26 @@ __device__ __forceinline__ float idx_quad(float (&part)[2][2], int t)
     return t == 0 ? part[0][0] : t == 1 ? part[0][1] : t == 2 ? part[1][0] : part[1][1];
 }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// A warpgroup's products of its 128 keys (A: two m64 tiles, k steps in
+// the mma fragment layout) with a token's 64 heads of queries at
+// descriptor db (128-byte swizzle, two atoms of 64 k) into d, committed
+// as one group (indexer_wgmma_kernel, indexer_wgmma_dec_kernel).
+__device__ __forceinline__ void idx_wg_issue(float (&d)[2][32], const uint32_t (&A)[2][8][4],
+                                             uint64_t db)
+{
+    swm_pin(d[0]);
+    swm_pin(d[1]);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int s = 0; s < 8; s++)
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+            swm_wgmma<64>(d[mt], A[mt][s], db + ((s >> 2) * (64 * 128) + (s & 3) * 32) / 16, s > 0);
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+#endif
+
 // Block (x, y): keys k0 + [x*MMA_KEYS, +MMA_KEYS) of the gathered tile
 // kt (rows k0..k1) against tokens t0 + [y*MMA_QG, +MMA_QG) that see more
 // than topk entries.  The matrix product has keys as M (each warp holds
@@ -249,20 +269,6 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t 
         }
 
     const uint32_t qa = (uint32_t)__cvta_generic_to_shared(qst);
-    // Token j's products into d (stage j % WG_ST), committed as a group.
-    auto issue = [&](int j, float (&d)[2][32]) {
-        uint64_t db = swm_desc(qa + (j % WG_ST) * WG_QB);
-        swm_pin(d[0]);
-        swm_pin(d[1]);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int s = 0; s < 8; s++)
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-                swm_wgmma<64>(d[mt], A[mt][s], db + ((s >> 2) * (64 * 128) + (s & 3) * 32) / 16,
-                              s > 0);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    };
     // Token j's scores from d (its products done).
     auto finish = [&](int j, float (&d)[2][32]) {
         int i = i0 + j, nvis = (a.pos0 + i + 1) / a.ratio;
@@ -293,7 +299,7 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t 
         __syncthreads();
         if (j + WG_ST - 1 < ntok) stage(i0 + j + WG_ST - 1, (j + WG_ST - 1) % WG_ST);
         else cp_async_commit();
-        issue(j, acc);
+        idx_wg_issue(acc, A, swm_desc(qa + (j % WG_ST) * WG_QB));
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         swm_pin(acc[0]);
         swm_pin(acc[1]);
@@ -422,16 +428,7 @@ indexer_wgmma_dec_kernel(dindexer a, int t0, float smul, float *scores, long lon
                 }
             }
         float acc[2][32];
-        swm_pin(acc[0]);
-        swm_pin(acc[1]);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int s = 0; s < 8; s++)
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-                swm_wgmma<64>(acc[mt], A[mt][s], db + ((s >> 2) * (64 * 128) + (s & 3) * 32) / 16,
-                              s > 0);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        idx_wg_issue(acc, A, db);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         swm_pin(acc[0]);
         swm_pin(acc[1]);
