@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(ATTD_THREADS, 2) attention_decode_kernel(dattn
 
     // The merge (attention_combine_kernel's operations).
     attn_merge_splits<ATTD_THREADS>(part, pml, ((long long)tok * a.nheads + h0) * splits, nh,
-                                    splits, hd, a.sinks + h0, out, &wts[0][0], msum);
+                                    splits, hd, hd, a.sinks + h0, out, &wts[0][0], msum);
 }
 
 bool cu_attention_decode_fits(const dattn &a)

@@ -180,11 +180,11 @@ __device__ __forceinline__ void stage_keys(KeyOf key, int t, int tn, int hd, int
 
 // The splits of a launch of a.n tokens (or sequences) x groups of hpb
 // heads, in tiles of kt keys: near `target` blocks, at most a split a
-// tile and ATTN_MAX_SPLITS, a split's keys a whole number of tiles; one
-// split past CU_ATTD_MAX_T tokens (the merge's counters).  Depends on n,
-// the heads, pos_end and target only (graph replay).
+// tile and max_splits, a split's keys a whole number of tiles; one split
+// past CU_ATTD_MAX_T tokens (the merge's counters).  Depends on n, the
+// heads, pos_end and target only (graph replay).
 static inline void attn_split_plan(const dattn &a, int hpb, int kt, int *splits, int *chunk,
-                                   int target)
+                                   int target, int max_splits = ATTN_MAX_SPLITS)
 {
     int ncomp_max = a.ratio ? (a.sel ? a.sel_ld : a.pos_end / a.ratio) : 0;
     int tiles = (a.window + ncomp_max + kt - 1) / kt;
@@ -193,7 +193,7 @@ static inline void attn_split_plan(const dattn &a, int hpb, int kt, int *splits,
     long long s = target / base;
     if (s < 1 || a.n > CU_ATTD_MAX_T) s = 1;
     if (s > tiles) s = tiles;
-    if (s > ATTN_MAX_SPLITS) s = ATTN_MAX_SPLITS;
+    if (s > max_splits) s = max_splits;
     int per = (int)((tiles + s - 1) / s);
     *chunk = per * kt;
     *splits = (tiles + per - 1) / per;
@@ -219,19 +219,19 @@ __device__ __forceinline__ bool attn_last_split(int *cnt, int splits)
 // Flash-decoding's merge, run by the block of a (token, group of heads)
 // that finished last (attention_decode.cu, attention_mma.cu): the group's
 // nh heads' partials over `splits` key ranges — unnormalized outputs at
-// part rows r0 + hh * splits + s (hd floats each), (max, sum) pairs at
-// the same rows of pml — weighted by exp(max - m) with the sink in the
-// denominator, into out (nh rows of hd).  A warp per head over the splits
+// part rows r0 + hh * splits + s (rows of hd floats, the first `width`
+// merged), (max, sum) pairs at the same rows of pml — weighted by
+// exp(max - m) with the sink in the denominator, into out (nh rows of hd).  A warp per head over the splits
 // (lanes s and s + 32: splits <= 64), then the channels' sums in split
 // order.  wts: shared [nh][splits] floats, msum: shared [nh].  Partials
 // are read past L1 (other blocks of the launch wrote them).
 template <int THREADS>
 __device__ __forceinline__ void attn_merge_splits(const float *part, const float *pml,
                                                   long long r0, int nh, int splits, int hd,
-                                                  const float *sinks, float *out, float *wts,
-                                                  float *msum)
+                                                  int width, const float *sinks, float *out,
+                                                  float *wts, float *msum)
 {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nq = hd / 4;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nq = width / 4;
     for (int hh = warp; hh < nh; hh += THREADS / 32) {
         const long long r = r0 + (long long)hh * splits;
         float sink = sinks[hh], ms[2], ls[2], m = sink;

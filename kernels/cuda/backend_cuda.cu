@@ -634,7 +634,7 @@ static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
     bool mma = c->attn_mma_t && d.n >= c->attn_mma_t &&
                tensor_core_keys(c, (enum kv_dtype)d.ring_t) && cu_attention_mma_decode_fits(d);
     bool dec = !mma && c->attn_decode && cu_attention_decode_fits(d);
-    if (mma) cu_attention_mma_decode_plan(d, c->attm_target, &splits, &chunk);
+    if (mma) cu_attention_mma_decode_plan(d, c->attm_target, c->attm_cluster, &splits, &chunk);
     else if (dec) cu_attention_decode_plan(d, c->attd_target, &splits, &chunk);
     else cu_attention_plan(d, &hpb, &splits, &chunk);
     float *part = NULL;
@@ -644,8 +644,8 @@ static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
         if (c->failed) return;
     }
     if (mma)
-        cu_attention_mma_decode(c->st, d, c->attm_target, attn_split(c), part, c->attn_count,
-                                segs);
+        cu_attention_mma_decode(c->st, d, c->attm_target, c->attm_cluster, attn_split(c), part,
+                                c->attn_count, segs);
     else if (dec) cu_attention_decode(c->st, d, c->attd_target, part, c->attn_count, segs);
     else if (!cu_attention(c->st, d, part, segs))
         fail(c, "attention: head_dim %d is too large for the kernel", d.hd);
@@ -1149,6 +1149,14 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_ATTM_BLOCKS: the same for the tensor-core decode kernel
     // (batches of ATTN_MMA_MIN_T+ sequences; comparisons).
     c->attm_target = (int)env_int(c, "LLM_CUDA_ATTM_BLOCKS", 1, 4096, ATTM_TARGET);
+    // LLM_CUDA_ATTN_CLUSTER: that kernel's splits merged in clusters of up
+    // to this many blocks (2, 4 or 8; 1: by the last block), where the
+    // device runs such clusters.
+    c->attm_cluster = (int)env_int(c, "LLM_CUDA_ATTN_CLUSTER", 1, CU_ATTM_MAX_CLUSTER, 1);
+    if (c->attm_cluster & (c->attm_cluster - 1))
+        fail(c, "LLM_CUDA_ATTN_CLUSTER=%d: not 1, 2, 4 or 8", c->attm_cluster);
+    else if (c->attm_cluster > 1 && !cu_attention_mma_cluster_runs(c->attm_cluster))
+        c->attm_cluster = 1;
     // LLM_CUDA_TOPK_BLOCKS=0: the indexer's top-k on one block a token
     // also at long contexts (comparisons; the same entries either way).
     c->topk_blocks = env_switch(c, "LLM_CUDA_TOPK_BLOCKS");

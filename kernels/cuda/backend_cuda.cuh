@@ -151,6 +151,7 @@ struct cu_impl {
     int attn_mma_t;             // ... on tensor cores from this many tokens (LLM_CUDA_ATTN_MMA_MIN_T)
     int attd_target;            // ... on the float32 kernel: blocks its splits aim at (LLM_CUDA_ATTD_BLOCKS)
     int attm_target;            // ... on the tensor-core kernel (LLM_CUDA_ATTM_BLOCKS)
+    int attm_cluster;           // ... its splits merged in clusters of up to this many (LLM_CUDA_ATTN_CLUSTER)
     bool topk_blocks;           // the indexer's top-k over several blocks a token (LLM_CUDA_TOPK_BLOCKS)
     bool idx_tiled;             // the indexer's tiled score kernel (LLM_CUDA_INDEXER_TILED)
     bool idx_wgmma;             // its tensor-core scores on wgmma (LLM_CUDA_INDEXER_WGMMA)

@@ -48,18 +48,18 @@ inline bool cu_pdl()
 
 // The arguments convert to the kernel's parameter types (as with <<<>>>).
 template <typename T> struct same_type { using type = T; };
-// cluster_y > 0: the blocks in clusters of (1, cluster_y, 1) (distributed
-// shared memory; matmul_mma.cu).
+// cluster: the blocks in clusters of these dimensions (distributed shared
+// memory; matmul_mma.cu), none where one is 0.
 template <typename... P>
 cudaError_t cu_launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
-                              cudaStream_t st, unsigned cluster_y,
-                              typename same_type<P>::type... args)
+                              cudaStream_t st, dim3 cluster, typename same_type<P>::type... args)
 {
     cudaLaunchAttribute at[2];
     int n = 0;
-    if (cluster_y) {
+    if (cluster.x && cluster.y && cluster.z) {
         at[n].id = cudaLaunchAttributeClusterDimension;
-        at[n].val.clusterDim.x = 1, at[n].val.clusterDim.y = cluster_y, at[n].val.clusterDim.z = 1;
+        at[n].val.clusterDim.x = cluster.x, at[n].val.clusterDim.y = cluster.y;
+        at[n].val.clusterDim.z = cluster.z;
         n++;
     }
     if (cu_pdl()) {
@@ -81,7 +81,7 @@ template <typename... P>
 void cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
                typename same_type<P>::type... args)
 {
-    cu_launch_cluster(kernel, grid, block, smem, st, 0, args...);
+    cu_launch_cluster(kernel, grid, block, smem, st, dim3(0, 0, 0), args...);
 }
 
 __device__ __forceinline__ float bf16f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }

@@ -1456,6 +1456,7 @@ static double now(void);
 static int attn_tokens = 2;     /* G's LLM_CUDA_ATTN_TOKENS */
 #define ATT_DEC_MMA_MIN_T 16    /* backend_cuda.cuh: decode steps on tensor cores from ... */
 static int attn_mma_t = ATT_DEC_MMA_MIN_T;      /* G's LLM_CUDA_ATTN_MMA_MIN_T */
+static const char *attn_merge = "";     /* G's LLM_CUDA_ATTN_CLUSTER, for the names */
 
 /* Whether G runs the attention of n query tokens (or n sequences) on
  * tensor cores: prefill steps of 64+ tokens and decode steps of at least
@@ -1525,10 +1526,11 @@ static void test_attention(int nheads, int hd, int window, int ratio, int topk, 
     bool mma = attn_on_mma(n, hd, t);
     double u = gemm_mode == GEMM_BF16 ? 0x1p-8 : 0x1p-16;
     snprintf(name, sizeof name, "attention heads=%d hd=%d window=%d ratio=%d topk=%d pos0=%d n=%d "
-             "cache %s%s%s%s", nheads, hd, window, ratio, topk, pos0, n, dname(t),
+             "cache %s%s%s%s%s", nheads, hd, window, ratio, topk, pos0, n, dname(t),
              mma ? ", tensor cores " : "", mma ? gemm_names[gemm_mode] : "",
              !mma ? "" : n < 64 ? ", decode launch" :
-             attn_tokens == 1 ? ", 1 token per block" : ", 2 tokens per block");
+             attn_tokens == 1 ? ", 1 token per block" : ", 2 tokens per block",
+             mma && n < 64 ? attn_merge : "");
     check_tol(name, g, out, (size_t)n * nheads * hd, mma ? 4 * u + TOL : TOL);
     /* again: the decode kernel's counters are left zero for the next launch */
     poison(dout, (size_t)n * nheads * hd * 4);
@@ -1781,8 +1783,9 @@ static void test_attention_batch(int nseg, int nheads, int hd, int window, int r
     bool mma = attn_on_mma(nseg, hd, t);
     double tol = mma ? 4 * (gemm_mode == GEMM_BF16 ? 0x1p-8 : 0x1p-16) + TOL : TOL;
     snprintf(name, sizeof name, "attention, a batch of %d sequences (positions up to %d) heads=%d "
-             "hd=%d window=%d ratio=%d topk=%d cache %s%s%s", nseg, maxpos, nheads, hd, window,
-             ratio, topk, dname(t), mma ? ", tensor cores " : "", mma ? gemm_names[gemm_mode] : "");
+             "hd=%d window=%d ratio=%d topk=%d cache %s%s%s%s", nseg, maxpos, nheads, hd, window,
+             ratio, topk, dname(t), mma ? ", tensor cores " : "", mma ? gemm_names[gemm_mode] : "",
+             mma ? attn_merge : "");
     check_tol(name, g, out, nseg * od, tol);
     poison(dout, nseg * od * 4);    /* again: the counters were left zero */
     G->attention(G, ga, nseg);
@@ -2639,7 +2642,8 @@ static void bad_switches(void)
         { "LLM_CUDA_MOE_SIDE", "2" },     { "LLM_CUDA_ATTD_BLOCKS", "-1" },
         { "LLM_CUDA_ATTM_BLOCKS", "0" },    { "LLM_CUDA_INDEXER_WGMMA", "2" },
         { "LLM_CUDA_HC_PRE_CLUSTER", "2" }, { "LLM_CUDA_HC_ROUTE", "2" },
-        { "LLM_CUDA_INDEXER_DECODE_MMA", "2" },
+        { "LLM_CUDA_INDEXER_DECODE_MMA", "2" }, { "LLM_CUDA_ATTN_CLUSTER", "3" },
+        { "LLM_CUDA_ATTN_CLUSTER", "16" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
@@ -2735,13 +2739,19 @@ static void attention_mma_cases(backend *g2, backend *g1)
 /* Decode attention on tensor cores (attention_mma.cu's decode launch) in
  * the mode of gd, whose LLM_CUDA_ATTN_MMA_MIN_T is 1: a token or a
  * sequence a block, the keys split over blocks (up to 64 splits: HCA at
- * 1M, 8,320 keys) and merged by the last; a sequence's few tokens (32
- * and 40 heads: a partial second group), batches of 1 to 65 sequences
- * (65: one split, no merge), CSA, HCA, sliding only, a context shorter
- * than a split. */
-static void attention_decode_mma_cases(backend *gd)
+ * 1M, 8,320 keys) and merged by the last, or with LLM_CUDA_ATTN_CLUSTER
+ * `cluster` in clusters (up to 8 x 64 splits: one cluster at 8K sliding
+ * and HCA, with splits that hold no keys; several merged by the last
+ * block of each channel slice: CSA's 20 tiles at 8K, HCA at 1M); a
+ * sequence's few tokens (32 and 40 heads: a partial second group),
+ * batches of 1 to 65 sequences (65: one split, no merge), CSA, HCA,
+ * sliding only, a context shorter than a split. */
+static void attention_decode_mma_cases(backend *gd, const char *cluster)
 {
-    G = gd, attn_mma_t = 1;
+    char merge[64] = "";
+    if (strcmp(cluster, "1"))
+        snprintf(merge, sizeof merge, ", splits in clusters of up to %s", cluster);
+    G = gd, attn_mma_t = 1, attn_merge = merge;
     for (int t = KV_F32; t <= KV_FP8; t++) {
         test_attention(32, 512, 128, 4, 512, 8191, 1, t, t == KV_FP8 ? 50 : 0);
         test_attention(32, 512, 128, 128, 0, 8191, 1, t, 0);
@@ -2760,7 +2770,20 @@ static void attention_decode_mma_cases(backend *gd)
         }
     }
     test_attention_batch(3, 32, 512, 128, 128, 0, 1048575, KV_FP8);
-    attn_mma_t = ATT_DEC_MMA_MIN_T;
+    attn_mma_t = ATT_DEC_MMA_MIN_T, attn_merge = "";
+}
+
+/* attention_decode_mma_cases on each backend of gd; gd_destroy. */
+static void gd_cases(backend *gd[3][2], const char *const cluster[3])
+{
+    for (int k = 0; k < 3; k++)
+        for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_BF16X2; gemm_mode++)
+            attention_decode_mma_cases(gd[k][gemm_mode - GEMM_BF16], cluster[k]);
+}
+
+static void gd_destroy(backend *gd[3][2])
+{
+    for (int k = 0; k < 3; k++) gd[k][0]->destroy(gd[k][0]), gd[k][1]->destroy(gd[k][1]);
 }
 
 /* The backends every test uses (the per-mode GPU ones, the MoE tiles'
@@ -2859,11 +2882,19 @@ int main(int argc, char **argv)
     for (int m = GEMM_BF16X2; m <= GEMM_FP8; m++)
         if (!(G_auto[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
     small_mma_kernel = "1";
-    /* gd[m]: decode attention on tensor cores from one token (bf16, bf16x2) */
+    /* gd[k][m]: decode attention on tensor cores from one token (bf16,
+     * bf16x2), the splits merged by the last block or in clusters of up
+     * to gd_cluster[k] (2: more clusters to merge at each context) */
+    static const char *const gd_cluster[3] = { "1", "8", "2" };
+    backend *gd[3][2];
     setenv("LLM_CUDA_ATTN_MMA_MIN_T", "1", 1);
-    backend *gd[2] = { gpu_backend("bf16", "2"), gpu_backend("bf16x2", "2") };
+    for (int k = 0; k < 3; k++) {
+        setenv("LLM_CUDA_ATTN_CLUSTER", gd_cluster[k], 1);
+        gd[k][0] = gpu_backend("bf16", "2"), gd[k][1] = gpu_backend("bf16x2", "2");
+        if (!gd[k][0] || !gd[k][1]) return exit_status();
+    }
+    unsetenv("LLM_CUDA_ATTN_CLUSTER");
     unsetenv("LLM_CUDA_ATTN_MMA_MIN_T");
-    if (!gd[0] || !gd[1]) return exit_status();
     C = backend_cpu_new(4, NULL, 0);
     C8 = backend_cpu_new(4, NULL, 0);
     backend_cpu_set_fp8(C8, true);
@@ -2913,13 +2944,12 @@ int main(int argc, char **argv)
         attention_cases();
         for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_FP8; gemm_mode++)
             attention_mma_cases(g[gemm_mode], g1[gemm_mode]);
-        for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_BF16X2; gemm_mode++)
-            attention_decode_mma_cases(gd[gemm_mode - GEMM_BF16]);
+        gd_cases(gd, gd_cluster);
     }
     if (only) {
         g_hc4->destroy(g_hc4), g_tail0->destroy(g_tail0), g_idx0->destroy(g_idx0);
         g_clu0->destroy(g_clu0);
-        gd[0]->destroy(gd[0]), gd[1]->destroy(gd[1]);
+        gd_destroy(gd);
         destroy_backends(g, g1);
         return exit_status();
     }
@@ -3071,9 +3101,8 @@ int main(int argc, char **argv)
     }
     /* decode attention on tensor cores: from one token, and the default
      * rule in the batches of the default backend (33 and 64 sequences) */
-    for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_BF16X2; gemm_mode++)
-        attention_decode_mma_cases(gd[gemm_mode - GEMM_BF16]);
-    gd[0]->destroy(gd[0]), gd[1]->destroy(gd[1]);
+    gd_cases(gd, gd_cluster);
+    gd_destroy(gd);
     G = g[gemm_mode = GEMM_BF16X2];
     for (int t = KV_BF16; t <= KV_FP8; t++) {
         test_attention_batch(7, 32, 512, 128, 4, 512, 9000, t);

@@ -278,6 +278,11 @@ int main(void)
     variant = ", LLM_CUDA_MOE_SIDE=0";
     test_graphs(1, KV_FP8);
     unsetenv("LLM_CUDA_MOE_SIDE");
+    /* those batches' decode attention splits merged in clusters */
+    setenv("LLM_CUDA_ATTN_CLUSTER", "8", 1);
+    variant = ", LLM_CUDA_ATTN_CLUSTER=8";
+    test_graphs(1, KV_FP8);
+    unsetenv("LLM_CUDA_ATTN_CLUSTER");
     variant = "";
     if (llm_cuda_device_count() >= 2) {
         test_graphs(2, KV_F32);
