@@ -269,15 +269,17 @@ __device__ __forceinline__ void am_cluster_merge(const dattn &a, const float (&o
                                   fmaf(w, v[s].z, acc.z), fmaf(w, v[s].w, acc.w));
             }
         if (r >= nh) continue;
-        float f = 1.0f, *y;
+        float *y;
         if (ncl == 1) {
-            f = 1.0f / (lsum[r] + expf(a.sinks[h0 + r] - mref[r]));
+            float f = 1.0f / (lsum[r] + expf(a.sinks[h0 + r] - mref[r]));
+            acc = attn_rope4(a.orope, HD, a.pos0 + i0, c,
+                             make_float4(acc.x * f, acc.y * f, acc.z * f, acc.w * f));
             y = a.out + ((long long)i0 * a.nheads + h0 + r) * HD + c;
         } else {
             y = part + (prow + (long long)(h0 + r) * ncl) * HD + c;
         }
-        *(float2 *)y = make_float2(acc.x * f, acc.y * f);
-        *(float2 *)(y + 2) = make_float2(acc.z * f, acc.w * f);
+        *(float2 *)y = make_float2(acc.x, acc.y);
+        *(float2 *)(y + 2) = make_float2(acc.z, acc.w);
     }
     if (ncl > 1 && tid < nh) {
         long long row = prow + (long long)(h0 + tid) * ncl;
@@ -290,7 +292,8 @@ __device__ __forceinline__ void am_cluster_merge(const dattn &a, const float (&o
     float *wts = (float *)qs, *msum = wts + M * ATTN_MAX_SPLITS;
     attn_merge_splits<256>(part + c0, pml, (long long)tok * a.nheads * ncl + (long long)h0 * ncl,
                            nh, ncl, HD, W, a.sinks + h0,
-                           a.out + ((long long)i0 * a.nheads + h0) * HD + c0, wts, msum);
+                           a.out + ((long long)i0 * a.nheads + h0) * HD + c0, wts, msum, a.orope,
+                           a.pos0 + i0, c0);
 }
 
 // 256 threads (8 warps).  Row r of the block is head h0 + r % 32 of token
@@ -514,6 +517,7 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
     }
     __syncthreads();
 
+    if (DEC && a.store_ring && blockIdx.z == 0 && blockIdx.y == 0) attn_store_ring(a, i0);
     const int splits = DEC ? gridDim.z : 1;
     if (DEC != AM_DEC_CLUSTER && splits == 1) {
 #pragma unroll
@@ -527,8 +531,9 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
 #pragma unroll
                 for (int n8 = 0; n8 < NT; n8++) {
                     int c = warp * (HD / 8) + n8 * 8 + 2 * t;
-                    *(float2 *)(out + c) = make_float2(o[mt][n8][2 * half] / den,
-                                                       o[mt][n8][2 * half + 1] / den);
+                    float x0 = o[mt][n8][2 * half] / den, x1 = o[mt][n8][2 * half + 1] / den;
+                    if (DEC) attn_rope2(a.orope, HD, a.pos0 + i0 + s, c, x0, x1);
+                    *(float2 *)(out + c) = make_float2(x0, x1);
                 }
             }
         return;
@@ -565,7 +570,8 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
         if (!attn_last_split(count + (long long)tok * gridDim.y + blockIdx.y, splits)) return;
         float *wts = (float *)qs, *msum = wts + M * ATTN_MAX_SPLITS;
         attn_merge_splits<256>(part, pml, row0, nh, splits, HD, HD, a.sinks + h0,
-                               a.out + ((long long)i0 * a.nheads + h0) * HD, wts, msum);
+                               a.out + ((long long)i0 * a.nheads + h0) * HD, wts, msum, a.orope,
+                               a.pos0 + i0, 0);
     }
 }
 

@@ -431,13 +431,21 @@ __device__ __forceinline__ void rope_cs(const drope &rt, int i, int pos, float &
     s = (float)sin((double)ang) * rt.attn_factor;
 }
 
-// Pair i of r (x in any memory) rotated by c and s (the CPU's order of
-// operations).
+// The pair (x0, x1) rotated by c and s (the CPU's order of operations).
+__device__ __forceinline__ void rope_rot2(float &x0, float &x1, float c, float s)
+{
+    float y0 = __fadd_rn(__fmul_rn(x0, c), __fmul_rn(-x1, s));
+    x1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    x0 = y0;
+}
+
+// Pair i of r (x in any memory) rotated by c and s.
 __device__ __forceinline__ void rope_rot(float *r, int i, float c, float s)
 {
     float x0 = r[2 * i], x1 = r[2 * i + 1];
-    r[2 * i] = __fadd_rn(__fmul_rn(x0, c), __fmul_rn(-x1, s));
-    r[2 * i + 1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    rope_rot2(x0, x1, c, s);
+    r[2 * i] = x0;
+    r[2 * i + 1] = x1;
 }
 
 // Rotate the last 2*npairs channels of one head (x in any memory) at pos,

@@ -413,6 +413,13 @@ struct dattn {
     float *out;
     int pos_end;            // as dindexer's
     const dstep *dyn;       // pos0 and ring, or NULL
+    // The model's ops after attention, fused into the decode kernels
+    // (attention_decode.cu, attention_mma.cu's decode launches; one query
+    // token a sequence): the output's RoPE channels rotated back at the
+    // token's position (orope, device memory; NULL: not), and the token's
+    // key stored into its ring slot (store_ring).
+    const drope *orope;
+    int store_ring;
 };
 // The launch: heads per block, key splits (flash-decoding when > 1) and
 // keys per split.

@@ -1732,8 +1732,64 @@ static void test_indexer_batch(int nseg, int nheads, int d, int topk, int maxpos
     free(sq), free(ca), free(ga);
 }
 
+static backend *G_fused;    /* G with LLM_CUDA_ATTN_FUSE=1, or NULL */
+
+/* G_fused's attention with the ring store and the inverse RoPE fused
+ * (where its attention_fused says so: nseg <= 64) against G's attention,
+ * ring_store and rope one after the other: the same output and ring bytes
+ * (the same kernels, the fused ops' operations).  ga: the batch as G ran
+ * it into dout (nseg rows of od), sq: its sequences (host rings as they
+ * were before). */
+static void check_attention_fused(attention_args *ga, dseq *sq, int nseg, float *dout,
+                                  size_t od, enum kv_dtype t)
+{
+    int hd = ga[0].head_dim, np = hd / 8 < 32 ? hd / 8 : 32, window = ga[0].window;
+    size_t rb = kv_region_bytes(t, window, hd);
+    float *inv = malloc(np * 4);
+    for (int i = 0; i < np; i++) inv[i] = powf(10000.0f, -2.0f * i / (2 * np));
+    rope_table rt = { np, inv, 1.25f };
+    bool fused = G_fused->attention_fused(G_fused, ga, nseg);
+    if (nseg > 64) {    /* one split of the float32 kernel: not fused */
+        ok(!fused, "attention_fused: no for a batch of %d sequences", nseg);
+        free(inv);
+        return;
+    }
+    ring_args *ra = calloc(nseg, sizeof *ra);
+    int32_t *pos = malloc(nseg * 4);
+    for (int s = 0; s < nseg; s++) {
+        ra[s] = (ring_args){ sq[s].dring, sq[s].dkv, 1, sq[s].pos0 };
+        pos[s] = sq[s].pos0;
+    }
+    G->attention(G, ga, nseg);
+    G->ring_store(G, ra, nseg, t, window, hd);
+    G->rope(G, dout, (int)od, nseg, ga[0].nheads, hd, &rt, pos, true);
+    float *want = hcopy(dout, nseg * od * 4);
+    char *wring = malloc(nseg * rb);
+    for (int s = 0; s < nseg; s++) {
+        G->read(G, wring + s * rb, sq[s].dring, rb);
+        G->write(G, sq[s].dring, sq[s].ring, rb);
+        ga[s].out_rope = &rt, ga[s].store_ring = true;
+    }
+    poison(dout, nseg * od * 4);
+    G_fused->attention(G_fused, ga, nseg);
+    float *got = hcopy(dout, nseg * od * 4);
+    size_t dout_diff = 0, dring = 0;
+    for (size_t i = 0; i < nseg * od; i++) dout_diff += memcmp(&got[i], &want[i], 4) != 0;
+    char *g = malloc(rb);
+    for (int s = 0; s < nseg; s++) {
+        G->read(G, g, sq[s].dring, rb);
+        for (size_t i = 0; i < rb; i++) dring += g[i] != wring[s * rb + i];
+        ga[s].out_rope = NULL, ga[s].store_ring = false;
+    }
+    ok(fused && !dout_diff && !dring && !G_fused->error(G_fused), "  fused with the ring store "
+       "and the inverse RoPE%s: %zu of %zu outputs and %zu of %zu ring bytes differ",
+       fused ? "" : " (attention_fused said no)", dout_diff, nseg * od, dring, nseg * rb);
+    free(inv), free(ra), free(pos), free(want), free(wring), free(got), free(g);
+}
+
 /* Each sequence's output as the CPU's: within TOL (float32 kernel) or
- * test_attention's tensor-core bound (attn_on_mma). */
+ * test_attention's tensor-core bound (attn_on_mma); with G_fused, also
+ * check_attention_fused. */
 static void test_attention_batch(int nseg, int nheads, int hd, int window, int ratio, int topk,
                                  int maxpos, enum kv_dtype t)
 {
@@ -1791,6 +1847,7 @@ static void test_attention_batch(int nseg, int nheads, int hd, int window, int r
     G->attention(G, ga, nseg);
     G->read(G, g, dout, nseg * od * 4);
     check_tol("  the same batch again", g, out, nseg * od, tol);
+    if (G_fused) check_attention_fused(ga, sq, nseg, dout, od, t);
     for (int s = 0; s < nseg; s++) dseq_free(&sq[s]);
     G->release(G, dsinks), G->release(G, dout);
     free(sq), free(ca), free(ga), free(row), free(sinks), free(out), free(g);
@@ -2643,7 +2700,7 @@ static void bad_switches(void)
         { "LLM_CUDA_ATTM_BLOCKS", "0" },    { "LLM_CUDA_INDEXER_WGMMA", "2" },
         { "LLM_CUDA_HC_PRE_CLUSTER", "2" }, { "LLM_CUDA_HC_ROUTE", "2" },
         { "LLM_CUDA_INDEXER_DECODE_MMA", "2" }, { "LLM_CUDA_ATTN_CLUSTER", "3" },
-        { "LLM_CUDA_ATTN_CLUSTER", "16" },
+        { "LLM_CUDA_ATTN_CLUSTER", "16" },  { "LLM_CUDA_ATTN_FUSE", "2" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
@@ -2746,12 +2803,12 @@ static void attention_mma_cases(backend *g2, backend *g1)
  * sequence's few tokens (32 and 40 heads: a partial second group),
  * batches of 1 to 65 sequences (65: one split, no merge), CSA, HCA,
  * sliding only, a context shorter than a split. */
-static void attention_decode_mma_cases(backend *gd, const char *cluster)
+static void attention_decode_mma_cases(backend *gd, backend *gdf, const char *cluster)
 {
     char merge[64] = "";
     if (strcmp(cluster, "1"))
         snprintf(merge, sizeof merge, ", splits in clusters of up to %s", cluster);
-    G = gd, attn_mma_t = 1, attn_merge = merge;
+    G = gd, attn_mma_t = 1, attn_merge = merge, G_fused = gdf;
     for (int t = KV_F32; t <= KV_FP8; t++) {
         test_attention(32, 512, 128, 4, 512, 8191, 1, t, t == KV_FP8 ? 50 : 0);
         test_attention(32, 512, 128, 128, 0, 8191, 1, t, 0);
@@ -2770,20 +2827,23 @@ static void attention_decode_mma_cases(backend *gd, const char *cluster)
         }
     }
     test_attention_batch(3, 32, 512, 128, 128, 0, 1048575, KV_FP8);
-    attn_mma_t = ATT_DEC_MMA_MIN_T, attn_merge = "";
+    attn_mma_t = ATT_DEC_MMA_MIN_T, attn_merge = "", G_fused = NULL;
 }
 
-/* attention_decode_mma_cases on each backend of gd; gd_destroy. */
-static void gd_cases(backend *gd[3][2], const char *const cluster[3])
+/* attention_decode_mma_cases on each backend of gd[0] (gd[1]: the same
+ * with LLM_CUDA_ATTN_FUSE=1); gd_destroy. */
+static void gd_cases(backend *gd[2][3][2], const char *const cluster[3])
 {
     for (int k = 0; k < 3; k++)
         for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_BF16X2; gemm_mode++)
-            attention_decode_mma_cases(gd[k][gemm_mode - GEMM_BF16], cluster[k]);
+            attention_decode_mma_cases(gd[0][k][gemm_mode - GEMM_BF16],
+                                       gd[1][k][gemm_mode - GEMM_BF16], cluster[k]);
 }
 
-static void gd_destroy(backend *gd[3][2])
+static void gd_destroy(backend *gd[2][3][2])
 {
-    for (int k = 0; k < 3; k++) gd[k][0]->destroy(gd[k][0]), gd[k][1]->destroy(gd[k][1]);
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < 3; k++) gd[f][k][0]->destroy(gd[f][k][0]), gd[f][k][1]->destroy(gd[f][k][1]);
 }
 
 /* The backends every test uses (the per-mode GPU ones, the MoE tiles'
@@ -2882,17 +2942,22 @@ int main(int argc, char **argv)
     for (int m = GEMM_BF16X2; m <= GEMM_FP8; m++)
         if (!(G_auto[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
     small_mma_kernel = "1";
-    /* gd[k][m]: decode attention on tensor cores from one token (bf16,
-     * bf16x2), the splits merged by the last block or in clusters of up
-     * to gd_cluster[k] (2: more clusters to merge at each context) */
+    /* gd[f][k][m]: decode attention on tensor cores from one token (bf16,
+     * bf16x2; from the float32 cache bf16x2's float32 kernel), the splits
+     * merged by the last block or in clusters of up to gd_cluster[k] (2:
+     * more clusters to merge at each context); f = 1: with the ring store
+     * and the inverse RoPE fused (LLM_CUDA_ATTN_FUSE=1) */
     static const char *const gd_cluster[3] = { "1", "8", "2" };
-    backend *gd[3][2];
+    backend *gd[2][3][2];
     setenv("LLM_CUDA_ATTN_MMA_MIN_T", "1", 1);
-    for (int k = 0; k < 3; k++) {
-        setenv("LLM_CUDA_ATTN_CLUSTER", gd_cluster[k], 1);
-        gd[k][0] = gpu_backend("bf16", "2"), gd[k][1] = gpu_backend("bf16x2", "2");
-        if (!gd[k][0] || !gd[k][1]) return exit_status();
-    }
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < 3; k++) {
+            setenv("LLM_CUDA_ATTN_FUSE", f ? "1" : "0", 1);
+            setenv("LLM_CUDA_ATTN_CLUSTER", gd_cluster[k], 1);
+            gd[f][k][0] = gpu_backend("bf16", "2"), gd[f][k][1] = gpu_backend("bf16x2", "2");
+            if (!gd[f][k][0] || !gd[f][k][1]) return exit_status();
+        }
+    unsetenv("LLM_CUDA_ATTN_FUSE");
     unsetenv("LLM_CUDA_ATTN_CLUSTER");
     unsetenv("LLM_CUDA_ATTN_MMA_MIN_T");
     C = backend_cpu_new(4, NULL, 0);

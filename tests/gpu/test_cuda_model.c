@@ -283,6 +283,12 @@ int main(void)
     variant = ", LLM_CUDA_ATTN_CLUSTER=8";
     test_graphs(1, KV_FP8);
     unsetenv("LLM_CUDA_ATTN_CLUSTER");
+    /* decode steps' ring store and inverse RoPE in the attention kernels */
+    setenv("LLM_CUDA_ATTN_FUSE", "1", 1);
+    variant = ", LLM_CUDA_ATTN_FUSE=1";
+    test_graphs(1, KV_FP8);
+    test_graphs(1, KV_F32);
+    unsetenv("LLM_CUDA_ATTN_FUSE");
     variant = "";
     if (llm_cuda_device_count() >= 2) {
         test_graphs(2, KV_F32);
