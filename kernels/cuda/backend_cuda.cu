@@ -635,7 +635,10 @@ enum attn_path { ATTN_MMA_DECODE, ATTN_DECODE, ATTN_SPLIT };
 
 static attn_path attention_path(cu_impl *c, const dattn &d)
 {
-    if (c->attn_mma_t && d.n >= c->attn_mma_t && tensor_core_keys(c, (enum kv_dtype)d.ring_t) &&
+    int keys = d.window + (d.ratio ? (d.sel ? d.sel_ld : d.pos_end / d.ratio) : 0);
+    bool many = c->attn_mma_t && d.n >= c->attn_mma_t;
+    bool far = c->attn_mma_keys && keys >= c->attn_mma_keys;
+    if ((many || far) && tensor_core_keys(c, (enum kv_dtype)d.ring_t) &&
         cu_attention_mma_decode_fits(d))
         return ATTN_MMA_DECODE;
     return c->attn_decode && cu_attention_decode_fits(d) ? ATTN_DECODE : ATTN_SPLIT;
@@ -1184,6 +1187,10 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // or sequences on tensor cores in the tensor-core modes (attention_run;
     // 0: never).
     c->attn_mma_t = (int)env_int(c, "LLM_CUDA_ATTN_MMA_MIN_T", 0, 1 << 20, ATT_DEC_MMA_MIN_T);
+    // LLM_CUDA_ATTN_MMA_MIN_KEYS: ... and those whose key bound (window
+    // plus the entries at the graph's position bound, or CSA's top-k) is
+    // at least this many, from one token (0: off; comparisons).
+    c->attn_mma_keys = (int)env_int(c, "LLM_CUDA_ATTN_MMA_MIN_KEYS", 0, 1 << 24, 0);
     // LLM_CUDA_ATTD_BLOCKS: the blocks the float32 decode attention
     // kernel's key splits aim at (comparisons).
     c->attd_target = (int)env_int(c, "LLM_CUDA_ATTD_BLOCKS", 1, 4096, ATTD_TARGET);
