@@ -28,7 +28,8 @@
 // kernel decodes it once per 4 heads): blocks over the sequences of a
 // batch (segs) and over splits of the keys (flash-decoding, blockIdx.z),
 // each split's partial merged by the block of its token that finishes
-// last (attn_merge_splits), as attention_decode.cu does.
+// last (attn_merge_splits), as attention_decode.cu does, or with
+// LLM_CUDA_ATTN_CLUSTER in clusters of splits (am_cluster_merge).
 #include <cooperative_groups.h>
 
 #include "attention_keys.cuh"
