@@ -1036,29 +1036,9 @@ ngx_http_llm_block_open(ngx_http_llm_fmt_t *f, ngx_http_llm_item_kind_e kind,
 
     ngx_http_llm_block_close(f, out);
 
-    it = ngx_array_push(&st->blocks);
+    it = ngx_http_llm_item_push(f, &st->blocks, kind, ev);
     if (it == NULL) {
-        f->failed = 1;
         return NULL;
-    }
-
-    ngx_memzero(it, sizeof(ngx_http_llm_item_t));
-    it->kind = kind;
-    it->index = ev->index;
-    ngx_http_llm_wbuf_init(&it->text, f->pool);
-
-    if (kind == NGX_HTTP_LLM_ITEM_TOOL) {
-        it->id.data = ngx_pstrdup(f->pool, &ev->id);
-        it->id.len = ev->id.len;
-        it->name.data = ngx_pstrdup(f->pool, &ev->name);
-        it->name.len = ev->name.len;
-
-        if ((it->id.data == NULL && ev->id.len)
-            || (it->name.data == NULL && ev->name.len))
-        {
-            f->failed = 1;
-            return NULL;
-        }
     }
 
     st->open = it;

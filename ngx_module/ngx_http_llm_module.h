@@ -409,6 +409,11 @@ typedef struct ngx_http_llm_fmt_s {
     unsigned               failed:1;
 } ngx_http_llm_fmt_t;
 
+/* A new item of this kind at the end of items (a tool call's: with ev's
+ * index, id and name); NULL and f->failed when out of memory. */
+ngx_http_llm_item_t *ngx_http_llm_item_push(ngx_http_llm_fmt_t *f,
+    ngx_array_t *items, ngx_http_llm_item_kind_e kind,
+    ngx_http_llm_event_t *ev);
 ngx_int_t ngx_http_llm_fmt_init(ngx_http_llm_fmt_t *f, ngx_pool_t *pool,
     ngx_http_llm_req_t *req, ngx_str_t *fingerprint, time_t created);
 /* n > 1: a formatter per further choice (f->more) */

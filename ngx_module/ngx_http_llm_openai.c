@@ -388,6 +388,44 @@ ngx_http_llm_item_close(ngx_http_llm_fmt_t *f, ngx_http_llm_wbuf_t *out)
 }
 
 
+ngx_http_llm_item_t *
+ngx_http_llm_item_push(ngx_http_llm_fmt_t *f, ngx_array_t *items,
+    ngx_http_llm_item_kind_e kind, ngx_http_llm_event_t *ev)
+{
+    ngx_http_llm_item_t  *it;
+
+    it = ngx_array_push(items);
+    if (it == NULL) {
+        f->failed = 1;
+        return NULL;
+    }
+
+    ngx_memzero(it, sizeof(ngx_http_llm_item_t));
+    it->kind = kind;
+    ngx_http_llm_wbuf_init(&it->text, f->pool);
+
+    if (kind != NGX_HTTP_LLM_ITEM_TOOL) {
+        return it;
+    }
+
+    it->index = ev->index;
+    it->id.data = ngx_pstrdup(f->pool, &ev->id);
+    it->id.len = ev->id.len;
+    it->name.data = ngx_pstrdup(f->pool, &ev->name);
+    it->name.len = ev->name.len;
+
+    if ((ev->id.len && it->id.data == NULL)
+        || (ev->name.len && it->name.data == NULL))
+    {
+        items->nelts--;     /* no half-made item stays */
+        f->failed = 1;
+        return NULL;
+    }
+
+    return it;
+}
+
+
 /* the item that receives a delta of this kind, opened when needed */
 static ngx_http_llm_item_t *
 ngx_http_llm_item_open(ngx_http_llm_fmt_t *f, ngx_http_llm_item_kind_e kind,
@@ -401,28 +439,9 @@ ngx_http_llm_item_open(ngx_http_llm_fmt_t *f, ngx_http_llm_item_kind_e kind,
 
     ngx_http_llm_item_close(f, out);
 
-    it = ngx_array_push(&f->items);
+    it = ngx_http_llm_item_push(f, &f->items, kind, ev);
     if (it == NULL) {
-        f->failed = 1;
         return NULL;
-    }
-
-    ngx_memzero(it, sizeof(ngx_http_llm_item_t));
-    it->kind = kind;
-    ngx_http_llm_wbuf_init(&it->text, f->pool);
-
-    if (kind == NGX_HTTP_LLM_ITEM_TOOL) {
-        it->index = ev->index;
-        it->id.data = ngx_pstrdup(f->pool, &ev->id);
-        it->id.len = ev->id.len;
-        it->name.data = ngx_pstrdup(f->pool, &ev->name);
-        it->name.len = ev->name.len;
-
-        if ((ev->id.len && it->id.data == NULL)
-            || (ev->name.len && it->name.data == NULL))
-        {
-            f->failed = 1;
-        }
     }
 
     f->open = it;
