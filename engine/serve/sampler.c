@@ -5,6 +5,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+#define SAMPLE_BLOCK 512    /* sample_all's entries a block */
+
 struct sampler {
     sampling_params p;
     int       vocab;
@@ -17,6 +19,7 @@ struct sampler {
     uint8_t  *keep;
     float    *raw;           /* logits before penalties (logprobs + penalties) */
     uint64_t *keys;          /* [2][vocab], top-p's radix sort (made on first use) */
+    double   *bsum;          /* sample_all's block sums */
     int32_t  *bias_id;
     float    *bias;
 };
@@ -64,6 +67,7 @@ sampler *sampler_new(const sampling_params *p, int vocab,
     s->prob = malloc((size_t)vocab * sizeof *s->prob);
     s->idx = malloc((size_t)vocab * sizeof *s->idx);
     s->keep = malloc((size_t)vocab);
+    s->bsum = malloc(((size_t)vocab + SAMPLE_BLOCK - 1) / SAMPLE_BLOCK * sizeof *s->bsum);
     /* logprobs are the raw model's: keep a copy, since penalties, bias and
      * masks change the logits */
     bool need_raw = p->top_logprobs >= 0;
@@ -78,7 +82,7 @@ sampler *sampler_new(const sampling_params *p, int vocab,
     }
     s->p.bias_id = s->bias_id;
     s->p.bias = s->bias;
-    if (!s->out_count || !s->in_prompt || !s->prob || !s->idx || !s->keep
+    if (!s->out_count || !s->in_prompt || !s->prob || !s->idx || !s->keep || !s->bsum
         || (need_raw && !s->raw) || (p->n_bias > 0 && (!s->bias_id || !s->bias))) {
         sampler_free(s);
         return NULL;
@@ -102,6 +106,7 @@ void sampler_free(sampler *s)
     free(s->keep);
     free(s->raw);
     free(s->keys);
+    free(s->bsum);
     free(s->bias_id);
     free(s->bias);
     free(s);
@@ -203,6 +208,7 @@ static inline float exp_neg(float x)
 /* The largest of x[0..n) (NaN ignored; -inf when none), over eight
  * running maxima: one chain of compares over a 129,280-entry vocabulary is
  * latency-bound (~5 cycles an entry); eight run side by side. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
 static float max_of(const float *x, int n)
 {
     float m[8] = { -INFINITY, -INFINITY, -INFINITY, -INFINITY,
@@ -244,6 +250,58 @@ static void sort_by_prob_desc(const float *prob, int32_t *idx, int k, int vocab,
         a = b, b = t;
     }
     for (int i = 0; i < k; i++) idx[i] = (int32_t)(a[i] & ((1ull << idbits) - 1));
+}
+
+/* A draw from the whole vocabulary at temperature 1 / inv_t (no top-k,
+ * top-p or min-p): the softmax numerators into prob[] and their sums a
+ * block of SAMPLE_BLOCK ids at a time over eight running sums, which
+ * vectorize (one running sum over 129,280 ids, an add's latency each, was
+ * most of a draw's ~0.3 ms); the draw finds its block by the block sums,
+ * then its token inside the block in id order.  The same distribution as
+ * the filtered path's single sum; a given draw can differ from it only
+ * where it falls within rounding (~1e-16 of the total) of a boundary
+ * between two tokens.  0 when every logit is -inf. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static int32_t sample_all(sampler *s, const float *logits, float m, float inv_t)
+{
+    int V = s->vocab, nb = (V + SAMPLE_BLOCK - 1) / SAMPLE_BLOCK, lastnz = -1;
+    double total = 0;
+    for (int b = 0; b < nb; b++) {
+        int i0 = b * SAMPLE_BLOCK, i1 = i0 + SAMPLE_BLOCK < V ? i0 + SAMPLE_BLOCK : V, i = i0;
+        double a[8] = { 0 };
+        for (; i + 8 <= i1; i += 8) {
+            float e[8];
+            for (int j = 0; j < 8; j++) e[j] = exp_neg((logits[i + j] - m) * inv_t);
+            for (int j = 0; j < 8; j++) s->prob[i + j] = e[j], a[j] += e[j];
+        }
+        for (; i < i1; i++) {
+            s->prob[i] = exp_neg((logits[i] - m) * inv_t);
+            a[0] += s->prob[i];
+        }
+        s->bsum[b] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        total += s->bsum[b];
+        if (s->bsum[b] > 0) lastnz = b;
+    }
+    if (lastnz < 0) return 0;
+    double r = next_unit(s->rng) * total, acc = 0;
+    for (int b = 0; b <= lastnz; b++) {
+        if (!(s->bsum[b] > 0)) continue;
+        if (b < lastnz && !(r < acc + s->bsum[b])) {
+            acc += s->bsum[b];
+            continue;
+        }
+        /* this block; the last nonzero one when rounding ends the scan
+         * short of r */
+        int i1 = (b + 1) * SAMPLE_BLOCK < V ? (b + 1) * SAMPLE_BLOCK : V, last = -1;
+        for (int i = b * SAMPLE_BLOCK; i < i1; i++) {
+            if (!(s->prob[i] > 0)) continue;
+            acc += s->prob[i];
+            last = i;
+            if (r < acc) return i;
+        }
+        return last;
+    }
+    return 0;
 }
 
 static int by_prob_desc(const void *a, const void *b, void *ctx)
@@ -303,6 +361,10 @@ void sampler_sample_masked(sampler *s, float *logits, const uint64_t *allow,
         /* softmax at temperature into prob[] */
         float inv_t = 1.0f / p->temperature;
         float m = max_of(logits, V);
+        if (p->top_k <= 0 && p->top_p >= 1.0f && p->min_p <= 0.0f) {
+            tok = sample_all(s, logits, m, inv_t);
+            goto sampled;
+        }
         int n = 0;
         double sum = 0;
         for (int i = 0; i < V; i++) s->prob[i] = exp_neg((logits[i] - m) * inv_t);
@@ -403,6 +465,7 @@ void sampler_sample_masked(sampler *s, float *logits, const uint64_t *allow,
         }
     }
 
+sampled:
     out->token = tok;
     if (p->top_logprobs >= 0)
         out->logprob = (raw_copy ? raw_copy[tok] : logits[tok]) - raw_lse;
