@@ -309,6 +309,58 @@ int main(void)
         free(lg);
     }
 
+    /* top_p over a large, peaked vocabulary (the candidates near the top
+     * hold the mass: the sampler sorts only those): every draw is in the
+     * set a brute-force sort gives (probabilities descending, ids
+     * ascending, the shortest run with mass >= top_p), and each of its
+     * few members comes out. */
+    {
+        enum { NV = 20000, TOP = 12 };
+        float *lg = malloc(NV * sizeof *lg);
+        double *pr = malloc(NV * sizeof *pr), tot = 0;
+        for (int i = 0; i < NV; i++) {
+            float v = (float)(i % 101) / 25.0f + (i % 1667 == 5 ? 14.0f + (float)(i % 3) : 0.0f);
+            pr[i] = exp((double)v / 0.6), tot += pr[i];
+        }
+        /* the reference set: the TOP largest, in order, until the mass */
+        int order[TOP], nset = 0;
+        double mass = 0;
+        for (int k = 0; k < TOP && mass < 0.9 * tot; k++) {
+            int best = -1;
+            for (int i = 0; i < NV; i++) {
+                bool used = false;
+                for (int j = 0; j < k; j++) used |= order[j] == i;
+                if (!used && (best < 0 || pr[i] > pr[best])) best = i;
+            }
+            order[k] = best, mass += pr[best], nset = k + 1;
+        }
+        sampling_params q;
+        sampling_params_default(&q);
+        q.has_seed = true;
+        q.seed = 21;
+        q.temperature = 0.6f;
+        q.top_p = 0.9f;
+        sampler *sp = sampler_new(&q, NV, NULL, 0);
+        int out = 0, seen[TOP] = { 0 };
+        for (int d = 0; d < 3000; d++) {
+            for (int i = 0; i < NV; i++)
+                lg[i] = (float)(i % 101) / 25.0f + (i % 1667 == 5 ? 14.0f + (float)(i % 3) : 0.0f);
+            sampler_sample(sp, lg, &r);
+            int k = 0;
+            while (k < nset && order[k] != r.token) k++;
+            if (k == nset) out++;
+            else seen[k]++;
+        }
+        int missing = 0;
+        for (int k = 0; k < nset; k++) missing += seen[k] == 0;
+        ok(mass >= 0.9 * tot && !out && !missing, "top_p 0.9 over 20,000 ids, peaked: draws "
+           "only from the %d-token reference set (%d outside), each of it seen (%d not)", nset,
+           out, missing);
+        sampler_free(sp);
+        free(lg);
+        free(pr);
+    }
+
     /* stop strings across token boundaries */
     {
         const char *stops[] = { "END", "<|x|>" };
