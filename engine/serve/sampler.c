@@ -257,14 +257,12 @@ static void sort_by_prob_desc(const float *prob, int32_t *idx, int k, int vocab,
  * running sums, which vectorize (one running sum over 129,280 ids, an
  * add's latency each, was most of a draw's ~0.3 ms), compiled for
  * AVX-512, AVX2 and the baseline x86-64 (chosen at run time); returns the
- * total (the block sums in order), *lastnz the last block whose sum is
- * not 0 (-1 when every logit is -inf). */
+ * total (the block sums in order). */
 __attribute__((target_clones("avx512f", "avx2", "default")))
-static double softmax_blocks(sampler *s, const float *logits, float m, float inv_t, int *lastnz)
+static double softmax_blocks(sampler *s, const float *logits, float m, float inv_t)
 {
     int V = s->vocab, nb = (V + SAMPLE_BLOCK - 1) / SAMPLE_BLOCK;
     double total = 0;
-    *lastnz = -1;
     for (int b = 0; b < nb; b++) {
         int i0 = b * SAMPLE_BLOCK, i1 = i0 + SAMPLE_BLOCK < V ? i0 + SAMPLE_BLOCK : V, i = i0;
         double a[8] = { 0 };
@@ -279,7 +277,6 @@ static double softmax_blocks(sampler *s, const float *logits, float m, float inv
         }
         s->bsum[b] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
         total += s->bsum[b];
-        if (s->bsum[b] > 0) *lastnz = b;
     }
     return total;
 }
@@ -292,8 +289,9 @@ static double softmax_blocks(sampler *s, const float *logits, float m, float inv
  * -inf. */
 static int32_t sample_all(sampler *s, const float *logits, float m, float inv_t)
 {
-    int V = s->vocab, lastnz;
-    double total = softmax_blocks(s, logits, m, inv_t, &lastnz);
+    int V = s->vocab, lastnz = (V + SAMPLE_BLOCK - 1) / SAMPLE_BLOCK - 1;
+    double total = softmax_blocks(s, logits, m, inv_t);
+    while (lastnz >= 0 && !(s->bsum[lastnz] > 0)) lastnz--;
     if (lastnz < 0) return 0;
     double r = next_unit(s->rng) * total, acc = 0;
     for (int b = 0; b <= lastnz; b++) {
@@ -369,16 +367,12 @@ void sampler_sample_masked(sampler *s, float *logits, const uint64_t *allow,
         float best = max_of(logits, V);
         if (best > -INFINITY)
             while (logits[tok] != best) tok++;
+    } else if (p->top_k <= 0 && p->top_p >= 1.0f && p->min_p <= 0.0f) {
+        tok = sample_all(s, logits, max_of(logits, V), 1.0f / p->temperature);
     } else {
         /* softmax at temperature into prob[] */
-        float inv_t = 1.0f / p->temperature;
-        float m = max_of(logits, V);
-        if (p->top_k <= 0 && p->top_p >= 1.0f && p->min_p <= 0.0f) {
-            tok = sample_all(s, logits, m, inv_t);
-            goto sampled;
-        }
-        int n = 0, lastnz;
-        double sum = softmax_blocks(s, logits, m, inv_t, &lastnz);
+        int n = 0;
+        double sum = softmax_blocks(s, logits, max_of(logits, V), 1.0f / p->temperature);
         for (int i = 0; i < V; i++)
             if (s->prob[i] > 0) s->idx[n++] = i;
         if (n == 0) { s->idx[n++] = 0; s->prob[0] = 1; sum = 1; }
@@ -396,47 +390,37 @@ void sampler_sample_masked(sampler *s, float *logits, const uint64_t *allow,
         if (p->top_p < 1.0f) {
             ascending = false;
             double need = p->top_p * sum;
-            /* A peaked distribution first: the candidates within 2^-20
-             * of the largest (its numerator is 1) usually hold the mass,
-             * and each is larger than every other candidate, so their
-             * sorted run is the start of all candidates' and, when it
-             * reaches the mass, gives the same set (quickselect over a
-             * 129,280-id vocabulary took ~0.6 of a draw's ~0.9 ms). */
+            /* The candidates within 2^-20 of the largest (its numerator
+             * is 1) first, by one partition: each is larger than every
+             * other, so they are the top k, and on a peaked distribution
+             * they usually hold the mass (quickselect over a 129,280-id
+             * vocabulary took ~0.6 of such a draw's ~0.9 ms).  Else the
+             * smallest top-k holding it, k growing 16x; past RADIX_MIN
+             * candidates all of them are radix-sorted instead (a flat
+             * distribution: more selection passes cost more). */
             int k = 0;
+            double mass = 0;
             for (int i = 0; i < n; i++)
                 if (s->prob[s->idx[i]] >= 0x1p-20f) {
                     int32_t t = s->idx[k];
                     s->idx[k++] = s->idx[i], s->idx[i] = t;
+                    mass += s->prob[s->idx[k - 1]];
                 }
-            if (k <= RADIX_MIN) {
-                qsort_r(s->idx, (size_t)k, sizeof *s->idx, by_prob_desc, s->prob);
-                double acc = 0;
-                int keep = 0;
-                while (keep < k) {
-                    acc += s->prob[s->idx[keep++]];
-                    if (acc >= need) break;
-                }
-                if (acc >= need) {
-                    n = keep, sum = acc;
-                    goto filtered;
-                }
-            }
-            /* the smallest top-k holding the mass, k growing 16x; past
-             * RADIX_MIN candidates all of them are radix-sorted instead
-             * (a flat distribution: more selection passes cost more) */
-            k = 64 < n ? 64 : n;
             bool radix = false;
-            for (;;) {
-                select_top(s->prob, s->idx, n, k);
-                double mass = 0;
-                for (int i = 0; i < k; i++) mass += s->prob[s->idx[i]];
-                if (mass >= need || k == n) break;
-                k = k * 16 < n ? k * 16 : n;
-                if (k > RADIX_MIN && (s->keys || (s->keys = malloc(2 * (size_t)s->vocab
-                                                                   * sizeof *s->keys)))) {
-                    k = n;
-                    radix = true;
-                    break;
+            if (k > RADIX_MIN || mass < need) {
+                k = 64 < n ? 64 : n;
+                for (;;) {
+                    select_top(s->prob, s->idx, n, k);
+                    mass = 0;
+                    for (int i = 0; i < k; i++) mass += s->prob[s->idx[i]];
+                    if (mass >= need || k == n) break;
+                    k = k * 16 < n ? k * 16 : n;
+                    if (k > RADIX_MIN && (s->keys || (s->keys = malloc(2 * (size_t)s->vocab
+                                                                       * sizeof *s->keys)))) {
+                        k = n;
+                        radix = true;
+                        break;
+                    }
                 }
             }
             if (radix) sort_by_prob_desc(s->prob, s->idx, k, s->vocab, s->keys);
@@ -450,7 +434,6 @@ void sampler_sample_masked(sampler *s, float *logits, const uint64_t *allow,
             n = keep;
             sum = acc;
         }
-    filtered:
         /* min-p: drop tokens below min_p times the top probability */
         if (p->min_p > 0.0f) {
             float top = 0;
@@ -500,7 +483,6 @@ void sampler_sample_masked(sampler *s, float *logits, const uint64_t *allow,
         }
     }
 
-sampled:
     out->token = tok;
     if (p->top_logprobs >= 0)
         out->logprob = (raw_copy ? raw_copy[tok] : logits[tok]) - raw_lse;
