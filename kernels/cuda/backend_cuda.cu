@@ -694,11 +694,19 @@ static bool cu_attention_fused_op(backend *b, const attention_args *a, int nseg)
 }
 
 // A device copy of rope table rt for the decode kernels (dattn.orope).
+// Not stage(): under a graph that stores a host array once per step by
+// its address, and every call's r is at the same address (layers of
+// different tables would all get the first one's).
 static const drope *attn_orope(cu_impl *c, const rope_table *rt)
 {
     drope r;
+    const char *dev;
     if (!rt || !to_rope(c, rt, &r)) return NULL;
-    return (const drope *)stage(c, &r, sizeof r);
+    char *h = stage_begin(c, sizeof r, &dev);
+    if (!h) return NULL;
+    memcpy(h, &r, sizeof r);
+    stage_end(c);
+    return (const drope *)dev;
 }
 
 static void cu_attention_op(backend *b, const attention_args *a, int nseg)
