@@ -1188,17 +1188,19 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_ATTN_DECODE=0: decode attention on cu_attention and its
     // combine (comparisons; the sums' order differs, within the kernels' bounds).
     c->attn_decode = env_switch(c, "LLM_CUDA_ATTN_DECODE");
-    // LLM_CUDA_ATTN_FUSE=1: decode attention kernels also store the key
-    // into the ring and rotate the output back (cu_attention_fused_op).
-    c->attn_fuse = env_int(c, "LLM_CUDA_ATTN_FUSE", 0, 1, 0) == 1;
+    // LLM_CUDA_ATTN_FUSE=0: the ring store and the output's inverse RoPE
+    // as ops of their own, not in the decode attention kernels
+    // (cu_attention_fused_op; the same bits either way).
+    c->attn_fuse = env_switch(c, "LLM_CUDA_ATTN_FUSE");
     // LLM_CUDA_ATTN_MMA_MIN_T: decode steps of at least this many tokens
     // or sequences on tensor cores in the tensor-core modes (attention_run;
     // 0: never).
     c->attn_mma_t = (int)env_int(c, "LLM_CUDA_ATTN_MMA_MIN_T", 0, 1 << 20, ATT_DEC_MMA_MIN_T);
     // LLM_CUDA_ATTN_MMA_MIN_KEYS: ... and those whose key bound (window
     // plus the entries at the graph's position bound, or CSA's top-k) is
-    // at least this many, from one token (0: off; comparisons).
-    c->attn_mma_keys = (int)env_int(c, "LLM_CUDA_ATTN_MMA_MIN_KEYS", 0, 1 << 24, 0);
+    // at least this many, from one token (HCA at 131K and more; 0: off).
+    c->attn_mma_keys =
+        (int)env_int(c, "LLM_CUDA_ATTN_MMA_MIN_KEYS", 0, 1 << 24, ATT_DEC_MMA_MIN_KEYS);
     // LLM_CUDA_ATTD_BLOCKS: the blocks the float32 decode attention
     // kernel's key splits aim at (comparisons).
     c->attd_target = (int)env_int(c, "LLM_CUDA_ATTD_BLOCKS", 1, 4096, ATTD_TARGET);
@@ -1208,7 +1210,8 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_ATTN_CLUSTER: that kernel's splits merged in clusters of up
     // to this many blocks (2, 4 or 8; 1: by the last block), where the
     // device runs such clusters.
-    c->attm_cluster = (int)env_int(c, "LLM_CUDA_ATTN_CLUSTER", 1, CU_ATTM_MAX_CLUSTER, 1);
+    c->attm_cluster =
+        (int)env_int(c, "LLM_CUDA_ATTN_CLUSTER", 1, CU_ATTM_MAX_CLUSTER, ATTM_CLUSTER);
     if (c->attm_cluster & (c->attm_cluster - 1))
         fail(c, "LLM_CUDA_ATTN_CLUSTER=%d: not 1, 2, 4 or 8", c->attm_cluster);
     else if (c->attm_cluster > 1 && !cu_attention_mma_cluster_runs(c->attm_cluster))

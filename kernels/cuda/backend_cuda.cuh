@@ -264,6 +264,8 @@ enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL, SMALL_MMA_STREAM, SMALL_MMA
 #define IDX_MMA_MIN_T 64    // indexer steps of at least this many tokens score on tensor cores
 #define ATT_MMA_MIN_T 64    // attention of steps of at least this many tokens on tensor cores
 #define ATT_DEC_MMA_MIN_T 16    // ... of decode steps (attention_run; LLM_CUDA_ATTN_MMA_MIN_T)
+#define ATT_DEC_MMA_MIN_KEYS 1000   // ... and decode ops of this many keys (LLM_CUDA_ATTN_MMA_MIN_KEYS)
+#define ATTM_CLUSTER 8          // its splits merged in clusters of 8 (LLM_CUDA_ATTN_CLUSTER)
 
 static inline cu_impl *impl(backend *b) { return (cu_impl *)b->impl; }
 static inline size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }

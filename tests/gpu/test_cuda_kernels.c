@@ -1456,16 +1456,22 @@ static double now(void);
 static int attn_tokens = 2;     /* G's LLM_CUDA_ATTN_TOKENS */
 #define ATT_DEC_MMA_MIN_T 16    /* backend_cuda.cuh: decode steps on tensor cores from ... */
 static int attn_mma_t = ATT_DEC_MMA_MIN_T;      /* G's LLM_CUDA_ATTN_MMA_MIN_T */
-static const char *attn_merge = "";     /* G's LLM_CUDA_ATTN_CLUSTER, for the names */
+#define ATT_DEC_MMA_MIN_KEYS 1000   /* ... and decode ops of this many keys */
+#define ATTN_MERGE_DEFAULT ", splits in clusters of up to 8"  /* LLM_CUDA_ATTN_CLUSTER unset */
+static const char *attn_merge = ATTN_MERGE_DEFAULT;    /* G's, for the names */
 
 /* Whether G runs the attention of n query tokens (or n sequences) on
  * tensor cores: prefill steps of 64+ tokens and decode steps of at least
- * LLM_CUDA_ATTN_MMA_MIN_T, under bf16, and under bf16x2 and fp8 from
- * bf16/fp8 caches (backend_cuda.cu, tensor_core_keys). */
-static bool attn_on_mma(int n, int hd, enum kv_dtype t)
+ * LLM_CUDA_ATTN_MMA_MIN_T or of at least ATT_DEC_MMA_MIN_KEYS keys (the
+ * window + CSA's top-k or the entries up to the last position), under
+ * bf16, and under bf16x2 and fp8 from bf16/fp8 caches (backend_cuda.cu,
+ * tensor_core_keys). */
+static bool attn_on_mma(int n, int hd, enum kv_dtype t, int window, int ratio, int topk,
+                        int pos_end)
 {
+    int keys = window + (ratio ? (topk ? topk : pos_end / ratio) : 0);
     return (gemm_mode == GEMM_BF16 || (gemm_mode >= GEMM_BF16X2 && t != KV_F32)) &&
-           (n >= 64 || (attn_mma_t && n >= attn_mma_t)) &&
+           (n >= 64 || (attn_mma_t && n >= attn_mma_t) || keys >= ATT_DEC_MMA_MIN_KEYS) &&
            (hd == 64 || hd == 128 || hd == 256 || hd == 512);
 }
 
@@ -1523,7 +1529,7 @@ static void test_attention(int nheads, int hd, int window, int ratio, int topk, 
      * 2^-16).  The logits move by at most (u_q + u_k) scale sum |q||k|,
      * the probabilities by that relative and u_p: 4u bounds the relative
      * L2 of the output with the largest u present. */
-    bool mma = attn_on_mma(n, hd, t);
+    bool mma = attn_on_mma(n, hd, t, window, ratio, topk, pos0 + n);
     double u = gemm_mode == GEMM_BF16 ? 0x1p-8 : 0x1p-16;
     snprintf(name, sizeof name, "attention heads=%d hd=%d window=%d ratio=%d topk=%d pos0=%d n=%d "
              "cache %s%s%s%s%s", nheads, hd, window, ratio, topk, pos0, n, dname(t),
@@ -1839,7 +1845,7 @@ static void test_attention_batch(int nseg, int nheads, int hd, int window, int r
     G->attention(G, ga, nseg);
     float *g = hcopy(dout, nseg * od * 4);
     char name[192];
-    bool mma = attn_on_mma(nseg, hd, t);
+    bool mma = attn_on_mma(nseg, hd, t, window, ratio, topk, maxpos + 1);
     double tol = mma ? 4 * (gemm_mode == GEMM_BF16 ? 0x1p-8 : 0x1p-16) + TOL : TOL;
     snprintf(name, sizeof name, "attention, a batch of %d sequences (positions up to %d) heads=%d "
              "hd=%d window=%d ratio=%d topk=%d cache %s%s%s%s", nseg, maxpos, nheads, hd, window,
@@ -2832,7 +2838,7 @@ static void attention_decode_mma_cases(backend *gd, backend *gdf, const char *cl
         }
     }
     test_attention_batch(3, 32, 512, 128, 128, 0, 1048575, KV_FP8);
-    attn_mma_t = ATT_DEC_MMA_MIN_T, attn_merge = "", G_fused = NULL;
+    attn_mma_t = ATT_DEC_MMA_MIN_T, attn_merge = ATTN_MERGE_DEFAULT, G_fused = NULL;
 }
 
 /* attention_decode_mma_cases on each backend of gd[0] (gd[1]: the same
