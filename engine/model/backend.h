@@ -107,6 +107,12 @@ typedef struct {
     const int *nsel;
     int sel_ld;
     float *out;             /* [n][nheads*head_dim] */
+    /* Only where attention_fused said yes: after the attention, what the
+     * model's ops would do next — out's RoPE channels rotated back at each
+     * token's position (rope with out_rope, inverse) and the chunk's keys
+     * stored into the ring (ring_store). */
+    const rope_table *out_rope;
+    bool store_ring;
 } attention_args;
 
 /* One sequence's new keys for its ring (ring_store). */
@@ -278,6 +284,10 @@ struct backend {
     void (*compress)(backend *b, const compress_args *a, int nseg);
     void (*indexer)(backend *b, const indexer_args *a, int nseg);
     void (*attention)(backend *b, const attention_args *a, int nseg);
+    /* Optional (NULL: never): whether attention of these arguments would
+     * also take the ops after it (attention_args' out_rope, store_ring),
+     * so that the model asks for that and skips them. */
+    bool (*attention_fused)(backend *b, const attention_args *a, int nseg);
     /* Keep the last `window` keys of each of nseg sequences' chunks in
      * its ring (a region of `window` rows stored as t), as above. */
     void (*ring_store)(backend *b, const ring_args *a, int nseg, enum kv_dtype t, int window,

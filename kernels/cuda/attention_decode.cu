@@ -139,6 +139,8 @@ __global__ void __launch_bounds__(ATTD_THREADS, 2) attention_decode_kernel(dattn
         __syncthreads();
     }
 
+    if (a.store_ring && blockIdx.x == 0 && blockIdx.y == 0) attn_store_ring(a, i);
+
     // The parities' accumulators added in parity order: kt[kp][hh][hd].
     float4 *red = (float4 *)kt;
     if (kp < kpar)
@@ -166,7 +168,8 @@ __global__ void __launch_bounds__(ATTD_THREADS, 2) attention_decode_kernel(dattn
             float sink = a.sinks[h0 + hh], mr = mrun[hh], m = fmaxf(mr, sink);
             float f = expf(mr - m) / (lrun[hh] * expf(mr - m) + expf(sink - m));
             st4(out + (long long)hh * hd + x % nq * 4,
-                make_float4(o[u].x * f, o[u].y * f, o[u].z * f, o[u].w * f));
+                attn_rope4(a.orope, hd, a.pos0 + i, x % nq * 4,
+                           make_float4(o[u].x * f, o[u].y * f, o[u].z * f, o[u].w * f)));
         }
         return;
     }
@@ -190,7 +193,8 @@ __global__ void __launch_bounds__(ATTD_THREADS, 2) attention_decode_kernel(dattn
 
     // The merge (attention_combine_kernel's operations).
     attn_merge_splits<ATTD_THREADS>(part, pml, ((long long)tok * a.nheads + h0) * splits, nh,
-                                    splits, hd, a.sinks + h0, out, &wts[0][0], msum);
+                                    splits, hd, hd, a.sinks + h0, out, &wts[0][0], msum, a.orope,
+                                    a.pos0 + i, 0);
 }
 
 bool cu_attention_decode_fits(const dattn &a)

@@ -104,6 +104,38 @@ __device__ __forceinline__ attn_span_keys<TQ> attn_span_keys_of(const dattn &a, 
     return K;
 }
 
+// dattn.orope: channels c, c + 1 (c even) of a head's output row of hd
+// at position pos rotated back when they are among its last 2 npairs
+// (rope_kernel's operations, so the same bits as the model's rope op after
+// the store).
+__device__ __forceinline__ void attn_rope2(const drope *rt, int hd, int pos, int c, float &x0,
+                                           float &x1)
+{
+    if (!rt) return;
+    int i = (c - (hd - 2 * rt->npairs)) >> 1;
+    if (i < 0) return;
+    float cs, sn;
+    rope_cs(*rt, i, pos, cs, sn);
+    rope_rot2(x0, x1, cs, -sn);
+}
+
+__device__ __forceinline__ float4 attn_rope4(const drope *rt, int hd, int pos, int c, float4 v)
+{
+    attn_rope2(rt, hd, pos, c, v.x, v.y);
+    attn_rope2(rt, hd, pos, c + 2, v.z, v.w);
+    return v;
+}
+
+// dattn.store_ring: query token i's key row into the ring slot of its
+// position (the model's ring_store; every thread of one block of the
+// token).  With one query token a sequence the slot, pos % window, holds
+// the key at pos - window, which no window of the op reads.
+__device__ __forceinline__ void attn_store_ring(const dattn &a, int i)
+{
+    kv_put_row(a.ring_t, a.kv + (long long)i * a.hd, a.hd, (char *)a.ring, a.window,
+               (a.pos0 + i) % a.window, NULL);
+}
+
 // Online softmax, one head's running state after a tile: the tile's
 // exp-sum `sum` (taken against mnew) joins the running sum rescaled by
 // exp(mold - mnew), 0 on the first tile; resc keeps that factor for the
@@ -180,11 +212,11 @@ __device__ __forceinline__ void stage_keys(KeyOf key, int t, int tn, int hd, int
 
 // The splits of a launch of a.n tokens (or sequences) x groups of hpb
 // heads, in tiles of kt keys: near `target` blocks, at most a split a
-// tile and ATTN_MAX_SPLITS, a split's keys a whole number of tiles; one
-// split past CU_ATTD_MAX_T tokens (the merge's counters).  Depends on n,
-// the heads, pos_end and target only (graph replay).
+// tile and max_splits, a split's keys a whole number of tiles; one split
+// past CU_ATTD_MAX_T tokens (the merge's counters).  Depends on n, the
+// heads, pos_end and target only (graph replay).
 static inline void attn_split_plan(const dattn &a, int hpb, int kt, int *splits, int *chunk,
-                                   int target)
+                                   int target, int max_splits = ATTN_MAX_SPLITS)
 {
     int ncomp_max = a.ratio ? (a.sel ? a.sel_ld : a.pos_end / a.ratio) : 0;
     int tiles = (a.window + ncomp_max + kt - 1) / kt;
@@ -193,7 +225,7 @@ static inline void attn_split_plan(const dattn &a, int hpb, int kt, int *splits,
     long long s = target / base;
     if (s < 1 || a.n > CU_ATTD_MAX_T) s = 1;
     if (s > tiles) s = tiles;
-    if (s > ATTN_MAX_SPLITS) s = ATTN_MAX_SPLITS;
+    if (s > max_splits) s = max_splits;
     int per = (int)((tiles + s - 1) / s);
     *chunk = per * kt;
     *splits = (tiles + per - 1) / per;
@@ -219,19 +251,22 @@ __device__ __forceinline__ bool attn_last_split(int *cnt, int splits)
 // Flash-decoding's merge, run by the block of a (token, group of heads)
 // that finished last (attention_decode.cu, attention_mma.cu): the group's
 // nh heads' partials over `splits` key ranges — unnormalized outputs at
-// part rows r0 + hh * splits + s (hd floats each), (max, sum) pairs at
-// the same rows of pml — weighted by exp(max - m) with the sink in the
-// denominator, into out (nh rows of hd).  A warp per head over the splits
+// part rows r0 + hh * splits + s (rows of hd floats, the first `width`
+// merged), (max, sum) pairs at the same rows of pml — weighted by
+// exp(max - m) with the sink in the denominator, into out (nh rows of hd;
+// channel c of out is channel c0 + c of the head: attn_rope4 with rope
+// and pos).  A warp per head over the splits
 // (lanes s and s + 32: splits <= 64), then the channels' sums in split
 // order.  wts: shared [nh][splits] floats, msum: shared [nh].  Partials
 // are read past L1 (other blocks of the launch wrote them).
 template <int THREADS>
 __device__ __forceinline__ void attn_merge_splits(const float *part, const float *pml,
                                                   long long r0, int nh, int splits, int hd,
-                                                  const float *sinks, float *out, float *wts,
-                                                  float *msum)
+                                                  int width, const float *sinks, float *out,
+                                                  float *wts, float *msum, const drope *rope,
+                                                  int pos, int c0)
 {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nq = hd / 4;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nq = width / 4;
     for (int hh = warp; hh < nh; hh += THREADS / 32) {
         const long long r = r0 + (long long)hh * splits;
         float sink = sinks[hh], ms[2], ls[2], m = sink;
@@ -268,7 +303,8 @@ __device__ __forceinline__ void attn_merge_splits(const float *part, const float
         }
         float inv = msum[hh];
         float *o = out + (long long)hh * hd + c;
-        float4 y = make_float4(acc.x / inv, acc.y / inv, acc.z / inv, acc.w / inv);
+        float4 y = attn_rope4(rope, hd, pos, c0 + c,
+                              make_float4(acc.x / inv, acc.y / inv, acc.z / inv, acc.w / inv));
         if (((uintptr_t)o & 15) == 0) *(float4 *)o = y;
         else o[0] = y.x, o[1] = y.y, o[2] = y.z, o[3] = y.w;
     }

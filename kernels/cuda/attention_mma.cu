@@ -28,14 +28,23 @@
 // kernel decodes it once per 4 heads): blocks over the sequences of a
 // batch (segs) and over splits of the keys (flash-decoding, blockIdx.z),
 // each split's partial merged by the block of its token that finishes
-// last (attn_merge_splits), as attention_decode.cu does.
+// last (attn_merge_splits), as attention_decode.cu does, or with
+// LLM_CUDA_ATTN_CLUSTER in clusters of splits (am_cluster_merge).
+#include <cooperative_groups.h>
+
 #include "attention_keys.cuh"
 #include "mma.cuh"
+
+namespace cg = cooperative_groups;
 
 #define AM_HEADS 32     // query heads per token in a block (two m16 tiles)
 #define AM_KEYS 32      // keys per tile (four n8 tiles)
 #define AM_PAD 8        // bf16 elements of padding per shared row (banks)
 #define AM_KSPLIT 2     // the logits' channels in this many halves, a warp each
+
+// attention_mma_kernel's DEC: a prefill launch, or a decode launch whose
+// key splits the last block merges, or whose splits merge in clusters
+enum { AM_PREFILL, AM_DEC, AM_DEC_CLUSTER };
 
 // N 8x8 bf16 matrices (4, or 2 transposed) at the rows the lanes point
 // to (lanes 8m..8m+7: the rows of matrix m), as mma fragments.
@@ -182,6 +191,112 @@ __device__ __forceinline__ void am_tile_rows(const attn_span_keys<TQ> &K, int kt
     if (l == 0) *tvis = v;
 }
 
+// Flash-decoding's merge in clusters (AM_DEC_CLUSTER; TQ = 1, the 32 rows
+// a token's heads): the launch's splits (blockIdx.z) in clusters of CL
+// along z.  Each block leaves its unnormalized rows o in shared memory
+// where Q and K were, and block `rank` of a cluster merges channels
+// [rank W, rank W + W) (W = HD / CL) of every row over the cluster's
+// blocks in rank order, through distributed shared memory.  With one
+// cluster the sink joins there and those channels are final; with ncl
+// clusters that slice of the cluster's partial (unnormalized, with its max
+// and sum) goes to part, and the block of rank `rank` that finishes last
+// of the ncl merges the slice over them (attn_merge_splits; a counter per
+// token, head group and rank).  So a split's 64 KB partial stays on chip
+// and no one block reads every split's: the last-block merge of AM_DEC
+// reads splits x 64 KB alone (V4: one-token decode 24-45 us a launch).
+// Layout of part: outputs [token][head][cluster][HD], then (max, sum)
+// pairs [rank][token][head][cluster][2].
+template <int HD, int NP>
+__device__ __forceinline__ void am_cluster_merge(const dattn &a, const float (&o)[2][HD / 64][4],
+                                                 __nv_bfloat16 *qs, float *ss, const float *mrow,
+                                                 const float *lrow, int i0, int h0, int nh,
+                                                 float *part, int *count)
+{
+    constexpr int M = AM_HEADS, LD = HD + AM_PAD, LO = HD + 8;
+    static_assert(M * LO * 4 <= (NP * M + AM_KEYS) * LD * 2, "the rows fit where Q and K were");
+    static_assert(2 * M * (CU_ATTM_MAX_CLUSTER + 1) <= AM_KSPLIT * M * AM_KEYS,
+                  "the splits' weights fit where the logits were");
+    static_assert((NP * M + AM_KEYS) * LD * 2 >= (M * ATTN_MAX_SPLITS + M) * 4,
+                  "the last merge's weights fit where Q and K were");
+    cg::cluster_group cl = cg::this_cluster();
+    const int CL = (int)cl.num_blocks(), rank = (int)cl.block_rank(), ncl = gridDim.z / CL;
+    const int tok = blockIdx.x, W = HD / CL, nu = W / 4, c0 = rank * W;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    // this split's rows [M][LO] (a quarter warp's float2 stores on distinct banks)
+    float *osm = (float *)qs;
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int half = 0; half < 2; half++)
+#pragma unroll
+            for (int n8 = 0; n8 < HD / 64; n8++)
+                *(float2 *)(osm + (mt * 16 + g + half * 8) * LO + warp * (HD / 8) + n8 * 8 + 2 * t) =
+                    make_float2(o[mt][n8][2 * half], o[mt][n8][2 * half + 1]);
+    float *ms = ss, *ls = ms + M * CL, *mref = ls + M * CL, *lsum = mref + M;
+    cl.sync();      // every split's rows, max and sum visible to the cluster
+    for (int x = tid; x < M * CL; x += 256) {
+        int r = x / CL, s = x % CL;
+        ms[x] = *cl.map_shared_rank(mrow + r, s);
+        ls[x] = *cl.map_shared_rank(lrow + r, s);
+    }
+    __syncthreads();
+    if (tid < M) {
+        // the splits' weights against the cluster's max (one cluster: and
+        // the sink's); a split without keys (max -inf) weighs 0
+        float m = ncl == 1 && tid < nh ? a.sinks[h0 + tid] : -INFINITY, l = 0;
+        for (int s = 0; s < CL; s++) m = fmaxf(m, ms[tid * CL + s]);
+        for (int s = 0; s < CL; s++) {
+            float mx = ms[tid * CL + s], w = mx == -INFINITY ? 0.0f : expf(mx - m);
+            l += ls[tid * CL + s] * w;
+            ms[tid * CL + s] = w;
+        }
+        mref[tid] = m, lsum[tid] = l;
+    }
+    __syncthreads();
+    const long long rows = (long long)gridDim.x * a.nheads * ncl;
+    const long long prow = (long long)tok * a.nheads * ncl + blockIdx.z / CL;  // head h0 + r: + (h0 + r) ncl
+    float *pml = part + rows * HD + rank * rows * 2;    // this slice's (max, sum) pairs
+    for (int x = tid; x < M * nu; x += 256) {
+        int r = x / nu, c = c0 + x % nu * 4;
+        float4 v[CU_ATTM_MAX_CLUSTER], acc = make_float4(0, 0, 0, 0);
+#pragma unroll
+        for (int s = 0; s < CU_ATTM_MAX_CLUSTER; s++)
+            if (s < CL) v[s] = *(const float4 *)cl.map_shared_rank(osm + r * LO + c, s);
+#pragma unroll
+        for (int s = 0; s < CU_ATTM_MAX_CLUSTER; s++)
+            if (s < CL) {
+                float w = ms[r * CL + s];
+                acc = make_float4(fmaf(w, v[s].x, acc.x), fmaf(w, v[s].y, acc.y),
+                                  fmaf(w, v[s].z, acc.z), fmaf(w, v[s].w, acc.w));
+            }
+        if (r >= nh) continue;
+        float *y;
+        if (ncl == 1) {
+            float f = 1.0f / (lsum[r] + expf(a.sinks[h0 + r] - mref[r]));
+            acc = attn_rope4(a.orope, HD, a.pos0 + i0, c,
+                             make_float4(acc.x * f, acc.y * f, acc.z * f, acc.w * f));
+            y = a.out + ((long long)i0 * a.nheads + h0 + r) * HD + c;
+        } else {
+            y = part + (prow + (long long)(h0 + r) * ncl) * HD + c;
+        }
+        *(float2 *)y = make_float2(acc.x, acc.y);
+        *(float2 *)(y + 2) = make_float2(acc.z, acc.w);
+    }
+    if (ncl > 1 && tid < nh) {
+        long long row = prow + (long long)(h0 + tid) * ncl;
+        pml[row * 2] = mref[tid], pml[row * 2 + 1] = lsum[tid];
+    }
+    cl.sync();      // the cluster's reads of osm done: it may go (or be reused)
+    if (ncl == 1 ||
+        !attn_last_split(count + ((long long)tok * gridDim.y + blockIdx.y) * CL + rank, ncl))
+        return;
+    float *wts = (float *)qs, *msum = wts + M * ATTN_MAX_SPLITS;
+    attn_merge_splits<256>(part + c0, pml, (long long)tok * a.nheads * ncl + (long long)h0 * ncl,
+                           nh, ncl, HD, W, a.sinks + h0,
+                           a.out + ((long long)i0 * a.nheads + h0) * HD + c0, wts, msum, a.orope,
+                           a.pos0 + i0, c0);
+}
+
 // 256 threads (8 warps).  Row r of the block is head h0 + r % 32 of token
 // i0 + r / 32; m16 tile mt holds rows of token mt / 2.  Logits: 8 / MT
 // warps per m16 tile, each over one of AM_KSPLIT parts of the channels
@@ -189,8 +304,9 @@ __device__ __forceinline__ void am_tile_rows(const attn_span_keys<TQ> &K, int kt
 // shared memory serves 2 TQ MMAs: Q's reloads were most of the kernel's
 // shared-memory reads); the softmax adds the parts.  P . K: warp w owns
 // output channels [w*HD/8, (w+1)*HD/8) of every row.
-// DEC (decode launches, TQ = 1): segs, key splits and their merge.
-template <int HD, int NP, int TQ, bool DEC>
+// DEC (decode launches, TQ = 1): segs, key splits and their merge, by the
+// last block (AM_DEC) or in clusters (AM_DEC_CLUSTER: am_cluster_merge).
+template <int HD, int NP, int TQ, int DEC>
 __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, const dattn *segs,
                                                                      int chunk, float *part,
                                                                      int *count)
@@ -225,17 +341,30 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
     const int kb = DEC ? blockIdx.z * chunk : 0;    // this split's keys kb..nk-1
     if (DEC) nk = min(nk, kb + chunk);
 
-    for (int x = tid * 4; x < M * HD; x += 256 * 4) {
-        int r = x / HD, c = x % HD, s = r / AM_HEADS, h = r % AM_HEADS;
-        float4 v = s < nt && h < nh
+    // Q's rows as NP bf16 parts; QU loads a thread in flight before any is
+    // converted (a decode block may hold one tile of keys: Q's staging is
+    // then much of its time)
+    constexpr int QU = 8;
+    for (int x0 = tid * 4; x0 < M * HD; x0 += 256 * 4 * QU) {
+        float4 v[QU];
+#pragma unroll
+        for (int u = 0; u < QU; u++) {
+            int x = x0 + u * 256 * 4, r = x / HD, c = x % HD, s = r / AM_HEADS, h = r % AM_HEADS;
+            v[u] = x < M * HD && s < nt && h < nh
                        ? *(const float4 *)(a.q + ((long long)(i0 + s) * a.nheads + h0 + h) * HD + c)
                        : make_float4(0, 0, 0, 0);
-        uint32_t lo[NP], hi[NP];
-        am_split2<NP>(v.x, v.y, lo);
-        am_split2<NP>(v.z, v.w, hi);
+        }
 #pragma unroll
-        for (int k = 0; k < NP; k++)
-            *(uint2 *)(qs + (k * M + r) * LD + c) = make_uint2(lo[k], hi[k]);
+        for (int u = 0; u < QU; u++) {
+            int x = x0 + u * 256 * 4, r = x / HD, c = x % HD;
+            if (x >= M * HD) break;
+            uint32_t lo[NP], hi[NP];
+            am_split2<NP>(v[u].x, v[u].y, lo);
+            am_split2<NP>(v[u].z, v[u].w, hi);
+#pragma unroll
+            for (int k = 0; k < NP; k++)
+                *(uint2 *)(qs + (k * M + r) * LD + c) = make_uint2(lo[k], hi[k]);
+        }
     }
     if (tid < M) mrow[tid] = -INFINITY, lrow[tid] = 0;
 
@@ -389,8 +518,9 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
     }
     __syncthreads();
 
+    if (DEC && a.store_ring && blockIdx.z == 0 && blockIdx.y == 0) attn_store_ring(a, i0);
     const int splits = DEC ? gridDim.z : 1;
-    if (splits == 1) {
+    if (DEC != AM_DEC_CLUSTER && splits == 1) {
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -402,14 +532,17 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
 #pragma unroll
                 for (int n8 = 0; n8 < NT; n8++) {
                     int c = warp * (HD / 8) + n8 * 8 + 2 * t;
-                    *(float2 *)(out + c) = make_float2(o[mt][n8][2 * half] / den,
-                                                       o[mt][n8][2 * half + 1] / den);
+                    float x0 = o[mt][n8][2 * half] / den, x1 = o[mt][n8][2 * half + 1] / den;
+                    if (DEC) attn_rope2(a.orope, HD, a.pos0 + i0 + s, c, x0, x1);
+                    *(float2 *)(out + c) = make_float2(x0, x1);
                 }
             }
         return;
     }
 
-    if constexpr (DEC) {
+    if constexpr (DEC == AM_DEC_CLUSTER)
+        am_cluster_merge<HD, NP>(a, o, qs, ss, mrow, lrow, i0, h0, nh, part, count);
+    if constexpr (DEC == AM_DEC) {
         // Split z's partial (TQ = 1: the block's token is blockIdx.x), laid
         // out as attention_decode.cu's: unnormalized outputs [token][head]
         // [split][HD], then (max, sum) pairs [token][head][split][2].
@@ -437,31 +570,35 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
         }
         if (!attn_last_split(count + (long long)tok * gridDim.y + blockIdx.y, splits)) return;
         float *wts = (float *)qs, *msum = wts + M * ATTN_MAX_SPLITS;
-        attn_merge_splits<256>(part, pml, row0, nh, splits, HD, a.sinks + h0,
-                               a.out + ((long long)i0 * a.nheads + h0) * HD, wts, msum);
+        attn_merge_splits<256>(part, pml, row0, nh, splits, HD, HD, a.sinks + h0,
+                               a.out + ((long long)i0 * a.nheads + h0) * HD, wts, msum, a.orope,
+                               a.pos0 + i0, 0);
     }
 }
 
 // The launch of a.n query tokens (TQ a block) or of the a.n one-token
-// sequences of segs (TQ = 1), the keys in `splits` ranges of `chunk`.
+// sequences of segs (TQ = 1), the keys in `splits` ranges of `chunk`, in
+// clusters of `cluster` along them (AM_DEC_CLUSTER).
 struct am_launch {
     const dattn *segs;
     int splits, chunk;
     float *part;
     int *count;
+    int cluster;
 };
 
-template <int HD, int NP, int TQ, bool DEC>
+template <int HD, int NP, int TQ, int DEC>
 static void attention_mma_launch(cudaStream_t st, const dattn &a, const am_launch &l)
 {
     size_t smem = attention_mma_smem<HD, NP, TQ>();
-    smem_attr<HD * 8 + NP * 4 + TQ * 2 + DEC>(attention_mma_kernel<HD, NP, TQ, DEC>, smem);
+    smem_attr<HD * 16 + NP * 8 + TQ * 4 + DEC>(attention_mma_kernel<HD, NP, TQ, DEC>, smem);
     dim3 grid((a.n + TQ - 1) / TQ, (a.nheads + AM_HEADS - 1) / AM_HEADS, l.splits);
-    cu_launch(attention_mma_kernel<HD, NP, TQ, DEC>, grid, 256, smem, st, a, l.segs, l.chunk,
-              l.part, l.count);
+    cu_launch_cluster(attention_mma_kernel<HD, NP, TQ, DEC>, grid, 256, smem, st,
+                      DEC == AM_DEC_CLUSTER ? dim3(1, 1, l.cluster) : dim3(0, 0, 0), a, l.segs,
+                      l.chunk, l.part, l.count);
 }
 
-template <int NP, int TQ, bool DEC = false>
+template <int NP, int TQ, int DEC = AM_PREFILL>
 static bool attention_mma_hd(cudaStream_t st, const dattn &a, const am_launch &l)
 {
     switch (a.hd) {
@@ -475,7 +612,7 @@ static bool attention_mma_hd(cudaStream_t st, const dattn &a, const am_launch &l
 
 bool cu_attention_mma(cudaStream_t st, const dattn &a, bool split, int tokens)
 {
-    const am_launch l = { NULL, 1, 0, NULL, NULL };
+    const am_launch l = { NULL, 1, 0, NULL, NULL, 1 };
     if (tokens == 1)
         return split ? attention_mma_hd<2, 1>(st, a, l) : attention_mma_hd<1, 1>(st, a, l);
     return split ? attention_mma_hd<2, 2>(st, a, l) : attention_mma_hd<1, 2>(st, a, l);
@@ -487,15 +624,56 @@ bool cu_attention_mma_decode_fits(const dattn &a)
            a.nheads >= 1;
 }
 
-void cu_attention_mma_decode_plan(const dattn &a, int target, int *splits, int *chunk)
+bool cu_attention_mma_cluster_runs(int cluster)
 {
-    attn_split_plan(a, AM_HEADS, AM_KEYS, splits, chunk, target);
+    auto k = attention_mma_kernel<512, 2, 1, AM_DEC_CLUSTER>;
+    size_t smem = attention_mma_smem<512, 2, 1>();
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = 1, at.val.clusterDim.y = 1, at.val.clusterDim.z = cluster;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1, 1, cluster);
+    cfg.blockDim = 256;
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    bool ok = cluster >= 2 && cluster <= CU_ATTM_MAX_CLUSTER && 512 % cluster == 0 &&
+              cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ==
+                  cudaSuccess &&
+              cudaOccupancyMaxActiveClusters(&clusters, k, &cfg) == cudaSuccess && clusters > 0;
+    cudaGetLastError();
+    return ok;
 }
 
-bool cu_attention_mma_decode(cudaStream_t st, const dattn &a, int target, bool split, float *part,
-                             int *count, const dattn *segs)
+// The plan's splits (attn_split_plan's, up to cluster x ATTN_MAX_SPLITS of
+// them with cluster > 1), in clusters of *cl: a power of two up to
+// `cluster`, one cluster where the splits holding keys fit in one, then
+// the splits a multiple of it (the last ones may hold no keys).
+static void am_plan(const dattn &a, int target, int cluster, int *splits, int *chunk, int *cl)
 {
-    am_launch l = { segs, 1, 0, part, count };
-    cu_attention_mma_decode_plan(a, target, &l.splits, &l.chunk);
-    return split ? attention_mma_hd<2, 1, true>(st, a, l) : attention_mma_hd<1, 1, true>(st, a, l);
+    *cl = 1;
+    attn_split_plan(a, AM_HEADS, AM_KEYS, splits, chunk, target,
+                    cluster > 1 ? cluster * ATTN_MAX_SPLITS : ATTN_MAX_SPLITS);
+    if (cluster <= 1 || *splits == 1) return;
+    while (*cl < cluster && *cl < *splits) *cl *= 2;
+    *splits = (*splits + *cl - 1) / *cl * *cl;
+}
+
+void cu_attention_mma_decode_plan(const dattn &a, int target, int cluster, int *splits,
+                                  int *chunk)
+{
+    int cl;
+    am_plan(a, target, cluster, splits, chunk, &cl);
+}
+
+bool cu_attention_mma_decode(cudaStream_t st, const dattn &a, int target, int cluster, bool split,
+                             float *part, int *count, const dattn *segs)
+{
+    am_launch l = { segs, 1, 0, part, count, 1 };
+    am_plan(a, target, cluster, &l.splits, &l.chunk, &l.cluster);
+    if (l.cluster > 1)
+        return split ? attention_mma_hd<2, 1, AM_DEC_CLUSTER>(st, a, l)
+                     : attention_mma_hd<1, 1, AM_DEC_CLUSTER>(st, a, l);
+    return split ? attention_mma_hd<2, 1, AM_DEC>(st, a, l) : attention_mma_hd<1, 1, AM_DEC>(st, a, l);
 }

@@ -610,12 +610,15 @@ static void cu_indexer_op(backend *b, const indexer_args *a, int nseg)
     launched(c, "indexer");
 }
 
-static bool to_dattn(cu_impl *c, const attention_args *a, dattn *d, seg_pack *sp = NULL)
+// orope: a->out_rope's table in device memory (attn_orope), or NULL.
+static bool to_dattn(cu_impl *c, const attention_args *a, dattn *d, seg_pack *sp = NULL,
+                     const drope *orope = NULL)
 {
     int end = pos_end(c, a->pos0, a->n);
     *d = dattn{ a->n, a->pos0, a->nheads, a->head_dim, a->window, a->scale, a->q, a->kv,
                 (const char *)a->ring, (int)a->dtype, a->sinks, a->ratio, {}, a->sel, a->nsel,
-                a->sel_ld, a->out, end, step_values(c, a->pos0, a->ring) };
+                a->sel_ld, a->out, end, step_values(c, a->pos0, a->ring), orope,
+                a->store_ring };
     return !a->ratio ||
            to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d->comp, sp);
 }
@@ -628,13 +631,25 @@ static bool to_dattn(cu_impl *c, const attention_args *a, dattn *d, seg_pack *sp
 // kernels: up to CU_ATTD_MAX_T tokens the one-launch decode kernel
 // (attention_decode.cu); more, a head_dim it does not take, or
 // LLM_CUDA_ATTN_DECODE=0: cu_attention and its combine.
+enum attn_path { ATTN_MMA_DECODE, ATTN_DECODE, ATTN_SPLIT };
+
+static attn_path attention_path(cu_impl *c, const dattn &d)
+{
+    int keys = d.window + (d.ratio ? (d.sel ? d.sel_ld : d.pos_end / d.ratio) : 0);
+    bool many = c->attn_mma_t && d.n >= c->attn_mma_t;
+    bool far = c->attn_mma_keys && keys >= c->attn_mma_keys;
+    if ((many || far) && tensor_core_keys(c, (enum kv_dtype)d.ring_t) &&
+        cu_attention_mma_decode_fits(d))
+        return ATTN_MMA_DECODE;
+    return c->attn_decode && cu_attention_decode_fits(d) ? ATTN_DECODE : ATTN_SPLIT;
+}
+
 static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
 {
     int hpb = 0, splits, chunk;
-    bool mma = c->attn_mma_t && d.n >= c->attn_mma_t &&
-               tensor_core_keys(c, (enum kv_dtype)d.ring_t) && cu_attention_mma_decode_fits(d);
-    bool dec = !mma && c->attn_decode && cu_attention_decode_fits(d);
-    if (mma) cu_attention_mma_decode_plan(d, c->attm_target, &splits, &chunk);
+    attn_path path = attention_path(c, d);
+    bool mma = path == ATTN_MMA_DECODE, dec = path == ATTN_DECODE;
+    if (mma) cu_attention_mma_decode_plan(d, c->attm_target, c->attm_cluster, &splits, &chunk);
     else if (dec) cu_attention_decode_plan(d, c->attd_target, &splits, &chunk);
     else cu_attention_plan(d, &hpb, &splits, &chunk);
     float *part = NULL;
@@ -644,37 +659,71 @@ static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
         if (c->failed) return;
     }
     if (mma)
-        cu_attention_mma_decode(c->st, d, c->attm_target, attn_split(c), part, c->attn_count,
-                                segs);
+        cu_attention_mma_decode(c->st, d, c->attm_target, c->attm_cluster, attn_split(c), part,
+                                c->attn_count, segs);
     else if (dec) cu_attention_decode(c->st, d, c->attd_target, part, c->attn_count, segs);
     else if (!cu_attention(c->st, d, part, segs))
         fail(c, "attention: head_dim %d is too large for the kernel", d.hd);
 }
 
-static void attention_one(cu_impl *c, const attention_args *a)
+static void attention_one(cu_impl *c, const attention_args *a, const drope *orope)
 {
     dattn d;
-    if (!to_dattn(c, a, &d) || recording(c)) return;
+    if (!to_dattn(c, a, &d, NULL, orope) || recording(c)) return;
     if (!in_graph(c) && a->n >= ATT_MMA_MIN_T && tensor_core_keys(c, a->dtype) &&
         cu_attention_mma(c->st, d, attn_split(c), c->attn_tokens))
         return;
     attention_run(c, d, NULL);
 }
 
+// LLM_CUDA_ATTN_FUSE: the ring store and the output's inverse RoPE in the
+// decode kernels, where every sequence has one query token (the ring slot
+// a token's key goes to holds no key of any window the op reads) and the
+// op takes one of those kernels (attention_one and attention_run's
+// choice for such steps: the sequence alone, or the batch's shape).
+static bool cu_attention_fused_op(backend *b, const attention_args *a, int nseg)
+{
+    cu_impl *c = impl(b);
+    if (!c->attn_fuse || nseg <= 0 || nseg > CU_ATTD_MAX_T) return false;
+    for (int i = 0; i < nseg; i++)
+        if (a[i].n != 1 || a[i].ratio != a[0].ratio || a[i].dtype != a[0].dtype)
+            return false;
+    dattn d = {};
+    d.n = nseg, d.nheads = a[0].nheads, d.hd = a[0].head_dim, d.ring_t = (int)a[0].dtype;
+    return attention_path(c, d) != ATTN_SPLIT;
+}
+
+// A device copy of rope table rt for the decode kernels (dattn.orope).
+// Not stage(): under a graph that stores a host array once per step by
+// its address, and every call's r is at the same address (layers of
+// different tables would all get the first one's).
+static const drope *attn_orope(cu_impl *c, const rope_table *rt)
+{
+    drope r;
+    const char *dev;
+    if (!rt || !to_rope(c, rt, &r)) return NULL;
+    char *h = stage_begin(c, sizeof r, &dev);
+    if (!h) return NULL;
+    memcpy(h, &r, sizeof r);
+    stage_end(c);
+    return (const drope *)dev;
+}
+
 static void cu_attention_op(backend *b, const attention_args *a, int nseg)
 {
     cu_impl *c = enter(b);
     if (nseg <= 0) return;
+    const drope *orope = attn_orope(c, a[0].out_rope);
     run_segs<dattn>(
         c, a, nseg,
         [&](const attention_args &x) {
-            attention_one(c, &x);
+            attention_one(c, &x, orope);
             return true;
         },
         [&](const attention_args &x) {
             return x.ratio ? paged_bytes(&x.comp, pos_end(c, x.pos0, x.n) / x.ratio) : 0;
         },
-        [&](const attention_args &x, dattn *d, seg_pack *sp) { to_dattn(c, &x, d, sp); },
+        [&](const attention_args &x, dattn *d, seg_pack *sp) { to_dattn(c, &x, d, sp, orope); },
         [&](const dattn *h, const dattn *dev, int n1) {
             attention_run(c, batch_shape(h, n1), dev);
         });
@@ -1139,16 +1188,34 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_ATTN_DECODE=0: decode attention on cu_attention and its
     // combine (comparisons; the sums' order differs, within the kernels' bounds).
     c->attn_decode = env_switch(c, "LLM_CUDA_ATTN_DECODE");
+    // LLM_CUDA_ATTN_FUSE=0: the ring store and the output's inverse RoPE
+    // as ops of their own, not in the decode attention kernels
+    // (cu_attention_fused_op; the same bits either way).
+    c->attn_fuse = env_switch(c, "LLM_CUDA_ATTN_FUSE");
     // LLM_CUDA_ATTN_MMA_MIN_T: decode steps of at least this many tokens
     // or sequences on tensor cores in the tensor-core modes (attention_run;
     // 0: never).
     c->attn_mma_t = (int)env_int(c, "LLM_CUDA_ATTN_MMA_MIN_T", 0, 1 << 20, ATT_DEC_MMA_MIN_T);
+    // LLM_CUDA_ATTN_MMA_MIN_KEYS: ... and those whose key bound (window
+    // plus the entries at the graph's position bound, or CSA's top-k) is
+    // at least this many, from one token (HCA at 131K and more; 0: off).
+    c->attn_mma_keys =
+        (int)env_int(c, "LLM_CUDA_ATTN_MMA_MIN_KEYS", 0, 1 << 24, ATT_DEC_MMA_MIN_KEYS);
     // LLM_CUDA_ATTD_BLOCKS: the blocks the float32 decode attention
     // kernel's key splits aim at (comparisons).
     c->attd_target = (int)env_int(c, "LLM_CUDA_ATTD_BLOCKS", 1, 4096, ATTD_TARGET);
     // LLM_CUDA_ATTM_BLOCKS: the same for the tensor-core decode kernel
     // (batches of ATTN_MMA_MIN_T+ sequences; comparisons).
     c->attm_target = (int)env_int(c, "LLM_CUDA_ATTM_BLOCKS", 1, 4096, ATTM_TARGET);
+    // LLM_CUDA_ATTN_CLUSTER: that kernel's splits merged in clusters of up
+    // to this many blocks (2, 4 or 8; 1: by the last block), where the
+    // device runs such clusters.
+    c->attm_cluster =
+        (int)env_int(c, "LLM_CUDA_ATTN_CLUSTER", 1, CU_ATTM_MAX_CLUSTER, ATTM_CLUSTER);
+    if (c->attm_cluster & (c->attm_cluster - 1))
+        fail(c, "LLM_CUDA_ATTN_CLUSTER=%d: not 1, 2, 4 or 8", c->attm_cluster);
+    else if (c->attm_cluster > 1 && !cu_attention_mma_cluster_runs(c->attm_cluster))
+        c->attm_cluster = 1;
     // LLM_CUDA_TOPK_BLOCKS=0: the indexer's top-k on one block a token
     // also at long contexts (comparisons; the same entries either way).
     c->topk_blocks = env_switch(c, "LLM_CUDA_TOPK_BLOCKS");
@@ -1324,6 +1391,7 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     b->compress = cu_compress_op;
     b->indexer = cu_indexer_op;
     b->attention = cu_attention_op;
+    b->attention_fused = cu_attention_fused_op;
     b->ring_store = cu_ring_store_op;
     b->kv_round = cu_kv_round_op;
     b->moe = cu_moe_op;

@@ -148,9 +148,12 @@ struct cu_impl {
     int lt_min_t;               // LLM_CUDA_LT_MIN_T (LT_BF16_MIN_T)
     int wgmma_wg;               // LLM_CUDA_WGMMA_WG (0: the plan's choice)
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
+    bool attn_fuse;             // ... with the model's ring store and inverse RoPE (LLM_CUDA_ATTN_FUSE)
     int attn_mma_t;             // ... on tensor cores from this many tokens (LLM_CUDA_ATTN_MMA_MIN_T)
+    int attn_mma_keys;          // ... or from this many keys (LLM_CUDA_ATTN_MMA_MIN_KEYS)
     int attd_target;            // ... on the float32 kernel: blocks its splits aim at (LLM_CUDA_ATTD_BLOCKS)
     int attm_target;            // ... on the tensor-core kernel (LLM_CUDA_ATTM_BLOCKS)
+    int attm_cluster;           // ... its splits merged in clusters of up to this many (LLM_CUDA_ATTN_CLUSTER)
     bool topk_blocks;           // the indexer's top-k over several blocks a token (LLM_CUDA_TOPK_BLOCKS)
     bool idx_tiled;             // the indexer's tiled score kernel (LLM_CUDA_INDEXER_TILED)
     bool idx_wgmma;             // its tensor-core scores on wgmma (LLM_CUDA_INDEXER_WGMMA)
@@ -261,6 +264,8 @@ enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL, SMALL_MMA_STREAM, SMALL_MMA
 #define IDX_MMA_MIN_T 64    // indexer steps of at least this many tokens score on tensor cores
 #define ATT_MMA_MIN_T 64    // attention of steps of at least this many tokens on tensor cores
 #define ATT_DEC_MMA_MIN_T 16    // ... of decode steps (attention_run; LLM_CUDA_ATTN_MMA_MIN_T)
+#define ATT_DEC_MMA_MIN_KEYS 1000   // ... and decode ops of this many keys (LLM_CUDA_ATTN_MMA_MIN_KEYS)
+#define ATTM_CLUSTER 8          // its splits merged in clusters of 8 (LLM_CUDA_ATTN_CLUSTER)
 
 static inline cu_impl *impl(backend *b) { return (cu_impl *)b->impl; }
 static inline size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }

@@ -48,18 +48,18 @@ inline bool cu_pdl()
 
 // The arguments convert to the kernel's parameter types (as with <<<>>>).
 template <typename T> struct same_type { using type = T; };
-// cluster_y > 0: the blocks in clusters of (1, cluster_y, 1) (distributed
-// shared memory; matmul_mma.cu).
+// cluster: the blocks in clusters of these dimensions (distributed shared
+// memory; matmul_mma.cu), none where one is 0.
 template <typename... P>
 cudaError_t cu_launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
-                              cudaStream_t st, unsigned cluster_y,
-                              typename same_type<P>::type... args)
+                              cudaStream_t st, dim3 cluster, typename same_type<P>::type... args)
 {
     cudaLaunchAttribute at[2];
     int n = 0;
-    if (cluster_y) {
+    if (cluster.x && cluster.y && cluster.z) {
         at[n].id = cudaLaunchAttributeClusterDimension;
-        at[n].val.clusterDim.x = 1, at[n].val.clusterDim.y = cluster_y, at[n].val.clusterDim.z = 1;
+        at[n].val.clusterDim.x = cluster.x, at[n].val.clusterDim.y = cluster.y;
+        at[n].val.clusterDim.z = cluster.z;
         n++;
     }
     if (cu_pdl()) {
@@ -81,7 +81,7 @@ template <typename... P>
 void cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
                typename same_type<P>::type... args)
 {
-    cu_launch_cluster(kernel, grid, block, smem, st, 0, args...);
+    cu_launch_cluster(kernel, grid, block, smem, st, dim3(0, 0, 0), args...);
 }
 
 __device__ __forceinline__ float bf16f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
@@ -431,13 +431,21 @@ __device__ __forceinline__ void rope_cs(const drope &rt, int i, int pos, float &
     s = (float)sin((double)ang) * rt.attn_factor;
 }
 
-// Pair i of r (x in any memory) rotated by c and s (the CPU's order of
-// operations).
+// The pair (x0, x1) rotated by c and s (the CPU's order of operations).
+__device__ __forceinline__ void rope_rot2(float &x0, float &x1, float c, float s)
+{
+    float y0 = __fadd_rn(__fmul_rn(x0, c), __fmul_rn(-x1, s));
+    x1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    x0 = y0;
+}
+
+// Pair i of r (x in any memory) rotated by c and s.
 __device__ __forceinline__ void rope_rot(float *r, int i, float c, float s)
 {
     float x0 = r[2 * i], x1 = r[2 * i + 1];
-    r[2 * i] = __fadd_rn(__fmul_rn(x0, c), __fmul_rn(-x1, s));
-    r[2 * i + 1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    rope_rot2(x0, x1, c, s);
+    r[2 * i] = x0;
+    r[2 * i + 1] = x1;
 }
 
 // Rotate the last 2*npairs channels of one head (x in any memory) at pos,

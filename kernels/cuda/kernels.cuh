@@ -413,6 +413,13 @@ struct dattn {
     float *out;
     int pos_end;            // as dindexer's
     const dstep *dyn;       // pos0 and ring, or NULL
+    // The model's ops after attention, fused into the decode kernels
+    // (attention_decode.cu, attention_mma.cu's decode launches; one query
+    // token a sequence): the output's RoPE channels rotated back at the
+    // token's position (orope, device memory; NULL: not), and the token's
+    // key stored into its ring slot (store_ring).
+    const drope *orope;
+    int store_ring;
 };
 // The launch: heads per block, key splits (flash-decoding when > 1) and
 // keys per split.
@@ -427,16 +434,24 @@ bool cu_attention(cudaStream_t st, const dattn &a, float *part, const dattn *seg
 bool cu_attention_mma(cudaStream_t st, const dattn &a, bool split, int tokens);
 // Decode steps on those tensor cores: a.n query tokens, or the a.n
 // one-token sequences of segs, a block each, their keys split over blocks
-// (the plan's) and merged by the last block of each token (count: as
-// cu_attention_decode's; part: n * nheads * splits * (hd + 2) floats when
-// the plan splits).  false: head_dim not 64, 128, 256 or 512.
+// (the plan's) and merged by the last block of each token, or with
+// `cluster` > 1 (LLM_CUDA_ATTN_CLUSTER) in clusters of up to that many
+// blocks through distributed shared memory, then over the clusters by the
+// last block of each channel slice (count: as cu_attention_decode's;
+// part: n * nheads * splits * (hd + 2) floats when the plan splits).
+// false: head_dim not 64, 128, 256 or 512.
 bool cu_attention_mma_decode_fits(const dattn &a);
 // target: blocks the plan aims at (attn_split_plan), ATTM_TARGET unless
 // compared (LLM_CUDA_ATTM_BLOCKS): two an SM.
 #define ATTM_TARGET 264
-void cu_attention_mma_decode_plan(const dattn &a, int target, int *splits, int *chunk);
-bool cu_attention_mma_decode(cudaStream_t st, const dattn &a, int target, bool split, float *part,
-                             int *count, const dattn *segs = NULL);
+// The largest cluster (portable) and whether clusters of `cluster` blocks
+// of the largest instantiation can run on this device.
+#define CU_ATTM_MAX_CLUSTER 8
+bool cu_attention_mma_cluster_runs(int cluster);
+void cu_attention_mma_decode_plan(const dattn &a, int target, int cluster, int *splits,
+                                  int *chunk);
+bool cu_attention_mma_decode(cudaStream_t st, const dattn &a, int target, int cluster, bool split,
+                             float *part, int *count, const dattn *segs = NULL);
 
 // ---- attention_decode.cu ----
 // Decode steps (at most CU_ATTD_MAX_T query tokens or one-token sequences,
@@ -447,7 +462,7 @@ bool cu_attention_mma_decode(cudaStream_t st, const dattn &a, int target, bool s
 // plan splits the keys.
 #define CU_ATTD_MAX_T 64
 #define CU_ATTD_MAX_GROUPS 64
-#define CU_ATTD_COUNTERS (CU_ATTD_MAX_T * CU_ATTD_MAX_GROUPS)
+#define CU_ATTD_COUNTERS (CU_ATTD_MAX_T * CU_ATTD_MAX_GROUPS * CU_ATTM_MAX_CLUSTER)
 bool cu_attention_decode_fits(const dattn &a);
 // target: blocks the plan aims at (attn_split_plan), ATTD_TARGET unless
 // compared: four an SM, not the two of attn_split_plan's default, since a

@@ -437,7 +437,7 @@ bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T
     do {                                                                                         \
         smem_attr<Q * 64 + N * 2 + S>(smm_kernel<Q, N, S, SMM_DENSE>, p.smem);                   \
         return smm_started(cu_launch_cluster(smm_kernel<Q, N, S, SMM_DENSE>, grid, SM_THREADS,   \
-                                             p.smem, st, p.KS, a));                              \
+                                             p.smem, st, dim3(1, p.KS), a));                              \
     } while (0)
     if (w.type == QT_FP8) {
         if (!split) SMM(QT_FP8, 8, false);
@@ -502,7 +502,7 @@ bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *
     do {                                                                                         \
         smem_attr<1000 + M * 2 + S>(smm_kernel<QT_MXFP4, 1, S, M>, p.smem);                      \
         return smm_started(cu_launch_cluster(smm_kernel<QT_MXFP4, 1, S, M>, grid, SM_THREADS,    \
-                                             p.smem, st, p.KS, a));                              \
+                                             p.smem, st, dim3(1, p.KS), a));                              \
     } while (0)
     if (w3 && split) SMT(true, SMM_SWIGLU);
     if (w3) SMT(false, SMM_SWIGLU);

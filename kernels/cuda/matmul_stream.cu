@@ -175,7 +175,8 @@ static bool stm_launch(cudaStream_t st, stm_args a)
     if (!bWM) return false;
     a.WM = bWM, a.Kc = bKc;
     dim3 grid((unsigned)((w.rows + 32 * bWM - 1) / (32 * bWM)), bKS);
-    return smm_started(cu_launch_cluster(k, grid, ST_THREADS, smem, st, bKS > 1 ? bKS : 0, a));
+    return smm_started(
+        cu_launch_cluster(k, grid, ST_THREADS, smem, st, dim3(1, bKS > 1 ? bKS : 0), a));
 }
 
 bool cu_matmul_stream(cudaStream_t st, const dqw &w, const float *x, int ldx, int T, float *y,

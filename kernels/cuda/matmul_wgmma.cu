@@ -265,7 +265,7 @@ static bool swm_run(cudaStream_t st, swm_args a, swm_plan p)
     a.Kc = p.Kc;
     dim3 grid((unsigned)((a.w.rows + S::BR - 1) / S::BR), p.KS);
     return smm_started(cu_launch_cluster(swm_kernel<QT, NP, SPLIT, WG>, grid, S::THREADS,
-                                         S::smem(), st, p.KS > 1 ? p.KS : 0, a));
+                                         S::smem(), st, dim3(1, p.KS > 1 ? p.KS : 0), a));
 }
 
 // Blocks of `wg` warpgroups (1 or 2), or (0) whichever plan the cost

@@ -50,15 +50,15 @@ template <int QT> __device__ __forceinline__ int unit_at(int u)
     return ((u & ~3) | ((u + (u >> 2)) & 3)) * 4 * mdm_fmt<QT>::UC;
 }
 
-// Unit u of staged x from UC floats at p (16-byte aligned) times f.
+// Unit u of staged x from its UC floats r times f.
 template <int QT>
-__device__ __forceinline__ void put_unit(uint8_t *xs, int u, const float *p, float f)
+__device__ __forceinline__ void put_unit(uint8_t *xs, int u, const float4 *r, float f)
 {
     constexpr int UC = mdm_fmt<QT>::UC, FP4 = QT == QT_MXFP4;
     float v[UC];
 #pragma unroll
     for (int i = 0; i < UC / 4; i++) {
-        float4 a = ((const float4 *)p)[i];
+        float4 a = r[i];
         v[4 * i] = f * a.x, v[4 * i + 1] = f * a.y, v[4 * i + 2] = f * a.z, v[4 * i + 3] = f * a.w;
     }
     uint32_t hi[UC / 2], lo[UC / 2];
@@ -79,12 +79,39 @@ __device__ __forceinline__ void put_unit(uint8_t *xs, int u, const float *p, flo
     }
 }
 
+// Units 0..n-1 of staged x by the block's threads: staged unit dst(u)
+// from the UC floats at src(u) (16-byte aligned) times f(u), U units a
+// thread a round with every load of the round in flight before any is
+// converted (one round trip a round: run N3 found the up kernel's staging
+// at 17% of its samples with a load at a time).
+template <int QT, int U, class Src, class Mul, class Dst>
+__device__ __forceinline__ void stage_units(uint8_t *xs, int n, Src src, Mul f, Dst dst)
+{
+    constexpr int Q = mdm_fmt<QT>::UC / 4;
+    for (int u0 = threadIdx.x; u0 < n; u0 += U * blockDim.x) {
+        float4 r[U][Q];
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            int u = u0 + k * blockDim.x;
+            if (u < n)
+#pragma unroll
+                for (int i = 0; i < Q; i++) r[k][i] = ((const float4 *)src(u))[i];
+        }
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            int u = u0 + k * blockDim.x;
+            if (u < n) put_unit<QT>(xs, dst(u), r[k], f(u));
+        }
+    }
+}
+
 // x's row (cols columns) staged in QT's units by the block's threads.
 template <int QT>
 __device__ __forceinline__ void stage_x(uint8_t *xs, const float *x, int cols)
 {
-    for (int u = threadIdx.x; u < cols / mdm_fmt<QT>::UC; u += blockDim.x)
-        put_unit<QT>(xs, u, x + u * mdm_fmt<QT>::UC, 1.0f);
+    stage_units<QT, 2>(xs, cols / mdm_fmt<QT>::UC,
+                       [&](int u) { return x + u * mdm_fmt<QT>::UC; }, [](int) { return 1.0f; },
+                       [](int u) { return u; });
 }
 
 // One chunk's copies of a lane: 16 bytes of its rows g and g + 8 (zeros
@@ -247,6 +274,7 @@ __global__ void __launch_bounds__(256, 2) moe_down_mma_kernel(const __grid_const
     extern __shared__ __align__(16) uint8_t mdm_sh[];
     __shared__ float part[2][8][16];
     __shared__ long long eo[2][16];
+    __shared__ float ew[16];
     using FR = mdm_fmt<QT_MXFP4>;
     using FS = mdm_fmt<QT_FP8>;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -280,28 +308,33 @@ __global__ void __launch_bounds__(256, 2) moe_down_mma_kernel(const __grid_const
             if (++lc == cpe) lc = 0, lk++;
         }
     };
-    int pre = min(nsw, MDM_D);
-#pragma unroll
-    for (int d = 0; d < MDM_D; d++)
-        if (d < pre) load(d, d);
-    pdl_wait();     // experts, weights, g and sg from the up kernel
+    // The token's experts and weights, from route_kernel (or the mHC
+    // clusters) two kernels back: finished before this kernel starts (the
+    // up kernel lets it start after its own wait), read past L1; so every
+    // first chunk's weights load before the wait too.
     if (threadIdx.x < K) {
-        long long e = a.idx[(long long)t * K + threadIdx.x];
+        long long e = __ldcg(a.idx + (long long)t * K + threadIdx.x);
         eo[0][threadIdx.x] = e * w.estride;
         eo[1][threadIdx.x] = e * w.sestride;
+        ew[threadIdx.x] = __ldcg(a.wt + (long long)t * K + threadIdx.x);
     }
     __syncthreads();
 #pragma unroll
     for (int d = 0; d < MDM_D; d++)
-        if (d >= pre && d < n) load(d, d);
-    for (int u = threadIdx.x; u < K * (I / FR::UC); u += blockDim.x) {
-        int k = u / (I / FR::UC), i = (u - k * (I / FR::UC)) * FR::UC;
-        long long sl = (long long)t * K + k;
-        put_unit<QT_MXFP4>(xr, (k * cpe + i / FR::CH) * 16 + (i % FR::CH) / FR::UC,
-                           a.g + sl * I + i, a.wt[sl]);
-    }
-    for (int u = threadIdx.x; u < Is / FS::UC; u += blockDim.x)
-        put_unit<QT_FP8>(xsh, u, a.sg + (long long)t * Is + u * FS::UC, 1.0f);
+        if (d < n) load(d, d);
+    pdl_wait();     // g and sg from the up kernel
+    // staged: the K rows of g (unit u: expert k = u / (I / UC), its
+    // columns i..) times their weights, then sg
+    const int upk = I / FR::UC;
+    auto g_at = [&](int u) { return a.g + ((long long)t * K + u / upk) * I + u % upk * FR::UC; };
+    auto g_unit = [&](int u) {
+        int k = u / upk, i = u % upk * FR::UC;
+        return (k * cpe + i / FR::CH) * 16 + (i % FR::CH) / FR::UC;
+    };
+    stage_units<QT_MXFP4, 3>(xr, K * upk, g_at, [&](int u) { return ew[u / upk]; }, g_unit);
+    stage_units<QT_FP8, 2>(xsh, Is / FS::UC,
+                           [&](int u) { return a.sg + (long long)t * Is + u * FS::UC; },
+                           [](int) { return 1.0f; }, [](int u) { return u; });
     __syncthreads();
     float acc[4] = { 0, 0, 0, 0 }, sacc[4] = { 0, 0, 0, 0 };
     int ck = r0 / cpe, cc = r0 - ck * cpe;   // the routed chunk computed next

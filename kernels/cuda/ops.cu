@@ -1226,9 +1226,9 @@ bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, in
     if (hc > HC_FUSED_MAX || T > HC_FUSED_MAX_T || H > 12 * 1024) return false;
     if (cluster && hc == 4 && H % 4 == 0 && hcc_rows(h, y, fn, nw, collapsed, out)) {
         if (T > 0)
-            cu_launch_cluster(hc_pre_cluster_kernel<4, false>, dim3(T, HCC), 512, 0, st, HCC, h,
-                              y, H, fn, base, scale, iters, hc_eps, norm_eps, nw, post, comb,
-                              collapsed, out, cu_hc_route{});
+            cu_launch_cluster(hc_pre_cluster_kernel<4, false>, dim3(T, HCC), 512, 0, st,
+                              dim3(1, HCC), h, y, H, fn, base, scale, iters, hc_eps, norm_eps,
+                              nw, post, comb, collapsed, out, cu_hc_route{});
         return true;
     }
     int nmix = (2 + hc) * hc, S = HC_SPLITS(nmix, T);
@@ -1264,8 +1264,8 @@ bool cu_hc_pre_norm_route(cudaStream_t st, float *h, const float *y, int T, int 
     int nc = H / HCC;
     if (!cu_hc_route_fits(T, H, r) || !hcc_rows(h, y, fn, nw, collapsed, out)) return false;
     cu_launch_cluster(hc_pre_cluster_kernel<4, true>, dim3(T, HCC), 512, HCR_SMEM(r.E, nc), st,
-                      HCC, h, y, H, fn, base, scale, iters, hc_eps, norm_eps, nw, post, comb,
-                      collapsed, out, r);
+                      dim3(1, HCC), h, y, H, fn, base, scale, iters, hc_eps, norm_eps, nw, post,
+                      comb, collapsed, out, r);
     return true;
 }
 

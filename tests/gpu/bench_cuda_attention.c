@@ -12,7 +12,9 @@
  * (one sequence at the full context, the others spread below it, as a
  * batch is), one attention op per layer replayed as a CUDA graph of
  * NOPS ops (the decode step's way: no host work in the time), B = 1, 8,
- * 32, 64; LLM_CUDA_ATTN_DECODE=0 times the two-kernel path instead.
+ * 32, 64, and B = 1, 8 at ~1M; LLM_CUDA_ATTN_DECODE=0 times the
+ * two-kernel path instead, LLM_CUDA_ATTN_MMA_MIN_T and
+ * LLM_CUDA_ATTN_CLUSTER the tensor-core kernel and its merge.
  *   build/tests/gpu/bench_cuda_attention decode
  * Indexer: the lightning indexer op of a decode step (scores and top-k)
  * at rank6's shapes (64 heads of 128, top 512, ratio 4, FP8 keys, every
@@ -331,7 +333,8 @@ int main(int argc, char **argv)
     }
     G = one[0];
     const char *tk = getenv("LLM_CUDA_ATTN_TOKENS"), *gm = getenv("LLM_CUDA_GEMM");
-    const char *ad = getenv("LLM_CUDA_ATTN_DECODE");
+    const char *ad = getenv("LLM_CUDA_ATTN_DECODE"), *amt = getenv("LLM_CUDA_ATTN_MMA_MIN_T");
+    const char *acl = getenv("LLM_CUDA_ATTN_CLUSTER");
     if (indexer) {
         const char *tb = getenv("LLM_CUDA_TOPK_BLOCKS");
         printf("LLM_CUDA_TOPK_BLOCKS=%s, %d ops per graph\n", tb ? tb : "", NOPS);
@@ -344,10 +347,11 @@ int main(int argc, char **argv)
         return 0;
     }
     if (decode) {
-        printf("LLM_CUDA_ATTN_DECODE=%s, %d ops per graph\n", ad ? ad : "", NOPS);
-        int bs[] = { 1, 8, 32, 64 }, ctx[] = { 8191, 131071 };
-        for (int k = 0; k < 2; k++)
-            for (int i = 0; i < 4; i++) {
+        printf("LLM_CUDA_ATTN_DECODE=%s LLM_CUDA_ATTN_MMA_MIN_T=%s LLM_CUDA_ATTN_CLUSTER=%s, "
+               "%d ops per graph\n", ad ? ad : "", amt ? amt : "", acl ? acl : "", NOPS);
+        int bs[] = { 1, 8, 32, 64 }, ctx[] = { 8191, 131071, 1048575 };
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < (k < 2 ? 4 : 2); i++) {
                 bench_decode("sliding", 0, 0, ctx[k], bs[i]);
                 bench_decode("csa", 4, 512, ctx[k], bs[i]);
                 bench_decode("hca", 128, 0, ctx[k], bs[i]);

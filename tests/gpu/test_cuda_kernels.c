@@ -1456,15 +1456,22 @@ static double now(void);
 static int attn_tokens = 2;     /* G's LLM_CUDA_ATTN_TOKENS */
 #define ATT_DEC_MMA_MIN_T 16    /* backend_cuda.cuh: decode steps on tensor cores from ... */
 static int attn_mma_t = ATT_DEC_MMA_MIN_T;      /* G's LLM_CUDA_ATTN_MMA_MIN_T */
+#define ATT_DEC_MMA_MIN_KEYS 1000   /* ... and decode ops of this many keys */
+#define ATTN_MERGE_DEFAULT ", splits in clusters of up to 8"  /* LLM_CUDA_ATTN_CLUSTER unset */
+static const char *attn_merge = ATTN_MERGE_DEFAULT;    /* G's, for the names */
 
 /* Whether G runs the attention of n query tokens (or n sequences) on
  * tensor cores: prefill steps of 64+ tokens and decode steps of at least
- * LLM_CUDA_ATTN_MMA_MIN_T, under bf16, and under bf16x2 and fp8 from
- * bf16/fp8 caches (backend_cuda.cu, tensor_core_keys). */
-static bool attn_on_mma(int n, int hd, enum kv_dtype t)
+ * LLM_CUDA_ATTN_MMA_MIN_T or of at least ATT_DEC_MMA_MIN_KEYS keys (the
+ * window + CSA's top-k or the entries up to the last position), under
+ * bf16, and under bf16x2 and fp8 from bf16/fp8 caches (backend_cuda.cu,
+ * tensor_core_keys). */
+static bool attn_on_mma(int n, int hd, enum kv_dtype t, int window, int ratio, int topk,
+                        int pos_end)
 {
+    int keys = window + (ratio ? (topk ? topk : pos_end / ratio) : 0);
     return (gemm_mode == GEMM_BF16 || (gemm_mode >= GEMM_BF16X2 && t != KV_F32)) &&
-           (n >= 64 || (attn_mma_t && n >= attn_mma_t)) &&
+           (n >= 64 || (attn_mma_t && n >= attn_mma_t) || keys >= ATT_DEC_MMA_MIN_KEYS) &&
            (hd == 64 || hd == 128 || hd == 256 || hd == 512);
 }
 
@@ -1522,13 +1529,14 @@ static void test_attention(int nheads, int hd, int window, int ratio, int topk, 
      * 2^-16).  The logits move by at most (u_q + u_k) scale sum |q||k|,
      * the probabilities by that relative and u_p: 4u bounds the relative
      * L2 of the output with the largest u present. */
-    bool mma = attn_on_mma(n, hd, t);
+    bool mma = attn_on_mma(n, hd, t, window, ratio, topk, pos0 + n);
     double u = gemm_mode == GEMM_BF16 ? 0x1p-8 : 0x1p-16;
     snprintf(name, sizeof name, "attention heads=%d hd=%d window=%d ratio=%d topk=%d pos0=%d n=%d "
-             "cache %s%s%s%s", nheads, hd, window, ratio, topk, pos0, n, dname(t),
+             "cache %s%s%s%s%s", nheads, hd, window, ratio, topk, pos0, n, dname(t),
              mma ? ", tensor cores " : "", mma ? gemm_names[gemm_mode] : "",
              !mma ? "" : n < 64 ? ", decode launch" :
-             attn_tokens == 1 ? ", 1 token per block" : ", 2 tokens per block");
+             attn_tokens == 1 ? ", 1 token per block" : ", 2 tokens per block",
+             mma && n < 64 ? attn_merge : "");
     check_tol(name, g, out, (size_t)n * nheads * hd, mma ? 4 * u + TOL : TOL);
     /* again: the decode kernel's counters are left zero for the next launch */
     poison(dout, (size_t)n * nheads * hd * 4);
@@ -1730,8 +1738,67 @@ static void test_indexer_batch(int nseg, int nheads, int d, int topk, int maxpos
     free(sq), free(ca), free(ga);
 }
 
+static backend *G_fused;    /* G with LLM_CUDA_ATTN_FUSE=1, or NULL */
+
+/* G_fused's attention with the ring store and the inverse RoPE fused
+ * (where its attention_fused says so: nseg <= 64) against G's attention,
+ * ring_store and rope one after the other: the same output and ring bytes
+ * (the same kernels, the fused ops' operations).  ga: the batch as G ran
+ * it into dout (nseg rows of od), sq: its sequences (host rings as they
+ * were before). */
+static void check_attention_fused(attention_args *ga, dseq *sq, int nseg, float *dout,
+                                  size_t od, enum kv_dtype t)
+{
+    int hd = ga[0].head_dim, np = hd / 8 < 32 ? hd / 8 : 32, window = ga[0].window;
+    size_t rb = kv_region_bytes(t, window, hd);
+    float *inv = malloc(np * 4);
+    for (int i = 0; i < np; i++) inv[i] = powf(10000.0f, -2.0f * i / (2 * np));
+    rope_table rt = { np, inv, 1.25f };
+    bool fused = G_fused->attention_fused(G_fused, ga, nseg);
+    if (nseg > 64) {    /* one split of the float32 kernel: not fused */
+        ok(!fused, "attention_fused: no for a batch of %d sequences", nseg);
+        free(inv);
+        return;
+    }
+    ring_args *ra = calloc(nseg, sizeof *ra);
+    int32_t *pos = malloc(nseg * 4);
+    for (int s = 0; s < nseg; s++) {
+        ra[s] = (ring_args){ sq[s].dring, sq[s].dkv, 1, sq[s].pos0 };
+        pos[s] = sq[s].pos0;
+    }
+    G->attention(G, ga, nseg);
+    G->ring_store(G, ra, nseg, t, window, hd);
+    G->rope(G, dout, (int)od, nseg, ga[0].nheads, hd, &rt, pos, true);
+    float *want = hcopy(dout, nseg * od * 4);
+    char *wring = malloc(nseg * rb);
+    for (int s = 0; s < nseg; s++) G->read(G, wring + s * rb, sq[s].dring, rb);
+    backend *g0 = G;
+    G = G_fused;    /* its own stream: the writes, the op and the reads in order */
+    for (int s = 0; s < nseg; s++) {
+        G->write(G, sq[s].dring, sq[s].ring, rb);
+        ga[s].out_rope = &rt, ga[s].store_ring = true;
+    }
+    poison(dout, nseg * od * 4);
+    G->attention(G, ga, nseg);
+    float *got = hcopy(dout, nseg * od * 4);
+    size_t dout_diff = 0, dring = 0;
+    for (size_t i = 0; i < nseg * od; i++) dout_diff += memcmp(&got[i], &want[i], 4) != 0;
+    char *g = malloc(rb);
+    for (int s = 0; s < nseg; s++) {
+        G->read(G, g, sq[s].dring, rb);
+        for (size_t i = 0; i < rb; i++) dring += g[i] != wring[s * rb + i];
+        ga[s].out_rope = NULL, ga[s].store_ring = false;
+    }
+    G = g0;
+    ok(fused && !dout_diff && !dring && !G_fused->error(G_fused), "  fused with the ring store "
+       "and the inverse RoPE%s: %zu of %zu outputs and %zu of %zu ring bytes differ",
+       fused ? "" : " (attention_fused said no)", dout_diff, nseg * od, dring, nseg * rb);
+    free(inv), free(ra), free(pos), free(want), free(wring), free(got), free(g);
+}
+
 /* Each sequence's output as the CPU's: within TOL (float32 kernel) or
- * test_attention's tensor-core bound (attn_on_mma). */
+ * test_attention's tensor-core bound (attn_on_mma); with G_fused, also
+ * check_attention_fused. */
 static void test_attention_batch(int nseg, int nheads, int hd, int window, int ratio, int topk,
                                  int maxpos, enum kv_dtype t)
 {
@@ -1778,16 +1845,18 @@ static void test_attention_batch(int nseg, int nheads, int hd, int window, int r
     G->attention(G, ga, nseg);
     float *g = hcopy(dout, nseg * od * 4);
     char name[192];
-    bool mma = attn_on_mma(nseg, hd, t);
+    bool mma = attn_on_mma(nseg, hd, t, window, ratio, topk, maxpos + 1);
     double tol = mma ? 4 * (gemm_mode == GEMM_BF16 ? 0x1p-8 : 0x1p-16) + TOL : TOL;
     snprintf(name, sizeof name, "attention, a batch of %d sequences (positions up to %d) heads=%d "
-             "hd=%d window=%d ratio=%d topk=%d cache %s%s%s", nseg, maxpos, nheads, hd, window,
-             ratio, topk, dname(t), mma ? ", tensor cores " : "", mma ? gemm_names[gemm_mode] : "");
+             "hd=%d window=%d ratio=%d topk=%d cache %s%s%s%s", nseg, maxpos, nheads, hd, window,
+             ratio, topk, dname(t), mma ? ", tensor cores " : "", mma ? gemm_names[gemm_mode] : "",
+             mma ? attn_merge : "");
     check_tol(name, g, out, nseg * od, tol);
     poison(dout, nseg * od * 4);    /* again: the counters were left zero */
     G->attention(G, ga, nseg);
     G->read(G, g, dout, nseg * od * 4);
     check_tol("  the same batch again", g, out, nseg * od, tol);
+    if (G_fused) check_attention_fused(ga, sq, nseg, dout, od, t);
     for (int s = 0; s < nseg; s++) dseq_free(&sq[s]);
     G->release(G, dsinks), G->release(G, dout);
     free(sq), free(ca), free(ga), free(row), free(sinks), free(out), free(g);
@@ -2639,7 +2708,9 @@ static void bad_switches(void)
         { "LLM_CUDA_MOE_SIDE", "2" },     { "LLM_CUDA_ATTD_BLOCKS", "-1" },
         { "LLM_CUDA_ATTM_BLOCKS", "0" },    { "LLM_CUDA_INDEXER_WGMMA", "2" },
         { "LLM_CUDA_HC_PRE_CLUSTER", "2" }, { "LLM_CUDA_HC_ROUTE", "2" },
-        { "LLM_CUDA_INDEXER_DECODE_MMA", "2" },
+        { "LLM_CUDA_INDEXER_DECODE_MMA", "2" }, { "LLM_CUDA_ATTN_CLUSTER", "3" },
+        { "LLM_CUDA_ATTN_CLUSTER", "16" },  { "LLM_CUDA_ATTN_FUSE", "2" },
+        { "LLM_CUDA_ATTN_MMA_MIN_KEYS", "-1" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
@@ -2735,14 +2806,21 @@ static void attention_mma_cases(backend *g2, backend *g1)
 /* Decode attention on tensor cores (attention_mma.cu's decode launch) in
  * the mode of gd, whose LLM_CUDA_ATTN_MMA_MIN_T is 1: a token or a
  * sequence a block, the keys split over blocks (up to 64 splits: HCA at
- * 1M, 8,320 keys) and merged by the last; a sequence's few tokens (32
- * and 40 heads: a partial second group), batches of 1 to 65 sequences
- * (65: one split, no merge), CSA, HCA, sliding only, a context shorter
- * than a split. */
-static void attention_decode_mma_cases(backend *gd)
+ * 1M, 8,320 keys) and merged by the last, or with LLM_CUDA_ATTN_CLUSTER
+ * `cluster` in clusters (up to 8 x 64 splits: one cluster at 8K sliding
+ * and HCA, with splits that hold no keys; several merged by the last
+ * block of each channel slice: CSA's 20 tiles at 8K, HCA at 1M); a
+ * sequence's few tokens (32 and 40 heads: a partial second group),
+ * batches of 1 to 65 sequences (65: one split, no merge), CSA, HCA,
+ * sliding only, a context shorter than a split. */
+static void attention_decode_mma_cases(backend *gd, backend *gdf, const char *cluster)
 {
-    G = gd, attn_mma_t = 1;
-    for (int t = KV_F32; t <= KV_FP8; t++) {
+    char merge[64] = "";
+    if (strcmp(cluster, "1"))
+        snprintf(merge, sizeof merge, ", splits in clusters of up to %s", cluster);
+    G = gd, attn_mma_t = 1, attn_merge = merge, G_fused = gdf;
+    /* clusters of 2 (many to merge): the FP8 cache only, a shorter run */
+    for (int t = strcmp(cluster, "2") ? KV_F32 : KV_FP8; t <= KV_FP8; t++) {
         test_attention(32, 512, 128, 4, 512, 8191, 1, t, t == KV_FP8 ? 50 : 0);
         test_attention(32, 512, 128, 128, 0, 8191, 1, t, 0);
         test_attention(32, 512, 128, 0, 0, 8191, 1, t, 0);
@@ -2760,7 +2838,23 @@ static void attention_decode_mma_cases(backend *gd)
         }
     }
     test_attention_batch(3, 32, 512, 128, 128, 0, 1048575, KV_FP8);
-    attn_mma_t = ATT_DEC_MMA_MIN_T;
+    attn_mma_t = ATT_DEC_MMA_MIN_T, attn_merge = ATTN_MERGE_DEFAULT, G_fused = NULL;
+}
+
+/* attention_decode_mma_cases on each backend of gd[0] (gd[1]: the same
+ * with LLM_CUDA_ATTN_FUSE=1); gd_destroy. */
+static void gd_cases(backend *gd[2][3][2], const char *const cluster[3])
+{
+    for (int k = 0; k < 3; k++)
+        for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_BF16X2; gemm_mode++)
+            attention_decode_mma_cases(gd[0][k][gemm_mode - GEMM_BF16],
+                                       gd[1][k][gemm_mode - GEMM_BF16], cluster[k]);
+}
+
+static void gd_destroy(backend *gd[2][3][2])
+{
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < 3; k++) gd[f][k][0]->destroy(gd[f][k][0]), gd[f][k][1]->destroy(gd[f][k][1]);
 }
 
 /* The backends every test uses (the per-mode GPU ones, the MoE tiles'
@@ -2859,11 +2953,24 @@ int main(int argc, char **argv)
     for (int m = GEMM_BF16X2; m <= GEMM_FP8; m++)
         if (!(G_auto[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
     small_mma_kernel = "1";
-    /* gd[m]: decode attention on tensor cores from one token (bf16, bf16x2) */
+    /* gd[f][k][m]: decode attention on tensor cores from one token (bf16,
+     * bf16x2; from the float32 cache bf16x2's float32 kernel), the splits
+     * merged by the last block or in clusters of up to gd_cluster[k] (2:
+     * more clusters to merge at each context); f = 1: with the ring store
+     * and the inverse RoPE fused (LLM_CUDA_ATTN_FUSE=1) */
+    static const char *const gd_cluster[3] = { "1", "8", "2" };
+    backend *gd[2][3][2];
     setenv("LLM_CUDA_ATTN_MMA_MIN_T", "1", 1);
-    backend *gd[2] = { gpu_backend("bf16", "2"), gpu_backend("bf16x2", "2") };
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < 3; k++) {
+            setenv("LLM_CUDA_ATTN_FUSE", f ? "1" : "0", 1);
+            setenv("LLM_CUDA_ATTN_CLUSTER", gd_cluster[k], 1);
+            gd[f][k][0] = gpu_backend("bf16", "2"), gd[f][k][1] = gpu_backend("bf16x2", "2");
+            if (!gd[f][k][0] || !gd[f][k][1]) return exit_status();
+        }
+    unsetenv("LLM_CUDA_ATTN_FUSE");
+    unsetenv("LLM_CUDA_ATTN_CLUSTER");
     unsetenv("LLM_CUDA_ATTN_MMA_MIN_T");
-    if (!gd[0] || !gd[1]) return exit_status();
     C = backend_cpu_new(4, NULL, 0);
     C8 = backend_cpu_new(4, NULL, 0);
     backend_cpu_set_fp8(C8, true);
@@ -2913,13 +3020,12 @@ int main(int argc, char **argv)
         attention_cases();
         for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_FP8; gemm_mode++)
             attention_mma_cases(g[gemm_mode], g1[gemm_mode]);
-        for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_BF16X2; gemm_mode++)
-            attention_decode_mma_cases(gd[gemm_mode - GEMM_BF16]);
+        gd_cases(gd, gd_cluster);
     }
     if (only) {
         g_hc4->destroy(g_hc4), g_tail0->destroy(g_tail0), g_idx0->destroy(g_idx0);
         g_clu0->destroy(g_clu0);
-        gd[0]->destroy(gd[0]), gd[1]->destroy(gd[1]);
+        gd_destroy(gd);
         destroy_backends(g, g1);
         return exit_status();
     }
@@ -3071,9 +3177,8 @@ int main(int argc, char **argv)
     }
     /* decode attention on tensor cores: from one token, and the default
      * rule in the batches of the default backend (33 and 64 sequences) */
-    for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_BF16X2; gemm_mode++)
-        attention_decode_mma_cases(gd[gemm_mode - GEMM_BF16]);
-    gd[0]->destroy(gd[0]), gd[1]->destroy(gd[1]);
+    gd_cases(gd, gd_cluster);
+    gd_destroy(gd);
     G = g[gemm_mode = GEMM_BF16X2];
     for (int t = KV_BF16; t <= KV_FP8; t++) {
         test_attention_batch(7, 32, 512, 128, 4, 512, 9000, t);

@@ -278,6 +278,20 @@ int main(void)
     variant = ", LLM_CUDA_MOE_SIDE=0";
     test_graphs(1, KV_FP8);
     unsetenv("LLM_CUDA_MOE_SIDE");
+    /* decode attention as before the defaults: splits merged by the last
+     * block, the ring store and the inverse RoPE as ops of their own */
+    setenv("LLM_CUDA_ATTN_FUSE", "0", 1);
+    setenv("LLM_CUDA_ATTN_CLUSTER", "1", 1);
+    variant = ", LLM_CUDA_ATTN_FUSE=0, LLM_CUDA_ATTN_CLUSTER=1";
+    test_graphs(1, KV_FP8);
+    unsetenv("LLM_CUDA_ATTN_FUSE");
+    unsetenv("LLM_CUDA_ATTN_CLUSTER");
+    /* every decode attention op on the tensor-core kernel from one token
+     * (by default only those of 1,000+ keys: none at these contexts) */
+    setenv("LLM_CUDA_ATTN_MMA_MIN_KEYS", "1", 1);
+    variant = ", LLM_CUDA_ATTN_MMA_MIN_KEYS=1";
+    test_graphs(1, KV_FP8);
+    unsetenv("LLM_CUDA_ATTN_MMA_MIN_KEYS");
     variant = "";
     if (llm_cuda_device_count() >= 2) {
         test_graphs(2, KV_F32);
