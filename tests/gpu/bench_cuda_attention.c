@@ -111,6 +111,15 @@ static void cache_free(bench_cache *k)
     free(k->blocks);
 }
 
+/* After a result line: a device error is sticky, so every later line
+ * would time launches that fail at once; stop instead. */
+static void stop_on_error(void)
+{
+    if (!G->error(G)) return;
+    fprintf(stderr, "bench_cuda_attention: stopped after a device error: %s\n", G->error(G));
+    exit(1);
+}
+
 static void bench(const char *name, int ratio, int topk, int pos0, int n)
 {
     bench_cache k = cache_new(ratio ? (pos0 + n) / ratio : 0);
@@ -156,6 +165,7 @@ static void bench(const char *name, int ratio, int topk, int pos0, int n)
     printf("attention %-8s context %6d n=%d: %8.3f ms  %6.1f keys/token  %6.1f TFLOP/s  out[0] %g%s%s\n",
            name, pos0 + n, n, s * 1e3, (double)keys / n, tf, one, G->error(G) ? "  error: " : "",
            G->error(G) ? G->error(G) : "");
+    stop_on_error();
     void *dev[] = { dq, dkv, dsinks, dout, dsel, dnsel };
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) if (dev[i]) G->release(G, dev[i]);
     cache_free(&k);
@@ -241,6 +251,7 @@ static void bench_decode(const char *name, int ratio, int topk, int pos, int B)
     printf("decode %-8s context %7d B=%2d: %8.2f us per op  %7.1f keys/seq  %6.1f GB/s of keys"
            "  out[0] %g%s%s\n", name, pos + 1, B, t * 1e6, (double)keys / B, gb / t, one,
            G->error(G) ? "  error: " : "", G->error(G) ? G->error(G) : "");
+    stop_on_error();
     void *dev[] = { dq, dkv, dsinks, dout, dsel, dnsel };
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) if (dev[i]) G->release(G, dev[i]);
     cache_free(&k);
@@ -313,6 +324,7 @@ static void bench_indexer(int pos, int B)
            "%6.1f TFLOP/s  selection hash %016llx%s%s\n", pos + 1, B, t * 1e6, (double)ents / B,
            gb / t, 2 * gmac / t / 1e3, (unsigned long long)h, G->error(G) ? "  error: " : "",
            G->error(G) ? G->error(G) : "");
+    stop_on_error();
     G->release(G, dkeys), G->release(G, dq), G->release(G, dw), G->release(G, dsel),
         G->release(G, dnsel);
     free(blocks), free(q), free(w), free(a), free(sel), free(nsel);
