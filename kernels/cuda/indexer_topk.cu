@@ -29,7 +29,7 @@ namespace cg = cooperative_groups;
 // hist: two, so that a cluster's blocks read pass p's while the next pass
 // fills the other (one cluster barrier a pass).
 struct topk_smem {
-    int hist[2][256], scan[32], cnt[2];
+    int hist[2][256], scan[32], cnt[2], before[2];
     unsigned prefix;
     int krem;
 };
@@ -66,7 +66,8 @@ struct topk_cluster {
         for (int r = 0; r < 16; r++) h += v[r];
         return h;
     }
-    // gt / eq: this block's entries above / at the k-th key (thread sums)
+    // gt / eq: this block's entries above / at the k-th key (thread sums);
+    // a lane a block before this one reads that block's counts.
     __device__ void bases(int gt, int eq, int krem, topk_smem &sm, int *base, int *eqbase) const
     {
         int lane = threadIdx.x & 31;
@@ -76,13 +77,19 @@ struct topk_cluster {
         if (lane == 0 && eq) atomicAdd(&sm.cnt[1], eq);
         __syncthreads();
         sync();
-        int rank = (int)cl.block_rank(), g = 0, e = 0;
-        for (int r = 0; r < rank; r++)
-            g += *cl.map_shared_rank(&sm.cnt[0], r), e += *cl.map_shared_rank(&sm.cnt[1], r);
+        if (threadIdx.x < 32) {
+            int g = 0, e = 0;
+            if (lane < (int)cl.block_rank())
+                g = *cl.map_shared_rank(&sm.cnt[0], lane), e = *cl.map_shared_rank(&sm.cnt[1], lane);
+            for (int o = 16; o; o >>= 1)
+                g += __shfl_xor_sync(0xffffffffu, g, o), e += __shfl_xor_sync(0xffffffffu, e, o);
+            if (lane == 0) sm.before[0] = g, sm.before[1] = e;
+        }
         // done() waits: no block leaves while another reads its counts
         asm volatile("barrier.cluster.arrive.release;" ::: "memory");
-        *base = g + min(e, krem);
-        *eqbase = e;
+        __syncthreads();
+        *base = sm.before[0] + min(sm.before[1], krem);
+        *eqbase = sm.before[1];
     }
     __device__ void done() const { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 };
