@@ -537,10 +537,11 @@ static float *indexer_scores(cu_impl *c, size_t rows, int maxvis, bool whole, si
 }
 
 // The candidates of the top-k over several blocks a token (long contexts,
-// few rows), or NULL: not needed, or LLM_CUDA_TOPK_BLOCKS=0.
+// few rows), or NULL: not needed (its clusters need none), or
+// LLM_CUDA_TOPK_BLOCKS=0.
 static unsigned *indexer_cand(cu_impl *c, const dindexer &d, size_t scores_cap)
 {
-    size_t bytes = c->topk_blocks ? cu_indexer_cand_bytes(d, scores_cap) : 0;
+    size_t bytes = c->topk_blocks && !c->topk_cluster ? cu_indexer_cand_bytes(d, scores_cap) : 0;
     return bytes ? (unsigned *)grow(c, &c->icand, bytes) : NULL;
 }
 
@@ -570,7 +571,8 @@ static void indexer_one(cu_impl *c, const indexer_args *a)
         keys = (uint16_t *)grow(c, &c->ikeys, ((size_t)CU_INDEXER_KTILE + (size_t)a->n * a->nheads) *
                                                   a->d * sizeof(uint16_t));
     if (c->failed) return;
-    cu_indexer(c->st, d, sc, cap, cand, keys, c->idx_tiled, c->idx_wgmma, decode_mma(c, d));
+    cu_indexer(c->st, d, sc, cap, cand, keys, c->idx_tiled, c->idx_wgmma, decode_mma(c, d),
+               c->topk_cluster);
 }
 
 // The launch shape of a batch: its first sequence's, with the largest
@@ -605,7 +607,7 @@ static void cu_indexer_op(backend *b, const indexer_args *a, int nseg)
             unsigned *cand = indexer_cand(c, shape, cap);
             if (!c->failed)
                 cu_indexer(c->st, shape, sc, cap, cand, NULL, c->idx_tiled, c->idx_wgmma,
-                           decode_mma(c, shape), dev);
+                           decode_mma(c, shape), c->topk_cluster, dev);
         });
     launched(c, "indexer");
 }
@@ -1219,6 +1221,11 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_TOPK_BLOCKS=0: the indexer's top-k on one block a token
     // also at long contexts (comparisons; the same entries either way).
     c->topk_blocks = env_switch(c, "LLM_CUDA_TOPK_BLOCKS");
+    // LLM_CUDA_TOPK_CLUSTER=0: those blocks in two launches (their top k
+    // each, then one over the candidates) rather than one cluster.
+    c->topk_cluster = c->topk_blocks && env_switch(c, "LLM_CUDA_TOPK_CLUSTER")
+                          ? cu_indexer_topk_cluster_max()
+                          : 0;
     // LLM_CUDA_HC_FUSED_MANY=0: the mHC ops of steps of 64+ tokens as four
     // launches (hc_post, logits, collapse, RMSNorm) instead of two.
     c->hc_many = env_switch(c, "LLM_CUDA_HC_FUSED_MANY");

@@ -155,6 +155,7 @@ struct cu_impl {
     int attm_target;            // ... on the tensor-core kernel (LLM_CUDA_ATTM_BLOCKS)
     int attm_cluster;           // ... its splits merged in clusters of up to this many (LLM_CUDA_ATTN_CLUSTER)
     bool topk_blocks;           // the indexer's top-k over several blocks a token (LLM_CUDA_TOPK_BLOCKS)
+    int topk_cluster;           // their cluster's most blocks, 0: two launches (LLM_CUDA_TOPK_CLUSTER)
     bool idx_tiled;             // the indexer's tiled score kernel (LLM_CUDA_INDEXER_TILED)
     bool idx_wgmma;             // its tensor-core scores on wgmma (LLM_CUDA_INDEXER_WGMMA)
     bool idx_dec;               // decode's on tensor cores (LLM_CUDA_INDEXER_DECODE_MMA)

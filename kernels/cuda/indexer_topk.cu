@@ -7,18 +7,91 @@
 // over G blocks: each selects the top k of its range of entries, which
 // holds every entry of the token's top k that lies in the range (fewer
 // than k entries of the range, all of them in the token, precede such an
-// entry), and one block then selects among the G·k candidates.
+// entry), and one block then selects among the G·k candidates; or (the
+// default where the device runs them) a cluster of C blocks splits the
+// token's entries and selects its top k in one launch: each radix pass's
+// histograms meet through distributed shared memory, so every block finds
+// the same k-th key, and the counts of the blocks before it place its
+// entries.
+#include <cooperative_groups.h>
+
 #include "kernels.cuh"
+
+namespace cg = cooperative_groups;
 
 #define TOPK_THREADS 512
 #define TOPK_LOADS 8        // keys a thread loads before counting them (radix passes)
 #define TOPK_ITEMS 8        // consecutive entries a thread emits per tile
 #define TOPK_STAGE 16384    // most keys a block stages in shared memory (64 KB)
+#define TOPK_CL_KEYS 4096   // entries a cluster's block takes at least (fewer blocks)
+#define TOPK_CL_MAX 16      // its most blocks (non-portable above 8)
 
+// hist: two, so that a cluster's blocks read pass p's while the next pass
+// fills the other (one cluster barrier a pass).
 struct topk_smem {
-    int hist[256], scan[32];
+    int hist[2][256], scan[32], cnt[2], before[2];
     unsigned prefix;
     int krem;
+};
+
+// block_topk's part of the token's entries: all of them (one block), or
+// in a cluster the range of this block.  sync: every block's histogram of
+// the pass complete; count: bin b's count over the token; bases: the
+// entries the blocks before this one emit, and their equal entries.
+struct topk_whole {
+    static constexpr bool split = false;
+    __device__ void sync() const {}
+    __device__ int count(const int *hist, int b) const { return hist[b]; }
+    __device__ void bases(int, int, int, topk_smem &, int *base, int *eqbase) const
+    {
+        *base = *eqbase = 0;
+    }
+    __device__ void done() const {}
+};
+
+struct topk_cluster {
+    static constexpr bool split = true;
+    cg::cluster_group cl;
+    __device__ void sync() const
+    {
+        asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+        asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+    }
+    __device__ int count(const int *hist, int b) const
+    {
+        int n = (int)cl.num_blocks(), v[16], h = 0;
+#pragma unroll
+        for (int r = 0; r < 16; r++) v[r] = r < n ? *cl.map_shared_rank(hist + b, r) : 0;
+#pragma unroll
+        for (int r = 0; r < 16; r++) h += v[r];
+        return h;
+    }
+    // gt / eq: this block's entries above / at the k-th key (thread sums);
+    // a lane a block before this one reads that block's counts.
+    __device__ void bases(int gt, int eq, int krem, topk_smem &sm, int *base, int *eqbase) const
+    {
+        int lane = threadIdx.x & 31;
+        for (int o = 16; o; o >>= 1)
+            gt += __shfl_xor_sync(0xffffffffu, gt, o), eq += __shfl_xor_sync(0xffffffffu, eq, o);
+        if (lane == 0 && gt) atomicAdd(&sm.cnt[0], gt);
+        if (lane == 0 && eq) atomicAdd(&sm.cnt[1], eq);
+        __syncthreads();
+        sync();
+        if (threadIdx.x < 32) {
+            int g = 0, e = 0;
+            if (lane < (int)cl.block_rank())
+                g = *cl.map_shared_rank(&sm.cnt[0], lane), e = *cl.map_shared_rank(&sm.cnt[1], lane);
+            for (int o = 16; o; o >>= 1)
+                g += __shfl_xor_sync(0xffffffffu, g, o), e += __shfl_xor_sync(0xffffffffu, e, o);
+            if (lane == 0) sm.before[0] = g, sm.before[1] = e;
+        }
+        // done() waits: no block leaves while another reads its counts
+        asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+        __syncthreads();
+        *base = sm.before[0] + min(sm.before[1], krem);
+        *eqbase = sm.before[1];
+    }
+    __device__ void done() const { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 };
 
 // Orderable key of a float (larger float, larger key; -0 is 0).
@@ -44,21 +117,24 @@ __device__ __forceinline__ void topk_loads(int c0, int n, Key key, unsigned (&u)
 // The top k (0 < k <= n) of entries 0..n-1 with keys key(s), larger key
 // first, then lower s: emit(r, s, key) for each, r its place among them
 // in ascending s (0..k-1).  Every thread of the block (whole warps, at
-// least 256 threads: one a histogram bin) calls it.
+// least 256 threads: one a histogram bin) calls it.  In a cluster (part
+// topk_cluster) n, the entries and r are the block's share of the token's
+// (k of the token, r from the blocks before it), and every block calls it.
 // The k-th largest key by 4 rounds of 8-bit radix select (lanes of a
 // warp that count the same bin add once), then tiles of TOPK_ITEMS
 // consecutive entries per thread, one block scan per tile counting the
 // larger (low 16 bits) and equal (high bits) entries before each thread;
 // the entries equal to the k-th key are taken while fewer than krem of
 // them have been.  Stops once k entries are out.
-template <class Key, class Emit>
-__device__ void block_topk(int n, int k, Key key, Emit emit, topk_smem &sm)
+template <class Key, class Emit, class Part>
+__device__ void block_topk(int n, int k, Key key, Emit emit, topk_smem &sm, const Part &part)
 {
     int lane = threadIdx.x & 31;
     unsigned prefix = 0, mask = 0;
     int krem = k;       // entries with the key bits so far still to take
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int b = threadIdx.x; b < 256; b += blockDim.x) sm.hist[b] = 0;
+    for (int shift = 24, p = 0; shift >= 0; shift -= 8, p++) {
+        int *hist = sm.hist[p & 1];
+        for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
         __syncthreads();
         for (int c0 = 0; c0 < n; c0 += TOPK_LOADS * blockDim.x) {
             unsigned u[TOPK_LOADS];
@@ -69,14 +145,15 @@ __device__ void block_topk(int n, int k, Key key, Emit emit, topk_smem &sm)
                 unsigned act = __ballot_sync(0xffffffffu, in);
                 if (in) {
                     unsigned bin = u[j] >> shift & 255u, peers = __match_any_sync(act, bin);
-                    if (lane == __ffs(peers) - 1) atomicAdd(&sm.hist[bin], __popc(peers));
+                    if (lane == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
                 }
             }
         }
         __syncthreads();
+        part.sync();
         // Bins from the top down over threads 0..255: the one where the
         // count from the top reaches krem.
-        int b = 255 - (int)threadIdx.x, h = b >= 0 ? sm.hist[b] : 0, tot;
+        int b = 255 - (int)threadIdx.x, h = b >= 0 ? part.count(hist, b) : 0, tot;
         int above = block_scan(h, sm.scan, &tot);
         if (b >= 0 && above < krem && above + h >= krem) {
             sm.prefix = prefix | (unsigned)b << shift;
@@ -87,7 +164,16 @@ __device__ void block_topk(int n, int k, Key key, Emit emit, topk_smem &sm)
         krem = sm.krem;
         mask |= 255u << shift;
     }
-    int base = 0, eqbase = 0;   // entries emitted, equal entries seen before the tile
+    int base, eqbase;   // entries emitted, equal entries seen before the tile
+    {
+        int gt = 0, eq = 0;
+        if (Part::split)
+            for (int s = threadIdx.x; s < n; s += blockDim.x) {
+                unsigned u = key(s);
+                gt += u > prefix, eq += u == prefix;
+            }
+        part.bases(gt, eq, krem, sm, &base, &eqbase);
+    }
     for (int c0 = 0; c0 < n && base < k; c0 += TOPK_ITEMS * blockDim.x) {
         int s0 = c0 + threadIdx.x * TOPK_ITEMS;
         unsigned u[TOPK_ITEMS], gt = 0, eq = 0;     // bit j: entry s0 + j
@@ -110,6 +196,7 @@ __device__ void block_topk(int n, int k, Key key, Emit emit, topk_smem &sm)
         base += (tot & 0xffff) + min(tot >> 16, eqfree);
         eqbase += tot >> 16;
     }
+    part.done();
 }
 
 // block_topk over keys staged in shared memory (ks, room for kcap) when
@@ -117,12 +204,12 @@ __device__ void block_topk(int n, int k, Key key, Emit emit, topk_smem &sm)
 // memory (run V3: 10.1 -> 8.9 us a block at 2,048 entries; the rest of
 // a launch is the passes' own work and barriers).  All of a thread's
 // loads are in flight before it stores any.
-template <class Key, class Emit>
+template <class Key, class Emit, class Part = topk_whole>
 __device__ void staged_topk(int n, int k, Key key, Emit emit, topk_smem &sm, unsigned *ks,
-                            int kcap)
+                            int kcap, const Part &part = Part())
 {
     if (n > kcap) {
-        block_topk(n, k, key, emit, sm);
+        block_topk(n, k, key, emit, sm, part);
         return;
     }
     for (int c0 = 0; c0 < n; c0 += TOPK_LOADS * blockDim.x) {
@@ -135,7 +222,7 @@ __device__ void staged_topk(int n, int k, Key key, Emit emit, topk_smem &sm, uns
         }
     }
     __syncthreads();
-    block_topk(n, k, [&](int s) { return ks[s]; }, emit, sm);
+    block_topk(n, k, [&](int s) { return ks[s]; }, emit, sm, part);
 }
 
 // Blocks per token: 1 under IDX_TOPK_MULTI_MIN entries, else
@@ -213,21 +300,96 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     if (threadIdx.x == 0) a.nsel[i] = k;
 }
 
+// A cluster of C blocks (blockIdx.x its rank) a row: block b takes the
+// token's entries [b nvis / C, (b + 1) nvis / C), staged in shared memory
+// where they fit kcap, and writes its share of the chosen entries.
+__global__ void __launch_bounds__(TOPK_THREADS)
+    indexer_topk_cluster_kernel(dindexer a, int t0, const float *scores, long long ldsc,
+                                const dindexer *segs, int kcap)
+{
+    pdl_wait();
+    __shared__ topk_smem sm;
+    extern __shared__ unsigned ks[];
+    topk_cluster part = { cg::this_cluster() };
+    int C = (int)part.cl.num_blocks(), b = (int)part.cl.block_rank();
+    int i = t0 + blockIdx.y;
+    if (segs) a = segs[blockIdx.y], i = 0;
+    int nvis = visible(a, i), k = a.topk;
+    int *out = a.sel + (long long)i * k;
+    if (nvis <= k || k <= 0) {     // the whole cluster leaves here
+        int m = k <= 0 ? 0 : nvis;
+        if (b == 0)
+            for (int s = threadIdx.x; s < m; s += blockDim.x) out[s] = s;
+        if (b == 0 && threadIdx.x == 0) a.nsel[i] = m;
+        return;
+    }
+    if (threadIdx.x < 2) sm.cnt[threadIdx.x] = 0;
+    int lo = (int)((long long)b * nvis / C), hi = (int)((long long)(b + 1) * nvis / C);
+    const float *sc = scores + blockIdx.y * ldsc + lo;
+    staged_topk(hi - lo, k, [&](int s) { return fkey(sc[s]); },
+                [&](int r, int s, unsigned) { out[r] = lo + s; }, sm, ks, kcap, part);
+    if (b == 0 && threadIdx.x == 0) a.nsel[i] = k;
+}
+
 long long cu_indexer_topk_ld(int maxvis, int topk, int rows)
 {
     int G = topk_blocks(maxvis, topk);
     return rows <= IDX_TOPK_MULTI_MAX_T && G > 1 ? 2LL * G * topk : 0;
 }
 
+// Whether clusters of C blocks with kcap staged keys each run here.
+static bool topk_cluster_runs(int C, int kcap)
+{
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = C, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(C, 1);
+    cfg.blockDim = TOPK_THREADS;
+    cfg.dynamicSmemBytes = kcap * sizeof(unsigned);
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    bool ok = (C <= 8 || cudaFuncSetAttribute(indexer_topk_cluster_kernel,
+                                              cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                              1) == cudaSuccess) &&
+              cudaFuncSetAttribute(indexer_topk_cluster_kernel,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)cfg.dynamicSmemBytes) == cudaSuccess &&
+              cudaOccupancyMaxActiveClusters(&clusters, indexer_topk_cluster_kernel, &cfg) ==
+                  cudaSuccess &&
+              clusters > 0;
+    cudaGetLastError();
+    return ok;
+}
+
+int cu_indexer_topk_cluster_max()
+{
+    for (int C = TOPK_CL_MAX; C >= 2; C /= 2)
+        if (topk_cluster_runs(C, TOPK_STAGE)) return C;
+    return 0;
+}
+
 // The launches stage keys where a row's count fits TOPK_STAGE: the part
 // kernel (few rows) always has room for that many, the last kernel for
 // the most its rows can have, or that many for few rows (the rows of a
 // many-row prefill launch over longer contexts read global memory at
-// full occupancy instead).
+// full occupancy instead).  A cluster takes a block per TOPK_CL_KEYS
+// entries of the longest row, at most `cluster` blocks.
 void cu_indexer_topk(cudaStream_t st, const dindexer &a, int t0, int nt, const float *scores,
-                     long long ldsc, unsigned *cand, long long ldc, const dindexer *segs)
+                     long long ldsc, unsigned *cand, long long ldc, const dindexer *segs,
+                     int cluster)
 {
     int maxvis = a.pos_end / a.ratio, G = topk_blocks(maxvis, a.topk);
+    if (cluster > 1 && G > 1 && nt <= IDX_TOPK_MULTI_MAX_T) {
+        int C = 2;
+        while (C < cluster && (long long)C * TOPK_CL_KEYS < maxvis) C *= 2;
+        int per = (maxvis + C - 1) / C, kcap = per <= TOPK_STAGE ? per : 0;
+        cu_launch_cluster(indexer_topk_cluster_kernel, dim3(C, nt), TOPK_THREADS,
+                          kcap * sizeof(unsigned), st, dim3(C, 1, 1), a, t0, scores, ldsc, segs,
+                          kcap);
+        return;
+    }
     smem_attr<0>(indexer_topk_part_kernel, TOPK_STAGE * sizeof(unsigned));
     smem_attr<1>(indexer_topk_kernel, TOPK_STAGE * sizeof(unsigned));
     if (cand)

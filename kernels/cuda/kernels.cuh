@@ -359,16 +359,17 @@ struct dindexer {
 // LLM_CUDA_INDEXER_TILED=0).  wgmma: the tensor-core scores on wgmma where
 // the device has it (false: mma.sync, LLM_CUDA_INDEXER_WGMMA=0).  dec:
 // without keys, the scores on tensor cores by cu_indexer_dec (its fits
-// checked) rather than in float32.
+// checked) rather than in float32.  topk_cluster: cu_indexer_topk's.
 void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
                 unsigned *cand, uint16_t *keys, bool tiled, bool wgmma, bool dec,
-                const dindexer *segs = NULL);
+                int topk_cluster, const dindexer *segs = NULL);
 size_t cu_indexer_cand_bytes(const dindexer &a, size_t scores_cap);
 
 // ---- indexer_topk.cu ----
 // A token of at least IDX_TOPK_MULTI_MIN visible entries, in a launch of
 // at most IDX_TOPK_MULTI_MAX_T rows (decode: fewer blocks than SMs, one a
-// token), takes floor(sqrt(nvis / topk)) blocks for its top-k, then one.
+// token), takes a cluster of blocks for its top-k (cluster > 1: up to
+// that many, one launch), or floor(sqrt(nvis / topk)) blocks, then one.
 #define IDX_TOPK_MULTI_MIN 16384
 #define IDX_TOPK_MULTI_MAX_T 64
 // Candidates (unsigned) per row that launches of `rows` rows with tokens
@@ -377,9 +378,13 @@ long long cu_indexer_topk_ld(int maxvis, int topk, int rows);
 // The chosen entries of rows [t0, t0+nt) of the step (sequences t0.. of
 // segs: segs points at the first), scores row r - t0 at r * ldsc; cand
 // (NULL: one block per token) nt * ldc unsigned, ldc from
-// cu_indexer_topk_ld.
+// cu_indexer_topk_ld; none needed where a cluster takes the rows.
 void cu_indexer_topk(cudaStream_t st, const dindexer &a, int t0, int nt, const float *scores,
-                     long long ldsc, unsigned *cand, long long ldc, const dindexer *segs);
+                     long long ldsc, unsigned *cand, long long ldc, const dindexer *segs,
+                     int cluster);
+// The most blocks a top-k cluster can have on this device (16, 8, ..., 0:
+// none).
+int cu_indexer_topk_cluster_max();
 
 // ---- indexer_mma.cu ----
 // Keys gathered per tile of at most this many entries (bf16 scratch).

@@ -2604,9 +2604,32 @@ static void hc_tail_cases(backend *gf, backend *g_clu0, backend *g_tail0)
     test_hc_route(1, 1024, 64, 4, false, true);
 }
 
+/* The top-k over several blocks a token (IDX_TOPK_MULTI_MIN = 16,384
+ * entries, launches of up to 64 rows): tokens on both sides of the
+ * threshold in one op; ranges of uneven lengths (40,001 entries: 16 blocks
+ * of 2,500-2,501 in a cluster, 8 of 5,000-5,001 in two launches; 20,000
+ * at top 8; 39,999 at top 2,048); 70 tokens (one block each); Flash's
+ * shapes at 70,001 entries.  Ties: 48 distinct keys (about 400 entries
+ * share each score, the k-th among them, across block ranges), 3 (all of
+ * the top k share the top score), at and past the threshold. */
+static void topk_blocks_cases(enum kv_dtype t)
+{
+    test_indexer(4, 8, 32, 512, 4 * 16384 - 20, 40, t, 0);
+    test_indexer(4, 8, 32, 512, 4 * 40000 + 1, 3, t, 0);
+    test_indexer(4, 8, 32, 8, 4 * 20000, 2, t, 0);
+    test_indexer(4, 8, 32, 2048, 4 * 40000 - 2, 3, t, 0);
+    test_indexer(4, 8, 32, 512, 4 * 20000, 70, t, 0);
+    test_indexer(4, 64, 128, 512, 4 * 70000 + 3, 2, t, 0);
+    test_indexer(4, 8, 32, 512, 4 * 16384 - 20, 40, t, 48);
+    test_indexer(4, 8, 32, 512, 4 * 20000 + 1, 3, t, 48);
+    test_indexer(4, 8, 32, 512, 4 * 40000 + 1, 3, t, 3);
+    test_indexer(4, 8, 32, 8, 4 * 20000, 2, t, 48);
+}
+
 /* The indexer against the CPU on gf (f32 mode) and, for a few shapes, on
- * g_idx0 (LLM_CUDA_INDEXER_TILED=0). */
-static void indexer_cases(backend *gf, backend *g_idx0)
+ * g_idx0 (LLM_CUDA_INDEXER_TILED=0) and g_tk2 (LLM_CUDA_TOPK_CLUSTER=0:
+ * the top-k's blocks in two launches). */
+static void indexer_cases(backend *gf, backend *g_idx0, backend *g_tk2)
 {
     G = gf;
     for (int t = KV_F32; t <= KV_FP8; t++) {
@@ -2616,26 +2639,10 @@ static void indexer_cases(backend *gf, backend *g_idx0)
         test_indexer(4, 64, 128, 512, 8000, 3, t, 0);
         test_indexer(4, 16, 64, 32, 300, 300, t, 0);
         test_indexer(4, 64, 128, 512, 8000, 100, t, 0);
-        /* the top-k over several blocks a token (IDX_TOPK_MULTI_MIN =
-         * 16,384 entries, launches of up to 64 rows): tokens on both
-         * sides of the threshold in one op; ranges of uneven lengths
-         * (40,001 entries: 8 blocks of 5,000-5,001; 20,000 at top 8: 50
-         * of 400; 39,999 at top 2,048: 4 of 9,999-10,000); 70 tokens (one
-         * block each); Flash's shapes at 70,001 entries (11 blocks) */
-        test_indexer(4, 8, 32, 512, 4 * 16384 - 20, 40, t, 0);
-        test_indexer(4, 8, 32, 512, 4 * 40000 + 1, 3, t, 0);
-        test_indexer(4, 8, 32, 8, 4 * 20000, 2, t, 0);
-        test_indexer(4, 8, 32, 2048, 4 * 40000 - 2, 3, t, 0);
-        test_indexer(4, 8, 32, 512, 4 * 20000, 70, t, 0);
-        test_indexer(4, 64, 128, 512, 4 * 70000 + 3, 2, t, 0);
-        /* ties: 48 distinct keys (about 400 entries share each score, the
-         * k-th among them, across block ranges), 3 (all of the top k
-         * share the top score), at and past the threshold */
-        test_indexer(4, 8, 32, 512, 4 * 16384 - 20, 40, t, 48);
-        test_indexer(4, 8, 32, 512, 4 * 20000 + 1, 3, t, 48);
-        test_indexer(4, 8, 32, 512, 4 * 40000 + 1, 3, t, 3);
-        test_indexer(4, 8, 32, 8, 4 * 20000, 2, t, 48);
+        topk_blocks_cases(t);
     }
+    G = g_tk2;
+    topk_blocks_cases(KV_BF16);
     /* the scores on indexer_scores_kernel (LLM_CUDA_INDEXER_TILED=0); the
      * CPU-order kernel ran every case above: SPLIT (short contexts; 8, 16
      * and 64 heads) and a thread an entry (70,001 entries and more); d =
@@ -2647,6 +2654,8 @@ static void indexer_cases(backend *gf, backend *g_idx0)
     G = gf;
     test_indexer(4, 8, 40, 64, 2000, 5, KV_FP8, 0);
     test_indexer(4, 64, 128, 512, 1048575, 1, KV_FP8, 0);      /* 262,143 entries */
+    G = g_tk2;
+    test_indexer(4, 64, 128, 512, 1048575, 1, KV_FP8, 0);
 }
 
 /* The small-M kernel of decode batches' matmuls the backends made next
@@ -2931,7 +2940,11 @@ int main(int argc, char **argv)
     setenv("LLM_CUDA_INDEXER_TILED", "0", 1);
     backend *g_idx0 = gpu_backend(gemm_names[GEMM_F32], "2");
     unsetenv("LLM_CUDA_INDEXER_TILED");
-    if (!g_clu0 || !g_tail0 || !g_idx0) return exit_status();
+    /* g_tk2: the indexer's top-k blocks in two launches, not a cluster */
+    setenv("LLM_CUDA_TOPK_CLUSTER", "0", 1);
+    backend *g_tk2 = gpu_backend(gemm_names[GEMM_F32], "2");
+    unsetenv("LLM_CUDA_TOPK_CLUSTER");
+    if (!g_clu0 || !g_tail0 || !g_idx0 || !g_tk2) return exit_status();
     for (int m = 0; m < 4; m++)
         if (!(g[m] = gpu_backend(gemm_names[m], "2")) || !(g1[m] = gpu_backend(gemm_names[m], "1")))
             return exit_status();
@@ -3003,7 +3016,7 @@ int main(int argc, char **argv)
             test_hc_pre_norm(2, 5, 96, true, wy);
         }
         hc_tail_cases(g[GEMM_F32], g_clu0, g_tail0);
-        indexer_cases(g[GEMM_F32], g_idx0);
+        indexer_cases(g[GEMM_F32], g_idx0, g_tk2);
         test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8, 0, false, false);
         test_indexer_batch(7, 8, 32, 512, 160000, KV_FP8, 48, false, false);
         test_indexer_batch(64, 64, 128, 512, 9000, KV_BF16, 0, false, false);
@@ -3024,7 +3037,7 @@ int main(int argc, char **argv)
     }
     if (only) {
         g_hc4->destroy(g_hc4), g_tail0->destroy(g_tail0), g_idx0->destroy(g_idx0);
-        g_clu0->destroy(g_clu0);
+        g_clu0->destroy(g_clu0), g_tk2->destroy(g_tk2);
         gd_destroy(gd);
         destroy_backends(g, g1);
         return exit_status();
@@ -3104,8 +3117,8 @@ int main(int argc, char **argv)
         test_compress(4, true, 512, 32, ch3, 5, t);
         test_compress(4, true, 128, 32, ch3, 5, t);
     }
-    indexer_cases(g[GEMM_F32], g_idx0);
-    g_idx0->destroy(g_idx0);
+    indexer_cases(g[GEMM_F32], g_idx0, g_tk2);
+    g_idx0->destroy(g_idx0), g_tk2->destroy(g_tk2);
     indexer_mma_cases(g[GEMM_BF16]);
     G = g[GEMM_F32];
     attention_cases();
