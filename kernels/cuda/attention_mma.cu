@@ -626,24 +626,9 @@ bool cu_attention_mma_decode_fits(const dattn &a)
 
 bool cu_attention_mma_cluster_runs(int cluster)
 {
-    auto k = attention_mma_kernel<512, 2, 1, AM_DEC_CLUSTER>;
-    size_t smem = attention_mma_smem<512, 2, 1>();
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeClusterDimension;
-    at.val.clusterDim.x = 1, at.val.clusterDim.y = 1, at.val.clusterDim.z = cluster;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1, 1, cluster);
-    cfg.blockDim = 256;
-    cfg.dynamicSmemBytes = smem;
-    cfg.attrs = &at;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    bool ok = cluster >= 2 && cluster <= CU_ATTM_MAX_CLUSTER && 512 % cluster == 0 &&
-              cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ==
-                  cudaSuccess &&
-              cudaOccupancyMaxActiveClusters(&clusters, k, &cfg) == cudaSuccess && clusters > 0;
-    cudaGetLastError();
-    return ok;
+    return cluster >= 2 && cluster <= CU_ATTM_MAX_CLUSTER && 512 % cluster == 0 &&
+           cu_cluster_runs(attention_mma_kernel<512, 2, 1, AM_DEC_CLUSTER>, dim3(1, 1, cluster),
+                           256, attention_mma_smem<512, 2, 1>());
 }
 
 // The plan's splits (attn_split_plan's, up to cluster x ATTN_MAX_SPLITS of

@@ -77,6 +77,34 @@ cudaError_t cu_launch_cluster(void (*kernel)(P...), dim3 grid, dim3 block, size_
     return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
+// Whether clusters of `cluster` blocks of kernel k (`threads` each, smem
+// bytes of dynamic shared memory) can run on this device: at least one
+// resident, sizes past 8 (non-portable) where the device allows them.
+// Sets the kernel's dynamic shared memory limit to smem when given.
+template <typename... P>
+bool cu_cluster_runs(void (*k)(P...), dim3 cluster, int threads, size_t smem)
+{
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = cluster.x, at.val.clusterDim.y = cluster.y;
+    at.val.clusterDim.z = cluster.z;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = cluster;
+    cfg.blockDim = threads;
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    bool ok = (cluster.x * cluster.y * cluster.z <= 8 ||
+               cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+                   cudaSuccess) &&
+              (!smem || cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem) == cudaSuccess) &&
+              cudaOccupancyMaxActiveClusters(&clusters, k, &cfg) == cudaSuccess && clusters > 0;
+    cudaGetLastError();
+    return ok;
+}
+
 template <typename... P>
 void cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
                typename same_type<P>::type... args)

@@ -337,36 +337,12 @@ long long cu_indexer_topk_ld(int maxvis, int topk, int rows)
     return rows <= IDX_TOPK_MULTI_MAX_T && G > 1 ? 2LL * G * topk : 0;
 }
 
-// Whether clusters of C blocks with kcap staged keys each run here.
-static bool topk_cluster_runs(int C, int kcap)
-{
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeClusterDimension;
-    at.val.clusterDim.x = C, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(C, 1);
-    cfg.blockDim = TOPK_THREADS;
-    cfg.dynamicSmemBytes = kcap * sizeof(unsigned);
-    cfg.attrs = &at;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    bool ok = (C <= 8 || cudaFuncSetAttribute(indexer_topk_cluster_kernel,
-                                              cudaFuncAttributeNonPortableClusterSizeAllowed,
-                                              1) == cudaSuccess) &&
-              cudaFuncSetAttribute(indexer_topk_cluster_kernel,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)cfg.dynamicSmemBytes) == cudaSuccess &&
-              cudaOccupancyMaxActiveClusters(&clusters, indexer_topk_cluster_kernel, &cfg) ==
-                  cudaSuccess &&
-              clusters > 0;
-    cudaGetLastError();
-    return ok;
-}
-
 int cu_indexer_topk_cluster_max()
 {
     for (int C = TOPK_CL_MAX; C >= 2; C /= 2)
-        if (topk_cluster_runs(C, TOPK_STAGE)) return C;
+        if (cu_cluster_runs(indexer_topk_cluster_kernel, dim3(C), TOPK_THREADS,
+                            TOPK_STAGE * sizeof(unsigned)))
+            return C;
     return 0;
 }
 

@@ -1177,35 +1177,12 @@ __global__ void __launch_bounds__(512) hc_pre_cluster_kernel(float *h, const flo
                 R.order + (long long)t * R.K);
 }
 
-// Whether clusters of HCC blocks of kernel k (smem bytes of dynamic shared
-// memory) can run here: the non-portable size allowed and at least one
-// such cluster resident.
-template <typename K> static bool hcc_runs(K k, size_t smem)
-{
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeClusterDimension;
-    at.val.clusterDim.x = 1, at.val.clusterDim.y = HCC, at.val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1, HCC);
-    cfg.blockDim = 512;
-    cfg.dynamicSmemBytes = smem;
-    cfg.attrs = &at;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    bool ok = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
-                  cudaSuccess &&
-              (!smem || cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)smem) == cudaSuccess) &&
-              cudaOccupancyMaxActiveClusters(&clusters, k, &cfg) == cudaSuccess && clusters > 0;
-    cudaGetLastError();
-    return ok;
-}
-
 bool cu_hc_pre_cluster_init(bool *route)
 {
-    bool ok = hcc_runs(hc_pre_cluster_kernel<4, false>, 0);
+    bool ok = cu_cluster_runs(hc_pre_cluster_kernel<4, false>, dim3(1, HCC), 512, 0);
     // with the router: the largest shared memory it takes
-    *route = ok && hcc_runs(hc_pre_cluster_kernel<4, true>, HCR_SMEM_MAX);
+    *route = ok && cu_cluster_runs(hc_pre_cluster_kernel<4, true>, dim3(1, HCC), 512,
+                                   HCR_SMEM_MAX);
     return ok;
 }
 
