@@ -1555,6 +1555,72 @@ ngx_http_llm_chat_fields(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
 }
 
 
+/*
+ * OpenAI chat fields that ask for what this server cannot do: refused, so
+ * that no client takes their silence for an answer (legacy function
+ * calling would leave the model without its tools; audio output and web
+ * search would quietly not happen).  "modalities" may name text alone.
+ */
+static ngx_int_t
+ngx_http_llm_chat_unsupported(ngx_http_llm_vctx_t *ctx,
+    ngx_http_llm_json_t *body)
+{
+    ngx_str_t            *p;
+    ngx_uint_t            i;
+    ngx_http_llm_json_t  *m, *v;
+
+    if (ngx_http_llm_json_member(body, "functions")) {
+        return ngx_http_llm_unsupported(ctx, "functions", "is not supported: "
+                                        "pass tools instead (functions is "
+                                        "OpenAI's deprecated form of them)");
+    }
+
+    if (ngx_http_llm_json_member(body, "function_call")) {
+        return ngx_http_llm_unsupported(ctx, "function_call",
+                                        "is not supported: pass tool_choice "
+                                        "instead (function_call is OpenAI's "
+                                        "deprecated form of it)");
+    }
+
+    if (ngx_http_llm_json_member(body, "audio")) {
+        return ngx_http_llm_unsupported(ctx, "audio", "is not supported: "
+                                        "this model answers in text only");
+    }
+
+    if (ngx_http_llm_json_member(body, "web_search_options")) {
+        return ngx_http_llm_unsupported(ctx, "web_search_options",
+                                        "is not supported: this server "
+                                        "does not search the web");
+    }
+
+    if (ngx_http_llm_get_typed(ctx, body, NULL, "modalities",
+                               NGX_HTTP_LLM_JSON_ARRAY, &m)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0, v = m ? m->child : NULL; v; i++, v = v->next) {
+        if (ngx_http_llm_json_is_string(v, "text")) {
+            continue;
+        }
+
+        p = ngx_http_llm_path(ctx, "modalities[%ui]", i);
+
+        if (v->type != NGX_HTTP_LLM_JSON_STRING) {
+            return ngx_http_llm_bad(ctx, p, "must be a string, not %s",
+                                    ngx_http_llm_json_type_name(v));
+        }
+
+        return ngx_http_llm_unsupported(ctx, "modalities", "may name only "
+                                        "\"text\": this model answers in "
+                                        "text only");
+    }
+
+    return NGX_OK;
+}
+
+
 /* ---- endpoints --------------------------------------------------------- */
 
 static ngx_int_t
@@ -1567,6 +1633,7 @@ ngx_http_llm_chat(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
     logprobs = 0;
 
     if (ngx_http_llm_messages(ctx, body) != NGX_OK
+        || ngx_http_llm_chat_unsupported(ctx, body) != NGX_OK
         || ngx_http_llm_chat_fields(ctx, body) != NGX_OK
         || ngx_http_llm_stream(ctx, body) != NGX_OK
         || ngx_http_llm_choices(ctx, body) != NGX_OK

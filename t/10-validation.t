@@ -268,6 +268,19 @@ my @chat_bad = (
     [{ %chat, top_logprobs => 3 }, 'top_logprobs', qr/needs logprobs/],
     [{ %chat, logprobs => JSON::PP::true, top_logprobs => 21 }, 'top_logprobs',
      qr/between 0 and 20/],
+    # asked for and not provided: refused, never ignored
+    [{ %chat, functions => [{ name => 'f', parameters => {} }] }, 'functions',
+     qr/not supported: pass tools instead/],
+    [{ %chat, function_call => 'auto' }, 'function_call',
+     qr/not supported: pass tool_choice instead/],
+    [{ %chat, audio => { voice => 'alloy', format => 'wav' } }, 'audio',
+     qr/answers in text only/],
+    [{ %chat, modalities => ['text', 'audio'] }, 'modalities',
+     qr/may name only "text"/],
+    [{ %chat, modalities => ['text', 3] }, 'modalities[1]', qr/must be a string/],
+    [{ %chat, modalities => 'text' }, 'modalities', qr/must be an array/],
+    [{ %chat, web_search_options => {} }, 'web_search_options',
+     qr/does not search the web/],
 );
 for my $c (@chat_bad) {
     expect_error('/v1/chat/completions', $c->[0], 400, $c->[1], $c->[2],
@@ -373,6 +386,9 @@ my $pair = post('/v1/chat/completions',
                 . "\xf0\x9f\x98\x80" . '"}]}');
 is($pair->{status}, 503, 'a surrogate pair and 4-byte UTF-8 pass validation')
     or diag($pair->{content});
+my $text_only = post('/v1/chat/completions', { %chat, modalities => ['text'] });
+is($text_only->{status}, 503, 'modalities ["text"] passes validation')
+    or diag($text_only->{content});
 
 # ---- /health?model= ------------------------------------------------------------
 my $h = http('GET', "$base/health?model=nope");
