@@ -2144,15 +2144,60 @@ ngx_http_llm_echo(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body,
 }
 
 
+/*
+ * Responses "include": strings.  Log probabilities are refused (this
+ * endpoint returns none); "reasoning.encrypted_content" passes (reasoning
+ * items carry their text in the clear, and clients that send them back,
+ * as stateless ones do, get them back in input); the rest name outputs of
+ * tools other than functions, which "tools" refuses.
+ */
+static ngx_int_t
+ngx_http_llm_include(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
+{
+    ngx_str_t            *p;
+    ngx_uint_t            i;
+    ngx_http_llm_json_t  *inc, *v;
+
+    if (ngx_http_llm_get_typed(ctx, body, NULL, "include",
+                               NGX_HTTP_LLM_JSON_ARRAY, &inc)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0, v = inc ? inc->child : NULL; v; i++, v = v->next) {
+        p = ngx_http_llm_path(ctx, "include[%ui]", i);
+
+        if (v->type != NGX_HTTP_LLM_JSON_STRING) {
+            return ngx_http_llm_bad(ctx, p, "must be a string, not %s",
+                                    ngx_http_llm_json_type_name(v));
+        }
+
+        if (ngx_http_llm_json_is_string(v, "message.output_text.logprobs")) {
+            return ngx_http_llm_unsupported(ctx, "include", "may not ask for "
+                                            "message.output_text.logprobs: "
+                                            "the Responses API here returns "
+                                            "no log probabilities (chat "
+                                            "completions do)");
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_llm_responses(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
 {
-    ngx_int_t             store, parallel;
+    int64_t               top;
+    ngx_int_t             store, parallel, background;
     ngx_str_t             p = ngx_string("text.format");
+    ngx_uint_t            set;
     ngx_http_llm_json_t  *prev, *reasoning, *effort, *text, *format;
 
     store = 0;
     parallel = -1;
+    background = 0;
 
     if (ngx_http_llm_get_string(ctx, body, NULL, "previous_response_id",
                                 &prev)
@@ -2173,6 +2218,49 @@ ngx_http_llm_responses(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
         return ngx_http_llm_unsupported(ctx, "store",
                                         "must be false: this server keeps no "
                                         "response store");
+    }
+
+    /* what needs a store, or log probabilities the endpoint does not
+     * return: refused rather than answered without */
+    if (ngx_http_llm_get_bool(ctx, body, NULL, "background", &background)
+        != NGX_OK
+        || ngx_http_llm_get_int(ctx, body, NULL, "top_logprobs", 0,
+                                LLM_REQ_TOP_LOGPROBS_MAX, &top, &set)
+           != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (background) {
+        return ngx_http_llm_unsupported(ctx, "background",
+                                        "must be false: this server answers "
+                                        "on the request and keeps no response "
+                                        "store to poll");
+    }
+
+    if (ngx_http_llm_json_member(body, "conversation")) {
+        return ngx_http_llm_unsupported(ctx, "conversation",
+                                        "is not supported: this server keeps "
+                                        "no conversations; send the whole "
+                                        "conversation in input");
+    }
+
+    if (ngx_http_llm_json_member(body, "prompt")) {
+        return ngx_http_llm_unsupported(ctx, "prompt",
+                                        "is not supported: this server keeps "
+                                        "no prompt templates; send input and "
+                                        "instructions");
+    }
+
+    if (set && top > 0) {
+        return ngx_http_llm_unsupported(ctx, "top_logprobs",
+                                        "is not supported: the Responses API "
+                                        "here returns no log probabilities "
+                                        "(chat completions do)");
+    }
+
+    if (ngx_http_llm_include(ctx, body) != NGX_OK) {
+        return NGX_DECLINED;
     }
 
     if (ngx_http_llm_input(ctx, body) != NGX_OK

@@ -315,6 +315,17 @@ my @resp_bad = (
     [{ %resp, previous_response_id => 'resp_1' }, 'previous_response_id',
      qr/not supported: this server keeps no response store/],
     [{ %resp, store => JSON::PP::true }, 'store', qr/no response store/],
+    [{ %resp, background => JSON::PP::true }, 'background',
+     qr/no response store to poll/],
+    [{ %resp, background => 'yes' }, 'background', qr/boolean/],
+    [{ %resp, conversation => 'conv_1' }, 'conversation', qr/no conversations/],
+    [{ %resp, prompt => { id => 'pmpt_1' } }, 'prompt', qr/no prompt templates/],
+    [{ %resp, top_logprobs => 2 }, 'top_logprobs', qr/no log probabilities/],
+    [{ %resp, top_logprobs => 21 }, 'top_logprobs', qr/between 0 and 20/],
+    [{ %resp, include => ['reasoning.encrypted_content',
+                          'message.output_text.logprobs'] }, 'include',
+     qr/no log probabilities/],
+    [{ %resp, include => [7] }, 'include[0]', qr/must be a string/],
     [{ %resp, input => [{ type => 'web_search_call' }] }, 'input[0].type',
      qr/must be message, function_call/],
     [{ %resp, input => [{ role => 'user', content =>
@@ -386,6 +397,12 @@ my $pair = post('/v1/chat/completions',
                 . "\xf0\x9f\x98\x80" . '"}]}');
 is($pair->{status}, 503, 'a surrogate pair and 4-byte UTF-8 pass validation')
     or diag($pair->{content});
+my $fg = post('/v1/responses', { model => 'demo', input => 'hi',
+                                background => JSON::PP::false, top_logprobs => 0,
+                                include => ['reasoning.encrypted_content'] });
+is($fg->{status}, 503, 'responses: background false, top_logprobs 0, include of '
+   . 'reasoning.encrypted_content pass validation')
+    or diag($fg->{content});
 my $text_only = post('/v1/chat/completions', { %chat, modalities => ['text'] });
 is($text_only->{status}, 503, 'modalities ["text"] passes validation')
     or diag($text_only->{content});
