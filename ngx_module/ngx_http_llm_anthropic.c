@@ -821,6 +821,18 @@ ngx_http_llm_anthropic_parse(ngx_pool_t *pool, ngx_http_llm_req_t *req,
         ngx_http_llm_puts(&ctx.out, "\"model\":null");
     }
 
+    /* server-side features asked for: refused, never quietly absent */
+    if (ngx_http_llm_json_member(root, "mcp_servers")) {
+        return ngx_http_llm_abad(&ctx, "mcp_servers: MCP connectors are not "
+                                 "supported (this server calls no tools "
+                                 "itself: pass them as tools)");
+    }
+
+    if (ngx_http_llm_json_member(root, "container")) {
+        return ngx_http_llm_abad(&ctx, "container: code execution containers "
+                                 "are not supported");
+    }
+
     if (ngx_http_llm_amessages(&ctx, root) != NGX_OK
         || ngx_http_llm_atools(&ctx, root) != NGX_OK
         || ngx_http_llm_athinking(&ctx, root, max) != NGX_OK)

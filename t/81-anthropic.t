@@ -273,6 +273,12 @@ error_is({ model => 'demo', max_tokens => 5, messages => $user,
            tools => [{ type => 'web_search_20250305', name => 'web_search' }] },
          400, qr/^tools\.0\.type: only client tools/, 'server tool');
 error_is({ model => 'demo', max_tokens => 5, messages => $user,
+           mcp_servers => [{ type => 'url', url => 'https://x', name => 'x' }] },
+         400, qr/^mcp_servers: MCP connectors are not supported/, 'MCP connector');
+error_is({ model => 'demo', max_tokens => 5, messages => $user,
+           container => 'c1' }, 400,
+         qr/^container: code execution containers are not supported/, 'container');
+error_is({ model => 'demo', max_tokens => 5, messages => $user,
            tool_choice => { type => 'tool' } }, 400,
          qr/^tool_choice\.name: a string is required/, 'tool without name');
 error_is({ model => 'demo', max_tokens => 5, messages => $user,
