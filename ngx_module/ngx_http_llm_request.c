@@ -126,6 +126,28 @@ ngx_http_llm_unsupported(ngx_http_llm_vctx_t *ctx, const char *param,
 }
 
 
+/* fields asked for that this server does not provide: each present one of
+ * a NULL-terminated table is refused with its reason */
+typedef struct {
+    const char  *name;
+    const char  *why;
+} ngx_http_llm_refusal_t;
+
+
+static ngx_int_t
+ngx_http_llm_refuse(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body,
+    const ngx_http_llm_refusal_t *r)
+{
+    for ( /* void */ ; r->name; r++) {
+        if (ngx_http_llm_json_member(body, r->name)) {
+            return ngx_http_llm_unsupported(ctx, r->name, r->why);
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 /* name of a member for messages: "prefix.name" or "name" */
 static ngx_str_t *
 ngx_http_llm_member_path(ngx_http_llm_vctx_t *ctx, ngx_str_t *prefix,
@@ -1569,33 +1591,22 @@ ngx_http_llm_chat_unsupported(ngx_http_llm_vctx_t *ctx,
     ngx_uint_t            i;
     ngx_http_llm_json_t  *m, *v;
 
-    if (ngx_http_llm_json_member(body, "functions")) {
-        return ngx_http_llm_unsupported(ctx, "functions", "is not supported: "
-                                        "pass tools instead (functions is "
-                                        "OpenAI's deprecated form of them)");
-    }
+    static const ngx_http_llm_refusal_t  refused[] = {
+        { "functions", "is not supported: pass tools instead (functions is "
+                       "OpenAI's deprecated form of them)" },
+        { "function_call", "is not supported: pass tool_choice instead "
+                           "(function_call is OpenAI's deprecated form of "
+                           "it)" },
+        { "audio", "is not supported: this model answers in text only" },
+        { "web_search_options", "is not supported: this server does not "
+                                "search the web" },
+        { NULL, NULL }
+    };
 
-    if (ngx_http_llm_json_member(body, "function_call")) {
-        return ngx_http_llm_unsupported(ctx, "function_call",
-                                        "is not supported: pass tool_choice "
-                                        "instead (function_call is OpenAI's "
-                                        "deprecated form of it)");
-    }
-
-    if (ngx_http_llm_json_member(body, "audio")) {
-        return ngx_http_llm_unsupported(ctx, "audio", "is not supported: "
-                                        "this model answers in text only");
-    }
-
-    if (ngx_http_llm_json_member(body, "web_search_options")) {
-        return ngx_http_llm_unsupported(ctx, "web_search_options",
-                                        "is not supported: this server "
-                                        "does not search the web");
-    }
-
-    if (ngx_http_llm_get_typed(ctx, body, NULL, "modalities",
-                               NGX_HTTP_LLM_JSON_ARRAY, &m)
-        != NGX_OK)
+    if (ngx_http_llm_refuse(ctx, body, refused) != NGX_OK
+        || ngx_http_llm_get_typed(ctx, body, NULL, "modalities",
+                                  NGX_HTTP_LLM_JSON_ARRAY, &m)
+           != NGX_OK)
     {
         return NGX_DECLINED;
     }
@@ -2195,6 +2206,15 @@ ngx_http_llm_responses(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
     ngx_uint_t            set;
     ngx_http_llm_json_t  *prev, *reasoning, *effort, *text, *format;
 
+    static const ngx_http_llm_refusal_t  refused[] = {
+        { "conversation", "is not supported: this server keeps no "
+                          "conversations; send the whole conversation in "
+                          "input" },
+        { "prompt", "is not supported: this server keeps no prompt "
+                    "templates; send input and instructions" },
+        { NULL, NULL }
+    };
+
     store = 0;
     parallel = -1;
     background = 0;
@@ -2238,18 +2258,8 @@ ngx_http_llm_responses(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
                                         "store to poll");
     }
 
-    if (ngx_http_llm_json_member(body, "conversation")) {
-        return ngx_http_llm_unsupported(ctx, "conversation",
-                                        "is not supported: this server keeps "
-                                        "no conversations; send the whole "
-                                        "conversation in input");
-    }
-
-    if (ngx_http_llm_json_member(body, "prompt")) {
-        return ngx_http_llm_unsupported(ctx, "prompt",
-                                        "is not supported: this server keeps "
-                                        "no prompt templates; send input and "
-                                        "instructions");
+    if (ngx_http_llm_refuse(ctx, body, refused) != NGX_OK) {
+        return NGX_DECLINED;
     }
 
     if (set && top > 0) {
