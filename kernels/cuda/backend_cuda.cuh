@@ -207,7 +207,13 @@ struct cu_impl {
     graph_ent graph[NGRAPH], *gcur;
     long long ncaptures, nreplays;
     long long gkernels;         // kernel nodes of the graph captured last
-    char *arena_h, *arena_d;    // pinned host / device, same layout
+    char *arena_h, *arena_d;    // pinned host (one of arena_hb) / device, same layout
+    // Two host arenas taken in turn by the steps: a step's ops write one
+    // while the copy of the step before, queued and not yet run, reads the
+    // other (arena_ev[i]: arena_hb[i]'s last copy).
+    char *arena_hb[2];
+    cudaEvent_t arena_ev[2];
+    int arena_i;
     size_t arena_cap, arena_len;
     arena_put_ent put[NPUT];
     int nput;
@@ -389,6 +395,10 @@ char *stage_begin(cu_impl *c, size_t bytes, const char **dev);
 void stage_end(cu_impl *c);
 void arena_free(cu_impl *c);
 void arena_grow(cu_impl *c, size_t bytes);
+// A step under a graph starts writing the host arena the copy before last
+// read (waiting for that copy); arena_copy queues the copy of this one.
+void arena_next(cu_impl *c);
+void arena_copy(cu_impl *c);
 
 // cuda_memory.cu: the seam's memory ops and weight upload.
 void *cu_alloc(backend *b, size_t bytes);

@@ -3,7 +3,8 @@
 // the all-reduces included.  Under a graph, an op's host inputs and its
 // per-step values (dstep: pos0, the sequence's state or ring) go to an
 // arena at offsets that repeat from step to step; replaying a step is the
-// ops writing the arena, one copy of it to the device, one graph launch.
+// ops writing the arena (one of two host copies, in turn), one copy of it
+// to the device, one graph launch.
 // Graphs hold raw device addresses: any release or reallocation of device
 // memory (gen) retires them.
 #include "backend_cuda.cuh"
@@ -38,6 +39,7 @@ void cu_graph_begin(backend *b, uint64_t key)
     c->gcur = e;
     c->nput = 0;
     c->arena_len = 0;
+    arena_next(c);
     c->gbad = false;
     if (e->exec) {
         c->gmode = G_RECORD;
@@ -68,7 +70,7 @@ static long long kernel_nodes(cu_impl *c, cudaGraph_t g)
 
 static void graph_launch(cu_impl *c, graph_ent *e)
 {
-    CK(c, cudaMemcpyAsync(c->arena_d, c->arena_h, c->arena_len, cudaMemcpyHostToDevice, c->st));
+    arena_copy(c);
     CK(c, cudaGraphLaunch(e->exec, c->st));
 }
 
