@@ -207,6 +207,12 @@ struct cu_impl {
     graph_ent graph[NGRAPH], *gcur;
     long long ncaptures, nreplays;
     long long gkernels;         // kernel nodes of the graph captured last
+    // LLM_CUDA_GRAPH_TIME=1: events around each replay (gev_set: the last
+    // one's, not yet read), the replays read and their device time
+    cudaEvent_t gev[2];
+    bool gev_set;
+    long long gtimed;
+    double gtimed_ms;
     char *arena_h, *arena_d;    // pinned host (one of arena_hb) / device, same layout
     // Two host arenas taken in turn by the steps: a step's ops write one
     // while the copy of the step before, queued and not yet run, reads the
@@ -441,6 +447,7 @@ void graph_drop(graph_ent *e);
 void cu_graph_begin(backend *b, uint64_t key);
 bool cu_graph_end(backend *b);
 void cu_graph_counts(backend *b, long long *captures, long long *replays);
+bool cu_graph_time(backend *b, long long *replays, double *ms);
 long long cu_graph_kernels(backend *b);
 
 // cuda_comm.cu: the all-reduce op; the group's NCCL and peer setup.
