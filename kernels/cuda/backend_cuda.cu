@@ -568,8 +568,9 @@ static void indexer_one(cu_impl *c, const indexer_args *a)
     uint16_t *keys = NULL;
     if (!in_graph(c) && a->n >= IDX_MMA_MIN_T && cu_indexer_mma_fits(a->nheads, a->d) &&
         tensor_core_keys(c, a->keys.dtype))
-        keys = (uint16_t *)grow(c, &c->ikeys, ((size_t)CU_INDEXER_KTILE + (size_t)a->n * a->nheads) *
-                                                  a->d * sizeof(uint16_t));
+        keys = (uint16_t *)grow(c, &c->ikeys,
+                                ((size_t)CU_INDEXER_KTILE + (size_t)a->n * CU_INDEXER_QROWS) *
+                                    a->d * sizeof(uint16_t));
     if (c->failed) return;
     cu_indexer(c->st, d, sc, cap, cand, keys, c->idx_tiled, c->idx_wgmma, decode_mma(c, d),
                c->topk_cluster);
