@@ -59,11 +59,13 @@ __global__ void indexer_qround_kernel(const float4 *q, long long n4, uint2 *out)
 
 // The epilogue's terms of one n8 tile of sums (a: heads h0 + 2t, + 1 of
 // rows g and g + 8, the mma layout): ReLU, the heads' weights, added to
-// the rows' parts p.
+// the rows' parts p, a fused multiply-add a term (two instructions a
+// product with its ReLU, where a multiply, an FMA and an add a pair took
+// five).
 __device__ __forceinline__ void idx_heads(float (&p)[2], const float *a, float w0, float w1)
 {
-    p[0] += fmaxf(a[0], 0) * w0 + fmaxf(a[1], 0) * w1;
-    p[1] += fmaxf(a[2], 0) * w0 + fmaxf(a[3], 0) * w1;
+    p[0] = fmaf(fmaxf(a[1], 0), w1, fmaf(fmaxf(a[0], 0), w0, p[0]));
+    p[1] = fmaf(fmaxf(a[3], 0), w1, fmaf(fmaxf(a[2], 0), w0, p[1]));
 }
 
 // The 4 lanes of a row group add up their parts (m-tile, row g / g + 8);
