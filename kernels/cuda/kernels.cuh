@@ -389,9 +389,10 @@ int cu_indexer_topk_cluster_max();
 // ---- indexer_mma.cu ----
 // Keys gathered per tile of at most this many entries (bf16 scratch).
 #define CU_INDEXER_KTILE 32768
-// A token's rows of bf16 queries in that scratch: the heads (at most 64,
-// cu_indexer_mma_fits) padded to 64, as the wgmma kernel's stages hold them.
-#define CU_INDEXER_QROWS 64
+// A token's rows (d bf16 each) in that scratch: its heads' queries (at
+// most 64, cu_indexer_mma_fits) padded to 64, as the wgmma kernel's
+// stages hold them, then one row's room for the 64 heads' float weights.
+#define CU_INDEXER_QROWS 65
 bool cu_indexer_mma_fits(int nheads, int d);
 // Scores rows [t0, t0+nt) of the step (row i - t0 of scores, stride
 // ldsc) of tokens that see more than topk entries, keys gathered into kt
