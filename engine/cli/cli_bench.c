@@ -325,9 +325,14 @@ int cmd_bench(int argc, char **argv)
             double bytes = 0, t_warm = 0;
             int warm = decode > 2 * WARM_STEPS ? WARM_STEPS : 0;
             uint64_t x = 0x2545F4914F6CDD1DULL;
+            long long gr0 = 0, gr1;
+            double gms0 = 0, gms1;
             t0 = now();
             for (int i = 0; i < decode; i++) {
-                if (i == warm) t_warm = now() - t0, t0 = now();
+                if (i == warm) {
+                    t_warm = now() - t0, t0 = now();
+                    v4_model_graph_time(m, &gr0, &gms0);
+                }
                 for (int j = 0; j < B; j++) {
                     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
                     dec[j] = (int32_t)(x % (uint64_t)V);
@@ -350,6 +355,11 @@ int cmd_bench(int argc, char **argv)
             printf("decode warm-up   first %d steps %.1f ms; graphs: %lld captured, %lld "
                    "replays (over the ranks, so far); logits %s\n", warm, t_warm * 1e3, ncap,
                    nrep, copy_logits ? "copied to the host" : "argmax on the device");
+            if (v4_model_graph_time(m, &gr1, &gms1) && gr1 > gr0)
+                printf("decode device    %.3f ms a step's graph on rank 0 (%lld of %d steps "
+                       "timed): the other %.3f ms of a step are the host's\n",
+                       (gms1 - gms0) / (gr1 - gr0), gr1 - gr0, nd,
+                       td * 1e3 / nd - (gms1 - gms0) / (gr1 - gr0));
             long long nk = v4_model_graph_kernels(m);
             if (nk)
                 printf("decode launches  %lld kernels per step on rank 0 = %.1f per layer over "

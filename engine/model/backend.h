@@ -324,11 +324,16 @@ struct backend {
      * again (then as usual).  Under a key, sizes that depend on positions
      * are taken for graph_pos_cap(pos0 + n).  graph_counts: captures and
      * replays so far.  graph_kernels (NULL: not counted): the kernel
-     * launches in the graph captured last. */
+     * launches in the graph captured last.  graph_time (NULL, or false:
+     * not timed; CUDA: LLM_CUDA_GRAPH_TIME=1): the replays timed on the
+     * device so far and their milliseconds there, from the copy of their
+     * inputs to the graph's end (a step's device time, without the host's
+     * part between steps). */
     void (*graph_begin)(backend *b, uint64_t key);
     bool (*graph_end)(backend *b);
     void (*graph_counts)(backend *b, long long *captures, long long *replays);
     long long (*graph_kernels)(backend *b);
+    bool (*graph_time)(backend *b, long long *replays, double *ms);
     /* A hint (NULL: none): the ops issued next read these weights soon;
      * the backend may start bringing them into its cache beside the ops
      * issued in between (CUDA: an L2 prefetch on a second stream, after

@@ -378,6 +378,13 @@ long long v4_model_graph_kernels(v4_model *m)
     return be->graph_kernels ? be->graph_kernels(be) : 0;
 }
 
+bool v4_model_graph_time(v4_model *m, long long *replays, double *ms)
+{
+    backend *be = m->ranks[0].be;
+    *replays = 0, *ms = 0;
+    return be->graph_time && be->graph_time(be, replays, ms);
+}
+
 backend_modes v4_model_modes(const v4_model *m) { return m->modes; }
 
 void v4_cache_info_get(v4_model *m, v4_cache_info *ci)

@@ -94,6 +94,9 @@ void v4_logits_free(v4_model *m, float *p, bool pinned);
 /* Kernel launches in rank 0's graph captured last (a decode step when
  * decode ran last); 0 on backends that do not count. */
 long long v4_model_graph_kernels(v4_model *m);
+/* Rank 0's replays timed on the device and their milliseconds so far
+ * (backend.h graph_time); false when its backend does not time them. */
+bool v4_model_graph_time(v4_model *m, long long *replays, double *ms);
 void v4_model_free(v4_model *m);
 const v4_config *v4_model_config(const v4_model *m);
 int v4_model_tp(const v4_model *m);

@@ -568,8 +568,9 @@ static void indexer_one(cu_impl *c, const indexer_args *a)
     uint16_t *keys = NULL;
     if (!in_graph(c) && a->n >= IDX_MMA_MIN_T && cu_indexer_mma_fits(a->nheads, a->d) &&
         tensor_core_keys(c, a->keys.dtype))
-        keys = (uint16_t *)grow(c, &c->ikeys, ((size_t)CU_INDEXER_KTILE + (size_t)a->n * a->nheads) *
-                                                  a->d * sizeof(uint16_t));
+        keys = (uint16_t *)grow(c, &c->ikeys,
+                                ((size_t)CU_INDEXER_KTILE + (size_t)a->n * CU_INDEXER_QROWS) *
+                                    a->d * sizeof(uint16_t));
     if (c->failed) return;
     cu_indexer(c->st, d, sc, cap, cand, keys, c->idx_tiled, c->idx_wgmma, decode_mma(c, d),
                c->topk_cluster);
@@ -1122,6 +1123,8 @@ static void cu_destroy(backend *b)
         free(c->spans);
     }
     for (int i = 0; i < NGRAPH; i++) graph_drop(&c->graph[i]);
+    for (int i = 0; i < 2; i++)
+        if (c->gev[i]) cudaEventDestroy(c->gev[i]);
     arena_free(c);
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
                          &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->icand, &c->ikeys, &c->wdeq, &c->hcm, &c->hcpart,
@@ -1362,6 +1365,10 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // Profiling waits for every op: no graphs then.
     c->graphs = !c->profile && !(ge && !strcmp(ge, "0"));
     if (c->graphs) arena_grow(c, ARENA_BYTES);
+    // LLM_CUDA_GRAPH_TIME=1: each replay's device time (graph_time).
+    const char *gtime = getenv("LLM_CUDA_GRAPH_TIME");
+    if (c->graphs && gtime && !strcmp(gtime, "1"))
+        for (int i = 0; i < 2; i++) CK(c, cudaEventCreate(&c->gev[i]));
     if (c->failed) {
         snprintf(err, errlen, "%s", c->err);
         free(c);
@@ -1413,6 +1420,7 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     b->graph_begin = cu_graph_begin;
     b->graph_end = cu_graph_end;
     b->graph_counts = cu_graph_counts;
+    b->graph_time = cu_graph_time;
     b->graph_kernels = cu_graph_kernels;
     b->destroy = cu_destroy;
     return b;

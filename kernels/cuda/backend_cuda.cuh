@@ -207,7 +207,19 @@ struct cu_impl {
     graph_ent graph[NGRAPH], *gcur;
     long long ncaptures, nreplays;
     long long gkernels;         // kernel nodes of the graph captured last
-    char *arena_h, *arena_d;    // pinned host / device, same layout
+    // LLM_CUDA_GRAPH_TIME=1: events around each replay (gev_set: the last
+    // one's, not yet read), the replays read and their device time
+    cudaEvent_t gev[2];
+    bool gev_set;
+    long long gtimed;
+    double gtimed_ms;
+    char *arena_h, *arena_d;    // pinned host (one of arena_hb) / device, same layout
+    // Two host arenas taken in turn by the steps: a step's ops write one
+    // while the copy of the step before, queued and not yet run, reads the
+    // other (arena_ev[i]: arena_hb[i]'s last copy).
+    char *arena_hb[2];
+    cudaEvent_t arena_ev[2];
+    int arena_i;
     size_t arena_cap, arena_len;
     arena_put_ent put[NPUT];
     int nput;
@@ -389,6 +401,10 @@ char *stage_begin(cu_impl *c, size_t bytes, const char **dev);
 void stage_end(cu_impl *c);
 void arena_free(cu_impl *c);
 void arena_grow(cu_impl *c, size_t bytes);
+// A step under a graph starts writing the host arena the copy before last
+// read (waiting for that copy); arena_copy queues the copy of this one.
+void arena_next(cu_impl *c);
+void arena_copy(cu_impl *c);
 
 // cuda_memory.cu: the seam's memory ops and weight upload.
 void *cu_alloc(backend *b, size_t bytes);
@@ -431,6 +447,7 @@ void graph_drop(graph_ent *e);
 void cu_graph_begin(backend *b, uint64_t key);
 bool cu_graph_end(backend *b);
 void cu_graph_counts(backend *b, long long *captures, long long *replays);
+bool cu_graph_time(backend *b, long long *replays, double *ms);
 long long cu_graph_kernels(backend *b);
 
 // cuda_comm.cu: the all-reduce op; the group's NCCL and peer setup.

@@ -153,7 +153,12 @@ void stage_end(cu_impl *c)
 
 void arena_free(cu_impl *c)
 {
-    if (c->arena_h) cudaFreeHost(c->arena_h);
+    for (int i = 0; i < 2; i++) {
+        if (c->arena_hb[i]) cudaFreeHost(c->arena_hb[i]);
+        if (c->arena_ev[i]) cudaEventDestroy(c->arena_ev[i]);
+        c->arena_hb[i] = NULL;
+        c->arena_ev[i] = NULL;
+    }
     if (c->arena_d) cudaFree(c->arena_d);
     c->arena_h = c->arena_d = NULL;
     c->arena_cap = 0;
@@ -165,7 +170,30 @@ void arena_grow(cu_impl *c, size_t bytes)
     CK(c, cudaStreamSynchronize(c->st));
     arena_free(c);
     c->gen++;
-    CK(c, cudaMallocHost(&c->arena_h, bytes));
+    for (int i = 0; i < 2; i++) {
+        CK(c, cudaMallocHost(&c->arena_hb[i], bytes));
+        CK(c, cudaEventCreateWithFlags(&c->arena_ev[i], cudaEventDisableTiming));
+    }
     CK(c, cudaMalloc(&c->arena_d, bytes));
+    c->arena_i = 0;
+    c->arena_h = c->arena_hb[0];
     if (!c->failed) c->arena_cap = bytes;
+}
+
+// Without this a step's ops rewrote the host arena while the copy of the
+// step before could still be waiting in the stream: that copy then took
+// the new step's values, or structs half rewritten (bench_cuda_attention's
+// batches, replayed without a host wait: illegal addresses).
+void arena_next(cu_impl *c)
+{
+    if (!c->arena_cap) return;
+    c->arena_i ^= 1;
+    c->arena_h = c->arena_hb[c->arena_i];
+    CK(c, cudaEventSynchronize(c->arena_ev[c->arena_i]));
+}
+
+void arena_copy(cu_impl *c)
+{
+    CK(c, cudaMemcpyAsync(c->arena_d, c->arena_h, c->arena_len, cudaMemcpyHostToDevice, c->st));
+    CK(c, cudaEventRecord(c->arena_ev[c->arena_i], c->st));
 }

@@ -3,7 +3,8 @@
 // the all-reduces included.  Under a graph, an op's host inputs and its
 // per-step values (dstep: pos0, the sequence's state or ring) go to an
 // arena at offsets that repeat from step to step; replaying a step is the
-// ops writing the arena, one copy of it to the device, one graph launch.
+// ops writing the arena (one of two host copies, in turn), one copy of it
+// to the device, one graph launch.
 // Graphs hold raw device addresses: any release or reallocation of device
 // memory (gen) retires them.
 #include "backend_cuda.cuh"
@@ -38,6 +39,7 @@ void cu_graph_begin(backend *b, uint64_t key)
     c->gcur = e;
     c->nput = 0;
     c->arena_len = 0;
+    arena_next(c);
     c->gbad = false;
     if (e->exec) {
         c->gmode = G_RECORD;
@@ -66,10 +68,34 @@ static long long kernel_nodes(cu_impl *c, cudaGraph_t g)
     return k;
 }
 
+// The last replay's device time, where its events are done (the engine
+// reads every step's tokens before the next; a bench that does not wait
+// leaves some replays untimed).
+static void graph_time_take(cu_impl *c)
+{
+    float ms;
+    if (!c->gev_set || cudaEventQuery(c->gev[1]) != cudaSuccess) {
+        cudaGetLastError();     // cudaErrorNotReady is not sticky
+        c->gev_set = false;
+        return;
+    }
+    c->gev_set = false;
+    if (cudaEventElapsedTime(&ms, c->gev[0], c->gev[1]) == cudaSuccess)
+        c->gtimed++, c->gtimed_ms += ms;
+}
+
 static void graph_launch(cu_impl *c, graph_ent *e)
 {
-    CK(c, cudaMemcpyAsync(c->arena_d, c->arena_h, c->arena_len, cudaMemcpyHostToDevice, c->st));
+    if (c->gev[0]) {
+        graph_time_take(c);
+        CK(c, cudaEventRecord(c->gev[0], c->st));
+    }
+    arena_copy(c);
     CK(c, cudaGraphLaunch(e->exec, c->st));
+    if (c->gev[0]) {
+        CK(c, cudaEventRecord(c->gev[1], c->st));
+        c->gev_set = !c->failed;
+    }
 }
 
 bool cu_graph_end(backend *b)
@@ -122,4 +148,14 @@ void cu_graph_counts(backend *b, long long *captures, long long *replays)
     cu_impl *c = impl(b);
     *captures = c->ncaptures;
     *replays = c->nreplays;
+}
+
+bool cu_graph_time(backend *b, long long *replays, double *ms)
+{
+    cu_impl *c = enter(b);
+    if (!c->gev[0]) return false;
+    graph_time_take(c);
+    *replays = c->gtimed;
+    *ms = c->gtimed_ms;
+    return true;
 }

@@ -5,7 +5,8 @@
 // The visible keys are first gathered from the paged cache into a
 // contiguous bf16 tile (indexer_gather_kernel: the prefill's one place
 // that reads the cache's storage format) and the queries rounded to bf16 once
-// (indexer_qround_kernel), then one fused kernel does the products
+// (indexer_qround_kernel; for wgmma indexer_qimage_kernel, laid out as its
+// stages hold them), then one fused kernel does the products
 // (mma.sync m16n8k16), ReLU, weights, the sum over heads and the causal
 // mask, writing the [token][entry] rows the radix top-k reads.  On
 // sm_90a the products run on wgmma (indexer_wgmma_kernel), else on
@@ -58,11 +59,13 @@ __global__ void indexer_qround_kernel(const float4 *q, long long n4, uint2 *out)
 
 // The epilogue's terms of one n8 tile of sums (a: heads h0 + 2t, + 1 of
 // rows g and g + 8, the mma layout): ReLU, the heads' weights, added to
-// the rows' parts p.
+// the rows' parts p, a fused multiply-add a term (two instructions a
+// product with its ReLU, where a multiply, an FMA and an add a pair took
+// five).
 __device__ __forceinline__ void idx_heads(float (&p)[2], const float *a, float w0, float w1)
 {
-    p[0] += fmaxf(a[0], 0) * w0 + fmaxf(a[1], 0) * w1;
-    p[1] += fmaxf(a[2], 0) * w0 + fmaxf(a[3], 0) * w1;
+    p[0] = fmaf(fmaxf(a[1], 0), w1, fmaf(fmaxf(a[0], 0), w0, p[0]));
+    p[1] = fmaf(fmaxf(a[3], 0), w1, fmaf(fmaxf(a[2], 0), w0, p[1]));
 }
 
 // The 4 lanes of a row group add up their parts (m-tile, row g / g + 8);
@@ -203,9 +206,9 @@ indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *k
 // against tokens t0 + [y*WG_QG, +WG_QG) that see more than topk entries,
 // as indexer_mma_kernel.  Its keys are two m64 tiles of A fragments (the
 // mma layout, k in order), loaded once; each token's queries (64 heads x
-// 128 dims: N x K) come by cp.async, WG_ST - 1 tokens ahead, into a ring
-// of WG_ST stages laid out as wgmma reads them (128-byte swizzle, two
-// atoms of 64 dims).  Three blocks share an SM, each reducing while the
+// 128 dims: N x K) and weights come as qimg's image of them, by two bulk
+// copies WG_ST - 1 tokens ahead, into a ring of WG_ST stages (an mbarrier
+// each counts the bytes landed).  Three blocks share an SM, each reducing while the
 // others multiply (run T9: one block of two warpgroups in lockstep
 // waited at its barriers 38% of the time).  The sums over heads:
 // indexer_mma_kernel's epilogue, the same order (a lane's accumulator
@@ -213,19 +216,72 @@ indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *k
 #define WG_KEYS 128
 #define WG_QG 64
 #define WG_ST 4
-#define WG_QB (64 * MMA_D * 2)     // bytes of a stage's queries
-#define WG_SMEM (1024 + WG_ST * (WG_QB + 64 * 4))
+#define WG_QB (64 * MMA_D * 2)  // bytes of a stage's queries
+#define WG_WB (64 * 4)          // bytes of its weights
+#define WG_IMG (WG_QB + WG_WB)  // a token's image (indexer_qimage_kernel)
+// a stage's queries, weights and mbarrier, after room to align to 1024
+#define WG_SMEM (1024 + WG_ST * (WG_IMG + 8))
+static_assert(WG_IMG == CU_INDEXER_QROWS * MMA_D * 2, "a token's image fills its scratch rows");
+
+// Where dims 8 c16 .. 8 c16 + 7 of head n sit in a stage's queries: two
+// atoms of 64 dims, rows of 128 bytes, 16-byte chunks in the 128-byte
+// swizzle (as wgmma reads B from a 1024-byte aligned stage).
+__host__ __device__ constexpr int wg_qoff(int n, int c16)
+{
+    return (c16 >> 3) * (64 * 128) + n * 128 + (((c16 & 7) ^ (n & 7)) << 4);
+}
+
+// A call's tokens (queries q: nh x d floats each; weights w: nh each) as
+// images of indexer_wgmma_kernel's stages, WG_IMG bytes a token: its
+// queries as bf16 where a stage holds them (zeros past the heads), then
+// its weights times smul (zeros past the heads).  A stage is then a bulk
+// copy of contiguous bytes, where a block's cp.async loop spent ~100
+// instructions a thread a token on addresses and swizzle (ptx of the
+// loop), and the weights' scaling is done once, not by every block (the
+// same products: the same bits).  The queries' rounding is
+// indexer_qround_kernel's.
+__global__ void indexer_qimage_kernel(const float *q, const float *w, int nh, float smul,
+                                      long long units, uint4 *out)
+{
+    pdl_wait();
+    long long u = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (u >= units) return;
+    long long i = u / (WG_IMG / 16);
+    int r = (int)(u % (WG_IMG / 16));
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r >= WG_QB / 16) {      // weights 4 (r - WG_QB / 16) .. + 3
+        float f[4];
+        for (int k = 0; k < 4; k++) {
+            int h = 4 * (r - WG_QB / 16) + k;
+            f[k] = h < nh ? w[i * nh + h] * smul : 0.0f;
+        }
+        v = make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]),
+                       __float_as_uint(f[3]));
+        out[u] = v;
+        return;
+    }
+    int n = r >> 4, c16 = r & 15;
+    if (n < nh) {
+        const float4 *src = (const float4 *)(q + (i * nh + n) * MMA_D + 8 * c16);
+        float4 x = src[0], y = src[1];
+        v = make_uint4(pack_bf16x2(x.x, x.y), pack_bf16x2(x.z, x.w), pack_bf16x2(y.x, y.y),
+                       pack_bf16x2(y.z, y.w));
+    }
+    out[i * (WG_IMG / 16) + wg_qoff(n, c16) / 16] = v;
+}
 
 __global__ void __launch_bounds__(128, 3)
 indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *kt,
-                     const uint16_t *qbf, float smul, float *scores, long long ldsc)
+                     const uint8_t *qimg, float *scores, long long ldsc)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     pdl_wait();
     extern __shared__ __align__(16) uint8_t wsh_raw[];
     uint8_t *qst = (uint8_t *)(((uintptr_t)wsh_raw + 1023) & ~(uintptr_t)1023);
     float *wst = (float *)(qst + WG_ST * WG_QB);
-    const int nh = a.nheads, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t qa = (uint32_t)__cvta_generic_to_shared(qst), wa = qa + WG_ST * WG_QB;
+    const uint32_t bar0 = qa + WG_ST * WG_IMG;     // WG_ST mbarriers
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wq = warp, g = lane >> 2, t = lane & 3;
     const int s0 = k0 + blockIdx.x * WG_KEYS;
     int m = a.topk > s0 ? a.topk : s0;
@@ -234,23 +290,21 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t 
     if (i0 >= i1) return;
     const int ntok = i1 - i0;
 
-    // Token i's queries (zeros past the heads) and weights into stage b.
+    // Token i's queries and weights into stage b: thread 0's two bulk
+    // copies of its image, counted on stage b's mbarrier.
     auto stage = [&](int i, int b) {
-        uint8_t *q = qst + b * WG_QB;
-        const uint16_t *src = qbf + (long long)(i - t0) * nh * MMA_D;
-        for (int x = tid; x < 64 * (MMA_D / 8); x += 128) {
-            int n = x / (MMA_D / 8), c16 = x % (MMA_D / 8), c = c16 & 7;
-            cp_async16(q + (c16 >> 3) * (64 * 128) + n * 128 + ((c ^ (n & 7)) << 4),
-                       n < nh ? src + n * MMA_D + c16 * 8 : src, n < nh ? 16 : 0);
-        }
-        for (int x = tid; x < nh; x += 128)
-            cp_async4(wst + b * 64 + x, a.w + (long long)i * nh + x, true);
-        cp_async_commit();
+        if (tid) return;
+        const uint8_t *img = qimg + (long long)(i - t0) * WG_IMG;
+        swm_bar_expect(bar0 + 8 * b, WG_IMG);
+        swm_bulk_load(qa + b * WG_QB, img, WG_QB, bar0 + 8 * b);
+        swm_bulk_load(wa + b * WG_WB, img + WG_QB, WG_WB, bar0 + 8 * b);
     };
-    for (int j = 0; j < WG_ST - 1; j++) {
-        if (j < ntok) stage(i0 + j, j);
-        else cp_async_commit();
+    if (tid == 0) {
+        for (int b = 0; b < WG_ST; b++) swm_bar_init(bar0 + 8 * b, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
+    __syncthreads();
+    for (int j = 0; j < WG_ST - 1 && j < ntok; j++) stage(i0 + j, j);
 
     // A: keys kb + 16 wq + g (+ 8) of m-tile mt (kb = s0 + 64 mt);
     // k step s: dims 16 s + 2t (+1) in words 0-1, 16 s + 8 + 2t in 2-3.
@@ -268,37 +322,35 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t 
             }
         }
 
-    const uint32_t qa = (uint32_t)__cvta_generic_to_shared(qst);
     // Token j's scores from d (its products done).
     auto finish = [&](int j, float (&d)[2][32]) {
         int i = i0 + j, nvis = (a.pos0 + i + 1) / a.ratio;
         const float *ws = wst + (j % WG_ST) * 64;
         float part[2][2] = { { 0, 0 }, { 0, 0 } };
+        // every head of the image: past nh its queries and weights are
+        // zeros, whose terms (+0) leave the sums as they are
 #pragma unroll
         for (int jn = 0; jn < 8; jn++) {
-            if (8 * jn >= nh) break;
-            float w0 = ws[8 * jn + 2 * t] * smul, w1 = ws[8 * jn + 2 * t + 1] * smul;
+            float2 w = *(const float2 *)(ws + 8 * jn + 2 * t);
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++) idx_heads(part[mt], d[mt] + 4 * jn, w0, w1);
+            for (int mt = 0; mt < 2; mt++) idx_heads(part[mt], d[mt] + 4 * jn, w.x, w.y);
         }
         float v = idx_quad(part, t);
         int key = s0 + 64 * (t >> 1) + 16 * wq + g + 8 * (t & 1);
         if (key < nvis && key < k1) scores[(long long)(i - t0) * ldsc + key] = v;
     };
-    // Token j: its stage landed (the next two may be in flight) and stage
-    // (j + 3) % WG_ST free (token j - 1 finished by every warp): fill it,
-    // multiply, reduce.  (Token j + 1's wgmma issued before token j's
-    // reduction, into a second accumulator set behind wait_group 1, made
-    // ptxas serialize the groups, warning C7514: it cannot tell which
-    // group's registers the reduction reads.  The SM's other blocks
-    // multiply meanwhile.)
+    // Token j: its stage landed (the mbarrier's phase j / WG_ST; the next
+    // two may be in flight) and stage (j + 3) % WG_ST free (token j - 1
+    // finished by every warp): fill it, multiply, reduce.  (Token j + 1's
+    // wgmma issued before token j's reduction, into a second accumulator
+    // set behind wait_group 1, made ptxas serialize the groups, warning
+    // C7514: it cannot tell which group's registers the reduction reads.
+    // The SM's other blocks multiply meanwhile.)
     float acc[2][32];
     for (int j = 0; j < ntok; j++) {
-        cp_async_wait<WG_ST - 2>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        swm_bar_wait(bar0 + 8 * (j % WG_ST), (j / WG_ST) & 1);
         __syncthreads();
         if (j + WG_ST - 1 < ntok) stage(i0 + j + WG_ST - 1, (j + WG_ST - 1) % WG_ST);
-        else cp_async_commit();
         idx_wg_issue(acc, A, swm_desc(qa + (j % WG_ST) * WG_QB));
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         swm_pin(acc[0]);
@@ -370,8 +422,7 @@ indexer_wgmma_dec_kernel(dindexer a, int t0, float smul, float *scores, long lon
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             int kk = k + 8 * h, c16 = kk >> 3;
-            *(uint32_t *)(qs + (c16 >> 3) * (64 * 128) + n * 128 + (((c16 & 7) ^ (n & 7)) << 4) +
-                          2 * (kk & 7)) = w2[h];
+            *(uint32_t *)(qs + wg_qoff(n, c16) + 2 * (kk & 7)) = w2[h];
         }
     }
     if (tid < 64) ws[tid] = tid < nh ? a.w[(long long)i * nh + tid] * smul : 0.0f;
@@ -479,11 +530,19 @@ void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *s
     wgmma = wgmma && cu_wgmma_ok();
     int maxvis = (a.pos0 + a.n) / a.ratio;
     float smul = (float)pow(a.d, -0.5);
-    // the queries of the rows, bf16, after the key tile
+    // the queries of the rows, bf16, after the key tile: as they are for
+    // mma.sync, as images of the stages (with the weights) for wgmma
     uint16_t *qb = kt + (size_t)ktile * a.d;
-    long long n4 = (long long)nt * a.nheads * a.d / 4;
-    cu_launch(indexer_qround_kernel, blocks_for(n4, 256), 256, 0, st,
-              (const float4 *)(a.q + (long long)t0 * a.nheads * a.d), n4, (uint2 *)qb);
+    const float *q = a.q + (long long)t0 * a.nheads * a.d;
+    if (wgmma) {
+        long long units = (long long)nt * (WG_IMG / 16);
+        cu_launch(indexer_qimage_kernel, blocks_for(units, 256), 256, 0, st, q,
+                  a.w + (long long)t0 * a.nheads, a.nheads, smul, units, (uint4 *)qb);
+    } else {
+        long long n4 = (long long)nt * a.nheads * a.d / 4;
+        cu_launch(indexer_qround_kernel, blocks_for(n4, 256), 256, 0, st, (const float4 *)q, n4,
+                  (uint2 *)qb);
+    }
     smem_attr<0>(indexer_mma_kernel, MMA_SMEM);
     smem_attr<1>(indexer_wgmma_kernel, WG_SMEM);
     for (int k0 = 0; k0 < maxvis; k0 += ktile) {
@@ -492,7 +551,8 @@ void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *s
                   st, a.keys, k0, k1, a.d, (uint2 *)kt);
         if (wgmma)
             cu_launch(indexer_wgmma_kernel, dim3(blocks_for(k1 - k0, WG_KEYS), blocks_for(nt, WG_QG)),
-                      128, WG_SMEM, st, a, t0, nt, k0, k1, kt, qb, smul, scores, ldsc);
+                      128, WG_SMEM, st, a, t0, nt, k0, k1, kt, (const uint8_t *)qb, scores,
+                      ldsc);
         else
             cu_launch(indexer_mma_kernel, dim3(blocks_for(k1 - k0, MMA_KEYS), blocks_for(nt, MMA_QG)),
                       32 * MMA_WARPS, MMA_SMEM, st, a, t0, nt, k0, k1, kt, qb, smul, scores, ldsc);
@@ -517,7 +577,8 @@ extern "C" int cuda_indexer_mma_scores(const indexer_args *a, float *scores, int
     uint16_t *kt = NULL;
     cudaError_t e = cudaMalloc(&blocks, nblk * sizeof(char *));
     if (e == cudaSuccess)
-        e = cudaMalloc(&kt, ((size_t)ktile + (size_t)chunk * a->nheads) * a->d * sizeof(uint16_t));
+        e = cudaMalloc(&kt, ((size_t)ktile + (size_t)chunk * CU_INDEXER_QROWS) * a->d *
+                                    sizeof(uint16_t));
     if (e == cudaSuccess)
         e = cudaMemcpy(blocks, a->keys.blocks, nblk * sizeof(char *), cudaMemcpyHostToDevice);
     dindexer d = { a->n, a->pos0, a->ratio, a->nheads, a->d, a->topk, a->q, a->w,

@@ -350,16 +350,24 @@ int cu_indexer_topk_cluster_max()
 // kernel (few rows) always has room for that many, the last kernel for
 // the most its rows can have, or that many for few rows (the rows of a
 // many-row prefill launch over longer contexts read global memory at
-// full occupancy instead).  A cluster takes a block per TOPK_CL_KEYS
-// entries of the longest row, at most `cluster` blocks.
+// full occupancy instead, where no cluster stages them).  A cluster takes
+// a block per TOPK_CL_KEYS entries of the longest row for few rows, a
+// block per TOPK_STAGE for many, at most `cluster` blocks.
 void cu_indexer_topk(cudaStream_t st, const dindexer &a, int t0, int nt, const float *scores,
                      long long ldsc, unsigned *cand, long long ldc, const dindexer *segs,
                      int cluster)
 {
     int maxvis = a.pos_end / a.ratio, G = topk_blocks(maxvis, a.topk);
-    if (cluster > 1 && G > 1 && nt <= IDX_TOPK_MULTI_MAX_T) {
+    // Decode rows: blocks of TOPK_CL_KEYS+ entries (more blocks at work).
+    // Many rows (prefill) fill the GPU either way: a cluster only where a
+    // row outgrows one block's staging, as few blocks as stage it all (one
+    // read of the scores instead of five).
+    bool few = G > 1 && nt <= IDX_TOPK_MULTI_MAX_T;
+    int cmax = 1;
+    while (cmax < cluster && (long long)cmax * TOPK_STAGE < maxvis) cmax *= 2;
+    if (cluster > 1 && (few || (maxvis > TOPK_STAGE && (long long)cmax * TOPK_STAGE >= maxvis))) {
         int C = 2;
-        while (C < cluster && (long long)C * TOPK_CL_KEYS < maxvis) C *= 2;
+        while (C < cluster && (long long)C * (few ? TOPK_CL_KEYS : TOPK_STAGE) < maxvis) C *= 2;
         int per = (maxvis + C - 1) / C, kcap = per <= TOPK_STAGE ? per : 0;
         cu_launch_cluster(indexer_topk_cluster_kernel, dim3(C, nt), TOPK_THREADS,
                           kcap * sizeof(unsigned), st, dim3(C, 1, 1), a, t0, scores, ldsc, segs,

@@ -351,7 +351,7 @@ struct dindexer {
 // cand: scratch of cu_indexer_cand_bytes(a, scores_cap) bytes (none when
 // 0) for the top-k over several blocks per token, or NULL: one block each.
 // keys: NULL, scores in float32 (decode; LLM_CUDA_GEMM=f32); or scratch
-// of (CU_INDEXER_KTILE + n * nheads) * d bf16 for the tensor-core scores
+// of (CU_INDEXER_KTILE + n * CU_INDEXER_QROWS) * d bf16 for the tensor-core scores
 // (a key tile, then the queries; indexer_mma.cu;
 // cu_indexer_mma_fits, not under graph capture: dyn must be NULL).
 // tiled: float32 scores on indexer_scores_cpu_kernel (the CPU's scores,
@@ -389,11 +389,15 @@ int cu_indexer_topk_cluster_max();
 // ---- indexer_mma.cu ----
 // Keys gathered per tile of at most this many entries (bf16 scratch).
 #define CU_INDEXER_KTILE 32768
+// A token's rows (d bf16 each) in that scratch: its heads' queries (at
+// most 64, cu_indexer_mma_fits) padded to 64, as the wgmma kernel's
+// stages hold them, then one row's room for the 64 heads' float weights.
+#define CU_INDEXER_QROWS 65
 bool cu_indexer_mma_fits(int nheads, int d);
 // Scores rows [t0, t0+nt) of the step (row i - t0 of scores, stride
 // ldsc) of tokens that see more than topk entries, keys gathered into kt
 // (ktile * d bf16) tile by tile, the rows' queries rounded to bf16 after
-// them (nt * nheads * d more).
+// them (nt * CU_INDEXER_QROWS * d more).
 void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *scores,
                     long long ldsc, uint16_t *kt, int ktile, bool wgmma);
 // The same scores for steps of few tokens (or segs, a batch of one-token

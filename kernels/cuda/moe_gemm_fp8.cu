@@ -47,6 +47,7 @@
 // tile multiplies zeros (wgmma under a data-dependent branch makes ptxas
 // serialize every wgmma, warning C7518) and skips the promotion.
 #include "moe_gemm_fp8.cuh"
+#include "wgmma.cuh"
 
 #define M8_M CU_TILE_M8     // slots per item: 64 (one wgmma's M) per consumer warpgroup
 #define M8_N 128            // weight rows per item, shared by the consumers
@@ -135,48 +136,6 @@ __device__ __forceinline__ void m8_cp4(uint32_t dst, const void *src, bool ok)
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
                  "r"(ok ? 4 : 0)
                  : "memory");
-}
-
-// wgmma's shared-memory descriptor of a K-major tile in the 128-byte
-// swizzle (rows of 128 bytes, 16-byte chunk c of row r at c ^ (r & 7),
-// 8-row groups 1024 bytes apart, the tile 1024-byte aligned); a k32 step
-// inside the row starts 32 bytes further.
-__device__ __forceinline__ uint64_t m8_desc(uint32_t addr)
-{
-    return (uint64_t)((addr & 0x3ffff) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 |
-           (uint64_t)1 << 62;
-}
-
-// mbarriers (shared::cta): arrive releases this thread's earlier writes,
-// wait acquires those of a completed phase of the given parity.
-__device__ __forceinline__ void m8_bar_init(uint32_t bar, int count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void m8_bar_arrive(uint32_t bar)
-{
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void m8_bar_wait(uint32_t bar, uint32_t parity)
-{
-    uint32_t ok;
-    do {
-        asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(ok)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!ok);
-}
-
-// The compiler must keep the accumulators where wgmma left them.
-__device__ __forceinline__ void m8_pin(float (&d)[64])
-{
-#pragma unroll
-    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 #define M8_F8(i)                                                                              \
@@ -328,7 +287,7 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
         int xsr = tid < M8_M ? xr[tid] : -1;
         const float *xsp = a.xs + (xsr >= 0 ? xsr : 0);
         // rowf[it & 1] is free once the consumers stored item it - 2
-        if (it >= 2) m8_bar_wait(done0 + 8 * (it & 1), ((it >> 1) - 1) & 1);
+        if (it >= 2) swm_bar_wait(done0 + 8 * (it & 1), ((it >> 1) - 1) & 1);
         if (q == 0) {
 #pragma unroll
             for (int i = 0; i < 2; i++)
@@ -337,7 +296,7 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
         // stage kt's x codes and scales into slot gs % M8_S, once free
         auto load_x = [&](int kt, unsigned gs) {
             unsigned s = gs % M8_S;
-            if (gs >= M8_S) m8_bar_wait(empty0 + 8 * s, (gs / M8_S - 1) & 1);
+            if (gs >= M8_S) swm_bar_wait(empty0 + 8 * s, (gs / M8_S - 1) & 1);
             uint32_t A = sbase + s * M8_STAGE;
             unsigned kok = kt * M8_K + 16 * c8 < cols ? xok : 0;
 #pragma unroll
@@ -369,7 +328,7 @@ __device__ __forceinline__ void m8_produce(const dmoe_gemm8 &a, int ncb, int nit
             }
             // the stage to the consumers as soon as it is whole
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            m8_bar_arrive(full0 + 8 * s);
+            swm_bar_arrive(full0 + 8 * s);
             g++;
         }
         tl = tln;
@@ -405,19 +364,19 @@ __device__ __forceinline__ void m8_consume(const dmoe_gemm8 &a, int ncb, int nit
         for (int i = 0; i < 64; i++) acc[i] = 0.0f;
         for (int kt = 0; kt < nk; kt++, g++) {
             unsigned s = g % M8_S;
-            m8_bar_wait(full0 + 8 * s, (g / M8_S) & 1);
+            swm_bar_wait(full0 + 8 * s, (g / M8_S) & 1);
             uint32_t A = sbase + s * M8_STAGE + cw * (64 * M8_K), B = sbase + s * M8_STAGE + M8_A;
-            uint64_t da = m8_desc(A), db = m8_desc(B);
-            m8_pin(P);
+            uint64_t da = swm_desc(A), db = swm_desc(B);
+            swm_pin(P);
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) m8_wgmma(P, da + 2 * kk, db + 2 * kk, kk);
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            m8_pin(P);
+            swm_pin(P);
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-            m8_pin(P);
+            swm_pin(P);
             float s0 = sxs[s * M8_M + m0], s1 = sxs[s * M8_M + m0 + 8];
-            m8_bar_arrive(empty0 + 8 * s);
+            swm_bar_arrive(empty0 + 8 * s);
             if (busy) {
 #pragma unroll
                 for (int j = 0; j < 16; j++) {
@@ -457,7 +416,7 @@ __device__ __forceinline__ void m8_consume(const dmoe_gemm8 &a, int ncb, int nit
                 }
             }
         }
-        m8_bar_arrive(done0 + 8 * (it & 1));
+        swm_bar_arrive(done0 + 8 * (it & 1));
     }
 }
 #endif
@@ -480,11 +439,11 @@ __global__ void __launch_bounds__(M8_THREADS, 1) moe_gemm8_kernel(dmoe_gemm8 a, 
     int nbp = m8_nbp((a.g.w1.cols + 31) / 32);
     if (threadIdx.x == 0) {
         for (int s = 0; s < M8_S; s++) {
-            m8_bar_init(full0 + 8 * s, M8_PT);
-            m8_bar_init(empty0 + 8 * s, 256);
+            swm_bar_init(full0 + 8 * s, M8_PT);
+            swm_bar_init(empty0 + 8 * s, 256);
         }
-        m8_bar_init(done0, 256);
-        m8_bar_init(done0 + 8, 256);
+        swm_bar_init(done0, 256);
+        swm_bar_init(done0 + 8, 256);
     }
     __syncthreads();
     int nitems = *a.g.ntiles * ncb;

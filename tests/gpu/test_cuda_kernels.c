@@ -2908,6 +2908,10 @@ static void indexer_mma_cases(backend *g)
     test_indexer_mma(64, 512, 9000, 5, 5, 32768, KV_BF16);
     test_indexer_mma(32, 512, 4 * 70000 + 3, 2, 2, 32768, KV_FP8);
     test_indexer_mma(64, 512, 1048575, 1, 1, 32768, KV_FP8);
+    /* a prefill chunk (more than 64 rows) of more than 16,384 entries a
+     * row: the top-k in clusters that stage every row (2 and 4 blocks) */
+    test_indexer_mma(64, 512, 4 * 20000, 100, 100, 32768, KV_FP8);
+    test_indexer_mma(64, 512, 4 * 40000, 80, 80, 32768, KV_BF16);
     /* batches of one-token sequences, one replayed as a graph */
     test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8, 0, false, true);
     test_indexer_batch(7, 64, 128, 512, 9000, KV_BF16, 0, false, true);
