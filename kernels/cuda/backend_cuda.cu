@@ -669,13 +669,34 @@ static void attention_run(cu_impl *c, const dattn &d, const dattn *segs)
         fail(c, "attention: head_dim %d is too large for the kernel", d.hd);
 }
 
+// A prefill step's HCA op (every entry visible to the chunk's later
+// tokens, none chosen) over an FP8 cache: its entries as one bf16 tile,
+// decoded once a step instead of by every query token's block of the
+// tensor-core kernel (the FP8 conversion was 22-24% of its instructions,
+// run T3; at 1M an entry was decoded 8,192 times a chunk).  The same bf16
+// values the blocks made, so the same output bits; the tile (8 MB at 1M)
+// stays in L2 for the blocks' reads.  Graphs never read it (prefill).
+static void hca_keys_bf16(cu_impl *c, dattn *d)
+{
+    int n = d->pos_end / d->ratio;
+    if (!c->attn_hca_bf16 || !d->ratio || d->sel || d->comp.dtype != KV_FP8 || n <= 0) return;
+    uint16_t *tile = (uint16_t *)grow_outside(c, &c->hcakeys, (size_t)n * d->hd * sizeof(uint16_t));
+    if (c->failed) return;
+    cu_gather_bf16(c->st, d->comp, 0, n, d->hd, tile);
+    char *block = (char *)tile;
+    const void *blocks = stage(c, &block, sizeof block);
+    if (blocks) d->comp = dpaged{ (char *const *)blocks, 0, n, d->hd, KV_BF16 };
+}
+
 static void attention_one(cu_impl *c, const attention_args *a, const drope *orope)
 {
     dattn d;
     if (!to_dattn(c, a, &d, NULL, orope) || recording(c)) return;
-    if (!in_graph(c) && a->n >= ATT_MMA_MIN_T && tensor_core_keys(c, a->dtype) &&
-        cu_attention_mma(c->st, d, attn_split(c), c->attn_tokens))
-        return;
+    if (!in_graph(c) && a->n >= ATT_MMA_MIN_T && tensor_core_keys(c, a->dtype)) {
+        dattn e = d;
+        hca_keys_bf16(c, &e);
+        if (c->failed || cu_attention_mma(c->st, e, attn_split(c), c->attn_tokens)) return;
+    }
     attention_run(c, d, NULL);
 }
 
@@ -1129,7 +1150,7 @@ static void cu_destroy(backend *b)
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
                          &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->icand, &c->ikeys, &c->wdeq, &c->hcm, &c->hcpart,
                          &c->apart, &c->offs, &c->xs, &c->yss, &c->xbf, &c->xq, &c->x8,
-                         &c->xsc, &c->wsc, &c->xn, &c->amax, &c->ystk };
+                         &c->xsc, &c->wsc, &c->xn, &c->amax, &c->ystk, &c->hcakeys };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->p) cudaFreeAsync(bufs[i]->p, c->st);
     for (int i = 0; i < NSTAGE; i++) {
@@ -1197,6 +1218,10 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // as ops of their own, not in the decode attention kernels
     // (cu_attention_fused_op; the same bits either way).
     c->attn_fuse = env_switch(c, "LLM_CUDA_ATTN_FUSE");
+    // LLM_CUDA_ATTN_HCA_BF16=0: the prefill attention's HCA entries of an
+    // FP8 cache decoded by every query token's block, not once a step
+    // (hca_keys_bf16; the same bits either way).
+    c->attn_hca_bf16 = env_switch(c, "LLM_CUDA_ATTN_HCA_BF16");
     // LLM_CUDA_ATTN_MMA_MIN_T: decode steps of at least this many tokens
     // or sequences on tensor cores in the tensor-core modes (attention_run;
     // 0: never).

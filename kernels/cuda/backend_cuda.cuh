@@ -133,7 +133,8 @@ struct cu_impl {
     size_t hkeys_cap;
     unsigned long long tick, fills;
     grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
-        iscores, icand, ikeys, wdeq, hcm, hcpart, xbf, apart, xq, x8, xsc, wsc, xn, amax, ystk;
+        iscores, icand, ikeys, wdeq, hcm, hcpart, xbf, apart, xq, x8, xsc, wsc, xn, amax, ystk,
+        hcakeys;
     int *hc_count;              // [HC_COUNT_MAX] zeros: the mHC kernels' counters
     int *attn_count;            // [CU_ATTD_COUNTERS] zeros: cu_attention_decode's counters
     cublasLtHandle_t lt;
@@ -154,6 +155,7 @@ struct cu_impl {
     int attd_target;            // ... on the float32 kernel: blocks its splits aim at (LLM_CUDA_ATTD_BLOCKS)
     int attm_target;            // ... on the tensor-core kernel (LLM_CUDA_ATTM_BLOCKS)
     int attm_cluster;           // ... its splits merged in clusters of up to this many (LLM_CUDA_ATTN_CLUSTER)
+    bool attn_hca_bf16;         // prefill's HCA entries of an FP8 cache decoded once (LLM_CUDA_ATTN_HCA_BF16)
     bool topk_blocks;           // the indexer's top-k over several blocks a token (LLM_CUDA_TOPK_BLOCKS)
     int topk_cluster;           // their cluster's most blocks, 0: two launches (LLM_CUDA_TOPK_CLUSTER)
     bool idx_tiled;             // the indexer's tiled score kernel (LLM_CUDA_INDEXER_TILED)

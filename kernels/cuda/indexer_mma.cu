@@ -3,8 +3,8 @@
 // ReLU(q[i][h] . k[s]) with q and k rounded to bf16 and float32 sums
 // (the reference model keeps both in bf16 and scores them in float32).
 // The visible keys are first gathered from the paged cache into a
-// contiguous bf16 tile (indexer_gather_kernel: the prefill's one place
-// that reads the cache's storage format) and the queries rounded to bf16 once
+// contiguous bf16 tile (indexer_gather_kernel, cu_gather_bf16: also the
+// prefill attention's HCA entries) and the queries rounded to bf16 once
 // (indexer_qround_kernel; for wgmma indexer_qimage_kernel, laid out as its
 // stages hold them), then one fused kernel does the products
 // (mma.sync m16n8k16), ReLU, weights, the sum over heads and the causal
@@ -362,6 +362,12 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t 
 #endif
 }
 
+void cu_gather_bf16(cudaStream_t st, const dpaged &keys, int k0, int k1, int d, uint16_t *out)
+{
+    cu_launch(indexer_gather_kernel, blocks_for((long long)(k1 - k0) * d / 4, 256), 256, 0, st,
+              keys, k0, k1, d, (uint2 *)out);
+}
+
 bool cu_indexer_mma_fits(int nheads, int d) { return d == MMA_D && nheads % 8 == 0 && nheads <= 64; }
 
 // Decode steps (a few tokens, or a batch of one-token sequences: segs):
@@ -547,8 +553,7 @@ void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *s
     smem_attr<1>(indexer_wgmma_kernel, WG_SMEM);
     for (int k0 = 0; k0 < maxvis; k0 += ktile) {
         int k1 = maxvis - k0 < ktile ? maxvis : k0 + ktile;
-        cu_launch(indexer_gather_kernel, blocks_for((long long)(k1 - k0) * a.d / 4, 256), 256, 0,
-                  st, a.keys, k0, k1, a.d, (uint2 *)kt);
+        cu_gather_bf16(st, a.keys, k0, k1, a.d, kt);
         if (wgmma)
             cu_launch(indexer_wgmma_kernel, dim3(blocks_for(k1 - k0, WG_KEYS), blocks_for(nt, WG_QG)),
                       128, WG_SMEM, st, a, t0, nt, k0, k1, kt, (const uint8_t *)qb, scores,

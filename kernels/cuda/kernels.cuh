@@ -387,6 +387,9 @@ void cu_indexer_topk(cudaStream_t st, const dindexer &a, int t0, int nt, const f
 int cu_indexer_topk_cluster_max();
 
 // ---- indexer_mma.cu ----
+// Rows [k0, k1) of a paged cache (any kv dtype; d a multiple of 4) as
+// contiguous bf16 rows of d at out (row k - k0): FP8 and BF16 exactly.
+void cu_gather_bf16(cudaStream_t st, const dpaged &keys, int k0, int k1, int d, uint16_t *out);
 // Keys gathered per tile of at most this many entries (bf16 scratch).
 #define CU_INDEXER_KTILE 32768
 // A token's rows (d bf16 each) in that scratch: its heads' queries (at

@@ -1459,6 +1459,10 @@ static int attn_mma_t = ATT_DEC_MMA_MIN_T;      /* G's LLM_CUDA_ATTN_MMA_MIN_T *
 #define ATT_DEC_MMA_MIN_KEYS 1000   /* ... and decode ops of this many keys */
 #define ATTN_MERGE_DEFAULT ", splits in clusters of up to 8"  /* LLM_CUDA_ATTN_CLUSTER unset */
 static const char *attn_merge = ATTN_MERGE_DEFAULT;    /* G's, for the names */
+/* G's mode with LLM_CUDA_ATTN_HCA_BF16=0 (prefill's HCA entries of an FP8
+ * cache decoded by each block), or NULL: compared bit for bit; from
+ * G_hca[mode][tokens per block - 1] */
+static backend *G_hca0, *G_hca[4][2];
 
 /* Whether G runs the attention of n query tokens (or n sequences) on
  * tensor cores: prefill steps of 64+ tokens and decode steps of at least
@@ -1545,6 +1549,21 @@ static void test_attention(int nheads, int hd, int window, int ratio, int topk, 
     snprintf(name, sizeof name, "attention heads=%d hd=%d ratio=%d topk=%d pos0=%d n=%d cache %s, "
              "run again", nheads, hd, ratio, topk, pos0, n, dname(t));
     check_tol(name, g, out, (size_t)n * nheads * hd, mma ? 4 * u + TOL : TOL);
+    if (G_hca0 && mma && n >= 64 && ratio && !topk && t == KV_FP8) {
+        /* the entries as one bf16 tile decoded once (the default) or by
+         * each block: the same bf16 values, so the same bits */
+        backend *g0 = G;
+        G = G_hca0;
+        poison(dout, (size_t)n * nheads * hd * 4);
+        G->attention(G, &a, 1);
+        float *h = hcopy(dout, (size_t)n * nheads * hd * 4);
+        ok(!G->error(G) && !memcmp(h, g, (size_t)n * nheads * hd * 4),
+           "attention heads=%d ratio=%d pos0=%d n=%d cache %s: HCA entries decoded once a step "
+           "= by every block (LLM_CUDA_ATTN_HCA_BF16=0), bit for bit", nheads, ratio, pos0, n,
+           dname(t));
+        free(h);
+        G = g0;
+    }
     if (reps > 0) {
         float one;
         G->attention(G, &a, 1);
@@ -2719,7 +2738,7 @@ static void bad_switches(void)
         { "LLM_CUDA_HC_PRE_CLUSTER", "2" }, { "LLM_CUDA_HC_ROUTE", "2" },
         { "LLM_CUDA_INDEXER_DECODE_MMA", "2" }, { "LLM_CUDA_ATTN_CLUSTER", "3" },
         { "LLM_CUDA_ATTN_CLUSTER", "16" },  { "LLM_CUDA_ATTN_FUSE", "2" },
-        { "LLM_CUDA_ATTN_MMA_MIN_KEYS", "-1" },
+        { "LLM_CUDA_ATTN_MMA_MIN_KEYS", "-1" }, { "LLM_CUDA_ATTN_HCA_BF16", "2" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
@@ -2775,10 +2794,11 @@ static void attention_cases(void)
 }
 
 /* Prefill attention on tensor cores (attention_mma.cu) in the mode of g
- * (two query tokens a block) and g1 (one). */
+ * (two query tokens a block) and g1 (one); HCA cases from an FP8 cache
+ * also against the same modes with LLM_CUDA_ATTN_HCA_BF16=0 (G_hca). */
 static void attention_mma_cases(backend *g2, backend *g1)
 {
-    G = g2;
+    G = g2, G_hca0 = G_hca[gemm_mode][1];
     for (int t = KV_F32; t <= KV_FP8; t++) {
         test_attention(12, 64, 32, 8, 0, 100, 64, t, 0);
         test_attention(6, 64, 32, 4, 8, 100, 64, t, 0);
@@ -2802,14 +2822,14 @@ static void attention_mma_cases(backend *g2, backend *g1)
         test_attention(8, 256, 128, 8, 0, 3, 99, t, 0);
     }
     /* one token per block (LLM_CUDA_ATTN_TOKENS=1) */
-    G = g1, attn_tokens = 1;
+    G = g1, G_hca0 = G_hca[gemm_mode][0], attn_tokens = 1;
     for (int t = KV_F32; t <= KV_FP8; t++) {
         test_attention(12, 64, 32, 8, 0, 100, 64, t, 0);
         test_attention(32, 512, 128, 128, 0, 30000, 100, t, 0);
         test_attention(40, 128, 64, 4, 64, 500, 70, t, 0);
         test_attention(32, 512, 128, 4, 16, 0, 257, t, 0);
     }
-    attn_tokens = 2;
+    attn_tokens = 2, G_hca0 = NULL;
 }
 
 /* Decode attention on tensor cores (attention_mma.cu's decode launch) in
@@ -2879,6 +2899,8 @@ static void destroy_backends(backend **g, backend **g1)
         if (G_shadow[m]) G_shadow[m]->destroy(G_shadow[m]);
         if (G_auto[m]) G_auto[m]->destroy(G_auto[m]);
         if (G_deq[m]) G_deq[m]->destroy(G_deq[m]);
+        for (int k = 0; k < 2; k++)
+            if (G_hca[m][k]) G_hca[m][k]->destroy(G_hca[m][k]);
     }
     C->destroy(C);
     C8->destroy(C8);
@@ -2952,6 +2974,13 @@ int main(int argc, char **argv)
     for (int m = 0; m < 4; m++)
         if (!(g[m] = gpu_backend(gemm_names[m], "2")) || !(g1[m] = gpu_backend(gemm_names[m], "1")))
             return exit_status();
+    /* G_hca: the tensor-core modes with LLM_CUDA_ATTN_HCA_BF16=0 */
+    setenv("LLM_CUDA_ATTN_HCA_BF16", "0", 1);
+    for (int m = GEMM_BF16; m <= GEMM_FP8; m++)
+        if (!(G_hca[m][0] = gpu_backend(gemm_names[m], "1")) ||
+            !(G_hca[m][1] = gpu_backend(gemm_names[m], "2")))
+            return exit_status();
+    unsetenv("LLM_CUDA_ATTN_HCA_BF16");
     small_mma_kernel = "2";
     for (int m = GEMM_BF16; m <= GEMM_FP8; m++)
         if (!(G_stream[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
