@@ -312,6 +312,35 @@ ngx_http_llm_get_typed(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *obj,
 }
 
 
+/* an array of strings (NULL in *out when absent); a 400 naming the first
+ * element that is not one */
+static ngx_int_t
+ngx_http_llm_get_strings(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *obj,
+    const char *name, ngx_http_llm_json_t **out)
+{
+    ngx_uint_t            i;
+    ngx_http_llm_json_t  *v;
+
+    if (ngx_http_llm_get_typed(ctx, obj, NULL, name, NGX_HTTP_LLM_JSON_ARRAY,
+                               out)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0, v = *out ? (*out)->child : NULL; v; i++, v = v->next) {
+        if (v->type != NGX_HTTP_LLM_JSON_STRING) {
+            return ngx_http_llm_bad(ctx, ngx_http_llm_path(ctx, "%s[%ui]",
+                                                           name, i),
+                                    "must be a string, not %s",
+                                    ngx_http_llm_json_type_name(v));
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_llm_one_of(ngx_http_llm_json_t *v, const char **names)
 {
@@ -1587,8 +1616,6 @@ static ngx_int_t
 ngx_http_llm_chat_unsupported(ngx_http_llm_vctx_t *ctx,
     ngx_http_llm_json_t *body)
 {
-    ngx_str_t            *p;
-    ngx_uint_t            i;
     ngx_http_llm_json_t  *m, *v;
 
     static const ngx_http_llm_refusal_t  refused[] = {
@@ -1604,23 +1631,14 @@ ngx_http_llm_chat_unsupported(ngx_http_llm_vctx_t *ctx,
     };
 
     if (ngx_http_llm_refuse(ctx, body, refused) != NGX_OK
-        || ngx_http_llm_get_typed(ctx, body, NULL, "modalities",
-                                  NGX_HTTP_LLM_JSON_ARRAY, &m)
-           != NGX_OK)
+        || ngx_http_llm_get_strings(ctx, body, "modalities", &m) != NGX_OK)
     {
         return NGX_DECLINED;
     }
 
-    for (i = 0, v = m ? m->child : NULL; v; i++, v = v->next) {
+    for (v = m ? m->child : NULL; v; v = v->next) {
         if (ngx_http_llm_json_is_string(v, "text")) {
             continue;
-        }
-
-        p = ngx_http_llm_path(ctx, "modalities[%ui]", i);
-
-        if (v->type != NGX_HTTP_LLM_JSON_STRING) {
-            return ngx_http_llm_bad(ctx, p, "must be a string, not %s",
-                                    ngx_http_llm_json_type_name(v));
         }
 
         return ngx_http_llm_unsupported(ctx, "modalities", "may name only "
@@ -2165,25 +2183,13 @@ ngx_http_llm_echo(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body,
 static ngx_int_t
 ngx_http_llm_include(ngx_http_llm_vctx_t *ctx, ngx_http_llm_json_t *body)
 {
-    ngx_str_t            *p;
-    ngx_uint_t            i;
     ngx_http_llm_json_t  *inc, *v;
 
-    if (ngx_http_llm_get_typed(ctx, body, NULL, "include",
-                               NGX_HTTP_LLM_JSON_ARRAY, &inc)
-        != NGX_OK)
-    {
+    if (ngx_http_llm_get_strings(ctx, body, "include", &inc) != NGX_OK) {
         return NGX_DECLINED;
     }
 
-    for (i = 0, v = inc ? inc->child : NULL; v; i++, v = v->next) {
-        p = ngx_http_llm_path(ctx, "include[%ui]", i);
-
-        if (v->type != NGX_HTTP_LLM_JSON_STRING) {
-            return ngx_http_llm_bad(ctx, p, "must be a string, not %s",
-                                    ngx_http_llm_json_type_name(v));
-        }
-
+    for (v = inc ? inc->child : NULL; v; v = v->next) {
         if (ngx_http_llm_json_is_string(v, "message.output_text.logprobs")) {
             return ngx_http_llm_unsupported(ctx, "include", "may not ask for "
                                             "message.output_text.logprobs: "
