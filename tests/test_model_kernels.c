@@ -1,10 +1,12 @@
 /* CPU kernels of the V4 engine against direct formulas: number formats,
  * block-scaled dequantization, matmul over every weight type and view,
- * RoPE tables (default and YaRN), Sinkhorn, top-k, attention with sinks. */
+ * RoPE tables (default and YaRN), Sinkhorn, top-k, attention with sinks,
+ * the fp8 mode's indexer. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
 #include "cpu/quant.h"
@@ -346,6 +348,85 @@ static void test_attend(void)
     ok(err < 1e-6, "attention with a sink: softmax over keys + sink, values = keys");
 }
 
+/* The indexer's choice by direct formulas: score = sum_h w_h d^-0.5
+ * ReLU(q_h . k), in double, on the values as given or (fp8) each query
+ * head and key row after act_quant_round; the k best, ascending.  Near
+ * ties (reference scores within 1e-9 relative of each other) never occur
+ * with these inputs: the set must be the same. */
+static void indexer_ref(const indexer_args *a, int i, bool fp8, int32_t *sel)
+{
+    int nvis = (a->pos0 + i + 1) / a->ratio, d = a->d;
+    double *sc = malloc(nvis * sizeof *sc);
+    float *k = malloc((d + (size_t)a->nheads * d) * sizeof *k), *q = k + d;
+    memcpy(q, a->q + (size_t)i * a->nheads * d, (size_t)a->nheads * d * sizeof *q);
+    for (int h = 0; fp8 && h < a->nheads; h++) act_quant_round(q + (size_t)h * d, d);
+    for (int s = 0; s < nvis; s++) {
+        paged_load(&a->keys, s, k);
+        if (fp8) act_quant_round(k, d);
+        sc[s] = 0;
+        for (int h = 0; h < a->nheads; h++) {
+            double dot = 0;
+            for (int c = 0; c < d; c++) dot += (double)q[(size_t)h * d + c] * k[c];
+            sc[s] += (dot > 0 ? dot : 0) / sqrt(d) * a->w[(size_t)i * a->nheads + h];
+        }
+    }
+    for (int j = 0; j < a->topk; j++) {     /* selection, then ascending */
+        int best = -1;
+        for (int s = 0; s < nvis; s++)
+            if (!isnan(sc[s]) && (best < 0 || sc[s] > sc[best])) best = s;
+        sel[j] = best;
+        sc[best] = NAN;
+    }
+    for (int j = 1; j < a->topk; j++)
+        for (int m = j; m > 0 && sel[m] < sel[m - 1]; m--) {
+            int32_t t = sel[m];
+            sel[m] = sel[m - 1], sel[m - 1] = t;
+        }
+    free(sc), free(k);
+}
+
+/* The fp8 mode's indexer (indexer_fp8_scores): a step of 64 tokens over
+ * bf16 keys chooses what FP8 queries and keys choose, a step of 63 what
+ * the values themselves choose; and the two differ (the quantization is
+ * really applied). */
+static void test_indexer_fp8(void)
+{
+    enum { H = 8, D = 128, TOPK = 16, RATIO = 4, POS0 = 600, N = 64 };
+    int S = (POS0 + N) / RATIO;
+    char *blk = calloc(1, kv_region_bytes(KV_BF16, S, D));
+    char *blocks[1] = { blk };
+    float *q = malloc((size_t)N * H * D * sizeof *q), *w = malloc(N * H * sizeof *w), k[D];
+    for (size_t i = 0; i < (size_t)N * H * D; i++) q[i] = (float)(urand() * 2 - 1);
+    for (int i = 0; i < N * H; i++) w[i] = (float)(urand() * 2 - 1);
+    indexer_args a = { .n = N, .pos0 = POS0, .ratio = RATIO, .nheads = H, .d = D, .topk = TOPK,
+                       .q = q, .w = w, .keys = { blocks, 0, S, D, KV_BF16 } };
+    for (int s = 0; s < S; s++) {
+        for (int c = 0; c < D; c++) k[c] = (float)(urand() * 2 - 1);
+        paged_store(&a.keys, s, k);
+    }
+    backend *b = backend_cpu_new(2, NULL, 0);
+    backend_cpu_set_fp8(b, true);
+    int32_t *sel = malloc((size_t)N * TOPK * sizeof *sel), want[TOPK], exact[TOPK];
+    int nsel[N];
+    for (int n = N; n >= N - 1; n--) {
+        a.n = n, a.sel = sel, a.nsel = nsel;
+        b->indexer(b, &a, 1);
+        int bad = 0, differ = 0;
+        for (int i = 0; i < n; i++) {
+            indexer_ref(&a, i, n == N, want);
+            indexer_ref(&a, i, n != N, exact);
+            bad += nsel[i] != TOPK || memcmp(sel + (size_t)i * TOPK, want, sizeof want);
+            differ += memcmp(want, exact, sizeof want) != 0;
+        }
+        ok(!bad && differ && indexer_fp8_scores(&a) == (n == N),
+           "fp8 mode's indexer, %d tokens: %s scores (%d of %d tokens choose otherwise; the "
+           "other numerics choose otherwise in %d)", n, n == N ? "FP8" : "float32", bad, n,
+           differ);
+    }
+    b->destroy(b);
+    free(blk), free(q), free(w), free(sel);
+}
+
 int main(void)
 {
     test_formats();
@@ -357,5 +438,6 @@ int main(void)
     test_sinkhorn();
     test_topk();
     test_attend();
+    test_indexer_fp8();
     return exit_status();
 }

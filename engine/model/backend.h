@@ -360,6 +360,21 @@ struct backend {
  * 2^-16 of each x value: kernels/cuda/matmul_mma.cu). */
 #define GEMM_MODE_MIN_T 64
 
+/* Whether the fp8 GEMM mode scores indexer op a as DeepSeek's lightning
+ * indexer does in FP8: each query head and each key row quantized as
+ * act_quant quantizes a group of 128 channels (cpu/quant.h: e4m3 codes,
+ * a UE8M0 scale), the exact products summed in float32, then ReLU, the
+ * heads' weights and their sum as in any mode.  Steps of GEMM_MODE_MIN_T+
+ * tokens over a BF16 or FP8 cache, in the shapes the CUDA backend's FP8
+ * tensor-core kernel takes (V4's 64 heads of 128: heads of 128 channels,
+ * at most 64 of them in eights); elsewhere the fp8 mode scores as the
+ * bf16 modes do.  Both backends decide by this. */
+static inline bool indexer_fp8_scores(const indexer_args *a)
+{
+    return a->n >= GEMM_MODE_MIN_T && a->keys.dtype != KV_F32 && a->d == 128 &&
+           a->nheads % 8 == 0 && a->nheads <= 64;
+}
+
 struct tp_group;
 /* CPU backend for `rank` of group g with `threads` kernel threads. */
 backend *backend_cpu_new(int threads, struct tp_group *g, int rank);
@@ -368,7 +383,8 @@ backend *backend_cpu_new(int threads, struct tp_group *g, int rank);
  * GEMM_MODE_MIN_T tokens, every matmul of an FP8 or MXFP4 weight (dense
  * and routed experts; not the router) multiplies act_quant_round(x)
  * (cpu/quant.h) instead of x, and every matmul of a BF16 weight (not the
- * router) x rounded to bf16. */
+ * router) x rounded to bf16; indexer ops indexer_fp8_scores takes score
+ * FP8 queries and keys. */
 void backend_cpu_set_fp8(backend *b, bool on);
 
 /* CUDA backends for ranks 0..tp-1, rank r on device r, joined by an NCCL

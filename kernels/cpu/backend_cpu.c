@@ -289,6 +289,7 @@ static int cmp_i32(const void *x, const void *y)
 typedef struct {
     const indexer_args *a;
     cpu_impl *c;
+    bool fp8;               /* indexer_fp8_scores under the fp8 mode */
 } indexer_job;
 
 static void indexer_task(void *ctx, int i)
@@ -303,13 +304,22 @@ static void indexer_task(void *ctx, int i)
         a->nsel[i] = nvis;
         return;
     }
-    float *score = scratch(J->c, "indexer", ((size_t)nvis + a->d) * sizeof *score);
+    size_t qn = J->fp8 ? (size_t)a->nheads * a->d : 0;
+    float *score = scratch(J->c, "indexer", ((size_t)nvis + a->d + qn) * sizeof *score);
     if (!score) return;
     float *k = score + nvis;
     const float *q = a->q + (size_t)i * a->nheads * a->d, *w = a->w + (size_t)i * a->nheads;
+    if (J->fp8) {
+        /* each head's queries as their FP8 codes times the head's scale */
+        float *q8 = k + a->d;
+        memcpy(q8, q, qn * sizeof *q8);
+        for (int h = 0; h < a->nheads; h++) act_quant_round(q8 + (size_t)h * a->d, a->d);
+        q = q8;
+    }
     float sm = (float)pow(a->d, -0.5);
     for (int s = 0; s < nvis; s++) {
         paged_load(&a->keys, s, k);
+        if (J->fp8) act_quant_round(k, a->d);
         float acc = 0;
         for (int h = 0; h < a->nheads; h++) {
             float dot = cpu_dot(q + (size_t)h * a->d, k, a->d);
@@ -325,7 +335,8 @@ static void indexer_task(void *ctx, int i)
 
 static void cpu_indexer1(backend *b, const indexer_args *a)
 {
-    indexer_job J = { a, b->impl };
+    cpu_impl *c = b->impl;
+    indexer_job J = { a, c, c->fp8 && indexer_fp8_scores(a) };
     threadpool_run(pool_of(b), indexer_task, &J, a->n);
 }
 

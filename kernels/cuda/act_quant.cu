@@ -6,15 +6,6 @@
 
 static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
-// The group's scale: 2^ceil(log2(max(amax, 1e-4) * (1/448))), from the
-// float32 product's bits (act_quant_scale).
-__device__ __forceinline__ float act_scale(float amax)
-{
-    uint32_t u = __float_as_uint(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
-    int e = (int)((u >> 23) & 255) - 127 + ((u & 0x7fffff) != 0);
-    return pow2i(e);
-}
-
 // A warp per (token, group of 128 channels): lane i holds channels
 // i, i + 32, i + 64, i + 96 of the group.  q: codes [T][ldq] and scales
 // s[g * T + t] (tokens contiguous per group, as cuBLASLt's VEC128 scales

@@ -377,8 +377,8 @@ size_t cu_indexer_cand_bytes(const dindexer &a, size_t scores_cap)
 }
 
 void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
-                unsigned *cand, uint16_t *keys, bool tiled, bool wgmma, bool dec,
-                int topk_cluster, const dindexer *segs)
+                unsigned *cand, uint16_t *keys, bool tiled, enum cuda_indexer_kernel mma,
+                bool dec, int topk_cluster, const dindexer *segs)
 {
     if (a.n <= 0) return;
     int maxvis = a.pos_end / a.ratio;
@@ -394,7 +394,7 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
         int nt = a.n - t0 < chunk ? a.n - t0 : chunk;
         const dindexer *sg = segs ? segs + t0 : NULL;
         if (maxvis > a.topk && keys && !segs) {
-            cu_indexer_mma(st, a, t0, nt, scores, ldsc, keys, CU_INDEXER_KTILE, wgmma);
+            cu_indexer_mma(st, a, t0, nt, scores, ldsc, keys, CU_INDEXER_KTILE, mma);
         } else if (maxvis > a.topk && dec) {
             cu_indexer_dec(st, a, t0, nt, scores, ldsc, sg);
         } else if (maxvis > a.topk &&

@@ -554,6 +554,17 @@ static bool decode_mma(cu_impl *c, const dindexer &d)
            cu_indexer_dec_fits(d);
 }
 
+// The prefill's tensor-core kernel: e4m3 where the fp8 mode scores in
+// FP8 (indexer_fp8_scores, as the CPU's fp8 mode), else bf16 on wgmma or
+// mma.sync (the switches: comparisons).
+static enum cuda_indexer_kernel indexer_kernel(cu_impl *c, const indexer_args *a)
+{
+    if (c->gemm == BACKEND_GEMM_FP8 && c->idx_fp8 && indexer_fp8_scores(a))
+        return CUDA_INDEXER_WGMMA_FP8;
+    return c->idx_wgmma ? CUDA_INDEXER_WGMMA : CUDA_INDEXER_MMA_SYNC;
+}
+static_assert(IDX_MMA_MIN_T == GEMM_MODE_MIN_T, "prefill steps score as the CPU's fp8 mode");
+
 static void indexer_one(cu_impl *c, const indexer_args *a)
 {
     dindexer d;
@@ -572,7 +583,7 @@ static void indexer_one(cu_impl *c, const indexer_args *a)
                                 ((size_t)CU_INDEXER_KTILE + (size_t)a->n * CU_INDEXER_QROWS) *
                                     a->d * sizeof(uint16_t));
     if (c->failed) return;
-    cu_indexer(c->st, d, sc, cap, cand, keys, c->idx_tiled, c->idx_wgmma, decode_mma(c, d),
+    cu_indexer(c->st, d, sc, cap, cand, keys, c->idx_tiled, indexer_kernel(c, a), decode_mma(c, d),
                c->topk_cluster);
 }
 
@@ -607,7 +618,7 @@ static void cu_indexer_op(backend *b, const indexer_args *a, int nseg)
             float *sc = indexer_scores(c, n1, shape.pos_end / shape.ratio, true, &cap);
             unsigned *cand = indexer_cand(c, shape, cap);
             if (!c->failed)
-                cu_indexer(c->st, shape, sc, cap, cand, NULL, c->idx_tiled, c->idx_wgmma,
+                cu_indexer(c->st, shape, sc, cap, cand, NULL, c->idx_tiled, CUDA_INDEXER_WGMMA,
                            decode_mma(c, shape), c->topk_cluster, dev);
         });
     launched(c, "indexer");
@@ -1278,6 +1289,10 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_INDEXER_WGMMA=0: the prefill indexer's tensor-core scores on
     // mma.sync (indexer_mma_kernel; comparisons) rather than wgmma.
     c->idx_wgmma = env_switch(c, "LLM_CUDA_INDEXER_WGMMA");
+    // LLM_CUDA_INDEXER_FP8=0: the fp8 mode's prefill indexer on bf16
+    // queries and keys as the bf16 modes' (comparisons; the CPU's fp8 mode
+    // scores in FP8, indexer_fp8_scores).
+    c->idx_fp8 = env_switch(c, "LLM_CUDA_INDEXER_FP8");
     // LLM_CUDA_INDEXER_DECODE_MMA=0: decode steps' indexer scores in
     // float32 (the CPU's bits) in every GEMM mode, not on tensor cores
     // where the mode puts the prefill's there.

@@ -319,6 +319,15 @@ __device__ __forceinline__ uint32_t fp8_enc(float x)
     return s | (((u >> 23) - 120) << 3) | ((u >> 20) & 7);
 }
 
+// act_quant's scale of a group (cpu/quant.h, act_quant_scale):
+// 2^ceil(log2(max(amax, 1e-4) * (1/448))), from the float32 product's bits.
+__device__ __forceinline__ float act_scale(float amax)
+{
+    uint32_t u = __float_as_uint(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
+    int e = (int)((u >> 23) & 255) - 127 + ((u & 0x7fffff) != 0);
+    return pow2i(e);
+}
+
 // float -> BF16, round to nearest even (as f32_to_bf16).
 __device__ __forceinline__ uint32_t bf16_enc(float x)
 {

@@ -13,6 +13,13 @@
 // mma.sync (indexer_mma_kernel; LLM_CUDA_INDEXER_WGMMA=0 compares).
 // Decode steps take indexer_wgmma_dec_kernel: no tile, each block reads
 // its keys straight from the cache and rounds its row's queries itself.
+// Under the fp8 GEMM mode (indexer_fp8_scores) the prefill's wgmma kernel
+// multiplies e4m3 codes instead, as DeepSeek's lightning indexer does:
+// queries quantized per head and keys per row as act_quant quantizes 128
+// channels (indexer_qimage8_kernel, indexer_gather8_kernel), the codes'
+// products on FP8 wgmma, the heads' scales folded into their weights and
+// the key's scale applied to its summed score (a power of two > 0, so it
+// commutes with the ReLU and the sum).
 #include <stdio.h>
 
 #include "indexer_mma.h"
@@ -85,19 +92,24 @@ __device__ __forceinline__ float idx_quad(float (&part)[2][2], int t)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // A warpgroup's products of its 128 keys (A: two m64 tiles, k steps in
 // the mma fragment layout) with a token's 64 heads of queries at
-// descriptor db (128-byte swizzle, two atoms of 64 k) into d, committed
-// as one group (indexer_wgmma_kernel, indexer_wgmma_dec_kernel).
-__device__ __forceinline__ void idx_wg_issue(float (&d)[2][32], const uint32_t (&A)[2][8][4],
-                                             uint64_t db)
+// descriptor db (128-byte swizzle) into d, committed as one group: bf16,
+// 8 k steps of 16 over two atoms of 64 k; F8 (e4m3), 4 k steps of 32
+// over one atom of 128 (indexer_wgmma_kernel, indexer_wgmma_dec_kernel).
+template <bool F8 = false>
+__device__ __forceinline__ void idx_wg_issue(float (&d)[2][32],
+                                             const uint32_t (&A)[2][F8 ? 4 : 8][4], uint64_t db)
 {
     swm_pin(d[0]);
     swm_pin(d[1]);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-    for (int s = 0; s < 8; s++)
+    for (int s = 0; s < (F8 ? 4 : 8); s++)
 #pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-            swm_wgmma<64>(d[mt], A[mt][s], db + ((s >> 2) * (64 * 128) + (s & 3) * 32) / 16, s > 0);
+        for (int mt = 0; mt < 2; mt++) {
+            if constexpr (F8) swm_wgmma_e4m3_64(d[mt], A[mt][s], db + 2 * s, s > 0);
+            else swm_wgmma<64>(d[mt], A[mt][s], db + ((s >> 2) * (64 * 128) + (s & 3) * 32) / 16,
+                               s > 0);
+        }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
 #endif
@@ -212,15 +224,19 @@ indexer_mma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *k
 // others multiply (run T9: one block of two warpgroups in lockstep
 // waited at its barriers 38% of the time).  The sums over heads:
 // indexer_mma_kernel's epilogue, the same order (a lane's accumulator
-// columns are heads 8 j + 2t, + 1, as an n8 tile's).
+// columns are heads 8 j + 2t, + 1, as an n8 tile's).  F8: the keys are
+// e4m3 rows with a float scale each (ksc), the images
+// indexer_qimage8_kernel's, and each score times its key's scale.
 #define WG_KEYS 128
 #define WG_QG 64
 #define WG_ST 4
 #define WG_QB (64 * MMA_D * 2)  // bytes of a stage's queries
 #define WG_WB (64 * 4)          // bytes of its weights
 #define WG_IMG (WG_QB + WG_WB)  // a token's image (indexer_qimage_kernel)
+#define WG8_QB (64 * MMA_D)     // F8: bytes of a stage's e4m3 queries
+#define WG8_IMG (WG8_QB + WG_WB)
 // a stage's queries, weights and mbarrier, after room to align to 1024
-#define WG_SMEM (1024 + WG_ST * (WG_IMG + 8))
+#define WG_SMEM(img) (1024 + WG_ST * ((img) + 8))
 static_assert(WG_IMG == CU_INDEXER_QROWS * MMA_D * 2, "a token's image fills its scratch rows");
 
 // Where dims 8 c16 .. 8 c16 + 7 of head n sit in a stage's queries: two
@@ -270,17 +286,74 @@ __global__ void indexer_qimage_kernel(const float *q, const float *w, int nh, fl
     out[i * (WG_IMG / 16) + wg_qoff(n, c16) / 16] = v;
 }
 
-__global__ void __launch_bounds__(128, 3)
-indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t *kt,
-                     const uint8_t *qimg, float *scores, long long ldsc)
+// F8's queries: the 64 heads' rows of 128 codes (one 128-byte swizzle
+// atom column; a token's image as the stage holds it), the weights after
+// them.  A warp per (token, head): lane l holds channels 4l .. 4l + 3,
+// quantized as act_quant_kernel quantizes a group (the same codes and
+// scale); the head's weight times smul and its scale (exact: a power of
+// two).  Heads past nh: zero codes and weights.
+__global__ void indexer_qimage8_kernel(const float *q, const float *w, int nh, float smul,
+                                       long long warps, uint8_t *out)
+{
+    pdl_wait();
+    long long u = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (u >= warps) return;
+    long long i = u >> 6;
+    int n = (int)(u & 63), c16 = lane >> 2;
+    uint8_t *img = out + i * WG8_IMG;
+    uint32_t code = 0;
+    float wt = 0;
+    if (n < nh) {
+        float4 v = ((const float4 *)(q + (i * nh + n) * MMA_D))[lane];
+        float sc = act_scale(warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)),
+                                            fmaxf(fabsf(v.z), fabsf(v.w)))));
+        code = fp8_enc(v.x / sc) | fp8_enc(v.y / sc) << 8 | fp8_enc(v.z / sc) << 16 |
+               fp8_enc(v.w / sc) << 24;
+        wt = w[i * nh + n] * smul * sc;
+    }
+    *(uint32_t *)(img + n * 128 + ((c16 ^ (n & 7)) << 4) + 4 * (lane & 3)) = code;
+    if (lane == 0) ((float *)(img + WG8_QB))[n] = wt;
+}
+
+// F8's keys: rows [k0, k1) of the paged cache (any kv dtype, rows of
+// 128) as e4m3 codes [k1 - k0][128] and a float scale a row, quantized as
+// indexer_qimage8_kernel quantizes a head (a warp a row).
+__global__ void indexer_gather8_kernel(dpaged keys, int k0, int k1, uint32_t *codes,
+                                       float *scales)
+{
+    pdl_wait();
+    long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (r >= k1 - k0) return;
+    kref k = dpaged_ref(keys, k0 + (int)r);
+    float v[4], amax = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        v[j] = kref_at(k, 4 * lane + j);
+        amax = fmaxf(amax, fabsf(v[j]));
+    }
+    float sc = act_scale(warp_max(amax));
+    codes[r * 32 + lane] = fp8_enc(v[0] / sc) | fp8_enc(v[1] / sc) << 8 |
+                           fp8_enc(v[2] / sc) << 16 | fp8_enc(v[3] / sc) << 24;
+    if (lane == 0) scales[r] = sc;
+}
+
+template <bool F8>
+__global__ void __launch_bounds__(128, F8 ? 4 : 3)
+indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint8_t *kt,
+                     const float *ksc, const uint8_t *qimg, float *scores, long long ldsc)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    // a stage's query bytes, a token's image, a key row's bytes, k steps
+    constexpr int QB = F8 ? WG8_QB : WG_QB, IMG = QB + WG_WB, RB = F8 ? MMA_D : 2 * MMA_D;
+    constexpr int KS = RB / 32;
     pdl_wait();
     extern __shared__ __align__(16) uint8_t wsh_raw[];
     uint8_t *qst = (uint8_t *)(((uintptr_t)wsh_raw + 1023) & ~(uintptr_t)1023);
-    float *wst = (float *)(qst + WG_ST * WG_QB);
-    const uint32_t qa = (uint32_t)__cvta_generic_to_shared(qst), wa = qa + WG_ST * WG_QB;
-    const uint32_t bar0 = qa + WG_ST * WG_IMG;     // WG_ST mbarriers
+    float *wst = (float *)(qst + WG_ST * QB);
+    const uint32_t qa = (uint32_t)__cvta_generic_to_shared(qst), wa = qa + WG_ST * QB;
+    const uint32_t bar0 = qa + WG_ST * IMG;     // WG_ST mbarriers
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wq = warp, g = lane >> 2, t = lane & 3;
     const int s0 = k0 + blockIdx.x * WG_KEYS;
@@ -294,10 +367,10 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t 
     // copies of its image, counted on stage b's mbarrier.
     auto stage = [&](int i, int b) {
         if (tid) return;
-        const uint8_t *img = qimg + (long long)(i - t0) * WG_IMG;
-        swm_bar_expect(bar0 + 8 * b, WG_IMG);
-        swm_bulk_load(qa + b * WG_QB, img, WG_QB, bar0 + 8 * b);
-        swm_bulk_load(wa + b * WG_WB, img + WG_QB, WG_WB, bar0 + 8 * b);
+        const uint8_t *img = qimg + (long long)(i - t0) * IMG;
+        swm_bar_expect(bar0 + 8 * b, IMG);
+        swm_bulk_load(qa + b * QB, img, QB, bar0 + 8 * b);
+        swm_bulk_load(wa + b * WG_WB, img + QB, WG_WB, bar0 + 8 * b);
     };
     if (tid == 0) {
         for (int b = 0; b < WG_ST; b++) swm_bar_init(bar0 + 8 * b, 1);
@@ -307,16 +380,18 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t 
     for (int j = 0; j < WG_ST - 1 && j < ntok; j++) stage(i0 + j, j);
 
     // A: keys kb + 16 wq + g (+ 8) of m-tile mt (kb = s0 + 64 mt);
-    // k step s: dims 16 s + 2t (+1) in words 0-1, 16 s + 8 + 2t in 2-3.
-    uint32_t A[2][8][4];
+    // k step s: row bytes 32 s + 4t .. + 3 in words 0-1, 32 s + 16 + 4t
+    // .. + 3 in 2-3 (bf16: dims 16 s + 2t, + 1 and 16 s + 8 + 2t, + 1;
+    // e4m3: dims 32 s + 4t .. + 3 and 32 s + 16 + 4t .. + 3).
+    uint32_t A[2][KS][4];
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             int key = s0 + 64 * mt + 16 * wq + g + 8 * r;
-            const uint32_t *row = (const uint32_t *)(kt + (long long)(key - k0) * MMA_D);
+            const uint32_t *row = (const uint32_t *)(kt + (long long)(key - k0) * RB);
 #pragma unroll
-            for (int s = 0; s < 8; s++) {
+            for (int s = 0; s < KS; s++) {
                 A[mt][s][r] = key < k1 ? row[8 * s + t] : 0;
                 A[mt][s][2 + r] = key < k1 ? row[8 * s + 4 + t] : 0;
             }
@@ -337,7 +412,8 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t 
         }
         float v = idx_quad(part, t);
         int key = s0 + 64 * (t >> 1) + 16 * wq + g + 8 * (t & 1);
-        if (key < nvis && key < k1) scores[(long long)(i - t0) * ldsc + key] = v;
+        if (key < nvis && key < k1)
+            scores[(long long)(i - t0) * ldsc + key] = F8 ? v * ksc[key - k0] : v;
     };
     // Token j: its stage landed (the mbarrier's phase j / WG_ST; the next
     // two may be in flight) and stage (j + 3) % WG_ST free (token j - 1
@@ -351,7 +427,7 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint16_t 
         swm_bar_wait(bar0 + 8 * (j % WG_ST), (j / WG_ST) & 1);
         __syncthreads();
         if (j + WG_ST - 1 < ntok) stage(i0 + j + WG_ST - 1, (j + WG_ST - 1) % WG_ST);
-        idx_wg_issue(acc, A, swm_desc(qa + (j % WG_ST) * WG_QB));
+        idx_wg_issue<F8>(acc, A, swm_desc(qa + (j % WG_ST) * QB));
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         swm_pin(acc[0]);
         swm_pin(acc[1]);
@@ -531,16 +607,23 @@ void cu_indexer_dec(cudaStream_t st, const dindexer &a, int t0, int nt, float *s
 }
 
 void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *scores,
-                    long long ldsc, uint16_t *kt, int ktile, bool wgmma)
+                    long long ldsc, uint16_t *kt, int ktile, enum cuda_indexer_kernel kernel)
 {
-    wgmma = wgmma && cu_wgmma_ok();
+    bool f8 = kernel == CUDA_INDEXER_WGMMA_FP8 && cu_wgmma_ok();
+    bool wgmma = f8 || (kernel == CUDA_INDEXER_WGMMA && cu_wgmma_ok());
     int maxvis = (a.pos0 + a.n) / a.ratio;
     float smul = (float)pow(a.d, -0.5);
     // the queries of the rows, bf16, after the key tile: as they are for
-    // mma.sync, as images of the stages (with the weights) for wgmma
+    // mma.sync, as images of the stages (with the weights) for wgmma;
+    // F8: the tile's codes, then its scales, the images (e4m3) after them
     uint16_t *qb = kt + (size_t)ktile * a.d;
     const float *q = a.q + (long long)t0 * a.nheads * a.d;
-    if (wgmma) {
+    float *ksc = (float *)((uint8_t *)kt + (size_t)ktile * MMA_D);
+    if (f8) {
+        long long warps = (long long)nt * 64;
+        cu_launch(indexer_qimage8_kernel, blocks_for(warps * 32, 256), 256, 0, st, q,
+                  a.w + (long long)t0 * a.nheads, a.nheads, smul, warps, (uint8_t *)qb);
+    } else if (wgmma) {
         long long units = (long long)nt * (WG_IMG / 16);
         cu_launch(indexer_qimage_kernel, blocks_for(units, 256), 256, 0, st, q,
                   a.w + (long long)t0 * a.nheads, a.nheads, smul, units, (uint4 *)qb);
@@ -550,13 +633,23 @@ void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *s
                   (uint2 *)qb);
     }
     smem_attr<0>(indexer_mma_kernel, MMA_SMEM);
-    smem_attr<1>(indexer_wgmma_kernel, WG_SMEM);
+    smem_attr<1>(indexer_wgmma_kernel<false>, WG_SMEM(WG_IMG));
+    smem_attr<2>(indexer_wgmma_kernel<true>, WG_SMEM(WG8_IMG));
     for (int k0 = 0; k0 < maxvis; k0 += ktile) {
         int k1 = maxvis - k0 < ktile ? maxvis : k0 + ktile;
+        dim3 grid(blocks_for(k1 - k0, WG_KEYS), blocks_for(nt, WG_QG));
+        if (f8) {
+            cu_launch(indexer_gather8_kernel, blocks_for((long long)(k1 - k0) * 32, 256), 256, 0,
+                      st, a.keys, k0, k1, (uint32_t *)kt, ksc);
+            cu_launch(indexer_wgmma_kernel<true>, grid, 128, WG_SMEM(WG8_IMG), st, a, t0, nt, k0,
+                      k1, (const uint8_t *)kt, (const float *)ksc, (const uint8_t *)qb, scores,
+                      ldsc);
+            continue;
+        }
         cu_gather_bf16(st, a.keys, k0, k1, a.d, kt);
         if (wgmma)
-            cu_launch(indexer_wgmma_kernel, dim3(blocks_for(k1 - k0, WG_KEYS), blocks_for(nt, WG_QG)),
-                      128, WG_SMEM, st, a, t0, nt, k0, k1, kt, (const uint8_t *)qb, scores,
+            cu_launch(indexer_wgmma_kernel<false>, grid, 128, WG_SMEM(WG_IMG), st, a, t0, nt, k0,
+                      k1, (const uint8_t *)kt, (const float *)NULL, (const uint8_t *)qb, scores,
                       ldsc);
         else
             cu_launch(indexer_mma_kernel, dim3(blocks_for(k1 - k0, MMA_KEYS), blocks_for(nt, MMA_QG)),
@@ -599,8 +692,7 @@ extern "C" int cuda_indexer_mma_scores(const indexer_args *a, float *scores, int
         if (kernel == CUDA_INDEXER_DECODE)
             cu_indexer_dec(0, d, t0, nt, scores + (size_t)t0 * ld, ld, NULL);
         else
-            cu_indexer_mma(0, d, t0, nt, scores + (size_t)t0 * ld, ld, kt, ktile,
-                           kernel == CUDA_INDEXER_WGMMA);
+            cu_indexer_mma(0, d, t0, nt, scores + (size_t)t0 * ld, ld, kt, ktile, kernel);
     }
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     if (e == cudaSuccess) e = cudaGetLastError();

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "common.cuh"
+#include "cuda/indexer_mma.h"
 
 // ---- matmul.cu ----
 // y[t][0..w.rows) = x[t] . W^T for T tokens: up to CU_GEMV_MAX_T (decode
@@ -356,13 +357,13 @@ struct dindexer {
 // cu_indexer_mma_fits, not under graph capture: dyn must be NULL).
 // tiled: float32 scores on indexer_scores_cpu_kernel (the CPU's scores,
 // bit for bit) where it takes the shape (false: indexer_scores_kernel,
-// LLM_CUDA_INDEXER_TILED=0).  wgmma: the tensor-core scores on wgmma where
-// the device has it (false: mma.sync, LLM_CUDA_INDEXER_WGMMA=0).  dec:
+// LLM_CUDA_INDEXER_TILED=0).  mma: the tensor-core scores' kernel
+// (cu_indexer_mma: wgmma, bf16 or e4m3, or mma.sync).  dec:
 // without keys, the scores on tensor cores by cu_indexer_dec (its fits
 // checked) rather than in float32.  topk_cluster: cu_indexer_topk's.
 void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
-                unsigned *cand, uint16_t *keys, bool tiled, bool wgmma, bool dec,
-                int topk_cluster, const dindexer *segs = NULL);
+                unsigned *cand, uint16_t *keys, bool tiled, enum cuda_indexer_kernel mma,
+                bool dec, int topk_cluster, const dindexer *segs = NULL);
 size_t cu_indexer_cand_bytes(const dindexer &a, size_t scores_cap);
 
 // ---- indexer_topk.cu ----
@@ -400,9 +401,10 @@ bool cu_indexer_mma_fits(int nheads, int d);
 // Scores rows [t0, t0+nt) of the step (row i - t0 of scores, stride
 // ldsc) of tokens that see more than topk entries, keys gathered into kt
 // (ktile * d bf16) tile by tile, the rows' queries rounded to bf16 after
-// them (nt * CU_INDEXER_QROWS * d more).
+// them (nt * CU_INDEXER_QROWS * d more), by `kernel` (not the decode
+// one; wgmma, bf16 or e4m3, where the device has it, else mma.sync).
 void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *scores,
-                    long long ldsc, uint16_t *kt, int ktile, bool wgmma);
+                    long long ldsc, uint16_t *kt, int ktile, enum cuda_indexer_kernel kernel);
 // The same scores for steps of few tokens (or segs, a batch of one-token
 // sequences) with no gathered tile: keys read from the cache (FP8 or
 // bf16 rows of 128, 16-byte aligned) on wgmma, the queries rounded to

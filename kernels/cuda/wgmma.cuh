@@ -1,6 +1,6 @@
-// wgmma with A in registers and B a K-major bf16 tile in shared memory
-// (sm_90a): matmul_wgmma.cu's decode-batch matmuls, indexer_mma.cu's
-// scores.
+// wgmma with A in registers and B a K-major bf16 (or e4m3) tile in
+// shared memory (sm_90a): matmul_wgmma.cu's decode-batch matmuls,
+// indexer_mma.cu's scores.
 #pragma once
 
 #include <stdint.h>
@@ -57,6 +57,21 @@ __device__ __forceinline__ void swm_wgmma<128>(float *d, const uint32_t (&a)[4],
                  "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
                  : SW_R8(0), SW_R8(8), SW_R8(16), SW_R8(24), SW_R8(32), SW_R8(40), SW_R8(48),
                    SW_R8(56)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+// d = A . B + (acc ? d : 0) for A 64 x 32 e4m3 in registers (the same
+// bytes of a row a thread holds as swm_wgmma's bf16 fragment: 4 codes a
+// register) and B 64 x 32 e4m3 at descriptor db (K-major, as FP8 must be).
+__device__ __forceinline__ void swm_wgmma_e4m3_64(float *d, const uint32_t (&a)[4], uint64_t db,
+                                                  int acc = 1)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+                 "{" SW_S8(0, 1, 2, 3, 4, 5, 6, 7) ", " SW_S8(8, 9, 10, 11, 12, 13, 14, 15) ", "
+                 SW_S8(16, 17, 18, 19, 20, 21, 22, 23) ", "
+                 SW_S8(24, 25, 26, 27, 28, 29, 30, 31) "}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                 : SW_R8(0), SW_R8(8), SW_R8(16), SW_R8(24)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 #undef SW_R8

@@ -135,6 +135,7 @@ static double gemm_u(void) { return gemm_mode == GEMM_BF16 || gemm_mode == GEMM_
 static double gemm_u_at(int T) { return T < LT_MIN_T ? 0x1p-16 : gemm_u(); }
 #define FP8_ACC_U 0x1p-13      /* FP8 tensor-core sums within a scale block (header) */
 static backend *C8;            /* the CPU backend in its fp8 mode */
+static backend *G8;            /* the GPU's fp8 mode, for the indexer's choice */
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
 
 static uint32_t rnd(void)
@@ -1284,38 +1285,62 @@ static void test_indexer(int ratio, int nheads, int d, int topk, int pos0, int n
  * duplicates or future entries, and each chosen entry's reference score
  * at least the reference k-th best minus tol of it and the largest tol of
  * the token (if s beat some e of the reference top k, ref(s) + tol_s >=
- * ref(e) - tol_e). */
+ * ref(e) - tol_e).
+ * The fp8 mode's scores (indexer_fp8_scores: the FP8 kernel, the CPU's
+ * fp8 mode) have a reference of their own, ref8 and tol8: the same sums
+ * over each query head and key row quantized by act_quant_round, whose
+ * products are exact; the error is then the tensor cores' running sums,
+ * the FP8 GEMMs' bound of this file's header with A over the quantized
+ * values: A8 * (2^-13 + 2 (d + heads) 2^-24). */
 typedef struct {
     const float *q, *w;
     const paged_rows *keys;
     int n, pos0, ratio, nheads, d, S, nthreads, part;
-    double *ref, *tol;
+    double *ref, *tol, *ref8, *tol8;    /* ref8, tol8: NULL, or the fp8 mode's */
 } mma_ref_job;
+
+/* sum_h w_h d^-0.5 ReLU(q_h . k) of one token and entry, and its A. */
+static double mma_ref_score(const float *q, const float *w, const float *k, int nheads, int d,
+                            double *A)
+{
+    double sm = 1 / sqrt(d), sc = 0;
+    *A = 0;
+    for (int h = 0; h < nheads; h++) {
+        const float *qh = q + (size_t)h * d;
+        double dot = 0, ab = 0;
+        for (int c = 0; c < d; c++) {
+            dot += (double)qh[c] * k[c];
+            ab += fabs((double)qh[c] * k[c]);
+        }
+        sc += (dot > 0 ? dot : 0) * sm * w[h];
+        *A += fabs(w[h]) * sm * ab;
+    }
+    return sc;
+}
 
 static void *mma_ref_part(void *arg)
 {
     const mma_ref_job *J = arg;
-    double sm = 1 / sqrt(J->d), u = 1.0 / 256;
+    double u = 1.0 / 256, A;
     double eps = 2 * u + u * u + (J->d + J->nheads) / 4194304.0;
-    float *k = malloc(J->d * sizeof *k);
+    double eps8 = 1.0 / 8192 + 2.0 * (J->d + J->nheads) / 16777216.0;
+    size_t qn = (size_t)J->nheads * J->d;
+    float *k = malloc((2 * J->d + qn) * sizeof *k), *k8 = k + J->d, *q8 = k8 + J->d;
     for (int i = J->part; i < J->n; i += J->nthreads) {
         int nvis = (J->pos0 + i + 1) / J->ratio;
+        const float *q = J->q + (size_t)i * qn, *w = J->w + (size_t)i * J->nheads;
+        memcpy(q8, q, qn * sizeof *q8);
+        for (int h = 0; h < J->nheads; h++) act_quant_round(q8 + (size_t)h * J->d, J->d);
         for (int s = 0; s < nvis; s++) {
+            size_t o = (size_t)i * J->S + s;
             paged_load(J->keys, s, k);
-            double sc = 0, A = 0;
-            for (int h = 0; h < J->nheads; h++) {
-                const float *q = J->q + ((size_t)i * J->nheads + h) * J->d;
-                double dot = 0, ab = 0;
-                for (int c = 0; c < J->d; c++) {
-                    dot += (double)q[c] * k[c];
-                    ab += fabs((double)q[c] * k[c]);
-                }
-                double wh = J->w[(size_t)i * J->nheads + h];
-                sc += (dot > 0 ? dot : 0) * sm * wh;
-                A += fabs(wh) * sm * ab;
-            }
-            J->ref[(size_t)i * J->S + s] = sc;
-            J->tol[(size_t)i * J->S + s] = A * eps;
+            J->ref[o] = mma_ref_score(q, w, k, J->nheads, J->d, &A);
+            J->tol[o] = A * eps;
+            if (!J->ref8) continue;
+            memcpy(k8, k, J->d * sizeof *k8);
+            act_quant_round(k8, J->d);
+            J->ref8[o] = mma_ref_score(q8, w, k8, J->nheads, J->d, &A);
+            J->tol8[o] = A * eps8;
         }
     }
     free(k);
@@ -1328,16 +1353,19 @@ static int cmp_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-/* ref and tol ([n][S]) of n tokens from pos0 over host keys, in threads. */
+/* ref and tol ([n][S]) of n tokens from pos0 over host keys, in threads
+ * (and ref8, tol8 unless NULL). */
 static void mma_ref(const float *q, const float *w, const paged_rows *keys, int n, int pos0,
-                    int ratio, int nheads, int d, int S, double *ref, double *tol)
+                    int ratio, int nheads, int d, int S, double *ref, double *tol, double *ref8,
+                    double *tol8)
 {
     long nproc = sysconf(_SC_NPROCESSORS_ONLN);
     int nthr = nproc < 1 ? 1 : nproc > 32 ? 32 : (int)nproc;
     pthread_t th[32];
     mma_ref_job J[32];
     for (int p = 0; p < nthr; p++) {
-        J[p] = (mma_ref_job){ q, w, keys, n, pos0, ratio, nheads, d, S, nthr, p, ref, tol };
+        J[p] = (mma_ref_job){ q, w, keys, n, pos0, ratio, nheads, d, S, nthr, p,
+                              ref, tol, ref8, tol8 };
         pthread_create(&th[p], NULL, mma_ref_part, &J[p]);
     }
     for (int p = 0; p < nthr; p++) pthread_join(th[p], NULL);
@@ -1371,27 +1399,71 @@ static bool choice_within(const double *r, const double *tl, int nvis, int topk,
     return good;
 }
 
+/* The op's choice by backend b (G8, C8: the fp8 mode's reference when
+ * it scores in FP8) for a (topk > 0; device or host memory as b's):
+ * test_indexer_mma's (b). */
+static void indexer_choice(backend *b, const char *what, indexer_args a, const double *ref,
+                           const double *tol, const double *ref8, const double *tol8)
+{
+    bool host = b == C8, f8 = (b == G8 || b == C8) && indexer_fp8_scores(&a);
+    int n = a.n, topk = a.topk, S = (a.pos0 + n) / a.ratio;
+    size_t sb = (size_t)n * topk * 4, nb = n * sizeof(int);
+    int32_t *sel = host ? malloc(sb) : G->alloc(G, sb), *gs = sel;
+    int *nsel = host ? malloc(nb) : G->alloc(G, nb), *gn = nsel;
+    if (host) memset(sel, 0xff, sb), memset(nsel, 0xff, nb);
+    else poison(sel, sb), poison(nsel, nb);
+    a.sel = sel, a.nsel = nsel;
+    b->indexer(b, &a, 1);
+    if (!host) gs = hcopy(sel, sb), gn = hcopy(nsel, nb);
+    int bad = 0, first_bad = -1;
+    long long flips = 0;
+    double *tmp = malloc((size_t)S * sizeof *tmp);
+    for (int i = 0; i < n; i++) {
+        int nvis = (a.pos0 + i + 1) / a.ratio;
+        size_t o = (size_t)i * S;
+        bool good = choice_within((f8 ? ref8 : ref) + o, (f8 ? tol8 : tol) + o, nvis, topk,
+                                  gs + (size_t)i * topk, gn[i], tmp, &flips);
+        if (!good && first_bad < 0) first_bad = i;
+        bad += !good;
+    }
+    ok(!bad && !b->error(b), "indexer_mma choice (%s%s) heads=%d topk=%d pos0=%d n=%d: %d of %d "
+       "tokens wrong (first %d); %lld chosen entries below the reference k-th best "
+       "(near-ties)", what, f8 ? ", FP8 scores" : "", a.nheads, topk, a.pos0, n, bad, n,
+       first_bad, flips);
+    if (host) free(sel), free(nsel);
+    else G->release(G, sel), G->release(G, nsel), free(gs), free(gn);
+    free(tmp);
+}
+
+/* fp8: also the FP8 kernel's scores and the fp8 mode's choices (G8, C8). */
 static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, int ktile,
-                             enum kv_dtype t)
+                             enum kv_dtype t, bool fp8)
 {
     int ratio = 4, d = 128, S = (pos0 + n) / ratio;
     pages pg = pages_new(S, 16, d, true, t);
     paged_rows hk = pages_rows(&pg, false);
     float *q = hrand((size_t)n * nheads * d, 1.0f), *w = hrand((size_t)n * nheads, 1.0f);
     double *ref = calloc((size_t)n * S, sizeof *ref), *tol = calloc((size_t)n * S, sizeof *tol);
-    mma_ref(q, w, &hk, n, pos0, ratio, nheads, d, S, ref, tol);
+    double *ref8 = fp8 ? calloc((size_t)n * S, sizeof *ref8) : NULL;
+    double *tol8 = fp8 ? calloc((size_t)n * S, sizeof *tol8) : NULL;
+    mma_ref(q, w, &hk, n, pos0, ratio, nheads, d, S, ref, tol, ref8, tol8);
 
     /* (a) the scores, every token (topk 0): on wgmma (the default on an
-     * H200), on mma.sync (LLM_CUDA_INDEXER_WGMMA=0's kernel), and on the
-     * decode steps' kernel (keys read from the cache: FP8 and bf16) */
+     * H200), on mma.sync (LLM_CUDA_INDEXER_WGMMA=0's kernel), on the
+     * decode steps' kernel (keys read from the cache: FP8 and bf16), and
+     * on the fp8 mode's e4m3 wgmma (against ref8) */
     float *dq = dcopy(q, (size_t)n * nheads * d * 4), *dw = dcopy(w, (size_t)n * nheads * 4);
     float *dsc = G->alloc(G, (size_t)n * S * 4);
     indexer_args a = { .n = n, .pos0 = pos0, .ratio = ratio, .nheads = nheads, .d = d,
                        .topk = 0, .q = dq, .w = dw, .keys = pages_rows(&pg, true) };
-    static const char *const kname[] = { "mma.sync", "wgmma", "decode wgmma" };
-    enum cuda_indexer_kernel ks[] = { CUDA_INDEXER_WGMMA, CUDA_INDEXER_MMA_SYNC,
-                                      CUDA_INDEXER_DECODE };
-    for (int kx = 0; kx < (t == KV_F32 ? 2 : 3); kx++) {
+    static const char *const kname[] = { "mma.sync", "wgmma", "decode wgmma", "wgmma e4m3" };
+    enum cuda_indexer_kernel ks[4] = { CUDA_INDEXER_WGMMA, CUDA_INDEXER_MMA_SYNC };
+    int nk = 2;
+    if (t != KV_F32) ks[nk++] = CUDA_INDEXER_DECODE;
+    if (fp8) ks[nk++] = CUDA_INDEXER_WGMMA_FP8;
+    for (int kx = 0; kx < nk; kx++) {
+        bool k8 = ks[kx] == CUDA_INDEXER_WGMMA_FP8;
+        const double *r = k8 ? ref8 : ref, *tl = k8 ? tol8 : tol;
         poison(dsc, (size_t)n * S * 4);
         char err[256] = "";
         int rc = cuda_indexer_mma_scores(&a, dsc, S, chunk, ktile, ks[kx], err, sizeof err);
@@ -1406,10 +1478,10 @@ static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, i
                     future += !isnan(sc[o]);
                     continue;
                 }
-                double e = fabs(sc[o] - ref[o]);
-                if (!(e <= tol[o])) over++;     /* NaN counts */
-                if (e / tol[o] > worst) worst = e / tol[o];
-                d2 += e * e, z2 += ref[o] * ref[o];
+                double e = fabs(sc[o] - r[o]);
+                if (!(e <= tl[o])) over++;     /* NaN counts */
+                if (e / tl[o] > worst) worst = e / tl[o];
+                d2 += e * e, z2 += r[o] * r[o];
             }
         }
         ok(!rc && !over && !future, "indexer_mma scores (%s) heads=%d pos0=%d n=%d (%d %s "
@@ -1420,32 +1492,19 @@ static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, i
     }
 
     /* (b) the op's choice (G under bf16: tensor-core scores, from 64 tokens
-     * the prefill's kernels, below that the decode kernel) */
-    int32_t *dsel = G->alloc(G, (size_t)n * topk * 4);
-    int *dnsel = G->alloc(G, n * sizeof *dnsel);
-    poison(dsel, (size_t)n * topk * 4);
-    poison(dnsel, n * sizeof *dnsel);
-    a.topk = topk, a.sel = dsel, a.nsel = dnsel;
-    G->indexer(G, &a, 1);
-    int32_t *gs = hcopy(dsel, (size_t)n * topk * 4);
-    int *gn = hcopy(dnsel, n * sizeof *gn);
-    int bad = 0, first_bad = -1;
-    long long flips = 0;
-    double *tmp = malloc((size_t)S * sizeof *tmp);
-    for (int i = 0; i < n; i++) {
-        int nvis = (pos0 + i + 1) / ratio;
-        bool good = choice_within(ref + (size_t)i * S, tol + (size_t)i * S, nvis, topk,
-                                  gs + (size_t)i * topk, gn[i], tmp, &flips);
-        if (!good && first_bad < 0) first_bad = i;
-        bad += !good;
+     * the prefill's kernels, below that the decode kernel; G8 and C8 under
+     * fp8: from 64 tokens of BF16 or FP8 keys FP8 scores) */
+    a.topk = topk;
+    indexer_choice(G, "bf16", a, ref, tol, ref8, tol8);
+    if (fp8 && G8) indexer_choice(G8, "fp8", a, ref, tol, ref8, tol8);
+    if (fp8) {
+        indexer_args h = a;
+        h.q = q, h.w = w, h.keys = hk;
+        indexer_choice(C8, "CPU fp8", h, ref, tol, ref8, tol8);
     }
-    ok(!bad && !G->error(G), "indexer_mma choice heads=%d topk=%d pos0=%d n=%d: %d of %d tokens "
-       "wrong (first %d); %lld chosen entries below the reference k-th best (near-ties)", nheads,
-       topk, pos0, n, bad, n, first_bad, flips);
     pages_free(&pg);
-    G->release(G, dq), G->release(G, dw), G->release(G, dsc), G->release(G, dsel),
-        G->release(G, dnsel);
-    free(q), free(w), free(ref), free(tol), free(gs), free(gn), free(tmp);
+    G->release(G, dq), G->release(G, dw), G->release(G, dsc);
+    free(q), free(w), free(ref), free(tol), free(ref8), free(tol8);
 }
 
 /* ---- attention ---- */
@@ -1738,7 +1797,7 @@ static void test_indexer_batch(int nseg, int nheads, int d, int topk, int maxpos
             double *ref = calloc(S, sizeof *ref), *tol = calloc(S, sizeof *tol),
                    *tmp = malloc(S * sizeof *tmp);
             paged_rows hk = pages_rows(&q->pg, false);
-            mma_ref(q->q, q->w, &hk, 1, q->pos0, ratio, nheads, d, S, ref, tol);
+            mma_ref(q->q, q->w, &hk, 1, q->pos0, ratio, nheads, d, S, ref, tol, NULL, NULL);
             same = choice_within(ref, tol, nvis, topk, gs, gn, tmp, &flips);
             free(ref), free(tol), free(tmp);
         }
@@ -2739,6 +2798,7 @@ static void bad_switches(void)
         { "LLM_CUDA_INDEXER_DECODE_MMA", "2" }, { "LLM_CUDA_ATTN_CLUSTER", "3" },
         { "LLM_CUDA_ATTN_CLUSTER", "16" },  { "LLM_CUDA_ATTN_FUSE", "2" },
         { "LLM_CUDA_ATTN_MMA_MIN_KEYS", "-1" }, { "LLM_CUDA_ATTN_HCA_BF16", "2" },
+        { "LLM_CUDA_INDEXER_FP8", "2" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
@@ -2917,23 +2977,25 @@ static void destroy_backends(backend **g, backend **g1)
 static void indexer_mma_cases(backend *g)
 {
     G = g;
-    test_indexer_mma(64, 64, 2000, 128, 48, 200, KV_F32);    /* key tiles and token chunks */
-    test_indexer_mma(64, 64, 0, 300, 128, 32768, KV_F32);    /* few entries: all or top 64 */
-    test_indexer_mma(16, 512, 7000, 300, 300, 32768, KV_F32);
-    test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_F32);
-    test_indexer_mma(64, 512, 120000, 64, 64, 32768, KV_F32);
-    test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_BF16);     /* keys as the cache stores them */
-    test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_FP8);
-    test_indexer_mma(64, 512, 9000, 77, 33, 32768, KV_FP8);
+    /* fp8 (the e4m3 kernel, the fp8 mode's choices) where its parts
+     * differ: tiles of keys, each stored kind of key, chunks, few tokens */
+    test_indexer_mma(64, 64, 2000, 128, 48, 200, KV_F32, true);    /* key tiles and token chunks */
+    test_indexer_mma(64, 64, 0, 300, 128, 32768, KV_F32, false);   /* few entries: all or top 64 */
+    test_indexer_mma(16, 512, 7000, 300, 300, 32768, KV_F32, true);
+    test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_F32, false);
+    test_indexer_mma(64, 512, 120000, 64, 64, 32768, KV_F32, false);
+    test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_BF16, true);  /* keys as the cache stores them */
+    test_indexer_mma(64, 512, 30000, 200, 200, 32768, KV_FP8, true);
+    test_indexer_mma(64, 512, 9000, 77, 33, 32768, KV_FP8, true);
     /* decode steps (the op's choice on the decode kernel): 1-5 tokens,
      * 32 heads (zeros past them), counts not a multiple of a chunk, 1M */
-    test_indexer_mma(64, 512, 9000, 5, 5, 32768, KV_BF16);
-    test_indexer_mma(32, 512, 4 * 70000 + 3, 2, 2, 32768, KV_FP8);
-    test_indexer_mma(64, 512, 1048575, 1, 1, 32768, KV_FP8);
+    test_indexer_mma(64, 512, 9000, 5, 5, 32768, KV_BF16, true);
+    test_indexer_mma(32, 512, 4 * 70000 + 3, 2, 2, 32768, KV_FP8, false);
+    test_indexer_mma(64, 512, 1048575, 1, 1, 32768, KV_FP8, false);
     /* a prefill chunk (more than 64 rows) of more than 16,384 entries a
      * row: the top-k in clusters that stage every row (2 and 4 blocks) */
-    test_indexer_mma(64, 512, 4 * 20000, 100, 100, 32768, KV_FP8);
-    test_indexer_mma(64, 512, 4 * 40000, 80, 80, 32768, KV_BF16);
+    test_indexer_mma(64, 512, 4 * 20000, 100, 100, 32768, KV_FP8, true);
+    test_indexer_mma(64, 512, 4 * 40000, 80, 80, 32768, KV_BF16, false);
     /* batches of one-token sequences, one replayed as a graph */
     test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8, 0, false, true);
     test_indexer_batch(7, 64, 128, 512, 9000, KV_BF16, 0, false, true);
@@ -3054,6 +3116,7 @@ int main(int argc, char **argv)
         test_indexer_batch(7, 8, 32, 512, 160000, KV_FP8, 48, false, false);
         test_indexer_batch(64, 64, 128, 512, 9000, KV_BF16, 0, false, false);
         test_indexer_batch(8, 64, 128, 512, 131071, KV_FP8, 0, true, false);
+        G8 = g[GEMM_FP8];
         indexer_mma_cases(g[GEMM_BF16]);
     }
     if (only && !strcmp(only, "matmul"))
@@ -3152,6 +3215,7 @@ int main(int argc, char **argv)
     }
     indexer_cases(g[GEMM_F32], g_idx0, g_tk2);
     g_idx0->destroy(g_idx0), g_tk2->destroy(g_tk2);
+    G8 = g[GEMM_FP8];
     indexer_mma_cases(g[GEMM_BF16]);
     G = g[GEMM_F32];
     attention_cases();
