@@ -560,7 +560,7 @@ static bool decode_mma(cu_impl *c, const dindexer &d)
 static enum cuda_indexer_kernel indexer_kernel(cu_impl *c, const indexer_args *a)
 {
     if (c->gemm == BACKEND_GEMM_FP8 && c->idx_fp8 && indexer_fp8_scores(a))
-        return CUDA_INDEXER_WGMMA_FP8;
+        return c->idx_fp8_k128 ? CUDA_INDEXER_WGMMA_FP8_K128 : CUDA_INDEXER_WGMMA_FP8;
     return c->idx_wgmma ? CUDA_INDEXER_WGMMA : CUDA_INDEXER_MMA_SYNC;
 }
 static_assert(IDX_MMA_MIN_T == GEMM_MODE_MIN_T, "prefill steps score as the CPU's fp8 mode");
@@ -1293,6 +1293,11 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // queries and keys as the bf16 modes' (comparisons; the CPU's fp8 mode
     // scores in FP8, indexer_fp8_scores).
     c->idx_fp8 = env_switch(c, "LLM_CUDA_INDEXER_FP8");
+    // LLM_CUDA_INDEXER_FP8_KEYS=128: its blocks take 128 keys, not 256
+    // (comparisons: each token's queries then travel from L2 twice as often).
+    int fk = (int)env_int(c, "LLM_CUDA_INDEXER_FP8_KEYS", 128, 256, 256);
+    if (fk != 128 && fk != 256) fail(c, "LLM_CUDA_INDEXER_FP8_KEYS=%d: expected 128 or 256", fk);
+    c->idx_fp8_k128 = fk == 128;
     // LLM_CUDA_INDEXER_DECODE_MMA=0: decode steps' indexer scores in
     // float32 (the CPU's bits) in every GEMM mode, not on tensor cores
     // where the mode puts the prefill's there.

@@ -161,6 +161,7 @@ struct cu_impl {
     bool idx_tiled;             // the indexer's tiled score kernel (LLM_CUDA_INDEXER_TILED)
     bool idx_wgmma;             // its tensor-core scores on wgmma (LLM_CUDA_INDEXER_WGMMA)
     bool idx_fp8;               // the fp8 mode's in FP8 (LLM_CUDA_INDEXER_FP8)
+    bool idx_fp8_k128;          // ... 128 keys a block (LLM_CUDA_INDEXER_FP8_KEYS)
     bool idx_dec;               // decode's on tensor cores (LLM_CUDA_INDEXER_DECODE_MMA)
     bool hc_tail;               // hc_pre_norm's batched last block (LLM_CUDA_HC_PRE_TAIL)
     bool hc_cluster;            // hc_pre_norm in clusters (LLM_CUDA_HC_PRE_CLUSTER)

@@ -339,8 +339,13 @@ __global__ void indexer_gather8_kernel(dpaged keys, int k0, int k1, uint32_t *co
     if (lane == 0) scales[r] = sc;
 }
 
-template <bool F8>
-__global__ void __launch_bounds__(128, F8 ? 4 : 3)
+// P pairs of m64 tiles a warpgroup (WG_KEYS P keys a block): each pair's
+// products and reduction in turn into the same accumulators, so a token's
+// image, the L2 traffic that bounds the kernel (a block's 64 tokens bring
+// 64 images for its keys: 1 MB of bf16 for 128 keys), serves P times the
+// keys.  bf16: P = 1.  F8: P = 2 unless LLM_CUDA_INDEXER_FP8_KEYS=128.
+template <bool F8, int P>
+__global__ void __launch_bounds__(128, F8 && P == 1 ? 4 : 3)
 indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint8_t *kt,
                      const float *ksc, const uint8_t *qimg, float *scores, long long ldsc)
 {
@@ -356,7 +361,7 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint8_t *
     const uint32_t bar0 = qa + WG_ST * IMG;     // WG_ST mbarriers
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wq = warp, g = lane >> 2, t = lane & 3;
-    const int s0 = k0 + blockIdx.x * WG_KEYS;
+    const int s0 = k0 + blockIdx.x * WG_KEYS * P;
     int m = a.topk > s0 ? a.topk : s0;
     int i0 = t0 + blockIdx.y * WG_QG, i1 = min(i0 + WG_QG, t0 + nt);
     i0 = max(i0, a.ratio * (m + 1) - a.pos0 - 1);
@@ -383,22 +388,22 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint8_t *
     // k step s: row bytes 32 s + 4t .. + 3 in words 0-1, 32 s + 16 + 4t
     // .. + 3 in 2-3 (bf16: dims 16 s + 2t, + 1 and 16 s + 8 + 2t, + 1;
     // e4m3: dims 32 s + 4t .. + 3 and 32 s + 16 + 4t .. + 3).
-    uint32_t A[2][KS][4];
+    uint32_t A[P][2][KS][4];
 #pragma unroll
-    for (int mt = 0; mt < 2; mt++)
+    for (int mt = 0; mt < 2 * P; mt++)
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             int key = s0 + 64 * mt + 16 * wq + g + 8 * r;
             const uint32_t *row = (const uint32_t *)(kt + (long long)(key - k0) * RB);
 #pragma unroll
             for (int s = 0; s < KS; s++) {
-                A[mt][s][r] = key < k1 ? row[8 * s + t] : 0;
-                A[mt][s][2 + r] = key < k1 ? row[8 * s + 4 + t] : 0;
+                A[mt >> 1][mt & 1][s][r] = key < k1 ? row[8 * s + t] : 0;
+                A[mt >> 1][mt & 1][s][2 + r] = key < k1 ? row[8 * s + 4 + t] : 0;
             }
         }
 
-    // Token j's scores from d (its products done).
-    auto finish = [&](int j, float (&d)[2][32]) {
+    // Token j's scores of pair p from d (its products done).
+    auto finish = [&](int j, int p, float (&d)[2][32]) {
         int i = i0 + j, nvis = (a.pos0 + i + 1) / a.ratio;
         const float *ws = wst + (j % WG_ST) * 64;
         float part[2][2] = { { 0, 0 }, { 0, 0 } };
@@ -411,7 +416,7 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint8_t *
             for (int mt = 0; mt < 2; mt++) idx_heads(part[mt], d[mt] + 4 * jn, w.x, w.y);
         }
         float v = idx_quad(part, t);
-        int key = s0 + 64 * (t >> 1) + 16 * wq + g + 8 * (t & 1);
+        int key = s0 + 128 * p + 64 * (t >> 1) + 16 * wq + g + 8 * (t & 1);
         if (key < nvis && key < k1)
             scores[(long long)(i - t0) * ldsc + key] = F8 ? v * ksc[key - k0] : v;
     };
@@ -427,11 +432,16 @@ indexer_wgmma_kernel(dindexer a, int t0, int nt, int k0, int k1, const uint8_t *
         swm_bar_wait(bar0 + 8 * (j % WG_ST), (j / WG_ST) & 1);
         __syncthreads();
         if (j + WG_ST - 1 < ntok) stage(i0 + j + WG_ST - 1, (j + WG_ST - 1) % WG_ST);
-        idx_wg_issue<F8>(acc, A, swm_desc(qa + (j % WG_ST) * QB));
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        swm_pin(acc[0]);
-        swm_pin(acc[1]);
-        finish(j, acc);
+        int nvis = (a.pos0 + i0 + j + 1) / a.ratio;
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            if (p && s0 + 128 * p >= nvis) break;   // the token sees none of them
+            idx_wg_issue<F8>(acc, A[p], swm_desc(qa + (j % WG_ST) * QB));
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            swm_pin(acc[0]);
+            swm_pin(acc[1]);
+            finish(j, p, acc);
+        }
     }
 #elif defined(__CUDA_ARCH__)
     __trap();   // built for sm_90a only (wgmma)
@@ -609,7 +619,8 @@ void cu_indexer_dec(cudaStream_t st, const dindexer &a, int t0, int nt, float *s
 void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *scores,
                     long long ldsc, uint16_t *kt, int ktile, enum cuda_indexer_kernel kernel)
 {
-    bool f8 = kernel == CUDA_INDEXER_WGMMA_FP8 && cu_wgmma_ok();
+    bool f8 = (kernel == CUDA_INDEXER_WGMMA_FP8 || kernel == CUDA_INDEXER_WGMMA_FP8_K128) &&
+              cu_wgmma_ok();
     bool wgmma = f8 || (kernel == CUDA_INDEXER_WGMMA && cu_wgmma_ok());
     int maxvis = (a.pos0 + a.n) / a.ratio;
     float smul = (float)pow(a.d, -0.5);
@@ -633,22 +644,23 @@ void cu_indexer_mma(cudaStream_t st, const dindexer &a, int t0, int nt, float *s
                   (uint2 *)qb);
     }
     smem_attr<0>(indexer_mma_kernel, MMA_SMEM);
-    smem_attr<1>(indexer_wgmma_kernel<false>, WG_SMEM(WG_IMG));
-    smem_attr<2>(indexer_wgmma_kernel<true>, WG_SMEM(WG8_IMG));
+    smem_attr<1>(indexer_wgmma_kernel<false, 1>, WG_SMEM(WG_IMG));
+    int f8p = kernel == CUDA_INDEXER_WGMMA_FP8_K128 ? 1 : 2;    // pairs of m64 key tiles
     for (int k0 = 0; k0 < maxvis; k0 += ktile) {
         int k1 = maxvis - k0 < ktile ? maxvis : k0 + ktile;
         dim3 grid(blocks_for(k1 - k0, WG_KEYS), blocks_for(nt, WG_QG));
         if (f8) {
             cu_launch(indexer_gather8_kernel, blocks_for((long long)(k1 - k0) * 32, 256), 256, 0,
                       st, a.keys, k0, k1, (uint32_t *)kt, ksc);
-            cu_launch(indexer_wgmma_kernel<true>, grid, 128, WG_SMEM(WG8_IMG), st, a, t0, nt, k0,
-                      k1, (const uint8_t *)kt, (const float *)ksc, (const uint8_t *)qb, scores,
-                      ldsc);
+            grid.x = blocks_for(k1 - k0, WG_KEYS * f8p);
+            cu_launch(f8p == 2 ? indexer_wgmma_kernel<true, 2> : indexer_wgmma_kernel<true, 1>,
+                      grid, 128, WG_SMEM(WG8_IMG), st, a, t0, nt, k0, k1, (const uint8_t *)kt,
+                      (const float *)ksc, (const uint8_t *)qb, scores, ldsc);
             continue;
         }
         cu_gather_bf16(st, a.keys, k0, k1, a.d, kt);
         if (wgmma)
-            cu_launch(indexer_wgmma_kernel<false>, grid, 128, WG_SMEM(WG_IMG), st, a, t0, nt, k0,
+            cu_launch(indexer_wgmma_kernel<false, 1>, grid, 128, WG_SMEM(WG_IMG), st, a, t0, nt, k0,
                       k1, (const uint8_t *)kt, (const float *)NULL, (const uint8_t *)qb, scores,
                       ldsc);
         else

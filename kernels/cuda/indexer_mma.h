@@ -12,10 +12,11 @@ extern "C" {
 #include "backend.h"
 
 /* The kernels: prefill's on mma.sync or wgmma (keys gathered into tiles;
- * bf16, or e4m3 as the fp8 mode scores: indexer_fp8_scores), decode's
- * (wgmma, keys read from the cache). */
+ * bf16, or e4m3 as the fp8 mode scores: indexer_fp8_scores, 256 keys a
+ * block or 128), decode's (wgmma, keys read from the cache). */
 enum cuda_indexer_kernel {
-    CUDA_INDEXER_MMA_SYNC, CUDA_INDEXER_WGMMA, CUDA_INDEXER_DECODE, CUDA_INDEXER_WGMMA_FP8
+    CUDA_INDEXER_MMA_SYNC, CUDA_INDEXER_WGMMA, CUDA_INDEXER_DECODE, CUDA_INDEXER_WGMMA_FP8,
+    CUDA_INDEXER_WGMMA_FP8_K128
 };
 
 /* scores[i][s] (device memory, row stride ld) for s < (pos0+i+1)/ratio of

@@ -1456,13 +1456,14 @@ static void test_indexer_mma(int nheads, int topk, int pos0, int n, int chunk, i
     float *dsc = G->alloc(G, (size_t)n * S * 4);
     indexer_args a = { .n = n, .pos0 = pos0, .ratio = ratio, .nheads = nheads, .d = d,
                        .topk = 0, .q = dq, .w = dw, .keys = pages_rows(&pg, true) };
-    static const char *const kname[] = { "mma.sync", "wgmma", "decode wgmma", "wgmma e4m3" };
-    enum cuda_indexer_kernel ks[4] = { CUDA_INDEXER_WGMMA, CUDA_INDEXER_MMA_SYNC };
+    static const char *const kname[] = { "mma.sync", "wgmma", "decode wgmma", "wgmma e4m3",
+                                         "wgmma e4m3, 128 keys a block" };
+    enum cuda_indexer_kernel ks[5] = { CUDA_INDEXER_WGMMA, CUDA_INDEXER_MMA_SYNC };
     int nk = 2;
     if (t != KV_F32) ks[nk++] = CUDA_INDEXER_DECODE;
-    if (fp8) ks[nk++] = CUDA_INDEXER_WGMMA_FP8;
+    if (fp8) ks[nk++] = CUDA_INDEXER_WGMMA_FP8, ks[nk++] = CUDA_INDEXER_WGMMA_FP8_K128;
     for (int kx = 0; kx < nk; kx++) {
-        bool k8 = ks[kx] == CUDA_INDEXER_WGMMA_FP8;
+        bool k8 = ks[kx] >= CUDA_INDEXER_WGMMA_FP8;
         const double *r = k8 ? ref8 : ref, *tl = k8 ? tol8 : tol;
         poison(dsc, (size_t)n * S * 4);
         char err[256] = "";
@@ -2798,7 +2799,7 @@ static void bad_switches(void)
         { "LLM_CUDA_INDEXER_DECODE_MMA", "2" }, { "LLM_CUDA_ATTN_CLUSTER", "3" },
         { "LLM_CUDA_ATTN_CLUSTER", "16" },  { "LLM_CUDA_ATTN_FUSE", "2" },
         { "LLM_CUDA_ATTN_MMA_MIN_KEYS", "-1" }, { "LLM_CUDA_ATTN_HCA_BF16", "2" },
-        { "LLM_CUDA_INDEXER_FP8", "2" },
+        { "LLM_CUDA_INDEXER_FP8", "2" },   { "LLM_CUDA_INDEXER_FP8_KEYS", "200" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         backend *one[1];
