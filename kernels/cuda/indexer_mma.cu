@@ -286,12 +286,22 @@ __global__ void indexer_qimage_kernel(const float *q, const float *w, int nh, fl
     out[i * (WG_IMG / 16) + wg_qoff(n, c16) / 16] = v;
 }
 
+// A warp's 128 channels (lane l: channels 4l .. 4l + 3 in v) quantized
+// as act_quant_kernel quantizes a group: the lane's four e4m3 codes (the
+// lowest channel in the low byte); the group's scale in *sc.
+__device__ __forceinline__ uint32_t idx_quant128(float4 v, float *sc)
+{
+    float s = act_scale(warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)),
+                                       fmaxf(fabsf(v.z), fabsf(v.w)))));
+    *sc = s;
+    return fp8_enc(v.x / s) | fp8_enc(v.y / s) << 8 | fp8_enc(v.z / s) << 16 |
+           fp8_enc(v.w / s) << 24;
+}
+
 // F8's queries: the 64 heads' rows of 128 codes (one 128-byte swizzle
 // atom column; a token's image as the stage holds it), the weights after
-// them.  A warp per (token, head): lane l holds channels 4l .. 4l + 3,
-// quantized as act_quant_kernel quantizes a group (the same codes and
-// scale); the head's weight times smul and its scale (exact: a power of
-// two).  Heads past nh: zero codes and weights.
+// them.  A warp per (token, head), quantized by idx_quant128; the head's
+// weight times smul and its scale (exact: a power of two).  Heads past nh: zero codes and weights.
 __global__ void indexer_qimage8_kernel(const float *q, const float *w, int nh, float smul,
                                        long long warps, uint8_t *out)
 {
@@ -305,11 +315,8 @@ __global__ void indexer_qimage8_kernel(const float *q, const float *w, int nh, f
     uint32_t code = 0;
     float wt = 0;
     if (n < nh) {
-        float4 v = ((const float4 *)(q + (i * nh + n) * MMA_D))[lane];
-        float sc = act_scale(warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)),
-                                            fmaxf(fabsf(v.z), fabsf(v.w)))));
-        code = fp8_enc(v.x / sc) | fp8_enc(v.y / sc) << 8 | fp8_enc(v.z / sc) << 16 |
-               fp8_enc(v.w / sc) << 24;
+        float sc;
+        code = idx_quant128(((const float4 *)(q + (i * nh + n) * MMA_D))[lane], &sc);
         wt = w[i * nh + n] * smul * sc;
     }
     *(uint32_t *)(img + n * 128 + ((c16 ^ (n & 7)) << 4) + 4 * (lane & 3)) = code;
@@ -327,15 +334,11 @@ __global__ void indexer_gather8_kernel(dpaged keys, int k0, int k1, uint32_t *co
     int lane = threadIdx.x & 31;
     if (r >= k1 - k0) return;
     kref k = dpaged_ref(keys, k0 + (int)r);
-    float v[4], amax = 0;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        v[j] = kref_at(k, 4 * lane + j);
-        amax = fmaxf(amax, fabsf(v[j]));
-    }
-    float sc = act_scale(warp_max(amax));
-    codes[r * 32 + lane] = fp8_enc(v[0] / sc) | fp8_enc(v[1] / sc) << 8 |
-                           fp8_enc(v[2] / sc) << 16 | fp8_enc(v[3] / sc) << 24;
+    float sc;
+    codes[r * 32 + lane] = idx_quant128(make_float4(kref_at(k, 4 * lane), kref_at(k, 4 * lane + 1),
+                                                    kref_at(k, 4 * lane + 2),
+                                                    kref_at(k, 4 * lane + 3)),
+                                        &sc);
     if (lane == 0) scales[r] = sc;
 }
 

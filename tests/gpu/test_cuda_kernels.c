@@ -1330,8 +1330,10 @@ static void *mma_ref_part(void *arg)
     for (int i = J->part; i < J->n; i += J->nthreads) {
         int nvis = (J->pos0 + i + 1) / J->ratio;
         const float *q = J->q + (size_t)i * qn, *w = J->w + (size_t)i * J->nheads;
-        memcpy(q8, q, qn * sizeof *q8);
-        for (int h = 0; h < J->nheads; h++) act_quant_round(q8 + (size_t)h * J->d, J->d);
+        if (J->ref8) {
+            memcpy(q8, q, qn * sizeof *q8);
+            for (int h = 0; h < J->nheads; h++) act_quant_round(q8 + (size_t)h * J->d, J->d);
+        }
         for (int s = 0; s < nvis; s++) {
             size_t o = (size_t)i * J->S + s;
             paged_load(J->keys, s, k);
