@@ -1417,7 +1417,10 @@ static void indexer_choice(backend *b, const char *what, indexer_args a, const d
     else poison(sel, sb), poison(nsel, nb);
     a.sel = sel, a.nsel = nsel;
     b->indexer(b, &a, 1);
-    if (!host) gs = hcopy(sel, sb), gn = hcopy(nsel, nb);
+    if (!host) {    /* read on b: its stream, not G's, ran the op */
+        gs = malloc(sb), gn = malloc(nb);
+        b->read(b, gs, sel, sb), b->read(b, gn, nsel, nb);
+    }
     int bad = 0, first_bad = -1;
     long long flips = 0;
     double *tmp = malloc((size_t)S * sizeof *tmp);
