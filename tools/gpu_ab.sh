@@ -17,6 +17,8 @@
 #   decode     rank6 fp8 cache --prompts 8192,131072 --decode 64, twice each
 #   prefill    LLM_CUDA_GEMM=fp8 --prompts 32768,32768,131072, twice each
 #   batch      --prompt 8192 --batch 1,8,32,64 --decode 16, once each
+#   long       LLM_CUDA_GEMM=fp8 --prompts 1048576 --decode 4 (issue 14's 1M
+#              prompt, ~35 s a run), once each
 #   profile    LLM_CUDA_PROFILE=1 fp8 --prompts 131072: the big ops' ms, once each
 # A summary on stdout as it goes; every log in OUT/ab.tgz at the end.
 set -u
@@ -109,6 +111,8 @@ for s in $steps; do
             --decode 4; done ;;
     batch)
         bench batch 100 -- --prompt 8192 --batch 1,8,32,64 --decode 16 ;;
+    long)
+        bench long 100 LLM_CUDA_GEMM=fp8 -- --prompts 1048576 --decode 4 ;;
     profile)
         bench profile 60 LLM_CUDA_GEMM=fp8 LLM_CUDA_PROFILE=1 -- --prompts 131072 --decode 2
         for v in old new; do
