@@ -378,7 +378,7 @@ size_t cu_indexer_cand_bytes(const dindexer &a, size_t scores_cap)
 
 void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
                 unsigned *cand, uint16_t *keys, bool tiled, enum cuda_indexer_kernel mma,
-                bool dec, int topk_cluster, const dindexer *segs)
+                bool dec, int topk_cluster, const dindexer *segs, const cu_mark *mark)
 {
     if (a.n <= 0) return;
     int maxvis = a.pos_end / a.ratio;
@@ -405,7 +405,9 @@ void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores
             else cu_launch(indexer_scores_kernel<false>, grid, 256, smem, st, a, t0, smul, scores,
                            ldsc, sg);
         }
+        if (mark) mark->fn(mark->ctx, "indexer scores");
         cu_indexer_topk(st, a, t0, nt, scores, ldsc, ldc ? cand : NULL, ldc, sg, topk_cluster);
+        if (mark) mark->fn(mark->ctx, "indexer top-k");
     }
 }
 

@@ -583,8 +583,9 @@ static void indexer_one(cu_impl *c, const indexer_args *a)
                                 ((size_t)CU_INDEXER_KTILE + (size_t)a->n * CU_INDEXER_QROWS) *
                                     a->d * sizeof(uint16_t));
     if (c->failed) return;
+    cu_mark mark = { [](void *x, const char *span) { phase((cu_impl *)x, span); }, c };
     cu_indexer(c->st, d, sc, cap, cand, keys, c->idx_tiled, indexer_kernel(c, a), decode_mma(c, d),
-               c->topk_cluster);
+               c->topk_cluster, NULL, c->profile && !in_graph(c) ? &mark : NULL);
 }
 
 // The launch shape of a batch: its first sequence's, with the largest
@@ -762,7 +763,7 @@ static void cu_attention_op(backend *b, const attention_args *a, int nseg)
         [&](const dattn *h, const dattn *dev, int n1) {
             attention_run(c, batch_shape(h, n1), dev);
         });
-    launched(c, "attention");
+    launched(c, !a[0].ratio ? "attention sliding" : a[0].sel ? "attention CSA" : "attention HCA");
 }
 
 static void cu_ring_store_op(backend *b, const ring_args *a, int nseg, enum kv_dtype t,

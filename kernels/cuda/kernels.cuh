@@ -361,9 +361,16 @@ struct dindexer {
 // (cu_indexer_mma: wgmma, bf16 or e4m3, or mma.sync).  dec:
 // without keys, the scores on tensor cores by cu_indexer_dec (its fits
 // checked) rather than in float32.  topk_cluster: cu_indexer_topk's.
+// mark: LLM_CUDA_PROFILE's spans (NULL: none), the scores' launches and
+// the top-k's apart.
+struct cu_mark {
+    void (*fn)(void *ctx, const char *span);    // the launches so far are `span`
+    void *ctx;
+};
 void cu_indexer(cudaStream_t st, const dindexer &a, float *scores, size_t scores_cap,
                 unsigned *cand, uint16_t *keys, bool tiled, enum cuda_indexer_kernel mma,
-                bool dec, int topk_cluster, const dindexer *segs = NULL);
+                bool dec, int topk_cluster, const dindexer *segs = NULL,
+                const cu_mark *mark = NULL);
 size_t cu_indexer_cand_bytes(const dindexer &a, size_t scores_cap);
 
 // ---- indexer_topk.cu ----
