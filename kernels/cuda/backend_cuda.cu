@@ -585,7 +585,7 @@ static void indexer_one(cu_impl *c, const indexer_args *a)
     if (c->failed) return;
     cu_mark mark = { [](void *x, const char *span) { phase((cu_impl *)x, span); }, c };
     cu_indexer(c->st, d, sc, cap, cand, keys, c->idx_tiled, indexer_kernel(c, a), decode_mma(c, d),
-               c->topk_cluster, NULL, c->profile && !in_graph(c) ? &mark : NULL);
+               c->topk_cluster, NULL, c->profile ? &mark : NULL);   // (profiles: no graphs)
 }
 
 // The launch shape of a batch: its first sequence's, with the largest

@@ -301,7 +301,8 @@ __device__ __forceinline__ uint32_t idx_quant128(float4 v, float *sc)
 // F8's queries: the 64 heads' rows of 128 codes (one 128-byte swizzle
 // atom column; a token's image as the stage holds it), the weights after
 // them.  A warp per (token, head), quantized by idx_quant128; the head's
-// weight times smul and its scale (exact: a power of two).  Heads past nh: zero codes and weights.
+// weight times smul and its scale (exact: a power of two).  Heads past
+// nh: zero codes and weights.
 __global__ void indexer_qimage8_kernel(const float *q, const float *w, int nh, float smul,
                                        long long warps, uint8_t *out)
 {

@@ -172,12 +172,15 @@ static void poison(void *d, size_t bytes)
     free(p);
 }
 
-static void *hcopy(const void *d, size_t bytes)
+/* d's bytes in fresh host memory, read on backend b (after b's ops) */
+static void *hcopy_on(backend *b, const void *d, size_t bytes)
 {
     void *h = malloc(bytes + 4);
-    G->read(G, h, d, bytes);
+    b->read(b, h, d, bytes);
     return h;
 }
+
+static void *hcopy(const void *d, size_t bytes) { return hcopy_on(G, d, bytes); }
 
 /* Relative L2 error (absolute when want is 0); NaN where want has none
  * is infinite. */
@@ -1417,10 +1420,8 @@ static void indexer_choice(backend *b, const char *what, indexer_args a, const d
     else poison(sel, sb), poison(nsel, nb);
     a.sel = sel, a.nsel = nsel;
     b->indexer(b, &a, 1);
-    if (!host) {    /* read on b: its stream, not G's, ran the op */
-        gs = malloc(sb), gn = malloc(nb);
-        b->read(b, gs, sel, sb), b->read(b, gn, nsel, nb);
-    }
+    if (!host)      /* read on b: its stream, not G's, ran the op */
+        gs = hcopy_on(b, sel, sb), gn = hcopy_on(b, nsel, nb);
     int bad = 0, first_bad = -1;
     long long flips = 0;
     double *tmp = malloc((size_t)S * sizeof *tmp);
