@@ -12,7 +12,10 @@
 // token's entries and selects its top k in one launch: each radix pass's
 // histograms meet through distributed shared memory, so every block finds
 // the same k-th key, and the counts of the blocks before it place its
-// entries.
+// entries.  A block whose entries fit its shared memory (staged_topk)
+// bins them below the token's largest key, marks the entries above the
+// k-th key's bin and keeps the few in it, and the rest of the select runs
+// over those.
 #include <cooperative_groups.h>
 
 #include "kernels.cuh"
@@ -25,13 +28,24 @@ namespace cg = cooperative_groups;
 #define TOPK_STAGE 16384    // most keys a block stages in shared memory (64 KB)
 #define TOPK_CL_KEYS 4096   // entries a cluster's block takes at least (fewer blocks)
 #define TOPK_CL_MAX 16      // its most blocks (non-portable above 8)
+#define TOPK_BINS 2048      // a staged block's bins below the token's largest key
+#define TOPK_FINE 16        // of 2^16 keys each: 1/128 of a binade, 16 binades
+#define TOPK_CAND 512       // most entries of the k-th key's bin a block keeps
+// Shared memory a staged block has past its keys: the bins' counts, then
+// the above/equal bitmaps of its entries and its kept entries (keys,
+// indices).
+#define TOPK_AUX (4 * TOPK_BINS)
+static_assert(TOPK_STAGE / 32 == TOPK_THREADS && TOPK_BINS / 32 <= TOPK_THREADS,
+              "a thread a bitmap word, a group of bins");
+static_assert(2 * TOPK_STAGE / 32 * 4 + TOPK_CAND * 6 <= TOPK_AUX, "aux room");
 
 // hist: two, so that a cluster's blocks read pass p's while the next pass
 // fills the other (one cluster barrier a pass).
 struct topk_smem {
     int hist[2][256], scan[32], cnt[2], before[2];
-    unsigned prefix;
-    int krem;
+    unsigned prefix, top;
+    int krem, ncand, bin, gsum[TOPK_BINS / 32];
+    bool big;
 };
 
 // block_topk's part of the token's entries: all of them (one block), or
@@ -42,6 +56,8 @@ struct topk_whole {
     static constexpr bool split = false;
     __device__ void sync() const {}
     __device__ int count(const int *hist, int b) const { return hist[b]; }
+    __device__ int most(const int *hist, int b) const { return hist[b]; }
+    __device__ unsigned keymax(const unsigned *v) const { return *v; }
     __device__ void bases(int, int, int, topk_smem &, int *base, int *eqbase) const
     {
         *base = *eqbase = 0;
@@ -65,6 +81,20 @@ struct topk_cluster {
 #pragma unroll
         for (int r = 0; r < 16; r++) h += v[r];
         return h;
+    }
+    // the largest of the blocks' counts of bin b
+    __device__ int most(const int *hist, int b) const
+    {
+        int n = (int)cl.num_blocks(), h = 0;
+        for (int r = 0; r < n; r++) h = max(h, *cl.map_shared_rank(hist + b, r));
+        return h;
+    }
+    // the largest of the blocks' *v (a lane a block)
+    __device__ unsigned keymax(const unsigned *v) const
+    {
+        unsigned lane = threadIdx.x & 31;
+        return __reduce_max_sync(0xffffffffu,
+                                 lane < cl.num_blocks() ? *cl.map_shared_rank(v, lane) : 0);
     }
     // gt / eq: this block's entries above / at the k-th key (thread sums);
     // a lane a block before this one reads that block's counts.
@@ -114,25 +144,19 @@ __device__ __forceinline__ void topk_loads(int c0, int n, Key key, unsigned (&u)
     }
 }
 
-// The top k (0 < k <= n) of entries 0..n-1 with keys key(s), larger key
-// first, then lower s: emit(r, s, key) for each, r its place among them
-// in ascending s (0..k-1).  Every thread of the block (whole warps, at
-// least 256 threads: one a histogram bin) calls it.  In a cluster (part
-// topk_cluster) n, the entries and r are the block's share of the token's
-// (k of the token, r from the blocks before it), and every block calls it.
-// The k-th largest key by 4 rounds of 8-bit radix select (lanes of a
-// warp that count the same bin add once), then tiles of TOPK_ITEMS
-// consecutive entries per thread, one block scan per tile counting the
-// larger (low 16 bits) and equal (high bits) entries before each thread;
-// the entries equal to the k-th key are taken while fewer than krem of
-// them have been.  Stops once k entries are out.
-template <class Key, class Emit, class Part>
-__device__ void block_topk(int n, int k, Key key, Emit emit, topk_smem &sm, const Part &part)
+// 8-bit radix passes over bits top-1..0 of the keys key(s) (s < n) that
+// match prefix under mask (the bits above top): prefix and mask become
+// the k-th largest key of the token, krem how many entries of that key
+// it still takes (lanes of a warp that count the same bin add once).
+// In a cluster (part topk_cluster) the counts are the token's.
+template <class Key, class Part>
+__device__ void radix_select(int n, Key key, unsigned &prefix, unsigned &mask, int &krem, int top,
+                             topk_smem &sm, const Part &part)
 {
     int lane = threadIdx.x & 31;
-    unsigned prefix = 0, mask = 0;
-    int krem = k;       // entries with the key bits so far still to take
-    for (int shift = 24, p = 0; shift >= 0; shift -= 8, p++) {
+    for (int p = 0; top > 0; p++) {
+        int shift = max(top - 8, 0);
+        unsigned bins = (1u << (top - shift)) - 1;
         int *hist = sm.hist[p & 1];
         for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
         __syncthreads();
@@ -144,7 +168,7 @@ __device__ void block_topk(int n, int k, Key key, Emit emit, topk_smem &sm, cons
                 bool in = c0 + j * (int)blockDim.x + (int)threadIdx.x < n && (u[j] & mask) == prefix;
                 unsigned act = __ballot_sync(0xffffffffu, in);
                 if (in) {
-                    unsigned bin = u[j] >> shift & 255u, peers = __match_any_sync(act, bin);
+                    unsigned bin = u[j] >> shift & bins, peers = __match_any_sync(act, bin);
                     if (lane == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
                 }
             }
@@ -162,8 +186,28 @@ __device__ void block_topk(int n, int k, Key key, Emit emit, topk_smem &sm, cons
         __syncthreads();
         prefix = sm.prefix;
         krem = sm.krem;
-        mask |= 255u << shift;
+        mask |= bins << shift;
+        top = shift;
     }
+}
+
+// The top k (0 < k <= n) of entries 0..n-1 with keys key(s), larger key
+// first, then lower s: emit(r, s, key) for each, r its place among them
+// in ascending s (0..k-1).  Every thread of the block (whole warps, at
+// least 256 threads: one a histogram bin) calls it.  In a cluster (part
+// topk_cluster) n, the entries and r are the block's share of the token's
+// (k of the token, r from the blocks before it), and every block calls it.
+// The k-th largest key by 4 rounds of 8-bit radix select, then tiles of
+// TOPK_ITEMS consecutive entries per thread, one block scan per tile
+// counting the larger (low 16 bits) and equal (high bits) entries before
+// each thread; the entries equal to the k-th key are taken while fewer
+// than krem of them have been.  Stops once k entries are out.
+template <class Key, class Emit, class Part>
+__device__ void block_topk(int n, int k, Key key, Emit emit, topk_smem &sm, const Part &part)
+{
+    unsigned prefix = 0, mask = 0;
+    int krem = k;       // entries with the key bits so far still to take
+    radix_select(n, key, prefix, mask, krem, 32, sm, part);
     int base, eqbase;   // entries emitted, equal entries seen before the tile
     {
         int gt = 0, eq = 0;
@@ -199,11 +243,53 @@ __device__ void block_topk(int n, int k, Key key, Emit emit, topk_smem &sm, cons
     part.done();
 }
 
-// block_topk over keys staged in shared memory (ks, room for kcap) when
-// n <= kcap: five passes over them rather than over key(s) in global
-// memory (run V3: 10.1 -> 8.9 us a block at 2,048 entries; the rest of
-// a launch is the passes' own work and barriers).  All of a thread's
-// loads are in flight before it stores any.
+// The bin of the token's k-th key in hist (bins 1..TOPK_BINS-1 of
+// staged_topk's fine bins; bin 0 holds the keys below them and is not
+// counted): into sm.bin, with sm.krem the entries of the bin the top k
+// takes and sm.big whether the bin is missing (the k-th key lies below
+// the bins) or a block holds more than TOPK_CAND of it (the same answer
+// in every block of a cluster).  First the group of 32 bins, then the bin
+// in it: a cluster's blocks read 96 of each other's counts, not 2,048.
+template <class Part>
+__device__ void fine_bin(const int *hist, int krem, topk_smem &sm, const Part &part)
+{
+    int lane = threadIdx.x & 31, t = threadIdx.x, tot;
+    for (int g = threadIdx.x >> 5; g < TOPK_BINS / 32; g += blockDim.x >> 5) {
+        int v = __reduce_add_sync(0xffffffffu, hist[32 * g + lane]);
+        if (lane == 0) sm.gsum[g] = v;
+    }
+    if (t == 0) sm.bin = -1, sm.big = true;
+    __syncthreads();
+    part.sync();
+    int g = TOPK_BINS / 32 - 1 - t, h = g >= 0 ? part.count(sm.gsum, g) : 0;
+    int above = block_scan(h, sm.scan, &tot);
+    if (g >= 0 && above < krem && above + h >= krem) sm.bin = g, sm.krem = krem - above;
+    __syncthreads();
+    g = sm.bin, krem = sm.krem;
+    if (g < 0) return;
+    int b = 32 * g + 31 - t;
+    h = t < 32 ? part.count(hist, b) : 0;
+    above = block_scan(h, sm.scan, &tot);
+    if (t < 32 && above < krem && above + h >= krem) {
+        sm.bin = b;
+        sm.krem = krem - above;
+        sm.big = part.most(hist, b) > TOPK_CAND;
+    }
+    __syncthreads();
+}
+
+// block_topk (same contract) over keys staged in shared memory (ks, room
+// for kcap, and TOPK_AUX bytes past it) when n <= kcap, in two passes
+// over the keys, not five.  The copy finds the token's largest key; the
+// second pass counts the keys in TOPK_BINS bins of 2^TOPK_FINE keys each
+// below it (fine enough that a warp's keys seldom share one); one over
+// all keys then marks, a warp a word of 32 entries, those in bins above
+// the k-th key's and keeps the ones in its bin (at most TOPK_CAND a
+// block, else block_topk's passes); 8-bit passes over the kept ones find
+// the k-th key and mark them, and the marks give each thread's word its
+// place by one block scan.  (Run V3: staging took a 2,048-entry block
+// from 10.1 to 8.9 us.)  All of a thread's loads are in flight before it
+// stores any.
 template <class Key, class Emit, class Part = topk_whole>
 __device__ void staged_topk(int n, int k, Key key, Emit emit, topk_smem &sm, unsigned *ks,
                             int kcap, const Part &part = Part())
@@ -212,17 +298,78 @@ __device__ void staged_topk(int n, int k, Key key, Emit emit, topk_smem &sm, uns
         block_topk(n, k, key, emit, sm, part);
         return;
     }
+    int *hist = (int *)(ks + kcap), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nw = blockDim.x >> 5, W = (n + 31) >> 5;
+    for (int b = threadIdx.x; b < TOPK_BINS; b += blockDim.x) hist[b] = 0;
+    if (threadIdx.x == 0) sm.ncand = 0, sm.top = 0;
+    __syncthreads();
+    unsigned top = 0;
     for (int c0 = 0; c0 < n; c0 += TOPK_LOADS * blockDim.x) {
         unsigned u[TOPK_LOADS];
         topk_loads(c0, n, key, u);
 #pragma unroll
         for (int j = 0; j < TOPK_LOADS; j++) {
             int s = c0 + j * blockDim.x + threadIdx.x;
-            if (s < n) ks[s] = u[j];
+            if (s < n) ks[s] = u[j], top = max(top, u[j]);
+        }
+    }
+    top = __reduce_max_sync(0xffffffffu, top);
+    if (lane == 0) atomicMax(&sm.top, top);
+    __syncthreads();
+    part.sync();
+    // bin of key u: (u >> TOPK_FINE) - base, the largest key's TOPK_BINS - 1
+    int base = (int)(part.keymax(&sm.top) >> TOPK_FINE) - (TOPK_BINS - 1);
+    for (int s = threadIdx.x; s < n; s += blockDim.x) {
+        int b = (int)(ks[s] >> TOPK_FINE) - base;
+        if (b > 0) atomicAdd(&hist[b], 1);
+    }
+    __syncthreads();
+    fine_bin(hist, k, sm, part);
+    part.sync();    // no block reads hist any more
+    if (sm.big) {
+        block_topk(n, k, [&](int s) { return ks[s]; }, emit, sm, part);
+        return;
+    }
+    int B = sm.bin, krem = sm.krem;
+    // hist's room: bitmaps gtw / eqw of the entries above / equal to the
+    // k-th key, then the kept entries' keys cu and indices cs
+    unsigned *gtw = (unsigned *)hist, *eqw = gtw + TOPK_STAGE / 32, *cu = eqw + TOPK_STAGE / 32;
+    unsigned short *cs = (unsigned short *)(cu + TOPK_CAND);
+    for (int w = warp; w < W; w += nw) {
+        int s = w * 32 + lane, b = s < n ? (int)(ks[s] >> TOPK_FINE) - base : 0;
+        unsigned g = __ballot_sync(0xffffffffu, b > B), e = __ballot_sync(0xffffffffu, b == B);
+        if (lane == 0) gtw[w] = g, eqw[w] = 0;
+        if (e) {
+            int at = 0;
+            if (lane == 0) at = atomicAdd(&sm.ncand, __popc(e));
+            at = __shfl_sync(0xffffffffu, at, 0) + __popc(e & ((1u << lane) - 1));
+            if (b == B) cu[at] = ks[s], cs[at] = (unsigned short)s;
         }
     }
     __syncthreads();
-    block_topk(n, k, [&](int s) { return ks[s]; }, emit, sm, part);
+    // the kept keys share their bits from TOPK_FINE up
+    int nc = sm.ncand;
+    unsigned prefix = (unsigned)(B + base) << TOPK_FINE, mask = ~0u << TOPK_FINE;
+    radix_select(nc, [&](int i) { return cu[i]; }, prefix, mask, krem, TOPK_FINE, sm, part);
+    for (int i = threadIdx.x; i < nc; i += blockDim.x) {
+        unsigned u = cu[i], s = cs[i];
+        if (u >= prefix) atomicOr(&(u > prefix ? gtw : eqw)[s >> 5], 1u << (s & 31));
+    }
+    __syncthreads();
+    unsigned g = (int)threadIdx.x < W ? gtw[threadIdx.x] : 0;
+    unsigned e = (int)threadIdx.x < W ? eqw[threadIdx.x] : 0;
+    int before0, eqbase, tot;
+    part.bases(__popc(g), __popc(e), krem, sm, &before0, &eqbase);
+    int before = block_scan(__popc(g) | __popc(e) << 16, sm.scan, &tot);
+    int eqr = eqbase + (before >> 16);
+    int r = before0 + (before & 0xffff) + min(before >> 16, max(krem - eqbase, 0));
+    for (unsigned all = g | e; all; all &= all - 1) {
+        int j = __ffs(all) - 1, s = threadIdx.x * 32 + j;
+        bool take = g >> j & 1;
+        if (e >> j & 1) take = eqr++ < krem;
+        if (take) emit(r++, s, ks[s]);
+    }
+    part.done();
 }
 
 // Blocks per token: 1 under IDX_TOPK_MULTI_MIN entries, else
@@ -248,7 +395,7 @@ __device__ __forceinline__ int visible(const dindexer &a, int i)
 // candidates (ldc apart): keys at b·k.., entry indices at G·k + b·k..,
 // in ascending entry order.  Rows are tokens t0.. of the step, or with
 // segs sequences (a block row each).
-__global__ void __launch_bounds__(TOPK_THREADS)
+__global__ void __launch_bounds__(TOPK_THREADS, 3)
     indexer_topk_part_kernel(dindexer a, int t0, const float *scores, long long ldsc,
                              unsigned *cand, long long ldc, const dindexer *segs, int kcap)
 {
@@ -270,7 +417,7 @@ __global__ void __launch_bounds__(TOPK_THREADS)
 // all nvis when nvis <= k) and their count into a.nsel; from the scores,
 // or with cand, for a token of G >= 2 blocks, from its G·k candidates
 // (in ascending entry order: the lower candidate is the lower entry).
-__global__ void __launch_bounds__(TOPK_THREADS)
+__global__ void __launch_bounds__(TOPK_THREADS, 3)
     indexer_topk_kernel(dindexer a, int t0, const float *scores, long long ldsc,
                         const unsigned *cand, long long ldc, const dindexer *segs, int kcap)
 {
@@ -303,7 +450,7 @@ __global__ void __launch_bounds__(TOPK_THREADS)
 // A cluster of C blocks (blockIdx.x its rank) a row: block b takes the
 // token's entries [b nvis / C, (b + 1) nvis / C), staged in shared memory
 // where they fit kcap, and writes its share of the chosen entries.
-__global__ void __launch_bounds__(TOPK_THREADS)
+__global__ void __launch_bounds__(TOPK_THREADS, 3)
     indexer_topk_cluster_kernel(dindexer a, int t0, const float *scores, long long ldsc,
                                 const dindexer *segs, int kcap)
 {
@@ -331,6 +478,12 @@ __global__ void __launch_bounds__(TOPK_THREADS)
     if (b == 0 && threadIdx.x == 0) a.nsel[i] = k;
 }
 
+// Dynamic shared memory of a launch that stages kcap keys a block.
+static size_t topk_smem_bytes(int kcap)
+{
+    return kcap ? kcap * sizeof(unsigned) + TOPK_AUX : 0;
+}
+
 long long cu_indexer_topk_ld(int maxvis, int topk, int rows)
 {
     int G = topk_blocks(maxvis, topk);
@@ -341,7 +494,7 @@ int cu_indexer_topk_cluster_max()
 {
     for (int C = TOPK_CL_MAX; C >= 2; C /= 2)
         if (cu_cluster_runs(indexer_topk_cluster_kernel, dim3(C), TOPK_THREADS,
-                            TOPK_STAGE * sizeof(unsigned)))
+                            topk_smem_bytes(TOPK_STAGE)))
             return C;
     return 0;
 }
@@ -370,20 +523,20 @@ void cu_indexer_topk(cudaStream_t st, const dindexer &a, int t0, int nt, const f
         while (C < cluster && (long long)C * (few ? TOPK_CL_KEYS : TOPK_STAGE) < maxvis) C *= 2;
         int per = (maxvis + C - 1) / C, kcap = per <= TOPK_STAGE ? per : 0;
         cu_launch_cluster(indexer_topk_cluster_kernel, dim3(C, nt), TOPK_THREADS,
-                          kcap * sizeof(unsigned), st, dim3(C, 1, 1), a, t0, scores, ldsc, segs,
+                          topk_smem_bytes(kcap), st, dim3(C, 1, 1), a, t0, scores, ldsc, segs,
                           kcap);
         return;
     }
-    smem_attr<0>(indexer_topk_part_kernel, TOPK_STAGE * sizeof(unsigned));
-    smem_attr<1>(indexer_topk_kernel, TOPK_STAGE * sizeof(unsigned));
+    smem_attr<0>(indexer_topk_part_kernel, topk_smem_bytes(TOPK_STAGE));
+    smem_attr<1>(indexer_topk_kernel, topk_smem_bytes(TOPK_STAGE));
     if (cand)
         cu_launch(indexer_topk_part_kernel, dim3(G, nt), TOPK_THREADS,
-                  TOPK_STAGE * sizeof(unsigned), st, a, t0, scores, ldsc, cand, ldc, segs,
+                  topk_smem_bytes(TOPK_STAGE), st, a, t0, scores, ldsc, cand, ldc, segs,
                   TOPK_STAGE);
     long long most = maxvis;
     if (cand && G > 1)
         most = max((long long)G * a.topk, (long long)min(maxvis, IDX_TOPK_MULTI_MIN - 1));
     int kcap = most <= TOPK_STAGE ? (int)most : nt <= IDX_TOPK_MULTI_MAX_T ? TOPK_STAGE : 0;
-    cu_launch(indexer_topk_kernel, nt, TOPK_THREADS, kcap * sizeof(unsigned), st, a, t0, scores,
+    cu_launch(indexer_topk_kernel, nt, TOPK_THREADS, topk_smem_bytes(kcap), st, a, t0, scores,
               ldsc, cand, ldc, segs, kcap);
 }

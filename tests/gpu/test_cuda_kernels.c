@@ -2695,9 +2695,12 @@ static void hc_tail_cases(backend *gf, backend *g_clu0, backend *g_tail0)
  * threshold in one op; ranges of uneven lengths (40,001 entries: 16 blocks
  * of 2,500-2,501 in a cluster, 8 of 5,000-5,001 in two launches; 20,000
  * at top 8; 39,999 at top 2,048); 70 tokens (one block each); Flash's
- * shapes at 70,001 entries.  Ties: 48 distinct keys (about 400 entries
- * share each score, the k-th among them, across block ranges), 3 (all of
- * the top k share the top score), at and past the threshold. */
+ * shapes at 70,001 entries; 80 tokens at 70,000 (a prefill launch: 8
+ * blocks of 8,750 staged entries a cluster).  Ties: 48 distinct keys
+ * (about 400 entries share each score, the k-th among them, across block
+ * ranges: the bin of the k-th key outgrows a block's TOPK_CAND kept
+ * entries), 3 (all of the top k share the top score: the key is whole
+ * before any are kept), at and past the threshold. */
 static void topk_blocks_cases(enum kv_dtype t)
 {
     test_indexer(4, 8, 32, 512, 4 * 16384 - 20, 40, t, 0);
@@ -2710,6 +2713,8 @@ static void topk_blocks_cases(enum kv_dtype t)
     test_indexer(4, 8, 32, 512, 4 * 20000 + 1, 3, t, 48);
     test_indexer(4, 8, 32, 512, 4 * 40000 + 1, 3, t, 3);
     test_indexer(4, 8, 32, 8, 4 * 20000, 2, t, 48);
+    test_indexer(4, 8, 32, 512, 4 * 70000, 80, t, 0);
+    test_indexer(4, 8, 32, 512, 4 * 70000, 80, t, 48);
 }
 
 /* The indexer against the CPU on gf (f32 mode) and, for a few shapes, on
