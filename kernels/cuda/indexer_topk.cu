@@ -33,7 +33,8 @@ namespace cg = cooperative_groups;
 #define TOPK_CAND 512       // most entries of the k-th key's bin a block keeps
 // Shared memory a staged block has past its keys: the bins' counts, then
 // the above/equal bitmaps of its entries and its kept entries (keys,
-// indices).
+// indices).  64 + 8 KB and topk_smem's 2.5: three blocks an SM fit the
+// 228 KB, as the kernels' launch bounds ask (40 registers).
 #define TOPK_AUX (4 * TOPK_BINS)
 static_assert(TOPK_STAGE / 32 == TOPK_THREADS && TOPK_BINS / 32 <= TOPK_THREADS,
               "a thread a bitmap word, a group of bins");
