@@ -1135,6 +1135,22 @@ static void pages_repeat(pages *p, int distinct)
     free(rows);
 }
 
+/* `count` rows (host and device) made random rows times 2^20: their
+ * scores (those of them that come out positive) lie 20 binades above the
+ * rest, so the k-th best key of a token lies below the staged top-k's
+ * bins (its radix passes then choose). */
+static void pages_outliers(pages *p, int count)
+{
+    float *row = hrand(p->row_len, 1048576.0f);
+    for (int i = 0; i < count; i++) {
+        int r = (int)(rnd() % (unsigned)(p->nblk * p->per_block));
+        kv_store(p->dtype, p->hblocks[r / p->per_block] + p->off, p->per_block, p->row_len,
+                 r % p->per_block, row);
+    }
+    G->write(G, p->dbase, p->hbase, (size_t)p->nblk * p->block_bytes);
+    free(row);
+}
+
 /* ---- compressor: a sequence fed in chunks, state and entries compared
  * after every chunk ---- */
 
@@ -1241,13 +1257,15 @@ static void test_compress(int ratio, bool overlap, int d, int npairs, const int 
 
 /* ---- indexer ---- */
 
-/* distinct > 0: keys repeat (pages_repeat), scores tie in groups. */
+/* distinct > 0: keys repeat (pages_repeat), scores tie in groups;
+ * distinct < 0: -distinct outlier rows (pages_outliers). */
 static void test_indexer(int ratio, int nheads, int d, int topk, int pos0, int n, enum kv_dtype t,
                          int distinct)
 {
     int nrows = (pos0 + n) / ratio;
     pages pg = pages_new(nrows, 5, d, true, t);
-    if (distinct) pages_repeat(&pg, distinct);
+    if (distinct > 0) pages_repeat(&pg, distinct);
+    if (distinct < 0) pages_outliers(&pg, -distinct);
     float *q = hrand((size_t)n * nheads * d, 1.0f), *w = hrand((size_t)n * nheads, 1.0f);
     int32_t *sel = malloc((size_t)n * topk * 4);
     int *nsel = malloc(n * sizeof *nsel);
@@ -1273,7 +1291,8 @@ static void test_indexer(int ratio, int nheads, int d, int topk, int pos0, int n
     }
     ok(!bad && !G->error(G), "indexer ratio=%d heads=%d d=%d topk=%d pos0=%d n=%d keys %s%s: %d "
        "of %d tokens choose other entries (first %d)", ratio, nheads, d, topk, pos0, n, dname(t),
-       distinct ? " (few distinct: ties)" : "", bad, n, first_bad);
+       distinct > 0 ? " (few distinct: ties)" : distinct < 0 ? " (outliers 2^20 up)" : "", bad, n,
+       first_bad);
     pages_free(&pg);
     G->release(G, dq), G->release(G, dw), G->release(G, dsel), G->release(G, dnsel);
     free(q), free(w), free(sel), free(nsel), free(gs), free(gn);
@@ -2698,9 +2717,12 @@ static void hc_tail_cases(backend *gf, backend *g_clu0, backend *g_tail0)
  * shapes at 70,001 entries; 80 tokens at 70,000 (a prefill launch: 8
  * blocks of 8,750 staged entries a cluster).  Ties: 48 distinct keys
  * (about 400 entries share each score, the k-th among them, across block
- * ranges: the bin of the k-th key outgrows a block's TOPK_CAND kept
- * entries), 3 (all of the top k share the top score: the key is whole
- * before any are kept), at and past the threshold. */
+ * ranges: the staged top-k's kept entries mark the equal ones), 3 (all of
+ * the top k share the top score: the k-th key's bin holds more than a
+ * block keeps, and the radix passes choose), at and past the threshold.
+ * Eight rows 2^20 times the others (-8): the k-th key below the staged
+ * bins (the radix passes again), in one block, a decode cluster and a
+ * prefill cluster. */
 static void topk_blocks_cases(enum kv_dtype t)
 {
     test_indexer(4, 8, 32, 512, 4 * 16384 - 20, 40, t, 0);
@@ -2715,6 +2737,9 @@ static void topk_blocks_cases(enum kv_dtype t)
     test_indexer(4, 8, 32, 8, 4 * 20000, 2, t, 48);
     test_indexer(4, 8, 32, 512, 4 * 70000, 80, t, 0);
     test_indexer(4, 8, 32, 512, 4 * 70000, 80, t, 48);
+    test_indexer(4, 8, 32, 64, 4 * 9000, 30, t, -8);
+    test_indexer(4, 8, 32, 512, 4 * 40000 + 1, 3, t, -8);
+    test_indexer(4, 8, 32, 512, 4 * 70000, 80, t, -8);
 }
 
 /* The indexer against the CPU on gf (f32 mode) and, for a few shapes, on
