@@ -33,8 +33,9 @@ namespace cg = cooperative_groups;
 #define TOPK_CAND 512       // most entries of the k-th key's bin a block keeps
 // Shared memory a staged block has past its keys: the bins' counts, then
 // the above/equal bitmaps of its entries and its kept entries (keys,
-// indices).  64 + 8 KB and topk_smem's 2.5: three blocks an SM fit the
-// 228 KB, as the kernels' launch bounds ask (40 registers).
+// indices).  64 + 8 KB (and 16 bytes: staged_topk's alignment) and
+// topk_smem's 2.5: three blocks an SM fit the 228 KB, as the kernels'
+// launch bounds ask (40 registers).
 #define TOPK_AUX (4 * TOPK_BINS)
 static_assert(TOPK_STAGE / 32 == TOPK_THREADS && TOPK_BINS / 32 <= TOPK_THREADS,
               "a thread a bitmap word, a group of bins");
@@ -290,28 +291,58 @@ __device__ void fine_bin(const int *hist, int krem, topk_smem &sm, const Part &p
 // the k-th key and mark them, and the marks give each thread's word its
 // place by one block scan.  (Run V3: staging took a 2,048-entry block
 // from 10.1 to 8.9 us.)  All of a thread's loads are in flight before it
-// stores any.
+// stores any; where the keys are a row of scores (row: key(s) is
+// fkey(row[s])) 16 bytes a load, the keys staged from ks + (row's word
+// offset in 16 bytes) so that both sides of each copy are aligned.
 template <class Key, class Emit, class Part = topk_whole>
 __device__ void staged_topk(int n, int k, Key key, Emit emit, topk_smem &sm, unsigned *ks,
-                            int kcap, const Part &part = Part())
+                            int kcap, const float *row, const Part &part = Part())
 {
     if (n > kcap) {
         block_topk(n, k, key, emit, sm, part);
         return;
     }
-    int *hist = (int *)(ks + kcap), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int *hist = (int *)(ks + kcap + 4), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int nw = blockDim.x >> 5, W = (n + 31) >> 5;
     for (int b = threadIdx.x; b < TOPK_BINS; b += blockDim.x) hist[b] = 0;
     if (threadIdx.x == 0) sm.ncand = 0, sm.top = 0;
     __syncthreads();
     unsigned top = 0;
-    for (int c0 = 0; c0 < n; c0 += TOPK_LOADS * blockDim.x) {
-        unsigned u[TOPK_LOADS];
-        topk_loads(c0, n, key, u);
+    if (row) {
+        // entries s0.. in 16-byte groups, the few before and after alone
+        int a = (int)((uintptr_t)row >> 2 & 3), s0 = min(n, (4 - a) & 3), nv = (n - s0) >> 2;
+        int tail = s0 + 4 * nv, t = threadIdx.x;     // threads 0-3 the head, 4-7 the tail
+        ks += a;
+        if (t < s0 || (t >= 4 && t - 4 < n - tail)) {
+            int e = t < 4 ? t : tail + t - 4;
+            ks[e] = top = fkey(row[e]);
+        }
+        const float4 *v = (const float4 *)(row + s0);
+        for (int i0 = 0; i0 < nv; i0 += 4 * blockDim.x) {
+            float4 x[4];
 #pragma unroll
-        for (int j = 0; j < TOPK_LOADS; j++) {
-            int s = c0 + j * blockDim.x + threadIdx.x;
-            if (s < n) ks[s] = u[j], top = max(top, u[j]);
+            for (int j = 0; j < 4; j++) {
+                int i = i0 + j * blockDim.x + threadIdx.x;
+                if (i < nv) x[j] = v[i];
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int i = i0 + j * blockDim.x + threadIdx.x;
+                if (i >= nv) break;
+                uint4 u = make_uint4(fkey(x[j].x), fkey(x[j].y), fkey(x[j].z), fkey(x[j].w));
+                *(uint4 *)(ks + s0 + 4 * i) = u;
+                top = max(top, max(max(u.x, u.y), max(u.z, u.w)));
+            }
+        }
+    } else {
+        for (int c0 = 0; c0 < n; c0 += TOPK_LOADS * blockDim.x) {
+            unsigned u[TOPK_LOADS];
+            topk_loads(c0, n, key, u);
+#pragma unroll
+            for (int j = 0; j < TOPK_LOADS; j++) {
+                int s = c0 + j * blockDim.x + threadIdx.x;
+                if (s < n) ks[s] = u[j], top = max(top, u[j]);
+            }
         }
     }
     top = __reduce_max_sync(0xffffffffu, top);
@@ -402,7 +433,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, 3)
 {
     pdl_wait();
     __shared__ topk_smem sm;
-    extern __shared__ unsigned ks[];
+    extern __shared__ __align__(16) unsigned ks[];
     int i = t0 + blockIdx.y;
     if (segs) a = segs[blockIdx.y], i = 0;
     int nvis = visible(a, i), k = a.topk, G = topk_blocks(nvis, k), b = blockIdx.x;
@@ -411,7 +442,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, 3)
     const float *sc = scores + blockIdx.y * ldsc + lo;
     unsigned *ck = cand + blockIdx.y * ldc + (long long)b * k, *ci = ck + (long long)G * k;
     staged_topk(hi - lo, k, [&](int s) { return fkey(sc[s]); },
-                [&](int r, int s, unsigned u) { ck[r] = u, ci[r] = lo + s; }, sm, ks, kcap);
+                [&](int r, int s, unsigned u) { ck[r] = u, ci[r] = lo + s; }, sm, ks, kcap, sc);
 }
 
 // A block per row: the token's chosen entries into a.sel (k of them, or
@@ -424,7 +455,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, 3)
 {
     pdl_wait();
     __shared__ topk_smem sm;
-    extern __shared__ unsigned ks[];
+    extern __shared__ __align__(16) unsigned ks[];
     int i = t0 + blockIdx.x;
     if (segs) a = segs[blockIdx.x], i = 0;
     int nvis = visible(a, i), k = a.topk;
@@ -439,11 +470,11 @@ __global__ void __launch_bounds__(TOPK_THREADS, 3)
     if (G > 1) {
         const unsigned *ck = cand + blockIdx.x * ldc, *ci = ck + (long long)G * k;
         staged_topk(G * k, k, [&](int j) { return ck[j]; },
-                    [&](int r, int j, unsigned) { out[r] = (int)ci[j]; }, sm, ks, kcap);
+                    [&](int r, int j, unsigned) { out[r] = (int)ci[j]; }, sm, ks, kcap, NULL);
     } else {
         const float *sc = scores + blockIdx.x * ldsc;
         staged_topk(nvis, k, [&](int s) { return fkey(sc[s]); },
-                    [&](int r, int s, unsigned) { out[r] = s; }, sm, ks, kcap);
+                    [&](int r, int s, unsigned) { out[r] = s; }, sm, ks, kcap, sc);
     }
     if (threadIdx.x == 0) a.nsel[i] = k;
 }
@@ -457,7 +488,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, 3)
 {
     pdl_wait();
     __shared__ topk_smem sm;
-    extern __shared__ unsigned ks[];
+    extern __shared__ __align__(16) unsigned ks[];
     topk_cluster part = { cg::this_cluster() };
     int C = (int)part.cl.num_blocks(), b = (int)part.cl.block_rank();
     int i = t0 + blockIdx.y;
@@ -475,14 +506,14 @@ __global__ void __launch_bounds__(TOPK_THREADS, 3)
     int lo = (int)((long long)b * nvis / C), hi = (int)((long long)(b + 1) * nvis / C);
     const float *sc = scores + blockIdx.y * ldsc + lo;
     staged_topk(hi - lo, k, [&](int s) { return fkey(sc[s]); },
-                [&](int r, int s, unsigned) { out[r] = lo + s; }, sm, ks, kcap, part);
+                [&](int r, int s, unsigned) { out[r] = lo + s; }, sm, ks, kcap, sc, part);
     if (b == 0 && threadIdx.x == 0) a.nsel[i] = k;
 }
 
 // Dynamic shared memory of a launch that stages kcap keys a block.
 static size_t topk_smem_bytes(int kcap)
 {
-    return kcap ? kcap * sizeof(unsigned) + TOPK_AUX : 0;
+    return kcap ? (kcap + 4) * sizeof(unsigned) + TOPK_AUX : 0;
 }
 
 long long cu_indexer_topk_ld(int maxvis, int topk, int rows)
