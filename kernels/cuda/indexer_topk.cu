@@ -134,6 +134,13 @@ __device__ __forceinline__ unsigned fkey(float f)
     return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 
+// The keys of a row of scores: key(s) = fkey(row[s]).  staged_topk
+// copies such a row 16 bytes a load.
+struct score_keys {
+    const float *row;
+    __device__ unsigned operator()(int s) const { return fkey(row[s]); }
+};
+
 // Keys c0 + j blockDim.x + threadIdx.x (j < TOPK_LOADS) of n into u (0
 // past n), every load issued before any is used.
 template <class Key>
@@ -291,12 +298,12 @@ __device__ void fine_bin(const int *hist, int krem, topk_smem &sm, const Part &p
 // the k-th key and mark them, and the marks give each thread's word its
 // place by one block scan.  (Run V3: staging took a 2,048-entry block
 // from 10.1 to 8.9 us.)  All of a thread's loads are in flight before it
-// stores any; where the keys are a row of scores (row: key(s) is
-// fkey(row[s])) 16 bytes a load, the keys staged from ks + (row's word
-// offset in 16 bytes) so that both sides of each copy are aligned.
+// stores any; a row of scores (score_keys) 16 bytes a load, the keys
+// staged from ks + (the row's word offset in 16 bytes) so that both sides
+// of each copy are aligned.
 template <class Key, class Emit, class Part = topk_whole>
 __device__ void staged_topk(int n, int k, Key key, Emit emit, topk_smem &sm, unsigned *ks,
-                            int kcap, const float *row, const Part &part = Part())
+                            int kcap, const Part &part = Part())
 {
     if (n > kcap) {
         block_topk(n, k, key, emit, sm, part);
@@ -308,8 +315,9 @@ __device__ void staged_topk(int n, int k, Key key, Emit emit, topk_smem &sm, uns
     if (threadIdx.x == 0) sm.ncand = 0, sm.top = 0;
     __syncthreads();
     unsigned top = 0;
-    if (row) {
+    if constexpr (std::is_same<Key, score_keys>::value) {
         // entries s0.. in 16-byte groups, the few before and after alone
+        const float *row = key.row;
         int a = (int)((uintptr_t)row >> 2 & 3), s0 = min(n, (4 - a) & 3), nv = (n - s0) >> 2;
         int tail = s0 + 4 * nv, t = threadIdx.x;     // threads 0-3 the head, 4-7 the tail
         ks += a;
@@ -441,8 +449,8 @@ __global__ void __launch_bounds__(TOPK_THREADS, 3)
     int lo = (int)((long long)b * nvis / G), hi = (int)((long long)(b + 1) * nvis / G);
     const float *sc = scores + blockIdx.y * ldsc + lo;
     unsigned *ck = cand + blockIdx.y * ldc + (long long)b * k, *ci = ck + (long long)G * k;
-    staged_topk(hi - lo, k, [&](int s) { return fkey(sc[s]); },
-                [&](int r, int s, unsigned u) { ck[r] = u, ci[r] = lo + s; }, sm, ks, kcap, sc);
+    staged_topk(hi - lo, k, score_keys{ sc },
+                [&](int r, int s, unsigned u) { ck[r] = u, ci[r] = lo + s; }, sm, ks, kcap);
 }
 
 // A block per row: the token's chosen entries into a.sel (k of them, or
@@ -470,11 +478,11 @@ __global__ void __launch_bounds__(TOPK_THREADS, 3)
     if (G > 1) {
         const unsigned *ck = cand + blockIdx.x * ldc, *ci = ck + (long long)G * k;
         staged_topk(G * k, k, [&](int j) { return ck[j]; },
-                    [&](int r, int j, unsigned) { out[r] = (int)ci[j]; }, sm, ks, kcap, NULL);
+                    [&](int r, int j, unsigned) { out[r] = (int)ci[j]; }, sm, ks, kcap);
     } else {
         const float *sc = scores + blockIdx.x * ldsc;
-        staged_topk(nvis, k, [&](int s) { return fkey(sc[s]); },
-                    [&](int r, int s, unsigned) { out[r] = s; }, sm, ks, kcap, sc);
+        staged_topk(nvis, k, score_keys{ sc }, [&](int r, int s, unsigned) { out[r] = s; }, sm,
+                    ks, kcap);
     }
     if (threadIdx.x == 0) a.nsel[i] = k;
 }
@@ -505,8 +513,8 @@ __global__ void __launch_bounds__(TOPK_THREADS, 3)
     if (threadIdx.x < 2) sm.cnt[threadIdx.x] = 0;
     int lo = (int)((long long)b * nvis / C), hi = (int)((long long)(b + 1) * nvis / C);
     const float *sc = scores + blockIdx.y * ldsc + lo;
-    staged_topk(hi - lo, k, [&](int s) { return fkey(sc[s]); },
-                [&](int r, int s, unsigned) { out[r] = lo + s; }, sm, ks, kcap, sc, part);
+    staged_topk(hi - lo, k, score_keys{ sc }, [&](int r, int s, unsigned) { out[r] = lo + s; },
+                sm, ks, kcap, part);
     if (b == 0 && threadIdx.x == 0) a.nsel[i] = k;
 }
 
