@@ -221,6 +221,13 @@ static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const floa
         for (k = 0; joins(c, T) && k < CU_SEG_MAX && i + k < n && xi[k] == xi[0]; k++)
             if (!to_dqw(c, w[i + k], &q[k])) return;
         if (k > 1 && lt_joined(c, k, q, xi[0], ldx, T, y + i, ldy + i)) continue;
+        // views of one matrix, each with its own slice of x: one batch
+        if (k <= 1 && n - i >= 2 && T >= c->lt_batch_t) {
+            int m = n - i < CU_SEG_MAX ? n - i : CU_SEG_MAX;
+            for (k = 0; k < m; k++)
+                if (!to_dqw(c, w[i + k], &q[k])) return;
+            if (lt_batched(c, m, q, xi, ldx, T, y + i, ldy + i)) continue;
+        }
         for (k = 0; k < CU_MULTI_MAX && i + k < n; k++) {
             if (!to_dqw(c, w[i + k], &q[k])) return;
             if (k && (q[k].type != q[0].type || q[k].cols != q[0].cols)) break;
@@ -1387,6 +1394,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_LT_MIN_T: lt_first's first token count (comparisons; 17:
     // as before it, 9-16 tokens on the small-M kernels).
     c->lt_min_t = (int)env_int(c, "LLM_CUDA_LT_MIN_T", 2, 17, LT_BF16_MIN_T);
+    // LLM_CUDA_LT_BATCH_T: lt_batched's first token count (comparisons;
+    // 65: never, each view its own matmul as before it).
+    c->lt_batch_t = (int)env_int(c, "LLM_CUDA_LT_BATCH_T", 2, 65, LT_BF16_MIN_T);
     // LLM_CUDA_WGMMA_WG: cu_matmul_wgmma's blocks of 1 or 2 warpgroups
     // (unset: its plan's choice; comparisons).
     c->wgmma_wg = (int)env_int(c, "LLM_CUDA_WGMMA_WG", 1, 2, 0);

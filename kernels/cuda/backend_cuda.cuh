@@ -78,7 +78,7 @@ struct prof_ent {
 // power of two (MoE experts see every count): choosing one costs more
 // host time than launching it.
 #define NALGO 128
-#define ALGO_KEY 10
+#define ALGO_KEY 11
 struct lt_algo {
     int key[ALGO_KEY];
     cublasLtMatmulAlgo_t algo;
@@ -147,6 +147,7 @@ struct cu_impl {
     int small_mma;              // LLM_CUDA_SMALL_MMA: 9-64 tokens on cu_matmul_mma (enum below)
     int stream_max_t;           // LLM_CUDA_STREAM_MAX_T (STREAM_MAX_T)
     int lt_min_t;               // LLM_CUDA_LT_MIN_T (LT_BF16_MIN_T)
+    int lt_batch_t;             // lt_batched from this many tokens (LLM_CUDA_LT_BATCH_T; 65: never)
     int wgmma_wg;               // LLM_CUDA_WGMMA_WG (0: the plan's choice)
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
     bool attn_fuse;             // ... with the model's ring store and inverse RoPE (LLM_CUDA_ATTN_FUSE)
@@ -437,12 +438,14 @@ void uploads_free(cu_impl *c);
 // cuda_gemm.cu: prefill GEMMs through cuBLASLt, algorithms cached per shape.
 bool lt_op_new(cu_impl *c);
 bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy,
-             const cu_ysegs *segs = nullptr);
+             const cu_ysegs *segs = nullptr, int nbatch = 1);
 gemm_op gemm_input(cu_impl *c, bool bf16, bool exact, const float *x, int ldx, const int *rows,
                    int div, int T, int K);
 void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y, int ldy);
 bool lt_joined(cu_impl *c, int n, const dqw *q, const float *x, int ldx, int T, float *const *y,
                const int *ldy);
+bool lt_batched(cu_impl *c, int n, const dqw *q, const float *const *x, int ldx, int T,
+                float *const *y, const int *ldy);
 void f32_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y, int ldy);
 void expert_gemms(cu_impl *c, const dqw &w, int E, const int *ho, gemm_op x, float *y, int ldy);
 

@@ -53,15 +53,36 @@ static bool lt_heuristic(cu_impl *c, cublasLtMatmulDesc_t op, cublasLtMatrixLayo
     return ok;
 }
 
+// A rows x cols column-major layout, ld apart; nbatch > 1: that many
+// matrices `stride` elements apart (a strided batch).  NULL on failure.
+static void lt_layout(cu_impl *c, cublasLtMatrixLayout_t *L, cudaDataType_t dt, int rows,
+                      int cols, long long ld, int nbatch, long long stride)
+{
+    bool ok = true;
+    *L = NULL;
+    LTK(cublasLtMatrixLayoutCreate(L, dt, rows, cols, ld));
+    if (ok && nbatch > 1) {
+        LTK(cublasLtMatrixLayoutSetAttribute(*L, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &nbatch,
+                                             sizeof nbatch));
+        LTK(cublasLtMatrixLayoutSetAttribute(*L, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                             &stride, sizeof stride));
+    }
+    if (!ok && *L) cublasLtMatrixLayoutDestroy(*L), *L = NULL;
+}
+
 // y[T][N] = x[T][K] . W[N][K]^T, float32 accumulation and output (no
 // TF32): column-major, that is Y'[N][T] = W'^T X' with W' = W as K x N.
 // The pointers' actual alignments go into the algorithm's choice
 // (activation views are offset).  FP8 operands (scale set, both): the
 // weights' 128x128 and the activations' 1x128 block scales applied per
 // K block, float32 sums; those have no algorithm for some shapes: then
-// false, nothing launched (every other type fails the backend).
+// false, nothing launched (every other type fails the backend).  segs:
+// the sums go to its segments of rows (x's parts stacked, else false).
+// nbatch > 1 (with segs): that many GEMMs in one launch, matrix g of W at
+// w.p + g w.stride and its x at x.p + g x.stride (elements), its sums in
+// rows g N .. of segs' nbatch N.
 bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, int ldy,
-             const cu_ysegs *segs)
+             const cu_ysegs *segs, int nbatch)
 {
     bool ok = true;
     bool fp8 = w.scale != NULL;
@@ -82,14 +103,15 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
     // of more tokens add them.
     bool stack = parts > 1 && (long long)parts * T <= LT_STACK_MAX && !fp8 &&
                  x.ld == (long long)parts * x.lo;
-    if (segs && !stack) return false;
+    if ((segs || nbatch > 1) && !(stack && segs)) return false;
     float *yg = y;
     int Tg = T, ldyg = ldy, runs = parts;
     long long ldb = x.ld;
     if (stack) {
-        yg = (float *)grow(c, &c->ystk, (size_t)parts * T * N * sizeof(float));
+        // a batch's GEMMs write rows g N .. of each column: nbatch N in all
+        yg = (float *)grow(c, &c->ystk, (size_t)parts * T * nbatch * N * sizeof(float));
         if (c->failed) return false;
-        Tg = parts * T, ldyg = N, runs = 1, ldb = x.lo;
+        Tg = parts * T, ldyg = nbatch * N, runs = 1, ldb = x.lo;
     }
     int tb = 16;
     while (tb < Tg) tb *= 2;
@@ -98,19 +120,27 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
         unsigned a = align_of(byte_off(x.p, (long long)part * x.lo * 2));
         if (a < align[1]) align[1] = a;
     }
+    int es = fp8 ? 1 : w.bf16 ? 2 : 4;
+    if (nbatch > 1) {
+        unsigned ab[3] = { align_of(byte_off(w.p, w.stride * es)),
+                           align_of(byte_off(x.p, x.stride * es)), align_of(yg + N) };
+        for (int i = 0; i < 3; i++) align[i] = ab[i] < align[i] ? ab[i] : align[i];
+    }
     int key[ALGO_KEY] = { fp8 ? 2 : w.bf16, N, K, (int)w.ld, (int)ldb, ldyg, tb, (int)align[0],
-                          (int)align[1], (int)align[2] };
+                          (int)align[1], (int)align[2], nbatch };
     cublasLtMatrixLayout_t A = NULL, B = NULL, C = NULL;
-    LTK(cublasLtMatrixLayoutCreate(&A, dt, K, N, w.ld));
-    LTK(cublasLtMatrixLayoutCreate(&B, dt, K, Tg, ldb));
-    LTK(cublasLtMatrixLayoutCreate(&C, CUDA_R_32F, N, Tg, ldyg));
+    lt_layout(c, &A, dt, K, N, w.ld, nbatch, w.stride);
+    lt_layout(c, &B, dt, K, Tg, ldb, nbatch, x.stride);
+    lt_layout(c, &C, CUDA_R_32F, N, Tg, ldyg, nbatch, N);
+    ok = ok && A && B && C;
     lt_algo *a = NULL;
     for (int i = 0; i < c->nalgos && i < NALGO && !a; i++)
         if (!memcmp(c->algos[i].key, key, sizeof key)) a = &c->algos[i];
     if (ok && !a) {     // chosen for the bucket's largest count
         cublasLtMatrixLayout_t Bb = NULL, Cb = NULL;
-        LTK(cublasLtMatrixLayoutCreate(&Bb, dt, K, tb, ldb));
-        LTK(cublasLtMatrixLayoutCreate(&Cb, CUDA_R_32F, N, tb, ldyg));
+        lt_layout(c, &Bb, dt, K, tb, ldb, nbatch, x.stride);
+        lt_layout(c, &Cb, CUDA_R_32F, N, tb, ldyg, nbatch, N);
+        ok = ok && Bb && Cb;
         cublasLtMatmulAlgo_t algo;
         if (ok && lt_heuristic(c, op, A, Bb, Cb, align, &algo)) {
             a = &c->algos[c->nalgos++ % NALGO];
@@ -141,7 +171,7 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
             ok = false;
         }
     }
-    if (ok && stack && segs) cu_sum_parts_segs(c->st, yg, N, T, parts, *segs);
+    if (ok && stack && segs) cu_sum_parts_segs(c->st, yg, nbatch * N, T, parts, *segs);
     else if (ok && stack) cu_sum_parts(c->st, yg, N, T, parts, y, ldy);
     if (C) cublasLtMatrixLayoutDestroy(C);
     if (B) cublasLtMatrixLayoutDestroy(B);
@@ -267,6 +297,14 @@ void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, floa
     if (!c->failed) lt_gemm(c, w, q.rows, q.cols, in, T, y, ldy);
 }
 
+// Decode batches whose x lt_gemm takes as two bf16 parts stacked as
+// columns, n matrices (lt_joined, lt_batched).
+static bool stacks(cu_impl *c, int n, int T)
+{
+    return joins(c, T) && n >= 2 && n <= CU_SEG_MAX && c->gemm != BACKEND_GEMM_F32 &&
+           (T < GEMM_MODE_MIN_T || split_mode(c)) && 2 * T <= LT_STACK_MAX;
+}
+
 // Matrices that join_weights laid back to back (the bf16 forms of FP8
 // and BF16 weights, one after another in the list's order) times one x,
 // as dense_matmul multiplies each in bf16 with x split: one GEMM over all
@@ -278,9 +316,7 @@ void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, floa
 bool lt_joined(cu_impl *c, int n, const dqw *q, const float *x, int ldx, int T, float *const *y,
                const int *ldy)
 {
-    if (!joins(c, T) || n < 2 || n > CU_SEG_MAX || c->gemm == BACKEND_GEMM_F32 ||
-        !(T < GEMM_MODE_MIN_T || split_mode(c)) || 2 * T > LT_STACK_MAX)
-        return false;
+    if (!stacks(c, n, T)) return false;
     cu_ysegs s;
     s.n = n;
     gemm_op w0 = {};
@@ -299,6 +335,41 @@ bool lt_joined(cu_impl *c, int n, const dqw *q, const float *x, int ldx, int T, 
     }
     gemm_op in = dense_input(c, true, false, x, ldx, T, q[0].cols);
     return c->failed || lt_gemm(c, w0, N, q[0].cols, in, T, NULL, 0, &s);
+}
+
+// Views of one matrix a fixed number of rows apart, each times its own x
+// a fixed number of columns after the one before (the grouped output
+// projection wo_a: 4 groups of 1,024 rows, each over its 4,096 columns of
+// the attention's output), as dense_matmul multiplies each in bf16 with x
+// split: x's columns split once, one strided-batched GEMM, one sum of the
+// parts into each view's y.  Three launches instead of three a view, and
+// the batch fills the GPU where one view's GEMM of 1,024 rows could not.
+// From lt_batch_t tokens (LLM_CUDA_LT_BATCH_T); false: not such a list or
+// not such a step, nothing launched.
+bool lt_batched(cu_impl *c, int n, const dqw *q, const float *const *x, int ldx, int T,
+                float *const *y, const int *ldy)
+{
+    if (T < c->lt_batch_t || !stacks(c, n, T)) return false;
+    long long xs = x[1] - x[0], ws = 0;
+    int N = q[0].rows, K = q[0].cols;
+    gemm_op w0 = {};
+    cu_ysegs s;
+    s.n = n;
+    for (int i = 0; i < n; i++) {
+        bool bf = q[i].type == QT_BF16 || (q[i].type == QT_FP8 && q[i].bf);
+        if (!bf || q[i].rows != N || q[i].cols != K || N <= 0 || K <= 0 || xs <= 0 ||
+            (n - 1) * xs + K > ldx || x[i] - x[0] != i * xs || fp8_quantized(c, q[i].type, T))
+            return false;
+        gemm_op w = gemm_weights(c, true, q[i], 1);     // no launch: bf16 forms
+        if (i == 1) ws = ((const uint16_t *)w.p - (const uint16_t *)w0.p);
+        if (i && (w.ld != w0.ld || w.p != byte_off(w0.p, i * ws * 2) || ws <= 0)) return false;
+        if (!i) w0 = w;
+        s.end[i] = (i + 1) * N, s.y[i] = y[i], s.ldy[i] = ldy[i];
+    }
+    gemm_op in = bf16_parts(c, x[0], ldx, NULL, 1, T, (int)((n - 1) * xs + K), 2);
+    c->xkeep.set = false;   // its scratch now holds these parts
+    w0.stride = ws, in.stride = xs;
+    return c->failed || lt_gemm(c, w0, N, K, in, T, NULL, 0, &s, n);
 }
 
 // y = x W^T with float32 products whatever the GEMM mode (the router's

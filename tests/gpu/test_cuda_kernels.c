@@ -500,6 +500,7 @@ static void test_matmuls(void)
 static void fp8_shadow_cases(void);
 static void matmuls_keep_cases(void);
 static void joined_cases(void);
+static void batched_cases(void);
 
 static void test_matmul(void)
 {
@@ -614,6 +615,7 @@ static void test_matmul(void)
     fp8_shadow_cases();
     matmuls_keep_cases();
     joined_cases();
+    batched_cases();
 }
 
 /* FP8 weights multiplied from their bf16 copy (G_shadow): against the
@@ -725,6 +727,60 @@ static void joined_cases(void)
     for (int i = 0; i < n; i++)
         for (int k = 0; k < 3; k++)
             mm_case(ty[i] == QT_FP8 ? "fp8 joined" : "bf16 joined", &cw[i], &gw[i], Ta[k]);
+    G = keep;
+}
+
+/* matmuls of views of one matrix (rows 128g.. of a BF16 matrix and of an
+ * FP8 one with its bf16 copy), each times its own columns of x, into its
+ * own columns of y (the grouped output projection wo_a) on the default
+ * backend (G_auto): from 9 tokens the views as one strided-batched GEMM
+ * (lt_batched); x's slices a fixed step apart or not (one by one), each
+ * view against the CPU within mm_check's bounds. */
+static void batched_cases(void)
+{
+    backend *B = G_auto[gemm_mode], *keep = G;
+    if (!B) return;
+    G = B;
+    enum qtype ty[] = { QT_BF16, QT_FP8 };
+    int n = 4, N = 128, K = 256, ldx = 4 * 300 + 8, ldy = 4 * N + 3;
+    int steps[2][4] = { { 0, 256, 512, 768 }, { 0, 300, 520, 900 } };
+    for (int f = 0; f < 2; f++) {
+        qweight big = make_w(ty[f], n * N, K), gbig = up(&big), cw[4], gw[4];
+        for (int g = 0; g < n; g++) {
+            cw[g] = qweight_view(&big, g * N, N, 0, K);
+            gw[g] = qweight_view(&gbig, g * N, N, 0, K);
+        }
+        int Ts[] = { 9, 16, 33, 64 };
+        for (int st = 0; st < 2; st++)
+            for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
+                int T = Ts[k];
+                float *x = hrand((size_t)T * ldx, 1.0f), *dx = dcopy(x, (size_t)T * ldx * 4);
+                float *dy = B->alloc(B, (size_t)T * ldy * 4), *yc = calloc((size_t)T * ldy, 4);
+                poison(dy, (size_t)T * ldy * 4);
+                const qweight *gp[4];
+                const float *gx[4];
+                float *gy[4];
+                int ldys[4];
+                for (int g = 0; g < n; g++) {
+                    C->matmul(C, &cw[g], x + steps[st][g], ldx, T, yc + g * N, ldy);
+                    gp[g] = &gw[g], gx[g] = dx + steps[st][g], gy[g] = dy + g * N, ldys[g] = ldy;
+                }
+                B->matmuls(B, n, gp, gx, ldx, T, gy, ldys, NULL, 0);
+                float *yg = hcopy(dy, (size_t)T * ldy * 4);
+                ok(!B->error(B), "matmuls of %s views, x %s: no error (%s)", tname(ty[f]),
+                   st ? "slices apart unevenly" : "a slice each", B->error(B) ? B->error(B) : "");
+                for (int g = 0; g < n; g++) {
+                    char name[160];
+                    snprintf(name, sizeof name, "matmuls of %s views, x %s: view %d T=%d",
+                             tname(ty[f]), st ? "slices apart unevenly" : "a slice each", g, T);
+                    float *a = pack(yg + g * N, T, N, ldy), *b = pack(yc + g * N, T, N, ldy);
+                    mm_check(name, &cw[g], x + steps[st][g], ldx, T, a, b);
+                    free(a), free(b);
+                }
+                B->release(B, dx), B->release(B, dy);
+                free(x), free(yc), free(yg);
+            }
+    }
     G = keep;
 }
 
