@@ -222,8 +222,8 @@ static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const floa
             if (!to_dqw(c, w[i + k], &q[k])) return;
         if (k > 1 && lt_joined(c, k, q, xi[0], ldx, T, y + i, ldy + i)) continue;
         // views of one matrix, each with its own slice of x: one batch
-        if (k <= 1 && n - i >= 2 && T >= c->lt_batch_t) {
-            int m = n - i < CU_SEG_MAX ? n - i : CU_SEG_MAX;
+        int m = n - i < CU_SEG_MAX ? n - i : CU_SEG_MAX;
+        if (k <= 1 && batches(c, m, T)) {
             for (k = 0; k < m; k++)
                 if (!to_dqw(c, w[i + k], &q[k])) return;
             if (lt_batched(c, m, q, xi, ldx, T, y + i, ldy + i)) continue;

@@ -368,6 +368,21 @@ static inline bool joins(const cu_impl *c, int T)
     return c->small_mma == SMALL_MMA_AUTO && T >= c->lt_min_t;
 }
 
+// Decode batches whose x lt_gemm takes as two bf16 parts stacked as
+// columns, n matrices (lt_joined) ...
+static inline bool stacks(cu_impl *c, int n, int T)
+{
+    return joins(c, T) && n >= 2 && n <= CU_SEG_MAX && c->gemm != BACKEND_GEMM_F32 &&
+           (T < GEMM_MODE_MIN_T || split_mode(c)) && 2 * T <= LT_STACK_MAX;
+}
+
+// ... and, from lt_batch_t tokens (LLM_CUDA_LT_BATCH_T), views of one
+// matrix each with its own x as one strided batch (lt_batched).
+static inline bool batches(cu_impl *c, int n, int T)
+{
+    return T >= c->lt_batch_t && stacks(c, n, T);
+}
+
 // The prefill GEMMs of weight q run in bf16 unless LLM_CUDA_GEMM=f32 or
 // the weight is float32 (not exact in bf16).
 static inline bool use_bf16(cu_impl *c, const dqw &q)

@@ -297,14 +297,6 @@ void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, floa
     if (!c->failed) lt_gemm(c, w, q.rows, q.cols, in, T, y, ldy);
 }
 
-// Decode batches whose x lt_gemm takes as two bf16 parts stacked as
-// columns, n matrices (lt_joined, lt_batched).
-static bool stacks(cu_impl *c, int n, int T)
-{
-    return joins(c, T) && n >= 2 && n <= CU_SEG_MAX && c->gemm != BACKEND_GEMM_F32 &&
-           (T < GEMM_MODE_MIN_T || split_mode(c)) && 2 * T <= LT_STACK_MAX;
-}
-
 // Matrices that join_weights laid back to back (the bf16 forms of FP8
 // and BF16 weights, one after another in the list's order) times one x,
 // as dense_matmul multiplies each in bf16 with x split: one GEMM over all
@@ -344,21 +336,22 @@ bool lt_joined(cu_impl *c, int n, const dqw *q, const float *x, int ldx, int T, 
 // split: x's columns split once, one strided-batched GEMM, one sum of the
 // parts into each view's y.  Three launches instead of three a view, and
 // the batch fills the GPU where one view's GEMM of 1,024 rows could not.
-// From lt_batch_t tokens (LLM_CUDA_LT_BATCH_T); false: not such a list or
-// not such a step, nothing launched.
+// Steps that batches() takes; false: not such a list or not such a step,
+// nothing launched.
 bool lt_batched(cu_impl *c, int n, const dqw *q, const float *const *x, int ldx, int T,
                 float *const *y, const int *ldy)
 {
-    if (T < c->lt_batch_t || !stacks(c, n, T)) return false;
+    if (!batches(c, n, T)) return false;
     long long xs = x[1] - x[0], ws = 0;
     int N = q[0].rows, K = q[0].cols;
+    if (N <= 0 || K <= 0 || xs <= 0 || (n - 1) * xs + K > ldx) return false;
     gemm_op w0 = {};
     cu_ysegs s;
     s.n = n;
     for (int i = 0; i < n; i++) {
         bool bf = q[i].type == QT_BF16 || (q[i].type == QT_FP8 && q[i].bf);
-        if (!bf || q[i].rows != N || q[i].cols != K || N <= 0 || K <= 0 || xs <= 0 ||
-            (n - 1) * xs + K > ldx || x[i] - x[0] != i * xs || fp8_quantized(c, q[i].type, T))
+        if (!bf || q[i].rows != N || q[i].cols != K || x[i] - x[0] != i * xs ||
+            fp8_quantized(c, q[i].type, T))
             return false;
         gemm_op w = gemm_weights(c, true, q[i], 1);     // no launch: bf16 forms
         if (i == 1) ws = ((const uint16_t *)w.p - (const uint16_t *)w0.p);
