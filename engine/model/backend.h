@@ -235,8 +235,10 @@ struct backend {
      * rmsnorm(x, norm_w, eps) (the rmsnorm op's values; x unchanged). */
     void (*matmuls)(backend *b, int n, const qweight *const *w, const float *const *x, int ldx,
                     int T, float *const *y, const int *ldy, const float *norm_w, float eps);
-    /* out[t] = dequantized row ids[t] of w */
-    void (*embed)(backend *b, const qweight *w, const int32_t *ids, int T, float *out);
+    /* out[t][k] = dequantized row ids[t] of w for k < copies (rows of
+     * copies x cols: the mHC's streams start as copies of the embedding) */
+    void (*embed)(backend *b, const qweight *w, const int32_t *ids, int T, int copies,
+                  float *out);
     /* RMSNorm of T rows of n: out = weight * (x / rms); weight NULL: none.
      * In place is fine. */
     void (*rmsnorm)(backend *b, const float *x, int ldx, int T, int n, const float *weight,

@@ -380,8 +380,7 @@ static void forward_ops(v4_model *M, v4_rank *R, const v4_batch *B)
     backend *be = R->be;
     v4_scratch *s = &R->s;
     int T = B->T, H = c->hidden_size, hc = c->hc_mult;
-    be->embed(be, &R->w.embed, B->ids, T, s->x);
-    for (int k = 0; k < hc; k++) be->copy_rows(be, s->h + (size_t)k * H, hc * H, s->x, H, T, H);
+    be->embed(be, &R->w.embed, B->ids, T, hc, s->h);
     for (int l = 0; l < c->n_layers; l++) {
         sublayer(M, R, B, l, false);
         sublayer(M, R, B, l, true);

@@ -118,10 +118,16 @@ static void cpu_matmul_op(backend *b, const qweight *w, const float *x, int ldx,
     matmul(b->impl, T, w, false, x, ldx, T, y, ldy);
 }
 
-static void cpu_embed(backend *b, const qweight *w, const int32_t *ids, int T, float *out)
+static void cpu_embed(backend *b, const qweight *w, const int32_t *ids, int T, int copies,
+                      float *out)
 {
     (void)b;
-    for (int t = 0; t < T; t++) qweight_row(w, ids[t], 0, w->cols, out + (size_t)t * w->cols);
+    size_t n = w->cols;
+    for (int t = 0; t < T; t++) {
+        float *o = out + (size_t)t * copies * n;
+        qweight_row(w, ids[t], 0, w->cols, o);
+        for (int k = 1; k < copies; k++) memcpy(o + k * n, o, n * sizeof *o);
+    }
 }
 
 static void cpu_rmsnorm(backend *b, const float *x, int ldx, int T, int n,

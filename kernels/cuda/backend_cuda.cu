@@ -240,14 +240,15 @@ static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const floa
     launched(c, "matmuls");
 }
 
-static void cu_embed_op(backend *b, const qweight *w, const int32_t *ids, int T, float *out)
+static void cu_embed_op(backend *b, const qweight *w, const int32_t *ids, int T, int copies,
+                        float *out)
 {
     cu_impl *c = enter(b);
     dqw q;
     if (!to_dqw(c, w, &q)) return;
     const int *d = (const int *)stage(c, ids, T * sizeof *ids);
     if (c->failed || recording(c)) return;
-    cu_embed(c->st, q, d, T, out);
+    cu_embed(c->st, q, d, T, copies, out);
     launched(c, "embed");
 }
 

@@ -167,7 +167,7 @@ void cu_fp8_wscales(cudaStream_t st, const uint8_t *scale, long long sld, int nr
                     float *out, int ldo);
 
 // ---- ops.cu ----
-void cu_embed(cudaStream_t st, const dqw &w, const int *ids, int T, float *out);
+void cu_embed(cudaStream_t st, const dqw &w, const int *ids, int T, int copies, float *out);
 void cu_rmsnorm(cudaStream_t st, const float *x, int ldx, int T, int n, const float *weight,
                 float eps, float *out, int ldo);
 void cu_rope(cudaStream_t st, float *x, int ld, int T, int nheads, int head_dim, const drope &rt,

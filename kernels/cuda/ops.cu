@@ -12,24 +12,26 @@
 static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
 template <int QT>
-__global__ void embed_kernel(dqw w, const int *ids, float *out)
+__global__ void embed_kernel(dqw w, const int *ids, int copies, float *out)
 {
     pdl_wait();
     int t = blockIdx.x;
     long long r = w.r0 + ids[t];
-    float *o = out + (long long)t * w.cols;
-    for (int c = threadIdx.x; c < w.cols; c += blockDim.x)
-        o[c] = qw_at<QT>(w, w.data, w.scale, r, w.c0 + c);
+    float *o = out + (long long)t * copies * w.cols;
+    for (int c = threadIdx.x; c < w.cols; c += blockDim.x) {
+        float v = qw_at<QT>(w, w.data, w.scale, r, w.c0 + c);
+        for (int k = 0; k < copies; k++) o[(long long)k * w.cols + c] = v;
+    }
 }
 
-void cu_embed(cudaStream_t st, const dqw &w, const int *ids, int T, float *out)
+void cu_embed(cudaStream_t st, const dqw &w, const int *ids, int T, int copies, float *out)
 {
     if (T <= 0) return;
     switch (w.type) {
-    case QT_F32: cu_launch(embed_kernel<QT_F32>, T, 256, 0, st, w, ids, out); break;
-    case QT_BF16: cu_launch(embed_kernel<QT_BF16>, T, 256, 0, st, w, ids, out); break;
-    case QT_FP8: cu_launch(embed_kernel<QT_FP8>, T, 256, 0, st, w, ids, out); break;
-    default: cu_launch(embed_kernel<QT_MXFP4>, T, 256, 0, st, w, ids, out); break;
+    case QT_F32: cu_launch(embed_kernel<QT_F32>, T, 256, 0, st, w, ids, copies, out); break;
+    case QT_BF16: cu_launch(embed_kernel<QT_BF16>, T, 256, 0, st, w, ids, copies, out); break;
+    case QT_FP8: cu_launch(embed_kernel<QT_FP8>, T, 256, 0, st, w, ids, copies, out); break;
+    default: cu_launch(embed_kernel<QT_MXFP4>, T, 256, 0, st, w, ids, copies, out); break;
     }
 }
 

@@ -876,21 +876,36 @@ static void test_row_argmax(void)
     }
 }
 
+/* embed against the CPU: one copy of each row, and four (the mHC's
+ * streams), each copy the row itself */
 static void test_embed(void)
 {
     qweight w = make_w(QT_BF16, 500, 192);
     qweight g = up(&w);
     int T = 7;
     int32_t ids[7] = { 0, 499, 17, 17, 250, 3, 111 };
-    float *yc = malloc((size_t)T * 192 * 4);
-    C->embed(C, &w, ids, T, yc);
-    float *dy = G->alloc(G, (size_t)T * 192 * 4);
-    poison(dy, (size_t)T * 192 * 4);
-    G->embed(G, &g, ids, T, dy);
-    float *yg = hcopy(dy, (size_t)T * 192 * 4);
-    check("embed bf16 500x192 T=7", yg, yc, (size_t)T * 192);
-    G->release(G, dy);
-    free(yc), free(yg);
+    for (int copies = 1; copies <= 4; copies += 3) {
+        size_t n = (size_t)T * copies * 192;
+        float *yc = malloc(n * 4), *row = malloc(192 * 4);
+        C->embed(C, &w, ids, T, copies, yc);
+        float *dy = G->alloc(G, n * 4);
+        poison(dy, n * 4);
+        G->embed(G, &g, ids, T, copies, dy);
+        float *yg = hcopy(dy, n * 4);
+        char name[80];
+        snprintf(name, sizeof name, "embed bf16 500x192 T=7, %d cop%s", copies,
+                 copies > 1 ? "ies" : "y");
+        check(name, yg, yc, n);
+        bool rows = true;
+        for (int t = 0; t < T; t++) {
+            qweight_row(&w, ids[t], 0, 192, row);
+            for (int k = 0; k < copies; k++)
+                rows &= !memcmp(yc + ((size_t)t * copies + k) * 192, row, 192 * 4);
+        }
+        ok(rows, "%s: the CPU's copies are the rows of w", name);
+        G->release(G, dy);
+        free(yc), free(yg), free(row);
+    }
 }
 
 static void test_rmsnorm(int T, int n, int ld, bool weight, bool inplace)
@@ -3064,7 +3079,8 @@ static void destroy_backends(backend **g, backend **g1)
  * modes (bf16x2, fp8): a short run after a change to them; `attention`:
  * attention in float32 and on tensor cores (every mode but f32);
  * `test_cuda_kernels mhc-indexer`: hc_pre_norm and the indexer; `moe`:
- * only the MoE layers, in every mode; `argmax`: row_argmax. */
+ * only the MoE layers, in every mode; `argmax`: row_argmax and embed (a
+ * step's last and first row ops). */
 /* The indexer's tensor-core scores (G: a backend whose op takes that path
  * for every cache dtype): key tiles and token chunks (odd counts: a last
  * stage of one token), few entries, Flash's shapes. */
@@ -3189,6 +3205,7 @@ int main(int argc, char **argv)
     if (only && !strcmp(only, "argmax")) {
         G = g[GEMM_F32];
         test_row_argmax();
+        test_embed();
     }
     if (only && !strcmp(only, "moe"))
         for (gemm_mode = GEMM_F32; gemm_mode <= GEMM_FP8; gemm_mode++) {
