@@ -387,20 +387,20 @@ static void forward_ops(v4_model *M, v4_rank *R, const v4_batch *B)
     }
     if (c->n_layers) be->hc_post(be, s->h, s->y, s->post, s->comb, T, hc, H);
 
-    /* Only the rows whose logits are wanted go through the head: one run
-     * of consecutive rows (a decode step's, a prefill's last) normalized
-     * straight from col, else the runs copied first, one copy a run. */
+    /* Only the rows whose logits are wanted go through the head, each run
+     * of consecutive rows copied in one copy; when they are all one run
+     * (a decode step's, a prefill's last) the norm reads them from col. */
     be->hc_head(be, s->h, T, hc, H, R->w.hc_fn, R->w.hc_base, R->w.hc_scale,
                 (float)c->hc_eps, (float)c->rms_eps, s->col);
     const float *hin = s->head_in;
-    if (B->nout && B->out_tok[B->nout - 1] == B->out_tok[0] + B->nout - 1) {
-        hin = s->col + (size_t)B->out_tok[0] * H;
-    } else {
-        for (int i = 0, k; i < B->nout; i += k) {
-            for (k = 1; i + k < B->nout && B->out_tok[i + k] == B->out_tok[i] + k; k++) {}
-            be->copy_rows(be, s->head_in + (size_t)i * H, H,
-                          s->col + (size_t)B->out_tok[i] * H, H, k, H);
+    for (int i = 0, k; i < B->nout; i += k) {
+        for (k = 1; i + k < B->nout && B->out_tok[i + k] == B->out_tok[i] + k; k++) {}
+        if (k == B->nout) {
+            hin = s->col + (size_t)B->out_tok[0] * H;
+            break;
         }
+        be->copy_rows(be, s->head_in + (size_t)i * H, H, s->col + (size_t)B->out_tok[i] * H, H,
+                      k, H);
     }
     be->rmsnorm(be, hin, H, B->nout, H, R->w.norm, (float)c->rms_eps, s->head_in, H);
     be->matmul(be, &R->w.head, s->head_in, H, B->nout, s->logits, R->shard.nv);
