@@ -1422,6 +1422,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // Profiling waits for every op: no graphs then.
     c->graphs = !c->profile && !(ge && !strcmp(ge, "0"));
     if (c->graphs) arena_grow(c, ARENA_BYTES);
+    // LLM_CUDA_GRAPH_KERNELS=1: each captured step's kernels by name
+    // (cuda_graphs.cu's kernel_table), what its launch count is made of.
+    c->gnames = env_int(c, "LLM_CUDA_GRAPH_KERNELS", 0, 1, 0);
     // LLM_CUDA_GRAPH_TIME=1: each replay's device time (graph_time).
     const char *gtime = getenv("LLM_CUDA_GRAPH_TIME");
     if (c->graphs && gtime && !strcmp(gtime, "1"))

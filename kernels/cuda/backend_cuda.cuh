@@ -212,6 +212,7 @@ struct cu_impl {
     graph_ent graph[NGRAPH], *gcur;
     long long ncaptures, nreplays;
     long long gkernels;         // kernel nodes of the graph captured last
+    bool gnames;                // ... listed by name on stderr (LLM_CUDA_GRAPH_KERNELS)
     // LLM_CUDA_GRAPH_TIME=1: events around each replay (gev_set: the last
     // one's, not yet read), the replays read and their device time
     cudaEvent_t gev[2];

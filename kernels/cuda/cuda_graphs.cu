@@ -9,6 +9,8 @@
 // memory (gen) retires them.
 #include "backend_cuda.cuh"
 
+#include <cxxabi.h>
+
 void graph_drop(graph_ent *e)
 {
     if (e->exec) cudaGraphExecDestroy(e->exec);
@@ -51,6 +53,68 @@ void cu_graph_begin(backend *b, uint64_t key)
     }
 }
 
+// A kernel node's function, demangled without its parameter list (the
+// runtime's name; cuBLASLt's kernels, launched through the driver, may
+// have none): into buf.
+static void kernel_name(cudaGraphNode_t node, char *buf, size_t len)
+{
+    cudaKernelNodeParams p;
+    const char *raw = NULL;
+    if (cudaGraphKernelNodeGetParams(node, &p) != cudaSuccess ||
+        cudaFuncGetName(&raw, p.func) != cudaSuccess || !raw) {
+        cudaGetLastError();     // (not sticky: the count goes on)
+        snprintf(buf, len, "(no runtime name: a library's kernel)");
+        return;
+    }
+    int st = 0;
+    char *d = abi::__cxa_demangle(raw, NULL, NULL, &st);
+    const char *s = d && !st ? d : raw;
+    // "void f<...>(args)": the return type and the arguments dropped
+    if (!strncmp(s, "void ", 5)) s += 5;
+    size_t n = strlen(s), depth = 0, end = n;
+    for (size_t i = 0; i < n; i++) {
+        depth += s[i] == '<', depth -= s[i] == '>' && depth;
+        if (s[i] == '(' && !depth) {
+            end = i;
+            break;
+        }
+    }
+    snprintf(buf, len, "%.*s", (int)end, s);
+    free(d);
+}
+
+// LLM_CUDA_GRAPH_KERNELS=1: a captured step's kernels by name, most
+// launched first, on stderr (which kernels make a step's launch count).
+static void kernel_table(cudaGraph_t g, const cudaGraphNode_t *nodes, size_t n)
+{
+    enum { MAXK = 128, NAME = 160 };
+    static char name[MAXK][NAME];
+    int count[MAXK] = { 0 }, nk = 0, other = 0, total = 0;
+    for (size_t i = 0; i < n; i++) {
+        cudaGraphNodeType t;
+        if (cudaGraphNodeGetType(nodes[i], &t) != cudaSuccess || t != cudaGraphNodeTypeKernel)
+            continue;
+        char buf[NAME];
+        kernel_name(nodes[i], buf, sizeof buf);
+        int j = 0;
+        while (j < nk && strcmp(name[j], buf)) j++;
+        if (j == nk && nk < MAXK) memcpy(name[nk++], buf, sizeof buf);
+        if (j < nk) count[j]++;
+        else other++;
+        total++;
+    }
+    fprintf(stderr, "cuda: graph %p: %d kernels\n", (void *)g, total);
+    for (int done = 0; done < nk; done++) {
+        int b = -1;
+        for (int j = 0; j < nk; j++)
+            if (count[j] && (b < 0 || count[j] > count[b])) b = j;
+        if (b < 0) break;
+        fprintf(stderr, "cuda:   %4d  %s\n", count[b], name[b]);
+        count[b] = 0;
+    }
+    if (other) fprintf(stderr, "cuda:   %4d  (other names past %d)\n", other, (int)MAXK);
+}
+
 // The launch counter: kernel nodes of a captured step.
 static long long kernel_nodes(cu_impl *c, cudaGraph_t g)
 {
@@ -64,6 +128,7 @@ static long long kernel_nodes(cu_impl *c, cudaGraph_t g)
         CK(c, cudaGraphNodeGetType(nodes[i], &t));
         k += t == cudaGraphNodeTypeKernel;
     }
+    if (c->gnames && !c->failed) kernel_table(g, nodes, n);
     free(nodes);
     return k;
 }
