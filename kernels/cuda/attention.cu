@@ -55,18 +55,13 @@ struct comp_src {
     }
 };
 
-// Block i: window wfirst + i, if the chunk completes it (of sequence
-// blockIdx.y under segs: cu_compress).
-__global__ void compress_entry_kernel(comp_src S, drope rt, const dcomp *segs)
+// Entry w (a window the chunk completes): the softmax pooling over its
+// rows (CSA: with the window before's overlap half), RMSNorm, RoPE on its
+// last channels, stored in the cache.  entry: d floats of shared memory.
+__device__ void comp_entry(const comp_src &S, const drope &rt, int w, float *entry, double *shd)
 {
-    pdl_wait();
-    extern __shared__ float entry[];
-    __shared__ double shd[32];
-    if (segs) S.a = segs[blockIdx.y];
-    S.resolve();
     const dcomp &a = S.a;
-    int w = S.wfirst + blockIdx.x, m = S.m, d = S.d;
-    if (w > S.wlast) return;
+    int m = S.m, d = S.d;
     bool ov = a.overlap && w > 0;
     int half = a.overlap ? d : 0;       // CSA: this window's Cb half
     for (int c = threadIdx.x; c < d; c += blockDim.x) {
@@ -95,6 +90,44 @@ __global__ void compress_entry_kernel(comp_src S, drope rt, const dcomp *segs)
                w % a.out.per_block, NULL);
 }
 
+// Element idx of ovl = [Ca | Ga] rows of the last window the chunk
+// completes (idx < m d).
+__device__ __forceinline__ void comp_ovl_at(const comp_src &S, long long idx)
+{
+    int j = idx / S.d, c = idx % S.d, W = S.wlast;
+    float v, g;
+    S.at(W, j, c, v, g);
+    float *row = (float *)S.ovl + (long long)j * 2 * S.d;
+    row[c] = v;
+    row[S.d + c] = g;
+}
+
+// Element idx of the win rows of the chunk's last `count` positions
+// (idx < count wd).
+__device__ __forceinline__ void comp_win_at(const comp_src &S, int count, long long idx)
+{
+    const dcomp &a = S.a;
+    int p = a.pos0 + a.n - count + idx / S.wd, cc = idx % S.wd, s = p % S.m;
+    long long o = (long long)(p - a.pos0) * a.ld + cc;
+    float *row = (float *)S.win + (long long)s * 2 * S.wd;
+    row[cc] = a.kv[o];
+    row[S.wd + cc] = a.gate[o] + a.ape[(long long)s * S.wd + cc];
+}
+
+// Block i: window wfirst + i, if the chunk completes it (of sequence
+// blockIdx.y under segs: cu_compress).
+__global__ void compress_entry_kernel(comp_src S, drope rt, const dcomp *segs)
+{
+    pdl_wait();
+    extern __shared__ float entry[];
+    __shared__ double shd[32];
+    if (segs) S.a = segs[blockIdx.y];
+    S.resolve();
+    int w = S.wfirst + blockIdx.x;
+    if (w > S.wlast) return;
+    comp_entry(S, rt, w, entry, shd);
+}
+
 // ovl = [Ca | Ga] rows of the last window the chunk completes, if any.
 __global__ void compress_ovl_kernel(comp_src S, const dcomp *segs)
 {
@@ -103,12 +136,7 @@ __global__ void compress_ovl_kernel(comp_src S, const dcomp *segs)
     if (segs) S.a = segs[blockIdx.y];
     S.resolve();
     if (idx >= (long long)S.m * S.d || S.wlast < S.wfirst) return;
-    int j = idx / S.d, c = idx % S.d, W = S.wlast;
-    float v, g;
-    S.at(W, j, c, v, g);
-    float *row = (float *)S.ovl + (long long)j * 2 * S.d;
-    row[c] = v;
-    row[S.d + c] = g;
+    comp_ovl_at(S, idx);
 }
 
 // win rows of the chunk's last `count` positions.
@@ -119,15 +147,33 @@ __global__ void compress_win_kernel(comp_src S, int count, const dcomp *segs)
     if (idx >= (long long)count * S.wd) return;
     if (segs) S.a = segs[blockIdx.y];
     S.resolve();
-    int p = S.a.pos0 + S.a.n - count + idx / S.wd, cc = idx % S.wd, s = p % S.m;
-    const dcomp &a = S.a;
-    long long o = (long long)(p - a.pos0) * a.ld + cc;
-    float *row = (float *)S.win + (long long)s * 2 * S.wd;
-    row[cc] = a.kv[o];
-    row[S.wd + cc] = a.gate[o] + a.ape[(long long)s * S.wd + cc];
+    comp_win_at(S, count, idx);
 }
 
-void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt, const dcomp *segs)
+// A decode step's compressor, one token a sequence, in one launch: block
+// blockIdx.y takes its sequence's entry (if the token completes a window),
+// then the overlap half (CSA) and the token's win row, the three kernels'
+// work in their order.  The entry reads ovl before the block rewrites it;
+// the win row it writes (the token's, position % m) is one the entry and
+// ovl take from the chunk, not from win.
+__global__ void compress_step_kernel(comp_src S, drope rt, const dcomp *segs)
+{
+    pdl_wait();
+    extern __shared__ float entry[];
+    __shared__ double shd[32];
+    if (segs) S.a = segs[blockIdx.y];
+    S.resolve();
+    if (S.wlast >= S.wfirst) {
+        comp_entry(S, rt, S.wfirst, entry, shd);
+        __syncthreads();
+        if (S.a.overlap)
+            for (long long i = threadIdx.x; i < (long long)S.m * S.d; i += blockDim.x)
+                comp_ovl_at(S, i);
+    }
+    for (long long i = threadIdx.x; i < S.wd; i += blockDim.x) comp_win_at(S, 1, i);
+}
+
+void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt, const dcomp *segs, bool fuse)
 {
     if (a.n <= 0) return;
     comp_src S = {};
@@ -137,6 +183,10 @@ void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt, const dcomp *
     S.wd = (a.overlap ? 2 : 1) * a.d;
     // Batched: one token of each of a.n sequences (block rows).
     int n = segs ? 1 : a.n, ny = segs ? a.n : 1;
+    if (fuse && n == 1) {
+        cu_launch(compress_step_kernel, dim3(1, ny), 128, a.d * sizeof(float), st, S, rt, segs);
+        return;
+    }
     // A chunk of n completes at most ceil(n / ratio) windows.
     cu_launch(compress_entry_kernel, dim3((n + a.ratio - 1) / a.ratio, ny), 128,
               a.d * sizeof(float), st, S, rt, segs);

@@ -511,7 +511,7 @@ static void cu_compress_op(backend *b, const compress_args *a, int nseg)
         [&](const compress_args &x) {
             dcomp d;
             if (!to_dcomp(c, &x, &d)) return false;
-            if (!recording(c)) cu_compress(c->st, d, r);
+            if (!recording(c)) cu_compress(c->st, d, r, NULL, c->comp_fuse);
             return true;
         },
         [&](const compress_args &x) {
@@ -521,7 +521,7 @@ static void cu_compress_op(backend *b, const compress_args *a, int nseg)
         [&](const dcomp *h, const dcomp *dev, int n1) {
             dcomp shape = h[0];
             shape.n = n1;
-            cu_compress(c->st, shape, r, dev);
+            cu_compress(c->st, shape, r, dev, c->comp_fuse);
         });
     launched(c, "compress");
 }
@@ -1425,6 +1425,10 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_GRAPH_KERNELS=1: each captured step's kernels by name
     // (cuda_graphs.cu's kernel_table), what its launch count is made of.
     c->gnames = env_int(c, "LLM_CUDA_GRAPH_KERNELS", 0, 1, 0);
+    // LLM_CUDA_COMPRESS_FUSE=0: a decode step's compressor in three
+    // launches (entry, overlap half, window row) as before
+    // compress_step_kernel (comparisons).
+    c->comp_fuse = env_switch(c, "LLM_CUDA_COMPRESS_FUSE");
     // LLM_CUDA_GRAPH_TIME=1: each replay's device time (graph_time).
     const char *gtime = getenv("LLM_CUDA_GRAPH_TIME");
     if (c->graphs && gtime && !strcmp(gtime, "1"))

@@ -337,7 +337,10 @@ struct dcomp {
 // steps); block (or block row) s works on segs[s].  `a` then gives the
 // launch its shape: the fields the sequences share, n = nseg, pos_end
 // their largest.
-void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt, const dcomp *segs = NULL);
+// fuse: one token a sequence (decode steps) in one launch
+// (compress_step_kernel) instead of three.
+void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt, const dcomp *segs = NULL,
+                 bool fuse = true);
 
 // pos_end sizes the launches: pos0 + n, or a bound of it under graph replay.
 struct dindexer {

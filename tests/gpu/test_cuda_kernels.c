@@ -1831,6 +1831,31 @@ static void test_compress_batch(int nseg, int ratio, bool overlap, int d, int ma
     free(sq), free(ca), free(ga), free(inv), free(ape), free(norm);
 }
 
+/* The compressor: chunks of every size (1-token chunks: the decode step's
+ * one launch, compress_step_kernel, completing windows and not), then
+ * decode batches of 1 (the op's one-sequence path) to 64 sequences at
+ * Flash's rank shapes (CSA, HCA, the indexer's CSA) and each cache dtype. */
+static void compress_cases(void)
+{
+    int ch1[] = { 7, 1, 1, 13, 5, 1, 1, 1, 40, 2 };
+    int ch2[] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+    int ch3[] = { 300, 1, 1, 100, 1 };
+    int nb[] = { 1, 2, 7, 33, 64 };
+    for (int t = KV_F32; t <= KV_FP8; t++) {
+        test_compress(4, true, 64, 8, ch1, 10, t);
+        test_compress(4, true, 32, 8, ch2, 12, t);
+        test_compress(8, false, 64, 8, ch1, 10, t);
+        test_compress(128, false, 512, 32, ch3, 5, t);
+        test_compress(4, true, 512, 32, ch3, 5, t);
+        test_compress(4, true, 128, 32, ch3, 5, t);
+        for (int i = 0; i < 5; i++) {
+            test_compress_batch(nb[i], 4, true, 512, 9000, t);
+            test_compress_batch(nb[i], 128, false, 512, 9000, t);
+            test_compress_batch(nb[i], 4, true, 128, 300, t);
+        }
+    }
+}
+
 /* Every sequence chooses the CPU's entries (float32 scores: exactly), or
  * with `bound` (G scores on tensor cores) entries test_indexer_mma's
  * bound allows.  distinct > 0: keys repeat (pages_repeat).  graph: the
@@ -3198,8 +3223,9 @@ int main(int argc, char **argv)
     /* a short run after a change: one group of tests, then out */
     const char *only = argc > 1 ? argv[1] : NULL;
     if (only && strcmp(only, "moe") && strcmp(only, "mhc-indexer") && strcmp(only, "matmul") &&
-        strcmp(only, "attention") && strcmp(only, "argmax")) {
-        fprintf(stderr, "usage: test_cuda_kernels [moe|mhc-indexer|matmul|attention|argmax]\n");
+        strcmp(only, "attention") && strcmp(only, "argmax") && strcmp(only, "compress")) {
+        fprintf(stderr,
+                "usage: test_cuda_kernels [moe|mhc-indexer|matmul|attention|argmax|compress]\n");
         return 2;
     }
     if (only && !strcmp(only, "argmax")) {
@@ -3235,6 +3261,10 @@ int main(int argc, char **argv)
             G = g[gemm_mode];
             test_matmul();
         }
+    if (only && !strcmp(only, "compress")) {
+        G = g[gemm_mode = GEMM_F32];
+        compress_cases();
+    }
     if (only && !strcmp(only, "attention")) {
         G = g[gemm_mode = GEMM_F32];
         attention_cases();
@@ -3313,17 +3343,8 @@ int main(int argc, char **argv)
     hc_tail_cases(g[GEMM_F32], g_clu0, g_tail0);
     g_tail0->destroy(g_tail0), g_clu0->destroy(g_clu0);
     g_hc4->destroy(g_hc4);
-    int ch1[] = { 7, 1, 1, 13, 5, 1, 1, 1, 40, 2 };
-    int ch2[] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
-    int ch3[] = { 300, 1, 1, 100, 1 };
-    for (int t = KV_F32; t <= KV_FP8; t++) {
-        test_compress(4, true, 64, 8, ch1, 10, t);
-        test_compress(4, true, 32, 8, ch2, 12, t);
-        test_compress(8, false, 64, 8, ch1, 10, t);
-        test_compress(128, false, 512, 32, ch3, 5, t);
-        test_compress(4, true, 512, 32, ch3, 5, t);
-        test_compress(4, true, 128, 32, ch3, 5, t);
-    }
+    G = g[GEMM_F32];
+    compress_cases();
     indexer_cases(g[GEMM_F32], g_idx0, g_tk2);
     g_idx0->destroy(g_idx0), g_tk2->destroy(g_tk2);
     G8 = g[GEMM_FP8];
@@ -3335,9 +3356,6 @@ int main(int argc, char **argv)
          * and small ones; 1 sequence (the op's one-sequence path) up to 64 */
         int nb[] = { 1, 2, 7, 33, 64 };
         for (int i = 0; i < 5; i++) {
-            test_compress_batch(nb[i], 4, true, 512, 9000, t);
-            test_compress_batch(nb[i], 128, false, 512, 9000, t);
-            test_compress_batch(nb[i], 4, true, 128, 300, t);
             test_indexer_batch(nb[i], 64, 128, 512, 9000, t, 0, false, false);
             test_indexer_batch(nb[i], 8, 32, 8, 100, t, 0, false, false);
             test_attention_batch(nb[i], 32, 512, 128, 4, 512, 9000, t);
