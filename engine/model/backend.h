@@ -279,6 +279,15 @@ struct backend {
     void (*hc_head)(backend *b, const float *h, int T, int hc, int H, const float *fn,
                     const float *base, const float *scale, float hc_eps, float norm_eps,
                     float *out);
+    /* Optional (NULL: none): with y, first the last sublayer's
+     * hc_post(h, y, post, comb); then hc_head into collapsed and the
+     * final RMSNorm (weight norm_w) of every row into normed, in fewer
+     * launches.  True: done; false: nothing done (the caller runs
+     * hc_post, hc_head and rmsnorm). */
+    bool (*hc_head_norm)(backend *b, float *h, const float *y, const float *post,
+                         const float *comb, int T, int hc, int H, const float *fn,
+                         const float *base, const float *scale, float hc_eps, float norm_eps,
+                         float *collapsed, const float *norm_w, float *normed);
 
     /* compress, indexer, attention: the arguments of nseg sequences (an
      * array, one per sequence of the step, in the step's order; each

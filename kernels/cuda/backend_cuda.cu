@@ -435,6 +435,27 @@ static void cu_hc_head_op(backend *b, const float *h, int T, int hc, int H, cons
     launched(c, "hc_head");
 }
 
+// hc_post, hc_head and the final RMSNorm in one launch (cu_hc_head_norm:
+// a few tokens, where cu_hc_pre_norm's clusters run).
+static bool cu_hc_head_norm_op(backend *b, float *h, const float *y, const float *post,
+                               const float *comb, int T, int hc, int H, const float *fn,
+                               const float *base, const float *scale, float hc_eps,
+                               float norm_eps, float *collapsed, const float *norm_w,
+                               float *normed)
+{
+    cu_impl *c = enter(b);
+    if (!c->hc_cluster || !c->hc_head_fuse || T >= c->hc_many_t || T > HC_FUSED_MAX_T ||
+        c->failed)
+        return false;
+    // replaying a graph: the same answer as at its capture, no launch
+    bool rec = recording(c);
+    if (!cu_hc_head_norm(c->st, h, y, rec ? 0 : T, hc, H, fn, base, scale, hc_eps, norm_eps,
+                         norm_w, post, comb, collapsed, normed))
+        return false;
+    if (!rec) launched(c, "hc_head");
+    return true;
+}
+
 static void cu_hc_post_op(backend *b, float *h, const float *y, const float *post,
                           const float *comb, int T, int hc, int H)
 {
@@ -1429,6 +1450,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // launches (entry, overlap half, window row) as before
     // compress_step_kernel (comparisons).
     c->comp_fuse = env_switch(c, "LLM_CUDA_COMPRESS_FUSE");
+    // LLM_CUDA_HC_HEAD_FUSE=0: the model's last collapse as hc_post,
+    // hc_head and the RMSNorm (comparisons; cu_hc_head_norm otherwise).
+    c->hc_head_fuse = env_switch(c, "LLM_CUDA_HC_HEAD_FUSE");
     // LLM_CUDA_GRAPH_TIME=1: each replay's device time (graph_time).
     const char *gtime = getenv("LLM_CUDA_GRAPH_TIME");
     if (c->graphs && gtime && !strcmp(gtime, "1"))
@@ -1466,6 +1490,7 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     b->hc_pre_norm_route = cu_hc_pre_norm_route_op;
     b->hc_post = cu_hc_post_op;
     b->hc_head = cu_hc_head_op;
+    b->hc_head_norm = cu_hc_head_norm_op;
     b->compress = cu_compress_op;
     b->indexer = cu_indexer_op;
     b->attention = cu_attention_op;

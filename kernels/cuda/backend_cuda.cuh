@@ -152,6 +152,7 @@ struct cu_impl {
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
     bool attn_fuse;             // ... with the model's ring store and inverse RoPE (LLM_CUDA_ATTN_FUSE)
     bool comp_fuse;             // decode compressors in one launch (LLM_CUDA_COMPRESS_FUSE)
+    bool hc_head_fuse;          // the last collapse in one launch (LLM_CUDA_HC_HEAD_FUSE)
     int attn_mma_t;             // ... on tensor cores from this many tokens (LLM_CUDA_ATTN_MMA_MIN_T)
     int attn_mma_keys;          // ... or from this many keys (LLM_CUDA_ATTN_MMA_MIN_KEYS)
     int attd_target;            // ... on the float32 kernel: blocks its splits aim at (LLM_CUDA_ATTD_BLOCKS)

@@ -219,6 +219,15 @@ bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, in
                     float hc_eps, float norm_eps, const float *nw, void *m, int *count,
                     float *post, float *comb, float *collapsed, float *out, bool tail,
                     bool cluster);
+// The model's last collapse for a few tokens (hc = 4, where the clusters
+// run): hc_post with y (y not NULL), hc_head into collapsed and the final
+// RMSNorm (weights nw) into out, in one launch of cu_hc_pre_norm's
+// clusters.  false: nothing launched (shapes or alignments it does not
+// take).
+bool cu_hc_head_norm(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
+                     const float *fn, const float *base, const float *scale, float hc_eps,
+                     float norm_eps, const float *nw, const float *post, const float *comb,
+                     float *collapsed, float *out);
 // Whether this device runs hc_pre_norm's clusters of 16 (non-portable);
 // *route: also with the MoE router (cu_hc_pre_norm_route's shared memory).
 bool cu_hc_pre_cluster_init(bool *route);

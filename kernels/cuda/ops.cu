@@ -914,7 +914,7 @@ __device__ __forceinline__ void cluster_wait()
     asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
 }
 
-template <int HC, bool ROUTE>
+template <int HC, bool ROUTE, bool HEAD = false>
 __global__ void __launch_bounds__(512) hc_pre_cluster_kernel(float *h, const float *y, int H,
                                                              const float *fn, const float *base,
                                                              const float *scale, int iters,
@@ -923,7 +923,9 @@ __global__ void __launch_bounds__(512) hc_pre_cluster_kernel(float *h, const flo
                                                              float *comb, float *col, float *out,
                                                              cu_hc_route R)
 {
-    constexpr int NMIX = (2 + HC) * HC, NJ = 512 / HCC_QT, JPT = (NMIX + NJ - 1) / NJ;
+    // HEAD: the model's last collapse (hc_head: HC logits, pre weights
+    // only; post and comb are read for hc_post, not written).
+    constexpr int NMIX = HEAD ? HC : (2 + HC) * HC, NJ = 512 / HCC_QT, JPT = (NMIX + NJ - 1) / NJ;
     static_assert(HCC * (NMIX + 1) <= 512 && HC <= HC_FUSED_MAX, "a thread a pushed part");
     __shared__ float4 vs[HCC_QB * HC];          // the block's columns of the new streams
     __shared__ float red[NJ][2][JPT], pa[HCC][NMIX], mt[NMIX], sb[NMIX], ssc[3];
@@ -951,7 +953,7 @@ __global__ void __launch_bounds__(512) hc_pre_cluster_kernel(float *h, const flo
     if (first) load_f(q0 + qi);
     if (nw && e < HCC_QT && first) wv = ((const float4 *)nw)[q0 + e];
     if (e < NMIX) sb[e] = base[e];
-    if (e < 3) ssc[e] = scale[e];
+    if (e < (HEAD ? 1 : 3)) ssc[e] = scale[e];
     // ROUTE: the gate's columns of this block on their way into shared
     // memory (gs [E][nc]), rank 0's biases in registers.
     extern __shared__ __align__(16) unsigned char hcr_sm[];
@@ -1048,7 +1050,8 @@ __global__ void __launch_bounds__(512) hc_pre_cluster_kernel(float *h, const flo
     __syncthreads();
     if (e < HC) {
         pre[e] = sigmoidf_(mt[e] * ssc[0] + sb[e]) + hc_eps;
-        if (rank == 0) post[(long long)t * HC + e] = 2.0f * sigmoidf_(mt[HC + e] * ssc[1] + sb[HC + e]);
+        if (!HEAD && rank == 0)
+            post[(long long)t * HC + e] = 2.0f * sigmoidf_(mt[HC + e] * ssc[1] + sb[HC + e]);
     }
     __syncthreads();
     // The collapsed row: column q's value sv from the kept streams.
@@ -1079,7 +1082,7 @@ __global__ void __launch_bounds__(512) hc_pre_cluster_kernel(float *h, const flo
     }
     bool sinkhorn = rank == (HCC > 1) && w == HCC_QT / 32;
     cluster_arrive();
-    if (!ROUTE && sinkhorn)
+    if (!ROUTE && !HEAD && sinkhorn)
         hc_sinkhorn_warp(mt, sb, ssc, HC, iters, hc_eps, comb + (long long)t * HC * HC);
     cluster_wait();
     if (!ROUTE && e >= HCC_QT) return;
@@ -1181,7 +1184,8 @@ __global__ void __launch_bounds__(512) hc_pre_cluster_kernel(float *h, const flo
 
 bool cu_hc_pre_cluster_init(bool *route)
 {
-    bool ok = cu_cluster_runs(hc_pre_cluster_kernel<4, false>, dim3(1, HCC), 512, 0);
+    bool ok = cu_cluster_runs(hc_pre_cluster_kernel<4, false>, dim3(1, HCC), 512, 0) &&
+              cu_cluster_runs(hc_pre_cluster_kernel<4, false, true>, dim3(1, HCC), 512, 0);
     // with the router: the largest shared memory it takes
     *route = ok && cu_cluster_runs(hc_pre_cluster_kernel<4, true>, dim3(1, HCC), 512,
                                    HCR_SMEM_MAX);
@@ -1225,6 +1229,21 @@ bool cu_hc_pre_norm(cudaStream_t st, float *h, const float *y, int T, int hc, in
         cu_launch(hc_pre_norm_kernel<false>, dim3(nmix * S, T), 512, (size_t)H * sizeof(float),
                   st, h, y, hc, H, fn, base, scale, iters, hc_eps, norm_eps, nw, nmix, S, pa, pss,
                   count, post, comb, collapsed, out);
+    return true;
+}
+
+bool cu_hc_head_norm(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
+                     const float *fn, const float *base, const float *scale, float hc_eps,
+                     float norm_eps, const float *nw, const float *post, const float *comb,
+                     float *collapsed, float *out)
+{
+    if (hc != 4 || T > HC_FUSED_MAX_T || H % 4 || H > 12 * 1024 || !nw ||
+        !hcc_rows(h, y, fn, nw, collapsed, out))
+        return false;
+    if (T > 0)
+        cu_launch_cluster(hc_pre_cluster_kernel<4, false, true>, dim3(T, HCC), 512, 0, st,
+                          dim3(1, HCC), h, y, H, fn, base, scale, 0, hc_eps, norm_eps, nw,
+                          (float *)post, (float *)comb, collapsed, out, cu_hc_route{});
     return true;
 }
 

@@ -1083,6 +1083,65 @@ static void test_hc_pre_norm(int T, int hc, int H, bool weight, bool with_y)
     }
 }
 
+/* hc_head_norm (the model's last collapse: hc_post with y, hc_head, the
+ * final RMSNorm, one launch of hc_pre_norm's clusters) against the CPU's
+ * three ops: streams, collapsed and normed rows within TOL; post and comb
+ * read, not written.  A few tokens at hc = 4: the backend must take it. */
+static void test_hc_head_norm(int T, int H, bool with_y)
+{
+    int hc = 4, n = hc * H;
+    float *h = hrand((size_t)T * n, 1.0f), *fn = hrand((size_t)hc * n, 0.05f);
+    float *base = hrand(hc, 0.5f), *scale = hrand(1, 1.0f), *w = hrand(H, 1.0f);
+    float *y = hrand((size_t)T * H, 1.0f);
+    float *post = hrand((size_t)T * hc, 1.0f), *comb = hrand((size_t)T * hc * hc, 0.5f);
+    float *col = malloc((size_t)T * H * 4), *xn = malloc((size_t)T * H * 4);
+    float *dh = dcopy(h, (size_t)T * n * 4), *dfn = dcopy(fn, (size_t)hc * n * 4);
+    float *dbase = dcopy(base, hc * 4), *dscale = dcopy(scale, 4), *dw = dcopy(w, H * 4);
+    float *dy = dcopy(y, (size_t)T * H * 4), *dpost = dcopy(post, (size_t)T * hc * 4);
+    float *dcomb = dcopy(comb, (size_t)T * hc * hc * 4);
+    float *dcol = G->alloc(G, (size_t)T * H * 4), *dxn = G->alloc(G, (size_t)T * H * 4);
+    poison(dcol, (size_t)T * H * 4);
+    poison(dxn, (size_t)T * H * 4);
+    if (with_y) C->hc_post(C, h, y, post, comb, T, hc, H);
+    C->hc_head(C, h, T, hc, H, fn, base, scale, 1e-6f, 1e-6f, col);
+    C->rmsnorm(C, col, H, T, H, w, 1e-6f, xn, H);
+    bool done = G->hc_head_norm &&
+                G->hc_head_norm(G, dh, with_y ? dy : NULL, dpost, dcomb, T, hc, H, dfn, dbase,
+                                dscale, 1e-6f, 1e-6f, dcol, dw, dxn);
+    char name[128];
+    snprintf(name, sizeof name, "hc_head_norm T=%d H=%d%s: one launch", T, H,
+             with_y ? " after hc_post" : "");
+    ok(done && !G->error(G), "%s", name);
+    const float *want[] = { col, xn, h, post, comb };
+    float *dev[] = { dcol, dxn, dh, dpost, dcomb };
+    size_t len[] = { (size_t)T * H, (size_t)T * H, (size_t)T * n, (size_t)T * hc,
+                     (size_t)T * hc * hc };
+    const char *what[] = { "collapsed", "normed", "streams", "post (unchanged)",
+                           "comb (unchanged)" };
+    for (int i = 0; done && i < 5; i++) {
+        float *g = hcopy(dev[i], len[i] * 4);
+        snprintf(name, sizeof name, "hc_head_norm %s T=%d H=%d%s", what[i], T, H,
+                 with_y ? " after hc_post" : "");
+        check(name, g, want[i], len[i]);
+        free(g);
+    }
+    void *d[] = { dh, dfn, dbase, dscale, dw, dy, dpost, dcomb, dcol, dxn };
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) G->release(G, d[i]);
+    free(h), free(fn), free(base), free(scale), free(w), free(y), free(post), free(comb),
+        free(col), free(xn);
+}
+
+/* The last collapse at decode batches' sizes: rank shapes (H = 4096) and
+ * the most tokens the backend takes it for (below HC_MANY_MIN_T, 20:
+ * more go through the many-token mHC path). */
+static void hc_head_cases(bool with_y)
+{
+    test_hc_head_norm(1, 4096, with_y);
+    test_hc_head_norm(2, 4096, with_y);
+    test_hc_head_norm(8, 4096, with_y);
+    test_hc_head_norm(19, 1024, with_y);
+}
+
 /* hc_pre_norm on G and on O (LLM_CUDA_HC_PRE_TAIL=0: the last block as
  * before) from the same inputs, outputs poisoned: every output equal bit
  * for bit (the tail path changes where loads are issued and who waits,
@@ -3103,9 +3162,10 @@ static void destroy_backends(backend **g, backend **g1)
 /* `test_cuda_kernels matmul`: only the dense matmuls, in the tensor-core
  * modes (bf16x2, fp8): a short run after a change to them; `attention`:
  * attention in float32 and on tensor cores (every mode but f32);
- * `test_cuda_kernels mhc-indexer`: hc_pre_norm and the indexer; `moe`:
- * only the MoE layers, in every mode; `argmax`: row_argmax and embed (a
- * step's last and first row ops). */
+ * `test_cuda_kernels mhc-indexer`: hc_pre_norm and the indexer;
+ * `compress`: the compressor; `moe`:
+ * only the MoE layers, in every mode; `argmax`: row_argmax, embed and
+ * hc_head_norm (a step's first and last row ops). */
 /* The indexer's tensor-core scores (G: a backend whose op takes that path
  * for every cache dtype): key tiles and token chunks (odd counts: a last
  * stage of one token), few entries, Flash's shapes. */
@@ -3232,6 +3292,7 @@ int main(int argc, char **argv)
         G = g[GEMM_F32];
         test_row_argmax();
         test_embed();
+        for (int wy = 0; wy < 2; wy++) hc_head_cases(wy);
     }
     if (only && !strcmp(only, "moe"))
         for (gemm_mode = GEMM_F32; gemm_mode <= GEMM_FP8; gemm_mode++) {
@@ -3325,6 +3386,7 @@ int main(int argc, char **argv)
         test_hc_pre_norm(3, 2, 130, false, wy);
         test_hc_pre_norm(2, 5, 96, true, wy);
         test_hc_pre_norm(63, 4, 1024, true, wy);
+        hc_head_cases(wy);
         test_hc_pre_norm(70, 4, 1024, true, wy);
         test_hc_pre_norm(64, 4, 4096, true, wy);
         test_hc_pre_norm(2, 6, 256, true, wy);
