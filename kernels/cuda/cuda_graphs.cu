@@ -88,8 +88,10 @@ static void kernel_name(cudaGraphNode_t node, char *buf, size_t len)
 static void kernel_table(cudaGraph_t g, const cudaGraphNode_t *nodes, size_t n)
 {
     enum { MAXK = 128, NAME = 160 };
-    static char name[MAXK][NAME];
+    // (on the heap: ranks capture their graphs on threads of their own)
+    char (*name)[NAME] = (char (*)[NAME])malloc(MAXK * NAME);
     int count[MAXK] = { 0 }, nk = 0, other = 0, total = 0;
+    if (!name) return;
     for (size_t i = 0; i < n; i++) {
         cudaGraphNodeType t;
         if (cudaGraphNodeGetType(nodes[i], &t) != cudaSuccess || t != cudaGraphNodeTypeKernel)
@@ -113,6 +115,7 @@ static void kernel_table(cudaGraph_t g, const cudaGraphNode_t *nodes, size_t n)
         count[b] = 0;
     }
     if (other) fprintf(stderr, "cuda:   %4d  (other names past %d)\n", other, (int)MAXK);
+    free(name);
 }
 
 // The launch counter: kernel nodes of a captured step.
