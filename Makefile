@@ -134,11 +134,19 @@ $(BUILD)/fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c $(FUZZ_SRC)
 # The GPU suite (tools/test_gpu.sh): CUDA kernels against the CPU backend,
 # the model on the golden fixtures with --backend cuda.  gpu-tests builds
 # it without running (to carry the binaries to a GPU machine).
+# (tools/kernel_trace.c: CUPTI's record of each graph replay's kernels, an
+# injection library for CUDA_INJECTION64_PATH; CUDA builds only.)
+KTRACE := $(if $(filter 1,$(CUDA)),$(BUILD)/lib/libkernel_trace.so)
 GPU_TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/gpu/*.c))
 gpu-tests: $(BIN) $(GPU_TEST_BIN) $(BUILD)/tests/test_model_golden $(BUILD)/tests/test_model_kv_dtype \
-           $(BUILD)/tests/test_model_fork $(BUILD)/tests/test_prefix_cache
+           $(BUILD)/tests/test_model_fork $(BUILD)/tests/test_prefix_cache $(KTRACE)
 test-gpu: gpu-tests
 	@tools/test_gpu.sh
+
+$(BUILD)/lib/libkernel_trace.so: tools/kernel_trace.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -I$(CUDA_HOME)/include $< -o $@ \
+	    -L$(CUDA_HOME)/lib64 -lcupti -lstdc++ -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(CUDA_HOME)/lib64
 
 run: $(BIN) $(MOD)
 	@tools/run.sh

@@ -28,6 +28,12 @@ cp tools/gpu_run.sh tools/gpu_session.sh tools/gpu_ab.sh tools/gpu_serve_check.s
 for l in libyajl.so.2 libyaml-0.so.2 libpcre2-8.so.0; do
     cp -L /usr/lib/x86_64-linux-gnu/$l "$dest/lib/"
 done
+# the kernel tracer (CUDA_INJECTION64_PATH=$PWD/lib/libkernel_trace.so)
+# and the CUPTI it loads from beside it
+if [ -f build/lib/libkernel_trace.so ]; then
+    cp build/lib/libkernel_trace.so "$dest/lib/"
+    cp -L /usr/local/cuda/lib64/libcupti.so.13 "$dest/lib/"
+fi
 strip "$dest"/build/bin/* "$dest"/build/tests/test_* "$dest"/build/tests/gpu/*
 XZ_OPT="-8 -T1" tar cJf "$final/pack.txz" -C "$final" pack
 rm -rf "$dest"

@@ -1,0 +1,279 @@
+/* Where a CUDA graph replay's time goes, kernel by kernel, as it ran: a
+ * CUPTI injection library (the driver loads it when CUDA_INJECTION64_PATH
+ * names it) that records every kernel's start and end and, at exit,
+ * writes per graph (decode steps are graph replays; prefill runs outside
+ * graphs and is left out) the replays' span, the time no kernel ran
+ * (launch gaps between dependent kernels), and per kernel name its
+ * launches, time and exclusive time (each instant's time shared among the
+ * kernels running then), the host's part before the last replay (its
+ * CUDA calls) and that replay's timeline.  ncu times
+ * kernels serialized one by one and LLM_CUDA_PROFILE times ops outside
+ * graphs; this sees the step as it runs, concurrency and PDL overlap
+ * included (CUPTI's own bookkeeping adds a little to each launch).
+ *
+ *   make CUDA=1 build/lib/libkernel_trace.so
+ *   CUDA_INJECTION64_PATH=$PWD/build/lib/libkernel_trace.so \
+ *   KTRACE_OUT=trace.txt [KTRACE_SKIP=2] llm-engine bench ...
+ *
+ * KTRACE_SKIP: each graph's first replays left out (warm-up; default 2).
+ * Needs libcupti.so (CUDA's lib directory; tools/gpu_pack.sh packs it). */
+#define _GNU_SOURCE
+#include <cupti.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+
+typedef struct {
+    uint64_t start, end;
+    uint32_t graph, corr, stream;
+    int name;           /* index into names */
+} krec;
+
+static krec *recs;
+static size_t nrec, caprec;
+
+/* CUDA API calls (runtime and driver), for the host's part between
+ * replays */
+typedef struct {
+    uint64_t start, end;
+    uint32_t cbid, thread;
+    int driver;
+} arec;
+
+static arec *apis;
+static size_t napi, capapi;
+static char **names;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;     /* CUPTI delivers on its thread */
+static int nnames, capnames;
+
+/* Interned names, demangled and shortened to "kernel<args>". */
+static int intern(const char *mangled)
+{
+    for (int i = nnames - 1; i >= 0; i--)
+        if (!strcmp(names[2 * i], mangled)) return i;
+    if (nnames == capnames) {
+        capnames = capnames ? 2 * capnames : 256;
+        names = realloc(names, sizeof(char *) * 2 * (size_t)capnames);
+        if (!names) abort();
+    }
+    int st = 0;
+    char *d = __cxa_demangle(mangled, NULL, NULL, &st);
+    char *s = strdup(st == 0 && d ? d : mangled);
+    free(d);
+    char *p = strncmp(s, "void ", 5) ? s : s + 5;
+    int depth = 0;      /* drop the parameter list: the '(' outside <> */
+    for (char *q = p; *q; q++) {
+        if (*q == '<') depth++;
+        else if (*q == '>') depth--;
+        else if (*q == '(' && depth == 0 && q != p) { *q = 0; break; }
+    }
+    names[2 * nnames] = strdup(mangled);
+    names[2 * nnames + 1] = strdup(p);
+    free(s);
+    return nnames++;
+}
+
+static void CUPTIAPI buf_requested(uint8_t **buf, size_t *size, size_t *maxrec)
+{
+    *size = 8u << 20;
+    *buf = aligned_alloc(8, *size);
+    *maxrec = 0;
+}
+
+static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size,
+                                   size_t valid)
+{
+    (void)ctx, (void)stream, (void)size;
+    CUpti_Activity *r = NULL;
+    pthread_mutex_lock(&lock);
+    while (cuptiActivityGetNextRecord(buf, valid, &r) == CUPTI_SUCCESS) {
+        if (r->kind == CUPTI_ACTIVITY_KIND_RUNTIME || r->kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+            const CUpti_ActivityAPI *c = (const CUpti_ActivityAPI *)r;
+            if (napi == capapi) {
+                capapi = capapi ? 2 * capapi : 1 << 16;
+                apis = realloc(apis, sizeof(arec) * capapi);
+                if (!apis) abort();
+            }
+            apis[napi++] = (arec){ c->start, c->end, c->cbid, c->threadId,
+                                   r->kind == CUPTI_ACTIVITY_KIND_DRIVER };
+            continue;
+        }
+        if (r->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && r->kind != CUPTI_ACTIVITY_KIND_KERNEL)
+            continue;
+        const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)r;
+        if (!k->graphId || !k->start || k->end < k->start) continue;
+        if (nrec == caprec) {
+            caprec = caprec ? 2 * caprec : 1 << 16;
+            recs = realloc(recs, sizeof(krec) * caprec);
+            if (!recs) abort();
+        }
+        recs[nrec++] = (krec){ k->start, k->end, k->graphId, k->correlationId, k->streamId,
+                               intern(k->name ? k->name : "?") };
+    }
+    pthread_mutex_unlock(&lock);
+    free(buf);
+}
+
+static int by_time(const void *a, const void *b)
+{
+    const krec *x = a, *y = b;
+    if (x->graph != y->graph) return x->graph < y->graph ? -1 : 1;
+    if (x->corr != y->corr) return x->corr < y->corr ? -1 : 1;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+typedef struct {
+    double n, us, excl;
+} agg;
+
+/* One replay r[0..n): span, idle time, and each kernel's time and
+ * exclusive time added to a[name]. */
+static void replay(const krec *r, size_t n, agg *a, double *span, double *idle)
+{
+    uint64_t t0 = r[0].start, t1 = 0;
+    for (size_t i = 0; i < n; i++) t1 = r[i].end > t1 ? r[i].end : t1;
+    *span = (t1 - t0) / 1e3;
+    /* sweep over the distinct start and end instants */
+    size_t m = 2 * n;
+    uint64_t *ts = malloc(sizeof(uint64_t) * m);
+    if (!ts) abort();
+    for (size_t i = 0; i < n; i++) ts[2 * i] = r[i].start, ts[2 * i + 1] = r[i].end;
+    for (size_t i = 1; i < m; i++)      /* insertion sort: nearly sorted */
+        for (size_t j = i; j > 0 && ts[j - 1] > ts[j]; j--) {
+            uint64_t x = ts[j];
+            ts[j] = ts[j - 1], ts[j - 1] = x;
+        }
+    *idle = 0;
+    for (size_t i = 0; i + 1 < m; i++) {
+        uint64_t lo = ts[i], hi = ts[i + 1];
+        if (hi == lo) continue;
+        int k = 0;
+        for (size_t j = 0; j < n; j++) k += r[j].start <= lo && r[j].end >= hi;
+        if (!k) { *idle += (hi - lo) / 1e3; continue; }
+        for (size_t j = 0; j < n; j++)
+            if (r[j].start <= lo && r[j].end >= hi) a[r[j].name].excl += (hi - lo) / 1e3 / k;
+    }
+    free(ts);
+    for (size_t i = 0; i < n; i++) a[r[i].name].n++, a[r[i].name].us += (r[i].end - r[i].start) / 1e3;
+}
+
+static int by_start(const void *a, const void *b)
+{
+    const arec *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* The host's part before the replay at r[n] (r: the graph's records from
+ * its first replay, sorted): the time from the previous replay's last
+ * kernel to this one's first, and the CUDA API calls in that window. */
+static void host_gap(FILE *f, const krec *r, size_t n)
+{
+    if (!n) return;
+    size_t p = n - 1;
+    while (p > 0 && r[p - 1].corr == r[n - 1].corr) p--;
+    uint64_t end = 0, start = r[n].start;
+    for (size_t i = p; i < n; i++) end = r[i].end > end ? r[i].end : end;
+    if (start <= end) return;
+    fprintf(f, "  before the last replay: %.1f us from the previous replay's last kernel "
+               "to its first; CUDA calls then (us from the gap's start, duration):\n",
+            (start - end) / 1e3);
+    qsort(apis, napi, sizeof(arec), by_start);
+    int shown = 0;
+    for (size_t i = 0; i < napi && shown < 80; i++) {
+        if (apis[i].end < end || apis[i].start > start) continue;
+        const char *name = "?";
+        cuptiGetCallbackName(apis[i].driver ? CUPTI_CB_DOMAIN_DRIVER_API
+                                            : CUPTI_CB_DOMAIN_RUNTIME_API,
+                             apis[i].cbid, &name);
+        fprintf(f, "    %9.2f %8.2f  %s%s (thread %u)\n",
+                ((double)apis[i].start - (double)end) / 1e3, (apis[i].end - apis[i].start) / 1e3,
+                apis[i].driver ? "driver " : "", name, apis[i].thread);
+        shown++;
+    }
+}
+
+static int by_excl(const void *x, const void *y, void *ctx)
+{
+    const agg *a = ctx;
+    double d = a[*(const int *)y].excl - a[*(const int *)x].excl;
+    return (d > 0) - (d < 0);
+}
+
+static void report(void)
+{
+    cuptiActivityFlushAll(1);
+    pthread_mutex_lock(&lock);
+    const char *path = getenv("KTRACE_OUT");
+    FILE *f = path ? fopen(path, "w") : stderr;
+    if (!f) f = stderr;
+    int skip = getenv("KTRACE_SKIP") ? atoi(getenv("KTRACE_SKIP")) : 2;
+    qsort(recs, nrec, sizeof(krec), by_time);
+    agg *a = calloc((size_t)nnames + 1, sizeof(agg));
+    int *ord = malloc(sizeof(int) * ((size_t)nnames + 1));
+    if (!a || !ord) abort();
+    for (size_t g0 = 0, g1; g0 < nrec; g0 = g1) {
+        for (g1 = g0; g1 < nrec && recs[g1].graph == recs[g0].graph; g1++) {}
+        memset(a, 0, sizeof(agg) * (size_t)nnames);
+        int nrep = 0, seen = 0;
+        double span = 0, idle = 0, gap = 0;
+        int ngap = 0;
+        uint64_t prev_end = 0;
+        size_t last = g0, kern = 0;
+        for (size_t r0 = g0, r1; r0 < g1; r0 = r1) {
+            for (r1 = r0; r1 < g1 && recs[r1].corr == recs[r0].corr; r1++) {}
+            uint64_t e = 0;
+            for (size_t i = r0; i < r1; i++) e = recs[i].end > e ? recs[i].end : e;
+            if (seen++ < skip) {
+                prev_end = e;
+                continue;
+            }
+            if (prev_end && recs[r0].start > prev_end) gap += (recs[r0].start - prev_end) / 1e3, ngap++;
+            prev_end = e;
+            double s, i;
+            replay(recs + r0, r1 - r0, a, &s, &i);
+            span += s, idle += i, nrep++, last = r0, kern = r1 - r0;
+        }
+        if (!nrep) continue;
+        fprintf(f, "graph %u: %d replays timed (of %d), %zu kernels each; span %.1f us, "
+                   "no kernel running %.1f us (%.1f%%); between replays %.1f us\n",
+                recs[g0].graph, nrep, seen, kern, span / nrep, idle / nrep,
+                100 * idle / (span > 0 ? span : 1), ngap ? gap / ngap : 0.0);
+        int k = 0;
+        for (int i = 0; i < nnames; i++)
+            if (a[i].n) ord[k++] = i;
+        qsort_r(ord, (size_t)k, sizeof(int), by_excl, a);
+        fprintf(f, "  %8s %10s %10s %6s  kernel (per replay)\n", "launches", "us", "excl us",
+                "excl%");
+        for (int i = 0; i < k; i++) {
+            const agg *x = &a[ord[i]];
+            fprintf(f, "  %8.1f %10.1f %10.1f %5.1f%%  %s\n", x->n / nrep, x->us / nrep,
+                    x->excl / nrep, 100 * x->excl / (span > 0 ? span : 1), names[2 * ord[i] + 1]);
+        }
+        host_gap(f, recs + g0, last - g0);
+        fprintf(f, "  timeline of the last replay (us from its start, duration, stream):\n");
+        for (size_t i = last; i < g1 && recs[i].corr == recs[last].corr; i++)
+            fprintf(f, "    %9.2f %8.2f %4u  %s\n", (recs[i].start - recs[last].start) / 1e3,
+                    (recs[i].end - recs[i].start) / 1e3, recs[i].stream, names[2 * recs[i].name + 1]);
+    }
+    if (f != stderr) fclose(f);
+    free(a);
+    free(ord);
+    pthread_mutex_unlock(&lock);
+}
+
+int InitializeInjection(void)
+{
+    if (cuptiActivityRegisterCallbacks(buf_requested, buf_completed) != CUPTI_SUCCESS ||
+        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS ||
+        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS ||
+        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER) != CUPTI_SUCCESS) {
+        fprintf(stderr, "kernel_trace: CUPTI activity tracing unavailable\n");
+        return 0;
+    }
+    atexit(report);
+    return 1;
+}
