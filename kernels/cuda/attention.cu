@@ -55,28 +55,72 @@ struct comp_src {
     }
 };
 
+// Channel c of entry w's softmax pooling (CSA: the window before's
+// overlap half, rows j < m at channel c, then this window's, at half + c):
+// the max, the sum and the weighted sum of the rows, each in that order.
+// ROWS: windows of up to ROWS rows with every row's value and gate loaded
+// first, all loads in flight at once (CSA's m = 4: 8 loads, where the
+// loop below waits on each pass's loads in turn: 50-66 us an entry in a
+// block of 128 threads at d = 512, run F3); ROWS = 0: that loop, for any m.
+template <int ROWS>
+__device__ __forceinline__ float comp_pool(const comp_src &S, int w, int c, bool ov, int half)
+{
+    int m = S.m;
+    float v, g, mx = -INFINITY, sum = 0, acc = 0;
+    if constexpr (ROWS > 0) {
+        float v0[ROWS], g0[ROWS], v1[ROWS], g1[ROWS];
+#pragma unroll
+        for (int j = 0; j < ROWS; j++) {
+            v0[j] = v1[j] = 0, g0[j] = g1[j] = 0;
+            if (ov && j < m) S.at(w - 1, j, c, v0[j], g0[j]);
+            if (j < m) S.at(w, j, half + c, v1[j], g1[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < ROWS; j++)
+            if (ov && j < m) mx = g0[j] > mx ? g0[j] : mx;
+#pragma unroll
+        for (int j = 0; j < ROWS; j++)
+            if (j < m) mx = g1[j] > mx ? g1[j] : mx;
+#pragma unroll
+        for (int j = 0; j < ROWS; j++)
+            if (ov && j < m) sum += expf(g0[j] - mx);
+#pragma unroll
+        for (int j = 0; j < ROWS; j++)
+            if (j < m) sum += expf(g1[j] - mx);
+#pragma unroll
+        for (int j = 0; j < ROWS; j++)
+            if (ov && j < m) acc += v0[j] * (expf(g0[j] - mx) / sum);
+#pragma unroll
+        for (int j = 0; j < ROWS; j++)
+            if (j < m) acc += v1[j] * (expf(g1[j] - mx) / sum);
+        return acc;
+    }
+    if (ov)
+        for (int j = 0; j < m; j++) { S.at(w - 1, j, c, v, g); mx = g > mx ? g : mx; }
+    for (int j = 0; j < m; j++) { S.at(w, j, half + c, v, g); mx = g > mx ? g : mx; }
+    if (ov)
+        for (int j = 0; j < m; j++) { S.at(w - 1, j, c, v, g); sum += expf(g - mx); }
+    for (int j = 0; j < m; j++) { S.at(w, j, half + c, v, g); sum += expf(g - mx); }
+    if (ov)
+        for (int j = 0; j < m; j++) { S.at(w - 1, j, c, v, g); acc += v * (expf(g - mx) / sum); }
+    for (int j = 0; j < m; j++) { S.at(w, j, half + c, v, g); acc += v * (expf(g - mx) / sum); }
+    return acc;
+}
+
+#define COMP_REG_ROWS 8     // comp_pool's register form: windows of up to 8 rows
+
 // Entry w (a window the chunk completes): the softmax pooling over its
 // rows (CSA: with the window before's overlap half), RMSNorm, RoPE on its
 // last channels, stored in the cache.  entry: d floats of shared memory.
 __device__ void comp_entry(const comp_src &S, const drope &rt, int w, float *entry, double *shd)
 {
     const dcomp &a = S.a;
-    int m = S.m, d = S.d;
+    int d = S.d;
     bool ov = a.overlap && w > 0;
     int half = a.overlap ? d : 0;       // CSA: this window's Cb half
-    for (int c = threadIdx.x; c < d; c += blockDim.x) {
-        float v, g, mx = -INFINITY, sum = 0, acc = 0;
-        if (ov)
-            for (int j = 0; j < m; j++) { S.at(w - 1, j, c, v, g); mx = g > mx ? g : mx; }
-        for (int j = 0; j < m; j++) { S.at(w, j, half + c, v, g); mx = g > mx ? g : mx; }
-        if (ov)
-            for (int j = 0; j < m; j++) { S.at(w - 1, j, c, v, g); sum += expf(g - mx); }
-        for (int j = 0; j < m; j++) { S.at(w, j, half + c, v, g); sum += expf(g - mx); }
-        if (ov)
-            for (int j = 0; j < m; j++) { S.at(w - 1, j, c, v, g); acc += v * (expf(g - mx) / sum); }
-        for (int j = 0; j < m; j++) { S.at(w, j, half + c, v, g); acc += v * (expf(g - mx) / sum); }
-        entry[c] = acc;
-    }
+    for (int c = threadIdx.x; c < d; c += blockDim.x)
+        entry[c] = S.m <= COMP_REG_ROWS ? comp_pool<COMP_REG_ROWS>(S, w, c, ov, half)
+                                        : comp_pool<0>(S, w, c, ov, half);
     double ss = 0;
     for (int c = threadIdx.x; c < d; c += blockDim.x) ss += (double)entry[c] * entry[c];
     ss = block_sum(ss, shd);
@@ -84,7 +128,7 @@ __device__ void comp_entry(const comp_src &S, const drope &rt, int w, float *ent
     for (int c = threadIdx.x; c < d; c += blockDim.x) entry[c] = a.norm[c] * (entry[c] * r);
     __syncthreads();
     for (int i = threadIdx.x; i < rt.npairs; i += blockDim.x)
-        rope_pair(entry + d - 2 * rt.npairs, i, rt, w * m, false);
+        rope_pair(entry + d - 2 * rt.npairs, i, rt, w * S.m, false);
     __syncthreads();
     kv_put_row(a.out.dtype, entry, d, dpaged_region(a.out, w), a.out.per_block,
                w % a.out.per_block, NULL);
@@ -183,12 +227,14 @@ void cu_compress(cudaStream_t st, const dcomp &a, const drope &rt, const dcomp *
     S.wd = (a.overlap ? 2 : 1) * a.d;
     // Batched: one token of each of a.n sequences (block rows).
     int n = segs ? 1 : a.n, ny = segs ? a.n : 1;
+    // An entry's block: a thread a channel (up to 1,024; at least 128).
+    int th = a.d <= 128 ? 128 : a.d >= 1024 ? 1024 : (a.d + 31) / 32 * 32;
     if (fuse && n == 1) {
-        cu_launch(compress_step_kernel, dim3(1, ny), 128, a.d * sizeof(float), st, S, rt, segs);
+        cu_launch(compress_step_kernel, dim3(1, ny), th, a.d * sizeof(float), st, S, rt, segs);
         return;
     }
     // A chunk of n completes at most ceil(n / ratio) windows.
-    cu_launch(compress_entry_kernel, dim3((n + a.ratio - 1) / a.ratio, ny), 128,
+    cu_launch(compress_entry_kernel, dim3((n + a.ratio - 1) / a.ratio, ny), th,
               a.d * sizeof(float), st, S, rt, segs);
     if (a.overlap)
         cu_launch(compress_ovl_kernel, dim3(blocks_for((long long)S.m * S.d, 256), ny), 256, 0, st,
