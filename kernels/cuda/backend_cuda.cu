@@ -72,14 +72,25 @@ static size_t paged_bytes(const paged_rows *p, int nrows_cap)
     return round_up(ncap * sizeof(char *), 16);
 }
 
+// A batched op's bytes for p's block addresses in its staged buffer:
+// none under a graph, where to_paged puts them in the arena.
+static size_t pack_bytes(cu_impl *c, const paged_rows *p, int nrows_cap)
+{
+    return in_graph(c) ? 0 : paged_bytes(p, nrows_cap);
+}
+
 // Device block addresses for rows [0, nrows) of p (under a graph, in
-// room for rows [0, nrows_cap)); into sp's buffer when given.
+// room for rows [0, nrows_cap)); into sp's buffer when given, except
+// under a graph: there a sequence's list (the same host array for every
+// layer's ops: its cache blocks) goes to the arena once a step
+// (arena_put), not once per op and layer (a 64-sequence step copied
+// ~900 of them, 512 bytes each at 8K).
 static bool to_paged(cu_impl *c, const paged_rows *p, int nrows, int nrows_cap, dpaged *d,
                      seg_pack *sp = NULL)
 {
     int nblk = nrows > 0 ? (nrows + p->per_block - 1) / p->per_block : 0;
     int ncap = nrows_cap > 0 ? (nrows_cap + p->per_block - 1) / p->per_block : 0;
-    if (sp) {
+    if (sp && !in_graph(c)) {
         memcpy(sp->host + sp->off, p->blocks, nblk * sizeof(char *));
         d->blocks = (char *const *)(sp->dev + sp->off);
         sp->off += paged_bytes(p, nrows_cap);
@@ -536,7 +547,7 @@ static void cu_compress_op(backend *b, const compress_args *a, int nseg)
             return true;
         },
         [&](const compress_args &x) {
-            return paged_bytes(&x.out, pos_end(c, x.pos0, x.n) / x.ratio);
+            return pack_bytes(c, &x.out, pos_end(c, x.pos0, x.n) / x.ratio);
         },
         [&](const compress_args &x, dcomp *d, seg_pack *sp) { to_dcomp(c, &x, d, sp); },
         [&](const dcomp *h, const dcomp *dev, int n1) {
@@ -639,7 +650,7 @@ static void cu_indexer_op(backend *b, const indexer_args *a, int nseg)
             return true;
         },
         [&](const indexer_args &x) {
-            return paged_bytes(&x.keys, pos_end(c, x.pos0, x.n) / x.ratio);
+            return pack_bytes(c, &x.keys, pos_end(c, x.pos0, x.n) / x.ratio);
         },
         [&](const indexer_args &x, dindexer *d, seg_pack *sp) { to_dindexer(c, &x, d, sp); },
         [&](const dindexer *h, const dindexer *dev, int n1) {
@@ -786,7 +797,7 @@ static void cu_attention_op(backend *b, const attention_args *a, int nseg)
             return true;
         },
         [&](const attention_args &x) {
-            return x.ratio ? paged_bytes(&x.comp, pos_end(c, x.pos0, x.n) / x.ratio) : 0;
+            return x.ratio ? pack_bytes(c, &x.comp, pos_end(c, x.pos0, x.n) / x.ratio) : 0;
         },
         [&](const attention_args &x, dattn *d, seg_pack *sp) { to_dattn(c, &x, d, sp, orope); },
         [&](const dattn *h, const dattn *dev, int n1) {

@@ -27,7 +27,8 @@ struct cuda_qw {
 
 #define NSTAGE 32
 #define NGRAPH 16       // step shapes kept as graphs per rank
-#define NPUT 64         // host arrays deduplicated in the arena per step
+#define NPUT 512        // host arrays deduplicated in the arena per step
+#define PUT_HASH 1024   // ... found by their address (open addressing, NPUT of PUT_HASH)
 #define ARENA_BYTES ((size_t)4 << 20)
 
 // Graph modes of a step under graph_begin.
@@ -231,6 +232,7 @@ struct cu_impl {
     size_t arena_cap, arena_len;
     arena_put_ent put[NPUT];
     int nput;
+    short puth[PUT_HASH];       // put's index + 1 by host address, 0: none
     // host-tier copies (cuda_memory.cu): their stream, the events that
     // order it against st, copies issued since the last fence
     cudaStream_t cst;

@@ -54,8 +54,15 @@ static const void *arena_dev(cu_impl *c, const char *h)
 const void *arena_put(cu_impl *c, const void *host, size_t bytes, size_t reserve)
 {
     arena_put_ent *e = NULL;
-    for (int i = 0; i < c->nput && !e; i++)
-        if (c->put[i].host == host && c->put[i].reserve == reserve) e = &c->put[i];
+    unsigned slot = (unsigned)(((uintptr_t)host >> 3) * 0x9E3779B1u) % PUT_HASH;
+    for (;; slot = (slot + 1) % PUT_HASH) {
+        int i = c->puth[slot] - 1;
+        if (i < 0) break;
+        if (c->put[i].host == host && c->put[i].reserve == reserve) {
+            e = &c->put[i];
+            break;
+        }
+    }
     if (!e) {
         char *h = arena_alloc(c, reserve);
         if (!h) return c->arena_d;
@@ -63,6 +70,7 @@ const void *arena_put(cu_impl *c, const void *host, size_t bytes, size_t reserve
             memcpy(h, host, bytes);
             return arena_dev(c, h);
         }
+        c->puth[slot] = (short)(c->nput + 1);
         e = &c->put[c->nput++];
         *e = arena_put_ent{ host, 0, reserve, (size_t)(h - c->arena_h) };
     }

@@ -40,6 +40,7 @@ void cu_graph_begin(backend *b, uint64_t key)
     }
     c->gcur = e;
     c->nput = 0;
+    memset(c->puth, 0, sizeof c->puth);
     c->arena_len = 0;
     arena_next(c);
     c->gbad = false;
