@@ -1,21 +1,24 @@
-/* Where a CUDA graph replay's time goes, kernel by kernel, as it ran: a
- * CUPTI injection library (the driver loads it when CUDA_INJECTION64_PATH
+/* Where the GPU's time goes, kernel by kernel, as it ran: a CUPTI
+ * injection library (the driver loads it when CUDA_INJECTION64_PATH
  * names it) that records every kernel's start and end and, at exit,
- * writes per graph (decode steps are graph replays; prefill runs outside
- * graphs and is left out) the replays' span, the time no kernel ran
- * (launch gaps between dependent kernels), and per kernel name its
- * launches, time and exclusive time (each instant's time shared among the
- * kernels running then), the host's part before the last replay (its
- * CUDA calls) and that replay's timeline.  ncu times
- * kernels serialized one by one and LLM_CUDA_PROFILE times ops outside
- * graphs; this sees the step as it runs, concurrency and PDL overlap
- * included (CUPTI's own bookkeeping adds a little to each launch).
+ * writes the kernels outside graphs (prefill chunks, warm-up steps) as
+ * one table over the run, then per graph (decode steps are graph
+ * replays) the replays' span, the time no kernel ran, the gap between
+ * replays, per kernel name its launches, time and exclusive time (each
+ * instant's time shared among the kernels running then; a kernel waiting
+ * on its PDL predecessor counts as running), the host's part before the
+ * last replay and that replay's timeline.  ncu times kernels serialized
+ * one by one and LLM_CUDA_PROFILE times ops outside graphs; this sees the
+ * GPU as it runs, concurrency and PDL overlap included (CUPTI's own
+ * bookkeeping adds a little to each launch).
  *
  *   make CUDA=1 build/lib/libkernel_trace.so
  *   CUDA_INJECTION64_PATH=$PWD/build/lib/libkernel_trace.so \
  *   KTRACE_OUT=trace.txt [KTRACE_SKIP=2] llm-engine bench ...
  *
  * KTRACE_SKIP: each graph's first replays left out (warm-up; default 2).
+ * KTRACE_API=1: the CUDA calls too (the host's gap before the last
+ * replay: what it called; more overhead a launch).
  * Needs libcupti.so (CUDA's lib directory; tools/gpu_pack.sh packs it). */
 #define _GNU_SOURCE
 #include <cupti.h>
@@ -105,7 +108,7 @@ static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf,
         if (r->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && r->kind != CUPTI_ACTIVITY_KIND_KERNEL)
             continue;
         const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)r;
-        if (!k->graphId || !k->start || k->end < k->start) continue;
+        if (!k->start || k->end < k->start) continue;
         if (nrec == caprec) {
             caprec = caprec ? 2 * caprec : 1 << 16;
             recs = realloc(recs, sizeof(krec) * caprec);
@@ -203,6 +206,62 @@ static int by_excl(const void *x, const void *y, void *ctx)
     return (d > 0) - (d < 0);
 }
 
+/* A kernel's start (i > 0: kernel i - 1) or end (i < 0: kernel -i - 1). */
+typedef struct {
+    uint64_t t;
+    long long i;
+} kev;
+
+static int by_t(const void *x, const void *y)
+{
+    const kev *a = x, *b = y;
+    return a->t < b->t ? -1 : a->t > b->t;
+}
+
+/* The kernels outside graphs (prefill, warm-up steps): r[0..n), sorted
+ * by graph, then launch.  Their span, the time some kernel ran, and per
+ * name the launches, time and exclusive time. */
+static void outside(FILE *f, const krec *r, size_t n, agg *a, int *ord)
+{
+    if (!n) return;
+    memset(a, 0, sizeof(agg) * (size_t)nnames);
+    kev *e = malloc(sizeof(kev) * 2 * n);
+    size_t *act = malloc(sizeof(size_t) * n);
+    if (!e || !act) abort();
+    for (size_t i = 0; i < n; i++)
+        e[2 * i] = (kev){ r[i].start, (long long)i + 1 },
+        e[2 * i + 1] = (kev){ r[i].end, -(long long)i - 1 };
+    qsort(e, 2 * n, sizeof(kev), by_t);
+    size_t nact = 0;
+    double busy = 0;
+    for (size_t j = 0; j + 1 < 2 * n; j++) {
+        if (e[j].i > 0) act[nact++] = (size_t)e[j].i - 1;
+        else
+            for (size_t k = 0; k < nact; k++)
+                if (act[k] == (size_t)(-e[j].i - 1)) { act[k] = act[--nact]; break; }
+        double dt = (e[j + 1].t - e[j].t) / 1e3;
+        if (!nact || dt <= 0) continue;
+        busy += dt;
+        for (size_t k = 0; k < nact; k++) a[r[act[k]].name].excl += dt / nact;
+    }
+    double span = (e[2 * n - 1].t - e[0].t) / 1e3;
+    free(e);
+    free(act);
+    for (size_t i = 0; i < n; i++) a[r[i].name].n++, a[r[i].name].us += (r[i].end - r[i].start) / 1e3;
+    fprintf(f, "outside graphs (prefill, warm-up steps): %zu kernels; %.1f ms from the first to "
+               "the last, some kernel running %.1f ms\n", n, span / 1e3, busy / 1e3);
+    int k = 0;
+    for (int i = 0; i < nnames; i++)
+        if (a[i].n) ord[k++] = i;
+    qsort_r(ord, (size_t)k, sizeof(int), by_excl, a);
+    fprintf(f, "  %8s %10s %10s %6s  kernel (in all)\n", "launches", "ms", "excl ms", "excl%");
+    for (int i = 0; i < k && i < 60; i++) {
+        const agg *x = &a[ord[i]];
+        fprintf(f, "  %8.0f %10.2f %10.2f %5.1f%%  %s\n", x->n, x->us / 1e3, x->excl / 1e3,
+                100 * x->excl / (busy > 0 ? busy : 1), names[2 * ord[i] + 1]);
+    }
+}
+
 static void report(void)
 {
     cuptiActivityFlushAll(1);
@@ -215,7 +274,10 @@ static void report(void)
     agg *a = calloc((size_t)nnames + 1, sizeof(agg));
     int *ord = malloc(sizeof(int) * ((size_t)nnames + 1));
     if (!a || !ord) abort();
-    for (size_t g0 = 0, g1; g0 < nrec; g0 = g1) {
+    size_t n0 = 0;
+    while (n0 < nrec && !recs[n0].graph) n0++;
+    outside(f, recs, n0, a, ord);
+    for (size_t g0 = n0, g1; g0 < nrec; g0 = g1) {
         for (g1 = g0; g1 < nrec && recs[g1].graph == recs[g0].graph; g1++) {}
         memset(a, 0, sizeof(agg) * (size_t)nnames);
         int nrep = 0, seen = 0;
@@ -269,8 +331,9 @@ int InitializeInjection(void)
 {
     if (cuptiActivityRegisterCallbacks(buf_requested, buf_completed) != CUPTI_SUCCESS ||
         cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS ||
-        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS ||
-        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER) != CUPTI_SUCCESS) {
+        (getenv("KTRACE_API") &&
+         (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS ||
+          cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER) != CUPTI_SUCCESS))) {
         fprintf(stderr, "kernel_trace: CUPTI activity tracing unavailable\n");
         return 0;
     }
