@@ -315,7 +315,7 @@ static bool hc_pre_many(cu_impl *c, float *h, const float *y, int T, int hc, int
         return false;
     phase(c, "hc_pre logits");
     cu_hc_collapse_norm(c->st, h, T, hc, H, m, base, scale, iters, hc_eps, norm_eps, norm_w, post,
-                        comb, collapsed, normed);
+                        comb, collapsed, normed, c->hc_tail);
     return true;
 }
 
@@ -1343,7 +1343,8 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // float32 (the CPU's bits) in every GEMM mode, not on tensor cores
     // where the mode puts the prefill's there.
     c->idx_dec = env_switch(c, "LLM_CUDA_INDEXER_DECODE_MMA");
-    // LLM_CUDA_HC_PRE_TAIL=0: hc_pre_norm's last block as before (its
+    // LLM_CUDA_HC_PRE_TAIL=0: hc_pre_norm's last block, and the
+    // collapse of many tokens (cu_hc_collapse_norm), as before (their
     // loads one column at a time; the same operations and results).
     c->hc_tail = env_switch(c, "LLM_CUDA_HC_PRE_TAIL");
     // LLM_CUDA_HC_PRE_CLUSTER=0: hc_pre_norm of hc = 4 with the last block

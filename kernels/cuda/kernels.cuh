@@ -261,7 +261,8 @@ bool cu_hc_pre_norm_route(cudaStream_t st, float *h, const float *y, int T, int 
 // logits m [T][(2 + hc) hc] of the new streams in one pass over them (y
 // NULL: the logits of h, left as it is); then cu_hc_collapse_norm: per
 // token the mix, post, comb, collapsed, and (out not NULL) its RMSNorm,
-// over a second read of the streams.  false (nothing launched): hc not 2
+// over a second read of the streams (tail: as hc_pre_norm's hc_tail
+// where the shape allows; the same results).  false (nothing launched): hc not 2
 // to 4, H not a multiple of 4 or over 12K (the collapsed row in shared
 // memory), h or y not 16-byte aligned.  part and count as
 // cu_hc_logits_many's (cu_hc_post_logits_part bytes).
@@ -272,7 +273,7 @@ bool cu_hc_post_logits(cudaStream_t st, float *h, const float *y, int T, int hc,
 void cu_hc_collapse_norm(cudaStream_t st, const float *h, int T, int hc, int H, const float *m,
                          const float *base, const float *scale, int iters, float hc_eps,
                          float norm_eps, const float *nw, float *post, float *comb,
-                         float *collapsed, float *out);
+                         float *collapsed, float *out, bool tail);
 // qk_args (backend.h) for T tokens at device positions pos: q and kv
 // normalized and rotated, kv rounded to dtype; qi (NULL: none) rotated and
 // iw [T][inh] scaled.  Heads of at most CU_QK_MAX_HD channels.

@@ -1440,37 +1440,53 @@ bool cu_hc_post_logits(cudaStream_t st, float *h, const float *y, int T, int hc,
 
 // hc_pre_norm of many tokens, second launch: a block per token finishes
 // from its logits (hc_post_logits_kernel's) as hc_pre_norm_kernel's last
-// block does (hc_mix_collapse_norm over the streams as stored).
-__global__ void __launch_bounds__(256) hc_collapse_norm_kernel(const float *h, int hc, int H,
-                                                               const float *m, const float *base,
-                                                               const float *scale, int iters,
-                                                               float hc_eps, float norm_eps,
-                                                               const float *nw, float *post,
-                                                               float *comb, float *col,
-                                                               float *out)
+// block does: with the RMSNorm and where the shape allows, hc_tail (its
+// loads issued before the logits are read, the Sinkhorn's warp apart from
+// the norm: the same bits), else hc_mix_collapse_norm over the streams as
+// stored.  (hc_mix_collapse_norm's blocks of 256 threads, each column's
+// loads a round trip after the last and the norm waiting for the
+// Sinkhorn, took 0.51 ms an 8,192-token step on the H100, 40% of the
+// bandwidth: run F10.)
+#define HC_CN_THREADS 480
+__global__ void __launch_bounds__(HC_CN_THREADS) hc_collapse_norm_kernel(
+    const float *h, int hc, int H, const float *m, const float *base, const float *scale,
+    int iters, float hc_eps, float norm_eps, const float *nw, float *post, float *comb,
+    float *col, float *out, bool tail)
 {
-    pdl_wait();
     __shared__ double shd[32];
     __shared__ float pre[HC_MAX], mt[(2 + HC_FUSED_MAX) * HC_FUSED_MAX];
-    extern __shared__ float cs[];       // [H] the collapsed row
+    extern __shared__ float cs[];       // [H] the collapsed row (hc_mix_collapse_norm)
     int t = blockIdx.x, e = threadIdx.x, nmix = (2 + hc) * hc;
+    float *ht = (float *)h + (long long)t * hc * H;
+    bool v4 = H % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)col % 16 == 0;
+    tail = tail && out && v4 && (uintptr_t)out % 16 == 0 && (!nw || (uintptr_t)nw % 16 == 0) &&
+                hc <= HC_FUSED_MAX && H <= HC_TAIL_Q * 4 * ((int)blockDim.x - 32);
+    float4 wv[HC_TAIL_Q];
+    float o[HC_TAIL_Q][HC_FUSED_MAX][4], yv[HC_TAIL_Q][4];
+    pdl_wait();
+    if (tail && e >= 32) hc_tail_load(ht, NULL, hc, H, nw, wv, o, yv);
     if (e < nmix) mt[e] = m[(long long)t * nmix + e];
     __syncthreads();
-    bool v4 = H % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)col % 16 == 0;
-    hc_mix_collapse_norm((float *)h + (long long)t * hc * H, NULL, hc, H, v4, mt, base, scale,
-                         iters, hc_eps, norm_eps, nw, NULL, NULL, pre, shd,
-                         post + (long long)t * hc, comb + (long long)t * hc * hc,
-                         col + (long long)t * H, cs, out ? out + (long long)t * H : NULL);
+    if (tail)
+        hc_tail(ht, NULL, hc, H, mt, base, scale, iters, hc_eps, norm_eps, nw, NULL, NULL, pre,
+                shd, post + (long long)t * hc, comb + (long long)t * hc * hc,
+                col + (long long)t * H, out + (long long)t * H, wv, o, yv);
+    else
+        hc_mix_collapse_norm(ht, NULL, hc, H, v4, mt, base, scale, iters, hc_eps, norm_eps, nw,
+                             NULL, NULL, pre, shd, post + (long long)t * hc,
+                             comb + (long long)t * hc * hc, col + (long long)t * H, cs,
+                             out ? out + (long long)t * H : NULL);
 }
 
 void cu_hc_collapse_norm(cudaStream_t st, const float *h, int T, int hc, int H, const float *m,
                          const float *base, const float *scale, int iters, float hc_eps,
                          float norm_eps, const float *nw, float *post, float *comb,
-                         float *collapsed, float *out)
+                         float *collapsed, float *out, bool tail)
 {
     if (T > 0)
-        cu_launch(hc_collapse_norm_kernel, T, 256, (size_t)H * sizeof(float), st, h, hc, H, m,
-                  base, scale, iters, hc_eps, norm_eps, nw, post, comb, collapsed, out);
+        cu_launch(hc_collapse_norm_kernel, T, HC_CN_THREADS, (size_t)H * sizeof(float), st, h,
+                  hc, H, m, base, scale, iters, hc_eps, norm_eps, nw, post, comb, collapsed, out,
+                  tail);
 }
 
 // The queries and key of an attention layer (qk_args, backend.h) of

@@ -2839,6 +2839,12 @@ static void hc_tail_cases(backend *gf, backend *g_clu0, backend *g_tail0)
         test_hc_pre_norm_same(g_tail0, 8, 4, 4096, wy);
         test_hc_pre_norm_same(g_tail0, 19, 4, 1024, wy);    /* the one launch's last count */
         test_hc_pre_norm(20, 4, 4096, true, wy);            /* the two launches' first */
+        /* the two launches' collapse in hc_tail's form (T >= 20) against
+         * the old, bit for bit; 5760 past its shape at 480 threads */
+        test_hc_pre_norm_same(g_tail0, 20, 4, 4096, wy);
+        test_hc_pre_norm_same(g_tail0, 64, 4, 1000, wy);
+        test_hc_pre_norm_same(g_tail0, 24, 2, 128, wy);
+        test_hc_pre_norm(24, 4, 5760, true, wy);
         test_hc_pre_norm_same(g_tail0, 2, 5, 96, wy);
         test_hc_pre_norm_same(g_tail0, 3, 2, 5760, wy);
         test_hc_pre_norm_same(g_tail0, 1, 4, 5764, wy);
