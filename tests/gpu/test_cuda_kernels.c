@@ -3313,6 +3313,10 @@ int main(int argc, char **argv)
             test_hc_pre_norm(63, 4, 1024, true, wy);
             test_hc_pre_norm(3, 2, 130, false, wy);
             test_hc_pre_norm(2, 5, 96, true, wy);
+            /* many tokens: the two launches (their collapse as hc_tail) */
+            test_hc_pre_norm(64, 4, 4096, true, wy);
+            test_hc_pre_norm(300, 4, 4096, true, wy);
+            test_hc_pre_norm(65, 3, 996, false, wy);
         }
         hc_tail_cases(g[GEMM_F32], g_clu0, g_tail0);
         indexer_cases(g[GEMM_F32], g_idx0, g_tk2);
