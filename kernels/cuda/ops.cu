@@ -1446,8 +1446,13 @@ bool cu_hc_post_logits(cudaStream_t st, float *h, const float *y, int T, int hc,
 // stored.  (hc_mix_collapse_norm's blocks of 256 threads, each column's
 // loads a round trip after the last and the norm waiting for the
 // Sinkhorn, took 0.51 ms an 8,192-token step on the H100, 40% of the
-// bandwidth: run F10.)
+// bandwidth: run F10.)  Only for decode batches (up to HC_CN_TAIL_MAX_T
+// tokens, blocks of HC_CN_THREADS): run F11 on the H100, B = 64 4.93,
+// 4.99 -> 4.86, 4.87 ms a step, but fp8 prefill 1.5% slower (32K 131.6K
+// -> 129.6K tok/s): with thousands of blocks the old form's 256-thread
+// blocks, twice as many an SM, hide the latencies better.
 #define HC_CN_THREADS 480
+#define HC_CN_TAIL_MAX_T 64
 __global__ void __launch_bounds__(HC_CN_THREADS) hc_collapse_norm_kernel(
     const float *h, int hc, int H, const float *m, const float *base, const float *scale,
     int iters, float hc_eps, float norm_eps, const float *nw, float *post, float *comb,
@@ -1483,10 +1488,11 @@ void cu_hc_collapse_norm(cudaStream_t st, const float *h, int T, int hc, int H, 
                          float norm_eps, const float *nw, float *post, float *comb,
                          float *collapsed, float *out, bool tail)
 {
+    tail = tail && T <= HC_CN_TAIL_MAX_T;
     if (T > 0)
-        cu_launch(hc_collapse_norm_kernel, T, HC_CN_THREADS, (size_t)H * sizeof(float), st, h,
-                  hc, H, m, base, scale, iters, hc_eps, norm_eps, nw, post, comb, collapsed, out,
-                  tail);
+        cu_launch(hc_collapse_norm_kernel, T, tail ? HC_CN_THREADS : 256,
+                  (size_t)H * sizeof(float), st, h, hc, H, m, base, scale, iters, hc_eps,
+                  norm_eps, nw, post, comb, collapsed, out, tail);
 }
 
 // The queries and key of an attention layer (qk_args, backend.h) of
