@@ -1440,23 +1440,24 @@ bool cu_hc_post_logits(cudaStream_t st, float *h, const float *y, int T, int hc,
 
 // hc_pre_norm of many tokens, second launch: a block per token finishes
 // from its logits (hc_post_logits_kernel's) as hc_pre_norm_kernel's last
-// block does: with the RMSNorm and where the shape allows, hc_tail (its
-// loads issued before the logits are read, the Sinkhorn's warp apart from
-// the norm: the same bits), else hc_mix_collapse_norm over the streams as
-// stored.  (hc_mix_collapse_norm's blocks of 256 threads, each column's
-// loads a round trip after the last and the norm waiting for the
-// Sinkhorn, took 0.51 ms an 8,192-token step on the H100, 40% of the
-// bandwidth: run F10.)  Only for decode batches (up to HC_CN_TAIL_MAX_T
-// tokens, blocks of HC_CN_THREADS): run F11 on the H100, B = 64 4.93,
-// 4.99 -> 4.86, 4.87 ms a step, but fp8 prefill 1.5% slower (32K 131.6K
-// -> 129.6K tok/s): with thousands of blocks the old form's 256-thread
-// blocks, twice as many an SM, hide the latencies better.
+// block does.  TAIL (decode batches, up to HC_CN_TAIL_MAX_T tokens, with
+// the RMSNorm, where the shape allows): hc_tail, its loads issued before
+// the logits are read and the Sinkhorn's warp apart from the norm (the
+// same bits); else hc_mix_collapse_norm over the streams as stored, each
+// column's loads a round trip after the last, the norm waiting for the
+// Sinkhorn (0.51 ms an 8,192-token step on the H100, 40% of the
+// bandwidth: run F10; 256-thread blocks of 46 registers, several an SM,
+// which hide that at prefill sizes).  Run F11 (H100), the tail form for
+// every size in one kernel of 102 registers: B = 64 4.93, 4.99 -> 4.86,
+// 4.87 ms a step, fp8 prefill 32K 131.6K -> 129.6K tok/s (one 480-thread
+// block an SM).
 #define HC_CN_THREADS 480
 #define HC_CN_TAIL_MAX_T 64
-__global__ void __launch_bounds__(HC_CN_THREADS) hc_collapse_norm_kernel(
+template <bool TAIL>
+__global__ void __launch_bounds__(TAIL ? HC_CN_THREADS : 256) hc_collapse_norm_kernel(
     const float *h, int hc, int H, const float *m, const float *base, const float *scale,
     int iters, float hc_eps, float norm_eps, const float *nw, float *post, float *comb,
-    float *col, float *out, bool tail)
+    float *col, float *out)
 {
     __shared__ double shd[32];
     __shared__ float pre[HC_MAX], mt[(2 + HC_FUSED_MAX) * HC_FUSED_MAX];
@@ -1464,8 +1465,9 @@ __global__ void __launch_bounds__(HC_CN_THREADS) hc_collapse_norm_kernel(
     int t = blockIdx.x, e = threadIdx.x, nmix = (2 + hc) * hc;
     float *ht = (float *)h + (long long)t * hc * H;
     bool v4 = H % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)col % 16 == 0;
-    tail = tail && out && v4 && (uintptr_t)out % 16 == 0 && (!nw || (uintptr_t)nw % 16 == 0) &&
-                hc <= HC_FUSED_MAX && H <= HC_TAIL_Q * 4 * ((int)blockDim.x - 32);
+    bool tail = TAIL && out && v4 && (uintptr_t)out % 16 == 0 &&
+                (!nw || (uintptr_t)nw % 16 == 0) && hc <= HC_FUSED_MAX &&
+                H <= HC_TAIL_Q * 4 * ((int)blockDim.x - 32);
     float4 wv[HC_TAIL_Q];
     float o[HC_TAIL_Q][HC_FUSED_MAX][4], yv[HC_TAIL_Q][4];
     pdl_wait();
@@ -1488,11 +1490,14 @@ void cu_hc_collapse_norm(cudaStream_t st, const float *h, int T, int hc, int H, 
                          float norm_eps, const float *nw, float *post, float *comb,
                          float *collapsed, float *out, bool tail)
 {
-    tail = tail && T <= HC_CN_TAIL_MAX_T;
-    if (T > 0)
-        cu_launch(hc_collapse_norm_kernel, T, tail ? HC_CN_THREADS : 256,
-                  (size_t)H * sizeof(float), st, h, hc, H, m, base, scale, iters, hc_eps,
-                  norm_eps, nw, post, comb, collapsed, out, tail);
+    if (T <= 0) return;
+    if (tail && T <= HC_CN_TAIL_MAX_T)
+        cu_launch(hc_collapse_norm_kernel<true>, T, HC_CN_THREADS, (size_t)H * sizeof(float), st,
+                  h, hc, H, m, base, scale, iters, hc_eps, norm_eps, nw, post, comb, collapsed,
+                  out);
+    else
+        cu_launch(hc_collapse_norm_kernel<false>, T, 256, (size_t)H * sizeof(float), st, h, hc,
+                  H, m, base, scale, iters, hc_eps, norm_eps, nw, post, comb, collapsed, out);
 }
 
 // The queries and key of an attention layer (qk_args, backend.h) of
