@@ -385,6 +385,14 @@ bool v4_model_graph_time(v4_model *m, long long *replays, double *ms)
     return be->graph_time && be->graph_time(be, replays, ms);
 }
 
+void v4_model_host_time(v4_model *m, long long *steps, double *walk_ms, double *launch_ms)
+{
+    const v4_rank *R = &m->ranks[0];
+    *steps = R->host_steps;
+    *walk_ms = R->host_walk_ms;
+    *launch_ms = R->host_launch_ms;
+}
+
 backend_modes v4_model_modes(const v4_model *m) { return m->modes; }
 
 void v4_cache_info_get(v4_model *m, v4_cache_info *ci)

@@ -47,6 +47,10 @@ typedef struct {
     int32_t *amax_idx;
     int cap_amax;
     bool short_of_memory;   /* this step: scratch or blockptr not had */
+    /* decode steps so far: host time walking the ops (which fill a
+     * graph's inputs when one replays) and in graph_end (the launch) */
+    long long host_steps;
+    double host_walk_ms, host_launch_ms;
 } v4_rank;
 
 struct v4_model {
