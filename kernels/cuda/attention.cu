@@ -25,8 +25,10 @@ struct comp_src {
     const float *win, *ovl;
     int wfirst, wlast;
 
-    __device__ void resolve()
+    // This block's sequence (blockIdx.y of a batch's segs) and its values.
+    __device__ void resolve(const dcomp *segs)
     {
+        if (segs) a = segs[blockIdx.y];
         if (a.dyn) a.pos0 = a.dyn->pos0, a.state = (float *)a.dyn->ptr;
         cur = a.pos0 / m;
         win = a.state;
@@ -66,35 +68,30 @@ template <int ROWS>
 __device__ __forceinline__ float comp_pool(const comp_src &S, int w, int c, bool ov, int half)
 {
     int m = S.m;
-    float v, g, mx = -INFINITY, sum = 0, acc = 0;
+    float mx = -INFINITY, sum = 0, acc = 0;
     if constexpr (ROWS > 0) {
-        float v0[ROWS], g0[ROWS], v1[ROWS], g1[ROWS];
+        // rows k < ROWS: the overlap half's, then this window's
+        float v[2 * ROWS], g[2 * ROWS];
+        bool on[2 * ROWS];
 #pragma unroll
         for (int j = 0; j < ROWS; j++) {
-            v0[j] = v1[j] = 0, g0[j] = g1[j] = 0;
-            if (ov && j < m) S.at(w - 1, j, c, v0[j], g0[j]);
-            if (j < m) S.at(w, j, half + c, v1[j], g1[j]);
+            on[j] = ov && j < m, on[ROWS + j] = j < m;
+            v[j] = v[ROWS + j] = g[j] = g[ROWS + j] = 0;
+            if (on[j]) S.at(w - 1, j, c, v[j], g[j]);
+            if (on[ROWS + j]) S.at(w, j, half + c, v[ROWS + j], g[ROWS + j]);
         }
 #pragma unroll
-        for (int j = 0; j < ROWS; j++)
-            if (ov && j < m) mx = g0[j] > mx ? g0[j] : mx;
+        for (int k = 0; k < 2 * ROWS; k++)
+            if (on[k]) mx = g[k] > mx ? g[k] : mx;
 #pragma unroll
-        for (int j = 0; j < ROWS; j++)
-            if (j < m) mx = g1[j] > mx ? g1[j] : mx;
+        for (int k = 0; k < 2 * ROWS; k++)
+            if (on[k]) sum += expf(g[k] - mx);
 #pragma unroll
-        for (int j = 0; j < ROWS; j++)
-            if (ov && j < m) sum += expf(g0[j] - mx);
-#pragma unroll
-        for (int j = 0; j < ROWS; j++)
-            if (j < m) sum += expf(g1[j] - mx);
-#pragma unroll
-        for (int j = 0; j < ROWS; j++)
-            if (ov && j < m) acc += v0[j] * (expf(g0[j] - mx) / sum);
-#pragma unroll
-        for (int j = 0; j < ROWS; j++)
-            if (j < m) acc += v1[j] * (expf(g1[j] - mx) / sum);
+        for (int k = 0; k < 2 * ROWS; k++)
+            if (on[k]) acc += v[k] * (expf(g[k] - mx) / sum);
         return acc;
     }
+    float v, g;
     if (ov)
         for (int j = 0; j < m; j++) { S.at(w - 1, j, c, v, g); mx = g > mx ? g : mx; }
     for (int j = 0; j < m; j++) { S.at(w, j, half + c, v, g); mx = g > mx ? g : mx; }
@@ -165,8 +162,7 @@ __global__ void compress_entry_kernel(comp_src S, drope rt, const dcomp *segs)
     pdl_wait();
     extern __shared__ float entry[];
     __shared__ double shd[32];
-    if (segs) S.a = segs[blockIdx.y];
-    S.resolve();
+    S.resolve(segs);
     int w = S.wfirst + blockIdx.x;
     if (w > S.wlast) return;
     comp_entry(S, rt, w, entry, shd);
@@ -177,8 +173,7 @@ __global__ void compress_ovl_kernel(comp_src S, const dcomp *segs)
 {
     pdl_wait();
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (segs) S.a = segs[blockIdx.y];
-    S.resolve();
+    S.resolve(segs);
     if (idx >= (long long)S.m * S.d || S.wlast < S.wfirst) return;
     comp_ovl_at(S, idx);
 }
@@ -189,8 +184,7 @@ __global__ void compress_win_kernel(comp_src S, int count, const dcomp *segs)
     pdl_wait();
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long long)count * S.wd) return;
-    if (segs) S.a = segs[blockIdx.y];
-    S.resolve();
+    S.resolve(segs);
     comp_win_at(S, count, idx);
 }
 
@@ -205,8 +199,7 @@ __global__ void compress_step_kernel(comp_src S, drope rt, const dcomp *segs)
     pdl_wait();
     extern __shared__ float entry[];
     __shared__ double shd[32];
-    if (segs) S.a = segs[blockIdx.y];
-    S.resolve();
+    S.resolve(segs);
     if (S.wlast >= S.wfirst) {
         comp_entry(S, rt, S.wfirst, entry, shd);
         __syncthreads();
