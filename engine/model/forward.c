@@ -5,7 +5,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "model_internal.h"
 
@@ -425,13 +424,6 @@ static void forward_ops(v4_model *M, v4_rank *R, const v4_batch *B)
  * (graph_pos_cap); 0 when the step is not one of those. */
 #define GRAPH_MAX_TOKENS 64
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 static uint64_t graph_key(const v4_batch *B, const backend *be)
 {
     if (!be->graph_begin || B->T > GRAPH_MAX_TOKENS || B->nout != B->T) return 0;
@@ -469,18 +461,18 @@ void v4_forward_rank(void *batch, int rank)
 
     uint64_t key = graph_key(B, be);
     if (key) be->graph_begin(be, key);
-    double t0 = now_ms(), t1;
+    double t0 = model_now_s(), t1;
     bool again;
     do {
         forward_ops(M, R, B);
-        t1 = now_ms();
+        t1 = model_now_s();
         again = key && be->graph_end(be);
     } while (again);
     if (B->T == B->nseg) {      /* a decode step: every sequence one token */
-        double t2 = now_ms();
+        double t2 = model_now_s();
         R->host_steps++;
-        R->host_walk_ms += t1 - t0;
-        R->host_launch_ms += t2 - t1;
+        R->host_walk_ms += (t1 - t0) * 1e3;
+        R->host_launch_ms += (t2 - t1) * 1e3;
     }
 
     /* This rank's columns of the logits rows straight into the items'

@@ -19,7 +19,7 @@ static int default_threads(int tp)
     return t < 1 ? 1 : t;
 }
 
-static double now_s(void)
+double model_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -227,7 +227,7 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
         free(m);
         return -1;
     }
-    double t_load = now_s();
+    double t_load = model_now_s();
     st_prefetch *pf = o.synthetic ? NULL
                       : st_prefetch_start(&m->st, o.read_threads > 0 ? o.read_threads : 8,
                                           o.log, o.log_user);
@@ -282,7 +282,7 @@ int v4_model_load(v4_model **out, const char *dir, const v4_options *opt, strbuf
     if (o.log && m->ranks[0].be->upload_weights) {
         char line[160];
         snprintf(line, sizeof line, "weights: on %d %s device%s %.1f s after the headers were read",
-                 tp, o.backend, tp > 1 ? "s" : "", now_s() - t_load);
+                 tp, o.backend, tp > 1 ? "s" : "", model_now_s() - t_load);
         o.log(o.log_user, line);
     }
 

@@ -98,9 +98,9 @@ long long v4_model_graph_kernels(v4_model *m);
  * (backend.h graph_time); false when its backend does not time them. */
 bool v4_model_graph_time(v4_model *m, long long *replays, double *ms);
 /* Rank 0's decode steps so far and the host's milliseconds in them: the
- * walk over the step's ops (which, when a graph replays, fill its inputs
- * while the device waits; the last run of a capture) and the graph's
- * launch (graph_end; 0 without graphs). */
+ * walks over the step's ops (which, when a graph replays, fill its inputs
+ * while the device waits; a capture's two passes both counted) and the
+ * graph's launch (graph_end; 0 without graphs). */
 void v4_model_host_time(v4_model *m, long long *steps, double *walk_ms, double *launch_ms);
 void v4_model_free(v4_model *m);
 const v4_config *v4_model_config(const v4_model *m);

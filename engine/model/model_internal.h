@@ -109,6 +109,9 @@ bool prefix_make_room(v4_model *m, int64_t need);
 /* n bytes (a multiple of 4) from src to dst in one rank's backend memory. */
 void copy_bytes(backend *be, char *dst, const char *src, size_t n);
 
+/* Seconds on the monotonic clock (model.c). */
+double model_now_s(void);
+
 /* Forward pass of `rank` over the batch (a tp_fn). */
 void v4_forward_rank(void *batch, int rank);
 
