@@ -133,37 +133,6 @@ typedef struct {
     double n, us, excl;
 } agg;
 
-/* One replay r[0..n): span, idle time, and each kernel's time and
- * exclusive time added to a[name]. */
-static void replay(const krec *r, size_t n, agg *a, double *span, double *idle)
-{
-    uint64_t t0 = r[0].start, t1 = 0;
-    for (size_t i = 0; i < n; i++) t1 = r[i].end > t1 ? r[i].end : t1;
-    *span = (t1 - t0) / 1e3;
-    /* sweep over the distinct start and end instants */
-    size_t m = 2 * n;
-    uint64_t *ts = malloc(sizeof(uint64_t) * m);
-    if (!ts) abort();
-    for (size_t i = 0; i < n; i++) ts[2 * i] = r[i].start, ts[2 * i + 1] = r[i].end;
-    for (size_t i = 1; i < m; i++)      /* insertion sort: nearly sorted */
-        for (size_t j = i; j > 0 && ts[j - 1] > ts[j]; j--) {
-            uint64_t x = ts[j];
-            ts[j] = ts[j - 1], ts[j - 1] = x;
-        }
-    *idle = 0;
-    for (size_t i = 0; i + 1 < m; i++) {
-        uint64_t lo = ts[i], hi = ts[i + 1];
-        if (hi == lo) continue;
-        int k = 0;
-        for (size_t j = 0; j < n; j++) k += r[j].start <= lo && r[j].end >= hi;
-        if (!k) { *idle += (hi - lo) / 1e3; continue; }
-        for (size_t j = 0; j < n; j++)
-            if (r[j].start <= lo && r[j].end >= hi) a[r[j].name].excl += (hi - lo) / 1e3 / k;
-    }
-    free(ts);
-    for (size_t i = 0; i < n; i++) a[r[i].name].n++, a[r[i].name].us += (r[i].end - r[i].start) / 1e3;
-}
-
 static int by_start(const void *a, const void *b)
 {
     const arec *x = a, *y = b;
@@ -218,22 +187,22 @@ static int by_t(const void *x, const void *y)
     return a->t < b->t ? -1 : a->t > b->t;
 }
 
-/* The kernels outside graphs (prefill, warm-up steps): r[0..n), sorted
- * by graph, then launch.  Their span, the time some kernel ran, and per
- * name the launches, time and exclusive time. */
-static void outside(FILE *f, const krec *r, size_t n, agg *a, int *ord)
+/* Kernels r[0..n): their launches, time and exclusive time (each
+ * instant's time shared among the kernels running then) added to
+ * a[name]; the span from the first start to the last end and the time
+ * some kernel ran, in us. */
+static void sweep(const krec *r, size_t n, agg *a, double *span, double *busy)
 {
-    if (!n) return;
-    memset(a, 0, sizeof(agg) * (size_t)nnames);
     kev *e = malloc(sizeof(kev) * 2 * n);
-    size_t *act = malloc(sizeof(size_t) * n);
+    size_t *act = malloc(sizeof(size_t) * n), nact = 0;
     if (!e || !act) abort();
-    for (size_t i = 0; i < n; i++)
-        e[2 * i] = (kev){ r[i].start, (long long)i + 1 },
+    for (size_t i = 0; i < n; i++) {
+        e[2 * i] = (kev){ r[i].start, (long long)i + 1 };
         e[2 * i + 1] = (kev){ r[i].end, -(long long)i - 1 };
+        a[r[i].name].n++, a[r[i].name].us += (r[i].end - r[i].start) / 1e3;
+    }
     qsort(e, 2 * n, sizeof(kev), by_t);
-    size_t nact = 0;
-    double busy = 0;
+    *busy = 0;
     for (size_t j = 0; j + 1 < 2 * n; j++) {
         if (e[j].i > 0) act[nact++] = (size_t)e[j].i - 1;
         else
@@ -241,19 +210,36 @@ static void outside(FILE *f, const krec *r, size_t n, agg *a, int *ord)
                 if (act[k] == (size_t)(-e[j].i - 1)) { act[k] = act[--nact]; break; }
         double dt = (e[j + 1].t - e[j].t) / 1e3;
         if (!nact || dt <= 0) continue;
-        busy += dt;
+        *busy += dt;
         for (size_t k = 0; k < nact; k++) a[r[act[k]].name].excl += dt / nact;
     }
-    double span = (e[2 * n - 1].t - e[0].t) / 1e3;
+    *span = n ? (e[2 * n - 1].t - e[0].t) / 1e3 : 0;
     free(e);
     free(act);
-    for (size_t i = 0; i < n; i++) a[r[i].name].n++, a[r[i].name].us += (r[i].end - r[i].start) / 1e3;
-    fprintf(f, "outside graphs (prefill, warm-up steps): %zu kernels; %.1f ms from the first to "
-               "the last, some kernel running %.1f ms\n", n, span / 1e3, busy / 1e3);
+}
+
+/* The names a[] counted, by exclusive time, into ord; their number. */
+static int ranked(agg *a, int *ord)
+{
     int k = 0;
     for (int i = 0; i < nnames; i++)
         if (a[i].n) ord[k++] = i;
     qsort_r(ord, (size_t)k, sizeof(int), by_excl, a);
+    return k;
+}
+
+/* The kernels outside graphs (prefill, warm-up steps): r[0..n).  Their
+ * span, the time some kernel ran, and per name the launches, time and
+ * exclusive time. */
+static void outside(FILE *f, const krec *r, size_t n, agg *a, int *ord)
+{
+    if (!n) return;
+    memset(a, 0, sizeof(agg) * (size_t)nnames);
+    double span, busy;
+    sweep(r, n, a, &span, &busy);
+    fprintf(f, "outside graphs (prefill, warm-up steps): %zu kernels; %.1f ms from the first to "
+               "the last, some kernel running %.1f ms\n", n, span / 1e3, busy / 1e3);
+    int k = ranked(a, ord);
     fprintf(f, "  %8s %10s %10s %6s  kernel (in all)\n", "launches", "ms", "excl ms", "excl%");
     for (int i = 0; i < k && i < 60; i++) {
         const agg *x = &a[ord[i]];
@@ -295,19 +281,16 @@ static void report(void)
             }
             if (prev_end && recs[r0].start > prev_end) gap += (recs[r0].start - prev_end) / 1e3, ngap++;
             prev_end = e;
-            double s, i;
-            replay(recs + r0, r1 - r0, a, &s, &i);
-            span += s, idle += i, nrep++, last = r0, kern = r1 - r0;
+            double s, b;
+            sweep(recs + r0, r1 - r0, a, &s, &b);
+            span += s, idle += s - b, nrep++, last = r0, kern = r1 - r0;
         }
         if (!nrep) continue;
         fprintf(f, "graph %u: %d replays timed (of %d), %zu kernels each; span %.1f us, "
                    "no kernel running %.1f us (%.1f%%); between replays %.1f us\n",
                 recs[g0].graph, nrep, seen, kern, span / nrep, idle / nrep,
                 100 * idle / (span > 0 ? span : 1), ngap ? gap / ngap : 0.0);
-        int k = 0;
-        for (int i = 0; i < nnames; i++)
-            if (a[i].n) ord[k++] = i;
-        qsort_r(ord, (size_t)k, sizeof(int), by_excl, a);
+        int k = ranked(a, ord);
         fprintf(f, "  %8s %10s %10s %6s  kernel (per replay)\n", "launches", "us", "excl us",
                 "excl%");
         for (int i = 0; i < k; i++) {
