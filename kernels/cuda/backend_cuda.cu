@@ -1053,12 +1053,21 @@ static void cu_moe_op(backend *b, const moe_args *a)
                     cu_moe_gemm_fp8_ok(w2v);
         int tm = w4a8 ? CU_TILE_M8 : !gv ? CU_TILE_M : mma || ns > 4 * E ? 8 : 4;
         int max_tiles = ns / tm + (E < ns ? E : ns);
+        // On the tensor cores w1 and w3 take a table of their own, of
+        // tiles of moe_tile_m slots (4: x staged in 4 rows, their 4,096
+        // columns over clusters of 2 blocks, not 4 -- twice a warp's
+        // stages for the same prologue and end; w2's 1,024 lose by it)
+        int tm13 = mma && c->moe_tile_m != tm ? c->moe_tile_m : tm;
+        int max13 = tm13 != tm ? ns / tm13 + (E < ns ? E : ns) : 0;
         int *perm = (int *)grow(c, &c->perm, ns * sizeof(int));
-        int4 *tiles = (int4 *)grow(c, &c->tiles, max_tiles * sizeof(int4));
-        int *ntiles = (int *)grow(c, &c->ntiles, sizeof(int));
+        int4 *tiles = (int4 *)grow(c, &c->tiles, (max_tiles + max13) * sizeof(int4));
+        int *ntiles = (int *)grow(c, &c->ntiles, 2 * sizeof(int));
         int *offs = (int *)grow(c, &c->offs, (E + 1) * sizeof(int));
         if (c->failed) return;
-        cu_moe_sort(c->st, idx, ns, E, perm, tiles, ntiles, offs, tm);
+        int4 *tiles13 = max13 ? tiles + max_tiles : tiles;
+        int *ntiles13 = max13 ? ntiles + 1 : ntiles;
+        cu_moe_sort(c->st, idx, ns, E, perm, tiles, ntiles, offs, tm, max13 ? tiles13 : NULL,
+                    ntiles13, tm13);
         // Tensor cores: w1 and w3 with SwiGLU into g (slots sorted by
         // expert), then w2 scattered back to slot order.
         dmoe_gemm m13 = { w1, w3, true, a->limit, tiles, ntiles, perm, xr, H, K, g, I,
@@ -1095,11 +1104,12 @@ static void cu_moe_op(backend *b, const moe_args *a)
             // bf16), else the GEMV over the tiles (float32 products).
             // Tiles expected: the experts the slots choose, uniform routing.
             int est = (int)(E * (1.0 - pow(1.0 - (double)K / E, T)) + 0.5);
-            if (!(mma && cu_moe_tiles_mma(c->st, w1, &w3, tiles, ntiles, max_tiles, tm, est, perm,
-                                          false, xr, H, K, a->limit, g, I, !quant,
+            int mt13 = max13 ? max13 : max_tiles;
+            if (!(mma && cu_moe_tiles_mma(c->st, w1, &w3, tiles13, ntiles13, mt13, tm13, est,
+                                          perm, false, xr, H, K, a->limit, g, I, !quant,
                                           c->moe_mma_sm)) &&
-                !cu_gemv_tiles(c->st, w1, &w3, tiles, ntiles, max_tiles, tm, perm, false, xr, H,
-                               K, a->limit, g, I))
+                !cu_gemv_tiles(c->st, w1, &w3, tiles13, ntiles13, mt13, tm13, perm, false, xr,
+                               H, K, a->limit, g, I))
                 fail(c, "moe: the experts' w1 and w3 differ in layout");
             if (quant) cu_act_quant_round(c->st, g, I, ns, I, g, I);
             if (!(mma && cu_moe_tiles_mma(c->st, w2, NULL, tiles, ntiles, max_tiles, tm, est, perm,
@@ -1365,6 +1375,11 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_MOE_MMA_BLOCKS: the blocks an SM its plan aims at
     // (comparisons; 2: every w1 and w3 block a quarter of the columns).
     c->moe_mma_sm = (int)env_int(c, "LLM_CUDA_MOE_MMA_BLOCKS", 1, 2, 2);
+    // LLM_CUDA_MOE_TILE_M: the slots a tile of w1 and w3 on the tensor
+    // cores, 4 or 8 (w2's: 8).
+    c->moe_tile_m = (int)env_int(c, "LLM_CUDA_MOE_TILE_M", 4, 8, 4);
+    if (c->moe_tile_m != 4 && c->moe_tile_m != 8)
+        fail(c, "LLM_CUDA_MOE_TILE_M=%d: expected 4 or 8", c->moe_tile_m);
     // Each FP8 weight also uploaded as its exact bf16 values (two more
     // bytes a weight: 0.6 GiB for rank6's 6 layers), which cuBLASLt then
     // reads directly: decode batches past the small-M kernels' tokens and

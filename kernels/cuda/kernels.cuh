@@ -307,9 +307,11 @@ void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, boo
                   float routed_scale, int *idx, float *wt, int *order,
                   bool regs);
 // Slots (t*K + k) grouped by expert: perm, tiles of tile_m slots, and
-// offs [E + 1]: where each expert's slots start in perm.
+// offs [E + 1]: where each expert's slots start in perm; with tiles2, a
+// second table of the same slots in tiles of tile_m2.
 void cu_moe_sort(cudaStream_t st, const int *idx, int nslots, int E, int *perm, int4 *tiles,
-                 int *ntiles, int *offs, int tile_m = CU_TILE_M);
+                 int *ntiles, int *offs, int tile_m = CU_TILE_M, int4 *tiles2 = NULL,
+                 int *ntiles2 = NULL, int tile_m2 = 0);
 // dst[i] = src[map[i] / div] (rows of H floats), and dst[map[i]] = src[i].
 void cu_rows_gather(cudaStream_t st, const float *src, int H, const int *map, int div, int n,
                     float *dst);

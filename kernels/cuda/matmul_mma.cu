@@ -25,7 +25,8 @@
 // fixed order (deterministic, no atomics, no scratch, graph-capturable).
 //
 // The same kernel runs the routed experts of decode batches (MXFP4, over
-// moe_sort's tiles of up to 8 slots of one expert; blockIdx.z the tile):
+// moe_sort's tiles of up to 8 slots of one expert, w1 and w3 over tiles
+// of up to 4 with x staged in 4 rows; blockIdx.z the tile):
 // x's rows gathered from the tile's slots (or the sorted rows of g), y's
 // scattered back to slot order, and w1 with w3 paired in each warp (its
 // first m-tile w1's rows, its second w3's same rows) so SwiGLU takes both
@@ -66,6 +67,8 @@ struct smm_args {
     int WM;             // warps along the rows (32 rows each); 8 / WM along the columns
     int Kb;             // columns per block (a multiple of 64 * 8 / WM)
     int xst;            // bytes per staged token row (smm_xst)
+    int xr;             // token rows staged: dense TP; expert tiles 4 or 8 (tiles of up
+                        // to 4 slots: the mma's tokens g and g + 4 read one row)
     int x16;            // x's rows are whole float4s (aligned, ldx % 4 == 0)
 };
 
@@ -108,7 +111,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     int kend = min(kb0 + a.Kb, w.cols);             // the block's columns end (view)
     int nst = max(0, min(Kw, kend - kb0 - cw0) + STEP - 1) / STEP;
     uint8_t *xs = sm_sh;
-    uint8_t *wq = sm_sh + (size_t)TP * a.xst + (size_t)warp * SM_STAGES * SM_STAGE_BYTES;
+    uint8_t *wq = sm_sh + (size_t)a.xr * a.xst + (size_t)warp * SM_STAGES * SM_STAGE_BYTES;
     auto cbytes = [](long long c) { return FP4 ? c >> 1 : c * EB; };
 
     // The block's row groups of BR rows (expert tiles: a.R of them, one
@@ -198,7 +201,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     // x: the ntok real tokens x the block's columns as float4 chunks, a
     // warp a token (zeros past the columns), then each 8 columns' 2 chunks
     // split in place: hi in the first, lo in the second (unsplit: the
-    // first only).  The padding tokens' rows [ntok, TP) stay as they are:
+    // first only).  The padding tokens' rows [ntok, xr) stay as they are:
     // an mma's column of sums reads only its own token's row, and those
     // columns are neither stored nor sent.  (Expert tiles at 64 tokens
     // hold about 2 real tokens of 8; in run M1's ncu profile a third of
@@ -253,7 +256,8 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     // chunks are units 0 .. SC / 4 - 1 from there, the next stage's XSTEP
     // bytes further; cw0 is a multiple of 64 columns).
     constexpr int XSTEP = STEP / 32 * 9 * 16;
-    const uint8_t *xt = xs + (size_t)g * a.xst + xpos(cw0 / 4 + t * SC / 4) * 16;
+    const uint8_t *xt = xs + (size_t)(MODE == SMM_DENSE ? g : g & (a.xr - 1)) * a.xst +
+                        xpos(cw0 / 4 + t * SC / 4) * 16;
     // Expert tiles whose warps own whole sums (one block along the
     // columns, one warp along them): each row group's outputs stored
     // from the registers, no block-wide end.
@@ -389,8 +393,8 @@ struct smm_plan {
 // columns (KS), staged x within xmax bytes; the most rows per block (x
 // staged and split once for them) whose grid (ntile tiles) still fills
 // 7/8 of the SMs, else the largest grid.  false: no plan fits.
-static bool smm_plan_for(int qt, int rows, int cols, int TP, long long ntile, long long xmax,
-                         smm_plan *p)
+static bool smm_plan_for(int qt, int rows, int cols, int TP, int xr, long long ntile,
+                         long long xmax, smm_plan *p)
 {
     int nsm = cu_sm_count();
     int step = qt == QT_FP8 ? 64 : qt == QT_MXFP4 ? 128 : 32;   // columns per warp stage
@@ -400,7 +404,7 @@ static bool smm_plan_for(int qt, int rows, int cols, int TP, long long ntile, lo
             int gran = (step > 64 ? step : 64) * (8 / WM);
             int Kb = ((cols + KS - 1) / KS + gran - 1) / gran * gran;
             if ((KS > 1 && (long long)(KS - 1) * Kb >= cols) ||
-                (long long)TP * smm_xst(qt, Kb) > xmax)
+                (long long)xr * smm_xst(qt, Kb) > xmax)
                 continue;
             long long blocks = (long long)(rows + 32 * WM - 1) / (32 * WM) * KS;
             if (blocks > best) best = blocks, p->WM = WM, p->KS = KS, p->Kb = Kb;
@@ -408,7 +412,7 @@ static bool smm_plan_for(int qt, int rows, int cols, int TP, long long ntile, lo
         }
     if (best < 0) return false;
     p->blocks = best;
-    p->smem = (size_t)TP * smm_xst(qt, p->Kb) + 8 * SM_STAGES * SM_STAGE_BYTES;
+    p->smem = (size_t)xr * smm_xst(qt, p->Kb) + 8 * SM_STAGES * SM_STAGE_BYTES;
     size_t psum = (size_t)8 * 32 * (TP + 1) * 4 + (size_t)32 * p->WM * TP * 4;   // part, recv
     if (p->smem < psum) p->smem = psum;
     return true;
@@ -428,10 +432,10 @@ bool cu_matmul_mma(cudaStream_t st, const dqw &w, const float *x, int ldx, int T
     // columns; 0.85x for 4096 x 1024 (blocks of 128 columns over a cluster
     // of 8); at 64 tokens 0.4-0.7x of cuBLASLt (the head: 785 GB/s, 100
     // TFLOP/s of bf16 products, far from either ceiling: not yet explained).
-    if (!smm_plan_for(w.type, w.rows, w.cols, TP, 1, SM_XMAX, &p) ||
+    if (!smm_plan_for(w.type, w.rows, w.cols, TP, TP, 1, SM_XMAX, &p) ||
         (measured && (TP > 32 || p.Kb < 256)))
         return false;
-    a.WM = p.WM, a.Kb = p.Kb, a.xst = smm_xst(w.type, p.Kb);
+    a.WM = p.WM, a.Kb = p.Kb, a.xst = smm_xst(w.type, p.Kb), a.xr = TP;
     dim3 grid((unsigned)p.blocks / p.KS, p.KS);
 #define SMM(Q, N, S)                                                                             \
     do {                                                                                         \
@@ -482,12 +486,17 @@ bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *
     smm_plan p;
     // per_sm 2: two blocks an SM (128 registers; x within SM_XMAX2 beside
     // the 64 KB of weight stages), 16 warps to hide the decode's and the
-    // mma's latencies (w1 and w3 of 4096 columns then take clusters of 4);
-    // 1: one, x of up to SM_XMAX (every column in one block).
+    // mma's latencies (w1 and w3 of 4096 columns then take clusters of 4
+    // blocks for tiles of 8 slots, of 2 for tiles of 4: x staged in 4 rows,
+    // the mma's tokens g and g + 4 reading one, the upper four's sums
+    // never stored; a warp's stages doubled for the same prologue and end:
+    // runs G3-G4 on an H100, B = 64 4.84-4.91 -> 4.77 ms, B = 32 3.75 ->
+    // 3.65); 1: one, x of up to SM_XMAX (every column in one block).
     int vrows = w3 ? 2 * w.rows : w.rows, est = est_tiles < 1 ? 1 : est_tiles;
-    if (!smm_plan_for(QT_MXFP4, vrows, w.cols, 8, est, per_sm == 1 ? SM_XMAX : SM_XMAX2, &p))
+    int xr = tile_m <= 4 ? 4 : 8;
+    if (!smm_plan_for(QT_MXFP4, vrows, w.cols, 8, xr, est, per_sm == 1 ? SM_XMAX : SM_XMAX2, &p))
         return false;
-    a.WM = p.WM, a.Kb = p.Kb, a.xst = smm_xst(QT_MXFP4, p.Kb);
+    a.WM = p.WM, a.Kb = p.Kb, a.xst = smm_xst(QT_MXFP4, p.Kb), a.xr = xr;
     // Warps that own whole sums stream R row groups of 256 rows through
     // one pipeline (x staged once, no block-wide end between them): R such
     // that the grid still makes about 4 waves of the expected tiles.

@@ -224,12 +224,14 @@ __device__ __forceinline__ void hc_store_logits(float (*red)[NMP + 1], const dou
 
 // Slices for `groups` token groups over `chunks` column chunks: none when
 // the groups fill the SMs (or outnumber the counters), else enough for
-// about two blocks an SM, at least 4 chunks a slice.
+// about two blocks an SM, at least 2 chunks a slice.  (4 before: a B = 64
+// step's hc_post_logits as 64 blocks of 4 chunks; runs G2-G4 on an H100,
+// 2: B = 64 4.77 -> 4.72-4.74 ms, B = 32 3.65 -> 3.61; 1: no faster.)
 static int hc_slices(int groups, int chunks)
 {
     int sm = cu_sm_count();
     if (groups >= sm || groups > HC_COUNT_MAX) return 1;
-    int S = (2 * sm + groups - 1) / groups, most = chunks / 4;
+    int S = (2 * sm + groups - 1) / groups, most = chunks / 2;
     return S <= most ? S : most > 1 ? most : 1;
 }
 
@@ -1715,7 +1717,8 @@ void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, boo
 // tile offsets are block scans over the experts, blockDim at a time (one
 // thread walking 256 experts took 21 us of a 64-token step: run J5).
 __global__ void moe_sort_kernel(const int *idx, int nslots, int E, int *perm, int4 *tiles,
-                                int *ntiles, int *offs, int tm)
+                                int *ntiles, int *offs, int tm, int4 *tiles2, int *ntiles2,
+                                int tm2)
 {
     pdl_wait();
     extern __shared__ int sh[];
@@ -1724,18 +1727,24 @@ __global__ void moe_sort_kernel(const int *idx, int nslots, int E, int *perm, in
     __syncthreads();
     for (int s = threadIdx.x; s < nslots; s += blockDim.x) atomicAdd(&cnt[idx[s]], 1);
     __syncthreads();
-    int o = 0, nt = 0;      // slots and tiles of the experts before this chunk
+    int o = 0, nt = 0, nt2 = 0;     // slots and tiles of the experts before this chunk
     for (int e0 = 0; e0 < E; e0 += blockDim.x) {
-        int e = e0 + threadIdx.x, n = e < E ? cnt[e] : 0, to, tt;
+        int e = e0 + threadIdx.x, n = e < E ? cnt[e] : 0, to, tt, tt2 = 0, et2 = 0;
         int eo = o + block_scan(n, scan, &to);
         int et = nt + block_scan((n + tm - 1) / tm, scan, &tt);
+        if (tm2) et2 = nt2 + block_scan((n + tm2 - 1) / tm2, scan, &tt2);
         if (e < E) {
             off[e] = offs[e] = eo;
             for (int s = 0; s < n; s += tm) tiles[et++] = make_int4(e, eo + s, min(tm, n - s), 0);
+            for (int s = 0; tm2 && s < n; s += tm2)
+                tiles2[et2++] = make_int4(e, eo + s, min(tm2, n - s), 0);
         }
-        o += to, nt += tt;
+        o += to, nt += tt, nt2 += tt2;
     }
-    if (threadIdx.x == 0) *ntiles = nt, offs[E] = o;
+    if (threadIdx.x == 0) {
+        *ntiles = nt, offs[E] = o;
+        if (tm2) *ntiles2 = nt2;
+    }
     __syncthreads();
     for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
     __syncthreads();
@@ -1746,10 +1755,10 @@ __global__ void moe_sort_kernel(const int *idx, int nslots, int E, int *perm, in
 }
 
 void cu_moe_sort(cudaStream_t st, const int *idx, int nslots, int E, int *perm, int4 *tiles,
-                 int *ntiles, int *offs, int tile_m)
+                 int *ntiles, int *offs, int tile_m, int4 *tiles2, int *ntiles2, int tile_m2)
 {
     cu_launch(moe_sort_kernel, 1, 1024, (2 * E + 32) * sizeof(int), st, idx, nslots, E, perm,
-              tiles, ntiles, offs, tile_m);
+              tiles, ntiles, offs, tile_m, tiles2, ntiles2, tiles2 ? tile_m2 : 0);
 }
 
 __global__ void rows_kernel(const float *src, float *dst, int n, int H, const int *map, int div,

@@ -115,6 +115,9 @@ static backend *G_tiles_gemv, *G_tiles_1sm;
 /* bf16x2 with LLM_CUDA_MOE_SIDE=0: decode batches' shared expert on the
  * main stream after the routed experts (G: on a second stream beside them) */
 static backend *G_moe_side;
+/* bf16x2 with LLM_CUDA_MOE_TILE_M=8: decode batches' w1 and w3 over
+ * tiles of up to 8 slots, as w2 (G: 4, x staged in 4 rows) */
+static backend *G_tiles_m8;
 /* per GEMM mode (bf16x2, fp8), LLM_CUDA_SMALL_MMA=0 (17-64 tokens reach
  * cuBLASLt): FP8 weights also in bf16 (the default) and, with
  * LLM_CUDA_FP8_SHADOW=0, not */
@@ -2738,6 +2741,7 @@ static void test_moes(void)
     test_moe(63, false, 1024, 32, 6, 512, 256, 256);
     test_moe(64, true, 1024, 64, 6, 1024, 512, 512);
     test_moe(64, false, 2048, 32, 6, 512, 256, 256);
+    test_moe(64, true, 4096, 64, 6, 1024, 512, 512);   /* V4's columns: clusters */
     test_moe(40, false, 128, 8, 2, 128, 64, 64);
     test_moe(40, true, 128, 8, 2, 128, 64, 64);
     test_moe(40, false, 256, 8, 3, 96, 16, 48);
@@ -2755,6 +2759,21 @@ static void test_moes(void)
         int ts[] = { 9, 16, 32, 64 };
         for (int i = 0; i < 4; i++) test_moe(ts[i], i % 2, 1024, 32, 6, 512, 256, 256);
         test_moe(40, true, 128, 8, 2, 128, 64, 64);
+        G = keep;
+    }
+    /* w1 and w3 over w2's tiles of up to 8 slots (LLM_CUDA_MOE_TILE_M=8;
+     * G: tiles of 4 of their own, x staged in 4 rows, the mma's tokens g
+     * and g + 4 reading one of them, the upper four's sums dropped; their
+     * 4,096 columns over clusters of 2 blocks, at 8 of 4); experts of
+     * several tiles (E = 8, T = 40, 100) */
+    if (G_tiles_m8 && gemm_mode == GEMM_BF16X2) {
+        backend *keep = G;
+        G = G_tiles_m8;
+        int ts[] = { 9, 16, 32, 63, 64 };
+        for (int i = 0; i < 5; i++) test_moe(ts[i], i % 2, 1024, 32, 6, 512, 256, 256);
+        test_moe(64, false, 4096, 64, 6, 1024, 512, 512);
+        test_moe(40, true, 128, 8, 2, 128, 64, 64);
+        test_moe(100, false, 128, 8, 2, 128, 64, 64);
         G = keep;
     }
     /* the GEMV over the tiles they replace (LLM_CUDA_MOE_MMA=0: a
@@ -2975,6 +2994,9 @@ static void moe_switches(void)
     setenv("LLM_CUDA_MOE_SIDE", "0", 1);
     G_moe_side = gpu_backend("bf16x2", "2");
     unsetenv("LLM_CUDA_MOE_SIDE");
+    setenv("LLM_CUDA_MOE_TILE_M", "8", 1);
+    G_tiles_m8 = gpu_backend("bf16x2", "2");
+    unsetenv("LLM_CUDA_MOE_TILE_M");
 }
 
 /* Comparison switches read when a backend is made: a value out of range
@@ -2991,7 +3013,7 @@ static void bad_switches(void)
         { "LLM_CUDA_FP8_SHADOW", "2" },     { "LLM_CUDA_GATE_GEMV_MAX_T", "0" },
         { "LLM_CUDA_GATE_GEMV_MAX_T", "65" }, { "LLM_CUDA_LT_MIN_T", "1" },
         { "LLM_CUDA_LT_MIN_T", "18" },      { "LLM_CUDA_JOIN", "2" },
-        { "LLM_CUDA_MOE_SIDE", "2" },     { "LLM_CUDA_ATTD_BLOCKS", "-1" },
+        { "LLM_CUDA_MOE_SIDE", "2" },       { "LLM_CUDA_MOE_TILE_M", "5" },     { "LLM_CUDA_ATTD_BLOCKS", "-1" },
         { "LLM_CUDA_ATTM_BLOCKS", "0" },    { "LLM_CUDA_INDEXER_WGMMA", "2" },
         { "LLM_CUDA_HC_PRE_CLUSTER", "2" }, { "LLM_CUDA_HC_ROUTE", "2" },
         { "LLM_CUDA_INDEXER_DECODE_MMA", "2" }, { "LLM_CUDA_ATTN_CLUSTER", "3" },
@@ -3151,6 +3173,7 @@ static void destroy_backends(backend **g, backend **g1)
 {
     if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
     if (G_moe_side) G_moe_side->destroy(G_moe_side);
+    if (G_tiles_m8) G_tiles_m8->destroy(G_tiles_m8);
     for (int m = 0; m < 4; m++) {
         g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
         if (G_stream[m]) G_stream[m]->destroy(G_stream[m]);
