@@ -1057,16 +1057,18 @@ static void cu_moe_op(backend *b, const moe_args *a)
         // tiles of moe_tile_m slots (4: x staged in 4 rows, their 4,096
         // columns over clusters of 2 blocks, not 4 -- twice a warp's
         // stages for the same prologue and end; w2's 1,024 lose by it)
-        int tm13 = mma && c->moe_tile_m != tm ? c->moe_tile_m : tm;
-        int max13 = tm13 != tm ? ns / tm13 + (E < ns ? E : ns) : 0;
+        bool own13 = mma && c->moe_tile_m != tm;
+        int tm13 = own13 ? c->moe_tile_m : tm;
+        int max13 = own13 ? ns / tm13 + (E < ns ? E : ns) : max_tiles;
         int *perm = (int *)grow(c, &c->perm, ns * sizeof(int));
-        int4 *tiles = (int4 *)grow(c, &c->tiles, (max_tiles + max13) * sizeof(int4));
+        int4 *tiles = (int4 *)grow(c, &c->tiles,
+                                   (max_tiles + (own13 ? max13 : 0)) * sizeof(int4));
         int *ntiles = (int *)grow(c, &c->ntiles, 2 * sizeof(int));
         int *offs = (int *)grow(c, &c->offs, (E + 1) * sizeof(int));
         if (c->failed) return;
-        int4 *tiles13 = max13 ? tiles + max_tiles : tiles;
-        int *ntiles13 = max13 ? ntiles + 1 : ntiles;
-        cu_moe_sort(c->st, idx, ns, E, perm, tiles, ntiles, offs, tm, max13 ? tiles13 : NULL,
+        int4 *tiles13 = own13 ? tiles + max_tiles : tiles;
+        int *ntiles13 = own13 ? ntiles + 1 : ntiles;
+        cu_moe_sort(c->st, idx, ns, E, perm, tiles, ntiles, offs, tm, own13 ? tiles13 : NULL,
                     ntiles13, tm13);
         // Tensor cores: w1 and w3 with SwiGLU into g (slots sorted by
         // expert), then w2 scattered back to slot order.
@@ -1104,11 +1106,10 @@ static void cu_moe_op(backend *b, const moe_args *a)
             // bf16), else the GEMV over the tiles (float32 products).
             // Tiles expected: the experts the slots choose, uniform routing.
             int est = (int)(E * (1.0 - pow(1.0 - (double)K / E, T)) + 0.5);
-            int mt13 = max13 ? max13 : max_tiles;
-            if (!(mma && cu_moe_tiles_mma(c->st, w1, &w3, tiles13, ntiles13, mt13, tm13, est,
+            if (!(mma && cu_moe_tiles_mma(c->st, w1, &w3, tiles13, ntiles13, max13, tm13, est,
                                           perm, false, xr, H, K, a->limit, g, I, !quant,
                                           c->moe_mma_sm)) &&
-                !cu_gemv_tiles(c->st, w1, &w3, tiles13, ntiles13, mt13, tm13, perm, false, xr,
+                !cu_gemv_tiles(c->st, w1, &w3, tiles13, ntiles13, max13, tm13, perm, false, xr,
                                H, K, a->limit, g, I))
                 fail(c, "moe: the experts' w1 and w3 differ in layout");
             if (quant) cu_act_quant_round(c->st, g, I, ns, I, g, I);

@@ -1729,17 +1729,19 @@ __global__ void moe_sort_kernel(const int *idx, int nslots, int E, int *perm, in
     __syncthreads();
     int o = 0, nt = 0, nt2 = 0;     // slots and tiles of the experts before this chunk
     for (int e0 = 0; e0 < E; e0 += blockDim.x) {
-        int e = e0 + threadIdx.x, n = e < E ? cnt[e] : 0, to, tt, tt2 = 0, et2 = 0;
+        int e = e0 + threadIdx.x, n = e < E ? cnt[e] : 0, to;
         int eo = o + block_scan(n, scan, &to);
-        int et = nt + block_scan((n + tm - 1) / tm, scan, &tt);
-        if (tm2) et2 = nt2 + block_scan((n + tm2 - 1) / tm2, scan, &tt2);
-        if (e < E) {
-            off[e] = offs[e] = eo;
-            for (int s = 0; s < n; s += tm) tiles[et++] = make_int4(e, eo + s, min(tm, n - s), 0);
-            for (int s = 0; tm2 && s < n; s += tm2)
-                tiles2[et2++] = make_int4(e, eo + s, min(tm2, n - s), 0);
-        }
-        o += to, nt += tt, nt2 += tt2;
+        if (e < E) off[e] = offs[e] = eo;
+        // expert e's tiles of m slots into tl after the nall so far
+        auto lay = [&](int m, int4 *tl, int &nall) {
+            int tt, et = nall + block_scan((n + m - 1) / m, scan, &tt);
+            for (int s = 0; e < E && s < n; s += m)
+                tl[et++] = make_int4(e, eo + s, min(m, n - s), 0);
+            nall += tt;
+        };
+        lay(tm, tiles, nt);
+        if (tm2) lay(tm2, tiles2, nt2);
+        o += to;
     }
     if (threadIdx.x == 0) {
         *ntiles = nt, offs[E] = o;
