@@ -300,8 +300,8 @@ void cu_kv_round(cudaStream_t st, float *x, int ld, int T, int n, int t);
 void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float limit);
 // Router: scores [T][E] logits in, per token the chosen experts idx[T][K],
 // weights wt[T][K] and order[T][K] (the k's by ascending expert id).
-// regs: its warp's state in registers where it applies (route_warp_regs;
-// LLM_CUDA_ROUTE_REGS=0 compares).
+// regs: its warp's state in registers where it applies (route_warp_regs,
+// each lane storing its own choice; LLM_CUDA_ROUTE_REGS=0 compares).
 void cu_moe_route(cudaStream_t st, const float *scores, int T, int E, int K, bool sigmoid,
                   const float *bias, const void *tid2eid, bool tid_i64, const int *ids,
                   float routed_scale, int *idx, float *wt, int *order,

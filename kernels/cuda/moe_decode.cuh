@@ -147,21 +147,23 @@ __device__ __forceinline__ void route_warp(const float *sc, int E, int K, int si
 }
 
 // route_warp for E <= 32 ROUTE_U scored experts (not hashed) with its
-// state in registers (route_kernel's default; LLM_CUDA_ROUTE_REGS=0
-// compares): lane l's candidates l + 32 u, u <
-// ROUTE_U, the chosen ones a bit mask, the rounds unrolled over
-// TOPK_MAX; the same activations, comparisons and sums in the same
-// order (inside a lane e grows with u, so an equal value never displaces
-// an earlier one, as route_warp's e < be test), so the same choices and
-// weights.  Run N3 counted ~250 instructions a round in route_warp (its
-// shared loads, bounds tests and branches) on the one warp every routed
-// block waits for.
+// state in registers, its outputs stored by the lanes (route_kernel's
+// default; LLM_CUDA_ROUTE_REGS=0 compares): lane l's candidates l + 32 u,
+// u < ROUTE_U, the chosen ones a bit mask; choice k is kept by lane k
+// (mine), which also finds its activation, its rank in ascending expert
+// order and its weight.  The same activations, comparisons and sums in
+// the same order as route_warp and route_weights (inside a lane e grows
+// with u, so an equal value never displaces an earlier one, as
+// route_warp's e < be test; the weights' sum in k order from 0), so the
+// same choices and weights.  Its loops over the K rounds and choices are
+// not unrolled: unrolled to TOPK_MAX its code was ~98 KB, read afresh by
+// each of a step's SMs once a layer (run N3 had counted ~250
+// instructions a round in route_warp, the shared-memory form).
 __device__ __forceinline__ void route_warp_regs(const float *sc, int E, int K, int sigmoid,
-                                                const float *bias, float rscale,
-                                                int (&sel)[TOPK_MAX], bool want_wt,
-                                                float (&wt)[TOPK_MAX])
+                                                const float *bias, float rscale, int *idx,
+                                                float *wt, int *order)
 {
-    int lane = threadIdx.x & 31;
+    int lane = threadIdx.x & 31, mine = 0;
     float act[ROUTE_U], val[ROUTE_U];
     unsigned taken = 0;     // bit u: candidate u chosen, or past E
 #pragma unroll
@@ -172,34 +174,38 @@ __device__ __forceinline__ void route_warp_regs(const float *sc, int E, int K, i
         val[u] = act[u] + b;
         if (e >= E) taken |= 1u << u;
     }
-#pragma unroll
-    for (int k = 0; k < TOPK_MAX; k++) {
-        if (k >= K) break;
+#pragma unroll 1
+    for (int k = 0; k < K; k++) {
         float bv = 0;
         int be = -1;
 #pragma unroll
         for (int u = 0; u < ROUTE_U; u++)
             if (!(taken >> u & 1) && (be < 0 || val[u] > bv)) bv = val[u], be = lane + 32 * u;
         route_best(bv, be);
-        sel[k] = be;
+        if (lane == k) mine = be;
         if (be >= 0 && (be & 31) == lane) taken |= 1u << (be >> 5);
     }
-    if (!want_wt) return;
-    // choice k's activation from its lane (a select over u: no indexed
-    // registers), summed in k order on lane 0
-    float acts[TOPK_MAX];
+    // choice k's activation from its lane (each u's value from the owner
+    // lane, the one for mine's u kept: no indexed registers)
+    float a = 0;
 #pragma unroll
-    for (int k = 0; k < TOPK_MAX; k++) {
-        acts[k] = 0;
-        if (k >= K) continue;
-        int u = sel[k] >> 5;
-        float a = act[0];
-#pragma unroll
-        for (int j = 1; j < ROUTE_U; j++) a = u == j ? act[j] : a;
-        acts[k] = __shfl_sync(0xffffffffu, a, sel[k] & 31);
+    for (int u = 0; u < ROUTE_U; u++) {
+        float v = __shfl_sync(0xffffffffu, act[u], mine & 31);
+        if (u == mine >> 5) a = v;
     }
-    if (lane) return;
-    route_weights(acts, K, rscale, wt);
+    float sum = 0;
+    int rank = 0;
+#pragma unroll 1
+    for (int j = 0; j < K; j++) {
+        sum += __shfl_sync(0xffffffffu, a, j);
+        int sj = __shfl_sync(0xffffffffu, mine, j);
+        rank += sj < mine || (sj == mine && j < lane);
+    }
+    if (lane < K) {
+        idx[lane] = mine;
+        order[rank] = lane;
+        wt[lane] = a / (sum + 1e-20f) * rscale;
+    }
 }
 
 // The fused decode MoE after the gate's GEMV wrote scores [T][E]:

@@ -1677,11 +1677,12 @@ void cu_swiglu(cudaStream_t st, float *g, const float *u, long long n, float lim
 }
 
 // A block (one warp) per token: route_warp_regs where it applies (regs,
-// the default; LLM_CUDA_ROUTE_REGS=0 compares), else route_warp; then the
-// outputs stored by the lanes side by side, the k's in the CPU's
-// summation order for moe_combine_kernel from each choice's rank (the
-// stable order of an insertion sort, without its local memory).  (Eight
-// tokens a block put a 64-token step on 8 SMs: 14.5 us in run J5.)
+// the default; LLM_CUDA_ROUTE_REGS=0 compares), whose lanes store their
+// own choices, else route_warp and route_store; either way the outputs
+// stored by the lanes side by side, the k's in the CPU's summation order
+// for moe_combine_kernel from each choice's rank (the stable order of an
+// insertion sort, without its local memory).  (Eight tokens a block put
+// a 64-token step on 8 SMs: 14.5 us in run J5.)
 __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmoid,
                              const float *bias, const void *tid2eid, int tid_i64, const int *ids,
                              float rscale, int *idx, float *wt, int *order, int regs)
@@ -1689,14 +1690,16 @@ __global__ void route_kernel(const float *scores, int T, int E, int K, int sigmo
     pdl_wait();
     extern __shared__ float rsh[];      // [E] activations, [E] scores, then [E] taken flags
     int t = blockIdx.x;
+    if (regs && !tid2eid && E <= 32 * ROUTE_U) {
+        route_warp_regs(scores + (long long)t * E, E, K, sigmoid, bias, rscale,
+                        idx + (long long)t * K, wt + (long long)t * K, order + (long long)t * K);
+        return;
+    }
     int sel[TOPK_MAX];
     float w[TOPK_MAX];
-    if (regs && !tid2eid && E <= 32 * ROUTE_U)
-        route_warp_regs(scores + (long long)t * E, E, K, sigmoid, bias, rscale, sel, true, w);
-    else
-        route_warp(scores + (long long)t * E, E, K, sigmoid, bias, tid2eid, tid_i64,
-                   tid2eid ? ids[t] : 0, rscale, rsh, rsh + E, (unsigned char *)(rsh + 2 * E),
-                   sel, true, w);
+    route_warp(scores + (long long)t * E, E, K, sigmoid, bias, tid2eid, tid_i64,
+               tid2eid ? ids[t] : 0, rscale, rsh, rsh + E, (unsigned char *)(rsh + 2 * E), sel,
+               true, w);
     route_store(sel, w, K, idx + (long long)t * K, wt + (long long)t * K, order + (long long)t * K);
 }
 
