@@ -12,6 +12,11 @@
 # back (the source export of a whole step is hundreds of MB).  Times
 # under ncu are per kernel, serialized, at the clock ncu sets (base
 # unless --clock-control none): read shares, not step times.
+# STALLS=1: instead, a few metrics a launch at the real clock (one or two
+# passes, seconds for a whole step) and tools/ncu_stalls.py's table in
+# OUT/stalls.txt: per kernel its time, instructions and the cycles an
+# issued instruction waited on each stall reason (run H7; "no
+# instruction" is instruction fetch).
 set -e
 out=${1:?usage: gpu_profile_step.sh OUT [BATCH] [SKIP] [COUNT]}
 batch=${2:-1}
@@ -24,6 +29,17 @@ ncu=/usr/local/cuda/bin/ncu
 rep="$out/step"
 if [ "$batch" = 1 ]; then steps="--prompts 8192 --decode 60"
 else steps="--prompt 8192 --batch $batch --decode 16"; fi
+if [ "${STALLS:-0}" = 1 ]; then
+    $ncu --csv --clock-control none --graph-profiling node \
+        --metrics "$(python3 tools/ncu_stalls.py --metrics)" \
+        --launch-skip "$skip" --launch-count "$count" \
+        build/bin/llm-engine bench --synthetic conf/models/deepseek-v4-flash-rank6.json --tp 1 \
+        --kv-cache-dtype fp8 $steps > "$out/stalls.csv" 2> "$out/ncu.log"
+    python3 tools/ncu_stalls.py "$out/stalls.csv" > "$out/stalls.txt"
+    gzip -f "$out/stalls.csv"
+    head -n 1 "$out/stalls.txt"
+    exit 0
+fi
 $ncu -o "$rep" -f --set full --import-source no --graph-profiling node \
     --launch-skip "$skip" --launch-count "$count" \
     build/bin/llm-engine bench --synthetic conf/models/deepseek-v4-flash-rank6.json --tp 1 \
