@@ -4,9 +4,10 @@
 #   sh tools/gpu_profile_step.sh OUT [BATCH] [SKIP] [COUNT]
 # ncu --set full over COUNT kernel launches (graph nodes) after SKIP of
 # `llm-engine bench` on rank6 shapes at 8K context, BATCH sequences
-# (default 1: one step is 108 launches, and SKIP 2500 passes the prefill
-# and the graph warm-up, as in run L3; a batch prefills each sequence, so
-# give it a SKIP of its own, e.g. more than 4,000 at 32), then per
+# (default 1: one step is 79 launches since run E11, and SKIP 2500 passes
+# the prefill and the graph warm-up, as in run L3; a batch prefills each
+# sequence, so give it a SKIP of its own: ~24,000 at 64, run H5's
+# trace), then per
 # kernel: its details (SpeedOfLight, occupancy, warp states) as CSV and
 # tools/ncu_regions.py's SASS regions, run here so that only text comes
 # back (the source export of a whole step is hundreds of MB).  Times
@@ -21,7 +22,7 @@ set -e
 out=${1:?usage: gpu_profile_step.sh OUT [BATCH] [SKIP] [COUNT]}
 batch=${2:-1}
 skip=${3:-2500}
-count=${4:-108}
+count=${4:-79}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
 export LD_LIBRARY_PATH=$PWD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
