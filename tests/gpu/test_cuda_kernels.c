@@ -94,6 +94,7 @@
 
 #include "backend.h"
 #include "cpu/quant.h"
+#include "cuda/act_quant.h"
 #include "cuda/device_info.h"
 #include "cuda/indexer_mma.h"
 #include "kv_cache.h"
@@ -328,6 +329,70 @@ static void bf16_bound(const char *name, const qweight *w, const float *x, int l
        "sum|x||w|, u = %.2e); rel L2 to the float32 product %.2e", gemm_names[gemm_mode], name,
        over, T * N, worst, gemm_u_at(T), rel_err(got, y, (size_t)T * N));
     free(xr), free(yr), free(row);
+}
+
+/* The GPU's act_quant (cuda/act_quant.h) against the CPU's: codes, scales
+ * and the quantized values as floats byte for byte, outputs poisoned.
+ * Groups of random magnitudes (2^-24 to 2^12: scales from the 1e-4 floor
+ * up), one all zeros, one of a single value; rows of ldx >= K channels
+ * (K % 4: the 16-byte kernel, else the warp-a-group one), a short last
+ * group where K % 128. */
+static void test_act_quant(int T, int K, int ldx)
+{
+    int ng = (K + ACT_GROUP - 1) / ACT_GROUP, ldq = K + (K % 4 ? 0 : 4), ldo = ldx;
+    float *x = malloc((size_t)T * ldx * sizeof *x);
+    for (int t = 0; t < T; t++)
+        for (int g = 0; g < (ldx + ACT_GROUP - 1) / ACT_GROUP; g++) {
+            float mag = ldexpf(1.0f, (int)(rnd() % 37) - 24);
+            for (int k = g * ACT_GROUP; k < (g + 1) * ACT_GROUP && k < ldx; k++) {
+                float v = frand() * mag;
+                if ((t + g) % 11 == 3) v = 0;
+                if ((t + g) % 13 == 5) v = k == g * ACT_GROUP + 7 ? -mag : 0;
+                x[(size_t)t * ldx + k] = v;
+            }
+        }
+    uint8_t *wq = malloc((size_t)T * ldq + 4);
+    float *ws = malloc((size_t)ng * T * sizeof *ws), *wo = malloc((size_t)T * ldo * sizeof *wo);
+    float *sc = malloc(ng * sizeof *sc);
+    memset(wq, 0xA5, (size_t)T * ldq);
+    memcpy(wo, x, (size_t)T * ldo * sizeof *wo);
+    for (int t = 0; t < T; t++) {
+        act_quant_fp8(x + (size_t)t * ldx, K, wq + (size_t)t * ldq, sc);
+        for (int g = 0; g < ng; g++) ws[(size_t)g * T + t] = sc[g];
+        act_quant_round(wo + (size_t)t * ldo, K);
+    }
+    float *dx = dcopy(x, (size_t)T * ldx * 4), *ds = G->alloc(G, (size_t)ng * T * 4);
+    float *dout = dcopy(x, (size_t)T * ldo * 4);
+    uint8_t *dq = G->alloc(G, (size_t)T * ldq);
+    uint8_t *fill = malloc((size_t)T * ldq);
+    memset(fill, 0xA5, (size_t)T * ldq);
+    G->write(G, dq, fill, (size_t)T * ldq);
+    poison(ds, (size_t)ng * T * 4);
+    char err[256] = "";
+    int rc = cuda_act_quant(dx, ldx, T, K, dq, ldq, ds, NULL, 0, err, sizeof err);
+    if (!rc) rc = cuda_act_quant(dx, ldx, T, K, NULL, 0, NULL, dout, ldo, err, sizeof err);
+    uint8_t *gq = hcopy(dq, (size_t)T * ldq);
+    float *gs = hcopy(ds, (size_t)ng * T * 4), *go = hcopy(dout, (size_t)T * ldo * 4);
+    size_t dc = 0, dsc = 0, dvo = 0;
+    for (size_t i = 0; i < (size_t)T * ldq; i++) dc += gq[i] != wq[i];
+    for (size_t i = 0; i < (size_t)ng * T; i++) dsc += memcmp(&gs[i], &ws[i], 4) != 0;
+    for (size_t i = 0; i < (size_t)T * ldo; i++) dvo += memcmp(&go[i], &wo[i], 4) != 0;
+    ok(!rc && !dc && !dsc && !dvo, "act_quant T=%d K=%d ldx=%d: the CPU's codes (%zu bytes "
+       "differ), scales (%zu) and rounded values (%zu, the row tails untouched) %s", T, K, ldx,
+       dc, dsc, dvo, err);
+    void *d[] = { dx, ds, dout, dq };
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) G->release(G, d[i]);
+    free(x), free(wq), free(ws), free(wo), free(sc), free(fill), free(gq), free(gs), free(go);
+}
+
+static void act_quant_cases(void)
+{
+    test_act_quant(300, 4096, 4096);    /* V4's x, 32 groups: 8 warps a row */
+    test_act_quant(257, 1024, 1024);    /* g: 8 groups */
+    test_act_quant(70, 1000, 1004);     /* a short last group (104), rows 1004 apart */
+    test_act_quant(33, 520, 520);       /* 5 groups: a warp of 1 */
+    test_act_quant(9, 1001, 1001);      /* K % 4: the warp-a-group kernel */
+    test_act_quant(5, 64, 66);          /* one short group, ldx % 4 */
 }
 
 /* fp8 mode: got [T][N] within the FP8 bound (header) of the CPU's product
@@ -2864,6 +2929,15 @@ static void hc_tail_cases(backend *gf, backend *g_clu0, backend *g_tail0)
         test_hc_pre_norm_same(g_tail0, 64, 4, 1000, wy);
         test_hc_pre_norm_same(g_tail0, 24, 2, 128, wy);
         test_hc_pre_norm(24, 4, 5760, true, wy);
+        /* past 64 tokens the collapse laid out for bandwidth (and the
+         * Sinkhorn in a launch of its own) against the old, bit for bit:
+         * V4's shape, 249 16-byte columns (fewer than the block's
+         * threads), hc 2 and 3; 5760 past its shape (the old either way) */
+        test_hc_pre_norm_same(g_tail0, 65, 4, 4096, wy);
+        test_hc_pre_norm_same(g_tail0, 300, 4, 4096, wy);
+        test_hc_pre_norm_same(g_tail0, 100, 3, 996, wy);
+        test_hc_pre_norm_same(g_tail0, 80, 2, 128, wy);
+        test_hc_pre_norm_same(g_tail0, 70, 4, 5760, wy);
         test_hc_pre_norm_same(g_tail0, 2, 5, 96, wy);
         test_hc_pre_norm_same(g_tail0, 3, 2, 5760, wy);
         test_hc_pre_norm_same(g_tail0, 1, 4, 5764, wy);
@@ -3351,11 +3425,14 @@ int main(int argc, char **argv)
         G8 = g[GEMM_FP8];
         indexer_mma_cases(g[GEMM_BF16]);
     }
-    if (only && !strcmp(only, "matmul"))
+    if (only && !strcmp(only, "matmul")) {
+        G = g[GEMM_F32];
+        act_quant_cases();
         for (gemm_mode = GEMM_BF16X2; gemm_mode <= GEMM_FP8; gemm_mode++) {
             G = g[gemm_mode];
             test_matmul();
         }
+    }
     if (only && !strcmp(only, "compress")) {
         G = g[gemm_mode = GEMM_F32];
         compress_cases();
@@ -3375,6 +3452,7 @@ int main(int argc, char **argv)
         return exit_status();
     }
     G = g[GEMM_F32];
+    act_quant_cases();
     test_matmul();
     test_matmuls();
     test_row_argmax();
