@@ -260,7 +260,8 @@ struct backend {
     /* Optional (NULL: the model calls hc_post when y is not NULL, hc_pre,
      * then rmsnorm of collapsed into normed): with y, first the previous
      * sublayer's hc_post(h, y, post, comb); then hc_pre and the RMSNorm
-     * (weight norm_w, eps norm_eps) of its collapsed rows, normed [T][H]. */
+     * (weight norm_w, eps norm_eps) of its collapsed rows, normed [T][H].
+     * collapsed NULL: not wanted (hc_pre_norm_route's too). */
     void (*hc_pre_norm)(backend *b, float *h, const float *y, int T, int hc, int H,
                         const float *fn, const float *base, const float *scale, int iters,
                         float hc_eps, float norm_eps, float *post, float *comb,

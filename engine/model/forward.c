@@ -353,15 +353,16 @@ static void sublayer(v4_model *M, v4_rank *R, const v4_batch *B, int l, bool is_
         bool csa = c->attn[l] == V4_ATTN_CSA;
         prefetch(be, T, w, csa ? 9 : v4_layer_ratio(c, l) ? 5 : 3);
     }
-    /* the MoE's router with the mHC where the backend can */
+    /* the MoE's router with the mHC where the backend can; the collapsed
+     * rows are wanted only normed */
     moe_args ma = is_ffn ? ffn_args(M, R, B, l) : (moe_args){ 0 };
     if (is_ffn && be->hc_pre_norm_route &&
         be->hc_pre_norm_route(be, s->h, y, T, hc, H, fn, base, scale, c->hc_sinkhorn_iters,
-                              (float)c->hc_eps, eps, s->post, s->comb, s->col, norm, s->x, &ma)) {
+                              (float)c->hc_eps, eps, s->post, s->comb, NULL, norm, s->x, &ma)) {
         ma.routed = true;
     } else if (be->hc_pre_norm) {
         be->hc_pre_norm(be, s->h, y, T, hc, H, fn, base, scale, c->hc_sinkhorn_iters,
-                        (float)c->hc_eps, eps, s->post, s->comb, s->col, norm, s->x);
+                        (float)c->hc_eps, eps, s->post, s->comb, NULL, norm, s->x);
     } else {
         if (y) be->hc_post(be, s->h, y, s->post, s->comb, T, hc, H);
         be->hc_pre(be, s->h, T, hc, H, fn, base, scale, c->hc_sinkhorn_iters,

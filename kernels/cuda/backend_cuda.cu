@@ -374,14 +374,20 @@ static void cu_hc_pre_norm_op(backend *b, float *h, const float *y, int T, int h
     int nmix = (2 + hc) * hc;
     size_t bytes = HC_FUSED_SCRATCH(nmix, T), pre_bytes = (size_t)T * (nmix + 1) * sizeof(float);
     void *m = grow(c, &c->hcm, bytes > pre_bytes ? bytes : pre_bytes);
+    // collapsed NULL: not stored by the collapse of many tokens (a
+    // prefill chunk's 128 MB of 768 at V4's shapes), else into scratch
+    bool many = T >= c->hc_many_t;
+    auto col_scratch = [&] { return (float *)grow(c, &c->hccol, (size_t)T * H * sizeof(float)); };
+    if (!collapsed && !many) collapsed = col_scratch();
     if (c->failed) return;
-    bool done = T < c->hc_many_t
-                    ? cu_hc_pre_norm(c->st, h, y, T, hc, H, fn, base, scale, iters, hc_eps,
-                                     norm_eps, norm_w, m, c->hc_count, post, comb, collapsed,
-                                     normed, c->hc_tail, c->hc_cluster)
-                    : hc_pre_many(c, h, y, T, hc, H, fn, base, scale, iters, hc_eps, norm_eps,
-                                  (float *)m, post, comb, collapsed, norm_w, normed);
+    bool done = !many ? cu_hc_pre_norm(c->st, h, y, T, hc, H, fn, base, scale, iters, hc_eps,
+                                       norm_eps, norm_w, m, c->hc_count, post, comb, collapsed,
+                                       normed, c->hc_tail, c->hc_cluster)
+                      : hc_pre_many(c, h, y, T, hc, H, fn, base, scale, iters, hc_eps, norm_eps,
+                                    (float *)m, post, comb, collapsed, norm_w, normed);
     if (!done) {
+        if (!collapsed) collapsed = col_scratch();
+        if (c->failed) return;
         if (y) cu_hc_post(c->st, h, y, post, comb, T, hc, H);
         hc_pre(c, h, T, hc, H, fn, base, scale, iters, hc_eps, norm_eps, post, comb, collapsed,
                false);
@@ -425,6 +431,7 @@ static bool cu_hc_pre_norm_route_op(backend *b, float *h, const float *y, int T,
     if (!ok || !cu_hc_route_fits(T, H, r) || c->failed) return false;
     if (recording(c)) return true;
     route_bufs rb = route_scratch(c, T, E, K);
+    if (!collapsed) collapsed = (float *)grow(c, &c->hccol, (size_t)T * H * sizeof(float));
     if (c->failed) return false;
     r.sc = rb.sc, r.idx = rb.idx, r.order = rb.ord, r.wt = rb.wt;
     if (!cu_hc_pre_norm_route(c->st, h, y, T, H, fn, base, scale, iters, hc_eps, norm_eps,
@@ -1211,8 +1218,8 @@ static void cu_destroy(backend *b)
         if (c->gev[i]) cudaEventDestroy(c->gev[i]);
     arena_free(c);
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
-                         &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->icand, &c->ikeys, &c->wdeq, &c->hcm, &c->hcpart,
-                         &c->apart, &c->offs, &c->xs, &c->yss, &c->xbf, &c->xq, &c->x8,
+                         &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->icand,
+                         &c->ikeys, &c->wdeq, &c->hcm, &c->hcpart, &c->hccol, &c->apart, &c->offs, &c->xs, &c->yss, &c->xbf, &c->xq, &c->x8,
                          &c->xsc, &c->wsc, &c->xn, &c->amax, &c->ystk, &c->hcakeys };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->p) cudaFreeAsync(bufs[i]->p, c->st);

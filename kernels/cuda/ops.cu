@@ -652,8 +652,9 @@ __device__ __forceinline__ void hc_pre_post(const float *mt, const float *base,
 // The end of hc_pre and its RMSNorm for one token once its logits mt
 // (shared memory) are known, by a block of 64+ threads: pre and post
 // (postt), then the Sinkhorn (combt) on the first warp while the other
-// warps collapse the streams ht into ct and cs [H] (after hc_post when yt
-// is not NULL: the new streams stored; 16-byte accesses when v4), then,
+// warps collapse the streams ht into ct (NULL: not stored) and cs [H]
+// (after hc_post when yt is not NULL: the new streams stored; 16-byte
+// accesses when v4), then,
 // ot not NULL, the RMSNorm of the collapsed row kept in cs
 // (rmsnorm_kernel's operations) into ot.  The Sinkhorn's chain of
 // divisions overlaps the collapse.  pre: shared, [HC_MAX].
@@ -1489,14 +1490,15 @@ __global__ void __launch_bounds__(TAIL ? HC_CN_THREADS : 256) hc_collapse_norm_k
     if (tail && e >= 32) hc_tail_load(ht, NULL, hc, H, nw, wv, o, yv);
     if (e < nmix) mt[e] = m[(long long)t * nmix + e];
     __syncthreads();
+    float *ct = col ? col + (long long)t * H : NULL;
     if (tail)
         hc_tail(ht, NULL, hc, H, mt, base, scale, iters, hc_eps, norm_eps, nw, NULL, NULL, pre,
-                shd, post + (long long)t * hc, comb + (long long)t * hc * hc,
-                col + (long long)t * H, out + (long long)t * H, wv, o, yv);
+                shd, post + (long long)t * hc, comb + (long long)t * hc * hc, ct,
+                out + (long long)t * H, wv, o, yv);
     else
         hc_mix_collapse_norm(ht, NULL, hc, H, v4, mt, base, scale, iters, hc_eps, norm_eps, nw,
                              NULL, NULL, pre, shd, post + (long long)t * hc,
-                             comb + (long long)t * hc * hc, col + (long long)t * H, cs,
+                             comb + (long long)t * hc * hc, ct, cs,
                              out ? out + (long long)t * H : NULL);
 }
 
