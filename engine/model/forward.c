@@ -389,31 +389,25 @@ static void forward_ops(v4_model *M, v4_rank *R, const v4_batch *B)
     const float *y = c->n_layers ? s->y : NULL;
     float hc_eps = (float)c->hc_eps, eps = (float)c->rms_eps;
 
-    /* Every row's logits wanted (decode steps): the last hc_post, the
-     * head's collapse and the norm in one op where the backend has it. */
-    bool every = B->nout == T;
-    for (int i = 0; every && i < T; i++) every = B->out_tok[i] == i;
-    if (!(every && be->hc_head_norm &&
-          be->hc_head_norm(be, s->h, y, s->post, s->comb, T, hc, H, R->w.hc_fn, R->w.hc_base,
-                           R->w.hc_scale, hc_eps, eps, s->col, R->w.norm, s->head_in))) {
-        if (y) be->hc_post(be, s->h, y, s->post, s->comb, T, hc, H);
-        /* Only the rows whose logits are wanted go through the head, each
-         * run of consecutive rows copied in one copy; when they are all
-         * one run (a decode step's, a prefill's last) the norm reads them
-         * from col. */
-        be->hc_head(be, s->h, T, hc, H, R->w.hc_fn, R->w.hc_base, R->w.hc_scale, hc_eps, eps,
-                    s->col);
-        const float *hin = s->head_in;
-        for (int i = 0, k; i < B->nout; i += k) {
-            for (k = 1; i + k < B->nout && B->out_tok[i + k] == B->out_tok[i] + k; k++) {}
-            if (k == B->nout) {
-                hin = s->col + (size_t)B->out_tok[0] * H;
-                break;
-            }
-            be->copy_rows(be, s->head_in + (size_t)i * H, H,
-                          s->col + (size_t)B->out_tok[i] * H, H, k, H);
-        }
-        be->rmsnorm(be, hin, H, B->nout, H, R->w.norm, eps, s->head_in, H);
+    /* The last hc_post, the head's collapse and the final norm only for
+     * the rows whose logits are wanted (out_tok increases), a run of
+     * consecutive rows at a time (a decode step's: all of them; a prefill
+     * chunk's: its last row, not the 8,192 before), in one op where the
+     * backend has it; run i's normed rows into head_in from row i on. */
+    for (int i = 0, k; i < B->nout; i += k) {
+        int t0 = B->out_tok[i];
+        for (k = 1; i + k < B->nout && B->out_tok[i + k] == t0 + k; k++) {}
+        float *h = s->h + (size_t)t0 * hc * H, *post = s->post + (size_t)t0 * hc;
+        float *comb = s->comb + (size_t)t0 * hc * hc, *col = s->col + (size_t)i * H;
+        float *hin = s->head_in + (size_t)i * H;
+        const float *yt = y ? y + (size_t)t0 * H : NULL;
+        if (be->hc_head_norm &&
+            be->hc_head_norm(be, h, yt, post, comb, k, hc, H, R->w.hc_fn, R->w.hc_base,
+                             R->w.hc_scale, hc_eps, eps, col, R->w.norm, hin))
+            continue;
+        if (yt) be->hc_post(be, h, yt, post, comb, k, hc, H);
+        be->hc_head(be, h, k, hc, H, R->w.hc_fn, R->w.hc_base, R->w.hc_scale, hc_eps, eps, col);
+        be->rmsnorm(be, col, H, k, H, R->w.norm, eps, hin, H);
     }
     be->matmul(be, &R->w.head, s->head_in, H, B->nout, s->logits, R->shard.nv);
 }

@@ -1362,9 +1362,8 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // where the mode puts the prefill's there.
     c->idx_dec = env_switch(c, "LLM_CUDA_INDEXER_DECODE_MMA");
     // LLM_CUDA_HC_PRE_TAIL=0: hc_pre_norm's last block, and the
-    // collapse of many tokens (cu_hc_collapse_norm: decode batches' and
-    // prefill chunks'), as before (their loads one column at a time, the
-    // norm after the Sinkhorn; the same operations and results).
+    // collapse of many tokens (cu_hc_collapse_norm), as before (their
+    // loads one column at a time; the same operations and results).
     c->hc_tail = env_switch(c, "LLM_CUDA_HC_PRE_TAIL");
     // LLM_CUDA_HC_PRE_CLUSTER=0: hc_pre_norm of hc = 4 with the last block
     // (above) rather than in clusters of 16 blocks a token.

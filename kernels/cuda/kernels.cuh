@@ -262,9 +262,8 @@ bool cu_hc_pre_norm_route(cudaStream_t st, float *h, const float *y, int T, int 
 // NULL: the logits of h, left as it is); then cu_hc_collapse_norm: per
 // token the mix, post, comb, collapsed, and (out not NULL) its RMSNorm,
 // over a second read of the streams (tail: decode batches as
-// hc_pre_norm's hc_tail, prefill chunks in blocks laid out for bandwidth
-// with the Sinkhorn in a launch of its own, where the shapes allow; the
-// same results).  false (nothing launched): hc not 2
+// hc_pre_norm's hc_tail where the shape allows; the same results;
+// collapsed NULL: not stored).  false (nothing launched): hc not 2
 // to 4, H not a multiple of 4 or over 12K (the collapsed row in shared
 // memory), h or y not 16-byte aligned.  part and count as
 // cu_hc_logits_many's (cu_hc_post_logits_part bytes).

@@ -624,19 +624,6 @@ __device__ __forceinline__ void hc_sinkhorn_warp(const float *mt, const float *b
     if (own) combt[e] = v;
 }
 
-// Stream e's pre and post weights from a token's logits mt.
-__device__ __forceinline__ float hc_pre_w(const float *mt, const float *base, const float *scale,
-                                          int e, float hc_eps)
-{
-    return sigmoidf_(mt[e] * scale[0] + base[e]) + hc_eps;
-}
-
-__device__ __forceinline__ float hc_post_w(const float *mt, const float *base,
-                                           const float *scale, int hc, int e)
-{
-    return 2.0f * sigmoidf_(mt[hc + e] * scale[1] + base[hc + e]);
-}
-
 // pre (shared) and post (postt) of one token from its logits mt.
 __device__ __forceinline__ void hc_pre_post(const float *mt, const float *base,
                                             const float *scale, int hc, float hc_eps, float *pre,
@@ -644,8 +631,9 @@ __device__ __forceinline__ void hc_pre_post(const float *mt, const float *base,
 {
     int e = threadIdx.x;
     if (e < hc) {
-        pre[e] = hc_pre_w(mt, base, scale, e, hc_eps);
-        postt[e] = hc_post_w(mt, base, scale, hc, e);
+        pre[e] = sigmoidf_(mt[e] * scale[0] + base[e]) + hc_eps;
+        float m1 = mt[hc + e];
+        postt[e] = 2.0f * sigmoidf_(m1 * scale[1] + base[hc + e]);
     }
 }
 
@@ -1460,13 +1448,14 @@ bool cu_hc_post_logits(cudaStream_t st, float *h, const float *y, int T, int hc,
 // the logits are read and the Sinkhorn's warp apart from the norm (the
 // same bits); else hc_mix_collapse_norm over the streams as stored, each
 // column's loads a round trip after the last, the norm waiting for the
-// Sinkhorn (0.51 ms an 8,192-token step on the H100, 40% of the
-// bandwidth: run F10; 256-thread blocks of 46 registers, several an SM,
-// which hide part of that at prefill sizes; there
-// hc_collapse_stream_kernel now, below).  Run F11 (H100), the tail form
-// for every size in one kernel of 102 registers: B = 64 4.93, 4.99 ->
-// 4.86, 4.87 ms a step, fp8 prefill 32K 131.6K -> 129.6K tok/s (one
-// 480-thread block an SM).
+// Sinkhorn (256-thread blocks of 46 registers, several an SM, which hide
+// that at prefill sizes: ~0.23 ms of an 8,192-token step's own on the
+// H100, ~2.8 TB/s; run F10's 0.51 ms was half of it its PDL wait beside
+// hc_post_logits, and a form that issued every load at once measured no
+// faster end to end: run I1).  Run F11 (H100), the tail form for
+// every size in one kernel of 102 registers: B = 64 4.93, 4.99 -> 4.86,
+// 4.87 ms a step, fp8 prefill 32K 131.6K -> 129.6K tok/s (one 480-thread
+// block an SM).
 #define HC_CN_THREADS 480
 #define HC_CN_TAIL_MAX_T 64
 template <bool TAIL>
@@ -1502,115 +1491,12 @@ __global__ void __launch_bounds__(TAIL ? HC_CN_THREADS : 256) hc_collapse_norm_k
                              out ? out + (long long)t * H : NULL);
 }
 
-// The collapse of many tokens laid out for bandwidth (prefill chunks):
-// hc_collapse_norm_kernel<false>'s collapse and norm by blocks whose
-// threads all collapse, each issuing the loads of its HC_CS_Q 16-byte
-// columns of every stream at once, the pre weights from the logits in
-// every thread, the Sinkhorn in a launch of its own
-// (hc_sinkhorn_many_kernel): the same operations, the sum of squares over
-// the columns grouped otherwise (in double: the same float almost
-// always; tested bit for bit).  The old form waited a load round trip a
-// column and the norm on the Sinkhorn's chain of divisions (0.51 ms an
-// 8,192-token step on the H100, 40% of the bandwidth: run F10).  H up to
-// 4 * HC_CS_Q * HC_CS_THREADS (V4's 4,096); col or out may be NULL.
-// 80 registers: three blocks an SM, 192 KB of loads in flight.
-#define HC_CS_THREADS 256
-#define HC_CS_Q 4
-template <int HC>
-__global__ void __launch_bounds__(HC_CS_THREADS, 3) hc_collapse_stream_kernel(
-    const float *h, int H, const float *m, const float *base, const float *scale, float hc_eps,
-    float norm_eps, const float *nw, float *col, float *out)
-{
-    __shared__ double shd[32];
-    int t = blockIdx.x, u = threadIdx.x, nq = H / 4;
-    const float *ht = h + (long long)t * HC * H;
-    float o[HC_CS_Q][HC_FUSED_MAX][4], yv[4], pre[HC], mt[HC];
-    float4 wv[HC_CS_Q];
-    pdl_wait();
-#pragma unroll
-    for (int b = 0; b < HC_CS_Q; b++) {
-        int q = u + b * HC_CS_THREADS;
-        if (q < nq) hc_load_cols<4>(ht, HC, H, q, NULL, o[b], yv);
-    }
-#pragma unroll
-    for (int k = 0; k < HC; k++) mt[k] = m[(long long)t * (2 + HC) * HC + k];
-#pragma unroll
-    for (int k = 0; k < HC; k++) pre[k] = hc_pre_w(mt, base, scale, k, hc_eps);
-    float *ct = col ? col + (long long)t * H : NULL;
-    float sv[HC_CS_Q][4];
-    double s2 = 0;
-#pragma unroll
-    for (int b = 0; b < HC_CS_Q; b++) {
-        int q = u + b * HC_CS_THREADS;
-        if (q < nq) s2 += hc_collapse_loaded<4>(NULL, HC, H, q, NULL, NULL, NULL, pre, o[b], yv, ct,
-                                                sv[b]);
-    }
-    if (!out) return;
-    // (the norm weights' loads, from L2, under the block's sum)
-#pragma unroll
-    for (int b = 0; b < HC_CS_Q; b++) {
-        int q = u + b * HC_CS_THREADS;
-        wv[b] = nw && q < nq ? ((const float4 *)nw)[q] : make_float4(1, 1, 1, 1);
-    }
-    s2 = block_sum(s2, shd);
-    float r = 1.0f / sqrtf((float)(s2 / H) + norm_eps);
-    float4 *ot = (float4 *)(out + (long long)t * H);
-#pragma unroll
-    for (int b = 0; b < HC_CS_Q; b++) {
-        int q = u + b * HC_CS_THREADS;
-        if (q >= nq) break;
-        float w[4] = { wv[b].x, wv[b].y, wv[b].z, wv[b].w }, y[4];
-#pragma unroll
-        for (int c = 0; c < 4; c++) y[c] = nw ? w[c] * (sv[b][c] * r) : sv[b][c] * r;
-        ot[q] = make_float4(y[0], y[1], y[2], y[3]);
-    }
-}
-
-// hc_pre's post weights and Sinkhorn of T tokens from their logits m, a
-// warp a token (hc_mix_collapse_norm's, the same bits).
-#define HC_SK_WARPS 8
-__global__ void __launch_bounds__(HC_SK_WARPS * 32) hc_sinkhorn_many_kernel(
-    int T, int hc, const float *m, const float *base, const float *scale, int iters,
-    float hc_eps, float *post, float *comb)
-{
-    __shared__ float ms[HC_SK_WARPS][(2 + HC_FUSED_MAX) * HC_FUSED_MAX];
-    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nmix = (2 + hc) * hc;
-    int t = blockIdx.x * HC_SK_WARPS + w;
-    pdl_wait();
-    if (t >= T) return;     // (the whole warp: its shuffles stay full)
-    float *mt = ms[w];
-    for (int i = lane; i < nmix; i += 32) mt[i] = m[(long long)t * nmix + i];
-    __syncwarp();
-    if (lane < hc) post[(long long)t * hc + lane] = hc_post_w(mt, base, scale, hc, lane);
-    hc_sinkhorn_warp(mt, base, scale, hc, iters, hc_eps, comb + (long long)t * hc * hc);
-}
-
-template <int HC>
-static void hc_collapse_stream(cudaStream_t st, const float *h, int T, int H, const float *m,
-                               const float *base, const float *scale, int iters, float hc_eps,
-                               float norm_eps, const float *nw, float *post, float *comb,
-                               float *col, float *out)
-{
-    cu_launch(hc_sinkhorn_many_kernel, (T + HC_SK_WARPS - 1) / HC_SK_WARPS, HC_SK_WARPS * 32, 0,
-              st, T, HC, m, base, scale, iters, hc_eps, post, comb);
-    cu_launch(hc_collapse_stream_kernel<HC>, T, HC_CS_THREADS, 0, st, h, H, m, base, scale, hc_eps,
-              norm_eps, nw, col, out);
-}
-
 void cu_hc_collapse_norm(cudaStream_t st, const float *h, int T, int hc, int H, const float *m,
                          const float *base, const float *scale, int iters, float hc_eps,
                          float norm_eps, const float *nw, float *post, float *comb,
                          float *collapsed, float *out, bool tail)
 {
     if (T <= 0) return;
-    auto a16 = [](const void *p) { return (uintptr_t)p % 16 == 0; };
-    if (tail && T > HC_CN_TAIL_MAX_T && hc >= 2 && hc <= 4 && H % 4 == 0 &&
-        H <= 4 * HC_CS_Q * HC_CS_THREADS && a16(h) && a16(collapsed) && a16(out) && a16(nw)) {
-        auto f = hc == 2 ? hc_collapse_stream<2> : hc == 3 ? hc_collapse_stream<3>
-                                                           : hc_collapse_stream<4>;
-        f(st, h, T, H, m, base, scale, iters, hc_eps, norm_eps, nw, post, comb, collapsed, out);
-        return;
-    }
     if (tail && T <= HC_CN_TAIL_MAX_T)
         cu_launch(hc_collapse_norm_kernel<true>, T, HC_CN_THREADS, (size_t)H * sizeof(float), st,
                   h, hc, H, m, base, scale, iters, hc_eps, norm_eps, nw, post, comb, collapsed,

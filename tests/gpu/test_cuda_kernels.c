@@ -2935,15 +2935,6 @@ static void hc_tail_cases(backend *gf, backend *g_clu0, backend *g_tail0)
         test_hc_pre_norm_same(g_tail0, 64, 4, 1000, wy);
         test_hc_pre_norm_same(g_tail0, 24, 2, 128, wy);
         test_hc_pre_norm(24, 4, 5760, true, wy);
-        /* past 64 tokens the collapse laid out for bandwidth (and the
-         * Sinkhorn in a launch of its own) against the old, bit for bit:
-         * V4's shape, 249 16-byte columns (fewer than the block's
-         * threads), hc 2 and 3; 5760 past its shape (the old either way) */
-        test_hc_pre_norm_same(g_tail0, 65, 4, 4096, wy);
-        test_hc_pre_norm_same(g_tail0, 300, 4, 4096, wy);
-        test_hc_pre_norm_same(g_tail0, 100, 3, 996, wy);
-        test_hc_pre_norm_same(g_tail0, 80, 2, 128, wy);
-        test_hc_pre_norm_same(g_tail0, 70, 4, 5760, wy);
         /* the model asks for no collapsed rows: each form without them
          * (scratch where it needs them), the rest unchanged */
         test_hc_pre_norm_as(g_tail0, 300, 4, 4096, wy, true);
