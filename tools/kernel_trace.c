@@ -5,8 +5,9 @@
  * one table over the run, then per graph (decode steps are graph
  * replays) the replays' span, the time no kernel ran, the gap between
  * replays, per kernel name its launches, time and exclusive time (each
- * instant's time shared among the kernels running then; a kernel waiting
- * on its PDL predecessor counts as running), the host's part before the
+ * instant's time shared among the kernels running then; a kernel counts
+ * as running from the end of the one before it on its stream, not while
+ * it waits on it under PDL: own_starts), the host's part before the
  * last replay and that replay's timeline.  ncu times kernels serialized
  * one by one and LLM_CUDA_PROFILE times ops outside graphs; this sees the
  * GPU as it runs, concurrency and PDL overlap included (CUPTI's own
@@ -181,23 +182,51 @@ typedef struct {
     long long i;
 } kev;
 
+/* By time, starts before ends at the same instant (a kernel that does
+ * no work of its own, own_starts, starts and ends there). */
 static int by_t(const void *x, const void *y)
 {
     const kev *a = x, *b = y;
-    return a->t < b->t ? -1 : a->t > b->t;
+    if (a->t != b->t) return a->t < b->t ? -1 : 1;
+    return (a->i < 0) - (b->i < 0);
+}
+
+/* When each kernel of r[0..n) (each stream's in its order) can start
+ * work of its own, into s: not before the kernels before it on its
+ * stream have ended.  Under PDL a kernel starts earlier and its blocks
+ * wait (griddepcontrol.wait) beside its predecessor: run I1's trace
+ * counted half of hc_post_logits' time to the collapse waiting on it.
+ * What a kernel does before that wait (the GEMVs' first weight loads)
+ * is counted to the kernel before. */
+#define OWN_STREAMS 64
+static void own_starts(const krec *r, size_t n, uint64_t *s)
+{
+    uint32_t st[OWN_STREAMS];
+    uint64_t last[OWN_STREAMS];
+    int ns = 0;
+    for (size_t i = 0; i < n; i++) {
+        int j = 0;
+        while (j < ns && st[j] != r[i].stream) j++;
+        if (j == ns && ns < OWN_STREAMS) st[ns] = r[i].stream, last[ns++] = 0;
+        uint64_t b = j < ns && last[j] > r[i].start ? last[j] : r[i].start;
+        s[i] = b < r[i].end ? b : r[i].end;
+        if (j < ns && r[i].end > last[j]) last[j] = r[i].end;
+    }
 }
 
 /* Kernels r[0..n): their launches, time and exclusive time (each
- * instant's time shared among the kernels running then) added to
- * a[name]; the span from the first start to the last end and the time
- * some kernel ran, in us. */
+ * instant's time shared among the kernels running then, each from
+ * own_starts' start) added to a[name]; the span from the first start to
+ * the last end and the time some kernel ran, in us. */
 static void sweep(const krec *r, size_t n, agg *a, double *span, double *busy)
 {
     kev *e = malloc(sizeof(kev) * 2 * n);
     size_t *act = malloc(sizeof(size_t) * n), nact = 0;
-    if (!e || !act) abort();
+    uint64_t *s = malloc(sizeof(uint64_t) * n);
+    if (!e || !act || !s) abort();
+    own_starts(r, n, s);
     for (size_t i = 0; i < n; i++) {
-        e[2 * i] = (kev){ r[i].start, (long long)i + 1 };
+        e[2 * i] = (kev){ s[i], (long long)i + 1 };
         e[2 * i + 1] = (kev){ r[i].end, -(long long)i - 1 };
         a[r[i].name].n++, a[r[i].name].us += (r[i].end - r[i].start) / 1e3;
     }
@@ -216,6 +245,7 @@ static void sweep(const krec *r, size_t n, agg *a, double *span, double *busy)
     *span = n ? (e[2 * n - 1].t - e[0].t) / 1e3 : 0;
     free(e);
     free(act);
+    free(s);
 }
 
 /* The names a[] counted, by exclusive time, into ord; their number. */
