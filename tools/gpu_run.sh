@@ -7,7 +7,7 @@
 #   sh tools/gpu_run.sh OUTDIR prefix [ENGINE BENCH OPTIONS...]
 #   sh tools/gpu_run.sh OUTDIR models
 # Logs go to OUTDIR (as logs.tgz); a short summary is printed last.
-# `models`: all but test_cuda_kernels (~7 minutes of the suite's ~10):
+# `models`: all but test_cuda_kernels (the suite less its longest part):
 # the model-level checks after a change to the model's ops.  A
 # failing kernel test reruns under compute-sanitizer unless NO_SANITIZER
 # is set (it takes minutes).  BENCH_LONG=1 adds
