@@ -197,7 +197,10 @@ static int by_t(const void *x, const void *y)
  * wait (griddepcontrol.wait) beside its predecessor: run I1's trace
  * counted half of hc_post_logits' time to the collapse waiting on it.
  * What a kernel does before that wait (the GEMVs' first weight loads)
- * is counted to the kernel before. */
+ * is counted to the kernel before.  A graph replay's kernels carry
+ * stream ids on which its main chain moves from one id to another (run
+ * I1's batch-1 step: 13, 16 to 19); a kernel first on its id there is
+ * counted from its start. */
 #define OWN_STREAMS 64
 static void own_starts(const krec *r, size_t n, uint64_t *s)
 {
