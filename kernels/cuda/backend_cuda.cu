@@ -1219,8 +1219,9 @@ static void cu_destroy(backend *b)
     arena_free(c);
     grow_buf *bufs[] = { &c->sc, &c->idx, &c->wt, &c->ord, &c->perm, &c->tiles, &c->ntiles,
                          &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->icand,
-                         &c->ikeys, &c->wdeq, &c->hcm, &c->hcpart, &c->hccol, &c->apart, &c->offs, &c->xs, &c->yss, &c->xbf, &c->xq, &c->x8,
-                         &c->xsc, &c->wsc, &c->xn, &c->amax, &c->ystk, &c->hcakeys };
+                         &c->ikeys, &c->wdeq, &c->hcm, &c->hcpart, &c->hccol, &c->apart,
+                         &c->offs, &c->xs, &c->yss, &c->xbf, &c->xq, &c->x8, &c->xsc, &c->wsc,
+                         &c->xn, &c->amax, &c->ystk, &c->hcakeys };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->p) cudaFreeAsync(bufs[i]->p, c->st);
     for (int i = 0; i < NSTAGE; i++) {

@@ -1449,10 +1449,10 @@ bool cu_hc_post_logits(cudaStream_t st, float *h, const float *y, int T, int hc,
 // same bits); else hc_mix_collapse_norm over the streams as stored, each
 // column's loads a round trip after the last, the norm waiting for the
 // Sinkhorn (256-thread blocks of 46 registers, several an SM, which hide
-// that at prefill sizes: ~0.23 ms of an 8,192-token step's own on the
-// H100, ~2.8 TB/s; run F10's 0.51 ms was half of it its PDL wait beside
-// hc_post_logits, and a form that issued every load at once measured no
-// faster end to end: run I1).  Run F11 (H100), the tail form for
+// that at prefill sizes: ~0.23 ms an 8,192-token step on the H100, ~2.8
+// TB/s; run F10's 0.51 ms included its PDL wait beside hc_post_logits,
+// and a form that issued every load at once was no faster end to end:
+// run I1).  Run F11 (H100), the tail form for
 // every size in one kernel of 102 registers: B = 64 4.93, 4.99 -> 4.86,
 // 4.87 ms a step, fp8 prefill 32K 131.6K -> 129.6K tok/s (one 480-thread
 // block an SM).

@@ -335,8 +335,8 @@ static void bf16_bound(const char *name, const qweight *w, const float *x, int l
  * and the quantized values as floats byte for byte, outputs poisoned.
  * Groups of random magnitudes (2^-24 to 2^12: scales from the 1e-4 floor
  * up), one all zeros, one of a single value; rows of ldx >= K channels
- * (K % 4: the 16-byte kernel, else the warp-a-group one), a short last
- * group where K % 128. */
+ * (16-byte accesses where K and ldx are multiples of 4, else 4-byte
+ * ones), a short last group where K % 128. */
 static void test_act_quant(int T, int K, int ldx)
 {
     int ng = (K + ACT_GROUP - 1) / ACT_GROUP, ldq = K + (K % 4 ? 0 : 4), ldo = ldx;
@@ -391,7 +391,7 @@ static void act_quant_cases(void)
     test_act_quant(257, 1024, 1024);    /* g: 8 groups */
     test_act_quant(70, 1000, 1004);     /* a short last group (104), rows 1004 apart */
     test_act_quant(33, 520, 520);       /* 5 groups: a warp of 1 */
-    test_act_quant(9, 1001, 1001);      /* K % 4: the warp-a-group kernel */
+    test_act_quant(9, 1001, 1001);      /* K % 4: 4-byte accesses */
     test_act_quant(5, 64, 66);          /* one short group, ldx % 4 */
 }
 
