@@ -107,13 +107,21 @@ typedef struct {
     const int *nsel;
     int sel_ld;
     float *out;             /* [n][nheads*head_dim] */
-    /* Only where attention_fused said yes: after the attention, what the
-     * model's ops would do next — out's RoPE channels rotated back at each
-     * token's position (rope with out_rope, inverse) and the chunk's keys
-     * stored into the ring (ring_store). */
+    /* Only as far as attention_fused said yes (its ATTN_FUSE_* bits):
+     * after the attention, what the model's ops would do next — out's
+     * RoPE channels rotated back at each token's position (rope with
+     * out_rope, inverse; ATTN_FUSE_ROPE) and the chunk's keys stored into
+     * the ring (ring_store; ATTN_FUSE_RING).  out_matmul
+     * (ATTN_FUSE_MATMUL): out is read by nothing but the matmuls that take
+     * it as x, before the next attention op, so the backend may hold it
+     * in a form of its own that they read (out's floats are then
+     * undefined). */
     const rope_table *out_rope;
     bool store_ring;
+    bool out_matmul;
 } attention_args;
+
+enum { ATTN_FUSE_ROPE = 1, ATTN_FUSE_RING = 2, ATTN_FUSE_MATMUL = 4 };
 
 /* One sequence's new keys for its ring (ring_store). */
 typedef struct {
@@ -296,10 +304,11 @@ struct backend {
     void (*compress)(backend *b, const compress_args *a, int nseg);
     void (*indexer)(backend *b, const indexer_args *a, int nseg);
     void (*attention)(backend *b, const attention_args *a, int nseg);
-    /* Optional (NULL: never): whether attention of these arguments would
-     * also take the ops after it (attention_args' out_rope, store_ring),
-     * so that the model asks for that and skips them. */
-    bool (*attention_fused)(backend *b, const attention_args *a, int nseg);
+    /* Optional (NULL: none): which of the ops after it attention of
+     * these arguments would also take (ATTN_FUSE_* bits: attention_args'
+     * out_rope, store_ring, out_matmul), so that the model asks for those
+     * and skips them. */
+    unsigned (*attention_fused)(backend *b, const attention_args *a, int nseg);
     /* Keep the last `window` keys of each of nseg sequences' chunks in
      * its ring (a region of `window` rows stored as t), as above. */
     void (*ring_store)(backend *b, const ring_args *a, int nseg, enum kv_dtype t, int window,

@@ -287,18 +287,22 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
      * the output: rotate it back at the query position (both in the
      * attention op where the backend fuses them), then the grouped output
      * projection. */
-    bool fused = be->attention_fused && be->attention_fused(be, aa, B->nseg);
-    for (int i = 0; fused && i < B->nseg; i++) aa[i].out_rope = rt, aa[i].store_ring = true;
+    unsigned fused = be->attention_fused ? be->attention_fused(be, aa, B->nseg) : 0;
+    for (int i = 0; i < B->nseg; i++) {
+        aa[i].out_rope = fused & ATTN_FUSE_ROPE ? rt : NULL;
+        aa[i].store_ring = fused & ATTN_FUSE_RING;
+        aa[i].out_matmul = fused & ATTN_FUSE_MATMUL;    /* only wo_a reads it */
+    }
     be->attention(be, aa, B->nseg);
-    if (!fused) {
+    if (!(fused & ATTN_FUSE_RING)) {
         for (int i = 0; i < B->nseg; i++) {
             const v4_segment *g = &B->segs[i];
             R->rargs[i] = (ring_args){ seq_state(M, R, g) + M->layout.ring_off[l],
                                        s->kv + (size_t)g->t0 * hd, g->n, g->pos0 };
         }
         be->ring_store(be, R->rargs, B->nseg, M->layout.dtype, c->sliding_window, hd);
-        be->rope(be, s->attn, qd, T, nh, hd, rt, B->pos, true);
     }
+    if (!(fused & ATTN_FUSE_ROPE)) be->rope(be, s->attn, qd, T, nh, hd, rt, B->pos, true);
     int gin = (c->n_heads / c->o_groups) * hd;
     for (int g0 = 0; g0 < ng; g0 += PROJ_MAX) {
         qweight wg[PROJ_MAX];

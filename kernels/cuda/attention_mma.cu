@@ -528,13 +528,14 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
                 int r = mt * 16 + g + half * 8, s = r / AM_HEADS, h = r % AM_HEADS;
                 if (s >= nt || h >= nh) continue;
                 float den = lrow[r] + expf(a.sinks[h0 + h] - mrow[r]);
-                float *out = a.out + ((long long)(i0 + s) * a.nheads + h0 + h) * HD;
+                long long row = ((long long)(i0 + s) * a.nheads + h0 + h) * HD;
 #pragma unroll
                 for (int n8 = 0; n8 < NT; n8++) {
                     int c = warp * (HD / 8) + n8 * 8 + 2 * t;
                     float x0 = o[mt][n8][2 * half] / den, x1 = o[mt][n8][2 * half + 1] / den;
-                    if (DEC) attn_rope2(a.orope, HD, a.pos0 + i0 + s, c, x0, x1);
-                    *(float2 *)(out + c) = make_float2(x0, x1);
+                    attn_rope2(a.orope, HD, a.pos0 + i0 + s, c, x0, x1);
+                    if (!DEC && a.obf) *(uint32_t *)(a.obf + row + c) = pack_bf16x2(x0, x1);
+                    else *(float2 *)(a.out + row + c) = make_float2(x0, x1);
                 }
             }
         return;
@@ -618,10 +619,14 @@ bool cu_attention_mma(cudaStream_t st, const dattn &a, bool split, int tokens)
     return split ? attention_mma_hd<2, 2>(st, a, l) : attention_mma_hd<1, 2>(st, a, l);
 }
 
+bool cu_attention_mma_fits(int hd)
+{
+    return hd == 64 || hd == 128 || hd == 256 || hd == 512;
+}
+
 bool cu_attention_mma_decode_fits(const dattn &a)
 {
-    return a.n >= 1 && (a.hd == 64 || a.hd == 128 || a.hd == 256 || a.hd == 512) &&
-           a.nheads >= 1;
+    return a.n >= 1 && cu_attention_mma_fits(a.hd) && a.nheads >= 1;
 }
 
 bool cu_attention_mma_cluster_runs(int cluster)

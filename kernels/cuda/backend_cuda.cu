@@ -186,13 +186,22 @@ static void matmul_any(cu_impl *c, const dqw &q, const float *x, int ldx, int T,
     cu_matmul(c->st, q, x, ldx, T, y, ldy);
 }
 
+// Where float x of the held attention output (c->held) is in bf16; NULL:
+// x is not in it.
+static uint16_t *held_bf16(cu_impl *c, const float *x)
+{
+    const float *h = c->held.x;
+    return h && x >= h && x < h + c->held.n ? (uint16_t *)h + (x - h) : NULL;
+}
+
 static void cu_matmul_op(backend *b, const qweight *w, const float *x, int ldx, int T, float *y,
                          int ldy)
 {
     cu_impl *c = enter(b);
     dqw q;
     if (recording(c) || !to_dqw(c, w, &q)) return;
-    matmul_any(c, q, x, ldx, T, y, ldy);
+    if (const uint16_t *h = held_bf16(c, x)) held_matmul(c, q, h, ldx, T, y, ldy);
+    else matmul_any(c, q, x, ldx, T, y, ldy);
     launched(c, "matmul");
 }
 
@@ -222,6 +231,15 @@ static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const floa
         if (c->failed) return;
         cu_rmsnorm(c->st, x[0], ldx, T, w[0]->cols, norm_w, eps, xn, ldx);
         for (int i = 0; i < CU_MULTI_MAX; i++) xs[i] = xn;
+    }
+    if (!norm_w && held_bf16(c, x[0])) {
+        for (int i = 0; i < n && to_dqw(c, w[i], &q[0]); i++) {
+            const uint16_t *h = held_bf16(c, x[i]);
+            if (h) held_matmul(c, q[0], h, ldx, T, y[i], ldy[i]);
+            else matmul_any(c, q[0], x[i], ldx, T, y[i], ldy[i]);
+        }
+        launched(c, "matmuls");
+        return;
     }
     xkeep_scope keep(c);    // prefill GEMMs of one x split it into bf16 parts once
     for (int i = 0, k; i < n && !c->failed; i += k) {
@@ -680,7 +698,7 @@ static bool to_dattn(cu_impl *c, const attention_args *a, dattn *d, seg_pack *sp
     *d = dattn{ a->n, a->pos0, a->nheads, a->head_dim, a->window, a->scale, a->q, a->kv,
                 (const char *)a->ring, (int)a->dtype, a->sinks, a->ratio, {}, a->sel, a->nsel,
                 a->sel_ld, a->out, end, step_values(c, a->pos0, a->ring), orope,
-                a->store_ring };
+                a->store_ring, held_bf16(c, a->out_matmul ? a->out : NULL) };
     return !a->ratio ||
            to_paged(c, &a->comp, (a->pos0 + a->n) / a->ratio, end / a->ratio, &d->comp, sp);
 }
@@ -747,33 +765,56 @@ static void hca_keys_bf16(cu_impl *c, dattn *d)
     if (blocks) d->comp = dpaged{ (char *const *)blocks, 0, n, d->hd, KV_BF16 };
 }
 
+// A prefill chunk's attention on the tensor-core kernel (attention_one).
+static bool attention_prefill_mma(cu_impl *c, const attention_args *a)
+{
+    return !in_graph(c) && a->n >= ATT_MMA_MIN_T && tensor_core_keys(c, a->dtype);
+}
+
 static void attention_one(cu_impl *c, const attention_args *a, const drope *orope)
 {
     dattn d;
     if (!to_dattn(c, a, &d, NULL, orope) || recording(c)) return;
-    if (!in_graph(c) && a->n >= ATT_MMA_MIN_T && tensor_core_keys(c, a->dtype)) {
+    if (attention_prefill_mma(c, a)) {
         dattn e = d;
         hca_keys_bf16(c, &e);
         if (c->failed || cu_attention_mma(c->st, e, attn_split(c), c->attn_tokens)) return;
     }
-    attention_run(c, d, NULL);
+    if (d.obf || (d.orope && a->n > 1))
+        fail(c, "attention: a %d-token chunk's output asked for in bf16 or rotated back "
+             "(attention_fused said so) that its kernel does not make", a->n);
+    else
+        attention_run(c, d, NULL);
 }
 
-// LLM_CUDA_ATTN_FUSE: the ring store and the output's inverse RoPE in the
-// decode kernels, where every sequence has one query token (the ring slot
-// a token's key goes to holds no key of any window the op reads) and the
-// op takes one of those kernels (attention_one and attention_run's
-// choice for such steps: the sequence alone, or the batch's shape).
-static bool cu_attention_fused_op(backend *b, const attention_args *a, int nseg)
+// LLM_CUDA_ATTN_FUSE: the ops after attention in its kernels.  Decode
+// steps: the ring store and the output's inverse RoPE, where every
+// sequence has one query token (the ring slot a token's key goes to holds
+// no key of any window the op reads) and the op takes one of the decode
+// kernels (attention_one and attention_run's choice for such steps: the
+// sequence alone, or the batch's shape).  Prefill steps on the
+// tensor-core kernel: the inverse RoPE, and under the one-part bf16 modes
+// the output in bf16 for wo_a, whose GEMM would round it so (c->held: the
+// 4 round_bf16 launches of a layer's output and half its bytes, 2-3% of a
+// 32K prefill).  Not the ring store there: the chunk's blocks read the
+// ring's keys while others would overwrite them.
+static unsigned cu_attention_fused_op(backend *b, const attention_args *a, int nseg)
 {
     cu_impl *c = impl(b);
-    if (!c->attn_fuse || nseg <= 0 || nseg > CU_ATTD_MAX_T) return false;
+    if (!c->attn_fuse || nseg <= 0) return 0;
+    bool pre = true;
     for (int i = 0; i < nseg; i++)
-        if (a[i].n != 1 || a[i].ratio != a[0].ratio || a[i].dtype != a[0].dtype)
-            return false;
+        pre = pre && attention_prefill_mma(c, &a[i]) &&
+              cu_attention_mma_fits(a[i].head_dim);
+    if (pre)
+        return ATTN_FUSE_ROPE | (c->gemm == BACKEND_GEMM_BF16 || c->gemm == BACKEND_GEMM_FP8
+                                     ? ATTN_FUSE_MATMUL : 0);
+    if (nseg > CU_ATTD_MAX_T) return 0;
+    for (int i = 0; i < nseg; i++)
+        if (a[i].n != 1 || a[i].ratio != a[0].ratio || a[i].dtype != a[0].dtype) return 0;
     dattn d = {};
     d.n = nseg, d.nheads = a[0].nheads, d.hd = a[0].head_dim, d.ring_t = (int)a[0].dtype;
-    return attention_path(c, d) != ATTN_SPLIT;
+    return attention_path(c, d) != ATTN_SPLIT ? ATTN_FUSE_ROPE | ATTN_FUSE_RING : 0;
 }
 
 // A device copy of rope table rt for the decode kernels (dattn.orope).
@@ -792,10 +833,25 @@ static const drope *attn_orope(cu_impl *c, const rope_table *rt)
     return (const drope *)dev;
 }
 
+// The region of the sequences' outputs held in bf16 (attention_args'
+// out_matmul: all or none of them), from the lowest row on.
+static void hold_outputs(cu_impl *c, const attention_args *a, int nseg)
+{
+    c->held.x = NULL;
+    if (!a[0].out_matmul) return;
+    const float *lo = a[0].out, *hi = lo;
+    for (int i = 0; i < nseg; i++) {
+        const float *o = a[i].out, *e = o + (size_t)a[i].n * a[i].nheads * a[i].head_dim;
+        lo = o < lo ? o : lo, hi = e > hi ? e : hi;
+    }
+    c->held.x = lo, c->held.n = hi - lo;
+}
+
 static void cu_attention_op(backend *b, const attention_args *a, int nseg)
 {
     cu_impl *c = enter(b);
     if (nseg <= 0) return;
+    hold_outputs(c, a, nseg);
     const drope *orope = attn_orope(c, a[0].out_rope);
     run_segs<dattn>(
         c, a, nseg,

@@ -204,6 +204,14 @@ struct cu_impl {
             const void *x8, *xs;
         } q8;
     } xkeep;
+    // The attention output a prefill's attention op wrote in bf16 for the
+    // matmuls that read it (attention_args.out_matmul): float x[i] of the
+    // region [x, x + n) is bf16 element i from x on (x's first half);
+    // till the next attention op.
+    struct {
+        const float *x;
+        long long n;
+    } held;
     lt_algo algos[NALGO];
     int nalgos;                 // ever chosen (the cache is a ring)
     double expert_host_ms;      // profiling: host time queuing the expert GEMMs
@@ -463,6 +471,7 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
 gemm_op gemm_input(cu_impl *c, bool bf16, bool exact, const float *x, int ldx, const int *rows,
                    int div, int T, int K);
 void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y, int ldy);
+void held_matmul(cu_impl *c, const dqw &q, const uint16_t *x, int ldx, int T, float *y, int ldy);
 bool lt_joined(cu_impl *c, int n, const dqw *q, const float *x, int ldx, int T, float *const *y,
                const int *ldy);
 bool lt_batched(cu_impl *c, int n, const dqw *q, const float *const *x, int ldx, int T,

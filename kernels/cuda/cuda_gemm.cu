@@ -297,6 +297,21 @@ void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, floa
     if (!c->failed) lt_gemm(c, w, q.rows, q.cols, in, T, y, ldy);
 }
 
+// x in the attention output held in bf16 (c->held): one GEMM of the
+// one-part bf16 modes, as dense_matmul multiplies a BF16 weight from
+// GEMM_MODE_MIN_T tokens on, its input that output's bf16 form.
+void held_matmul(cu_impl *c, const dqw &q, const uint16_t *x, int ldx, int T, float *y, int ldy)
+{
+    if (split_mode(c) || !use_bf16(c, q) || fp8_quantized(c, q.type, T) ||
+        T < GEMM_MODE_MIN_T || q.rows <= 0 || q.cols <= 0) {
+        fail(c, "matmul: x is attention's output held in bf16 (out_matmul), which a %d x %d "
+             "matmul of %d tokens in this mode does not take", q.rows, q.cols, T);
+        return;
+    }
+    gemm_op w = gemm_weights(c, true, q, 1);
+    if (!c->failed) lt_gemm(c, w, q.rows, q.cols, gemm_op{ x, ldx, true, 0, 0 }, T, y, ldy);
+}
+
 // Matrices that join_weights laid back to back (the bf16 forms of FP8
 // and BF16 weights, one after another in the list's order) times one x,
 // as dense_matmul multiplies each in bf16 with x split: one GEMM over all

@@ -24,6 +24,7 @@ void cu_release(backend *b, void *p)
     if (!p) return;
     cu_impl *c = enter(b);
     c->gen++;
+    c->held.x = NULL;   // its memory may come back as another buffer
     CK(c, cudaFreeAsync(p, c->st));
 }
 

@@ -450,13 +450,16 @@ struct dattn {
     float *out;
     int pos_end;            // as dindexer's
     const dstep *dyn;       // pos0 and ring, or NULL
-    // The model's ops after attention, fused into the decode kernels
-    // (attention_decode.cu, attention_mma.cu's decode launches; one query
-    // token a sequence): the output's RoPE channels rotated back at the
-    // token's position (orope, device memory; NULL: not), and the token's
-    // key stored into its ring slot (store_ring).
+    // The model's ops after attention, fused: the output's RoPE channels
+    // rotated back at the token's position (orope, device memory; NULL:
+    // not; the decode kernels and attention_mma.cu's prefill launch), the
+    // token's key stored into its ring slot (store_ring; the decode
+    // kernels, one query token a sequence), and the prefill launch's
+    // output in bf16 at obf (rows as out's; NULL: float32 at out), as the
+    // GEMM that reads it would round it.
     const drope *orope;
     int store_ring;
+    uint16_t *obf;
 };
 // The launch: heads per block, key splits (flash-decoding when > 1) and
 // keys per split.
@@ -469,6 +472,7 @@ bool cu_attention(cudaStream_t st, const dattn &a, float *part, const dattn *seg
 // sums), for prefill chunks; `tokens` (1 or 2) query tokens per block
 // share each key tile.  false: head_dim not 64, 128, 256 or 512.
 bool cu_attention_mma(cudaStream_t st, const dattn &a, bool split, int tokens);
+bool cu_attention_mma_fits(int hd);     // the head_dims it takes
 // Decode steps on those tensor cores: a.n query tokens, or the a.n
 // one-token sequences of segs, a block each, their keys split over blocks
 // (the plan's) and merged by the last block of each token, or with

@@ -1769,6 +1769,79 @@ static bool attn_on_mma(int n, int hd, enum kv_dtype t, int window, int ratio, i
            (hd == 64 || hd == 128 || hd == 256 || hd == 512);
 }
 
+/* A prefill chunk's attention with the ops after it fused as the model
+ * asks for them (G's attention_fused): the inverse RoPE in the kernel, the
+ * same output bits as the rope op after it; under the one-part bf16 modes
+ * also the output held in bf16 for the matmuls that read it (two groups of
+ * its columns through views of a BF16 weight, as wo_a's), whose products
+ * are then those over the float output: within float32 summation order
+ * (K 2^-24 sum |x w|; cuBLASLt may choose another algorithm for x's row
+ * length).  a: as G ran it into dout, g: that output. */
+static void check_attention_prefill_fused(attention_args *a, float *dout, const float *g)
+{
+    int n = a->n, hd = a->head_dim, nh = a->nheads, np = hd / 8 < 32 ? hd / 8 : 32;
+    size_t od = (size_t)nh * hd, bytes = (size_t)n * od * 4;
+    float *inv = malloc(np * 4);
+    for (int i = 0; i < np; i++) inv[i] = powf(10000.0f, -2.0f * i / (2 * np));
+    rope_table rt = { np, inv, 1.25f };
+    int32_t *pos = malloc(n * 4);
+    for (int i = 0; i < n; i++) pos[i] = a->pos0 + i;
+    bool held = gemm_mode == GEMM_BF16 || gemm_mode == GEMM_FP8;
+    unsigned f = G->attention_fused(G, a, 1);
+    ok(f == (ATTN_FUSE_ROPE | (held ? ATTN_FUSE_MATMUL : 0)),
+       "  attention_fused of a %d-token chunk under %s: %u (the inverse RoPE%s)", n,
+       gemm_names[gemm_mode], f, held ? " and the output held in bf16" : "");
+    /* the model's ops one after the other */
+    G->write(G, dout, g, bytes);
+    G->rope(G, dout, (int)od, n, nh, hd, &rt, pos, true);
+    float *want = hcopy(dout, bytes);
+    int gin = (int)od / 2, N = 64, ldy[2] = { 2 * N, 2 * N };
+    qweight w = make_w(QT_BF16, 2 * N, gin), gw = up(&w);
+    qweight v[2] = { qweight_view(&gw, 0, N, 0, gin), qweight_view(&gw, N, N, 0, gin) };
+    const qweight *wp[2] = { &v[0], &v[1] };
+    const float *xp[2] = { dout, dout + gin };
+    float *dy = G->alloc(G, (size_t)n * 2 * N * 4), *yp[2] = { dy, dy + N };
+    G->matmuls(G, 2, wp, xp, (int)od, n, yp, ldy, NULL, 0);
+    float *ywant = hcopy(dy, (size_t)n * 2 * N * 4);
+    /* fused */
+    a->out_rope = &rt, a->out_matmul = f & ATTN_FUSE_MATMUL;
+    poison(dout, bytes);
+    G->attention(G, a, 1);
+    if (!a->out_matmul) {
+        float *got = hcopy(dout, bytes);
+        size_t diff = 0;
+        for (size_t i = 0; i < (size_t)n * od; i++) diff += memcmp(&got[i], &want[i], 4) != 0;
+        ok(!diff && !G->error(G), "  the inverse RoPE in the prefill kernel: %zu of %zu outputs "
+           "differ from the rope op's", diff, (size_t)n * od);
+        free(got);
+    } else {
+        poison(dy, (size_t)n * 2 * N * 4);
+        G->matmuls(G, 2, wp, xp, (int)od, n, yp, ldy, NULL, 0);
+        float *ygot = hcopy(dy, (size_t)n * 2 * N * 4);
+        const uint16_t *wd = w.data;
+        double worst = 0;
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < 2 * N; j++) {
+                double s = 0;
+                const float *x = want + (size_t)t * od + (j / N) * gin;
+                for (int k = 0; k < gin; k++)
+                    s += fabs(bf16_to_f32(f32_to_bf16(x[k])) * bf16_to_f32(wd[(size_t)j * gin + k]));
+                double e = fabs((double)ygot[t * 2 * N + j] - ywant[t * 2 * N + j]);
+                double r = e / (gin * 0x1p-24 * s + 1e-30);
+                worst = r > worst || e != e ? (e != e ? INFINITY : r) : worst;
+            }
+        ok(worst <= 1 && !G->error(G), "  the inverse RoPE and the output in bf16 for two "
+           "grouped matmuls (%d x %d each): products %.3g of the summation-order bound from "
+           "those over the float output%s%s", N, gin, worst, G->error(G) ? ": " : "",
+           G->error(G) ? G->error(G) : "");
+        free(ygot);
+    }
+    a->out_rope = NULL, a->out_matmul = false;
+    G->release(G, dy);
+    free(inv), free(pos), free(want), free(ywant);
+    free((void *)w.data);
+}
+
 static void test_attention(int nheads, int hd, int window, int ratio, int topk, int pos0, int n,
                            enum kv_dtype t, int reps)
 {
@@ -1839,6 +1912,7 @@ static void test_attention(int nheads, int hd, int window, int ratio, int topk, 
     snprintf(name, sizeof name, "attention heads=%d hd=%d ratio=%d topk=%d pos0=%d n=%d cache %s, "
              "run again", nheads, hd, ratio, topk, pos0, n, dname(t));
     check_tol(name, g, out, (size_t)n * nheads * hd, mma ? 4 * u + TOL : TOL);
+    if (mma && n >= 64) check_attention_prefill_fused(&a, dout, g);
     if (G_hca0 && mma && n >= 64 && ratio && !topk && t == KV_FP8) {
         /* the entries as one bf16 tile decoded once (the default) or by
          * each block: the same bf16 values, so the same bits */
@@ -2088,7 +2162,8 @@ static void check_attention_fused(attention_args *ga, dseq *sq, int nseg, float 
     float *inv = malloc(np * 4);
     for (int i = 0; i < np; i++) inv[i] = powf(10000.0f, -2.0f * i / (2 * np));
     rope_table rt = { np, inv, 1.25f };
-    bool fused = G_fused->attention_fused(G_fused, ga, nseg);
+    bool fused = G_fused->attention_fused(G_fused, ga, nseg) ==
+                 (ATTN_FUSE_ROPE | ATTN_FUSE_RING);
     if (nseg > 64) {    /* one split of the float32 kernel: not fused */
         ok(!fused, "attention_fused: no for a batch of %d sequences", nseg);
         free(inv);
