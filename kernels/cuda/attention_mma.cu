@@ -521,6 +521,18 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
     if (DEC && a.store_ring && blockIdx.z == 0 && blockIdx.y == 0) attn_store_ring(a, i0);
     const int splits = DEC ? gridDim.z : 1;
     if (DEC != AM_DEC_CLUSTER && splits == 1) {
+        // the rotation back of the output's RoPE pairs: one rope_cs per
+        // token and pair into the logits' room (free now), not one per
+        // head (in double precision: a block's one rope warp took the
+        // prefill kernel 20% longer computing its own)
+        const int np = a.orope ? a.orope->npairs : 0, c0 = HD - 2 * np;
+        float *rcs = ss;
+        static_assert(AM_KSPLIT * M * AM_KEYS >= 2 * TQ * ROPE_MAX_PAIRS, "the table fits");
+        if (np) {
+            for (int x = tid; x < nt * np; x += 256)
+                rope_cs(*a.orope, x % np, a.pos0 + i0 + x / np, rcs[2 * x], rcs[2 * x + 1]);
+            __syncthreads();
+        }
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -533,7 +545,10 @@ __global__ void __launch_bounds__(256, 3 - TQ) attention_mma_kernel(dattn a, con
                 for (int n8 = 0; n8 < NT; n8++) {
                     int c = warp * (HD / 8) + n8 * 8 + 2 * t;
                     float x0 = o[mt][n8][2 * half] / den, x1 = o[mt][n8][2 * half + 1] / den;
-                    attn_rope2(a.orope, HD, a.pos0 + i0 + s, c, x0, x1);
+                    if (c >= c0 && np) {
+                        const float *cs = rcs + 2 * (s * np + (c - c0) / 2);
+                        rope_rot2(x0, x1, cs[0], -cs[1]);
+                    }
                     if (!DEC && a.obf) *(uint32_t *)(a.obf + row + c) = pack_bf16x2(x0, x1);
                     else *(float2 *)(a.out + row + c) = make_float2(x0, x1);
                 }
