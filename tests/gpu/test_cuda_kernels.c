@@ -3465,9 +3465,10 @@ int main(int argc, char **argv)
     /* a short run after a change: one group of tests, then out */
     const char *only = argc > 1 ? argv[1] : NULL;
     if (only && strcmp(only, "moe") && strcmp(only, "mhc-indexer") && strcmp(only, "matmul") &&
-        strcmp(only, "attention") && strcmp(only, "argmax") && strcmp(only, "compress")) {
-        fprintf(stderr,
-                "usage: test_cuda_kernels [moe|mhc-indexer|matmul|attention|argmax|compress]\n");
+        strcmp(only, "attention") && strcmp(only, "attention-decode") && strcmp(only, "argmax") &&
+        strcmp(only, "compress")) {
+        fprintf(stderr, "usage: test_cuda_kernels [moe|mhc-indexer|matmul|attention|"
+                "attention-decode|argmax|compress]\n");
         return 2;
     }
     if (only && !strcmp(only, "argmax")) {
@@ -3520,8 +3521,10 @@ int main(int argc, char **argv)
         attention_cases();
         for (gemm_mode = GEMM_BF16; gemm_mode <= GEMM_FP8; gemm_mode++)
             attention_mma_cases(g[gemm_mode], g1[gemm_mode]);
-        gd_cases(gd, gd_cluster);
     }
+    /* decode attention on tensor cores alone (the attention group's last part) */
+    if (only && (!strcmp(only, "attention") || !strcmp(only, "attention-decode")))
+        gd_cases(gd, gd_cluster);
     if (only) {
         g_hc4->destroy(g_hc4), g_tail0->destroy(g_tail0), g_idx0->destroy(g_idx0);
         g_clu0->destroy(g_clu0), g_tk2->destroy(g_tk2);
