@@ -291,7 +291,9 @@ static void attention(v4_model *M, v4_rank *R, const v4_batch *B, int l)
     for (int i = 0; i < B->nseg; i++) {
         aa[i].out_rope = fused & ATTN_FUSE_ROPE ? rt : NULL;
         aa[i].store_ring = fused & ATTN_FUSE_RING;
-        aa[i].out_matmul = fused & ATTN_FUSE_MATMUL;    /* only wo_a reads it */
+        /* only wo_a reads it: a BF16 matrix, as released (a backend that
+         * holds the output in bf16 has no float x to quantize for FP8) */
+        aa[i].out_matmul = (fused & ATTN_FUSE_MATMUL) && L->wo_a.type == QT_BF16;
     }
     be->attention(be, aa, B->nseg);
     if (!(fused & ATTN_FUSE_RING)) {
