@@ -1769,6 +1769,32 @@ static bool attn_on_mma(int n, int hd, enum kv_dtype t, int window, int ratio, i
            (hd == 64 || hd == 128 || hd == 256 || hd == 512);
 }
 
+static backend *gpu_backend(const char *gemm, const char *attn_tokens);
+
+/* Once a mode: a matmul that cannot take the output held in bf16 (a
+ * float32 weight: its GEMM multiplies float32 x) over it fails its
+ * backend with an error that says so, not with wrong products (a fresh
+ * backend: failures are sticky). */
+static void check_held_refusal(const attention_args *a, float *dy, int N)
+{
+    static bool done[4];
+    if (done[gemm_mode]) return;
+    done[gemm_mode] = true;
+    backend *gx = gpu_backend(gemm_names[gemm_mode], "2");
+    if (!gx) return;
+    int od = a->nheads * a->head_dim;
+    qweight w = make_w(QT_F32, N, od), gw = w;
+    bool up_ok = !gx->upload_weights(gx, &gw, 1);
+    gx->attention(gx, a, 1);
+    gx->matmul(gx, &gw, a->out, od, a->n, dy, N);
+    const char *e = gx->error(gx);
+    ok(up_ok && e && strstr(e, "held in bf16"), "  a float32 matmul over the output held in "
+       "bf16 under %s: the backend fails saying so (%s)", gemm_names[gemm_mode],
+       e ? e : "no error");
+    gx->destroy(gx);
+    free((void *)w.data);
+}
+
 /* A prefill chunk's attention with the ops after it fused as the model
  * asks for them (G's attention_fused): the inverse RoPE in the kernel, the
  * same output bits as the rope op after it; under the one-part bf16 modes
@@ -1835,6 +1861,7 @@ static void check_attention_prefill_fused(attention_args *a, float *dout, const 
            "those over the float output%s%s", N, gin, worst, G->error(G) ? ": " : "",
            G->error(G) ? G->error(G) : "");
         free(ygot);
+        check_held_refusal(a, dy, N);
     }
     a->out_rope = NULL, a->out_matmul = false;
     G->release(G, dy);
