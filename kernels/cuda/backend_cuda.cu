@@ -162,15 +162,28 @@ static bool lt_first(const cu_impl *c, const dqw &q, int T)
            ((q.type == QT_FP8 && q.bf) || (q.type == QT_BF16 && q.rows > 4096));
 }
 
+// Where float x of the held attention output (c->held) is in bf16; NULL:
+// x is not in it.
+static uint16_t *held_bf16(cu_impl *c, const float *x)
+{
+    const float *h = c->held.x;
+    return h && x >= h && x < h + c->held.n ? (uint16_t *)h + (x - h) : NULL;
+}
+
 // Up to gemv_max_t tokens (decode batches) the GEMV kernel reads the
 // weights in stored precision (under fp8, from GEMM_MODE_MIN_T tokens on,
 // times act_quant(x): the products of the CPU's fp8 mode).  More: the
 // prefill GEMMs (dense_matmul: cuBLASLt; below GEMM_MODE_MIN_T tokens x
 // split in two bf16 parts in every mode but f32).  9-64 tokens of FP8
-// and BF16 weights: lt_first, then small_mma.
+// and BF16 weights: lt_first, then small_mma.  x in the attention output
+// held in bf16: held_matmul.
 static void matmul_any(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y,
                        int ldy)
 {
+    if (const uint16_t *h = held_bf16(c, x)) {
+        held_matmul(c, q, h, ldx, T, y, ldy);
+        return;
+    }
     bool lt = lt_first(c, q, T);
     if (!lt && small_mma(c, q, x, ldx, T, y, ldy)) return;
     if (lt || T > c->gemv_max_t) {
@@ -186,22 +199,13 @@ static void matmul_any(cu_impl *c, const dqw &q, const float *x, int ldx, int T,
     cu_matmul(c->st, q, x, ldx, T, y, ldy);
 }
 
-// Where float x of the held attention output (c->held) is in bf16; NULL:
-// x is not in it.
-static uint16_t *held_bf16(cu_impl *c, const float *x)
-{
-    const float *h = c->held.x;
-    return h && x >= h && x < h + c->held.n ? (uint16_t *)h + (x - h) : NULL;
-}
-
 static void cu_matmul_op(backend *b, const qweight *w, const float *x, int ldx, int T, float *y,
                          int ldy)
 {
     cu_impl *c = enter(b);
     dqw q;
     if (recording(c) || !to_dqw(c, w, &q)) return;
-    if (const uint16_t *h = held_bf16(c, x)) held_matmul(c, q, h, ldx, T, y, ldy);
-    else matmul_any(c, q, x, ldx, T, y, ldy);
+    matmul_any(c, q, x, ldx, T, y, ldy);
     launched(c, "matmul");
 }
 
@@ -232,12 +236,9 @@ static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const floa
         cu_rmsnorm(c->st, x[0], ldx, T, w[0]->cols, norm_w, eps, xn, ldx);
         for (int i = 0; i < CU_MULTI_MAX; i++) xs[i] = xn;
     }
-    if (!norm_w && held_bf16(c, x[0])) {
-        for (int i = 0; i < n && to_dqw(c, w[i], &q[0]); i++) {
-            const uint16_t *h = held_bf16(c, x[i]);
-            if (h) held_matmul(c, q[0], h, ldx, T, y[i], ldy[i]);
-            else matmul_any(c, q[0], x[i], ldx, T, y[i], ldy[i]);
-        }
+    if (!norm_w && held_bf16(c, x[0])) {    // one by one: no joined or batched form reads it
+        for (int i = 0; i < n && to_dqw(c, w[i], &q[0]); i++)
+            matmul_any(c, q[0], x[i], ldx, T, y[i], ldy[i]);
         launched(c, "matmuls");
         return;
     }
