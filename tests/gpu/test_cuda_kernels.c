@@ -1769,6 +1769,16 @@ static bool attn_on_mma(int n, int hd, enum kv_dtype t, int window, int ratio, i
            (hd == 64 || hd == 128 || hd == 256 || hd == 512);
 }
 
+/* A RoPE table over the last channels of a head (up to 32 pairs) for
+ * the output's rotation back; free its inv_freq. */
+static rope_table out_rope_table(int hd)
+{
+    int np = hd / 8 < 32 ? hd / 8 : 32;
+    float *inv = malloc(np * 4);
+    for (int i = 0; i < np; i++) inv[i] = powf(10000.0f, -2.0f * i / (2 * np));
+    return (rope_table){ np, inv, 1.25f };
+}
+
 static backend *gpu_backend(const char *gemm, const char *attn_tokens);
 
 /* Once a mode: a matmul that cannot take the output held in bf16 (a
@@ -1805,11 +1815,9 @@ static void check_held_refusal(const attention_args *a, float *dy, int N)
  * of the exact; cuBLASLt may choose another algorithm for x's row length).  a: as G ran it into dout, g: that output. */
 static void check_attention_prefill_fused(attention_args *a, float *dout, const float *g)
 {
-    int n = a->n, hd = a->head_dim, nh = a->nheads, np = hd / 8 < 32 ? hd / 8 : 32;
+    int n = a->n, hd = a->head_dim, nh = a->nheads;
     size_t od = (size_t)nh * hd, bytes = (size_t)n * od * 4;
-    float *inv = malloc(np * 4);
-    for (int i = 0; i < np; i++) inv[i] = powf(10000.0f, -2.0f * i / (2 * np));
-    rope_table rt = { np, inv, 1.25f };
+    rope_table rt = out_rope_table(hd);
     int32_t *pos = malloc(n * 4);
     for (int i = 0; i < n; i++) pos[i] = a->pos0 + i;
     bool held = gemm_mode == GEMM_BF16 || gemm_mode == GEMM_FP8;
@@ -1866,7 +1874,7 @@ static void check_attention_prefill_fused(attention_args *a, float *dout, const 
     }
     a->out_rope = NULL, a->out_matmul = false;
     G->release(G, dy);
-    free(inv), free(pos), free(want), free(ywant);
+    free((void *)rt.inv_freq), free(pos), free(want), free(ywant);
     free((void *)w.data);
 }
 
@@ -2185,16 +2193,14 @@ static backend *G_fused;    /* G with LLM_CUDA_ATTN_FUSE=1, or NULL */
 static void check_attention_fused(attention_args *ga, dseq *sq, int nseg, float *dout,
                                   size_t od, enum kv_dtype t)
 {
-    int hd = ga[0].head_dim, np = hd / 8 < 32 ? hd / 8 : 32, window = ga[0].window;
+    int hd = ga[0].head_dim, window = ga[0].window;
     size_t rb = kv_region_bytes(t, window, hd);
-    float *inv = malloc(np * 4);
-    for (int i = 0; i < np; i++) inv[i] = powf(10000.0f, -2.0f * i / (2 * np));
-    rope_table rt = { np, inv, 1.25f };
+    rope_table rt = out_rope_table(hd);
     bool fused = G_fused->attention_fused(G_fused, ga, nseg) ==
                  (ATTN_FUSE_ROPE | ATTN_FUSE_RING);
     if (nseg > 64) {    /* one split of the float32 kernel: not fused */
         ok(!fused, "attention_fused: no for a batch of %d sequences", nseg);
-        free(inv);
+        free((void *)rt.inv_freq);
         return;
     }
     ring_args *ra = calloc(nseg, sizeof *ra);
@@ -2230,7 +2236,7 @@ static void check_attention_fused(attention_args *ga, dseq *sq, int nseg, float 
     ok(fused && !dout_diff && !dring && !G_fused->error(G_fused), "  fused with the ring store "
        "and the inverse RoPE%s: %zu of %zu outputs and %zu of %zu ring bytes differ",
        fused ? "" : " (attention_fused said no)", dout_diff, nseg * od, dring, nseg * rb);
-    free(inv), free(ra), free(pos), free(want), free(wring), free(got), free(g);
+    free((void *)rt.inv_freq), free(ra), free(pos), free(want), free(wring), free(got), free(g);
 }
 
 /* Each sequence's output as the CPU's: within TOL (float32 kernel) or
