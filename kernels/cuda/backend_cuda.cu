@@ -1039,20 +1039,27 @@ static void cu_moe_op(backend *b, const moe_args *a)
             return;
         }
     }
-    // The shared expert (w1 and w3 joined or not, SwiGLU, w2) into sy.
-    auto shared_expert = [&] {
-        {
-            xkeep_scope keep(c);    // x split into bf16 parts once for both
-            dqw s13[2] = { s1, s3 };
-            float *y13[2] = { sg, su };
-            int ld13[2] = { I, I };
-            if (!lt_joined(c, 2, s13, a->x, H, T, y13, ld13)) {
-                matmul_any(c, s1, a->x, H, T, sg, I);
-                matmul_any(c, s3, a->x, H, T, su, I);
-            }
+    // The shared expert (w1 and w3 joined or not, SwiGLU, w2) into sy, up
+    // and down.  x8, xs: act_quant(x) already in fp8_matmul's scratch (the
+    // routed W4A8 GEMMs' codes, the same function's), which its FP8 w1 and
+    // w3 then take instead of quantizing x again.
+    auto shared_up = [&](const void *x8, const void *xs) {
+        xkeep_scope keep(c);    // x split into bf16 parts (or quantized) once for both
+        if (x8) c->xkeep.q8 = { a->x, H, T, H, x8, xs };
+        dqw s13[2] = { s1, s3 };
+        float *y13[2] = { sg, su };
+        int ld13[2] = { I, I };
+        if (!lt_joined(c, 2, s13, a->x, H, T, y13, ld13)) {
+            matmul_any(c, s1, a->x, H, T, sg, I);
+            matmul_any(c, s3, a->x, H, T, su, I);
         }
         cu_swiglu(c->st, sg, su, (long long)T * I, a->limit);
-        matmul_any(c, s2, sg, I, T, sy, H);
+    };
+    auto shared_down = [&] { matmul_any(c, s2, sg, I, T, sy, H); };
+    bool shared_done = false;
+    auto shared_expert = [&] {
+        shared_up(NULL, NULL);
+        shared_down();
     };
     // Decode batches on the expert tiles (T >= tiles_t, few slots an
     // expert, x not quantized): the shared expert on a stream of its own
@@ -1156,11 +1163,17 @@ static void cu_moe_op(backend *b, const moe_args *a)
             float *s8 = (float *)grow(c, &c->xsc, nsc * sizeof(float));
             if (c->failed) return;
             cu_act_quant_fp8(c->st, a->x, H, T, H, q8, H, s8);
+            // the shared expert's w1 and w3 now, while q8 holds x's codes
+            // (its FP8 GEMMs take them: one act_quant of x, not two)
+            shared_up(q8, s8);
+            phase(c, "moe shared up");
             cu_moe_gemm_fp8(c->st, dmoe_gemm8{ m13, q8, s8, H, T }, max_tiles);
             phase(c, "moe w1 w3");
             cu_act_quant_fp8(c->st, g, I, ns, I, q8, I, s8);
             cu_moe_gemm_fp8(c->st, dmoe_gemm8{ m2, q8, s8, I, ns }, max_tiles);
             phase(c, "moe w2");
+            shared_down();
+            shared_done = true;
         } else if (gv) {
             // Each tile's expert read once (w1 and w3 with SwiGLU into g
             // in sorted order, then w2 scattered back to slot order),
@@ -1212,7 +1225,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
     }
     phase(c, "moe experts");
     if (side.on) side.join();
-    else shared_expert();
+    else if (!shared_done) shared_expert();
     cu_moe_combine(c->st, ys, wt, ord, T, K, H, sy, a->out);
     launched(c, "moe shared");
 }
