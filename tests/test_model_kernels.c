@@ -320,32 +320,48 @@ static void test_topk(void)
     ok(good, "topk on 1000 values");
 }
 
-static void test_attend(void)
+/* bf16: the query and each exp(logit - max) rounded to bf16 first (the
+ * fp8 mode's prefill chunks), the max over the logits and the sink. */
+static void test_attend(bool bf16)
 {
     int hd = 8, nk = 5;
-    float q[16], keys[5][8], out[16], work[5], sinks[2] = { 0.3f, -1.0f };
+    float q[16], keys[5][8], out[16], work[5 + 8], sinks[2] = { 0.3f, -1.0f };
     const float *kp[5];
     for (int i = 0; i < 16; i++) q[i] = (float)(urand() * 2 - 1);
     for (int j = 0; j < nk; j++) {
         for (int d = 0; d < hd; d++) keys[j][d] = (float)(urand() * 2 - 1);
         kp[j] = keys[j];
     }
-    cpu_attend(q, 2, hd, kp, nk, 0.35f, sinks, out, work);
-    double err = 0;
+    cpu_attend(q, 2, hd, kp, nk, 0.35f, sinks, bf16, out, work);
+    double err = 0, moved = 0;
     for (int h = 0; h < 2; h++) {
-        double l[5], z = exp(sinks[h]);
+        double l[5], p[5], z = exp(sinks[h]), s[5], mx = sinks[h];
         for (int j = 0; j < nk; j++) {
-            double s = 0;
-            for (int d = 0; d < hd; d++) s += (double)q[h * hd + d] * keys[j][d];
-            z += l[j] = exp(s * 0.35);
+            s[j] = 0;
+            for (int d = 0; d < hd; d++) {
+                float qv = q[h * hd + d];
+                s[j] += (double)(bf16 ? bf16_to_f32(f32_to_bf16(qv)) : qv) * keys[j][d];
+            }
+            s[j] *= 0.35;
+            mx = fmax(mx, s[j]);
+        }
+        z = exp(sinks[h] - mx);
+        for (int j = 0; j < nk; j++) {
+            z += l[j] = exp(s[j] - mx);
+            p[j] = bf16 ? bf16_to_f32(f32_to_bf16((float)l[j])) : l[j];
         }
         for (int d = 0; d < hd; d++) {
-            double o = 0;
-            for (int j = 0; j < nk; j++) o += l[j] / z * keys[j][d];
+            double o = 0, of = 0;
+            for (int j = 0; j < nk; j++) o += p[j] / z * keys[j][d], of += l[j] / z * keys[j][d];
             err = fmax(err, fabs(o - out[h * hd + d]));
+            moved = fmax(moved, fabs(of - out[h * hd + d]));
         }
     }
-    ok(err < 1e-6, "attention with a sink: softmax over keys + sink, values = keys");
+    ok(err < 1e-6, "attention with a sink%s: softmax over keys + sink, values = keys (%.2g)",
+       bf16 ? ", query and probabilities in bf16" : "", err);
+    if (bf16)
+        ok(moved > 1e-5 && moved < 0x1p-6,
+           "the bf16 roundings move the output off float32's, within a few 2^-8 (%.2g)", moved);
 }
 
 /* The indexer's choice by direct formulas: score = sum_h w_h d^-0.5
@@ -437,7 +453,8 @@ int main(void)
     test_rope();
     test_sinkhorn();
     test_topk();
-    test_attend();
+    test_attend(false);
+    test_attend(true);
     test_indexer_fp8();
     return exit_status();
 }

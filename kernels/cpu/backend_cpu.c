@@ -355,6 +355,16 @@ typedef struct {
     cpu_impl *c;
 } attention_job;
 
+/* Under the fp8 mode, chunks of GEMM_MODE_MIN_T+ tokens over a BF16 or
+ * FP8 cache attend with bf16 queries and probabilities: the CUDA
+ * backend's tensor-core kernel for such chunks in that mode (one bf16
+ * part each, as DeepSeek's attention kernels; decode steps keep float32
+ * here and two parts there). */
+static bool attend_bf16(const cpu_impl *c, const attention_args *a)
+{
+    return c->fp8 && a->n >= GEMM_MODE_MIN_T && a->dtype != KV_F32;
+}
+
 static void attention_task(void *ctx, int task)
 {
     const attention_job *J = ctx;
@@ -370,10 +380,10 @@ static void attention_task(void *ctx, int task)
     /* Keys stored in float32 are read in place, others decoded into dec. */
     size_t nkeys = (size_t)nk * sizeof(const float *);
     char *mem = scratch(J->c, "attention",
-                        nkeys + ((size_t)nk + (size_t)nk * hd + 1) * sizeof(float));
+                        nkeys + ((size_t)nk + hd + (size_t)nk * hd + 1) * sizeof(float));
     if (!mem) return;
     const float **keys = (const float **)mem;
-    float *work = (float *)(mem + nkeys), *dec = work + nk;
+    float *work = (float *)(mem + nkeys), *dec = work + nk + hd;
     int k = 0;
     for (int j = first; j <= p; j++, k++) {
         if (j >= a->pos0) keys[k] = a->kv + (size_t)(j - a->pos0) * hd;
@@ -393,7 +403,8 @@ static void attention_task(void *ctx, int task)
         }
     }
     size_t qo = (size_t)i * a->nheads * hd + (size_t)h0 * hd;
-    cpu_attend(a->q + qo, nh, hd, keys, nk, a->scale, a->sinks + h0, a->out + qo, work);
+    cpu_attend(a->q + qo, nh, hd, keys, nk, a->scale, a->sinks + h0, attend_bf16(J->c, a),
+               a->out + qo, work);
     free(mem);
 }
 

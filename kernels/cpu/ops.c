@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "matmul.h"
+#include "quant.h"
 
 void cpu_rmsnorm_row(const float *x, int n, const float *weight, float eps, float *out)
 {
@@ -107,12 +108,19 @@ void cpu_topk(const float *v, int n, int k, int32_t *idx)
     }
 }
 
+static float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
 void cpu_attend(const float *q, int nheads, int head_dim, const float *const *keys, int nk,
-                float scale, const float *sinks, float *out, float *work)
+                float scale, const float *sinks, bool bf16, float *out, float *work)
 {
+    float *qr = work + nk;
     for (int h = 0; h < nheads; h++) {
         const float *qh = q + (size_t)h * head_dim;
         float *oh = out + (size_t)h * head_dim;
+        if (bf16) {
+            for (int d = 0; d < head_dim; d++) qr[d] = round_bf16(qh[d]);
+            qh = qr;
+        }
         float mx = sinks[h];
         for (int j = 0; j < nk; j++) {
             work[j] = cpu_dot(qh, keys[j], head_dim) * scale;
@@ -122,7 +130,7 @@ void cpu_attend(const float *q, int nheads, int head_dim, const float *const *ke
         for (int j = 0; j < nk; j++) { work[j] = expf(work[j] - mx); sum += work[j]; }
         for (int d = 0; d < head_dim; d++) oh[d] = 0;
         for (int j = 0; j < nk; j++) {
-            float p = work[j] / sum;
+            float p = (bf16 ? round_bf16(work[j]) : work[j]) / sum;
             const float *k = keys[j];
             for (int d = 0; d < head_dim; d++) oh[d] += p * k[d];
         }

@@ -4,6 +4,7 @@
 #ifndef LLM_CPU_OPS_H
 #define LLM_CPU_OPS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* out = weight * (x * rsqrt(mean(x^2) + eps)); weight NULL: no weight.
@@ -35,8 +36,12 @@ void cpu_topk(const float *v, int n, int k, int32_t *idx);
 
 /* One query, nheads heads sharing the key list keys[0..nk) (keys are
  * values).  logits = q.k * scale, a sink logit per head joins the softmax
- * with no value; out[h] = sum_j p_j keys[j].  work: nk floats. */
+ * with no value; out[h] = sum_j p_j keys[j].  bf16: the query and each
+ * exp(logit - max) rounded to bf16 before they multiply (the softmax's
+ * sum taken unrounded), as the tensor-core kernel of the fp8 mode's
+ * prefill chunks does (DeepSeek's bf16 attention).  work: nk + head_dim
+ * floats. */
 void cpu_attend(const float *q, int nheads, int head_dim, const float *const *keys, int nk,
-                float scale, const float *sinks, float *out, float *work);
+                float scale, const float *sinks, bool bf16, float *out, float *work);
 
 #endif

@@ -14,11 +14,12 @@
 // skipped over tiles it sees nothing of (CSA: each token's chosen entries
 // in turn).  TQ = 1 is the default (LLM_CUDA_ATTN_TOKENS): on 2 x H200
 // the 64-row blocks of TQ = 2 were slower except for HCA keys at long
-// context (docs/PERFORMANCE.md).  Keys go into the tensor cores as BF16 (exact for BF16 and FP8
-// caches).  With NP = 1 (LLM_CUDA_GEMM=bf16) queries and probabilities
-// round to BF16; with NP = 2 (bf16x2, the default) each is split into
-// hi = bf16(x) and lo = bf16(x - hi) and both parts multiply (relative
-// error 2^-16 instead of 2^-8, twice the MMAs).  Sums are float32.  The
+// context (docs/PERFORMANCE.md).  Keys go into the tensor cores as BF16
+// (exact for BF16 and FP8 caches).  With NP = 1 (LLM_CUDA_GEMM=bf16, and
+// fp8's prefill chunks) queries and probabilities round to BF16; with NP
+// = 2 (bf16x2, the default) each is split into hi = bf16(x) and lo =
+// bf16(x - hi) and both parts multiply (relative error 2^-16 instead of
+// 2^-8, twice the MMAs).  Sums are float32.  The
 // float32 kernels (attention.cu, attention_decode.cu) stay for LLM_CUDA_GEMM=f32
 // and for decode steps of few tokens.
 //

@@ -779,7 +779,7 @@ static void attention_one(cu_impl *c, const attention_args *a, const drope *orop
     if (attention_prefill_mma(c, a)) {
         dattn e = d;
         hca_keys_bf16(c, &e);
-        if (c->failed || cu_attention_mma(c->st, e, attn_split(c), c->attn_tokens)) return;
+        if (c->failed || cu_attention_mma(c->st, e, attn_split_prefill(c), c->attn_tokens)) return;
     }
     if (d.obf || (d.orope && a->n > 1))
         fail(c, "attention: a %d-token chunk's output asked for in bf16 or rotated back "

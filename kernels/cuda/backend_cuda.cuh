@@ -365,14 +365,23 @@ static inline bool split_mode(cu_impl *c)
 }
 
 // Attention on tensor cores with queries and probabilities in two bf16
-// parts: under bf16x2, and under fp8, whose reference (the CPU backend's
-// fp8 mode) keeps attention in float32.  Rounded once there, they cost
-// the tiny fixtures' fp8 runs their nearness to that reference (run Q2:
-// rel L2 0.153 to it against 0.156 to the golden) for 2.1 ms of an
-// 8,192-token step's 73.6.
+// parts: under bf16x2, and in fp8's decode launches (the CPU's fp8 mode
+// attends in float32 there).  fp8's prefill chunks round them once, as
+// DeepSeek's attention kernels and the CPU's fp8 mode for such chunks
+// (attn_split_prefill).
 static inline bool attn_split(cu_impl *c)
 {
     return c->gemm == BACKEND_GEMM_BF16X2 || c->gemm == BACKEND_GEMM_FP8;
+}
+
+// ... in prefill chunks (ATT_MMA_MIN_T+ tokens, attention_one): under
+// bf16x2 only.  fp8 in two parts kept the tiny fixtures' fp8 runs as near
+// the CPU's fp8 mode as the golden (run Q2: rel L2 0.153 against 0.156)
+// while that mode attended in float32, and cost 2.1 ms of an 8,192-token
+// step's 73.6.
+static inline bool attn_split_prefill(cu_impl *c)
+{
+    return c->gemm == BACKEND_GEMM_BF16X2;
 }
 
 // Joined matrices (join_weights) run as one GEMM: decode batches from

@@ -1928,12 +1928,13 @@ static void test_attention(int nheads, int hd, int window, int ratio, int topk, 
     char name[128];
     /* On tensor cores (attention_mma.cu; attn_on_mma): keys rounded to
      * bf16 (exact from bf16/fp8 caches), queries and probabilities
-     * rounded (bf16: u = 2^-8 each) or split in two parts (bf16x2:
+     * rounded (bf16, and fp8's prefill chunks of 64+ tokens: u = 2^-8
+     * each) or split in two parts (bf16x2, fp8's decode launches:
      * 2^-16).  The logits move by at most (u_q + u_k) scale sum |q||k|,
      * the probabilities by that relative and u_p: 4u bounds the relative
      * L2 of the output with the largest u present. */
     bool mma = attn_on_mma(n, hd, t, window, ratio, topk, pos0 + n);
-    double u = gemm_mode == GEMM_BF16 ? 0x1p-8 : 0x1p-16;
+    double u = gemm_mode == GEMM_BF16 || (gemm_mode == GEMM_FP8 && n >= 64) ? 0x1p-8 : 0x1p-16;
     snprintf(name, sizeof name, "attention heads=%d hd=%d window=%d ratio=%d topk=%d pos0=%d n=%d "
              "cache %s%s%s%s%s", nheads, hd, window, ratio, topk, pos0, n, dname(t),
              mma ? ", tensor cores " : "", mma ? gemm_names[gemm_mode] : "",
