@@ -45,7 +45,9 @@
  * (DeepSeek-V3 report, 3.3.2) before cuBLASLt adds the block into float32.
  * BF16 weights multiply x rounded to bf16 once (u = 2^-8, DeepSeek's
  * bf16 activations; the CPU's fp8 mode rounds it the same way); attention
- * runs as under bf16x2, the indexer of 64+ tokens in FP8 (its own bound,
+ * of 64+ tokens with bf16 queries and probabilities as under bf16 (the
+ * CPU's fp8 mode rounds them too), decode launches as under bf16x2, the
+ * indexer of 64+ tokens in FP8 (its own bound,
  * test_indexer_mma).  MoE against the CPU's fp8 mode: relative L2 <= 1e-2.  Where
  * no quantized value differs it is float32 noise (measured 1e-7..2e-6);
  * but g, quantized again before w2, comes from float32 sums that differ
