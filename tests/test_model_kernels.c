@@ -320,45 +320,58 @@ static void test_topk(void)
     ok(good, "topk on 1000 values");
 }
 
-/* bf16: the query and each exp(logit - max) rounded to bf16 first (the
- * fp8 mode's prefill chunks), the max over the logits and the sink. */
-static void test_attend(bool bf16)
+/* bf16: the query rounded to bf16 and the softmax over tiles of 32 keys,
+ * each exp(logit - running max) rounded to bf16 before it multiplies its
+ * key (the fp8 mode's prefill chunks), here in double from the logits on;
+ * nk = 70: three tiles, the max moving between them. */
+static void test_attend(bool bf16, int nk)
 {
-    int hd = 8, nk = 5;
-    float q[16], keys[5][8], out[16], work[5 + 8], sinks[2] = { 0.3f, -1.0f };
-    const float *kp[5];
-    for (int i = 0; i < 16; i++) q[i] = (float)(urand() * 2 - 1);
+    enum { HD = 8, NKMAX = 70 };
+    float q[2 * HD], keys[NKMAX][HD], out[2 * HD], work[NKMAX + HD], sinks[2] = { 0.3f, -1.0f };
+    const float *kp[NKMAX];
+    for (int i = 0; i < 2 * HD; i++) q[i] = (float)(urand() * 4 - 2);
     for (int j = 0; j < nk; j++) {
-        for (int d = 0; d < hd; d++) keys[j][d] = (float)(urand() * 2 - 1);
+        for (int d = 0; d < HD; d++) keys[j][d] = (float)(urand() * 2 - 1);
         kp[j] = keys[j];
     }
-    cpu_attend(q, 2, hd, kp, nk, 0.35f, sinks, bf16, out, work);
+    cpu_attend(q, 2, HD, kp, nk, 0.35f, sinks, bf16, out, work);
     double err = 0, moved = 0;
     for (int h = 0; h < 2; h++) {
-        double l[5], p[5], z = exp(sinks[h]), s[5], mx = sinks[h];
+        double s[NKMAX], o[HD] = { 0 }, of[HD] = { 0 }, m = -INFINITY, l = 0, mg = sinks[h], z;
         for (int j = 0; j < nk; j++) {
             s[j] = 0;
-            for (int d = 0; d < hd; d++) {
-                float qv = q[h * hd + d];
+            for (int d = 0; d < HD; d++) {
+                float qv = q[h * HD + d];
                 s[j] += (double)(bf16 ? bf16_to_f32(f32_to_bf16(qv)) : qv) * keys[j][d];
             }
             s[j] *= 0.35;
-            mx = fmax(mx, s[j]);
+            mg = fmax(mg, s[j]);
         }
-        z = exp(sinks[h] - mx);
-        for (int j = 0; j < nk; j++) {
-            z += l[j] = exp(s[j] - mx);
-            p[j] = bf16 ? bf16_to_f32(f32_to_bf16((float)l[j])) : l[j];
+        for (int t0 = 0; t0 < nk; t0 += 32) {
+            int t1 = nk < t0 + 32 ? nk : t0 + 32;
+            double mx = -INFINITY;
+            for (int j = t0; j < t1; j++) mx = fmax(mx, s[j]);
+            double mn = fmax(m, mx), c = exp(m - mn);
+            for (int d = 0; d < HD; d++) o[d] *= c;
+            l *= c;
+            for (int j = t0; j < t1; j++) {
+                double e = exp(s[j] - mn), p = bf16 ? bf16_to_f32(f32_to_bf16((float)e)) : e;
+                l += e;
+                for (int d = 0; d < HD; d++) o[d] += p * keys[j][d];
+            }
+            m = mn;
         }
-        for (int d = 0; d < hd; d++) {
-            double o = 0, of = 0;
-            for (int j = 0; j < nk; j++) o += p[j] / z * keys[j][d], of += l[j] / z * keys[j][d];
-            err = fmax(err, fabs(o - out[h * hd + d]));
-            moved = fmax(moved, fabs(of - out[h * hd + d]));
+        z = exp(sinks[h] - mg);
+        for (int j = 0; j < nk; j++) z += exp(s[j] - mg);
+        for (int j = 0; j < nk; j++)
+            for (int d = 0; d < HD; d++) of[d] += exp(s[j] - mg) / z * keys[j][d];
+        for (int d = 0; d < HD; d++) {
+            err = fmax(err, fabs(o[d] / (l + exp(sinks[h] - m)) - out[h * HD + d]));
+            moved = fmax(moved, fabs(of[d] - out[h * HD + d]));
         }
     }
-    ok(err < 1e-6, "attention with a sink%s: softmax over keys + sink, values = keys (%.2g)",
-       bf16 ? ", query and probabilities in bf16" : "", err);
+    ok(err < 1e-6, "attention with a sink%s, %d keys: softmax over keys + sink, values = keys "
+       "(%.2g)", bf16 ? ", query and probabilities in bf16" : "", nk, err);
     if (bf16)
         ok(moved > 1e-5 && moved < 0x1p-6,
            "the bf16 roundings move the output off float32's, within a few 2^-8 (%.2g)", moved);
@@ -453,8 +466,9 @@ int main(void)
     test_rope();
     test_sinkhorn();
     test_topk();
-    test_attend(false);
-    test_attend(true);
+    test_attend(false, 5);
+    test_attend(true, 5);
+    test_attend(true, 70);
     test_indexer_fp8();
     return exit_status();
 }

@@ -359,7 +359,9 @@ typedef struct {
  * FP8 cache attend with bf16 queries and probabilities: the CUDA
  * backend's tensor-core kernel for such chunks in that mode (one bf16
  * part each, as DeepSeek's attention kernels; decode steps keep float32
- * here and two parts there). */
+ * here and two parts there), over the same tiles of a token's keys as
+ * its default one token a block (LLM_CUDA_ATTN_TOKENS=2 tiles the union
+ * of two tokens' keys, so rounds at other points). */
 static bool attend_bf16(const cpu_impl *c, const attention_args *a)
 {
     return c->fp8 && a->n >= GEMM_MODE_MIN_T && a->dtype != KV_F32;

@@ -110,6 +110,41 @@ void cpu_topk(const float *v, int n, int k, int32_t *idx)
 
 static float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
+/* cpu_attend's bf16 form for head h: the tensor-core kernel's online
+ * softmax (kernels/cuda/attention_mma.cu) over tiles of ATTEND_TILE keys
+ * in list order, so that each probability is rounded at the same point:
+ * e = exp(x - m) against the running max m of the logits seen so far (the
+ * sink apart), bf16(e) times the key, the sums and the output rescaled by
+ * exp(m_old - m) as m grows, the sink joining the denominator at the
+ * end. */
+#define ATTEND_TILE 32
+static void attend_bf16(const float *qh, int head_dim, const float *const *keys, int nk,
+                        float scale, float sink, float *oh, float *work)
+{
+    float m = -INFINITY, l = 0;
+    for (int d = 0; d < head_dim; d++) oh[d] = 0;
+    for (int t0 = 0; t0 < nk; t0 += ATTEND_TILE) {
+        int t1 = nk - t0 < ATTEND_TILE ? nk : t0 + ATTEND_TILE;
+        float mx = -INFINITY, sum = 0;
+        for (int j = t0; j < t1; j++) {
+            work[j] = cpu_dot(qh, keys[j], head_dim) * scale;
+            mx = fmaxf(mx, work[j]);
+        }
+        float mnew = fmaxf(m, mx), mref = mnew == -INFINITY ? 0 : mnew, corr = expf(m - mref);
+        for (int d = 0; d < head_dim; d++) oh[d] *= corr;
+        for (int j = t0; j < t1; j++) {
+            float e = expf(work[j] - mref), p = round_bf16(e);
+            const float *k = keys[j];
+            sum += e;
+            for (int d = 0; d < head_dim; d++) oh[d] += p * k[d];
+        }
+        l = l * corr + sum;
+        m = mnew;
+    }
+    float den = l + expf(sink - m);
+    for (int d = 0; d < head_dim; d++) oh[d] /= den;
+}
+
 void cpu_attend(const float *q, int nheads, int head_dim, const float *const *keys, int nk,
                 float scale, const float *sinks, bool bf16, float *out, float *work)
 {
@@ -119,7 +154,8 @@ void cpu_attend(const float *q, int nheads, int head_dim, const float *const *ke
         float *oh = out + (size_t)h * head_dim;
         if (bf16) {
             for (int d = 0; d < head_dim; d++) qr[d] = round_bf16(qh[d]);
-            qh = qr;
+            attend_bf16(qr, head_dim, keys, nk, scale, sinks[h], oh, work);
+            continue;
         }
         float mx = sinks[h];
         for (int j = 0; j < nk; j++) {
@@ -130,7 +166,7 @@ void cpu_attend(const float *q, int nheads, int head_dim, const float *const *ke
         for (int j = 0; j < nk; j++) { work[j] = expf(work[j] - mx); sum += work[j]; }
         for (int d = 0; d < head_dim; d++) oh[d] = 0;
         for (int j = 0; j < nk; j++) {
-            float p = (bf16 ? round_bf16(work[j]) : work[j]) / sum;
+            float p = work[j] / sum;
             const float *k = keys[j];
             for (int d = 0; d < head_dim; d++) oh[d] += p * k[d];
         }

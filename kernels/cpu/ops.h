@@ -37,10 +37,11 @@ void cpu_topk(const float *v, int n, int k, int32_t *idx);
 /* One query, nheads heads sharing the key list keys[0..nk) (keys are
  * values).  logits = q.k * scale, a sink logit per head joins the softmax
  * with no value; out[h] = sum_j p_j keys[j].  bf16: the query and each
- * exp(logit - max) rounded to bf16 before they multiply (the softmax's
- * sum taken unrounded), as the tensor-core kernel of the fp8 mode's
- * prefill chunks does (DeepSeek's bf16 attention).  work: nk + head_dim
- * floats. */
+ * exp(logit - running max) rounded to bf16 before they multiply (the
+ * softmax's sums taken unrounded), over tiles of 32 keys as the
+ * tensor-core kernel of the fp8 mode's prefill chunks does (DeepSeek's
+ * bf16 attention), so that both round at the same points.  work: nk +
+ * head_dim floats. */
 void cpu_attend(const float *q, int nheads, int head_dim, const float *const *keys, int nk,
                 float scale, const float *sinks, bool bf16, float *out, float *work);
 
