@@ -4,6 +4,7 @@
 #ifndef LLM_TESTS_MODEL_FIXTURES_H
 #define LLM_TESTS_MODEL_FIXTURES_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +80,18 @@ static inline int test_max_tp(void)
 {
     const char *e = getenv("LLM_TEST_MAX_TP");
     return e ? atoi(e) : 2;
+}
+
+/* Relative L2 distance of got from want. */
+static inline double rel_l2(const float *got, const float *want, size_t n)
+{
+    double d = 0, z = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)got[i] - want[i];
+        d += e * e;
+        z += (double)want[i] * want[i];
+    }
+    return sqrt(d / z);
 }
 
 /* Logits of every position of ids under options o: full = one step;

@@ -59,17 +59,6 @@ static void greedy(const char *what, const float *got, const float *want, int n,
        n);
 }
 
-static double rel_l2(const float *got, const float *want, size_t n)
-{
-    double d = 0, z = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = (double)got[i] - want[i];
-        d += e * e;
-        z += (double)want[i] * want[i];
-    }
-    return sqrt(d / z);
-}
-
 static void compare(const char *what, const float *got, const float *want, size_t n)
 {
     double d = 0, z = 0, ma = 0;

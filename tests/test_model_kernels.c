@@ -342,7 +342,7 @@ static void test_attend(bool bf16, int nk)
             s[j] = 0;
             for (int d = 0; d < HD; d++) {
                 float qv = q[h * HD + d];
-                s[j] += (double)(bf16 ? bf16_to_f32(f32_to_bf16(qv)) : qv) * keys[j][d];
+                s[j] += (double)(bf16 ? bf16_round(qv) : qv) * keys[j][d];
             }
             s[j] *= 0.35;
             mg = fmax(mg, s[j]);
@@ -355,7 +355,7 @@ static void test_attend(bool bf16, int nk)
             for (int d = 0; d < HD; d++) o[d] *= c;
             l *= c;
             for (int j = t0; j < t1; j++) {
-                double e = exp(s[j] - mn), p = bf16 ? bf16_to_f32(f32_to_bf16((float)e)) : e;
+                double e = exp(s[j] - mn), p = bf16 ? bf16_round((float)e) : e;
                 l += e;
                 for (int d = 0; d < HD; d++) o[d] += p * keys[j][d];
             }

@@ -71,13 +71,7 @@ static void cpu_fp8_near(const char *name, const char *dir, enum kv_dtype t, con
     if (fixture_logits(dir, &o, false, ids, n, ref, &V, NULL) || (size_t)V * n != ng) {
         ok(0, "%s %s cache: the CPU's fp8 mode runs", name, v4_kv_dtype_name(t));
     } else {
-        double d = 0, dg = 0, z = 0, zg = 0;
-        for (size_t i = 0; i < ng; i++) {
-            d += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]), z += (double)ref[i] * ref[i];
-            dg += ((double)got[i] - gold[i]) * ((double)got[i] - gold[i]);
-            zg += (double)gold[i] * gold[i];
-        }
-        double r = sqrt(d / z), rg = sqrt(dg / zg);
+        double r = rel_l2(got, ref, ng), rg = rel_l2(got, gold, ng);
         ok(r <= 0.95 * rg, "%s %s cache under fp8 vs the CPU's fp8 mode over the same cache: rel "
            "L2 %.3g (to the golden %.3g)", name, v4_kv_dtype_name(t), r, rg);
     }

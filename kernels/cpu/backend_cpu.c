@@ -102,7 +102,7 @@ static void matmul(cpu_impl *c, int T, const qweight *w, bool exact, const float
             memcpy(qt, x + (size_t)t * ldx, K * sizeof *q);
             if (quant) act_quant_round(qt, K);
             else
-                for (int k = 0; k < K; k++) qt[k] = bf16_to_f32(f32_to_bf16(qt[k]));
+                for (int k = 0; k < K; k++) qt[k] = bf16_round(qt[k]);
         }
         x = q;
         ldx = K;
@@ -362,7 +362,7 @@ typedef struct {
  * here and two parts there), over the same tiles of a token's keys as
  * its default one token a block (LLM_CUDA_ATTN_TOKENS=2 tiles the union
  * of two tokens' keys, so rounds at other points). */
-static bool attend_bf16(const cpu_impl *c, const attention_args *a)
+static bool attention_in_bf16(const cpu_impl *c, const attention_args *a)
 {
     return c->fp8 && a->n >= GEMM_MODE_MIN_T && a->dtype != KV_F32;
 }
@@ -405,7 +405,7 @@ static void attention_task(void *ctx, int task)
         }
     }
     size_t qo = (size_t)i * a->nheads * hd + (size_t)h0 * hd;
-    cpu_attend(a->q + qo, nh, hd, keys, nk, a->scale, a->sinks + h0, attend_bf16(J->c, a),
+    cpu_attend(a->q + qo, nh, hd, keys, nk, a->scale, a->sinks + h0, attention_in_bf16(J->c, a),
                a->out + qo, work);
     free(mem);
 }

@@ -68,7 +68,7 @@ void kv_round(enum kv_dtype t, float *x, int n)
 {
     if (t == KV_F32) return;
     if (t == KV_BF16) {
-        for (int c = 0; c < n; c++) x[c] = bf16_to_f32(f32_to_bf16(x[c]));
+        for (int c = 0; c < n; c++) x[c] = bf16_round(x[c]);
         return;
     }
     for (int c0 = 0; c0 < n; c0 += KV_FP8_GROUP) {

@@ -108,8 +108,6 @@ void cpu_topk(const float *v, int n, int k, int32_t *idx)
     }
 }
 
-static float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
-
 /* cpu_attend's bf16 form for head h: the tensor-core kernel's online
  * softmax (kernels/cuda/attention_mma.cu) over tiles of ATTEND_TILE keys
  * in list order, so that each probability is rounded at the same point:
@@ -133,7 +131,7 @@ static void attend_bf16(const float *qh, int head_dim, const float *const *keys,
         float mnew = fmaxf(m, mx), mref = mnew == -INFINITY ? 0 : mnew, corr = expf(m - mref);
         for (int d = 0; d < head_dim; d++) oh[d] *= corr;
         for (int j = t0; j < t1; j++) {
-            float e = expf(work[j] - mref), p = round_bf16(e);
+            float e = expf(work[j] - mref), p = bf16_round(e);
             const float *k = keys[j];
             sum += e;
             for (int d = 0; d < head_dim; d++) oh[d] += p * k[d];
@@ -153,7 +151,7 @@ void cpu_attend(const float *q, int nheads, int head_dim, const float *const *ke
         const float *qh = q + (size_t)h * head_dim;
         float *oh = out + (size_t)h * head_dim;
         if (bf16) {
-            for (int d = 0; d < head_dim; d++) qr[d] = round_bf16(qh[d]);
+            for (int d = 0; d < head_dim; d++) qr[d] = bf16_round(qh[d]);
             attend_bf16(qr, head_dim, keys, nk, scale, sinks[h], oh, work);
             continue;
         }

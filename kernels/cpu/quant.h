@@ -29,6 +29,9 @@ uint16_t f32_to_bf16(float x);
 uint8_t f32_to_fp8_e4m3(float x);      /* saturates at +-448 */
 uint8_t f32_to_fp4_e2m1(float x);      /* saturates at +-6 */
 
+/* x rounded to the nearest bf16 (ties to even), as a float. */
+static inline float bf16_round(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
 /* Activations as DeepSeek's inference code quantizes them for its FP8
  * GEMMs (act_quant with scale_fmt "ue8m0"): each group of ACT_GROUP
  * channels (the last one may be shorter) gets the power-of-two scale

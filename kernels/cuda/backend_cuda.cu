@@ -1045,7 +1045,7 @@ static void cu_moe_op(backend *b, const moe_args *a)
     // w3 then take instead of quantizing x again.
     auto shared_up = [&](const void *x8, const void *xs) {
         xkeep_scope keep(c);    // x split into bf16 parts (or quantized) once for both
-        if (x8) c->xkeep.q8 = { a->x, H, T, H, x8, xs };
+        if (x8) keep.codes(a->x, H, T, H, x8, xs);
         dqw s13[2] = { s1, s3 };
         float *y13[2] = { sg, su };
         int ld13[2] = { I, I };

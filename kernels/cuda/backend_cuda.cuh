@@ -347,6 +347,12 @@ struct xkeep_scope {
         c->xkeep.on = true, c->xkeep.set = false, c->xkeep.q8.x = NULL;
     }
     ~xkeep_scope() { c->xkeep.on = false; }
+    // act_quant(x) already in fp8_matmul's scratch (x8, xs): its FP8
+    // GEMMs in this scope take those codes instead of quantizing x again
+    void codes(const float *x, int ldx, int T, int K, const void *x8, const void *xs)
+    {
+        c->xkeep.q8 = { x, ldx, T, K, x8, xs };
+    }
 };
 
 // Under fp8, the activations of a T-token matmul with weight type t are
