@@ -55,14 +55,20 @@ static int run(const char *dir, int tp, enum kv_dtype t, bool incremental, const
 static double bf16_rel = BF16_REL, bf16_greedy = BF16_GREEDY, fp8_rel = FP8_REL,
               fp8_greedy = FP8_GREEDY, inc_rel = INC_REL;
 
-/* CUDA under fp8 with this cache: the full pass nearer the CPU's fp8
- * mode over the same cache (attention in bf16 for prefill chunks on both)
- * than the golden, the bound test_model_golden holds over float32 caches
- * (its comment says why 0.95). */
+/* CUDA under fp8 with this cache: the full pass against the CPU's fp8
+ * mode over the same cache (prefill attention in bf16 on both) held to
+ * the bounds each is held to against the golden (rel L2 and greedy
+ * agreement).  Not nearer than the golden: the two sit 0.13-0.25 apart
+ * on these fixtures whichever attention rounding either side uses (run
+ * L4, docs/GPU_NOTES.md: four pairings, each over or under 0.95 of the
+ * distance to the golden somewhere), because e4m3 codes flip on last-bit
+ * differences and the random weights amplify the flips; the kernel test
+ * (test_cuda_kernels attention) is where the bf16 attention's match with
+ * the CPU's form is checked. */
 static bool gpu_fp8;
 
 static void cpu_fp8_near(const char *name, const char *dir, enum kv_dtype t, const int32_t *ids,
-                         int n, const float *got, const float *gold, size_t ng)
+                         int n, const float *got, size_t ng)
 {
     v4_options o = { .tp = 1, .cache_tokens = n, .backend = "cpu", .kv_dtype = t,
                      .modes = { .gemm = BACKEND_GEMM_FP8 } };
@@ -71,9 +77,13 @@ static void cpu_fp8_near(const char *name, const char *dir, enum kv_dtype t, con
     if (fixture_logits(dir, &o, false, ids, n, ref, &V, NULL) || (size_t)V * n != ng) {
         ok(0, "%s %s cache: the CPU's fp8 mode runs", name, v4_kv_dtype_name(t));
     } else {
-        double r = rel_l2(got, ref, ng), rg = rel_l2(got, gold, ng);
-        ok(r <= 0.95 * rg, "%s %s cache under fp8 vs the CPU's fp8 mode over the same cache: rel "
-           "L2 %.3g (to the golden %.3g)", name, v4_kv_dtype_name(t), r, rg);
+        double r = rel_l2(got, ref, ng);
+        int same = 0;
+        for (int i = 0; i < n; i++)
+            same += argmax(got + (size_t)i * V, V) == argmax(ref + (size_t)i * V, V);
+        ok(r <= fp8_rel && same >= fp8_greedy * n, "%s %s cache under fp8 vs the CPU's fp8 mode "
+           "over the same cache: rel L2 %.3g (bound %.3g), greedy %d of %d", name,
+           v4_kv_dtype_name(t), r, fp8_rel, same, n);
     }
     free(ref);
 }
@@ -154,7 +164,7 @@ static void fixture(const char *name)
         double greedy = t == KV_BF16 ? bf16_greedy : fp8_greedy;
         ok(rel <= want && same >= greedy * n, "%s %s cache vs the float32 golden: rel L2 %.3g "
            "(bound %.3g), max abs %.3g, greedy %d of %d", name, tn, rel, want, ma, same, n);
-        if (gpu_fp8) cpu_fp8_near(name, dir, t, ids, n, full, gold, ng);
+        if (gpu_fp8) cpu_fp8_near(name, dir, t, ids, n, full, ng);
     }
     /* bytes per token: bf16 half of float32 (up to the 16-byte rounding of
      * each region); fp8 a quarter plus a scale byte per 64 channels
