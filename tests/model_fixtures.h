@@ -82,6 +82,16 @@ static inline int test_max_tp(void)
     return e ? atoi(e) : 2;
 }
 
+/* Positions (of n rows of V logits) whose greedy next token is the same in
+ * got and want. */
+static inline int greedy_agree(const float *got, const float *want, int n, int V)
+{
+    int same = 0;
+    for (int i = 0; i < n; i++)
+        same += argmax(got + (size_t)i * V, V) == argmax(want + (size_t)i * V, V);
+    return same;
+}
+
 /* Relative L2 distance of got from want. */
 static inline double rel_l2(const float *got, const float *want, size_t n)
 {

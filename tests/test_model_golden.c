@@ -52,9 +52,7 @@ static double tol_rel = 1e-4, tol_abs = 1e-3, tol_inc = 1e-5, tol_greedy = 0.99;
 /* Share of positions whose greedy next token is the golden one. */
 static void greedy(const char *what, const float *got, const float *want, int n, int V)
 {
-    int same = 0;
-    for (int i = 0; i < n; i++)
-        same += argmax(got + (size_t)i * V, V) == argmax(want + (size_t)i * V, V);
+    int same = greedy_agree(got, want, n, V);
     ok(same >= tol_greedy * n, "%s: greedy next token agrees at %d of %d positions", what, same,
        n);
 }

@@ -78,9 +78,7 @@ static void cpu_fp8_near(const char *name, const char *dir, enum kv_dtype t, con
         ok(0, "%s %s cache: the CPU's fp8 mode runs", name, v4_kv_dtype_name(t));
     } else {
         double r = rel_l2(got, ref, ng);
-        int same = 0;
-        for (int i = 0; i < n; i++)
-            same += argmax(got + (size_t)i * V, V) == argmax(ref + (size_t)i * V, V);
+        int same = greedy_agree(got, ref, n, V);
         ok(r <= fp8_rel && same >= fp8_greedy * n, "%s %s cache under fp8 vs the CPU's fp8 mode "
            "over the same cache: rel L2 %.3g (bound %.3g), greedy %d of %d", name,
            v4_kv_dtype_name(t), r, fp8_rel, same, n);
@@ -151,15 +149,13 @@ static void fixture(const char *name)
             }
         }
         double d = 0, z = 0, ma = 0;
-        int same = 0;
         for (size_t i = 0; i < ng; i++) {
             double e = (double)full[i] - gold[i];
             d += e * e;
             z += (double)gold[i] * gold[i];
             ma = fmax(ma, fabs(e));
         }
-        for (int i = 0; i < n; i++)
-            same += argmax(full + (size_t)i * V, V) == argmax(gold + (size_t)i * V, V);
+        int same = greedy_agree(full, gold, n, V);
         double rel = sqrt(d / z), want = t == KV_BF16 ? bf16_rel : fp8_rel;
         double greedy = t == KV_BF16 ? bf16_greedy : fp8_greedy;
         ok(rel <= want && same >= greedy * n, "%s %s cache vs the float32 golden: rel L2 %.3g "
