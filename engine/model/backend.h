@@ -333,6 +333,11 @@ struct backend {
      * the sampler's greedy rule, before the ranks' results meet. */
     void (*row_argmax)(backend *b, const float *part, int rows, int nv, int v0, float *val,
                        int32_t *idx);
+    /* Optional (NULL: none): row_argmax's device part, issued between
+     * graph_begin and graph_end so that a replayed step holds it; the
+     * row_argmax of the same rows after graph_end then only reads the
+     * result. */
+    void (*row_argmax_issue)(backend *b, const float *part, int rows, int nv);
 
     /* Replay of repeated steps (NULL: not supported).  The model brackets
      * a step's ops with graph_begin(key) and graph_end(), key naming

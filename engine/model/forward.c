@@ -437,6 +437,18 @@ static uint64_t graph_key(const v4_batch *B, const backend *be)
     return h ? h : 1;
 }
 
+/* A decode step under a graph whose items all want only the greedy
+ * choice (one row each): its argmax goes into the graph
+ * (row_argmax_issue), so the row_argmax after graph_end only reads it. */
+static void argmax_in_graph(v4_rank *R, const v4_batch *B)
+{
+    backend *be = R->be;
+    if (!be->row_argmax_issue) return;
+    for (int i = 0; i < B->nseg; i++)
+        if (!B->items[i].argmax) return;
+    be->row_argmax_issue(be, R->s.logits, B->nout, R->shard.nv);
+}
+
 void v4_forward_rank(void *batch, int rank)
 {
     v4_batch *B = batch;
@@ -466,6 +478,7 @@ void v4_forward_rank(void *batch, int rank)
     bool again;
     do {
         forward_ops(M, R, B);
+        if (key) argmax_in_graph(R, B);
         t1 = model_now_s();
         again = key && be->graph_end(be);
     } while (again);

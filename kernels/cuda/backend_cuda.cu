@@ -1242,25 +1242,72 @@ static void cu_gather_cols(backend *b, const float *part, int rows, int nv, floa
     if (c->profile) prof_flush(c);
 }
 
+// row_argmax's buffers for rows rows: the keys on the device and their
+// pinned host copy (a device-to-host copy into pageable memory is staged
+// by the driver).  Graphs hold both addresses: growing either retires
+// them (none grows inside a capture: the step then runs as usual).
+static bool argmax_bufs(cu_impl *c, int rows, unsigned long long **d, unsigned long long **h)
+{
+    size_t bytes = (size_t)rows * sizeof(unsigned long long);
+    *d = (unsigned long long *)grow(c, &c->amax, bytes);
+    if ((size_t)rows > c->hkeys_cap) {
+        if (c->gmode == G_CAPTURE) {
+            c->gbad = true;
+            return false;
+        }
+        CK(c, cudaStreamSynchronize(c->st));
+        if (c->hkeys) CK(c, cudaFreeHost(c->hkeys));
+        c->hkeys = NULL;
+        c->hkeys_cap = 0;
+        size_t cap = rows < 512 ? 512 : 2 * (size_t)rows;
+        CK(c, cudaMallocHost((void **)&c->hkeys, cap * sizeof(unsigned long long)));
+        if (c->hkeys) c->hkeys_cap = cap;
+        c->gen++;
+    }
+    *h = c->hkeys;
+    return !c->failed && *d && *h;
+}
+
+// The device part of row_argmax, queued on the stream: the keys reset,
+// the kernel, their copy to the host.
+static void argmax_queue(cu_impl *c, const float *part, int rows, int nv,
+                         unsigned long long *d, unsigned long long *h)
+{
+    cu_row_argmax(c->st, part, rows, nv, d);
+    CK(c, cudaMemcpyAsync(h, d, (size_t)rows * sizeof *h, cudaMemcpyDeviceToHost, c->st));
+}
+
+// Issued inside a decode step's graph (before graph_end): the argmax's
+// nodes follow the step's last kernel in the replay, where launches
+// queued from the host after the replay waited for it to end; the
+// row_argmax of the same rows then only waits and reads.
+static void cu_row_argmax_issue_op(backend *b, const float *part, int rows, int nv)
+{
+    cu_impl *c = enter(b);
+    unsigned long long *d, *h;
+    c->amax_part = NULL;
+    if (rows <= 0 || !argmax_bufs(c, rows, &d, &h)) return;
+    if (!recording(c)) argmax_queue(c, part, rows, nv, d, h);
+    if (!c->failed) c->amax_part = part, c->amax_rows = rows;
+}
+
 static void cu_row_argmax_op(backend *b, const float *part, int rows, int nv, int v0, float *val,
                              int32_t *idx)
 {
     cu_impl *c = enter(b);
+    bool issued = c->amax_part == part && c->amax_rows == rows;
+    c->amax_part = NULL;
     if (rows <= 0) return;
-    size_t bytes = (size_t)rows * sizeof(unsigned long long);
-    // (grow() made every graph be warmed again: one decode step more op by
-    // op, runs H6-H7)
-    unsigned long long *d = (unsigned long long *)grow_outside(c, &c->amax, bytes);
-    if ((size_t)rows > c->hkeys_cap) {
-        void *p = realloc(c->hkeys, bytes);
-        if (!p) fail(c, "row_argmax: out of memory for %d rows", rows);
-        else c->hkeys = (unsigned long long *)p, c->hkeys_cap = rows;
+    unsigned long long *d, *h;
+    if (!issued) {
+        if (!argmax_bufs(c, rows, &d, &h)) {
+            if (!c->failed) fail(c, "row_argmax: out of memory for %d rows", rows);
+            return;
+        }
+        argmax_queue(c, part, rows, nv, d, h);
     }
-    if (c->failed) return;
-    unsigned long long *h = c->hkeys;
-    cu_row_argmax(c->st, part, rows, nv, d);
-    CK(c, cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, c->st));
     CK(c, cudaStreamSynchronize(c->st));
+    h = c->hkeys;
     // the key: the value's bits, sign-flipped to sort as the floats do,
     // above ~column (ops.cu's argmax_key)
     for (int r = 0; r < rows && !c->failed; r++) {
@@ -1318,7 +1365,7 @@ static void cu_destroy(backend *b)
     uploads_free(c);
     cudaStreamDestroy(c->st);
     free(c->hidx);
-    free(c->hkeys);
+    if (c->hkeys) cudaFreeHost(c->hkeys);
     free(c);
     free(b);
 }
@@ -1608,6 +1655,7 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     b->allreduce = cu_allreduce;
     b->gather_cols = cu_gather_cols;
     b->row_argmax = cu_row_argmax_op;
+    b->row_argmax_issue = cu_row_argmax_issue_op;
     b->prefetch = cu_prefetch_op;
     b->side_begin = cu_side_begin;
     b->side_end = cu_side_end;

@@ -130,8 +130,10 @@ struct cu_impl {
     stage_ent *filling;         // stage_begin's entry until stage_end
     int *hidx;                  // the sequences of a batched op (one_token_segs)
     size_t hidx_cap;
-    unsigned long long *hkeys;  // row_argmax's keys on the host
+    unsigned long long *hkeys;  // row_argmax's keys on the host (pinned)
     size_t hkeys_cap;
+    const float *amax_part;     // row_argmax_issue's rows, queued (NULL: none)
+    int amax_rows;
     unsigned long long tick, fills;
     grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
         iscores, icand, ikeys, wdeq, hcm, hcpart, hccol, xbf, apart, xq, x8, xsc, wsc, xn, amax,

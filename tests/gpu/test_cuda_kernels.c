@@ -941,6 +941,25 @@ static void test_row_argmax(void)
         ok(!memcmp(gv, want_v, sizeof gv) && !memcmp(gi, want_i, sizeof gi) && !G->error(G),
            "row_argmax nv=%d: CUDA = the greedy rule, bit for bit (rows %d %d %d %d %d %d %d)",
            nv, gi[0], gi[1], gi[2], gi[3], gi[4], gi[5], gi[6]);
+        /* issued first (as inside a decode step's graph), then read; a
+         * second issue for other rows replaces the first (rows 1.. read
+         * as the direct call reads them) */
+        float iv[7];
+        int32_t ii[7];
+        memset(iv, 0, sizeof iv), memset(ii, 0, sizeof ii);
+        G->row_argmax_issue(G, dx, rows, nv);
+        G->row_argmax(G, dx, rows, nv, v0, iv, ii);
+        bool same = !memcmp(iv, want_v, sizeof iv) && !memcmp(ii, want_i, sizeof ii);
+        G->row_argmax_issue(G, dx, rows, nv);
+        G->row_argmax_issue(G, dx + nv, rows - 1, nv);
+        G->row_argmax(G, dx + nv, rows - 1, nv, v0, iv, ii);
+        same = same && !memcmp(iv, want_v + 1, 6 * sizeof *iv) &&
+               !memcmp(ii, want_i + 1, 6 * sizeof *ii);
+        G->row_argmax(G, dx, rows, nv, v0, iv, ii);     /* not issued: computed */
+        same = same && !memcmp(iv, want_v, sizeof iv) && !memcmp(ii, want_i, sizeof ii);
+        ok(same && !G->error(G),
+           "row_argmax nv=%d: issued then read (row_argmax_issue) = the direct call, bit for bit",
+           nv);
         G->release(G, dx);
         free(x);
     }
