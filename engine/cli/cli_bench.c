@@ -325,14 +325,15 @@ int cmd_bench(int argc, char **argv)
             double bytes = 0, t_warm = 0;
             int warm = decode > 2 * WARM_STEPS ? WARM_STEPS : 0;
             uint64_t x = 0x2545F4914F6CDD1DULL;
-            long long gr0 = 0, gr1, hs0 = 0, hs1;
-            double gms0 = 0, gms1, hw0 = 0, hl0 = 0, hw1, hl1;
+            long long gr0 = 0, gr1;
+            double gms0 = 0, gms1;
+            v4_host_time h0 = { 0 }, h1;
             t0 = now();
             for (int i = 0; i < decode; i++) {
                 if (i == warm) {
                     t_warm = now() - t0, t0 = now();
                     v4_model_graph_time(m, &gr0, &gms0);
-                    v4_model_host_time(m, &hs0, &hw0, &hl0);
+                    v4_model_host_time(m, &h0);
                 }
                 for (int j = 0; j < B; j++) {
                     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -361,11 +362,16 @@ int cmd_bench(int argc, char **argv)
                        "timed): the other %.3f ms of a step are the host's\n",
                        (gms1 - gms0) / (gr1 - gr0), gr1 - gr0, nd,
                        td * 1e3 / nd - (gms1 - gms0) / (gr1 - gr0));
-            v4_model_host_time(m, &hs1, &hw1, &hl1);
-            if (hs1 > hs0 && nrep > 0)     /* (without graphs the walk is the compute) */
+            v4_model_host_time(m, &h1);
+            long long hs = h1.steps - h0.steps, ha = h1.ahead_steps - h0.ahead_steps;
+            if (hs > 0 && nrep > 0)     /* (without graphs the walk is the compute) */
                 printf("decode host      %.3f ms a step on rank 0 walking the ops (they fill "
-                       "the replayed graph's inputs), %.3f launching it\n",
-                       (hw1 - hw0) / (hs1 - hs0), (hl1 - hl0) / (hs1 - hs0));
+                       "the replayed graph's inputs), %.3f launching it; %lld of %lld steps "
+                       "walked ahead while the step before ran (%.3f ms a walk)\n",
+                       (h1.walk_ms - h0.walk_ms) / hs, (h1.launch_ms - h0.launch_ms) / hs, ha,
+                       hs, h1.ahead_walks > h0.ahead_walks
+                               ? (h1.ahead_ms - h0.ahead_ms) / (h1.ahead_walks - h0.ahead_walks)
+                               : 0.0);
             long long nk = v4_model_graph_kernels(m);
             if (nk)
                 printf("decode launches  %lld kernels per step on rank 0 = %.1f per layer over "

@@ -357,6 +357,22 @@ struct backend {
      * part between steps). */
     void (*graph_begin)(backend *b, uint64_t key);
     bool (*graph_end)(backend *b);
+    /* Optional (NULL: none): the next decode step walked ahead while this
+     * one runs.  graph_prepare(key) (false: not now, nothing done; key's
+     * graph must have been captured) starts a walk whose ops record their
+     * values as for a replay, into inputs of their own, and
+     * graph_prepared(ids) ends it (false: it cannot be launched), ids
+     * being the host array the walk gave as the step's token ids.  Then
+     * graph_launch_prepared(key, ids, bytes), in place of the step's
+     * graph_begin .. graph_end, launches it with the walk's ids replaced
+     * by these bytes of ids; false (nothing launched)
+     * when anything since (another step's walk, a release or allocation
+     * of device memory) voided the walk.  The caller's promise: every
+     * other value the walk read (positions, block addresses, state
+     * slots, buffers) is the step's. */
+    bool (*graph_prepare)(backend *b, uint64_t key);
+    bool (*graph_prepared)(backend *b, const void *ids);
+    bool (*graph_launch_prepared)(backend *b, uint64_t key, const void *ids, size_t bytes);
     void (*graph_counts)(backend *b, long long *captures, long long *replays);
     long long (*graph_kernels)(backend *b);
     bool (*graph_time)(backend *b, long long *replays, double *ms);

@@ -449,6 +449,86 @@ static void argmax_in_graph(v4_rank *R, const v4_batch *B)
     be->row_argmax_issue(be, R->s.logits, B->nout, R->shard.nv);
 }
 
+/* Room for a walk ahead of nseg sequences over nb block addresses. */
+static bool ahead_room(v4_rank *R, int nseg, int64_t nb)
+{
+    if (nseg > R->cap_pre) {
+        v4_segment *g = realloc(R->pseg, nseg * sizeof *g);
+        if (g) R->pseg = g;
+        int32_t *a = realloc(R->pids, nseg * sizeof *a);
+        if (a) R->pids = a;
+        int32_t *p = realloc(R->ppos, nseg * sizeof *p);
+        if (p) R->ppos = p;
+        int32_t *q = realloc(R->pslot, nseg * sizeof *q);
+        if (q) R->pslot = q;
+        if (!g || !a || !p || !q) return false;
+        R->cap_pre = nseg;
+    }
+    if (nb > R->cap_pblk) {
+        char **b = realloc(R->pblk, nb * sizeof *b);
+        if (!b) return false;
+        R->pblk = b;
+        R->cap_pblk = nb;
+    }
+    return true;
+}
+
+/* The next decode step walked ahead (backend graph_prepare) while this
+ * one runs on the device: the same sequences one position on, as a
+ * decode batch's next step mostly is (no sequence finished or admitted),
+ * and only where each already has the block that position goes into.
+ * The ids are not known yet: the walk stages zeros, which the launch
+ * replaces.  The step, if it is that one (ahead_matches), then launches
+ * without a walk of its own while the device waits. */
+static void walk_ahead(v4_model *M, v4_rank *R, const v4_batch *B, int64_t nb)
+{
+    backend *be = R->be;
+    R->pre.ok = false;
+    if (!be->graph_prepare || !ahead_room(R, B->nseg, nb)) return;
+    bool argmax = true;
+    for (int i = 0; i < B->nseg; i++) {
+        const v4_segment *g = &B->segs[i];
+        if (cache_blocks_for(&M->layout, (int64_t)g->pos0 + 2) > g->seq->c.nblocks) return;
+        R->pseg[i] = *g;
+        R->pseg[i].pos0++;
+        R->pids[i] = 0;
+        R->ppos[i] = R->pseg[i].pos0;
+        R->pslot[i] = g->seq->c.slot;
+        argmax = argmax && B->items[i].argmax;
+    }
+    v4_batch N = *B;
+    N.segs = R->pseg, N.ids = R->pids, N.pos = R->ppos;
+    uint64_t key = graph_key(&N, be);
+    double t0 = model_now_s();
+    if (!key || !be->graph_prepare(be, key)) return;
+    forward_ops(M, R, &N);
+    argmax_in_graph(R, &N);
+    bool ok = be->graph_prepared(be, R->pids);
+    R->ahead_walks++;
+    R->ahead_ms += (model_now_s() - t0) * 1e3;
+    if (!ok) return;
+    memcpy(R->pblk, R->blockptr, nb * sizeof *R->pblk);
+    R->pre.argmax = argmax, R->pre.key = key, R->pre.nseg = B->nseg, R->pre.nb = nb;
+    R->pre.ok = true;
+}
+
+/* Whether step B (key, nb block addresses, in blockptr) is the one walked
+ * ahead: everything the walk read but the ids. */
+static bool ahead_matches(const v4_rank *R, const v4_batch *B, uint64_t key, int64_t nb)
+{
+    if (!R->pre.ok || R->pre.key != key || R->pre.nseg != B->nseg || R->pre.nb != nb)
+        return false;
+    bool argmax = true;
+    for (int i = 0; i < B->nseg; i++) {
+        const v4_segment *g = &B->segs[i], *p = &R->pseg[i];
+        if (g->seq != p->seq || g->n != p->n || g->pos0 != p->pos0 || g->t0 != p->t0 ||
+            g->blk0 != p->blk0 || g->seq->c.slot != R->pslot[i])
+            return false;
+        argmax = argmax && B->items[i].argmax;
+    }
+    return argmax == R->pre.argmax && !memcmp(R->blockptr, R->pblk, nb * sizeof *R->pblk);
+}
+
 void v4_forward_rank(void *batch, int rank)
 {
     v4_batch *B = batch;
@@ -473,21 +553,28 @@ void v4_forward_rank(void *batch, int rank)
     }
 
     uint64_t key = graph_key(B, be);
-    if (key) be->graph_begin(be, key);
-    double t0 = model_now_s(), t1;
-    bool again;
-    do {
-        forward_ops(M, R, B);
-        if (key) argmax_in_graph(R, B);
-        t1 = model_now_s();
-        again = key && be->graph_end(be);
-    } while (again);
+    double t0 = model_now_s(), t1 = t0;
+    bool ahead = key && ahead_matches(R, B, key, nb) &&
+                 be->graph_launch_prepared(be, key, B->ids, (size_t)B->T * sizeof *B->ids);
+    R->pre.ok = false;
+    if (!ahead) {
+        if (key) be->graph_begin(be, key);
+        bool again;
+        do {
+            forward_ops(M, R, B);
+            if (key) argmax_in_graph(R, B);
+            t1 = model_now_s();
+            again = key && be->graph_end(be);
+        } while (again);
+    }
     if (B->T == B->nseg) {      /* a decode step: every sequence one token */
         double t2 = model_now_s();
         R->host_steps++;
+        R->ahead_steps += ahead;
         R->host_walk_ms += (t1 - t0) * 1e3;
         R->host_launch_ms += (t2 - t1) * 1e3;
     }
+    if (key) walk_ahead(M, R, B, nb);
 
     /* This rank's columns of the logits rows straight into the items'
      * buffers (pinned where the caller took them from v4_logits_alloc), a

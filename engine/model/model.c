@@ -319,6 +319,11 @@ void v4_model_free(v4_model *m)
         free(R->iargs);
         free(R->aargs);
         free(R->rargs);
+        free(R->pseg);
+        free(R->pids);
+        free(R->ppos);
+        free(R->pslot);
+        free(R->pblk);
         v4_weights_free(&R->w);
     }
     if (m->tp) pthread_mutex_destroy(&m->mu);
@@ -385,12 +390,11 @@ bool v4_model_graph_time(v4_model *m, long long *replays, double *ms)
     return be->graph_time && be->graph_time(be, replays, ms);
 }
 
-void v4_model_host_time(v4_model *m, long long *steps, double *walk_ms, double *launch_ms)
+void v4_model_host_time(v4_model *m, v4_host_time *t)
 {
     const v4_rank *R = &m->ranks[0];
-    *steps = R->host_steps;
-    *walk_ms = R->host_walk_ms;
-    *launch_ms = R->host_launch_ms;
+    *t = (v4_host_time){ R->host_steps, R->host_walk_ms, R->host_launch_ms, R->ahead_steps,
+                         R->ahead_walks, R->ahead_ms };
 }
 
 backend_modes v4_model_modes(const v4_model *m) { return m->modes; }

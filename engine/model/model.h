@@ -100,8 +100,16 @@ bool v4_model_graph_time(v4_model *m, long long *replays, double *ms);
 /* Rank 0's decode steps so far and the host's milliseconds in them: the
  * walks over the step's ops (which, when a graph replays, fill its inputs
  * while the device waits; a capture's two passes both counted) and the
- * graph's launch (graph_end; 0 without graphs). */
-void v4_model_host_time(v4_model *m, long long *steps, double *walk_ms, double *launch_ms);
+ * graph's launch (graph_end; 0 without graphs); of the steps, those
+ * launched from a walk made ahead, while the step before ran (backend.h
+ * graph_prepare), and the walks made ahead and their milliseconds. */
+typedef struct {
+    long long steps;
+    double walk_ms, launch_ms;
+    long long ahead_steps, ahead_walks;
+    double ahead_ms;
+} v4_host_time;
+void v4_model_host_time(v4_model *m, v4_host_time *t);
 void v4_model_free(v4_model *m);
 const v4_config *v4_model_config(const v4_model *m);
 int v4_model_tp(const v4_model *m);

@@ -25,6 +25,14 @@ typedef struct {
     float *head_in, *logits;
 } v4_scratch;
 
+/* One sequence's part of a step. */
+typedef struct {
+    v4_seq *seq;
+    int n, pos0;            /* new tokens, position of the first */
+    int t0;                 /* offset in the step's token arrays */
+    int64_t blk0;           /* offset of its block addresses in blockptr */
+} v4_segment;
+
 typedef struct {
     int rank;
     v4_shard shard;
@@ -51,6 +59,24 @@ typedef struct {
      * graph's inputs when one replays) and in graph_end (the launch) */
     long long host_steps;
     double host_walk_ms, host_launch_ms;
+    /* The next decode step walked ahead (forward.c's walk_ahead): the
+     * segments, positions, ids (zeros) and block addresses it took, each
+     * sequence's state slot, whether every item wanted only the greedy
+     * choice; decode steps launched from such a walk, the walks made and
+     * their host time (spent while the device ran the step before) */
+    struct {
+        bool ok, argmax;
+        uint64_t key;
+        int nseg;
+        int64_t nb;
+    } pre;
+    v4_segment *pseg;
+    int32_t *pids, *ppos, *pslot;
+    int cap_pre;
+    char **pblk;
+    int64_t cap_pblk;
+    long long ahead_steps, ahead_walks;
+    double ahead_ms;
 } v4_rank;
 
 struct v4_model {
@@ -75,14 +101,6 @@ struct v4_seq {
     seq_cache c;
     seq_prefix p;           /* model_prefix.c */
 };
-
-/* One sequence's part of a step. */
-typedef struct {
-    v4_seq *seq;
-    int n, pos0;            /* new tokens, position of the first */
-    int t0;                 /* offset in the step's token arrays */
-    int64_t blk0;           /* offset of its block addresses in blockptr */
-} v4_segment;
 
 typedef struct {
     v4_model *m;

@@ -1606,6 +1606,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_HC_HEAD_FUSE=0: the model's last collapse as hc_post,
     // hc_head and the RMSNorm (comparisons; cu_hc_head_norm otherwise).
     c->hc_head_fuse = env_switch(c, "LLM_CUDA_HC_HEAD_FUSE");
+    // LLM_CUDA_PREWALK=0: no decode step walked ahead while the one
+    // before runs (graph_prepare; comparisons).
+    c->prewalk = c->graphs && env_switch(c, "LLM_CUDA_PREWALK");
     // LLM_CUDA_GRAPH_TIME=1: each replay's device time (graph_time).
     const char *gtime = getenv("LLM_CUDA_GRAPH_TIME");
     if (c->graphs && gtime && !strcmp(gtime, "1"))
@@ -1662,6 +1665,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     b->side_join = cu_side_join;
     b->graph_begin = cu_graph_begin;
     b->graph_end = cu_graph_end;
+    b->graph_prepare = cu_graph_prepare;
+    b->graph_prepared = cu_graph_prepared;
+    b->graph_launch_prepared = cu_graph_launch_prepared;
     b->graph_counts = cu_graph_counts;
     b->graph_time = cu_graph_time;
     b->graph_kernels = cu_graph_kernels;

@@ -244,6 +244,22 @@ struct cu_impl {
     arena_put_ent put[NPUT];
     int nput;
     short puth[PUT_HASH];       // put's index + 1 by host address, 0: none
+    unsigned long long arena_turns;     // arena_next's calls
+    // A decode step walked ahead (graph_prepare .. graph_prepared): its
+    // graph, the generation, the host arena its values are in (and that
+    // arena's turn), the ids' place there, its argmax rows
+    bool prewalk;               // LLM_CUDA_PREWALK is not 0
+    struct {
+        bool ok;
+        graph_ent *e;
+        uint64_t key;
+        unsigned long long gen, turn;
+        int arena_i;
+        size_t len, ids_off[4], ids_bytes;
+        int nids;                       // the ids' copies in the arena
+        const float *amax_part;
+        int amax_rows;
+    } prep;
     // host-tier copies (cuda_memory.cu): their stream, the events that
     // order it against st, copies issued since the last fence
     cudaStream_t cst;
@@ -500,6 +516,9 @@ void expert_gemms(cu_impl *c, const dqw &w, int E, const int *ho, gemm_op x, flo
 void graph_drop(graph_ent *e);
 void cu_graph_begin(backend *b, uint64_t key);
 bool cu_graph_end(backend *b);
+bool cu_graph_prepare(backend *b, uint64_t key);
+bool cu_graph_prepared(backend *b, const void *ids);
+bool cu_graph_launch_prepared(backend *b, uint64_t key, const void *ids, size_t bytes);
 void cu_graph_counts(backend *b, long long *captures, long long *replays);
 bool cu_graph_time(backend *b, long long *replays, double *ms);
 long long cu_graph_kernels(backend *b);

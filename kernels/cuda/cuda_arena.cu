@@ -196,6 +196,7 @@ void arena_next(cu_impl *c)
 {
     if (!c->arena_cap) return;
     c->arena_i ^= 1;
+    c->arena_turns++;
     c->arena_h = c->arena_hb[c->arena_i];
     CK(c, cudaEventSynchronize(c->arena_ev[c->arena_i]));
 }

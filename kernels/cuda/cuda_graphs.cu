@@ -210,6 +210,89 @@ bool cu_graph_end(backend *b)
     return true;
 }
 
+// Walking the next decode step ahead (backend.h): while the step before
+// runs, its ops record their values into the other host arena as for a
+// replay; graph_launch_prepared later rewrites the ids there, copies that
+// arena and launches the graph, unless something retired the graph or
+// took an arena in between (then false: the step is walked as usual).
+bool cu_graph_prepare(backend *b, uint64_t key)
+{
+    cu_impl *c = enter(b);
+    c->prep.ok = false;
+    if (!c->prewalk || c->failed || c->gmode != G_OFF || !c->arena_cap) return false;
+    graph_ent *e = NULL;
+    for (int i = 0; i < NGRAPH && !e; i++)
+        if (c->graph[i].used && c->graph[i].key == key) e = &c->graph[i];
+    if (!e || !e->exec || e->gen != c->gen) return false;
+    // (the running step's argmax, which the walk's own issue replaces)
+    c->prep.amax_part = c->amax_part;
+    c->prep.amax_rows = c->amax_rows;
+    e->used = ++c->gtick;
+    c->gcur = e;
+    c->nput = 0;
+    memset(c->puth, 0, sizeof c->puth);
+    c->arena_len = 0;
+    arena_next(c);
+    c->gbad = false;
+    c->gmode = G_RECORD;
+    return true;
+}
+
+bool cu_graph_prepared(backend *b, const void *ids)
+{
+    cu_impl *c = enter(b);
+    graph_ent *e = c->gcur;
+    bool ok = c->gmode == G_RECORD && e && !c->gbad && !c->failed &&
+              c->arena_len == e->arena_len;
+    // where the walk put the ids (once a step and reserve: each op that
+    // stages them with the same room reads the same copy)
+    int n = 0;
+    for (int i = 0; ok && i < c->nput; i++) {
+        if (c->put[i].host != ids) continue;
+        if (n == 4 || (n && c->put[i].bytes != c->prep.ids_bytes)) ok = false;
+        else c->prep.ids_off[n++] = c->put[i].off, c->prep.ids_bytes = c->put[i].bytes;
+    }
+    ok = ok && n && c->nput < NPUT;     // (past NPUT a put is not listed)
+    const float *part = c->amax_part;
+    int rows = c->amax_rows;
+    c->amax_part = c->prep.amax_part;
+    c->amax_rows = c->prep.amax_rows;
+    c->gmode = G_OFF;
+    if (!ok) return false;
+    c->prep.e = e;
+    c->prep.key = e->key;
+    c->prep.gen = c->gen;
+    c->prep.turn = c->arena_turns;
+    c->prep.arena_i = c->arena_i;
+    c->prep.len = c->arena_len;
+    c->prep.nids = n;
+    c->prep.amax_part = part;
+    c->prep.amax_rows = rows;
+    c->prep.ok = true;
+    return true;
+}
+
+bool cu_graph_launch_prepared(backend *b, uint64_t key, const void *ids, size_t bytes)
+{
+    cu_impl *c = enter(b);
+    bool ok = c->prep.ok && c->prep.key == key && c->prep.gen == c->gen &&
+              c->prep.turn == c->arena_turns && c->prep.e->key == key && c->prep.e->exec &&
+              c->prep.e->gen == c->gen && c->prep.ids_bytes == bytes && c->gmode == G_OFF &&
+              !c->failed;
+    c->prep.ok = false;
+    if (!ok) return false;
+    for (int i = 0; i < c->prep.nids; i++)
+        memcpy(c->arena_hb[c->prep.arena_i] + c->prep.ids_off[i], ids, bytes);
+    c->arena_h = c->arena_hb[c->prep.arena_i];
+    c->arena_len = c->prep.len;
+    c->amax_part = c->prep.amax_part;
+    c->amax_rows = c->prep.amax_rows;
+    c->gcur = c->prep.e;
+    graph_launch(c, c->prep.e);
+    c->nreplays++;
+    return !c->failed;
+}
+
 long long cu_graph_kernels(backend *b) { return impl(b)->gkernels; }
 
 void cu_graph_counts(backend *b, long long *captures, long long *replays)

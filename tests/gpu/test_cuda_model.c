@@ -7,7 +7,9 @@
  *     (graph_pos_cap) crossed; at TP=1 and TP=2, and at TP=1 with an
  *     FP8 cache and the batches' attention on tensor cores, also with the
  *     shared expert on the main stream (LLM_CUDA_MOE_SIDE=0; by default
- *     a batch of 12's runs on a second one);
+ *     a batch of 12's runs on a second one); steps launched from a walk
+ *     made ahead while the step before ran (graph_prepare) among them,
+ *     and none with LLM_CUDA_PREWALK=0;
  *   - gpu_memory_utilization sizes the cache pool from the device's
  *     memory: what is in use after loading is the asked share less the
  *     headroom, the pool computes the same logits as a token-sized one,
@@ -153,11 +155,13 @@ static void test_graphs(int tp, enum kv_dtype t)
     v4_model_free(m);
     m = load(tp, true, &o);
     rc |= m ? run_script(m, graph, NULL, &rg) : -1;
-    if (m) v4_model_graph_counts(m, &cap_g, &rep_g);
+    v4_host_time h1 = { 0 }, h2 = { 0 };
+    if (m) v4_model_graph_counts(m, &cap_g, &rep_g), v4_model_host_time(m, &h1);
     /* the same steps again taking only the greedy choices (graphs warm) */
     int32_t *amax = malloc(250 * sizeof *amax);
     size_t ra = 0;
     rc |= m ? run_script(m, NULL, amax, &ra) : -1;
+    if (m) v4_model_host_time(m, &h2);
     v4_model_free(m);
     unsetenv("LLM_CUDA_ATTN_MMA_MIN_T");
     const char *cache = v4_kv_dtype_name(t);
@@ -178,6 +182,13 @@ static void test_graphs(int tp, enum kv_dtype t)
        "captures, %lld replays over the ranks)", tp, cache, variant, cap_g, rep_g);
     ok(differ == 0, "tp=%d, cache %s%s: graph replay equals op by op, bit for bit, over %zu logits "
        "rows (%zu differ, first %zu)", tp, cache, variant, re, differ, first);
+    /* the replays above include steps walked ahead (the script's repeated
+     * batches), except where LLM_CUDA_PREWALK=0 turns that off */
+    bool ahead_off = getenv("LLM_CUDA_PREWALK") && !strcmp(getenv("LLM_CUDA_PREWALK"), "0");
+    long long a1 = h1.ahead_steps, a2 = h2.ahead_steps - h1.ahead_steps;
+    ok(ahead_off ? a1 == 0 && a2 == 0 : a1 > 0 && a2 > 0, "tp=%d, cache %s%s: decode steps "
+       "launched from a walk ahead: %lld of %lld (logits), %lld of %lld (greedy choices)", tp,
+       cache, variant, a1, h1.steps, a2, h2.steps - h1.steps);
     size_t wrong = 0;
     for (size_t r = 0; r < re && ra == re; r++) {
         const float *x = graph + r * V;
@@ -292,12 +303,17 @@ int main(void)
     variant = ", LLM_CUDA_ATTN_MMA_MIN_KEYS=1";
     test_graphs(1, KV_FP8);
     unsetenv("LLM_CUDA_ATTN_MMA_MIN_KEYS");
+    /* every decode step walked as it comes, none ahead */
+    setenv("LLM_CUDA_PREWALK", "0", 1);
+    variant = ", LLM_CUDA_PREWALK=0";
+    test_graphs(1, KV_FP8);
+    unsetenv("LLM_CUDA_PREWALK");
     variant = "";
     if (llm_cuda_device_count() >= 2) {
         test_graphs(2, KV_F32);
         test_memory();
     } else {
-        skip(7, "TP=2 graphs and the memory check need 2 CUDA devices");
+        skip(8, "TP=2 graphs and the memory check need 2 CUDA devices");
     }
     return exit_status();
 }
