@@ -281,6 +281,7 @@ bool cu_graph_launch_prepared(backend *b, uint64_t key, const void *ids, size_t 
               !c->failed;
     c->prep.ok = false;
     if (!ok) return false;
+    cu_prefetch_join(c);        // as graph_end before a launch
     for (int i = 0; i < c->prep.nids; i++)
         memcpy(c->arena_hb[c->prep.arena_i] + c->prep.ids_off[i], ids, bytes);
     c->arena_h = c->arena_hb[c->prep.arena_i];
