@@ -58,8 +58,10 @@ static bool ensure_scratch(v4_model *M, v4_rank *R, int T, int nout, int64_t nb,
     }
     if (nb > R->cap_blockptr) {
         char **p = realloc(R->blockptr, (size_t)nb * sizeof *p);
-        if (!p) return false;
-        R->blockptr = p;
+        if (p) R->blockptr = p;
+        char **q = realloc(R->pblk, (size_t)nb * sizeof *q);
+        if (q) R->pblk = q;
+        if (!p || !q) return false;
         R->cap_blockptr = nb;
     }
     if (nseg > R->cap_args) {
@@ -71,7 +73,15 @@ static bool ensure_scratch(v4_model *M, v4_rank *R, int T, int nout, int64_t nb,
         if (aa) R->aargs = aa;
         ring_args *ra = realloc(R->rargs, nseg * sizeof *ra);
         if (ra) R->rargs = ra;
-        if (!ca || !ia || !aa || !ra) return false;
+        v4_segment *g = realloc(R->pseg, nseg * sizeof *g);
+        if (g) R->pseg = g;
+        int32_t *pi = realloc(R->pids, nseg * sizeof *pi);
+        if (pi) R->pids = pi;
+        int32_t *pp = realloc(R->ppos, nseg * sizeof *pp);
+        if (pp) R->ppos = pp;
+        int32_t *ps = realloc(R->pslot, nseg * sizeof *ps);
+        if (ps) R->pslot = ps;
+        if (!ca || !ia || !aa || !ra || !g || !pi || !pp || !ps) return false;
         R->cap_args = nseg;
     }
     return true;
@@ -449,30 +459,6 @@ static void argmax_in_graph(v4_rank *R, const v4_batch *B)
     be->row_argmax_issue(be, R->s.logits, B->nout, R->shard.nv);
 }
 
-/* Room for a walk ahead of nseg sequences over nb block addresses. */
-static bool ahead_room(v4_rank *R, int nseg, int64_t nb)
-{
-    if (nseg > R->cap_pre) {
-        v4_segment *g = realloc(R->pseg, nseg * sizeof *g);
-        if (g) R->pseg = g;
-        int32_t *a = realloc(R->pids, nseg * sizeof *a);
-        if (a) R->pids = a;
-        int32_t *p = realloc(R->ppos, nseg * sizeof *p);
-        if (p) R->ppos = p;
-        int32_t *q = realloc(R->pslot, nseg * sizeof *q);
-        if (q) R->pslot = q;
-        if (!g || !a || !p || !q) return false;
-        R->cap_pre = nseg;
-    }
-    if (nb > R->cap_pblk) {
-        char **b = realloc(R->pblk, nb * sizeof *b);
-        if (!b) return false;
-        R->pblk = b;
-        R->cap_pblk = nb;
-    }
-    return true;
-}
-
 /* The next decode step walked ahead (backend graph_prepare) while this
  * one runs on the device: the same sequences one position on, as a
  * decode batch's next step mostly is (no sequence finished or admitted),
@@ -484,7 +470,7 @@ static void walk_ahead(v4_model *M, v4_rank *R, const v4_batch *B, int64_t nb)
 {
     backend *be = R->be;
     R->pre.ok = false;
-    if (!be->graph_prepare || !ahead_room(R, B->nseg, nb)) return;
+    if (!be->graph_prepare) return;
     bool argmax = true;
     for (int i = 0; i < B->nseg; i++) {
         const v4_segment *g = &B->segs[i];

@@ -70,11 +70,9 @@ typedef struct {
         int nseg;
         int64_t nb;
     } pre;
-    v4_segment *pseg;
+    v4_segment *pseg;       /* [cap_args] */
     int32_t *pids, *ppos, *pslot;
-    int cap_pre;
-    char **pblk;
-    int64_t cap_pblk;
+    char **pblk;            /* [cap_blockptr] */
     long long ahead_steps, ahead_walks;
     double ahead_ms;
 } v4_rank;

@@ -17,6 +17,18 @@ void graph_drop(graph_ent *e)
     *e = graph_ent{};
 }
 
+// A step's values start afresh in the next host arena, for graph e.
+static void step_begin(cu_impl *c, graph_ent *e)
+{
+    e->used = ++c->gtick;
+    c->gcur = e;
+    c->nput = 0;
+    memset(c->puth, 0, sizeof c->puth);
+    c->arena_len = 0;
+    arena_next(c);
+    c->gbad = false;
+}
+
 void cu_graph_begin(backend *b, uint64_t key)
 {
     cu_impl *c = enter(b);
@@ -33,17 +45,11 @@ void cu_graph_begin(backend *b, uint64_t key)
         graph_drop(e);
         e->key = key;
     }
-    e->used = ++c->gtick;
     if (e->exec && e->gen != c->gen) {
         cudaGraphExecDestroy(e->exec);
         e->exec = NULL;
     }
-    c->gcur = e;
-    c->nput = 0;
-    memset(c->puth, 0, sizeof c->puth);
-    c->arena_len = 0;
-    arena_next(c);
-    c->gbad = false;
+    step_begin(c, e);
     if (e->exec) {
         c->gmode = G_RECORD;
     } else if (e->warm && e->warm_gen == c->gen) {
@@ -227,13 +233,7 @@ bool cu_graph_prepare(backend *b, uint64_t key)
     // (the running step's argmax, which the walk's own issue replaces)
     c->prep.amax_part = c->amax_part;
     c->prep.amax_rows = c->amax_rows;
-    e->used = ++c->gtick;
-    c->gcur = e;
-    c->nput = 0;
-    memset(c->puth, 0, sizeof c->puth);
-    c->arena_len = 0;
-    arena_next(c);
-    c->gbad = false;
+    step_begin(c, e);
     c->gmode = G_RECORD;
     return true;
 }
