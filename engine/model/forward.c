@@ -48,42 +48,26 @@ static bool ensure_scratch(v4_model *M, v4_rank *R, int T, int nout, int64_t nb,
         s->cap_out = s->head_in && s->logits ? nout : 0;
         if (!s->cap_out) return false;
     }
+    /* host arrays: each grown to its count, the capacity raised once all
+     * are (a shortfall leaves it, and the next step tries again) */
+    void *grown;
+#define GROW(p, n) ((grown = realloc((p), (size_t)(n) * sizeof *(p))) && ((p) = grown, true))
     if (nout > R->cap_amax) {
-        float *v = realloc(R->amax_val, (size_t)nout * sizeof *v);
-        if (v) R->amax_val = v;
-        int32_t *ix = realloc(R->amax_idx, (size_t)nout * sizeof *ix);
-        if (ix) R->amax_idx = ix;
-        if (!v || !ix) return false;
+        if (!GROW(R->amax_val, nout) || !GROW(R->amax_idx, nout)) return false;
         R->cap_amax = nout;
     }
     if (nb > R->cap_blockptr) {
-        char **p = realloc(R->blockptr, (size_t)nb * sizeof *p);
-        if (p) R->blockptr = p;
-        char **q = realloc(R->pblk, (size_t)nb * sizeof *q);
-        if (q) R->pblk = q;
-        if (!p || !q) return false;
+        if (!GROW(R->blockptr, nb) || !GROW(R->pblk, nb)) return false;
         R->cap_blockptr = nb;
     }
     if (nseg > R->cap_args) {
-        compress_args *ca = realloc(R->cargs, nseg * sizeof *ca);
-        if (ca) R->cargs = ca;
-        indexer_args *ia = realloc(R->iargs, nseg * sizeof *ia);
-        if (ia) R->iargs = ia;
-        attention_args *aa = realloc(R->aargs, nseg * sizeof *aa);
-        if (aa) R->aargs = aa;
-        ring_args *ra = realloc(R->rargs, nseg * sizeof *ra);
-        if (ra) R->rargs = ra;
-        v4_segment *g = realloc(R->pseg, nseg * sizeof *g);
-        if (g) R->pseg = g;
-        int32_t *pi = realloc(R->pids, nseg * sizeof *pi);
-        if (pi) R->pids = pi;
-        int32_t *pp = realloc(R->ppos, nseg * sizeof *pp);
-        if (pp) R->ppos = pp;
-        int32_t *ps = realloc(R->pslot, nseg * sizeof *ps);
-        if (ps) R->pslot = ps;
-        if (!ca || !ia || !aa || !ra || !g || !pi || !pp || !ps) return false;
+        if (!GROW(R->cargs, nseg) || !GROW(R->iargs, nseg) || !GROW(R->aargs, nseg) ||
+            !GROW(R->rargs, nseg) || !GROW(R->pseg, nseg) || !GROW(R->pids, nseg) ||
+            !GROW(R->ppos, nseg) || !GROW(R->pslot, nseg))
+            return false;
         R->cap_args = nseg;
     }
+#undef GROW
     return true;
 }
 

@@ -17,6 +17,14 @@ void graph_drop(graph_ent *e)
     *e = graph_ent{};
 }
 
+// The graph of key, NULL when none holds it.
+static graph_ent *graph_find(cu_impl *c, uint64_t key)
+{
+    for (int i = 0; i < NGRAPH; i++)
+        if (c->graph[i].used && c->graph[i].key == key) return &c->graph[i];
+    return NULL;
+}
+
 // A step's values start afresh in the next host arena, for graph e.
 static void step_begin(cu_impl *c, graph_ent *e)
 {
@@ -35,11 +43,9 @@ void cu_graph_begin(backend *b, uint64_t key)
     cu_prefetch_join(c);        // a capture starts with no stream of its own forked
     c->gmode = G_OFF;
     if (!c->graphs || c->failed) return;
-    graph_ent *e = NULL, *lru = &c->graph[0];
-    for (int i = 0; i < NGRAPH && !e; i++) {
-        if (c->graph[i].used && c->graph[i].key == key) e = &c->graph[i];
-        else if (c->graph[i].used < lru->used) lru = &c->graph[i];
-    }
+    graph_ent *e = graph_find(c, key), *lru = &c->graph[0];
+    for (int i = 1; i < NGRAPH; i++)
+        if (c->graph[i].used < lru->used) lru = &c->graph[i];
     if (!e) {
         e = lru;
         graph_drop(e);
@@ -226,9 +232,7 @@ bool cu_graph_prepare(backend *b, uint64_t key)
     cu_impl *c = enter(b);
     c->prep.ok = false;
     if (!c->prewalk || c->failed || c->gmode != G_OFF || !c->arena_cap) return false;
-    graph_ent *e = NULL;
-    for (int i = 0; i < NGRAPH && !e; i++)
-        if (c->graph[i].used && c->graph[i].key == key) e = &c->graph[i];
+    graph_ent *e = graph_find(c, key);
     if (!e || !e->exec || e->gen != c->gen) return false;
     // (the running step's argmax, which the walk's own issue replaces)
     c->prep.amax_part = c->amax_part;
