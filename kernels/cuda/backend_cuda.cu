@@ -327,14 +327,17 @@ static bool hc_pre_many(cu_impl *c, float *h, const float *y, int T, int hc, int
                         float *collapsed, const float *norm_w, float *normed)
 {
     if (!c->hc_many || T < c->hc_many_t) return false;
-    size_t pb = c->hc_split ? cu_hc_post_logits_part(T, hc, H) : 0;
+    int per = c->hc_slice_chunks, S = c->hc_split ? cu_hc_post_logits_slices(T, H, per) : 1;
+    size_t pb = S > 1 ? cu_hc_post_logits_part(T, hc, H, per) : 0;
     void *part = pb ? grow(c, &c->hcpart, pb) : NULL;
-    if (c->failed ||
-        !cu_hc_post_logits(c->st, h, y, T, hc, H, fn, post, comb, norm_eps, m, part, c->hc_count))
+    // the slices' sums added by the collapse's blocks, a token each
+    bool later = part && cu_hc_slices_later(S, hc, H);
+    if (c->failed || !cu_hc_post_logits(c->st, h, y, T, hc, H, fn, post, comb, norm_eps, m, part,
+                                         per, later ? NULL : c->hc_count))
         return false;
     phase(c, "hc_pre logits");
-    cu_hc_collapse_norm(c->st, h, T, hc, H, m, base, scale, iters, hc_eps, norm_eps, norm_w, post,
-                        comb, collapsed, normed, c->hc_tail);
+    cu_hc_collapse_norm(c->st, h, T, hc, H, m, later ? part : NULL, S, base, scale, iters, hc_eps,
+                        norm_eps, norm_w, post, comb, collapsed, normed, c->hc_tail);
     return true;
 }
 
@@ -1457,6 +1460,10 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // 3.78 -> 3.77).
     c->hc_many_t = (int)env_int(c, "LLM_CUDA_HC_MANY_MIN_T", 1, LT_MIN_T, HC_MANY_MIN_T);
     c->hc_split = env_switch(c, "LLM_CUDA_HC_SPLIT");
+    // LLM_CUDA_HC_SLICE_CHUNKS: the fewest 32-column chunks a slice of
+    // hc_post_logits (1 to 4; comparisons: 2 since run G2, when one block
+    // added every slice and more slices made that longer).
+    c->hc_slice_chunks = (int)env_int(c, "LLM_CUDA_HC_SLICE_CHUNKS", 1, 4, 2);
     // LLM_CUDA_PREFETCH=0: decode steps without the L2 prefetch of the
     // weights the next matmuls read (cuda_prefetch.cu; comparisons).
     c->prefetch = env_switch(c, "LLM_CUDA_PREFETCH");

@@ -175,6 +175,7 @@ struct cu_impl {
     bool hc_many;               // hc_pre(_norm) of 64+ tokens in two launches (LLM_CUDA_HC_FUSED_MANY)
     int hc_many_t;              // ... of this many tokens on (LLM_CUDA_HC_MANY_MIN_T)
     bool hc_split;              // ... over column slices when few (LLM_CUDA_HC_SPLIT)
+    int hc_slice_chunks;        // ... of this many chunks at least (LLM_CUDA_HC_SLICE_CHUNKS)
     bool prefetch;              // decode weights into L2 ahead of their matmuls (LLM_CUDA_PREFETCH)
     cu_fork pf;                 // cuda_prefetch.cu: the prefetches' stream,
     bool pf_pending;            // a prefetch since the last join

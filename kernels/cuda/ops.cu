@@ -174,8 +174,9 @@ __device__ __forceinline__ void hc_sum_warps(float (*red)[NMP + 1], double *rss,
 // fills.  Each block stores its sums into part (pss [S][T] doubles, then
 // pa [S][T][nmix]); the block of a token group that finishes last
 // (count[blockIdx.x] says, and it resets it) adds the slices in slice
-// order: the same logits whatever the timing.  S = 1: the block's sums
-// are the logits.
+// order: the same logits whatever the timing.  count NULL: the slices
+// are left for the kernel after (hc_slice_logits: the same sums, a block
+// a token).  S = 1: the block's sums are the logits.
 template <int NMP>
 __device__ __forceinline__ void hc_store_logits(float (*red)[NMP + 1], const double *rss,
                                                 int nmix, int T, int t0, int tn, long long n,
@@ -202,6 +203,7 @@ __device__ __forceinline__ void hc_store_logits(float (*red)[NMP + 1], const dou
     }
     for (int tt = tid; tt < tn; tt += blockDim.x)
         if (t0 + tt < T) pss[s * T + t0 + tt] = rss[tt];
+    if (!count) return;     // the kernel after adds the slices (hc_slice_logits)
     __threadfence();
     __syncthreads();
     if (tid == 0) last = atomicAdd(&count[blockIdx.x], 1) == S - 1;
@@ -227,11 +229,11 @@ __device__ __forceinline__ void hc_store_logits(float (*red)[NMP + 1], const dou
 // about two blocks an SM, at least 2 chunks a slice.  (4 before: a B = 64
 // step's hc_post_logits as 64 blocks of 4 chunks; runs G2-G4 on an H100,
 // 2: B = 64 4.77 -> 4.72-4.74 ms, B = 32 3.65 -> 3.61; 1: no faster.)
-static int hc_slices(int groups, int chunks)
+static int hc_slices(int groups, int chunks, int per = 2)
 {
     int sm = cu_sm_count();
     if (groups >= sm || groups > HC_COUNT_MAX) return 1;
-    int S = (2 * sm + groups - 1) / groups, most = chunks / 2;
+    int S = (2 * sm + groups - 1) / groups, most = chunks / per;
     return S <= most ? S : most > 1 ? most : 1;
 }
 
@@ -1413,21 +1415,25 @@ __global__ void __launch_bounds__(256, 2) hc_post_logits_kernel(float *h, const 
                          count);
 }
 
-size_t cu_hc_post_logits_part(int T, int hc, int H)
+int cu_hc_post_logits_slices(int T, int H, int per)
 {
-    int nmix = (2 + hc) * hc;
-    return hc_part_bytes(hc_slices((T + HCM_T - 1) / HCM_T, (H + HCM_C - 1) / HCM_C), T, nmix);
+    return hc_slices((T + HCM_T - 1) / HCM_T, (H + HCM_C - 1) / HCM_C, per);
+}
+
+size_t cu_hc_post_logits_part(int T, int hc, int H, int per)
+{
+    return hc_part_bytes(cu_hc_post_logits_slices(T, H, per), T, (2 + hc) * hc);
 }
 
 bool cu_hc_post_logits(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
                        const float *fn, const float *post, const float *comb, float norm_eps,
-                       float *m, void *part, int *count)
+                       float *m, void *part, int per, int *count)
 {
     if (hc < 2 || hc > 4 || H % 4 || H > 12 * 1024 || (uintptr_t)h % 16 || (uintptr_t)y % 16)
         return false;
     if (T <= 0) return true;
     int groups = (T + HCM_T - 1) / HCM_T;
-    int S = part ? hc_slices(groups, (H + HCM_C - 1) / HCM_C) : 1;
+    int S = part ? cu_hc_post_logits_slices(T, H, per) : 1;
     dim3 grid(groups, S);
     if (hc == 2)
         cu_launch(hc_post_logits_kernel<2>, grid, 256, 0, st, h, y, T, H, fn, post, comb, norm_eps,
@@ -1458,15 +1464,55 @@ bool cu_hc_post_logits(cudaStream_t st, float *h, const float *y, int T, int hc,
 // block an SM).
 #define HC_CN_THREADS 480
 #define HC_CN_TAIL_MAX_T 64
+
+// Token t's logits from hc_post_logits' S slices (part, left there when
+// its count was NULL): hc_store_logits' last block's sums, in slice
+// order (the same bits), a block a token, so that no block of
+// hc_post_logits waits to add them all (at B = 32: 768 sums of 64 slices
+// over one block's 256 threads, after a fence and an atomic).  The block
+// stages the token's slices in sh (S doubles, then S x nmix floats: one
+// round trip), then thread j < nmix adds logit j's into mt[j].  Every
+// thread of the block calls it.
+__device__ void hc_slice_logits(const void *part, int S, int T, int t, int nmix, long long n,
+                                float norm_eps, float *sh, float *mt)
+{
+    const double *pss = (const double *)part;
+    const float *pa = (const float *)(pss + (long long)S * T);
+    double *sd = (double *)sh;
+    float *sa = (float *)(sd + S);
+    int e = threadIdx.x, nb = blockDim.x;
+    for (int k = e; k < S; k += nb) sd[k] = __ldcg(pss + (long long)k * T + t);
+#pragma unroll 4
+    for (int i = e; i < S * nmix; i += nb)
+        sa[i] = __ldcg(pa + ((long long)(i / nmix) * T + t) * nmix + i % nmix);
+    __syncthreads();
+    if (e >= nmix) return;
+    float a = 0;
+    double ss = 0;
+    for (int k = 0; k < S; k++) {
+        a += sa[k * nmix + e];
+        ss += sd[k];
+    }
+    mt[e] = a * (1.0f / sqrtf((float)(ss / n) + norm_eps));
+}
+
+// The dynamic shared memory of hc_collapse_norm_kernel: the collapsed row
+// (hc_mix_collapse_norm), or before it token t's slices.
+static size_t hc_cn_smem(int H, int S, int nmix)
+{
+    size_t row = (size_t)H * sizeof(float), sl = (size_t)S * (sizeof(double) + nmix * sizeof(float));
+    return S > 1 && sl > row ? sl : row;
+}
+
 template <bool TAIL>
 __global__ void __launch_bounds__(TAIL ? HC_CN_THREADS : 256) hc_collapse_norm_kernel(
-    const float *h, int hc, int H, const float *m, const float *base, const float *scale,
-    int iters, float hc_eps, float norm_eps, const float *nw, float *post, float *comb,
-    float *col, float *out)
+    const float *h, int hc, int H, const float *m, const void *part, int S, int T,
+    const float *base, const float *scale, int iters, float hc_eps, float norm_eps,
+    const float *nw, float *post, float *comb, float *col, float *out)
 {
     __shared__ double shd[32];
     __shared__ float pre[HC_MAX], mt[(2 + HC_FUSED_MAX) * HC_FUSED_MAX];
-    extern __shared__ float cs[];       // [H] the collapsed row (hc_mix_collapse_norm)
+    extern __shared__ __align__(16) float cs[];     // hc_cn_smem
     int t = blockIdx.x, e = threadIdx.x, nmix = (2 + hc) * hc;
     float *ht = (float *)h + (long long)t * hc * H;
     bool v4 = H % 4 == 0 && (uintptr_t)h % 16 == 0 && (uintptr_t)col % 16 == 0;
@@ -1477,7 +1523,8 @@ __global__ void __launch_bounds__(TAIL ? HC_CN_THREADS : 256) hc_collapse_norm_k
     float o[HC_TAIL_Q][HC_FUSED_MAX][4], yv[HC_TAIL_Q][4];
     pdl_wait();
     if (tail && e >= 32) hc_tail_load(ht, NULL, hc, H, nw, wv, o, yv);
-    if (e < nmix) mt[e] = m[(long long)t * nmix + e];
+    if (part) hc_slice_logits(part, S, T, t, nmix, (long long)hc * H, norm_eps, cs, mt);
+    else if (e < nmix) mt[e] = m[(long long)t * nmix + e];
     __syncthreads();
     float *ct = col ? col + (long long)t * H : NULL;
     if (tail)
@@ -1491,19 +1538,25 @@ __global__ void __launch_bounds__(TAIL ? HC_CN_THREADS : 256) hc_collapse_norm_k
                              out ? out + (long long)t * H : NULL);
 }
 
+bool cu_hc_slices_later(int S, int hc, int H)
+{
+    return S > 1 && hc_cn_smem(H, S, (2 + hc) * hc) <= 48 * 1024;
+}
+
 void cu_hc_collapse_norm(cudaStream_t st, const float *h, int T, int hc, int H, const float *m,
-                         const float *base, const float *scale, int iters, float hc_eps,
-                         float norm_eps, const float *nw, float *post, float *comb,
-                         float *collapsed, float *out, bool tail)
+                         const void *part, int S, const float *base, const float *scale,
+                         int iters, float hc_eps, float norm_eps, const float *nw, float *post,
+                         float *comb, float *collapsed, float *out, bool tail)
 {
     if (T <= 0) return;
+    if (!part) S = 1;
+    size_t smem = hc_cn_smem(H, S, (2 + hc) * hc);
     if (tail && T <= HC_CN_TAIL_MAX_T)
-        cu_launch(hc_collapse_norm_kernel<true>, T, HC_CN_THREADS, (size_t)H * sizeof(float), st,
-                  h, hc, H, m, base, scale, iters, hc_eps, norm_eps, nw, post, comb, collapsed,
-                  out);
+        cu_launch(hc_collapse_norm_kernel<true>, T, HC_CN_THREADS, smem, st, h, hc, H, m, part, S,
+                  T, base, scale, iters, hc_eps, norm_eps, nw, post, comb, collapsed, out);
     else
-        cu_launch(hc_collapse_norm_kernel<false>, T, 256, (size_t)H * sizeof(float), st, h, hc,
-                  H, m, base, scale, iters, hc_eps, norm_eps, nw, post, comb, collapsed, out);
+        cu_launch(hc_collapse_norm_kernel<false>, T, 256, smem, st, h, hc, H, m, part, S, T, base,
+                  scale, iters, hc_eps, norm_eps, nw, post, comb, collapsed, out);
 }
 
 // The queries and key of an attention layer (qk_args, backend.h) of

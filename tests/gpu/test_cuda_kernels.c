@@ -3056,6 +3056,23 @@ static void test_moes(void)
     unsetenv("LLM_CUDA_MOE_FP8");
 }
 
+/* The mHC of decode batches over slices of one column chunk
+ * (LLM_CUDA_HC_SLICE_CHUNKS=1): twice the slices for the collapse's
+ * blocks to add (T = 32: 128; 64: 2 groups x 64; 20: the fewest tokens
+ * that take the two launches). */
+static void hc_slice_cases(backend *g1chunk)
+{
+    backend *keep = G;
+    const char *keep_v = hc_variant;
+    G = g1chunk, hc_variant = " (LLM_CUDA_HC_SLICE_CHUNKS=1)";
+    for (int wy = 0; wy < 2; wy++) {
+        test_hc_pre_norm(20, 4, 4096, true, wy);
+        test_hc_pre_norm(32, 4, 4096, true, wy);
+        test_hc_pre_norm(64, 4, 4096, true, wy);
+    }
+    G = keep, hc_variant = keep_v;
+}
+
 /* hc_pre_norm's one launch three ways: in clusters of 16 blocks a token
  * (gf, the default for hc = 4), with its last block (g_clu0:
  * LLM_CUDA_HC_PRE_CLUSTER=0) and that last block as before (g_tail0: also
@@ -3232,6 +3249,7 @@ static void bad_switches(void)
     static const char *const bad[][2] = {
         { "LLM_CUDA_MOE_MMA", "2" },        { "LLM_CUDA_MOE_MMA_BLOCKS", "3" },
         { "LLM_CUDA_HC_SPLIT", "2" },       { "LLM_CUDA_HC_MANY_MIN_T", "0" },
+        { "LLM_CUDA_HC_SLICE_CHUNKS", "0" }, { "LLM_CUDA_HC_SLICE_CHUNKS", "5" },
         { "LLM_CUDA_HC_MANY_MIN_T", "65" }, { "LLM_CUDA_GEMV_ROWS", "3" },
         { "LLM_CUDA_GEMV_ROWS", "16" },     { "LLM_CUDA_GEMV_TOKENS", "3" },
         { "LLM_CUDA_ATTN_MMA_MIN_T", "-1" }, { "LLM_CUDA_SMALL_MMA", "4" },
@@ -3467,7 +3485,12 @@ int main(int argc, char **argv)
     setenv("LLM_CUDA_HC_FUSED_MANY", "0", 1);
     backend *g_hc4 = gpu_backend(gemm_names[GEMM_F32], "2");
     unsetenv("LLM_CUDA_HC_FUSED_MANY");
-    if (!g_hc4) return exit_status();
+    /* g_sl1: hc_post_logits' slices of one column chunk (S = 128 at T = 32,
+     * H = 4096), added by the collapse's blocks as with two */
+    setenv("LLM_CUDA_HC_SLICE_CHUNKS", "1", 1);
+    backend *g_sl1 = gpu_backend(gemm_names[GEMM_F32], "2");
+    unsetenv("LLM_CUDA_HC_SLICE_CHUNKS");
+    if (!g_hc4 || !g_sl1) return exit_status();
     /* g_clu0: hc_pre_norm with its last block; g_tail0: that last block
      * as before; g_idx0: the indexer's scores on indexer_scores_kernel */
     setenv("LLM_CUDA_HC_PRE_CLUSTER", "0", 1);
@@ -3565,10 +3588,12 @@ int main(int argc, char **argv)
             test_hc_pre_norm(3, 2, 130, false, wy);
             test_hc_pre_norm(2, 5, 96, true, wy);
             /* many tokens: the two launches (their collapse as hc_tail) */
+            test_hc_pre_norm(32, 4, 4096, true, wy);
             test_hc_pre_norm(64, 4, 4096, true, wy);
             test_hc_pre_norm(300, 4, 4096, true, wy);
             test_hc_pre_norm(65, 3, 996, false, wy);
         }
+        hc_slice_cases(g_sl1);
         hc_tail_cases(g[GEMM_F32], g_clu0, g_tail0);
         indexer_cases(g[GEMM_F32], g_idx0, g_tk2);
         test_indexer_batch(3, 64, 128, 512, 1048575, KV_FP8, 0, false, false);
@@ -3601,7 +3626,7 @@ int main(int argc, char **argv)
         gd_cases(gd, gd_cluster);
     if (only) {
         g_hc4->destroy(g_hc4), g_tail0->destroy(g_tail0), g_idx0->destroy(g_idx0);
-        g_clu0->destroy(g_clu0), g_tk2->destroy(g_tk2);
+        g_clu0->destroy(g_clu0), g_tk2->destroy(g_tk2), g_sl1->destroy(g_sl1);
         gd_destroy(gd);
         destroy_backends(g, g1);
         return exit_status();
@@ -3655,6 +3680,7 @@ int main(int argc, char **argv)
         test_hc_pre_norm(63, 4, 1024, true, wy);
         hc_head_cases(wy);
         test_hc_pre_norm(70, 4, 1024, true, wy);
+        test_hc_pre_norm(32, 4, 4096, true, wy);
         test_hc_pre_norm(64, 4, 4096, true, wy);
         test_hc_pre_norm(2, 6, 256, true, wy);
         test_hc_pre_norm(64, 4, 1000, true, wy);
@@ -3669,9 +3695,10 @@ int main(int argc, char **argv)
     G = g_hc4, hc_variant = " (LLM_CUDA_HC_FUSED_MANY=0)";
     test_hc(300, 4, 4096);
     for (int wy = 0; wy < 2; wy++) test_hc_pre_norm(300, 4, 4096, true, wy);
+    hc_slice_cases(g_sl1);
     hc_tail_cases(g[GEMM_F32], g_clu0, g_tail0);
     g_tail0->destroy(g_tail0), g_clu0->destroy(g_clu0);
-    g_hc4->destroy(g_hc4);
+    g_hc4->destroy(g_hc4), g_sl1->destroy(g_sl1);
     G = g[GEMM_F32];
     compress_cases();
     indexer_cases(g[GEMM_F32], g_idx0, g_tk2);
