@@ -1245,15 +1245,14 @@ static void cu_gather_cols(backend *b, const float *part, int rows, int nv, floa
     if (c->profile) prof_flush(c);
 }
 
-// row_argmax's buffers for rows rows: the keys on the device and their
-// pinned host copy (a device-to-host copy into pageable memory is staged
-// by the driver).  Graphs hold both addresses: growing either retires
-// them (none grows inside a capture: the step then runs as usual).
-static bool argmax_bufs(cu_impl *c, int rows, unsigned long long **d, unsigned long long **h)
+// row_argmax's keys for rows rows (cu_row_argmax_slices a row), in pinned
+// host memory the kernel writes.  Graphs hold its address: growing it
+// retires them (it does not grow inside a capture: the step then runs as
+// usual).
+static bool argmax_bufs(cu_impl *c, int rows, int nv, unsigned long long **h)
 {
-    size_t bytes = (size_t)rows * sizeof(unsigned long long);
-    *d = (unsigned long long *)grow(c, &c->amax, bytes);
-    if ((size_t)rows > c->hkeys_cap) {
+    size_t n = (size_t)rows * cu_row_argmax_slices(rows, nv);
+    if (n > c->hkeys_cap) {
         if (c->gmode == G_CAPTURE) {
             c->gbad = true;
             return false;
@@ -1262,22 +1261,13 @@ static bool argmax_bufs(cu_impl *c, int rows, unsigned long long **d, unsigned l
         if (c->hkeys) CK(c, cudaFreeHost(c->hkeys));
         c->hkeys = NULL;
         c->hkeys_cap = 0;
-        size_t cap = rows < 512 ? 512 : 2 * (size_t)rows;
+        size_t cap = n < 1024 ? 1024 : 2 * n;
         CK(c, cudaMallocHost((void **)&c->hkeys, cap * sizeof(unsigned long long)));
         if (c->hkeys) c->hkeys_cap = cap;
         c->gen++;
     }
     *h = c->hkeys;
-    return !c->failed && *d && *h;
-}
-
-// The device part of row_argmax, queued on the stream: the keys reset,
-// the kernel, their copy to the host.
-static void argmax_queue(cu_impl *c, const float *part, int rows, int nv,
-                         unsigned long long *d, unsigned long long *h)
-{
-    cu_row_argmax(c->st, part, rows, nv, d);
-    CK(c, cudaMemcpyAsync(h, d, (size_t)rows * sizeof *h, cudaMemcpyDeviceToHost, c->st));
+    return !c->failed && *h;
 }
 
 // Issued inside a decode step's graph (before graph_end): the argmax's
@@ -1287,10 +1277,10 @@ static void argmax_queue(cu_impl *c, const float *part, int rows, int nv,
 static void cu_row_argmax_issue_op(backend *b, const float *part, int rows, int nv)
 {
     cu_impl *c = enter(b);
-    unsigned long long *d, *h;
+    unsigned long long *h;
     c->amax_part = NULL;
-    if (rows <= 0 || !argmax_bufs(c, rows, &d, &h)) return;
-    if (!recording(c)) argmax_queue(c, part, rows, nv, d, h);
+    if (rows <= 0 || !argmax_bufs(c, rows, nv, &h)) return;
+    if (!recording(c)) cu_row_argmax(c->st, part, rows, nv, h);
     if (!c->failed) c->amax_part = part, c->amax_rows = rows;
 }
 
@@ -1301,23 +1291,27 @@ static void cu_row_argmax_op(backend *b, const float *part, int rows, int nv, in
     bool issued = c->amax_part == part && c->amax_rows == rows;
     c->amax_part = NULL;
     if (rows <= 0) return;
-    unsigned long long *d, *h;
+    unsigned long long *h;
     if (!issued) {
-        if (!argmax_bufs(c, rows, &d, &h)) {
+        if (!argmax_bufs(c, rows, nv, &h)) {
             if (!c->failed) fail(c, "row_argmax: out of memory for %d rows", rows);
             return;
         }
-        argmax_queue(c, part, rows, nv, d, h);
+        cu_row_argmax(c->st, part, rows, nv, h);
     }
     CK(c, cudaStreamSynchronize(c->st));
     h = c->hkeys;
+    int slices = cu_row_argmax_slices(rows, nv);
     // the key: the value's bits, sign-flipped to sort as the floats do,
-    // above ~column (ops.cu's argmax_key)
+    // above ~column (ops.cu's argmax_key); a row's the largest of its slices'
     for (int r = 0; r < rows && !c->failed; r++) {
-        uint32_t hi = (uint32_t)(h[r] >> 32), u = hi & 0x80000000u ? hi & 0x7fffffffu : ~hi;
+        const unsigned long long *hr = h + (size_t)r * slices;
+        unsigned long long k = 0;
+        for (int s = 0; s < slices; s++) k = hr[s] > k ? hr[s] : k;
+        uint32_t hi = (uint32_t)(k >> 32), u = hi & 0x80000000u ? hi & 0x7fffffffu : ~hi;
         memcpy(&val[r], &u, sizeof u);
-        if (!h[r]) val[r] = -INFINITY;
-        idx[r] = h[r] ? v0 + (int32_t)(0xffffffffu - (uint32_t)h[r]) : -1;
+        if (!k) val[r] = -INFINITY;
+        idx[r] = k ? v0 + (int32_t)(0xffffffffu - (uint32_t)k) : -1;
     }
     launched(c, "row_argmax");
     if (c->profile) prof_flush(c);
@@ -1341,7 +1335,7 @@ static void cu_destroy(backend *b)
                          &c->g, &c->u, &c->ys, &c->sg, &c->su, &c->sy, &c->iscores, &c->icand,
                          &c->ikeys, &c->wdeq, &c->hcm, &c->hcpart, &c->hccol, &c->apart,
                          &c->offs, &c->xs, &c->yss, &c->xbf, &c->xq, &c->x8, &c->xsc, &c->wsc,
-                         &c->xn, &c->amax, &c->ystk, &c->hcakeys };
+                         &c->xn, &c->ystk, &c->hcakeys };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]->p) cudaFreeAsync(bufs[i]->p, c->st);
     for (int i = 0; i < NSTAGE; i++) {

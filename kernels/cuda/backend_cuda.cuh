@@ -136,7 +136,7 @@ struct cu_impl {
     int amax_rows;
     unsigned long long tick, fills;
     grow_buf sc, idx, wt, ord, perm, tiles, ntiles, offs, xs, yss, g, u, ys, sg, su, sy,
-        iscores, icand, ikeys, wdeq, hcm, hcpart, hccol, xbf, apart, xq, x8, xsc, wsc, xn, amax,
+        iscores, icand, ikeys, wdeq, hcm, hcpart, hccol, xbf, apart, xq, x8, xsc, wsc, xn,
         ystk, hcakeys;
     int *hc_count;              // [HC_COUNT_MAX] zeros: the mHC kernels' counters
     int *attn_count;            // [CU_ATTD_COUNTERS] zeros: cu_attention_decode's counters

@@ -325,8 +325,11 @@ void cu_rows_gather(cudaStream_t st, const float *src, int H, const int *map, in
                     float *dst);
 void cu_rows_scatter(cudaStream_t st, const float *src, int H, const int *map, int n, float *dst);
 // Row r of part[rows][nv]'s largest value (NaN skipped) and its lowest
-// column j as one key in keys[r] (ops.cu's argmax_key; 0: nothing above
-// -inf), for backend.h's row_argmax to read back on the host.
+// column j as keys (ops.cu's argmax_key; 0: nothing above -inf), one a
+// slice of the row: keys[r][cu_row_argmax_slices(rows, nv)], the row's
+// the largest of them, for backend.h's row_argmax to take on the host
+// (keys: pinned host memory the kernel writes, or device memory).
+int cu_row_argmax_slices(int rows, int nv);
 void cu_row_argmax(cudaStream_t st, const float *part, int rows, int nv,
                    unsigned long long *keys);
 // out[t] = sum over k (ascending expert) ys[t*K+k] * wt + shared[t].

@@ -1851,11 +1851,12 @@ void cu_rows_scatter(cudaStream_t st, const float *src, int H, const int *map, i
 
 // Each row over `slices` blocks (a whole row in one block scanned 64,640
 // floats at memory latency: a B = 1 step 0.15 ms slower, run H6): a
-// thread's strided columns in ascending order, the block's best, then one
-// 64-bit atomicMax per block on (the value's bits in an order that sorts
-// as the floats do, ~column): the larger value, on ties the lower column,
-// whatever order the blocks finish in.  out[] starts at 0 (below every
-// value's key: a row with nothing above -inf keeps it).
+// thread's strided columns in ascending order, the block's best as one
+// 64-bit key (the value's bits in an order that sorts as the floats do,
+// ~column; 0, below every value's key: nothing above -inf), stored as
+// out[row][slice], where the host reads them (pinned memory: no memset
+// and no copy around the kernel, in a decode graph three nodes less) and
+// takes each row's largest: the larger value, on ties the lower column.
 __device__ __forceinline__ unsigned long long argmax_key(float v, int j)
 {
     uint32_t u = __float_as_uint(v);
@@ -1885,19 +1886,22 @@ __global__ void row_argmax_kernel(const float *part, int nv, int per, unsigned l
     __syncthreads();
     if (threadIdx.x) return;
     for (int w = 1; w < (int)(blockDim.x >> 5); w++) k = sk[w] > k ? sk[w] : k;
-    if (k) atomicMax(out + blockIdx.x, k);
+    out[(size_t)blockIdx.x * gridDim.y + blockIdx.y] = k;
+}
+
+int cu_row_argmax_slices(int rows, int nv)
+{
+    // about two blocks an SM over the rows, at least 2048 columns a block
+    int want = (2 * cu_sm_count() + rows - 1) / rows, most = (nv + 2047) / 2048;
+    int slices = want < most ? want : most;
+    return slices < 1 ? 1 : slices;
 }
 
 void cu_row_argmax(cudaStream_t st, const float *part, int rows, int nv,
                    unsigned long long *keys)
 {
     if (rows <= 0) return;
-    // about two blocks an SM over the rows, at least 2048 columns a block
-    int want = (2 * cu_sm_count() + rows - 1) / rows, most = (nv + 2047) / 2048;
-    int slices = want < most ? want : most;
-    if (slices < 1) slices = 1;
-    int per = (nv + slices - 1) / slices;
-    cudaMemsetAsync(keys, 0, (size_t)rows * sizeof *keys, st);
+    int slices = cu_row_argmax_slices(rows, nv), per = (nv + slices - 1) / slices;
     cu_launch(row_argmax_kernel, dim3(rows, slices), 256, 0, st, part, nv, per, keys);
 }
 
