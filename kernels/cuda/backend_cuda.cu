@@ -1455,9 +1455,11 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     c->hc_many_t = (int)env_int(c, "LLM_CUDA_HC_MANY_MIN_T", 1, LT_MIN_T, HC_MANY_MIN_T);
     c->hc_split = env_switch(c, "LLM_CUDA_HC_SPLIT");
     // LLM_CUDA_HC_SLICE_CHUNKS: the fewest 32-column chunks a slice of
-    // hc_post_logits (1 to 4; comparisons: 2 since run G2, when one block
-    // added every slice and more slices made that longer).
-    c->hc_slice_chunks = (int)env_int(c, "LLM_CUDA_HC_SLICE_CHUNKS", 1, 4, 2);
+    // hc_post_logits (1 to 4; comparisons).  2 from run G2, when one block
+    // added every slice and more slices made that longer; 1 since the
+    // collapse's blocks add them (run A3, H100: B = 32 3.457, 3.460 ->
+    // 3.441, 3.453 ms a step's graph, B = 64 4.559, 4.545 -> 4.537, 4.541).
+    c->hc_slice_chunks = (int)env_int(c, "LLM_CUDA_HC_SLICE_CHUNKS", 1, 4, 1);
     // LLM_CUDA_PREFETCH=0: decode steps without the L2 prefetch of the
     // weights the next matmuls read (cuda_prefetch.cu; comparisons).
     c->prefetch = env_switch(c, "LLM_CUDA_PREFETCH");

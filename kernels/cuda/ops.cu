@@ -226,9 +226,11 @@ __device__ __forceinline__ void hc_store_logits(float (*red)[NMP + 1], const dou
 
 // Slices for `groups` token groups over `chunks` column chunks: none when
 // the groups fill the SMs (or outnumber the counters), else enough for
-// about two blocks an SM, at least 2 chunks a slice.  (4 before: a B = 64
-// step's hc_post_logits as 64 blocks of 4 chunks; runs G2-G4 on an H100,
-// 2: B = 64 4.77 -> 4.72-4.74 ms, B = 32 3.65 -> 3.61; 1: no faster.)
+// about two blocks an SM, at least `per` chunks a slice.  (4 before: a B
+// = 64 step's hc_post_logits as 64 blocks of 4 chunks; runs G2-G4 on an
+// H100, 2: B = 64 4.77 -> 4.72-4.74 ms, B = 32 3.65 -> 3.61; 1 no faster
+// while one block added every slice; hc_post_logits takes 1 since its
+// slices are added by the collapse's blocks: run A3.)
 static int hc_slices(int groups, int chunks, int per = 2)
 {
     int sm = cu_sm_count();

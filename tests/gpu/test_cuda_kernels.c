@@ -3056,15 +3056,15 @@ static void test_moes(void)
     unsetenv("LLM_CUDA_MOE_FP8");
 }
 
-/* The mHC of decode batches over slices of one column chunk
- * (LLM_CUDA_HC_SLICE_CHUNKS=1): twice the slices for the collapse's
- * blocks to add (T = 32: 128; 64: 2 groups x 64; 20: the fewest tokens
- * that take the two launches). */
-static void hc_slice_cases(backend *g1chunk)
+/* The mHC of decode batches over slices of two column chunks
+ * (LLM_CUDA_HC_SLICE_CHUNKS=2): half the slices for the collapse's blocks
+ * to add (T = 32: 64; 64: 2 groups x 64; 20: the fewest tokens that take
+ * the two launches). */
+static void hc_slice_cases(backend *g2chunks)
 {
     backend *keep = G;
     const char *keep_v = hc_variant;
-    G = g1chunk, hc_variant = " (LLM_CUDA_HC_SLICE_CHUNKS=1)";
+    G = g2chunks, hc_variant = " (LLM_CUDA_HC_SLICE_CHUNKS=2)";
     for (int wy = 0; wy < 2; wy++) {
         test_hc_pre_norm(20, 4, 4096, true, wy);
         test_hc_pre_norm(32, 4, 4096, true, wy);
@@ -3485,9 +3485,10 @@ int main(int argc, char **argv)
     setenv("LLM_CUDA_HC_FUSED_MANY", "0", 1);
     backend *g_hc4 = gpu_backend(gemm_names[GEMM_F32], "2");
     unsetenv("LLM_CUDA_HC_FUSED_MANY");
-    /* g_sl1: hc_post_logits' slices of one column chunk (S = 128 at T = 32,
-     * H = 4096), added by the collapse's blocks as with two */
-    setenv("LLM_CUDA_HC_SLICE_CHUNKS", "1", 1);
+    /* g_sl1: hc_post_logits' slices of two column chunks at least (the
+     * default is one: S = 128 at T = 32, H = 4096), added by the
+     * collapse's blocks as with one */
+    setenv("LLM_CUDA_HC_SLICE_CHUNKS", "2", 1);
     backend *g_sl1 = gpu_backend(gemm_names[GEMM_F32], "2");
     unsetenv("LLM_CUDA_HC_SLICE_CHUNKS");
     if (!g_hc4 || !g_sl1) return exit_status();
