@@ -1310,21 +1310,12 @@ __global__ void __launch_bounds__(256, 2) hc_post_logits_kernel(float *h, const 
     __shared__ __align__(16) float fs[2][R][FS];
     __shared__ double rss[HCM_T];
     __shared__ float pps[HCM_T][HC], ccs[HCM_T][HC * HC];   // (in registers they spill)
-    pdl_wait();
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int lt = tid / (HCM_C / 4), q = tid % (HCM_C / 4), t = blockIdx.x * HCM_T + lt;
     long long n = (long long)HC * H;
     bool live = t < T;
     float *ht = h + (live ? t : 0) * n;
     const float *yt = y ? y + (long long)(live ? t : 0) * H : NULL;
-    for (int i = tid; i < HCM_T * HC * HC; i += 256) {
-        int tt = i / (HC * HC), tg = blockIdx.x * HCM_T + tt;
-        ccs[tt][i % (HC * HC)] = y && tg < T ? comb[(long long)tg * HC * HC + i % (HC * HC)] : 0.0f;
-        if (i < HCM_T * HC) {
-            tt = i / HC, tg = blockIdx.x * HCM_T + tt;
-            pps[tt][i % HC] = y && tg < T ? post[(long long)tg * HC + i % HC] : 0.0f;
-        }
-    }
     const float *pp = pps[lt], *cc = ccs[lt];
     float4 o[HC], yv = make_float4(0, 0, 0, 0);
     auto load = [&](int c0) {
@@ -1374,7 +1365,18 @@ __global__ void __launch_bounds__(256, 2) hc_post_logits_kernel(float *h, const 
     // slice blockIdx.y of S: chunks [cb, ce) of HCM_C columns
     int nch = (H + HCM_C - 1) / HCM_C, cb = (int)((long long)nch * blockIdx.y / S) * HCM_C,
         ce = min(H, (int)((long long)nch * (blockIdx.y + 1) / S) * HCM_C);
+    // fn's first chunk (weights: nothing earlier writes them) on its way
+    // while the kernel before finishes
     fetch(cb, 0);
+    pdl_wait();
+    for (int i = tid; i < HCM_T * HC * HC; i += 256) {
+        int tt = i / (HC * HC), tg = blockIdx.x * HCM_T + tt;
+        ccs[tt][i % (HC * HC)] = y && tg < T ? comb[(long long)tg * HC * HC + i % (HC * HC)] : 0.0f;
+        if (i < HCM_T * HC) {
+            tt = i / HC, tg = blockIdx.x * HCM_T + tt;
+            pps[tt][i % HC] = y && tg < T ? post[(long long)tg * HC + i % HC] : 0.0f;
+        }
+    }
     load(cb);
     for (int c0 = cb, b = 0; c0 < ce; c0 += HCM_C, b ^= 1) {
         // Every warp is done with hs and with fs[b ^ 1] (the chunk before).
