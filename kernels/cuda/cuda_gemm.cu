@@ -39,6 +39,9 @@ static bool lt_heuristic(cu_impl *c, cublasLtMatmulDesc_t op, cublasLtMatrixLayo
     for (int i = 0; i < 4; i++)
         LTK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i < 3 ? i : 2],
                                                  sizeof align[0]));
+    if (c->lt_reduce != CUBLASLT_REDUCTION_SCHEME_MASK)
+        LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                 &c->lt_reduce, sizeof c->lt_reduce));
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
     if (ok) {   // NOT_SUPPORTED: no algorithm for this shape (the caller decides)

@@ -112,6 +112,9 @@ static backend *C, *G;
  * streamed (matmul_stream.cu) wherever that kernel runs; =3, on wgmma
  * (matmul_wgmma.cu) */
 static backend *G_stream[4], *G_wgmma[4];
+/* per GEMM mode: LLM_CUDA_LT_REDUCE_MASK=1, cuBLASLt's split-K only in
+ * place (no reduce kernel after) */
+static backend *G_ltred[4];
 /* bf16x2 with LLM_CUDA_MOE_MMA=0: decode batches' expert tiles on the
  * GEMV; with LLM_CUDA_MOE_MMA_BLOCKS=1: on tensor cores, one block an SM */
 static backend *G_tiles_gemv, *G_tiles_1sm;
@@ -629,12 +632,14 @@ static void test_matmul(void)
          * 128x128 blocks, a column origin off the blocks but on 16 bytes,
          * the unaligned view (the GEMV's), row and column tails; x rows
          * not 16-byte aligned at T % 3 == 0 */
-        backend *kern[3] = { G, gemm_mode == GEMM_F32 ? NULL : G_stream[gemm_mode],
-                             gemm_mode == GEMM_F32 ? NULL : G_wgmma[gemm_mode] };
-        for (int ki = 0; ki < 3 && (t == QT_FP8 || t == QT_BF16) && kern[ki]; ki++) {
+        backend *kern[4] = { G, gemm_mode == GEMM_F32 ? NULL : G_stream[gemm_mode],
+                             gemm_mode == GEMM_F32 ? NULL : G_wgmma[gemm_mode],
+                             gemm_mode == GEMM_F32 ? NULL : G_ltred[gemm_mode] };
+        for (int ki = 0; ki < 4 && (t == QT_FP8 || t == QT_BF16) && kern[ki]; ki++) {
             backend *keep = G;
             G = kern[ki];
-            const char *k = ki == 1 ? ", x streamed" : ki == 2 ? ", wgmma" : "";
+            const char *k = ki == 1 ? ", x streamed" : ki == 2 ? ", wgmma"
+                            : ki == 3 ? ", split-K in place" : "";
             int Tb[] = { 9, 16, 17, 31, 32, 33, 48, 63, 64 };
             qweight ov = qweight_view(&big, 3, 77, 48, 400), gov = up(&ov);
             for (size_t i = 0; i < sizeof Tb / sizeof Tb[0]; i++) {
@@ -3250,6 +3255,7 @@ static void bad_switches(void)
         { "LLM_CUDA_MOE_MMA", "2" },        { "LLM_CUDA_MOE_MMA_BLOCKS", "3" },
         { "LLM_CUDA_HC_SPLIT", "2" },       { "LLM_CUDA_HC_MANY_MIN_T", "0" },
         { "LLM_CUDA_HC_SLICE_CHUNKS", "0" }, { "LLM_CUDA_HC_SLICE_CHUNKS", "5" },
+        { "LLM_CUDA_LT_REDUCE_MASK", "8" },
         { "LLM_CUDA_HC_MANY_MIN_T", "65" }, { "LLM_CUDA_GEMV_ROWS", "3" },
         { "LLM_CUDA_GEMV_ROWS", "16" },     { "LLM_CUDA_GEMV_TOKENS", "3" },
         { "LLM_CUDA_ATTN_MMA_MIN_T", "-1" }, { "LLM_CUDA_SMALL_MMA", "4" },
@@ -3423,6 +3429,7 @@ static void destroy_backends(backend **g, backend **g1)
         g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
         if (G_stream[m]) G_stream[m]->destroy(G_stream[m]);
         if (G_wgmma[m]) G_wgmma[m]->destroy(G_wgmma[m]);
+        if (G_ltred[m]) G_ltred[m]->destroy(G_ltred[m]);
         if (G_shadow[m]) G_shadow[m]->destroy(G_shadow[m]);
         if (G_auto[m]) G_auto[m]->destroy(G_auto[m]);
         if (G_deq[m]) G_deq[m]->destroy(G_deq[m]);
@@ -3525,6 +3532,10 @@ int main(int argc, char **argv)
     for (int m = GEMM_BF16; m <= GEMM_FP8; m++)
         if (!(G_wgmma[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
     small_mma_kernel = "0";
+    setenv("LLM_CUDA_LT_REDUCE_MASK", "1", 1);
+    for (int m = GEMM_BF16; m <= GEMM_FP8; m++)
+        if (!(G_ltred[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
+    unsetenv("LLM_CUDA_LT_REDUCE_MASK");
     for (int m = GEMM_BF16X2; m <= GEMM_FP8; m++) {
         G_shadow[m] = gpu_backend(gemm_names[m], "2");
         setenv("LLM_CUDA_FP8_SHADOW", "0", 1);
