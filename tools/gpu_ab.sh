@@ -8,6 +8,7 @@
 #          (with the change: "new")
 #   there: carry [".xfer/m", ".xfer/base"]; cd .xfer/m && tar xJf pack.txz
 #          && cd pack && sh tools/gpu_ab.sh run $OUT [SECONDS] [STEPS]
+#          (steps suite and switches alone: no base needed)
 #
 # STEPS, in order, each skipped once fewer seconds are left than it needs
 # (default "suite attention decode prefill batch"):
@@ -20,6 +21,11 @@
 #   long       LLM_CUDA_GEMM=fp8 --prompts 1048576 --decode 4 (issue 14's 1M
 #              prompt, ~35 s a run), once each
 #   profile    LLM_CUDA_PROFILE=1 fp8 --prompts 131072: the big ops' ms, once each
+#   switches   the new binaries alone, as they are and under each of
+#              $AB_SWITCHES (space-separated VAR=VALUE, e.g.
+#              "LLM_CUDA_LT_REDUCE_MASK=1 LLM_CUDA_LT_REDUCE_MASK=0"),
+#              alternated twice: --prompt 8192 --batch $AB_BATCH (default
+#              32,64) --decode 16, with each step's graph time
 # A summary on stdout as it goes; every log in OUT/ab.tgz at the end.
 set -u
 mode=${1:?usage: gpu_ab.sh base DEST | run OUT [SECONDS] [STEPS]}
@@ -47,7 +53,10 @@ left() { echo $((budget - ($(date +%s) - start))); }
 w=/tmp/gpu-ab.$$
 mkdir -p "$w" "$out"
 base=${BASE:-../../base/base.txz}
-tar xJf "$base" || { echo "gpu_ab.sh: no $base (gpu_ab.sh base, carried)" >&2; exit 1; }
+# (suite and switches run the new binaries alone: no base needed)
+if [ -n "$(echo " $steps " | sed 's/ suite / /g; s/ switches / /g; s/ //g')" ]; then
+    tar xJf "$base" || { echo "gpu_ab.sh: no $base (gpu_ab.sh base, carried)" >&2; exit 1; }
+fi
 export NCCL_NVLS_ENABLE=0     # never NVLink multicast
 export LD_LIBRARY_PATH=$PWD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 [ -e conf ] || ln -s ../../../conf conf
@@ -121,6 +130,18 @@ for s in $steps; do
                 "$w/profile-$v.log" | sed -E 's/^ +(.*[^ ]) +[0-9]+ calls +([0-9.]+) ms.*/\1 \2 ms/' |
                 tr '\n' ';')"
         done ;;
+    switches)
+        for i in 1 2; do for sw in default ${AB_SWITCHES:-}; do
+            e=
+            [ "$sw" = default ] || e=$sw
+            l="switch-$(echo "$sw" | tr -c 'A-Za-z0-9_\n' -)-$i"
+            one "$l" 100 LLM_CUDA_GRAPH_TIME=1 $e -- build/bin/llm-engine bench --synthetic \
+                conf/models/deepseek-v4-flash-rank6.json --tp 1 --kv-cache-dtype fp8 --prompt 8192 \
+                --batch "${AB_BATCH:-32,64}" --decode 16 || continue
+            echo "$sw ($i): $(grep -E '^decode (B=|device)' "$w/$l.log" | sed -E \
+                's/^decode (B=[0-9]+) .*: ([0-9.]+ ms)\/token.*/\1 \2/; s/^decode device +([0-9.]+ ms).*/(graph \1)/' |
+                tr '\n' ' ')"
+        done; done ;;
     *)
         echo "gpu_ab.sh: unknown step $s" >&2 ;;
     esac
