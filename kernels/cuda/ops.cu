@@ -1504,7 +1504,8 @@ __device__ void hc_slice_logits(const void *part, int S, int T, int t, int nmix,
 // (hc_mix_collapse_norm), or before it token t's slices.
 static size_t hc_cn_smem(int H, int S, int nmix)
 {
-    size_t row = (size_t)H * sizeof(float), sl = (size_t)S * (sizeof(double) + nmix * sizeof(float));
+    size_t row = (size_t)H * sizeof(float);
+    size_t sl = (size_t)S * (sizeof(double) + nmix * sizeof(float));
     return S > 1 && sl > row ? sl : row;
 }
 
