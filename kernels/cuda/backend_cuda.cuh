@@ -152,6 +152,7 @@ struct cu_impl {
     int lt_min_t;               // LLM_CUDA_LT_MIN_T (LT_BF16_MIN_T)
     int lt_batch_t;             // lt_batched from this many tokens (LLM_CUDA_LT_BATCH_T; 65: never)
     uint32_t lt_reduce;         // split-K reductions allowed (LLM_CUDA_LT_REDUCE_MASK)
+    bool norm_parts;            // the q_norm writes x's bf16 parts (LLM_CUDA_NORM_PARTS)
     int wgmma_wg;               // LLM_CUDA_WGMMA_WG (0: the plan's choice)
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
     bool attn_fuse;             // ... with the model's ring store and inverse RoPE (LLM_CUDA_ATTN_FUSE)
