@@ -59,7 +59,7 @@ if [ -n "$(echo " $steps " | sed 's/ suite / /g; s/ switches / /g; s/ //g')" ]; 
 fi
 export NCCL_NVLS_ENABLE=0     # never NVLink multicast
 export LD_LIBRARY_PATH=$PWD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-[ -e conf ] || ln -s ../../../conf conf
+. tools/gpu_links.sh
 
 # LABEL SECONDS ENV... -- BIN ARGS...: one run logged with its exit
 # status, if time is left; false when skipped or failed (said so)

@@ -11,9 +11,7 @@ w=/tmp/gpu-glance.$$
 mkdir -p "$w" "$out"
 export NCCL_NVLS_ENABLE=0     # never NVLink multicast
 export LD_LIBRARY_PATH=$PWD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-root=..
-while [ ! -d "$root/conf" ] && [ "$(cd "$root" && pwd)" != / ]; do root=$root/..; done
-[ -e conf ] || ln -s "$(cd "$root" && pwd)/conf" conf
+. tools/gpu_links.sh
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$w/gpu.txt"
 B="build/bin/llm-engine bench --synthetic conf/models/deepseek-v4-flash-rank6.json --tp 1 \
 --kv-cache-dtype fp8"

@@ -24,7 +24,7 @@ cp build/tests/gpu/test_cuda_* build/tests/gpu/bench_cuda_* build/tests/test_mod
     "$dest/build/tests/" 2>/dev/null || true
 mv "$dest"/build/tests/test_cuda_* "$dest"/build/tests/bench_cuda_* "$dest/build/tests/gpu/"
 cp tools/gpu_run.sh tools/gpu_session.sh tools/gpu_ab.sh tools/gpu_glance.sh \
-    tools/gpu_serve_check.sh tools/test_gpu.sh \
+    tools/gpu_serve_check.sh tools/test_gpu.sh tools/gpu_links.sh \
     tools/mode_drift.py tools/gpu_profile_step.sh tools/ncu_regions.py \
     tools/ncu_stalls.py "$dest/tools/"
 for l in libyajl.so.2 libyaml-0.so.2 libpcre2-8.so.0; do

@@ -22,13 +22,8 @@ out=${1:-/tmp/gpu-out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0     # never NVLink multicast
 export LD_LIBRARY_PATH=$PWD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-# Fixtures and configs come from the checkout this folder sits in
-# (.xfer/NAME/pack): the nearest folder above with tests/fixtures.
-root=..
-while [ ! -d "$root/tests/fixtures" ] && [ "$(cd "$root" && pwd)" != / ]; do root=$root/..; done
-root=$(cd "$root" && pwd)
-[ -e tests/fixtures ] || { mkdir -p tests && ln -s "$root/tests/fixtures" tests/fixtures; }
-[ -e conf ] || ln -s "$root/conf" conf
+# Fixtures and configs come from the checkout this folder sits in.
+. tools/gpu_links.sh
 { nvidia-smi; ls /usr/local/cuda/lib64 | grep -E 'nccl|cublasLt'; } > "$out/machine.txt" 2>&1
 build/bin/llm-engine version > "$out/version.txt" 2>&1
 # One GPU: the tests' TP=2 cases are skipped, the serving check runs TP=1.

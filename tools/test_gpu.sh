@@ -16,17 +16,9 @@
 # Verbose TAP, so the measured errors are in the log.
 set -e
 export NCCL_NVLS_ENABLE=0     # never NVLink multicast (see cuda_comm.cu)
-# Run from a gpu_pack.sh folder (.xfer/NAME/pack): the model tests read
-# tests/fixtures and conf from the checkout it sits in, linked as
-# gpu_run.sh links them (run A1 lost its model tests without them).
-if [ ! -e tests/fixtures ]; then
-    root=..
-    while [ ! -d "$root/tests/fixtures" ] && [ "$(cd "$root" && pwd)" != / ]; do root=$root/..; done
-    [ -d "$root/tests/fixtures" ] || { echo "test-gpu: no tests/fixtures here or above" >&2; exit 1; }
-    root=$(cd "$root" && pwd)
-    mkdir -p tests && ln -s "$root/tests/fixtures" tests/fixtures
-    [ -e conf ] || ln -s "$root/conf" conf
-fi
+# (from a gpu_pack.sh folder: the model tests' fixtures linked; run A1
+# lost its model tests without them)
+. tools/gpu_links.sh
 bin=build/bin/llm-engine
 $bin version
 n=$($bin version | sed -n 's/^cuda devices: //p')
