@@ -237,13 +237,12 @@ static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const floa
         int K = w[0]->cols;
         if (c->norm_parts && c->gemm != BACKEND_GEMM_F32 && T >= c->lt_min_t &&
             T < GEMM_MODE_MIN_T) {
-            // the two bf16 parts dense_input would make of xn (bf16_parts'
-            // layout) written by the RMSNorm itself: one launch less
-            int ld = (int)round_up(K, 8);
-            uint16_t *p = (uint16_t *)grow(c, &c->xbf, (size_t)T * 2 * ld * 2);
+            // the two bf16 parts dense_input would make of xn written by
+            // the RMSNorm itself: one launch less
+            xn_parts = bf16_parts_room(c, T, K, 2);
             if (c->failed) return;
-            cu_rmsnorm_parts(c->st, x[0], ldx, T, K, norm_w, eps, xn, ldx, p, 2 * ld, ld);
-            xn_parts = gemm_op{ p, 2LL * ld, true, 0, ld, NULL, 2 };
+            cu_rmsnorm_parts(c->st, x[0], ldx, T, K, norm_w, eps, xn, ldx,
+                             (uint16_t *)xn_parts.p, (int)xn_parts.ld, xn_parts.lo);
         } else {
             cu_rmsnorm(c->st, x[0], ldx, T, K, norm_w, eps, xn, ldx);
         }
@@ -256,10 +255,7 @@ static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const floa
         return;
     }
     xkeep_scope keep(c);    // prefill GEMMs of one x split it into bf16 parts once
-    if (xn_parts.p) {
-        auto &kp = c->xkeep;
-        kp.set = true, kp.x = xs[0], kp.ldx = ldx, kp.T = T, kp.K = w[0]->cols, kp.op = xn_parts;
-    }
+    if (xn_parts.p) xkeep_put(c, xs[0], ldx, T, w[0]->cols, xn_parts);
     for (int i = 0, k; i < n && !c->failed; i += k) {
         const float *const *xi = norm_w ? xs : x + i;
         // the run of matrices of this x: one GEMM where join_weights laid
@@ -344,13 +340,12 @@ static bool hc_pre_many(cu_impl *c, float *h, const float *y, int T, int hc, int
                         float *collapsed, const float *norm_w, float *normed)
 {
     if (!c->hc_many || T < c->hc_many_t) return false;
-    int per = c->hc_slice_chunks, S = c->hc_split ? cu_hc_post_logits_slices(T, H, per) : 1;
-    size_t pb = S > 1 ? cu_hc_post_logits_part(T, hc, H, per) : 0;
-    void *part = pb ? grow(c, &c->hcpart, pb) : NULL;
+    int S = c->hc_split ? cu_hc_post_logits_slices(T, H, c->hc_slice_chunks) : 1;
+    void *part = S > 1 ? grow(c, &c->hcpart, cu_hc_post_logits_part(T, hc, S)) : NULL;
     // the slices' sums added by the collapse's blocks, a token each
     bool later = part && cu_hc_slices_later(S, hc, H);
     if (c->failed || !cu_hc_post_logits(c->st, h, y, T, hc, H, fn, post, comb, norm_eps, m, part,
-                                         per, later ? NULL : c->hc_count))
+                                         S, later ? NULL : c->hc_count))
         return false;
     phase(c, "hc_pre logits");
     cu_hc_collapse_norm(c->st, h, T, hc, H, m, later ? part : NULL, S, base, scale, iters, hc_eps,

@@ -272,17 +272,18 @@ bool cu_hc_pre_norm_route(cudaStream_t st, float *h, const float *y, int T, int 
 // collapsed NULL: not stored).  false (nothing launched): hc not 2
 // to 4, H not a multiple of 4 or over 12K (the collapsed row in shared
 // memory), h or y not 16-byte aligned.  part and count as
-// cu_hc_logits_many's (cu_hc_post_logits_part bytes; slices of at least
-// per column chunks: cu_hc_post_logits_slices of them), except that
-// count NULL leaves the S > 1 slices' sums in part, unadded, for
-// cu_hc_collapse_norm given part and S (each of its blocks adds its
-// token's, in the same order: the same logits), where they fit its
-// shared memory (cu_hc_slices_later); part NULL: the logits from m.
+// cu_hc_logits_many's, over S column slices (cu_hc_post_logits_slices:
+// of at least per chunks; part of cu_hc_post_logits_part bytes; part
+// NULL: one), except that count NULL leaves the S > 1 slices' sums in
+// part, unadded, for cu_hc_collapse_norm given part and S (each of its
+// blocks adds its token's, in the same order: the same logits), where
+// they fit its shared memory (cu_hc_slices_later); part NULL: the
+// logits from m.
 int cu_hc_post_logits_slices(int T, int H, int per);
-size_t cu_hc_post_logits_part(int T, int hc, int H, int per);
+size_t cu_hc_post_logits_part(int T, int hc, int S);
 bool cu_hc_post_logits(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
                        const float *fn, const float *post, const float *comb, float norm_eps,
-                       float *m, void *part, int per, int *count);
+                       float *m, void *part, int S, int *count);
 bool cu_hc_slices_later(int S, int hc, int H);
 void cu_hc_collapse_norm(cudaStream_t st, const float *h, int T, int hc, int H, const float *m,
                          const void *part, int S, const float *base, const float *scale,

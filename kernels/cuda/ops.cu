@@ -1445,21 +1445,20 @@ int cu_hc_post_logits_slices(int T, int H, int per)
     return hc_slices((T + HCM_T - 1) / HCM_T, (H + HCM_C - 1) / HCM_C, per);
 }
 
-size_t cu_hc_post_logits_part(int T, int hc, int H, int per)
+size_t cu_hc_post_logits_part(int T, int hc, int S)
 {
-    return hc_part_bytes(cu_hc_post_logits_slices(T, H, per), T, (2 + hc) * hc);
+    return hc_part_bytes(S, T, (2 + hc) * hc);
 }
 
 bool cu_hc_post_logits(cudaStream_t st, float *h, const float *y, int T, int hc, int H,
                        const float *fn, const float *post, const float *comb, float norm_eps,
-                       float *m, void *part, int per, int *count)
+                       float *m, void *part, int S, int *count)
 {
     if (hc < 2 || hc > 4 || H % 4 || H > 12 * 1024 || (uintptr_t)h % 16 || (uintptr_t)y % 16)
         return false;
     if (T <= 0) return true;
-    int groups = (T + HCM_T - 1) / HCM_T;
-    int S = part ? cu_hc_post_logits_slices(T, H, per) : 1;
-    dim3 grid(groups, S);
+    if (!part) S = 1;
+    dim3 grid((T + HCM_T - 1) / HCM_T, S);
     if (hc == 2)
         cu_launch(hc_post_logits_kernel<2>, grid, 256, 0, st, h, y, T, H, fn, post, comb, norm_eps,
                   m, S, part, count);

@@ -751,59 +751,6 @@ static void fp8_shadow_cases(void)
  * and RMS-normalized on the way in); each joined matrix alone (its rows'
  * new place read by the GEMV, the small-M kernels and cuBLASLt); a list
  * of two widths left as it is. */
-/* LLM_CUDA_NORM_PARTS=1 (G_nparts): joined matmuls of a normalized x
- * (the q_norm before wq_b and iwq_b) at 9-63 tokens take x's bf16 parts
- * from the RMSNorm's launch, not from a round_bf16 after it: the same
- * products, bit for bit, as the default backend's (G_auto, which
- * joined_cases holds to the CPU); 64 tokens, outside the switch's range,
- * too. */
-static void norm_parts_cases(void)
-{
-    backend *A = G_auto[gemm_mode], *P = G_nparts[gemm_mode], *keep = G;
-    if (!A || !P) return;
-    enum qtype ty[] = { QT_FP8, QT_FP8 };
-    int rows[] = { 1024, 256 }, K = 1024, n = 2, ldx = K + 4, ld = 1025;
-    qweight cw[2], ga[2], gp2[2], *ja[2], *jp[2];
-    for (int i = 0; i < n; i++) {
-        cw[i] = make_w(ty[i], rows[i], K);
-        G = A, ga[i] = up(&cw[i]), ja[i] = &ga[i];
-        G = P, gp2[i] = up(&cw[i]), jp[i] = &gp2[i];
-    }
-    G = keep;
-    bool joined = A->join_weights(A, ja, n) == 0 && P->join_weights(P, jp, n) == 0;
-    ok(joined, "norm parts: join_weights on both backends (%s)", gemm_names[gemm_mode]);
-    int Ts[] = { 9, 20, 32, 63, 64 };
-    for (size_t k = 0; joined && k < sizeof Ts / sizeof Ts[0]; k++) {
-        int T = Ts[k];
-        float *x = hrand((size_t)T * ldx, 1.0f), *nw = hrand(K, 1.0f);
-        size_t yb = (size_t)n * T * ld * 4;
-        float *out[2];
-        backend *B[2] = { A, P };
-        for (int b = 0; b < 2; b++) {
-            G = B[b];
-            float *dx = dcopy(x, (size_t)T * ldx * 4), *dnw = dcopy(nw, K * 4);
-            float *dy = G->alloc(G, yb);
-            poison(dy, yb);
-            const qweight *gw[2] = { b ? jp[0] : ja[0], b ? jp[1] : ja[1] };
-            const float *gx[2] = { dx, dx };
-            float *gy[2] = { dy, dy + (size_t)T * ld };
-            int ldy[2] = { ld, ld };
-            G->matmuls(G, n, gw, gx, ldx, T, gy, ldy, dnw, 1e-6f);
-            out[b] = hcopy(dy, yb);
-            G->release(G, dx), G->release(G, dnw), G->release(G, dy);
-        }
-        G = keep;
-        bool same = !A->error(A) && !P->error(P);
-        for (int i = 0; same && i < n; i++)
-            for (int t = 0; t < T; t++)
-                same = same && !memcmp(out[0] + ((size_t)i * T + t) * ld,
-                                       out[1] + ((size_t)i * T + t) * ld, rows[i] * 4);
-        ok(same, "norm parts (%s) T=%d: joined matmuls of x normalized, bit for bit as the "
-           "RMSNorm and round_bf16 apart", gemm_names[gemm_mode], T);
-        free(x), free(nw), free(out[0]), free(out[1]);
-    }
-}
-
 static void joined_cases(void)
 {
     backend *B = G_auto[gemm_mode], *keep = G;
@@ -861,6 +808,59 @@ static void joined_cases(void)
         for (int k = 0; k < 3; k++)
             mm_case(ty[i] == QT_FP8 ? "fp8 joined" : "bf16 joined", &cw[i], &gw[i], Ta[k]);
     G = keep;
+}
+
+/* LLM_CUDA_NORM_PARTS=1 (G_nparts): joined matmuls of a normalized x
+ * (the q_norm before wq_b and iwq_b) at 9-63 tokens take x's bf16 parts
+ * from the RMSNorm's launch, not from a round_bf16 after it: the same
+ * products, bit for bit, as the default backend's (G_auto, which
+ * joined_cases holds to the CPU); 64 tokens, outside the switch's range,
+ * too. */
+static void norm_parts_cases(void)
+{
+    backend *A = G_auto[gemm_mode], *P = G_nparts[gemm_mode], *keep = G;
+    if (!A || !P) return;
+    enum qtype ty[] = { QT_FP8, QT_FP8 };
+    int rows[] = { 1024, 256 }, K = 1024, n = 2, ldx = K + 4, ld = 1025;
+    qweight cw[2], ga[2], gp2[2], *ja[2], *jp[2];
+    for (int i = 0; i < n; i++) {
+        cw[i] = make_w(ty[i], rows[i], K);
+        G = A, ga[i] = up(&cw[i]), ja[i] = &ga[i];
+        G = P, gp2[i] = up(&cw[i]), jp[i] = &gp2[i];
+    }
+    G = keep;
+    bool joined = A->join_weights(A, ja, n) == 0 && P->join_weights(P, jp, n) == 0;
+    ok(joined, "norm parts: join_weights on both backends (%s)", gemm_names[gemm_mode]);
+    int Ts[] = { 9, 20, 32, 63, 64 };
+    for (size_t k = 0; joined && k < sizeof Ts / sizeof Ts[0]; k++) {
+        int T = Ts[k];
+        float *x = hrand((size_t)T * ldx, 1.0f), *nw = hrand(K, 1.0f);
+        size_t yb = (size_t)n * T * ld * 4;
+        float *out[2];
+        backend *B[2] = { A, P };
+        for (int b = 0; b < 2; b++) {
+            G = B[b];
+            float *dx = dcopy(x, (size_t)T * ldx * 4), *dnw = dcopy(nw, K * 4);
+            float *dy = G->alloc(G, yb);
+            poison(dy, yb);
+            const qweight *gw[2] = { b ? jp[0] : ja[0], b ? jp[1] : ja[1] };
+            const float *gx[2] = { dx, dx };
+            float *gy[2] = { dy, dy + (size_t)T * ld };
+            int ldy[2] = { ld, ld };
+            G->matmuls(G, n, gw, gx, ldx, T, gy, ldy, dnw, 1e-6f);
+            out[b] = hcopy(dy, yb);
+            G->release(G, dx), G->release(G, dnw), G->release(G, dy);
+        }
+        G = keep;
+        bool same = !A->error(A) && !P->error(P);
+        for (int i = 0; same && i < n; i++)
+            for (int t = 0; t < T; t++)
+                same = same && !memcmp(out[0] + ((size_t)i * T + t) * ld,
+                                       out[1] + ((size_t)i * T + t) * ld, rows[i] * 4);
+        ok(same, "norm parts (%s) T=%d: joined matmuls of x normalized, bit for bit as the "
+           "RMSNorm and round_bf16 apart", gemm_names[gemm_mode], T);
+        free(x), free(nw), free(out[0]), free(out[1]);
+    }
 }
 
 /* matmuls of views of one matrix (rows 128g.. of a BF16 matrix and of an
