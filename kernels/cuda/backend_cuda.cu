@@ -221,7 +221,6 @@ static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const floa
     if (recording(c)) return;
     dqw q[CU_MULTI_MAX];
     const float *xs[CU_MULTI_MAX];
-    gemm_op xn_parts = {};      // x normalized, in bf16 parts (LLM_CUDA_NORM_PARTS)
     if (norm_w) {
         bool one = n <= CU_MULTI_MAX && T < LT_MIN_T;
         for (int i = 0; one && i < n; i++) {
@@ -234,18 +233,7 @@ static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const floa
         }
         float *xn = (float *)grow(c, &c->xn, (size_t)T * ldx * sizeof(float));
         if (c->failed) return;
-        int K = w[0]->cols;
-        if (c->norm_parts && c->gemm != BACKEND_GEMM_F32 && T >= c->lt_min_t &&
-            T < GEMM_MODE_MIN_T) {
-            // the two bf16 parts dense_input would make of xn written by
-            // the RMSNorm itself: one launch less
-            xn_parts = bf16_parts_room(c, T, K, 2);
-            if (c->failed) return;
-            cu_rmsnorm_parts(c->st, x[0], ldx, T, K, norm_w, eps, xn, ldx,
-                             (uint16_t *)xn_parts.p, (int)xn_parts.ld, xn_parts.lo);
-        } else {
-            cu_rmsnorm(c->st, x[0], ldx, T, K, norm_w, eps, xn, ldx);
-        }
+        cu_rmsnorm(c->st, x[0], ldx, T, w[0]->cols, norm_w, eps, xn, ldx);
         for (int i = 0; i < CU_MULTI_MAX; i++) xs[i] = xn;
     }
     if (!norm_w && held_bf16(c, x[0])) {    // one by one: no joined or batched form reads it
@@ -255,7 +243,6 @@ static void cu_matmuls_op(backend *b, int n, const qweight *const *w, const floa
         return;
     }
     xkeep_scope keep(c);    // prefill GEMMs of one x split it into bf16 parts once
-    if (xn_parts.p) xkeep_put(c, xs[0], ldx, T, w[0]->cols, xn_parts);
     for (int i = 0, k; i < n && !c->failed; i += k) {
         const float *const *xi = norm_w ? xs : x + i;
         // the run of matrices of this x: one GEMM where join_weights laid
@@ -1594,11 +1581,6 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // trace: ~14 a B = 32 step, 2-3.5 us each); 1 asks for none of those
     // (comparisons; not yet measured).
     c->lt_reduce = (uint32_t)env_int(c, "LLM_CUDA_LT_REDUCE_MASK", 0, 7, 7);
-    // LLM_CUDA_NORM_PARTS=1: a decode batch's q_norm (matmuls of a
-    // normalized x, lt_min_t to 63 tokens) writes x's bf16 parts for the
-    // GEMMs in the RMSNorm's launch instead of a round_bf16 after it (the
-    // same bits; comparisons, not yet measured: off).
-    c->norm_parts = env_int(c, "LLM_CUDA_NORM_PARTS", 0, 1, 0) == 1;
     // LLM_CUDA_WGMMA_WG: cu_matmul_wgmma's blocks of 1 or 2 warpgroups
     // (unset: its plan's choice; comparisons).
     c->wgmma_wg = (int)env_int(c, "LLM_CUDA_WGMMA_WG", 1, 2, 0);

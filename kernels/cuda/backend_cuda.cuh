@@ -152,7 +152,6 @@ struct cu_impl {
     int lt_min_t;               // LLM_CUDA_LT_MIN_T (LT_BF16_MIN_T)
     int lt_batch_t;             // lt_batched from this many tokens (LLM_CUDA_LT_BATCH_T; 65: never)
     uint32_t lt_reduce;         // split-K reductions allowed (LLM_CUDA_LT_REDUCE_MASK)
-    bool norm_parts;            // the q_norm writes x's bf16 parts (LLM_CUDA_NORM_PARTS)
     int wgmma_wg;               // LLM_CUDA_WGMMA_WG (0: the plan's choice)
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
     bool attn_fuse;             // ... with the model's ring store and inverse RoPE (LLM_CUDA_ATTN_FUSE)
@@ -506,12 +505,6 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
              const cu_ysegs *segs = nullptr, int nbatch = 1);
 gemm_op gemm_input(cu_impl *c, bool bf16, bool exact, const float *x, int ldx, const int *rows,
                    int div, int T, int K);
-// The scratch and operand of x[T][K] in `parts` bf16 parts as gemm_input
-// lays them out, for a kernel that writes them itself (cu_rmsnorm_parts).
-gemm_op bf16_parts_room(cu_impl *c, int T, int K, int parts);
-// x's bf16 parts, already made (op), for the matmuls of x under an
-// xkeep_scope to take instead of splitting x again.
-void xkeep_put(cu_impl *c, const float *x, int ldx, int T, int K, const gemm_op &op);
 void dense_matmul(cu_impl *c, const dqw &q, const float *x, int ldx, int T, float *y, int ldy);
 void held_matmul(cu_impl *c, const dqw &q, const uint16_t *x, int ldx, int T, float *y, int ldy);
 bool lt_joined(cu_impl *c, int n, const dqw *q, const float *x, int ldx, int T, float *const *y,

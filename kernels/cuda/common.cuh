@@ -2,7 +2,6 @@
 // to kernels/cpu/quant.c), the device view of a weight, reductions.
 #pragma once
 
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -114,12 +113,6 @@ void cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStr
 }
 
 __device__ __forceinline__ float bf16f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
-
-// float32 to bf16, round to nearest even (NaN stays NaN).
-__device__ __forceinline__ uint16_t bf16_rn(float v)
-{
-    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
 
 // 2^(e-127); 255 is NaN; 0 is the subnormal 2^-127.
 __device__ __forceinline__ float e8m0f(uint32_t e)

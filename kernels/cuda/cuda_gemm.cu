@@ -200,7 +200,7 @@ static gemm_op gemm_weights(cu_impl *c, bool bf16, const dqw &q, int nexp)
     return gemm_op{ p, ld, bf16, stride, 0 };
 }
 
-gemm_op bf16_parts_room(cu_impl *c, int T, int K, int parts)
+static gemm_op bf16_parts_room(cu_impl *c, int T, int K, int parts)
 {
     int ld = (int)round_up(K, 8);
     void *p = grow(c, &c->xbf, (size_t)T * parts * ld * 2);
@@ -218,7 +218,7 @@ static gemm_op bf16_parts(cu_impl *c, const float *x, int ldx, const int *rows, 
     return op;
 }
 
-void xkeep_put(cu_impl *c, const float *x, int ldx, int T, int K, const gemm_op &op)
+static void xkeep_put(cu_impl *c, const float *x, int ldx, int T, int K, const gemm_op &op)
 {
     auto &k = c->xkeep;
     k.set = true, k.x = x, k.ldx = ldx, k.T = T, k.K = K, k.op = op;

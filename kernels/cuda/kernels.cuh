@@ -170,12 +170,6 @@ void cu_fp8_wscales(cudaStream_t st, const uint8_t *scale, long long sld, int nr
 void cu_embed(cudaStream_t st, const dqw &w, const int *ids, int T, int copies, float *out);
 void cu_rmsnorm(cudaStream_t st, const float *x, int ldx, int T, int n, const float *weight,
                 float eps, float *out, int ldo);
-// The same, each output also written as two bf16 parts (hi, then lo =
-// bf16(v - hi) lo elements further; row t at parts + t ldp): the parts
-// cu_round_bf16 would make of out, in the launch that makes out.
-void cu_rmsnorm_parts(cudaStream_t st, const float *x, int ldx, int T, int n,
-                      const float *weight, float eps, float *out, int ldo, uint16_t *parts,
-                      int ldp, int lo);
 void cu_rope(cudaStream_t st, float *x, int ld, int T, int nheads, int head_dim, const drope &rt,
              const int *pos, bool inverse);
 void cu_scale(cudaStream_t st, float *x, int ld, int T, int n, float s);

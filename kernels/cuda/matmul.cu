@@ -899,6 +899,12 @@ bool cu_moe_decode(cudaStream_t st, const cu_moe_dec &m)
 // Operands of the prefill GEMMs (cuBLASLt, backend_cuda.cu): weights
 // dequantized to bf16 or float32, activations rounded to bf16.
 
+// float32 to bf16, round to nearest even (NaN stays NaN).
+__device__ __forceinline__ uint16_t bf16_rn(float v)
+{
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
 template <typename O> __device__ __forceinline__ O out_of(float v);
 template <> __device__ __forceinline__ float out_of<float>(float v) { return v; }
 template <> __device__ __forceinline__ uint16_t out_of<uint16_t>(float v) { return bf16_rn(v); }

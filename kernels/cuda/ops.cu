@@ -35,49 +35,28 @@ void cu_embed(cudaStream_t st, const dqw &w, const int *ids, int T, int copies, 
     }
 }
 
-// parts not NULL: each output also as two bf16 parts, hi at parts[t ldp
-// + i] and lo = bf16(v - hi) at lo elements further (round_bf16_kernel's
-// operations, so the bits of the RMSNorm and round_bf16 apart).
 __global__ void rmsnorm_kernel(const float *x, int ldx, int n, const float *w, float eps,
-                               float *out, int ldo, uint16_t *parts, int ldp, int lo)
+                               float *out, int ldo)
 {
     pdl_wait();
     __shared__ double sh[32];
     const float *xr = x + (long long)blockIdx.x * ldx;
     float *o = out + (long long)blockIdx.x * ldo;
-    uint16_t *pr = parts ? parts + (long long)blockIdx.x * ldp : NULL;
     double ss = 0;
 #pragma unroll 4
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
     ss = block_sum(ss, sh);
     float r = 1.0f / sqrtf((float)(ss / n) + eps);
 #pragma unroll 4
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = w ? w[i] * (xr[i] * r) : xr[i] * r;
-        o[i] = v;
-        if (pr) {
-            uint16_t h = bf16_rn(v);
-            pr[i] = h;
-            pr[lo + i] = bf16_rn(v - bf16f(h));
-        }
-    }
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        o[i] = w ? w[i] * (xr[i] * r) : xr[i] * r;
 }
 
 void cu_rmsnorm(cudaStream_t st, const float *x, int ldx, int T, int n, const float *weight,
                 float eps, float *out, int ldo)
 {
     if (T <= 0 || n <= 0) return;
-    cu_launch(rmsnorm_kernel, T, n >= 1024 ? 512 : 128, 0, st, x, ldx, n, weight, eps, out, ldo,
-              (uint16_t *)NULL, 0, 0);
-}
-
-void cu_rmsnorm_parts(cudaStream_t st, const float *x, int ldx, int T, int n,
-                      const float *weight, float eps, float *out, int ldo, uint16_t *parts,
-                      int ldp, int lo)
-{
-    if (T <= 0 || n <= 0) return;
-    cu_launch(rmsnorm_kernel, T, n >= 1024 ? 512 : 128, 0, st, x, ldx, n, weight, eps, out, ldo,
-              parts, ldp, lo);
+    cu_launch(rmsnorm_kernel, T, n >= 1024 ? 512 : 128, 0, st, x, ldx, n, weight, eps, out, ldo);
 }
 
 // Blocks (pair chunk, token; tokens past 65,535 in turn): the token's

@@ -115,9 +115,6 @@ static backend *G_stream[4], *G_wgmma[4];
 /* per GEMM mode: LLM_CUDA_LT_REDUCE_MASK=1, cuBLASLt's split-K only in
  * place (no reduce kernel after) */
 static backend *G_ltred[4];
-/* per GEMM mode: LLM_CUDA_NORM_PARTS=1, the q_norm's RMSNorm writing x's
- * bf16 parts for the GEMMs */
-static backend *G_nparts[4];
 /* bf16x2 with LLM_CUDA_MOE_MMA=0: decode batches' expert tiles on the
  * GEMV; with LLM_CUDA_MOE_MMA_BLOCKS=1: on tensor cores, one block an SM */
 static backend *G_tiles_gemv, *G_tiles_1sm;
@@ -576,7 +573,6 @@ static void test_matmuls(void)
 static void fp8_shadow_cases(void);
 static void matmuls_keep_cases(void);
 static void joined_cases(void);
-static void norm_parts_cases(void);
 static void batched_cases(void);
 
 static void test_matmul(void)
@@ -694,7 +690,6 @@ static void test_matmul(void)
     fp8_shadow_cases();
     matmuls_keep_cases();
     joined_cases();
-    norm_parts_cases();
     batched_cases();
 }
 
@@ -808,59 +803,6 @@ static void joined_cases(void)
         for (int k = 0; k < 3; k++)
             mm_case(ty[i] == QT_FP8 ? "fp8 joined" : "bf16 joined", &cw[i], &gw[i], Ta[k]);
     G = keep;
-}
-
-/* LLM_CUDA_NORM_PARTS=1 (G_nparts): joined matmuls of a normalized x
- * (the q_norm before wq_b and iwq_b) at 9-63 tokens take x's bf16 parts
- * from the RMSNorm's launch, not from a round_bf16 after it: the same
- * products, bit for bit, as the default backend's (G_auto, which
- * joined_cases holds to the CPU); 64 tokens, outside the switch's range,
- * too. */
-static void norm_parts_cases(void)
-{
-    backend *A = G_auto[gemm_mode], *P = G_nparts[gemm_mode], *keep = G;
-    if (!A || !P) return;
-    enum qtype ty[] = { QT_FP8, QT_FP8 };
-    int rows[] = { 1024, 256 }, K = 1024, n = 2, ldx = K + 4, ld = 1025;
-    qweight cw[2], ga[2], gp2[2], *ja[2], *jp[2];
-    for (int i = 0; i < n; i++) {
-        cw[i] = make_w(ty[i], rows[i], K);
-        G = A, ga[i] = up(&cw[i]), ja[i] = &ga[i];
-        G = P, gp2[i] = up(&cw[i]), jp[i] = &gp2[i];
-    }
-    G = keep;
-    bool joined = A->join_weights(A, ja, n) == 0 && P->join_weights(P, jp, n) == 0;
-    ok(joined, "norm parts: join_weights on both backends (%s)", gemm_names[gemm_mode]);
-    int Ts[] = { 9, 20, 32, 63, 64 };
-    for (size_t k = 0; joined && k < sizeof Ts / sizeof Ts[0]; k++) {
-        int T = Ts[k];
-        float *x = hrand((size_t)T * ldx, 1.0f), *nw = hrand(K, 1.0f);
-        size_t yb = (size_t)n * T * ld * 4;
-        float *out[2];
-        backend *B[2] = { A, P };
-        for (int b = 0; b < 2; b++) {
-            G = B[b];
-            float *dx = dcopy(x, (size_t)T * ldx * 4), *dnw = dcopy(nw, K * 4);
-            float *dy = G->alloc(G, yb);
-            poison(dy, yb);
-            const qweight *gw[2] = { b ? jp[0] : ja[0], b ? jp[1] : ja[1] };
-            const float *gx[2] = { dx, dx };
-            float *gy[2] = { dy, dy + (size_t)T * ld };
-            int ldy[2] = { ld, ld };
-            G->matmuls(G, n, gw, gx, ldx, T, gy, ldy, dnw, 1e-6f);
-            out[b] = hcopy(dy, yb);
-            G->release(G, dx), G->release(G, dnw), G->release(G, dy);
-        }
-        G = keep;
-        bool same = !A->error(A) && !P->error(P);
-        for (int i = 0; same && i < n; i++)
-            for (int t = 0; t < T; t++)
-                same = same && !memcmp(out[0] + ((size_t)i * T + t) * ld,
-                                       out[1] + ((size_t)i * T + t) * ld, rows[i] * 4);
-        ok(same, "norm parts (%s) T=%d: joined matmuls of x normalized, bit for bit as the "
-           "RMSNorm and round_bf16 apart", gemm_names[gemm_mode], T);
-        free(x), free(nw), free(out[0]), free(out[1]);
-    }
 }
 
 /* matmuls of views of one matrix (rows 128g.. of a BF16 matrix and of an
@@ -3313,7 +3255,7 @@ static void bad_switches(void)
         { "LLM_CUDA_MOE_MMA", "2" },        { "LLM_CUDA_MOE_MMA_BLOCKS", "3" },
         { "LLM_CUDA_HC_SPLIT", "2" },       { "LLM_CUDA_HC_MANY_MIN_T", "0" },
         { "LLM_CUDA_HC_SLICE_CHUNKS", "0" }, { "LLM_CUDA_HC_SLICE_CHUNKS", "5" },
-        { "LLM_CUDA_LT_REDUCE_MASK", "8" }, { "LLM_CUDA_NORM_PARTS", "2" },
+        { "LLM_CUDA_LT_REDUCE_MASK", "8" },
         { "LLM_CUDA_HC_MANY_MIN_T", "65" }, { "LLM_CUDA_GEMV_ROWS", "3" },
         { "LLM_CUDA_GEMV_ROWS", "16" },     { "LLM_CUDA_GEMV_TOKENS", "3" },
         { "LLM_CUDA_ATTN_MMA_MIN_T", "-1" }, { "LLM_CUDA_SMALL_MMA", "4" },
@@ -3488,7 +3430,6 @@ static void destroy_backends(backend **g, backend **g1)
         if (G_stream[m]) G_stream[m]->destroy(G_stream[m]);
         if (G_wgmma[m]) G_wgmma[m]->destroy(G_wgmma[m]);
         if (G_ltred[m]) G_ltred[m]->destroy(G_ltred[m]);
-        if (G_nparts[m]) G_nparts[m]->destroy(G_nparts[m]);
         if (G_shadow[m]) G_shadow[m]->destroy(G_shadow[m]);
         if (G_auto[m]) G_auto[m]->destroy(G_auto[m]);
         if (G_deq[m]) G_deq[m]->destroy(G_deq[m]);
@@ -3605,10 +3546,6 @@ int main(int argc, char **argv)
     small_mma_kernel = NULL;
     for (int m = GEMM_BF16X2; m <= GEMM_FP8; m++)
         if (!(G_auto[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
-    setenv("LLM_CUDA_NORM_PARTS", "1", 1);
-    for (int m = GEMM_BF16X2; m <= GEMM_FP8; m++)
-        if (!(G_nparts[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
-    unsetenv("LLM_CUDA_NORM_PARTS");
     small_mma_kernel = "1";
     /* gd[f][k][m]: decode attention on tensor cores from one token (bf16,
      * bf16x2; from the float32 cache bf16x2's float32 kernel), the splits
