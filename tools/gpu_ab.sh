@@ -23,7 +23,7 @@
 #   profile    LLM_CUDA_PROFILE=1 fp8 --prompts 131072: the big ops' ms, once each
 #   switches   the new binaries alone, as they are and under each of
 #              $AB_SWITCHES (space-separated VAR=VALUE, e.g.
-#              "LLM_CUDA_LT_REDUCE_MASK=1 LLM_CUDA_LT_REDUCE_MASK=0"),
+#              "LLM_CUDA_LT_TUNE=8 LLM_CUDA_LT_TUNE=16"),
 #              alternated twice: --prompt 8192 --batch $AB_BATCH (default
 #              32,64) --decode 16, with each step's graph time
 # A summary on stdout as it goes; every log in OUT/ab.tgz at the end.

@@ -1344,6 +1344,7 @@ static void cu_destroy(backend *b)
     }
     cudaStreamSynchronize(c->st);
     if (c->lt_ws) cudaFree(c->lt_ws);
+    if (c->lt_flush) cudaFree(c->lt_flush);
     if (c->hc_count) cudaFree(c->hc_count);
     if (c->attn_count) cudaFree(c->attn_count);
     if (c->lt_op) cublasLtMatmulDescDestroy(c->lt_op);
@@ -1574,13 +1575,13 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // LLM_CUDA_LT_BATCH_T: lt_batched's first token count (comparisons;
     // 65: never, each view its own matmul as before it).
     c->lt_batch_t = (int)env_int(c, "LLM_CUDA_LT_BATCH_T", 2, 65, LT_BF16_MIN_T);
-    // LLM_CUDA_LT_REDUCE_MASK: the split-K reductions cuBLASLt may choose
-    // (cublasLtReductionScheme_t's bits: 1 in place, 2 and 4 a separate
-    // reduce kernel; 0: no split-K; default 7, any).  A decode batch's
-    // attention GEMMs ran split-K with a reduce kernel after (run A2's
-    // trace: ~14 a B = 32 step, 2-3.5 us each); 1 asks for none of those
-    // (comparisons; not yet measured).
-    c->lt_reduce = (uint32_t)env_int(c, "LLM_CUDA_LT_REDUCE_MASK", 0, 7, 7);
+    // LLM_CUDA_LT_TUNE: a decode batch's cuBLASLt GEMMs (x's bf16 parts
+    // stacked) timed over up to this many of the heuristic's candidates
+    // at their shape's first run, the fastest kept (1: the heuristic's
+    // first, as before; comparisons, not yet measured).  Run B1 (H100):
+    // without split-K a B = 32 step took 4.15 ms against 3.42, so the
+    // algorithm matters; with split-K in place only, no change.
+    c->lt_tune = (int)env_int(c, "LLM_CUDA_LT_TUNE", 1, LT_TUNE_MAX, 1);
     // LLM_CUDA_WGMMA_WG: cu_matmul_wgmma's blocks of 1 or 2 warpgroups
     // (unset: its plan's choice; comparisons).
     c->wgmma_wg = (int)env_int(c, "LLM_CUDA_WGMMA_WG", 1, 2, 0);

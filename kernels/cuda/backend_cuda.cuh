@@ -151,7 +151,9 @@ struct cu_impl {
     int stream_max_t;           // LLM_CUDA_STREAM_MAX_T (STREAM_MAX_T)
     int lt_min_t;               // LLM_CUDA_LT_MIN_T (LT_BF16_MIN_T)
     int lt_batch_t;             // lt_batched from this many tokens (LLM_CUDA_LT_BATCH_T; 65: never)
-    uint32_t lt_reduce;         // split-K reductions allowed (LLM_CUDA_LT_REDUCE_MASK)
+    int lt_tune;                // decode GEMMs timed over this many candidates (LLM_CUDA_LT_TUNE)
+    void *lt_flush;             // ... each after a write of this (twice L2) to flush L2
+    size_t lt_flush_bytes;
     int wgmma_wg;               // LLM_CUDA_WGMMA_WG (0: the plan's choice)
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
     bool attn_fuse;             // ... with the model's ring store and inverse RoPE (LLM_CUDA_ATTN_FUSE)
@@ -286,6 +288,7 @@ enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL, SMALL_MMA_STREAM, SMALL_MMA
 
 #define LT_WS_BYTES (32u << 20)
 #define LT_STACK_MAX 256    // x's bf16 parts as one GEMM's columns up to this many (lt_gemm)
+#define LT_TUNE_MAX 16      // LLM_CUDA_LT_TUNE's most candidates
 #define LT_MIN_T GEMM_MODE_MIN_T    // prefill matmuls of at least this many tokens go to cuBLASLt
 #define GEMV_MAX_T 16       // dense matmuls of up to this many tokens on the GEMV (LLM_CUDA_GEMV_MAX_T)
 #define SMALL_MMA_MAX_T 16  // ... on cu_matmul_mma first (BF16 of up to 4096 rows) or

@@ -21,10 +21,11 @@ static unsigned align_of(const void *p)
 
 static const void *byte_off(const void *p, long long bytes) { return (const char *)p + bytes; }
 
-static bool lt_heuristic(cu_impl *c, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t A,
-                         cublasLtMatrixLayout_t B,
-                         cublasLtMatrixLayout_t C, const uint32_t *align,
-                         cublasLtMatmulAlgo_t *algo)
+// Up to n of cuBLASLt's algorithms for the GEMM, best first by its
+// heuristic, into res: how many (0: none for this shape).
+static int lt_heuristic(cu_impl *c, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t A,
+                        cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C,
+                        const uint32_t *align, cublasLtMatmulHeuristicResult_t *res, int n)
 {
     bool ok = true;
     uint64_t ws = LT_WS_BYTES;
@@ -39,21 +40,67 @@ static bool lt_heuristic(cu_impl *c, cublasLtMatmulDesc_t op, cublasLtMatrixLayo
     for (int i = 0; i < 4; i++)
         LTK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i < 3 ? i : 2],
                                                  sizeof align[0]));
-    if (c->lt_reduce != CUBLASLT_REDUCTION_SCHEME_MASK)
-        LTK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                 &c->lt_reduce, sizeof c->lt_reduce));
-    cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
     if (ok) {   // NOT_SUPPORTED: no algorithm for this shape (the caller decides)
-        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, op, A, B, C, C, pref, 1, &res,
+        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, op, A, B, C, C, pref, n, res,
                                                           &nres);
         if (s == CUBLAS_STATUS_NOT_SUPPORTED) nres = 0;
         else LTK(s);
     }
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (ok && nres < 1) return false;
-    if (ok) *algo = res.algo;
-    return ok;
+    return ok ? nres : 0;
+}
+
+// The fastest of the n candidates res for y = x W^T as lt_gemm runs it
+// (beta 0, its own operands): each run once, then timed over 3 runs, each
+// after a write of twice L2's bytes so that the weights come from memory
+// as in a decode step, not from L2 (LLM_CUDA_LT_TUNE).  The host waits
+// for each: only outside a capture (a step's first run, G_WARM, runs its
+// ops as usual).  On stderr: the heuristic's first against the choice.
+static int lt_fastest(cu_impl *c, cublasLtMatmulDesc_t op,
+                      const cublasLtMatmulHeuristicResult_t *res, int n, const void *w,
+                      cublasLtMatrixLayout_t A, const void *x, cublasLtMatrixLayout_t B,
+                      float *y, cublasLtMatrixLayout_t C, int N, int K, int cols)
+{
+    if (!c->lt_flush) {
+        int l2 = 0;
+        CK(c, cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, c->dev));
+        c->lt_flush_bytes = 2 * (size_t)(l2 > 0 ? l2 : 64 << 20);
+        if (!c->failed && cudaMalloc(&c->lt_flush, c->lt_flush_bytes) != cudaSuccess) {
+            cudaGetLastError();     // (the pool took the memory: tuning is off)
+            c->lt_flush = NULL, c->lt_tune = 1;
+            fprintf(stderr, "cuda: cuBLASLt tune: no %zu bytes to flush L2 with: off\n",
+                    c->lt_flush_bytes);
+        }
+        if (!c->lt_flush) return 0;
+    }
+    cudaEvent_t ev[2] = {};
+    for (int i = 0; i < 2; i++) CK(c, cudaEventCreate(&ev[i]));
+    float alpha = 1, beta = 0, best = 0, first = -1;
+    int bi = -1;
+    for (int i = 0; i < n && !c->failed; i++) {
+        float t = 0;
+        bool run = true;
+        for (int r = 0; r < 4 && run && !c->failed; r++) {
+            CK(c, cudaMemsetAsync(c->lt_flush, r, c->lt_flush_bytes, c->st));
+            CK(c, cudaEventRecord(ev[0], c->st));
+            run = cublasLtMatmul(c->lt, op, &alpha, w, A, x, B, &beta, y, C, y, C, &res[i].algo,
+                                 c->lt_ws, LT_WS_BYTES, c->st) == CUBLAS_STATUS_SUCCESS;
+            CK(c, cudaEventRecord(ev[1], c->st));
+            CK(c, cudaEventSynchronize(ev[1]));
+            float ms = 0;
+            CK(c, cudaEventElapsedTime(&ms, ev[0], ev[1]));
+            if (r) t += ms / 3;     // the first run warms the algorithm up
+        }
+        if (!run) continue;     // (chosen for the bucket's count, not this one)
+        if (i == 0) first = t;
+        if (bi < 0 || t < best) best = t, bi = i;
+    }
+    for (int i = 0; i < 2; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    fprintf(stderr, "cuda: cuBLASLt tune: %dx%d by %d columns: %d candidates, the heuristic's "
+            "first %.1f us, #%d %.1f us\n", N, K, cols, n, 1e3 * first, bi + 1, 1e3 * best);
+    return bi < 0 ? 0 : bi;
 }
 
 // A rows x cols column-major layout, ld apart; nbatch > 1: that many
@@ -144,16 +191,25 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
         lt_layout(c, &Bb, dt, K, tb, ldb, nbatch, x.stride);
         lt_layout(c, &Cb, CUDA_R_32F, N, tb, ldyg, nbatch, N);
         ok = ok && Bb && Cb;
-        cublasLtMatmulAlgo_t algo;
-        if (ok && lt_heuristic(c, op, A, Bb, Cb, align, &algo)) {
+        // LLM_CUDA_LT_TUNE: decode batches' GEMMs (x's parts stacked) timed
+        // over the heuristic's first candidates; a shape first met in a
+        // capture keeps the heuristic's first
+        cublasLtMatmulHeuristicResult_t res[LT_TUNE_MAX];
+        int n = ok ? lt_heuristic(c, op, A, Bb, Cb, align, res, stack ? c->lt_tune : 1) : 0;
+        int pick = 0;
+        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusActive;
+        if (n > 1 && cudaStreamIsCapturing(c->st, &cap) == cudaSuccess &&
+            cap == cudaStreamCaptureStatusNone)
+            pick = lt_fastest(c, op, res, n, w.p, A, x.p, B, yg, C, N, K, Tg);
+        if (n > 0 && !c->failed) {
             a = &c->algos[c->nalgos++ % NALGO];
             memcpy(a->key, key, sizeof key);
-            a->algo = algo;
+            a->algo = res[pick].algo;
         }
         if (Cb) cublasLtMatrixLayoutDestroy(Cb);
         if (Bb) cublasLtMatrixLayoutDestroy(Bb);
     }
-    cublasLtMatmulAlgo_t exact;
+    cublasLtMatmulHeuristicResult_t exact;
     for (int part = 0; part < runs && ok; part++) {
         float alpha = 1, beta = part ? 1 : 0;   // the rests add to the first part's product
         const void *xp = byte_off(x.p, (long long)part * x.lo * 2);
@@ -163,9 +219,9 @@ bool lt_gemm(cu_impl *c, gemm_op w, int N, int K, gemm_op x, int T, float *y, in
                                 &a->algo, c->lt_ws, LT_WS_BYTES, c->st);
         if (st == CUBLAS_STATUS_SUCCESS) continue;
         // Not for this count: choose for it.
-        if (lt_heuristic(c, op, A, B, C, align, &exact)) {
+        if (lt_heuristic(c, op, A, B, C, align, &exact, 1)) {
             a = NULL;
-            LTK(cublasLtMatmul(c->lt, op, &alpha, w.p, A, xp, B, &beta, yg, C, yg, C, &exact,
+            LTK(cublasLtMatmul(c->lt, op, &alpha, w.p, A, xp, B, &beta, yg, C, yg, C, &exact.algo,
                                c->lt_ws, LT_WS_BYTES, c->st));
         } else {
             if (!fp8)
