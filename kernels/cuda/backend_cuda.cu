@@ -1577,11 +1577,10 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     c->lt_batch_t = (int)env_int(c, "LLM_CUDA_LT_BATCH_T", 2, 65, LT_BF16_MIN_T);
     // LLM_CUDA_LT_TUNE: a decode batch's cuBLASLt GEMMs (x's bf16 parts
     // stacked) timed over up to this many of the heuristic's candidates
-    // at their shape's first run, the fastest kept (1: the heuristic's
-    // first, as before; comparisons, not yet measured).  Run B1 (H100):
-    // without split-K a B = 32 step took 4.15 ms against 3.42, so the
-    // algorithm matters; with split-K in place only, no change.
-    c->lt_tune = (int)env_int(c, "LLM_CUDA_LT_TUNE", 1, LT_TUNE_MAX, 1);
+    // at their shape's first run (lt_fastest); 1: the heuristic's first,
+    // as before (comparisons).  Runs B3-B5 (H100, alternated 4-6 times):
+    // B = 32 3.430 -> 3.397 ms a step's graph, B = 64 4.515 -> 4.491.
+    c->lt_tune = (int)env_int(c, "LLM_CUDA_LT_TUNE", 1, LT_TUNE_MAX, LT_TUNE_DEFAULT);
     // LLM_CUDA_WGMMA_WG: cu_matmul_wgmma's blocks of 1 or 2 warpgroups
     // (unset: its plan's choice; comparisons).
     c->wgmma_wg = (int)env_int(c, "LLM_CUDA_WGMMA_WG", 1, 2, 0);

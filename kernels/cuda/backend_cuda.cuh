@@ -289,6 +289,7 @@ enum { SMALL_MMA_OFF, SMALL_MMA_AUTO, SMALL_MMA_ALL, SMALL_MMA_STREAM, SMALL_MMA
 #define LT_WS_BYTES (32u << 20)
 #define LT_STACK_MAX 256    // x's bf16 parts as one GEMM's columns up to this many (lt_gemm)
 #define LT_TUNE_MAX 16      // LLM_CUDA_LT_TUNE's most candidates
+#define LT_TUNE_DEFAULT 8   // ... and its default
 #define LT_TUNE_RUNS 9      // ... each timed over this many runs (lt_fastest)
 #define LT_MIN_T GEMM_MODE_MIN_T    // prefill matmuls of at least this many tokens go to cuBLASLt
 #define GEMV_MAX_T 16       // dense matmuls of up to this many tokens on the GEMV (LLM_CUDA_GEMV_MAX_T)

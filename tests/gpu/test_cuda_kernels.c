@@ -112,9 +112,9 @@ static backend *C, *G;
  * streamed (matmul_stream.cu) wherever that kernel runs; =3, on wgmma
  * (matmul_wgmma.cu) */
 static backend *G_stream[4], *G_wgmma[4];
-/* per GEMM mode: LLM_CUDA_LT_TUNE=8, decode batches' cuBLASLt GEMMs
- * timed over 8 candidates */
-static backend *G_lttune[4];
+/* per GEMM mode: LLM_CUDA_LT_TUNE=1, decode batches' cuBLASLt GEMMs on
+ * the heuristic's first algorithm (the default times 8 candidates) */
+static backend *G_ltfirst[4];
 /* bf16x2 with LLM_CUDA_MOE_MMA=0: decode batches' expert tiles on the
  * GEMV; with LLM_CUDA_MOE_MMA_BLOCKS=1: on tensor cores, one block an SM */
 static backend *G_tiles_gemv, *G_tiles_1sm;
@@ -634,12 +634,12 @@ static void test_matmul(void)
          * not 16-byte aligned at T % 3 == 0 */
         backend *kern[4] = { G, gemm_mode == GEMM_F32 ? NULL : G_stream[gemm_mode],
                              gemm_mode == GEMM_F32 ? NULL : G_wgmma[gemm_mode],
-                             gemm_mode == GEMM_F32 ? NULL : G_lttune[gemm_mode] };
+                             gemm_mode == GEMM_F32 ? NULL : G_ltfirst[gemm_mode] };
         for (int ki = 0; ki < 4 && (t == QT_FP8 || t == QT_BF16) && kern[ki]; ki++) {
             backend *keep = G;
             G = kern[ki];
             const char *k = ki == 1 ? ", x streamed" : ki == 2 ? ", wgmma"
-                            : ki == 3 ? ", algorithms timed" : "";
+                            : ki == 3 ? ", the heuristic's algorithm" : "";
             int Tb[] = { 9, 16, 17, 31, 32, 33, 48, 63, 64 };
             qweight ov = qweight_view(&big, 3, 77, 48, 400), gov = up(&ov);
             for (size_t i = 0; i < sizeof Tb / sizeof Tb[0]; i++) {
@@ -3429,7 +3429,7 @@ static void destroy_backends(backend **g, backend **g1)
         g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
         if (G_stream[m]) G_stream[m]->destroy(G_stream[m]);
         if (G_wgmma[m]) G_wgmma[m]->destroy(G_wgmma[m]);
-        if (G_lttune[m]) G_lttune[m]->destroy(G_lttune[m]);
+        if (G_ltfirst[m]) G_ltfirst[m]->destroy(G_ltfirst[m]);
         if (G_shadow[m]) G_shadow[m]->destroy(G_shadow[m]);
         if (G_auto[m]) G_auto[m]->destroy(G_auto[m]);
         if (G_deq[m]) G_deq[m]->destroy(G_deq[m]);
@@ -3532,9 +3532,9 @@ int main(int argc, char **argv)
     for (int m = GEMM_BF16; m <= GEMM_FP8; m++)
         if (!(G_wgmma[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
     small_mma_kernel = "0";
-    setenv("LLM_CUDA_LT_TUNE", "8", 1);
+    setenv("LLM_CUDA_LT_TUNE", "1", 1);
     for (int m = GEMM_BF16; m <= GEMM_FP8; m++)
-        if (!(G_lttune[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
+        if (!(G_ltfirst[m] = gpu_backend(gemm_names[m], "2"))) return exit_status();
     unsetenv("LLM_CUDA_LT_TUNE");
     for (int m = GEMM_BF16X2; m <= GEMM_FP8; m++) {
         G_shadow[m] = gpu_backend(gemm_names[m], "2");
