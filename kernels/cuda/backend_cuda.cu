@@ -1344,7 +1344,6 @@ static void cu_destroy(backend *b)
     }
     cudaStreamSynchronize(c->st);
     if (c->lt_ws) cudaFree(c->lt_ws);
-    if (c->lt_flush) cudaFree(c->lt_flush);
     if (c->hc_count) cudaFree(c->hc_count);
     if (c->attn_count) cudaFree(c->attn_count);
     if (c->lt_op) cublasLtMatmulDescDestroy(c->lt_op);

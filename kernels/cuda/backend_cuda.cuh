@@ -152,8 +152,6 @@ struct cu_impl {
     int lt_min_t;               // LLM_CUDA_LT_MIN_T (LT_BF16_MIN_T)
     int lt_batch_t;             // lt_batched from this many tokens (LLM_CUDA_LT_BATCH_T; 65: never)
     int lt_tune;                // decode GEMMs timed over this many candidates (LLM_CUDA_LT_TUNE)
-    void *lt_flush;             // ... each after a write of this (twice L2) to flush L2
-    size_t lt_flush_bytes;
     int wgmma_wg;               // LLM_CUDA_WGMMA_WG (0: the plan's choice)
     bool attn_decode;           // decode attention on cu_attention_decode (LLM_CUDA_ATTN_DECODE)
     bool attn_fuse;             // ... with the model's ring store and inverse RoPE (LLM_CUDA_ATTN_FUSE)

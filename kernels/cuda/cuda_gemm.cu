@@ -65,17 +65,20 @@ static int lt_fastest(cu_impl *c, cublasLtMatmulDesc_t op,
                       cublasLtMatrixLayout_t A, const void *x, cublasLtMatrixLayout_t B,
                       float *y, cublasLtMatrixLayout_t C, int N, int K, int cols)
 {
-    if (!c->lt_flush) {
-        int l2 = 0;
-        CK(c, cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, c->dev));
-        c->lt_flush_bytes = 2 * (size_t)(l2 > 0 ? l2 : 64 << 20);
-        if (!c->failed && cudaMalloc(&c->lt_flush, c->lt_flush_bytes) != cudaSuccess) {
-            cudaGetLastError();     // (the pool took the memory: tuning is off)
-            c->lt_flush = NULL, c->lt_tune = 1;
-            fprintf(stderr, "cuda: cuBLASLt tune: no %zu bytes to flush L2 with: off\n",
-                    c->lt_flush_bytes);
-        }
-        if (!c->lt_flush) return 0;
+    // The flush buffer is borrowed for the shape's runs only: the pool was
+    // sized leaving POOL_HEADROOM for what a profile step does not reach
+    // (long contexts' indexer scratch, graphs), not for this.
+    int l2 = 0;
+    CK(c, cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, c->dev));
+    size_t fbytes = 2 * (size_t)(l2 > 0 ? l2 : 64 << 20);
+    void *flush = NULL;
+    if (c->failed) return 0;
+    if (cudaMalloc(&flush, fbytes) != cudaSuccess) {
+        cudaGetLastError();     // (the pool took the memory: tuning is off)
+        c->lt_tune = 1;
+        fprintf(stderr, "cuda: cuBLASLt tune: no %zu bytes free to flush L2 with: off\n",
+                fbytes);
+        return 0;
     }
     cudaEvent_t ev[2] = {};
     for (int i = 0; i < 2; i++) CK(c, cudaEventCreate(&ev[i]));
@@ -84,7 +87,7 @@ static int lt_fastest(cu_impl *c, cublasLtMatmulDesc_t op,
         float ms[LT_TUNE_RUNS + 1];
         bool run = true;
         for (int r = 0; r <= LT_TUNE_RUNS && run && !c->failed; r++) {
-            CK(c, cudaMemsetAsync(c->lt_flush, r, c->lt_flush_bytes, c->st));
+            CK(c, cudaMemsetAsync(flush, r, fbytes, c->st));
             CK(c, cudaEventRecord(ev[0], c->st));
             run = cublasLtMatmul(c->lt, op, &alpha, w, A, x, B, &beta, y, C, y, C, &res[i].algo,
                                  c->lt_ws, LT_WS_BYTES, c->st) == CUBLAS_STATUS_SUCCESS;
@@ -104,6 +107,7 @@ static int lt_fastest(cu_impl *c, cublasLtMatmulDesc_t op,
     }
     for (int i = 0; i < 2; i++)
         if (ev[i]) cudaEventDestroy(ev[i]);
+    cudaFree(flush);    // (after the last run's event: nothing queued uses it)
     int bi = 0;
     for (int i = 1; i < n && !c->failed; i++)
         if (med[i] >= 0 && (med[bi] < 0 || med[i] < 0.97f * med[bi])) bi = i;
