@@ -271,28 +271,15 @@ static gemm_op gemm_weights(cu_impl *c, bool bf16, const dqw &q, int nexp)
     return gemm_op{ p, ld, bf16, stride, 0 };
 }
 
-static gemm_op bf16_parts_room(cu_impl *c, int T, int K, int parts)
-{
-    int ld = (int)round_up(K, 8);
-    void *p = grow(c, &c->xbf, (size_t)T * parts * ld * 2);
-    return gemm_op{ p, (long long)parts * ld, true, 0, ld, NULL, parts };
-}
-
 // x[T][K] (rows rows[t] / div of x when rows is set) in `parts` bf16
 // parts in scratch: each row's first parts, then its rests (cu_round_bf16).
 static gemm_op bf16_parts(cu_impl *c, const float *x, int ldx, const int *rows, int div, int T,
                           int K, int parts)
 {
-    gemm_op op = bf16_parts_room(c, T, K, parts);
-    if (!c->failed)
-        cu_round_bf16(c->st, x, ldx, rows, div, T, K, (uint16_t *)op.p, (int)op.ld, op.lo, parts);
-    return op;
-}
-
-static void xkeep_put(cu_impl *c, const float *x, int ldx, int T, int K, const gemm_op &op)
-{
-    auto &k = c->xkeep;
-    k.set = true, k.x = x, k.ldx = ldx, k.T = T, k.K = K, k.op = op;
+    int ld = (int)round_up(K, 8);
+    uint16_t *p = (uint16_t *)grow(c, &c->xbf, (size_t)T * parts * ld * 2);
+    if (!c->failed) cu_round_bf16(c->st, x, ldx, rows, div, T, K, p, parts * ld, ld, parts);
+    return gemm_op{ p, (long long)parts * ld, true, 0, ld, NULL, parts };
 }
 
 // Activations x[T][K] (rows rows[t] / div of x when rows is set, then
@@ -323,7 +310,7 @@ static gemm_op dense_input(cu_impl *c, bool bf, bool quant, const float *x, int 
     if (keep && k.set && k.x == x && k.ldx == ldx && k.T == T && k.K == K) return k.op;
     gemm_op in = bf && T < GEMM_MODE_MIN_T ? bf16_parts(c, x, ldx, NULL, 1, T, K, 2)
                                            : gemm_input(c, bf, quant, x, ldx, NULL, 1, T, K);
-    if (keep && !c->failed) xkeep_put(c, x, ldx, T, K, in);
+    if (keep && !c->failed) k.set = true, k.x = x, k.ldx = ldx, k.T = T, k.K = K, k.op = in;
     return in;
 }
 
