@@ -89,9 +89,11 @@ static int smm_xst(int qt, int Kb)
 
 // MODE: SMM_DENSE (y = x W^T), SMM_TILES (one expert matrix over the
 // tiles), SMM_SWIGLU (w1 and w3 of the tiles' experts with SwiGLU).
+// PACK (MXFP4 tiles of split x): x's parts as the mma's 8 columns where a
+// tile holds at most 4 tokens.
 enum { SMM_DENSE, SMM_TILES, SMM_SWIGLU };
 
-template <int QT, int NT, bool SPLIT, int MODE>
+template <int QT, int NT, bool SPLIT, int MODE, bool PACK = false>
 __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     smm_kernel(const __grid_constant__ smm_args a)
 {
@@ -256,7 +258,21 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     // chunks are units 0 .. SC / 4 - 1 from there, the next stage's XSTEP
     // bytes further; cw0 is a multiple of 64 columns).
     constexpr int XSTEP = STEP / 32 * 9 * 16;
-    const uint8_t *xt = xs + (size_t)(MODE == SMM_DENSE ? g : g & (a.xr - 1)) * a.xst +
+    // PACK: expert tiles of at most 4 real tokens (nearly every tile of a
+    // decode batch) take x's two parts as the mma's 8 columns: column j
+    // the hi part of token j, column j + 4 its lo part (lanes g >= 4 read
+    // part 1 of row g - 4), one mma a k step instead of two; the parts'
+    // sums meet at the end (pk_sums).
+    static_assert(!PACK || (FP4 && SPLIT && MODE != SMM_DENSE && NT == 1), "PACK: split MXFP4 tiles");
+    const bool pk = PACK && ntok <= 4;
+    const int xg = MODE == SMM_DENSE ? g : pk ? g & 3 : g & (a.xr - 1);
+    auto pk_sums = [&] {
+        if (pk)
+            each_sum<NT>([&](int m, int n, int q, int, int) {
+                acc[m][n][q] += __shfl_down_sync(0xffffffffu, acc[m][n][q], 2);
+            });
+    };
+    const uint8_t *xt = xs + (size_t)xg * a.xst +
                         xpos(cw0 / 4 + t * SC / 4) * 16;
     // Expert tiles whose warps own whole sums (one block along the
     // columns, one warp along them): each row group's outputs stored
@@ -320,9 +336,12 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
                 // The slot is read (h = 0 used all four copies): the stage
                 // after the next ones there.
                 if (h == 0) issue();
+                if (pk)
+                    mma_group<NT>(acc, A, xq, a.xst, (2 * h + (g >> 2)) * 16);
+                else
 #pragma unroll
-                for (int part = 0; part < (SPLIT ? 2 : 1); part++)
-                    mma_group<NT>(acc, A, xq, a.xst, (2 * h + part) * 16);
+                    for (int part = 0; part < (SPLIT ? 2 : 1); part++)
+                        mma_group<NT>(acc, A, xq, a.xst, (2 * h + part) * 16);
             }
         } else {
             // A fragments of the stage's k steps: [step][m-tile][4]
@@ -338,6 +357,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     }
     if (direct) {
         int rg = rg0 + i;
+        pk_sums();
         each_sum<NT>([&](int m, int n, int q, int r, int tok) {
             int orow = MODE == SMM_SWIGLU ? rg * (BR / 2) + wm * 16 + r : rg * BR + wm * 32 + r;
             if ((MODE != SMM_SWIGLU || m == 0) && tok < ntok && orow < w.rows)
@@ -350,6 +370,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     }
     cp_async_wait<0>();     // no copy lands in what becomes the partial sums
     if (direct) return;
+    pk_sums();
     // Every block of the cluster is past its loop: its x and weight stages
     // are free for the partial sums and what the others send.
     cg::cluster_group cl = cg::this_cluster();
@@ -470,7 +491,7 @@ static bool fp4_view_ok(const dqw &w)
 bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *tiles,
                       const int *ntiles, int max_tiles, int tile_m, int est_tiles, const int *perm,
                       bool scatter, const float *x, int ldx, int xdiv, float limit, float *y,
-                      int ldy, bool split, int per_sm)
+                      int ldy, bool split, int per_sm, bool pack)
 {
     if (!fp4_view_ok(w) || (w3 && (!fp4_view_ok(*w3) || w3->rows != w.rows ||
                                    w3->cols != w.cols)) ||
@@ -507,15 +528,17 @@ bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *
         a.R = r < 1 ? 1 : r > a.nrg ? a.nrg : (int)r;
     }
     dim3 grid((unsigned)((a.nrg + a.R - 1) / a.R), p.KS, max_tiles);
-#define SMT(S, M)                                                                                \
+#define SMT(S, M, P)                                                                             \
     do {                                                                                         \
-        smem_attr<1000 + M * 2 + S>(smm_kernel<QT_MXFP4, 1, S, M>, p.smem);                      \
-        return smm_started(cu_launch_cluster(smm_kernel<QT_MXFP4, 1, S, M>, grid, SM_THREADS,    \
+        smem_attr<1000 + M * 4 + S * 2 + P>(smm_kernel<QT_MXFP4, 1, S, M, P>, p.smem);           \
+        return smm_started(cu_launch_cluster(smm_kernel<QT_MXFP4, 1, S, M, P>, grid, SM_THREADS, \
                                              p.smem, st, dim3(1, p.KS), a));                              \
     } while (0)
-    if (w3 && split) SMT(true, SMM_SWIGLU);
-    if (w3) SMT(false, SMM_SWIGLU);
-    if (split) SMT(true, SMM_TILES);
-    SMT(false, SMM_TILES);
+    if (w3 && split && pack) SMT(true, SMM_SWIGLU, true);
+    if (w3 && split) SMT(true, SMM_SWIGLU, false);
+    if (w3) SMT(false, SMM_SWIGLU, false);
+    if (split && pack) SMT(true, SMM_TILES, true);
+    if (split) SMT(true, SMM_TILES, false);
+    SMT(false, SMM_TILES, false);
 #undef SMT
 }

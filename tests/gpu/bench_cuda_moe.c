@@ -157,6 +157,7 @@ static void bench_decode(int T, bool fused)
            T > 8 || tiles
                   ? (!fused ? "tiles on the GEMV"
                      : getenv("LLM_CUDA_MOE_MMA_BLOCKS") ? "tensor cores, 1 block/SM"
+                     : getenv("LLM_CUDA_MOE_PACK")       ? "tensor cores, packed x"
                                                          : "tensor cores, 2 blocks/SM")
            : fused ? (getenv("LLM_CUDA_MOE_DEC_MMA_S") ? dec_name : "fused (3 launches)")
                    : "separate (6 launches)",
@@ -184,6 +185,10 @@ int main(int argc, char **argv)
             setenv("LLM_CUDA_MOE_MMA_BLOCKS", "1", 1);
             bench_decode(T, true);
             unsetenv("LLM_CUDA_MOE_MMA_BLOCKS");
+            /* x's parts as the tiles' mma columns */
+            setenv("LLM_CUDA_MOE_PACK", "1", 1);
+            bench_decode(T, true);
+            unsetenv("LLM_CUDA_MOE_PACK");
         } else {    /* the sorted expert tiles on tensor cores (LLM_CUDA_MOE_MMA_MIN_T=1) */
             setenv("LLM_CUDA_MOE_MMA_MIN_T", "1", 1);
             bench_decode(T, true);
