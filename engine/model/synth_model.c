@@ -381,7 +381,10 @@ void synth_tensors(const synth_spec *s, uint64_t seed, st_writer *w)
             }
         } else {
             snprintf(p, sizeof p, "layers.%d.ffn.gate.bias", l);
-            f32_rand(w, &r, p, 1, E, 0, 0, 0.1f);
+            /* small: a trained router's bias balances the experts' load,
+             * and this random gate has none to balance (model_weights.c's
+             * synth_data says what a large one did to a batch's experts) */
+            f32_rand(w, &r, p, 1, E, 0, 0, 0.01f);
         }
         for (int e = 0; e < E; e++) {
             linear(w, &r, S_FP4, I, H, "layers.%d.ffn.experts.%d.w1", l, e);
