@@ -13,7 +13,9 @@
  * length, decode together (one step carries a token of each): aggregate
  * tokens/s, ms/token per sequence, and the bandwidth floor of the bytes a
  * step reads (weights once, the routed experts being the expected union
- * of the batch's choices, and every sequence's cache).  --logits: what a
+ * of the batch's choices under balanced routing, as a trained router's
+ * and the synthetic one's are -- test_model_synthetic; not a count of
+ * what the router chose -- and every sequence's cache).  --logits: what a
  * decode step hands back, `argmax` (default) each sequence's greedy choice
  * found on the device, as a greedy request's step, or `copy` every
  * sequence's logits row to the host, as a sampled request's step (the
