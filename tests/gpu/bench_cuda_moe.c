@@ -23,7 +23,8 @@
  * 9 <= T <= 64: the decode batch's MoE the same way, its expert tiles on
  * tensor cores (cu_moe_tiles_mma) and on the GEMV (LLM_CUDA_MOE_MMA=0);
  * GB/s of the gate, the shared expert and the experts the batch is
- * expected to choose, E (1 - (1 - K/E)^T), each read once.
+ * expected to choose, E (1 - (1 - K/E)^T), each read once (x's rows are
+ * independent, fill_x, so the router reaches about that many).
  *   build/tests/gpu/bench_cuda_moe [T [fp8]]   (default 8192; fp8: only
  *   the two fp8 rows; LLM_CUDA_PROFILE=1 prints the GEMMs' own times) */
 #include <math.h>
@@ -42,6 +43,23 @@ static void sync(backend *G, float *d)
 {
     float h;
     G->read(G, &h, d, 4);
+}
+
+/* x for the router: each element its own hash of its index, uniform in
+ * [-1, 1], so the tokens' rows are independent and a batch routes to the
+ * experts a balanced router reaches (the GB/s below count that union).
+ * (Until 2026-12-07 a sawtooth, ((i * 2654435761) % 2001) / 1000 - 1, whose
+ * rows are shifts of one another: 32 tokens chose 68 of the 136 experts,
+ * 64 tokens 90 of 200, so the decode rows' GB/s counted bytes not read.) */
+static void fill_x(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t z = i + 0x9E3779B97F4A7C15ULL;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        z ^= z >> 31;
+        x[i] = (float)((double)(z >> 40) * (2.0 / 16777216.0) - 1.0);
+    }
 }
 
 static void bench(const char *gemm, const char *moe, int T)
@@ -63,7 +81,7 @@ static void bench(const char *gemm, const char *moe, int T)
     float *dbias = G->alloc(G, E * 4);
     size_t n = (size_t)T * H;
     float *hx = malloc(n * 4), *bias = calloc(E, 4);
-    for (size_t i = 0; i < n; i++) hx[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    fill_x(hx, n);
     float *x = G->alloc(G, n * 4), *out = G->alloc(G, n * 4);
     G->write(G, x, hx, n * 4);
     G->write(G, dbias, bias, E * 4);
@@ -135,7 +153,7 @@ static void bench_decode(int T, bool fused)
     backend *G = c.G;
     size_t n = (size_t)4 * T * H;
     float *hx = malloc(n * 4), *bias = calloc(E, 4);
-    for (size_t i = 0; i < n; i++) hx[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    fill_x(hx, n);
     c.x = G->alloc(G, n * 4);
     float *out = G->alloc(G, (size_t)T * H * 4), *dbias = G->alloc(G, E * 4);
     G->write(G, c.x, hx, n * 4);
