@@ -1513,10 +1513,10 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // as the mma's columns 0-3 and the lo parts as 4-7 (one mma a k step
     // instead of two, the sums added at the end).  Off: run C1 (H100),
     // B = 32 3.44, 3.43 -> 3.46, 3.45 ms, bench_cuda_moe 32 316.5 -> 319.3
-    // us; the H100 streams the tiles at 87-91% of its bandwidth, where
-    // fewer instructions buy nothing.  Kept for the H200, whose tiles ran
-    // at ~56% of its bandwidth on too few eligible warps (F8): not yet
-    // measured there.
+    // us: the mma count is not what bounds the tiles on the H100 (~58% of
+    // its bandwidth in run C2's hash layer).  Kept for the H200, whose
+    // tiles ran at ~56% of its bandwidth on too few eligible warps (F8):
+    // not yet measured there.
     c->moe_pack = env_int(c, "LLM_CUDA_MOE_PACK", 0, 1, 0) == 1;
     // Each FP8 weight also uploaded as its exact bf16 values (two more
     // bytes a weight: 0.6 GiB for rank6's 6 layers), which cuBLASLt then
