@@ -263,7 +263,8 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     // the hi part of token j, column j + 4 its lo part (lanes g >= 4 read
     // part 1 of row g - 4), one mma a k step instead of two; the parts'
     // sums meet at the end (pk_sums).
-    static_assert(!PACK || (FP4 && SPLIT && MODE != SMM_DENSE && NT == 1), "PACK: split MXFP4 tiles");
+    static_assert(!PACK || (FP4 && SPLIT && MODE != SMM_DENSE && NT == 1),
+                  "PACK: split MXFP4 tiles only");
     const bool pk = PACK && ntok <= 4;
     const int xg = MODE == SMM_DENSE ? g : pk ? g & 3 : g & (a.xr - 1);
     auto pk_sums = [&] {
