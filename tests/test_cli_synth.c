@@ -1,6 +1,7 @@
 /* llm-engine synth --config: a released-format checkpoint of a config's
  * shapes (first N layers, codes of each format) that the loader takes
- * and runs to finite logits; DeepSeek's index json; errors. */
+ * and runs to finite logits; DeepSeek's index json; a small router bias;
+ * errors. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 
 #include "json.h"
 #include "model.h"
+#include "safetensors.h"
 #include "cli_run.h"
 #include "strbuf.h"
 #include "tap.h"
@@ -45,6 +47,27 @@ int main(void)
 
     sb_reset(&path);
     sb_printf(&path, "%s/m", dir);
+    /* The router's bias small, as a trained router's balances the load:
+     * a large one (std 0.1 before) sent a batch to fewer experts than a
+     * trained model's (model_weights.c's synth_data says how many). */
+    safetensors st;
+    strbuf se;
+    sb_init(&se);
+    const st_tensor *gb = NULL;
+    if (st_open_dir(&st, path.data, &se) == 0) {
+        gb = st_find(&st, "layers.1.ffn.gate.bias");
+        float amax = 1;
+        if (gb && gb->dtype == ST_F32) {
+            amax = 0;
+            for (int64_t i = 0; i < st_numel(gb); i++)
+                amax = fmaxf(amax, fabsf(((const float *)gb->data)[i]));
+        }
+        ok(gb && amax < 0.05f, "layer 1's router bias is small (|b| <= %g)", amax);
+        st_close(&st);
+    } else {
+        ok(0, "the checkpoint opens: %s", se.data ? se.data : "");
+    }
+    sb_free(&se);
     v4_options o = { .tp = 2, .threads_per_rank = 1, .cache_tokens = 64 };
     v4_model *m = NULL;
     strbuf e;
