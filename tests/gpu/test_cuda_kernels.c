@@ -2678,6 +2678,21 @@ static void test_moe(int T, int routing, int H, int E, int K, int I, int i0, int
     free(bias), free(x), free(tid), free(ids), free(out), free(g), free(w1);
 }
 
+/* The expert tiles' cases on backend b (a switch of their own): decode
+ * batches of 9-64 tokens, V4's 4,096 columns, and experts of several
+ * tiles (E = 8, T = 40, 100). */
+static void moe_tile_cases(backend *b)
+{
+    backend *keep = G;
+    G = b;
+    int ts[] = { 9, 16, 32, 63, 64 };
+    for (int i = 0; i < 5; i++) test_moe(ts[i], i % 2, 1024, 32, 6, 512, 256, 256);
+    test_moe(64, false, 4096, 64, 6, 1024, 512, 512);
+    test_moe(40, true, 128, 8, 2, 128, 64, 64);
+    test_moe(100, false, 128, 8, 2, 128, 64, 64);
+    G = keep;
+}
+
 /* hc_pre_norm with the MoE router in its clusters (hc_pre_norm_route,
  * hc = 4), then the moe op it routed, against hc_pre_norm and the moe op
  * routing for itself on the same backend (G) from the same inputs: the
@@ -2994,31 +3009,13 @@ static void test_moes(void)
      * and g + 4 reading one of them, the upper four's sums dropped; their
      * 4,096 columns over clusters of 2 blocks, at 8 of 4); experts of
      * several tiles (E = 8, T = 40, 100) */
-    if (G_tiles_m8 && gemm_mode == GEMM_BF16X2) {
-        backend *keep = G;
-        G = G_tiles_m8;
-        int ts[] = { 9, 16, 32, 63, 64 };
-        for (int i = 0; i < 5; i++) test_moe(ts[i], i % 2, 1024, 32, 6, 512, 256, 256);
-        test_moe(64, false, 4096, 64, 6, 1024, 512, 512);
-        test_moe(40, true, 128, 8, 2, 128, 64, 64);
-        test_moe(100, false, 128, 8, 2, 128, 64, 64);
-        G = keep;
-    }
+    if (G_tiles_m8 && gemm_mode == GEMM_BF16X2) moe_tile_cases(G_tiles_m8);
     /* x's two parts as the mma's 8 columns in tiles of up to 4 tokens
      * (LLM_CUDA_MOE_PACK=1; the sums of hi and lo apart, added at the
      * end): w1 and w3's tiles of 4 all, w2's tiles of 8 those of 1-4
      * tokens, beside tiles of 5-8 on the two mmas in the same launch
      * (E = 8, T = 40, 100: experts of 10-25 slots) */
-    if (G_tiles_pack && gemm_mode == GEMM_BF16X2) {
-        backend *keep = G;
-        G = G_tiles_pack;
-        int ts[] = { 9, 16, 32, 63, 64 };
-        for (int i = 0; i < 5; i++) test_moe(ts[i], i % 2, 1024, 32, 6, 512, 256, 256);
-        test_moe(64, false, 4096, 64, 6, 1024, 512, 512);
-        test_moe(40, true, 128, 8, 2, 128, 64, 64);
-        test_moe(100, false, 128, 8, 2, 128, 64, 64);
-        G = keep;
-    }
+    if (G_tiles_pack && gemm_mode == GEMM_BF16X2) moe_tile_cases(G_tiles_pack);
     /* the GEMV over the tiles they replace (LLM_CUDA_MOE_MMA=0: a
      * backend of its own, the switch is read at creation) */
     if (G_tiles_gemv && gemm_mode == GEMM_BF16X2) {
