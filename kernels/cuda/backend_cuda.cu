@@ -1187,14 +1187,14 @@ static void cu_moe_op(backend *b, const moe_args *a)
             int est = (int)(E * (1.0 - pow(1.0 - (double)K / E, T)) + 0.5);
             if (!(mma && cu_moe_tiles_mma(c->st, w1, &w3, tiles13, ntiles13, max13, tm13, est,
                                           perm, false, xr, H, K, a->limit, g, I, !quant,
-                                          c->moe_mma_sm, c->moe_pack)) &&
+                                          c->moe_mma_sm, c->moe_pack, c->moe_l2)) &&
                 !cu_gemv_tiles(c->st, w1, &w3, tiles13, ntiles13, max13, tm13, perm, false, xr,
                                H, K, a->limit, g, I))
                 fail(c, "moe: the experts' w1 and w3 differ in layout");
             if (quant) cu_act_quant_round(c->st, g, I, ns, I, g, I);
             if (!(mma && cu_moe_tiles_mma(c->st, w2, NULL, tiles, ntiles, max_tiles, tm, est, perm,
                                           true, g, I, 0, 0, ys, H, !quant, c->moe_mma_sm,
-                                          c->moe_pack)))
+                                          c->moe_pack, c->moe_l2)))
                 cu_gemv_tiles(c->st, w2, NULL, tiles, ntiles, max_tiles, tm, perm, true, g, I, 1,
                               0, ys, H);
         } else if (c->gemm != BACKEND_GEMM_F32 && !c->moe_lt && w2.type == QT_MXFP4 &&
@@ -1518,6 +1518,9 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     // tiles ran at ~56% of its bandwidth on too few eligible warps (F8):
     // not yet measured there.
     c->moe_pack = env_int(c, "LLM_CUDA_MOE_PACK", 0, 1, 0) == 1;
+    // LLM_CUDA_MOE_L2=1: their weights copied in whole 128-byte lines and
+    // their scales through shared memory (cu_moe_tiles_mma's l2).
+    c->moe_l2 = env_int(c, "LLM_CUDA_MOE_L2", 0, 1, 0) == 1;
     // Each FP8 weight also uploaded as its exact bf16 values (two more
     // bytes a weight: 0.6 GiB for rank6's 6 layers), which cuBLASLt then
     // reads directly: decode batches past the small-M kernels' tokens and

@@ -90,10 +90,16 @@ static int smm_xst(int qt, int Kb)
 // MODE: SMM_DENSE (y = x W^T), SMM_TILES (one expert matrix over the
 // tiles), SMM_SWIGLU (w1 and w3 of the tiles' experts with SwiGLU).
 // PACK (MXFP4 tiles of split x): x's parts as the mma's 8 columns where a
-// tile holds at most 4 tokens.
+// tile holds at most 4 tokens.  L2 (MXFP4 tiles, smm_l2_ok): the weights
+// copied in units of one m-tile's 16 rows x 128 bytes (two stages' columns,
+// whole 128-byte lines: one L2 request a line, not two of 64 bytes) and
+// the scales through shared memory, 16 bytes a row for four stages (one
+// request a row, not one a stage and row: the 1-byte loads missed L1 and
+// made a third of the kernel's L2 requests; run D2's ncu: L2 76.8% busy
+// beside DRAM 60.8%).
 enum { SMM_DENSE, SMM_TILES, SMM_SWIGLU };
 
-template <int QT, int NT, bool SPLIT, int MODE, bool PACK = false>
+template <int QT, int NT, bool SPLIT, int MODE, bool PACK = false, bool L2 = false>
 __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     smm_kernel(const __grid_constant__ smm_args a)
 {
@@ -114,6 +120,9 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     int nst = max(0, min(Kw, kend - kb0 - cw0) + STEP - 1) / STEP;
     uint8_t *xs = sm_sh;
     uint8_t *wq = sm_sh + (size_t)a.xr * a.xst + (size_t)warp * SM_STAGES * SM_STAGE_BYTES;
+    static_assert(!L2 || (FP4 && MODE != SMM_DENSE), "L2: MXFP4 tiles only");
+    // L2: this warp's scale ring, 2 chunks of 32 rows x 16 bytes (4 stages)
+    uint8_t *sring = sm_sh + (size_t)a.xr * a.xst + 8 * SM_STAGES * SM_STAGE_BYTES + warp * 1024;
     auto cbytes = [](long long c) { return FP4 ? c >> 1 : c * EB; };
 
     // The block's row groups of BR rows (expert tiles: a.R of them, one
@@ -174,6 +183,65 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
             if (++ig < ng) rows(rg0 + ig, true);
         }
     };
+    // L2: unit iu (slot iu % SM_STAGES) is m-tile imt of stage pair ip of
+    // row group ig.  Lane l copies rows 4c + l / 8 (c = 0..3) of the
+    // m-tile, bytes 16 (l % 8) of the pair's 128: slot layout [half of
+    // the pair][rows g / g + 8][g][t] x 16 bytes as the old stage's, the
+    // second half's 64-byte groups swapped (no bank conflict between a
+    // line's halves).  up: the lane's first row of each m-tile, ulim its
+    // rows inside the view; srow: row l's scales from the warp's first
+    // column (its m-tile l / 16, row l % 16).
+    const uint8_t *up[2], *srow = nullptr;
+    int ulim[2], uldb[2], iu = 0, ip = 0, imt = 0, ich = 0;
+    bool sok = false;
+    auto rows2 = [&](int rg) {
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            const dqw &W = MODE == SMM_SWIGLU && mt ? a.w3 : w;
+            int r0 = MODE == SMM_SWIGLU ? rg * (BR / 2) + wm * 16 : rg * BR + wm * 32 + mt * 16;
+            ulim[mt] = max(0, min(16, W.rows - r0));
+            uldb[mt] = (int)cbytes(W.ld);
+            long long rr = W.r0 + min(r0 + (lane >> 3), W.rows - 1);
+            up[mt] = W.data + e * W.estride + cbytes(rr * W.ld + W.c0);
+            if (mt == lane >> 4) {
+                int r = r0 + (lane & 15);
+                sok = r < W.rows;
+                rr = W.r0 + min(r, W.rows - 1);
+                srow = W.scale + e * W.sestride + rr * W.sld + ((W.c0 + kb0 + cw0) >> 5);
+            }
+        }
+    };
+    auto issue2 = [&]() {
+        if (ig < ng && nst > 0) {
+            uint8_t *slot = wq + (iu % SM_STAGES) * SM_STAGE_BYTES;
+            int hs = (lane >> 2) & 1;
+            long long colb = cbytes(kb0 + cw0 + ip * 2 * STEP) + (lane & 7) * 16;
+            const uint8_t *src = imt ? up[1] : up[0];     // (no dynamic index: registers)
+            int lim = imt ? ulim[1] : ulim[0], ldb = imt ? uldb[1] : uldb[0];
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int q = c * 4 + (lane >> 3);
+                uint8_t *dst = slot + hs * 1024 + (c >> 1) * 512 +
+                               ((((c & 1) * 4 + (lane >> 3)) * 64 + (lane & 3) * 16) ^ (hs * 64));
+                bool on = q < lim;
+                cp_async16(dst, on ? src + (long long)c * 4 * ldb + colb : src, on ? 16 : 0);
+            }
+            if (imt == 0 && (ip & 1) == 0) {   // scales of pairs ip and ip + 1
+                cp_async16(sring + (ich & 1) * 512 + lane * 16, sok ? srow + ip * 8 : srow,
+                           sok ? 16 : 0);
+                ich++;
+            }
+        }
+        cp_async_commit();
+        iu++;
+        if (++imt == 2) {
+            imt = 0;
+            if (++ip == nst / 2) {
+                ip = 0;
+                if (++ig < ng) rows2(rg0 + ig);
+            }
+        }
+    };
     int ntok = a.T;
     if (MODE == SMM_DENSE) {
         // The weights depend on no earlier kernel: on their way before the wait.
@@ -189,9 +257,14 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
         int4 tl = a.tiles[blockIdx.z];      // read with the count (max_tiles of them)
         if ((int)blockIdx.z >= nt) return;  // the whole cluster (same z)
         ntok = tl.z, e = tl.x;
-        rows(rg0, true);
-        rows(rg0, false);
-        for (int s = 0; s < SM_STAGES - 1; s++) issue();
+        if constexpr (L2) {
+            rows2(rg0);
+            for (int s = 0; s < SM_STAGES - 1; s++) issue2();
+        } else {
+            rows(rg0, true);
+            rows(rg0, false);
+            for (int s = 0; s < SM_STAGES - 1; s++) issue();
+        }
         if (threadIdx.x < TP) {
             int i = threadIdx.x, s = tl.y + i;
             xrow[i] = i >= tl.z ? -1 : a.xdiv ? a.perm[s] / a.xdiv : s;
@@ -253,7 +326,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
             if (++sg < ng) rows(rg0 + sg, false);
         }
     };
-    scales(scn);
+    if (!L2) scales(scn);
     // Token g of n-tile 0, the lane's first chunk (xpos: its stage's
     // chunks are units 0 .. SC / 4 - 1 from there, the next stage's XSTEP
     // bytes further; cw0 is a multiple of 64 columns).
@@ -282,19 +355,41 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     int cs = 0;     // stages consumed
     for (int i = 0; i < ng; i++) {
     for (int s = 0; s < nst; s++, cs++) {
-        cp_async_wait<SM_STAGES - 2>();
-        const uint8_t *src = wq + (cs % SM_STAGES) * SM_STAGE_BYTES + lane * 16;
         uint4 u[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) u[j] = *(const uint4 *)(src + j * 512);
         uint32_t sb[4];     // the stage's scale bytes (MXFP4), as floats (FP8)
         float sc[4];
+        if constexpr (L2) {
+            // Stage pair cs / 2 is units cs - cs % 2 and the next; an even
+            // stage waits for both (one unit issued after them may fly),
+            // the warp's lanes having copied each other's bytes.
+            if ((s & 1) == 0) {
+                cp_async_wait<1>();
+                __syncwarp();
+            }
+            int hs = cs & 1, u0 = cs - hs;
+            int off = hs * 1024 + ((lane * 16) ^ (hs * 64));
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            sb[j] = scn[j];
-            if constexpr (!FP4) sc[j] = e8m0f(scn[j]);
+            for (int j = 0; j < 4; j++)
+                u[j] = *(const uint4 *)(wq + ((u0 + (j >> 1)) % SM_STAGES) * SM_STAGE_BYTES + off +
+                                        (j & 1) * 512);
+            // chunk cs / 4 (every group's stages a multiple of 4): row
+            // (j / 2) 16 + (j % 2) 8 + g, stage s % 4's 4 blocks, block t
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                sb[j] = sring[((cs >> 2) & 1) * 512 + ((j >> 1) * 16 + (j & 1) * 8 + g) * 16 +
+                              (s & 3) * 4 + t];
+        } else {
+            cp_async_wait<SM_STAGES - 2>();
+            const uint8_t *src = wq + (cs % SM_STAGES) * SM_STAGE_BYTES + lane * 16;
+#pragma unroll
+            for (int j = 0; j < 4; j++) u[j] = *(const uint4 *)(src + j * 512);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                sb[j] = scn[j];
+                if constexpr (!FP4) sc[j] = e8m0f(scn[j]);
+            }
+            scales(scn);
         }
-        scales(scn);
         if constexpr (FP4) {
             // Word h of rows g, g + 8 gives k steps 2h (columns 0-1, 4-5 of
             // the word's 8) and 2h + 1 (2-3, 6-7): decoded and multiplied
@@ -335,8 +430,16 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
                     }
                 }
                 // The slot is read (h = 0 used all four copies): the stage
-                // after the next ones there.
-                if (h == 0) issue();
+                // after the next ones there (L2: the unit, once every lane
+                // has read what the copies overwrite).
+                if (h == 0) {
+                    if constexpr (L2) {
+                        __syncwarp();
+                        issue2();
+                    } else {
+                        issue();
+                    }
+                }
                 if (pk)
                     mma_group<NT>(acc, A, xq, a.xst, (2 * h + (g >> 2)) * 16);
                 else
@@ -416,7 +519,7 @@ struct smm_plan {
 // staged and split once for them) whose grid (ntile tiles) still fills
 // 7/8 of the SMs, else the largest grid.  false: no plan fits.
 static bool smm_plan_for(int qt, int rows, int cols, int TP, int xr, long long ntile,
-                         long long xmax, smm_plan *p)
+                         long long xmax, smm_plan *p, size_t extra = 0)
 {
     int nsm = cu_sm_count();
     int step = qt == QT_FP8 ? 64 : qt == QT_MXFP4 ? 128 : 32;   // columns per warp stage
@@ -434,7 +537,7 @@ static bool smm_plan_for(int qt, int rows, int cols, int TP, int xr, long long n
         }
     if (best < 0) return false;
     p->blocks = best;
-    p->smem = (size_t)xr * smm_xst(qt, p->Kb) + 8 * SM_STAGES * SM_STAGE_BYTES;
+    p->smem = (size_t)xr * smm_xst(qt, p->Kb) + 8 * SM_STAGES * SM_STAGE_BYTES + extra;
     size_t psum = (size_t)8 * 32 * (TP + 1) * 4 + (size_t)32 * p->WM * TP * 4;   // part, recv
     if (p->smem < psum) p->smem = psum;
     return true;
@@ -489,10 +592,20 @@ static bool fp4_view_ok(const dqw &w)
            (uintptr_t)w.data % 16 == 0 && w.estride % 16 == 0;
 }
 
+// L2's copies: every warp's columns start and end on 512-column boundaries
+// (its stages in whole pairs and its scale chunks in whole 16 bytes), the
+// scale rows 16-byte aligned.
+static bool smm_l2_ok(const dqw &w, const smm_plan &p)
+{
+    int Kw = p.Kb / (8 / p.WM);
+    return w.cols % 512 == 0 && w.c0 % 512 == 0 && Kw % 512 == 0 && w.sld % 16 == 0 &&
+           w.sestride % 16 == 0 && (uintptr_t)w.scale % 16 == 0;
+}
+
 bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *tiles,
                       const int *ntiles, int max_tiles, int tile_m, int est_tiles, const int *perm,
                       bool scatter, const float *x, int ldx, int xdiv, float limit, float *y,
-                      int ldy, bool split, int per_sm, bool pack)
+                      int ldy, bool split, int per_sm, bool pack, bool l2)
 {
     if (!fp4_view_ok(w) || (w3 && (!fp4_view_ok(*w3) || w3->rows != w.rows ||
                                    w3->cols != w.cols)) ||
@@ -516,8 +629,16 @@ bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *
     // 3.65); 1: one, x of up to SM_XMAX (every column in one block).
     int vrows = w3 ? 2 * w.rows : w.rows, est = est_tiles < 1 ? 1 : est_tiles;
     int xr = tile_m <= 4 ? 4 : 8;
-    if (!smm_plan_for(QT_MXFP4, vrows, w.cols, 8, xr, est, per_sm == 1 ? SM_XMAX : SM_XMAX2, &p))
-        return false;
+    // l2: the scale rings (8 KB a block) beside x, within 40 KB at two an SM.
+    if (l2 && !split) l2 = false;
+    if (!(l2 && smm_plan_for(QT_MXFP4, vrows, w.cols, 8, xr, est,
+                             per_sm == 1 ? SM_XMAX : SM_XMAX2 - 8 * 1024, &p, 8 * 1024) &&
+          smm_l2_ok(w, p) && (!w3 || smm_l2_ok(*w3, p)))) {
+        l2 = false;
+        if (!smm_plan_for(QT_MXFP4, vrows, w.cols, 8, xr, est, per_sm == 1 ? SM_XMAX : SM_XMAX2,
+                          &p))
+            return false;
+    }
     a.WM = p.WM, a.Kb = p.Kb, a.xst = smm_xst(QT_MXFP4, p.Kb), a.xr = xr;
     // Warps that own whole sums stream R row groups of 256 rows through
     // one pipeline (x staged once, no block-wide end between them): R such
@@ -529,17 +650,20 @@ bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *
         a.R = r < 1 ? 1 : r > a.nrg ? a.nrg : (int)r;
     }
     dim3 grid((unsigned)((a.nrg + a.R - 1) / a.R), p.KS, max_tiles);
-#define SMT(S, M, P)                                                                             \
+#define SMT(S, M, P, L)                                                                          \
     do {                                                                                         \
-        smem_attr<1000 + M * 4 + S * 2 + P>(smm_kernel<QT_MXFP4, 1, S, M, P>, p.smem);           \
-        return smm_started(cu_launch_cluster(smm_kernel<QT_MXFP4, 1, S, M, P>, grid, SM_THREADS, \
-                                             p.smem, st, dim3(1, p.KS), a));                              \
+        smem_attr<1000 + L * 16 + M * 4 + S * 2 + P>(smm_kernel<QT_MXFP4, 1, S, M, P, L>,        \
+                                                     p.smem);                                    \
+        return smm_started(cu_launch_cluster(smm_kernel<QT_MXFP4, 1, S, M, P, L>, grid,          \
+                                             SM_THREADS, p.smem, st, dim3(1, p.KS), a));         \
     } while (0)
-    if (w3 && split && pack) SMT(true, SMM_SWIGLU, true);
-    if (w3 && split) SMT(true, SMM_SWIGLU, false);
-    if (w3) SMT(false, SMM_SWIGLU, false);
-    if (split && pack) SMT(true, SMM_TILES, true);
-    if (split) SMT(true, SMM_TILES, false);
-    SMT(false, SMM_TILES, false);
+    if (w3 && l2) SMT(true, SMM_SWIGLU, false, true);
+    if (w3 && split && pack) SMT(true, SMM_SWIGLU, true, false);
+    if (w3 && split) SMT(true, SMM_SWIGLU, false, false);
+    if (w3) SMT(false, SMM_SWIGLU, false, false);
+    if (l2) SMT(true, SMM_TILES, false, true);
+    if (split && pack) SMT(true, SMM_TILES, true, false);
+    if (split) SMT(true, SMM_TILES, false, false);
+    SMT(false, SMM_TILES, false, false);
 #undef SMT
 }

@@ -176,6 +176,7 @@ static void bench_decode(int T, bool fused)
                   ? (!fused ? "tiles on the GEMV"
                      : getenv("LLM_CUDA_MOE_MMA_BLOCKS") ? "tensor cores, 1 block/SM"
                      : getenv("LLM_CUDA_MOE_PACK")       ? "tensor cores, packed x"
+                     : getenv("LLM_CUDA_MOE_L2")         ? "tensor cores, 128 B lines"
                                                          : "tensor cores, 2 blocks/SM")
            : fused ? (getenv("LLM_CUDA_MOE_DEC_MMA_S") ? dec_name : "fused (3 launches)")
                    : "separate (6 launches)",
@@ -207,6 +208,10 @@ int main(int argc, char **argv)
             setenv("LLM_CUDA_MOE_PACK", "1", 1);
             bench_decode(T, true);
             unsetenv("LLM_CUDA_MOE_PACK");
+            /* the weights in 128-byte lines, the scales through shared memory */
+            setenv("LLM_CUDA_MOE_L2", "1", 1);
+            bench_decode(T, true);
+            unsetenv("LLM_CUDA_MOE_L2");
         } else {    /* the sorted expert tiles on tensor cores (LLM_CUDA_MOE_MMA_MIN_T=1) */
             setenv("LLM_CUDA_MOE_MMA_MIN_T", "1", 1);
             bench_decode(T, true);

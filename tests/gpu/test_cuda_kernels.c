@@ -127,6 +127,10 @@ static backend *G_tiles_m8;
 /* bf16x2 with LLM_CUDA_MOE_PACK=1: expert tiles of up to 4 tokens take
  * x's hi parts as the mma's columns 0-3 and the lo parts as 4-7 */
 static backend *G_tiles_pack;
+/* bf16x2 with LLM_CUDA_MOE_L2=1: the expert tiles' weights copied in whole
+ * 128-byte lines, their scales through shared memory (views on 512-column
+ * boundaries: H = 1024 and 4096's w1 and w3, H = 4096's w2) */
+static backend *G_tiles_l2;
 /* per GEMM mode (bf16x2, fp8), LLM_CUDA_SMALL_MMA=0 (17-64 tokens reach
  * cuBLASLt): FP8 weights also in bf16 (the default) and, with
  * LLM_CUDA_FP8_SHADOW=0, not */
@@ -3016,6 +3020,11 @@ static void test_moes(void)
      * tokens, beside tiles of 5-8 on the two mmas in the same launch
      * (E = 8, T = 40, 100: experts of 10-25 slots) */
     if (G_tiles_pack && gemm_mode == GEMM_BF16X2) moe_tile_cases(G_tiles_pack);
+    /* the weights in 128-byte lines, the scales through shared memory
+     * (LLM_CUDA_MOE_L2=1), and the views that cannot take them (H = 128;
+     * w2's columns from 256 at H = 1024) on the usual copies in the same
+     * backend */
+    if (G_tiles_l2 && gemm_mode == GEMM_BF16X2) moe_tile_cases(G_tiles_l2);
     /* the GEMV over the tiles they replace (LLM_CUDA_MOE_MMA=0: a
      * backend of its own, the switch is read at creation) */
     if (G_tiles_gemv && gemm_mode == GEMM_BF16X2) {
@@ -3265,6 +3274,9 @@ static void moe_switches(void)
     setenv("LLM_CUDA_MOE_PACK", "1", 1);
     G_tiles_pack = gpu_backend("bf16x2", "2");
     unsetenv("LLM_CUDA_MOE_PACK");
+    setenv("LLM_CUDA_MOE_L2", "1", 1);
+    G_tiles_l2 = gpu_backend("bf16x2", "2");
+    unsetenv("LLM_CUDA_MOE_L2");
 }
 
 /* Comparison switches read when a backend is made: a value out of range
@@ -3284,7 +3296,7 @@ static void bad_switches(void)
         { "LLM_CUDA_GATE_GEMV_MAX_T", "65" }, { "LLM_CUDA_LT_MIN_T", "1" },
         { "LLM_CUDA_LT_MIN_T", "18" },      { "LLM_CUDA_JOIN", "2" },
         { "LLM_CUDA_MOE_SIDE", "2" },       { "LLM_CUDA_MOE_TILE_M", "5" },
-        { "LLM_CUDA_MOE_PACK", "2" },
+        { "LLM_CUDA_MOE_PACK", "2" },       { "LLM_CUDA_MOE_L2", "2" },
         { "LLM_CUDA_ATTD_BLOCKS", "-1" },
         { "LLM_CUDA_ATTM_BLOCKS", "0" },    { "LLM_CUDA_INDEXER_WGMMA", "2" },
         { "LLM_CUDA_HC_PRE_CLUSTER", "2" }, { "LLM_CUDA_HC_ROUTE", "2" },
@@ -3447,6 +3459,7 @@ static void destroy_backends(backend **g, backend **g1)
     if (G_moe_side) G_moe_side->destroy(G_moe_side);
     if (G_tiles_m8) G_tiles_m8->destroy(G_tiles_m8);
     if (G_tiles_pack) G_tiles_pack->destroy(G_tiles_pack);
+    if (G_tiles_l2) G_tiles_l2->destroy(G_tiles_l2);
     for (int m = 0; m < 4; m++) {
         g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
         if (G_stream[m]) G_stream[m]->destroy(G_stream[m]);
