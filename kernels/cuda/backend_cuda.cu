@@ -1187,14 +1187,14 @@ static void cu_moe_op(backend *b, const moe_args *a)
             int est = (int)(E * (1.0 - pow(1.0 - (double)K / E, T)) + 0.5);
             if (!(mma && cu_moe_tiles_mma(c->st, w1, &w3, tiles13, ntiles13, max13, tm13, est,
                                           perm, false, xr, H, K, a->limit, g, I, !quant,
-                                          c->moe_mma_sm, c->moe_pack, c->moe_l2)) &&
+                                          c->moe_mma_sm, c->moe_l2)) &&
                 !cu_gemv_tiles(c->st, w1, &w3, tiles13, ntiles13, max13, tm13, perm, false, xr,
                                H, K, a->limit, g, I))
                 fail(c, "moe: the experts' w1 and w3 differ in layout");
             if (quant) cu_act_quant_round(c->st, g, I, ns, I, g, I);
             if (!(mma && cu_moe_tiles_mma(c->st, w2, NULL, tiles, ntiles, max_tiles, tm, est, perm,
                                           true, g, I, 0, 0, ys, H, !quant, c->moe_mma_sm,
-                                          c->moe_pack, c->moe_l2)))
+                                          c->moe_l2)))
                 cu_gemv_tiles(c->st, w2, NULL, tiles, ntiles, max_tiles, tm, perm, true, g, I, 1,
                               0, ys, H);
         } else if (c->gemm != BACKEND_GEMM_F32 && !c->moe_lt && w2.type == QT_MXFP4 &&
@@ -1509,18 +1509,12 @@ backend *cu_new(int dev, int rank, int nranks, const backend_modes *modes, char 
     c->moe_tile_m = (int)env_int(c, "LLM_CUDA_MOE_TILE_M", 4, 8, 4);
     if (c->moe_tile_m != 4 && c->moe_tile_m != 8)
         fail(c, "LLM_CUDA_MOE_TILE_M=%d: expected 4 or 8", c->moe_tile_m);
-    // LLM_CUDA_MOE_PACK=1: their tiles of up to 4 tokens take x's hi parts
-    // as the mma's columns 0-3 and the lo parts as 4-7 (one mma a k step
-    // instead of two, the sums added at the end).  Off: run C1 (H100),
-    // B = 32 3.44, 3.43 -> 3.46, 3.45 ms, bench_cuda_moe 32 316.5 -> 319.3
-    // us: the mma count is not what bounds the tiles on the H100 (~58% of
-    // its bandwidth in run C2's hash layer).  Kept for the H200, whose
-    // tiles ran at ~56% of its bandwidth on too few eligible warps (F8):
-    // not yet measured there.
-    c->moe_pack = env_int(c, "LLM_CUDA_MOE_PACK", 0, 1, 0) == 1;
-    // LLM_CUDA_MOE_L2=1: their weights copied in whole 128-byte lines and
-    // their scales through shared memory (cu_moe_tiles_mma's l2).
-    c->moe_l2 = env_int(c, "LLM_CUDA_MOE_L2", 0, 1, 0) == 1;
+    // Their weights copied in whole 128-byte lines and their scales
+    // through shared memory (cu_moe_tiles_mma's l2; run D3, H100:
+    // bench_cuda_moe 32 483 -> 450 us, B = 32 4.14 -> 3.89-3.95 ms a step,
+    // B = 64 5.67 -> 5.33).  LLM_CUDA_MOE_L2=0: 64 bytes a row and stage,
+    // the scales loaded a byte at a time (comparisons).
+    c->moe_l2 = env_switch(c, "LLM_CUDA_MOE_L2");
     // Each FP8 weight also uploaded as its exact bf16 values (two more
     // bytes a weight: 0.6 GiB for rank6's 6 layers), which cuBLASLt then
     // reads directly: decode batches past the small-M kernels' tokens and

@@ -191,7 +191,6 @@ struct cu_impl {
     int gate_gemv_t;            // ... from this many + 1 (LLM_CUDA_GATE_GEMV_MAX_T)
     int moe_mma_sm;             // their blocks an SM, 1 or 2 (LLM_CUDA_MOE_MMA_BLOCKS)
     int moe_tile_m;             // their slots a tile, 4 or 8 (LLM_CUDA_MOE_TILE_M)
-    bool moe_pack;              // x's parts as their mma's 8 columns (LLM_CUDA_MOE_PACK)
     bool moe_l2;                // their 128-byte lines, scales in shared memory (LLM_CUDA_MOE_L2)
     bool fp8_shadow;            // FP8 weights also kept in bf16 (LLM_CUDA_FP8_SHADOW=0: not)
     bool join;                  // join_weights lays matrices out as one (LLM_CUDA_JOIN=0: not)

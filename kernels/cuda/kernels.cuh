@@ -58,16 +58,15 @@ bool cu_wgmma_ok();     // the device runs the sm_90a kernels (wgmma)
 // tile's expert read once for its slots (padded to 8 tokens as N), x split
 // in two bf16 parts or (split false: x exact in bf16) taken as it is,
 // float32 sums.  est_tiles: about how many tiles *ntiles will hold, and
-// per_sm (1 or 2) the blocks an SM (the plan); pack: tiles of up to 4
-// tokens take x's two parts as the mma's 8 columns (one mma a k step,
-// not two); l2: the weights in 128-byte lines and the scales through
-// shared memory where the view allows (smm_l2_ok).  false: nothing launched
+// per_sm (1 or 2) the blocks an SM (the plan); l2: the weights in
+// 128-byte lines and the scales through shared memory where the view
+// allows (smm_l2_ok; else the copies of 64 bytes a row).  false: nothing launched
 // (not MXFP4, a view not on 32-column boundaries, w1 and w3 of different
 // shapes, a cluster that cannot run).
 bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *tiles,
                       const int *ntiles, int max_tiles, int tile_m, int est_tiles, const int *perm,
                       bool scatter, const float *x, int ldx, int xdiv, float limit, float *y,
-                      int ldy, bool split, int per_sm, bool pack, bool l2);
+                      int ldy, bool split, int per_sm, bool l2);
 // The view (nexp packed experts from w.data on) dequantized into [rows][ldo]
 // matrices one after another, float32 or bf16 (ldo a multiple of 8 >= cols,
 // columns past cols zero).  Exact: every stored format is a float32 value

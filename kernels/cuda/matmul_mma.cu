@@ -89,17 +89,16 @@ static int smm_xst(int qt, int Kb)
 
 // MODE: SMM_DENSE (y = x W^T), SMM_TILES (one expert matrix over the
 // tiles), SMM_SWIGLU (w1 and w3 of the tiles' experts with SwiGLU).
-// PACK (MXFP4 tiles of split x): x's parts as the mma's 8 columns where a
-// tile holds at most 4 tokens.  L2 (MXFP4 tiles, smm_l2_ok): the weights
-// copied in units of one m-tile's 16 rows x 128 bytes (two stages' columns,
-// whole 128-byte lines: one L2 request a line, not two of 64 bytes) and
-// the scales through shared memory, 16 bytes a row for four stages (one
-// request a row, not one a stage and row: the 1-byte loads missed L1 and
-// made a third of the kernel's L2 requests; run D2's ncu: L2 76.8% busy
-// beside DRAM 60.8%).
+// L2 (MXFP4 tiles, smm_l2_ok): the weights copied in units of one
+// m-tile's 16 rows x 128 bytes (two stages' columns, whole 128-byte lines:
+// one L2 request a line, not two of 64 bytes) and the scales through
+// shared memory, 16 bytes a row for four stages (one request a row, not
+// one a stage and row: the 1-byte loads missed L1 and made a third of
+// the kernel's L2 requests; run D2's ncu: L2 76.8% busy beside DRAM
+// 60.8%; run D3: the w1 + w3 tiles 304 -> 276 us, DRAM 67%).
 enum { SMM_DENSE, SMM_TILES, SMM_SWIGLU };
 
-template <int QT, int NT, bool SPLIT, int MODE, bool PACK = false, bool L2 = false>
+template <int QT, int NT, bool SPLIT, int MODE, bool L2 = false>
 __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     smm_kernel(const __grid_constant__ smm_args a)
 {
@@ -331,21 +330,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     // chunks are units 0 .. SC / 4 - 1 from there, the next stage's XSTEP
     // bytes further; cw0 is a multiple of 64 columns).
     constexpr int XSTEP = STEP / 32 * 9 * 16;
-    // PACK: expert tiles of at most 4 real tokens (nearly every tile of a
-    // decode batch) take x's two parts as the mma's 8 columns: column j
-    // the hi part of token j, column j + 4 its lo part (lanes g >= 4 read
-    // part 1 of row g - 4), one mma a k step instead of two; the parts'
-    // sums meet at the end (pk_sums).
-    static_assert(!PACK || (FP4 && SPLIT && MODE != SMM_DENSE && NT == 1),
-                  "PACK: split MXFP4 tiles only");
-    const bool pk = PACK && ntok <= 4;
-    const int xg = MODE == SMM_DENSE ? g : pk ? g & 3 : g & (a.xr - 1);
-    auto pk_sums = [&] {
-        if (pk)
-            each_sum<NT>([&](int m, int n, int q, int, int) {
-                acc[m][n][q] += __shfl_down_sync(0xffffffffu, acc[m][n][q], 2);
-            });
-    };
+    const int xg = MODE == SMM_DENSE ? g : g & (a.xr - 1);
     const uint8_t *xt = xs + (size_t)xg * a.xst +
                         xpos(cw0 / 4 + t * SC / 4) * 16;
     // Expert tiles whose warps own whole sums (one block along the
@@ -440,12 +425,9 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
                         issue();
                     }
                 }
-                if (pk)
-                    mma_group<NT>(acc, A, xq, a.xst, (2 * h + (g >> 2)) * 16);
-                else
 #pragma unroll
-                    for (int part = 0; part < (SPLIT ? 2 : 1); part++)
-                        mma_group<NT>(acc, A, xq, a.xst, (2 * h + part) * 16);
+                for (int part = 0; part < (SPLIT ? 2 : 1); part++)
+                    mma_group<NT>(acc, A, xq, a.xst, (2 * h + part) * 16);
             }
         } else {
             // A fragments of the stage's k steps: [step][m-tile][4]
@@ -461,7 +443,6 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     }
     if (direct) {
         int rg = rg0 + i;
-        pk_sums();
         each_sum<NT>([&](int m, int n, int q, int r, int tok) {
             int orow = MODE == SMM_SWIGLU ? rg * (BR / 2) + wm * 16 + r : rg * BR + wm * 32 + r;
             if ((MODE != SMM_SWIGLU || m == 0) && tok < ntok && orow < w.rows)
@@ -474,7 +455,6 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     }
     cp_async_wait<0>();     // no copy lands in what becomes the partial sums
     if (direct) return;
-    pk_sums();
     // Every block of the cluster is past its loop: its x and weight stages
     // are free for the partial sums and what the others send.
     cg::cluster_group cl = cg::this_cluster();
@@ -605,7 +585,7 @@ static bool smm_l2_ok(const dqw &w, const smm_plan &p)
 bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *tiles,
                       const int *ntiles, int max_tiles, int tile_m, int est_tiles, const int *perm,
                       bool scatter, const float *x, int ldx, int xdiv, float limit, float *y,
-                      int ldy, bool split, int per_sm, bool pack, bool l2)
+                      int ldy, bool split, int per_sm, bool l2)
 {
     if (!fp4_view_ok(w) || (w3 && (!fp4_view_ok(*w3) || w3->rows != w.rows ||
                                    w3->cols != w.cols)) ||
@@ -629,10 +609,11 @@ bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *
     // 3.65); 1: one, x of up to SM_XMAX (every column in one block).
     int vrows = w3 ? 2 * w.rows : w.rows, est = est_tiles < 1 ? 1 : est_tiles;
     int xr = tile_m <= 4 ? 4 : 8;
-    // l2: the scale rings (8 KB a block) beside x, within 40 KB at two an SM.
+    // l2: the warps' scale rings (8 KB a block) beside x and the stages,
+    // x 8 KB smaller for them.
     if (l2 && !split) l2 = false;
     if (!(l2 && smm_plan_for(QT_MXFP4, vrows, w.cols, 8, xr, est,
-                             per_sm == 1 ? SM_XMAX : SM_XMAX2 - 8 * 1024, &p, 8 * 1024) &&
+                             (per_sm == 1 ? SM_XMAX : SM_XMAX2) - 8 * 1024, &p, 8 * 1024) &&
           smm_l2_ok(w, p) && (!w3 || smm_l2_ok(*w3, p)))) {
         l2 = false;
         if (!smm_plan_for(QT_MXFP4, vrows, w.cols, 8, xr, est, per_sm == 1 ? SM_XMAX : SM_XMAX2,
@@ -650,20 +631,17 @@ bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *
         a.R = r < 1 ? 1 : r > a.nrg ? a.nrg : (int)r;
     }
     dim3 grid((unsigned)((a.nrg + a.R - 1) / a.R), p.KS, max_tiles);
-#define SMT(S, M, P, L)                                                                          \
+#define SMT(S, M, L)                                                                             \
     do {                                                                                         \
-        smem_attr<1000 + L * 16 + M * 4 + S * 2 + P>(smm_kernel<QT_MXFP4, 1, S, M, P, L>,        \
-                                                     p.smem);                                    \
-        return smm_started(cu_launch_cluster(smm_kernel<QT_MXFP4, 1, S, M, P, L>, grid,          \
-                                             SM_THREADS, p.smem, st, dim3(1, p.KS), a));         \
+        smem_attr<1000 + L * 8 + M * 2 + S>(smm_kernel<QT_MXFP4, 1, S, M, L>, p.smem);           \
+        return smm_started(cu_launch_cluster(smm_kernel<QT_MXFP4, 1, S, M, L>, grid, SM_THREADS, \
+                                             p.smem, st, dim3(1, p.KS), a));                     \
     } while (0)
-    if (w3 && l2) SMT(true, SMM_SWIGLU, false, true);
-    if (w3 && split && pack) SMT(true, SMM_SWIGLU, true, false);
-    if (w3 && split) SMT(true, SMM_SWIGLU, false, false);
-    if (w3) SMT(false, SMM_SWIGLU, false, false);
-    if (l2) SMT(true, SMM_TILES, false, true);
-    if (split && pack) SMT(true, SMM_TILES, true, false);
-    if (split) SMT(true, SMM_TILES, false, false);
-    SMT(false, SMM_TILES, false, false);
+    if (w3 && l2) SMT(true, SMM_SWIGLU, true);
+    if (w3 && split) SMT(true, SMM_SWIGLU, false);
+    if (w3) SMT(false, SMM_SWIGLU, false);
+    if (l2) SMT(true, SMM_TILES, true);
+    if (split) SMT(true, SMM_TILES, false);
+    SMT(false, SMM_TILES, false);
 #undef SMT
 }

@@ -175,8 +175,7 @@ static void bench_decode(int T, bool fused)
            T > 8 || tiles
                   ? (!fused ? "tiles on the GEMV"
                      : getenv("LLM_CUDA_MOE_MMA_BLOCKS") ? "tensor cores, 1 block/SM"
-                     : getenv("LLM_CUDA_MOE_PACK")       ? "tensor cores, packed x"
-                     : getenv("LLM_CUDA_MOE_L2")         ? "tensor cores, 128 B lines"
+                     : getenv("LLM_CUDA_MOE_L2")         ? "tensor cores, 64 B copies"
                                                          : "tensor cores, 2 blocks/SM")
            : fused ? (getenv("LLM_CUDA_MOE_DEC_MMA_S") ? dec_name : "fused (3 launches)")
                    : "separate (6 launches)",
@@ -204,12 +203,9 @@ int main(int argc, char **argv)
             setenv("LLM_CUDA_MOE_MMA_BLOCKS", "1", 1);
             bench_decode(T, true);
             unsetenv("LLM_CUDA_MOE_MMA_BLOCKS");
-            /* x's parts as the tiles' mma columns */
-            setenv("LLM_CUDA_MOE_PACK", "1", 1);
-            bench_decode(T, true);
-            unsetenv("LLM_CUDA_MOE_PACK");
-            /* the weights in 128-byte lines, the scales through shared memory */
-            setenv("LLM_CUDA_MOE_L2", "1", 1);
+            /* the copies of 64 bytes a row and stage, the scales a byte
+             * at a time (before 128-byte lines) */
+            setenv("LLM_CUDA_MOE_L2", "0", 1);
             bench_decode(T, true);
             unsetenv("LLM_CUDA_MOE_L2");
         } else {    /* the sorted expert tiles on tensor cores (LLM_CUDA_MOE_MMA_MIN_T=1) */

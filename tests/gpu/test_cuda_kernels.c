@@ -124,13 +124,11 @@ static backend *G_moe_side;
 /* bf16x2 with LLM_CUDA_MOE_TILE_M=8: decode batches' w1 and w3 over
  * tiles of up to 8 slots, as w2 (G: 4, x staged in 4 rows) */
 static backend *G_tiles_m8;
-/* bf16x2 with LLM_CUDA_MOE_PACK=1: expert tiles of up to 4 tokens take
- * x's hi parts as the mma's columns 0-3 and the lo parts as 4-7 */
-static backend *G_tiles_pack;
-/* bf16x2 with LLM_CUDA_MOE_L2=1: the expert tiles' weights copied in whole
- * 128-byte lines, their scales through shared memory (views on 512-column
- * boundaries: H = 1024 and 4096's w1 and w3, H = 4096's w2) */
-static backend *G_tiles_l2;
+/* bf16x2 with LLM_CUDA_MOE_L2=0: the expert tiles' weights copied 64 bytes
+ * a row and stage, their scales loaded a byte at a time (G: whole 128-byte
+ * lines and the scales through shared memory wherever the view is on
+ * 512-column boundaries: H = 1024 and 4096's w1 and w3, H = 4096's w2) */
+static backend *G_tiles_64;
 /* per GEMM mode (bf16x2, fp8), LLM_CUDA_SMALL_MMA=0 (17-64 tokens reach
  * cuBLASLt): FP8 weights also in bf16 (the default) and, with
  * LLM_CUDA_FP8_SHADOW=0, not */
@@ -3014,17 +3012,10 @@ static void test_moes(void)
      * 4,096 columns over clusters of 2 blocks, at 8 of 4); experts of
      * several tiles (E = 8, T = 40, 100) */
     if (G_tiles_m8 && gemm_mode == GEMM_BF16X2) moe_tile_cases(G_tiles_m8);
-    /* x's two parts as the mma's 8 columns in tiles of up to 4 tokens
-     * (LLM_CUDA_MOE_PACK=1; the sums of hi and lo apart, added at the
-     * end): w1 and w3's tiles of 4 all, w2's tiles of 8 those of 1-4
-     * tokens, beside tiles of 5-8 on the two mmas in the same launch
-     * (E = 8, T = 40, 100: experts of 10-25 slots) */
-    if (G_tiles_pack && gemm_mode == GEMM_BF16X2) moe_tile_cases(G_tiles_pack);
-    /* the weights in 128-byte lines, the scales through shared memory
-     * (LLM_CUDA_MOE_L2=1), and the views that cannot take them (H = 128;
-     * w2's columns from 256 at H = 1024) on the usual copies in the same
-     * backend */
-    if (G_tiles_l2 && gemm_mode == GEMM_BF16X2) moe_tile_cases(G_tiles_l2);
+    /* the copies of 64 bytes a row and stage everywhere (LLM_CUDA_MOE_L2=0;
+     * G takes them only where a view is not on 512-column boundaries: H =
+     * 128, w2's columns from 256 at H = 1024) */
+    if (G_tiles_64 && gemm_mode == GEMM_BF16X2) moe_tile_cases(G_tiles_64);
     /* the GEMV over the tiles they replace (LLM_CUDA_MOE_MMA=0: a
      * backend of its own, the switch is read at creation) */
     if (G_tiles_gemv && gemm_mode == GEMM_BF16X2) {
@@ -3254,8 +3245,8 @@ static backend *gpu_backend(const char *gemm, const char *attn_tokens)
  * (LLM_CUDA_MOE_MMA=0) and on tensor cores at one block an SM
  * (LLM_CUDA_MOE_MMA_BLOCKS=1); the shared expert on the main stream
  * (LLM_CUDA_MOE_SIDE=0); w1 and w3 over tiles of 8
- * (LLM_CUDA_MOE_TILE_M=8); x's parts as the mma's columns
- * (LLM_CUDA_MOE_PACK=1); bad values: bad_switches. */
+ * (LLM_CUDA_MOE_TILE_M=8); the tiles' copies of 64 bytes a row
+ * (LLM_CUDA_MOE_L2=0); bad values: bad_switches. */
 static void moe_switches(void)
 {
     setenv("LLM_CUDA_MOE_MMA", "0", 1);
@@ -3271,11 +3262,8 @@ static void moe_switches(void)
     setenv("LLM_CUDA_MOE_TILE_M", "8", 1);
     G_tiles_m8 = gpu_backend("bf16x2", "2");
     unsetenv("LLM_CUDA_MOE_TILE_M");
-    setenv("LLM_CUDA_MOE_PACK", "1", 1);
-    G_tiles_pack = gpu_backend("bf16x2", "2");
-    unsetenv("LLM_CUDA_MOE_PACK");
-    setenv("LLM_CUDA_MOE_L2", "1", 1);
-    G_tiles_l2 = gpu_backend("bf16x2", "2");
+    setenv("LLM_CUDA_MOE_L2", "0", 1);
+    G_tiles_64 = gpu_backend("bf16x2", "2");
     unsetenv("LLM_CUDA_MOE_L2");
 }
 
@@ -3296,7 +3284,7 @@ static void bad_switches(void)
         { "LLM_CUDA_GATE_GEMV_MAX_T", "65" }, { "LLM_CUDA_LT_MIN_T", "1" },
         { "LLM_CUDA_LT_MIN_T", "18" },      { "LLM_CUDA_JOIN", "2" },
         { "LLM_CUDA_MOE_SIDE", "2" },       { "LLM_CUDA_MOE_TILE_M", "5" },
-        { "LLM_CUDA_MOE_PACK", "2" },       { "LLM_CUDA_MOE_L2", "2" },
+        { "LLM_CUDA_MOE_L2", "2" },
         { "LLM_CUDA_ATTD_BLOCKS", "-1" },
         { "LLM_CUDA_ATTM_BLOCKS", "0" },    { "LLM_CUDA_INDEXER_WGMMA", "2" },
         { "LLM_CUDA_HC_PRE_CLUSTER", "2" }, { "LLM_CUDA_HC_ROUTE", "2" },
@@ -3458,8 +3446,7 @@ static void destroy_backends(backend **g, backend **g1)
     if (G_tiles_gemv) G_tiles_gemv->destroy(G_tiles_gemv), G_tiles_1sm->destroy(G_tiles_1sm);
     if (G_moe_side) G_moe_side->destroy(G_moe_side);
     if (G_tiles_m8) G_tiles_m8->destroy(G_tiles_m8);
-    if (G_tiles_pack) G_tiles_pack->destroy(G_tiles_pack);
-    if (G_tiles_l2) G_tiles_l2->destroy(G_tiles_l2);
+    if (G_tiles_64) G_tiles_64->destroy(G_tiles_64);
     for (int m = 0; m < 4; m++) {
         g[m]->destroy(g[m]), g1[m]->destroy(g1[m]);
         if (G_stream[m]) G_stream[m]->destroy(G_stream[m]);
