@@ -2987,6 +2987,10 @@ static void test_moes(void)
     test_moe(64, true, 1024, 64, 6, 1024, 512, 512);
     test_moe(64, false, 2048, 32, 6, 512, 256, 256);
     test_moe(64, true, 4096, 64, 6, 1024, 512, 512);   /* V4's columns: clusters */
+    /* E = 256 (~200 experts chosen): w2's blocks stream 3 row groups of
+     * 256 rows each through one pipeline of 128-byte lines and scale
+     * chunks (R > 1, as rank6's w2 at B = 32-64) */
+    test_moe(64, false, 4096, 256, 6, 512, 0, 512);
     test_moe(40, false, 128, 8, 2, 128, 64, 64);
     test_moe(40, true, 128, 8, 2, 128, 64, 64);
     test_moe(40, false, 256, 8, 3, 96, 16, 48);
