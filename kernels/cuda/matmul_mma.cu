@@ -46,6 +46,7 @@
 #define SM_STAGE_BYTES 2048         // 4 copies of 16 bytes per lane
 #define SM_XMAX (160 * 1024)        // staged x per block, bytes
 #define SM_XMAX2 (48 * 1024)        // the same for two blocks an SM (expert tiles)
+#define SM_SRING_BYTES 1024         // L2: a warp's scale ring (2 chunks of 32 rows x 16 bytes)
 
 struct smm_args {
     dqw w;
@@ -120,8 +121,9 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     uint8_t *xs = sm_sh;
     uint8_t *wq = sm_sh + (size_t)a.xr * a.xst + (size_t)warp * SM_STAGES * SM_STAGE_BYTES;
     static_assert(!L2 || (FP4 && MODE != SMM_DENSE), "L2: MXFP4 tiles only");
-    // L2: this warp's scale ring, 2 chunks of 32 rows x 16 bytes (4 stages)
-    uint8_t *sring = sm_sh + (size_t)a.xr * a.xst + 8 * SM_STAGES * SM_STAGE_BYTES + warp * 1024;
+    // L2: this warp's scale ring (a chunk: 4 stages' scales), after the stages
+    uint8_t *sring =
+        sm_sh + (size_t)a.xr * a.xst + 8 * SM_STAGES * SM_STAGE_BYTES + warp * SM_SRING_BYTES;
     auto cbytes = [](long long c) { return FP4 ? c >> 1 : c * EB; };
 
     // The block's row groups of BR rows (expert tiles: a.R of them, one
@@ -609,17 +611,13 @@ bool cu_moe_tiles_mma(cudaStream_t st, const dqw &w, const dqw *w3, const int4 *
     // 3.65); 1: one, x of up to SM_XMAX (every column in one block).
     int vrows = w3 ? 2 * w.rows : w.rows, est = est_tiles < 1 ? 1 : est_tiles;
     int xr = tile_m <= 4 ? 4 : 8;
-    // l2: the warps' scale rings (8 KB a block) beside x and the stages,
-    // x 8 KB smaller for them.
-    if (l2 && !split) l2 = false;
-    if (!(l2 && smm_plan_for(QT_MXFP4, vrows, w.cols, 8, xr, est,
-                             (per_sm == 1 ? SM_XMAX : SM_XMAX2) - 8 * 1024, &p, 8 * 1024) &&
-          smm_l2_ok(w, p) && (!w3 || smm_l2_ok(*w3, p)))) {
-        l2 = false;
-        if (!smm_plan_for(QT_MXFP4, vrows, w.cols, 8, xr, est, per_sm == 1 ? SM_XMAX : SM_XMAX2,
-                          &p))
-            return false;
-    }
+    // l2: the warps' scale rings beside x and the stages (x that much
+    // smaller), where the plan's views allow; else the 64-byte copies.
+    long long xmax = per_sm == 1 ? SM_XMAX : SM_XMAX2;
+    const size_t ring = 8 * SM_SRING_BYTES;
+    l2 = l2 && split && smm_plan_for(QT_MXFP4, vrows, w.cols, 8, xr, est, xmax - ring, &p, ring) &&
+         smm_l2_ok(w, p) && (!w3 || smm_l2_ok(*w3, p));
+    if (!l2 && !smm_plan_for(QT_MXFP4, vrows, w.cols, 8, xr, est, xmax, &p)) return false;
     a.WM = p.WM, a.Kb = p.Kb, a.xst = smm_xst(QT_MXFP4, p.Kb), a.xr = xr;
     // Warps that own whole sums stream R row groups of 256 rows through
     // one pipeline (x staged once, no block-wide end between them): R such

@@ -168,6 +168,8 @@ static void bench_decode(int T, bool fused)
     double sh = 3.0 * ((double)I * H + (double)(I / 128) * (H / 128));
     double bytes = T <= 8 ? 2.0 * E * H + T * (K * ex + sh)
                           : 2.0 * E * H + E * (1 - pow(1 - (double)K / E, T)) * ex + sh;
+    const char *l2 = getenv("LLM_CUDA_MOE_L2");
+    bool l2_off = l2 && !strcmp(l2, "0");
     char dec_name[32];
     snprintf(dec_name, sizeof dec_name, "fused, mma S=%s%s", getenv("LLM_CUDA_MOE_DEC_MMA_S"),
              getenv("LLM_CUDA_ROUTE_REGS") ? " route smem" : "");
@@ -175,7 +177,7 @@ static void bench_decode(int T, bool fused)
            T > 8 || tiles
                   ? (!fused ? "tiles on the GEMV"
                      : getenv("LLM_CUDA_MOE_MMA_BLOCKS") ? "tensor cores, 1 block/SM"
-                     : getenv("LLM_CUDA_MOE_L2")         ? "tensor cores, 64 B copies"
+                     : l2_off                            ? "tensor cores, 64 B copies"
                                                          : "tensor cores, 2 blocks/SM")
            : fused ? (getenv("LLM_CUDA_MOE_DEC_MMA_S") ? dec_name : "fused (3 launches)")
                    : "separate (6 launches)",
