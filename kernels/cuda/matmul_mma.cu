@@ -184,26 +184,33 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
             if (++ig < ng) rows(rg0 + ig, true);
         }
     };
-    // L2: unit iu (slot iu % SM_STAGES) is m-tile imt of stage pair ip of
-    // row group ig.  Lane l copies rows 4c + l / 8 (c = 0..3) of the
-    // m-tile, bytes 16 (l % 8) of the pair's 128: slot layout [half of
-    // the pair][rows g / g + 8][g][t] x 16 bytes as the old stage's, the
-    // second half's 64-byte groups swapped (no bank conflict between a
-    // line's halves).  up: the lane's first row of each m-tile, ulim its
-    // rows inside the view; srow: row l's scales from the warp's first
-    // column (its m-tile l / 16, row l % 16).
+    // L2: unit u (slot u % SM_STAGES) is m-tile u % 2 of stage pair u / 2
+    // (pair p in slots 2 (p % 2), + 1: pairs per row group are even).
+    // Lane l copies rows 4c + l / 8 (c = 0..3) of the m-tile, bytes 16 (l %
+    // 8) of the pair's 128: slot layout [half of the pair][rows g / g + 8]
+    // [g][t] x 16 bytes as the old stage's, the second half's 64-byte groups
+    // swapped (no bank conflict between a line's halves).  up: the lane's
+    // first row of each m-tile at its bytes of the warp's first line, ulim
+    // its rows inside the view, uldb4 4 rows' bytes; srow: row l's scales
+    // from the warp's first column (its m-tile l / 16, row l % 16).  The
+    // slots and the ring by shared-window addresses computed once (wsl,
+    // ssl, dl: this lane's place in a unit).
     const uint8_t *up[2], *srow = nullptr;
-    int ulim[2], uldb[2], iu = 0, ip = 0, imt = 0, ich = 0;
+    int ulim[2], uldb4[2], ip = 0, ich = 0;
     bool sok = false;
+    const uint32_t wsl = (uint32_t)__cvta_generic_to_shared(wq);
+    const uint32_t ssl = (uint32_t)__cvta_generic_to_shared(sring);
+    const int hsl = (lane >> 2) & 1;
+    const uint32_t dl = hsl * 1024 + (((lane >> 3) * 64 + (lane & 3) * 16) ^ (hsl * 64));
     auto rows2 = [&](int rg) {
 #pragma unroll
         for (int mt = 0; mt < 2; mt++) {
             const dqw &W = MODE == SMM_SWIGLU && mt ? a.w3 : w;
             int r0 = MODE == SMM_SWIGLU ? rg * (BR / 2) + wm * 16 : rg * BR + wm * 32 + mt * 16;
             ulim[mt] = max(0, min(16, W.rows - r0));
-            uldb[mt] = (int)cbytes(W.ld);
+            uldb4[mt] = 4 * (int)cbytes(W.ld);
             long long rr = W.r0 + min(r0 + (lane >> 3), W.rows - 1);
-            up[mt] = W.data + e * W.estride + cbytes(rr * W.ld + W.c0);
+            up[mt] = W.data + e * W.estride + cbytes(rr * W.ld + W.c0 + kb0 + cw0) + (lane & 7) * 16;
             if (mt == lane >> 4) {
                 int r = r0 + (lane & 15);
                 sok = r < W.rows;
@@ -212,37 +219,40 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
             }
         }
     };
-    auto issue2 = [&]() {
+    // The next unit, m-tile IMT of pair ip (units alternate m-tiles; the
+    // scales of pairs ip and ip + 1 with m-tile 0 of an even pair).
+    // whole: every row of every group inside the view (no tests a copy).
+    auto issue2 = [&](auto imt) {
+        constexpr int IMT = decltype(imt)::value;
         if (ig < ng && nst > 0) {
-            uint8_t *slot = wq + (iu % SM_STAGES) * SM_STAGE_BYTES;
-            int hs = (lane >> 2) & 1;
-            long long colb = cbytes(kb0 + cw0 + ip * 2 * STEP) + (lane & 7) * 16;
-            const uint8_t *src = imt ? up[1] : up[0];     // (no dynamic index: registers)
-            int lim = imt ? ulim[1] : ulim[0], ldb = imt ? uldb[1] : uldb[0];
+            uint32_t dst = wsl + ((ip & 1) * 2 + IMT) * SM_STAGE_BYTES + dl;
+            const uint8_t *src = up[IMT] + ip * 128;
+            if (whole) {
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                int q = c * 4 + (lane >> 3);
-                uint8_t *dst = slot + hs * 1024 + (c >> 1) * 512 +
-                               ((((c & 1) * 4 + (lane >> 3)) * 64 + (lane & 3) * 16) ^ (hs * 64));
-                bool on = q < lim;
-                cp_async16(dst, on ? src + (long long)c * 4 * ldb + colb : src, on ? 16 : 0);
+                for (int c = 0; c < 4; c++)
+                    cp_async16s(dst + (c >> 1) * 512 + (c & 1) * 256, src + c * uldb4[IMT]);
+            } else {
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    bool on = c * 4 + (lane >> 3) < ulim[IMT];
+                    cp_async16s(dst + (c >> 1) * 512 + (c & 1) * 256,
+                                on ? src + c * uldb4[IMT] : src, on ? 16 : 0);
+                }
             }
-            if (imt == 0 && (ip & 1) == 0) {   // scales of pairs ip and ip + 1
-                cp_async16(sring + (ich & 1) * 512 + lane * 16, sok ? srow + ip * 8 : srow,
-                           sok ? 16 : 0);
+            if (IMT == 0 && (ip & 1) == 0) {
+                cp_async16s(ssl + (ich & 1) * 512 + lane * 16, sok ? srow + ip * 8 : srow,
+                            sok ? 16 : 0);
                 ich++;
             }
         }
         cp_async_commit();
-        iu++;
-        if (++imt == 2) {
-            imt = 0;
-            if (++ip == nst / 2) {
-                ip = 0;
-                if (++ig < ng) rows2(rg0 + ig);
-            }
+        if (IMT == 1 && ++ip == nst / 2) {
+            ip = 0;
+            if (++ig < ng) rows2(rg0 + ig);
         }
     };
+    using I0 = std::integral_constant<int, 0>;
+    using I1 = std::integral_constant<int, 1>;
     int ntok = a.T;
     if (MODE == SMM_DENSE) {
         // The weights depend on no earlier kernel: on their way before the wait.
@@ -260,7 +270,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
         ntok = tl.z, e = tl.x;
         if constexpr (L2) {
             rows2(rg0);
-            for (int s = 0; s < SM_STAGES - 1; s++) issue2();
+            issue2(I0()), issue2(I1()), issue2(I0());
         } else {
             rows(rg0, true);
             rows(rg0, false);
@@ -340,97 +350,107 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
     // from the registers, no block-wide end.
     bool direct = MODE != SMM_DENSE && gridDim.y == 1 && WM == 8;
     int cs = 0;     // stages consumed
+    // One FP4 stage's products from the lane's copies u (rows g, g + 8 of
+    // m-tile 0, then of m-tile 1) and their scale bytes sb; read() once
+    // every lane has read the stage's slot (h = 0 used all four copies).
+    // Word h of rows g, g + 8 gives k steps 2h (columns 0-1, 4-5 of the
+    // word's 8) and 2h + 1 (2-3, 6-7): decoded and multiplied word by word
+    // (16 registers of A at a time, not the stage's 64).  The multiplier of
+    // a scale up to 128 is one bf16 pair; a stage of the warp with a larger
+    // one (rare: a warp-wide test) takes fp4_mults' two multiplies.
+    auto fp4_stage = [&](const uint4(&u)[4], const uint32_t(&sb)[4], const uint8_t *xq,
+                         auto read) {
+        uint32_t mm[4], m2[4];
+        bool big = false;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            big |= sb[j] > 128;
+            mm[j] = ((sb[j] + 126) << 7) * 0x10001u;
+        }
+        big = __any_sync(0xffffffffu, big);
+        if (big)
+#pragma unroll
+            for (int j = 0; j < 4; j++) fp4_mults(sb[j], mm[j], m2[j]);
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            uint32_t A[2][2][4];
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                uint32_t p[4], q[4];
+                fp4x8_bf16x2(word(u[2 * m], h), mm[2 * m], p);
+                fp4x8_bf16x2(word(u[2 * m + 1], h), mm[2 * m + 1], q);
+                if (big)
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        p[j] = mul_bf16x2(p[j], m2[2 * m]), q[j] = mul_bf16x2(q[j], m2[2 * m + 1]);
+#pragma unroll
+                for (int k = 0; k < 2; k++) {
+                    A[k][m][0] = p[2 * k];
+                    A[k][m][1] = q[2 * k];
+                    A[k][m][2] = p[2 * k + 1];
+                    A[k][m][3] = q[2 * k + 1];
+                }
+            }
+            if (h == 0) read();
+#pragma unroll
+            for (int part = 0; part < (SPLIT ? 2 : 1); part++)
+                mma_group<NT>(acc, A, xq, a.xst, (2 * h + part) * 16);
+        }
+    };
+    // L2: the lane's offsets in a stage's half of a slot (hs: the pair's
+    // first or second stage) and its scale bytes' in the ring's chunk: row
+    // (j / 2) 16 + (j % 2) 8 + g, block t of each stage's 4.
+    const int lo[2] = { lane * 16, 1024 + ((lane * 16) ^ 64) };
+    const int sro = (int)(sring - sm_sh) + g * 16 + t;
+    const int wso = (int)(wq - sm_sh);
     for (int i = 0; i < ng; i++) {
+    if constexpr (L2) {
+        // A stage pair at a time (its units' slots and the halves' offsets
+        // fixed): both its units landed (one unit issued after them may
+        // fly), the warp's lanes having copied each other's bytes.
+        for (int s = 0; s < nst; s += 2, cs += 2) {
+            cp_async_wait<1>();
+            __syncwarp();
+            int pw = wso + ((cs >> 1) & 1) * 2 * SM_STAGE_BYTES;
+            int sr = sro + ((cs >> 2) & 1) * 512 + ((cs >> 1) & 1) * 8;
+#pragma unroll
+            for (int hs = 0; hs < 2; hs++) {
+                uint4 u[4];
+                uint32_t sb[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    u[j] = *(const uint4 *)(sm_sh + pw + (j >> 1) * SM_STAGE_BYTES + (j & 1) * 512 +
+                                            lo[hs]);
+                    sb[j] = sm_sh[sr + hs * 4 + ((j >> 1) * 16 + (j & 1) * 8) * 16];
+                }
+                // the unit after the next ones: m-tile 1 of the next pair
+                // into the slot read two stages ago; then m-tile 0 of the
+                // pair after into this pair's first slot
+                fp4_stage(u, sb, xt + (s + hs) * XSTEP, [&] {
+                    __syncwarp();
+                    if (hs == 0) issue2(I1());
+                    else issue2(I0());
+                });
+            }
+        }
+    } else {
     for (int s = 0; s < nst; s++, cs++) {
         uint4 u[4];
         uint32_t sb[4];     // the stage's scale bytes (MXFP4), as floats (FP8)
         float sc[4];
-        if constexpr (L2) {
-            // Stage pair cs / 2 is units cs - cs % 2 and the next; an even
-            // stage waits for both (one unit issued after them may fly),
-            // the warp's lanes having copied each other's bytes.
-            if ((s & 1) == 0) {
-                cp_async_wait<1>();
-                __syncwarp();
-            }
-            int hs = cs & 1, u0 = cs - hs;
-            int off = hs * 1024 + ((lane * 16) ^ (hs * 64));
+        cp_async_wait<SM_STAGES - 2>();
+        const uint8_t *src = wq + (cs % SM_STAGES) * SM_STAGE_BYTES + lane * 16;
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                u[j] = *(const uint4 *)(wq + ((u0 + (j >> 1)) % SM_STAGES) * SM_STAGE_BYTES + off +
-                                        (j & 1) * 512);
-            // chunk cs / 4 (every group's stages a multiple of 4): row
-            // (j / 2) 16 + (j % 2) 8 + g, stage s % 4's 4 blocks, block t
+        for (int j = 0; j < 4; j++) u[j] = *(const uint4 *)(src + j * 512);
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                sb[j] = sring[((cs >> 2) & 1) * 512 + ((j >> 1) * 16 + (j & 1) * 8 + g) * 16 +
-                              (s & 3) * 4 + t];
-        } else {
-            cp_async_wait<SM_STAGES - 2>();
-            const uint8_t *src = wq + (cs % SM_STAGES) * SM_STAGE_BYTES + lane * 16;
-#pragma unroll
-            for (int j = 0; j < 4; j++) u[j] = *(const uint4 *)(src + j * 512);
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                sb[j] = scn[j];
-                if constexpr (!FP4) sc[j] = e8m0f(scn[j]);
-            }
-            scales(scn);
+        for (int j = 0; j < 4; j++) {
+            sb[j] = scn[j];
+            if constexpr (!FP4) sc[j] = e8m0f(scn[j]);
         }
+        scales(scn);
         if constexpr (FP4) {
-            // Word h of rows g, g + 8 gives k steps 2h (columns 0-1, 4-5 of
-            // the word's 8) and 2h + 1 (2-3, 6-7): decoded and multiplied
-            // word by word (16 registers of A at a time, not the stage's
-            // 64).  The multiplier of a scale up to 128 is one bf16 pair;
-            // a stage of the warp with a larger one (rare: a warp-wide
-            // test) takes fp4_mults' two multiplies.
-            uint32_t mm[4], m2[4];
-            bool big = false;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                big |= sb[j] > 128;
-                mm[j] = ((sb[j] + 126) << 7) * 0x10001u;
-            }
-            big = __any_sync(0xffffffffu, big);
-            if (big)
-#pragma unroll
-                for (int j = 0; j < 4; j++) fp4_mults(sb[j], mm[j], m2[j]);
-            const uint8_t *xq = xt + s * XSTEP;
-#pragma unroll
-            for (int h = 0; h < 4; h++) {
-                uint32_t A[2][2][4];
-#pragma unroll
-                for (int m = 0; m < 2; m++) {
-                    uint32_t p[4], q[4];
-                    fp4x8_bf16x2(word(u[2 * m], h), mm[2 * m], p);
-                    fp4x8_bf16x2(word(u[2 * m + 1], h), mm[2 * m + 1], q);
-                    if (big)
-#pragma unroll
-                        for (int j = 0; j < 4; j++)
-                            p[j] = mul_bf16x2(p[j], m2[2 * m]), q[j] = mul_bf16x2(q[j], m2[2 * m + 1]);
-#pragma unroll
-                    for (int k = 0; k < 2; k++) {
-                        A[k][m][0] = p[2 * k];
-                        A[k][m][1] = q[2 * k];
-                        A[k][m][2] = p[2 * k + 1];
-                        A[k][m][3] = q[2 * k + 1];
-                    }
-                }
-                // The slot is read (h = 0 used all four copies): the stage
-                // after the next ones there (L2: the unit, once every lane
-                // has read what the copies overwrite).
-                if (h == 0) {
-                    if constexpr (L2) {
-                        __syncwarp();
-                        issue2();
-                    } else {
-                        issue();
-                    }
-                }
-#pragma unroll
-                for (int part = 0; part < (SPLIT ? 2 : 1); part++)
-                    mma_group<NT>(acc, A, xq, a.xst, (2 * h + part) * 16);
-            }
+            // The slot is read: the stage after the next ones there.
+            fp4_stage(u, sb, xt + s * XSTEP, [&] { issue(); });
         } else {
             // A fragments of the stage's k steps: [step][m-tile][4]
             uint32_t A[KSTEPS][2][4];
@@ -442,6 +462,7 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
             mma_stage_at<QT, NT, SPLIT, KSTEPS, SC>(acc, A, xt + s * XSTEP, a.xst,
                                                     [](int h, int p) { return (2 * h + p) * 16; });
         }
+    }
     }
     if (direct) {
         int rg = rg0 + i;

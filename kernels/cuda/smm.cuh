@@ -23,6 +23,20 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes
                  : "memory");
 }
 
+// The same at a shared-window address d (computed once, not converted
+// per copy); all 16 bytes.
+__device__ __forceinline__ void cp_async16s(uint32_t d, const void *src)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+
+// ... or bytes of them, zeros after.
+__device__ __forceinline__ void cp_async16s(uint32_t d, const void *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes)
+                 : "memory");
+}
+
 // 4 bytes from global src to shared dst (zeros when not ok).
 __device__ __forceinline__ void cp_async4(float *dst, const float *src, bool ok)
 {
@@ -88,14 +102,22 @@ __device__ __forceinline__ void fp4_mults(uint32_t S, uint32_t &m, uint32_t &m2)
 }
 
 // The 8 E2M1 codes of w (column 2i in the low nibble of byte i) times m
-// (fp4_mults' first): o[j] = bf16 pair (column j, column j + 4).
+// (fp4_mults' first): o[j] = bf16 pair (column j, column j + 4), each
+// half the code's sign at bit 15 and its magnitude at bits 6-8.  Codes j
+// and j + 4 isolated, one multiply makes two copies of them that cannot
+// overlap (x 0x1040: << 12 puts the sign at 15, << 6 the magnitude at
+// 6-8) and one mask keeps those bits: 13 integer operations for 4 pairs,
+// not 15, two of them on the FMA pipe (the expert tiles' decode is most
+// of their instructions; the same bits as the shifts', all 2^32 words
+// checked).
 __device__ __forceinline__ void fp4x8_bf16x2(uint32_t w, uint32_t m, uint32_t (&o)[4])
 {
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        uint32_t t = w << (12 - 4 * j);
-        o[j] = mul_bf16x2((t & 0x80008000u) | ((t & 0x70007000u) >> 6), m);
-    }
+    const uint32_t keep = 0x81c081c0u;
+    uint32_t q3 = w & 0xf000f000u;     // codes 3, 7: the sign already at 15
+    o[0] = mul_bf16x2((w & 0x000f000fu) * 0x1040u & keep, m);
+    o[1] = mul_bf16x2((w & 0x00f000f0u) * 0x0104u & keep, m);
+    o[2] = mul_bf16x2((w >> 8 & 0x000f000fu) * 0x1040u & keep, m);
+    o[3] = mul_bf16x2((q3 | q3 >> 6) & keep, m);
 }
 
 // A bf16 pair from two FP8 codes (the low 16 bits of b) times scale s.
