@@ -949,6 +949,18 @@ static long long env_int(cu_impl *c, const char *name, long long lo, long long h
     return x;
 }
 
+// The most tiles of up to m slots moe_sort can make of ns slots over E
+// experts: each of the A <= min(E, ns) experts chosen makes ceil(n_e / m)
+// <= (n_e + m - 1) / m, so all (ns + (m - 1) A) / m.  The grids launch
+// this many tiles and those past the count return at once: the old bound
+// ns / m + A launched 48 more a layer for w1 and w3 at 32 sequences (768
+// empty blocks), 64 more at 64.
+static int moe_max_tiles(int ns, int E, int m)
+{
+    long long a = E < ns ? E : ns;
+    return (int)((ns + (m - 1) * a) / m);
+}
+
 static void cu_moe_op(backend *b, const moe_args *a)
 {
     cu_impl *c = enter(b);
@@ -1125,14 +1137,14 @@ static void cu_moe_op(backend *b, const moe_args *a)
                     !(f8 && !strcmp(f8, "0")) && cu_moe_gemm_fp8_ok(w13) &&
                     cu_moe_gemm_fp8_ok(w2v);
         int tm = w4a8 ? CU_TILE_M8 : !gv ? CU_TILE_M : mma || ns > 4 * E ? 8 : 4;
-        int max_tiles = ns / tm + (E < ns ? E : ns);
+        int max_tiles = moe_max_tiles(ns, E, tm);
         // On the tensor cores w1 and w3 take a table of their own, of
         // tiles of moe_tile_m slots (4: x staged in 4 rows, their 4,096
         // columns over clusters of 2 blocks, not 4 -- twice a warp's
         // stages for the same prologue and end; w2's 1,024 lose by it)
         bool own13 = mma && c->moe_tile_m != tm;
         int tm13 = own13 ? c->moe_tile_m : tm;
-        int max13 = own13 ? ns / tm13 + (E < ns ? E : ns) : max_tiles;
+        int max13 = own13 ? moe_max_tiles(ns, E, tm13) : max_tiles;
         int *perm = (int *)grow(c, &c->perm, ns * sizeof(int));
         int4 *tiles = (int4 *)grow(c, &c->tiles,
                                    (max_tiles + (own13 ? max13 : 0)) * sizeof(int4));
