@@ -32,9 +32,10 @@
 // first m-tile w1's rows, its second w3's same rows) so SwiGLU takes both
 // sums at the end.  A lane's 16-byte copy is 32 E2M1 codes, one UE8M0
 // scale block (views on 32-column boundaries); the 8 codes of a word w
-// become 4 bf16 pairs (columns j and j + 4 from w << (12 - 4j)): the
-// nibble's sign stays at bit 15, its three magnitude bits move under the
-// exponent (>> 6), which makes e2m1 * 2^-126 (0.5 a subnormal), then
+// become 4 bf16 pairs (columns j and j + 4, nibbles j and j + 4): each
+// nibble's sign goes to bit 15 of its half, its three magnitude bits
+// under the exponent (bits 6-8; smm.cuh's fp4x8_bf16x2), which makes
+// e2m1 * 2^-126 (0.5 a subnormal), then
 // one bf16x2 multiply by 2^(S - 1) gives e2m1 * 2^(S - 127) exactly (two
 // for S > 128, whose 2^(S - 1) bf16 cannot hold; S = 255: NaN, as the
 // CPU's).  Staged x keeps each 8 columns in that order, c0 c4 c1 c5 c2
