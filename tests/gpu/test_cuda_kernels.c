@@ -2995,8 +2995,13 @@ static void test_moes(void)
     test_moe(40, true, 128, 8, 2, 128, 64, 64);
     test_moe(40, false, 256, 8, 3, 96, 16, 48);
     test_moe(100, false, 128, 8, 2, 128, 64, 64);  /* routed: tiles; shared expert: cuBLASLt */
-    for (moe_w2_shift = -100; moe_w2_shift <= 100; moe_w2_shift += 200)
+    /* scales above 2^1 (two multiplies) in w2's tiles on the old copies
+     * (a view of 256 columns) and on the 128-byte lines (1,024 columns:
+     * the stage pairs' compile-time choice of the two-multiply decode) */
+    for (moe_w2_shift = -100; moe_w2_shift <= 100; moe_w2_shift += 200) {
         test_moe(32, false, 1024, 32, 6, 512, 256, 256);
+        test_moe(32, false, 1024, 32, 6, 1024, 0, 1024);
+    }
     moe_w2_shift = 0;
     /* the shared expert after the routed experts on one stream
      * (LLM_CUDA_MOE_SIDE=0; G runs it beside them on a second stream):
