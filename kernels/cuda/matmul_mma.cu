@@ -211,7 +211,8 @@ __global__ void __launch_bounds__(SM_THREADS, QT == QT_MXFP4 ? 2 : 1)
             ulim[mt] = max(0, min(16, W.rows - r0));
             uldb4[mt] = 4 * (int)cbytes(W.ld);
             long long rr = W.r0 + min(r0 + (lane >> 3), W.rows - 1);
-            up[mt] = W.data + e * W.estride + cbytes(rr * W.ld + W.c0 + kb0 + cw0) + (lane & 7) * 16;
+            up[mt] = W.data + e * W.estride + cbytes(rr * W.ld + W.c0 + kb0 + cw0) +
+                     (lane & 7) * 16;
             if (mt == lane >> 4) {
                 int r = r0 + (lane & 15);
                 sok = r < W.rows;
