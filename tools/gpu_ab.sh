@@ -8,7 +8,7 @@
 #          (with the change: "new")
 #   there: carry [".xfer/m", ".xfer/base"]; cd .xfer/m && tar xJf pack.txz
 #          && cd pack && sh tools/gpu_ab.sh run $OUT [SECONDS] [STEPS]
-#          (steps suite and switches alone: no base needed)
+#          (steps suite, switches and kernels alone: no base needed)
 #
 # STEPS, in order, each skipped once fewer seconds are left than it needs
 # (default "suite attention decode prefill batch"):
@@ -18,6 +18,12 @@
 #   decode     rank6 fp8 cache --prompts 8192,131072 --decode 64, twice each
 #   prefill    LLM_CUDA_GEMM=fp8 --prompts 32768,32768,131072, twice each
 #   batch      --prompt 8192 --batch 1,8,32,64 --decode 16, once each
+#   batch2     the same with each step's graph time (LLM_CUDA_GRAPH_TIME=1),
+#              old and new alternated twice (issue 15's rows; ~20 s a run)
+#   tiles      bench_cuda_moe 32 and 64 (the expert tiles on tensor cores,
+#              their default two blocks an SM), old and new alternated twice
+#   kernels    test_cuda_kernels on the new binaries with the filters in
+#              $AB_KERNELS (default "moe"), its ok / not ok counts
 #   long       LLM_CUDA_GEMM=fp8 --prompts 1048576 --decode 4 (issue 14's 1M
 #              prompt, ~35 s a run), once each
 #   profile    LLM_CUDA_PROFILE=1 fp8 --prompts 131072: the big ops' ms, once each
@@ -54,8 +60,8 @@ left() { echo $((budget - ($(date +%s) - start))); }
 w=/tmp/gpu-ab.$$
 mkdir -p "$w" "$out"
 base=${BASE:-../../base/base.txz}
-# (suite and switches run the new binaries alone: no base needed)
-if [ -n "$(echo " $steps " | sed 's/ suite / /g; s/ switches / /g; s/ //g')" ]; then
+# (suite, switches and kernels run the new binaries alone: no base needed)
+if [ -n "$(echo " $steps " | sed 's/ suite / /g; s/ switches / /g; s/ kernels / /g; s/ //g')" ]; then
     tar xJf "$base" || { echo "gpu_ab.sh: no $base (gpu_ab.sh base, carried)" >&2; exit 1; }
 fi
 export NCCL_NVLS_ENABLE=0     # never NVLink multicast
@@ -133,6 +139,33 @@ for s in $steps; do
             --decode 4; done ;;
     batch)
         bench batch 100 -- --prompt 8192 --batch 1,8,32,64 --decode 16 ;;
+    batch2)
+        for i in 1 2; do for v in old new; do
+            bin=b/llm-engine
+            [ $v = new ] && bin=build/bin/llm-engine
+            l="batch2-$v-$i"
+            one "$l" 60 LLM_CUDA_GRAPH_TIME=1 -- $bin bench --synthetic \
+                conf/models/deepseek-v4-flash-rank6.json --tp 1 --kv-cache-dtype fp8 --prompt 8192 \
+                --batch 1,8,32,64 --decode 16 || continue
+            echo "batch2 $v ($i): $(grep -E '^decode (B=|device)' "$w/$l.log" | sed -E \
+                's/^decode (B=[0-9]+) .*: ([0-9.]+ ms)\/token.*/\1 \2/; s/^decode device +([0-9.]+ ms).*/(graph \1)/' |
+                tr '\n' ' ')"
+        done; done ;;
+    tiles)
+        for i in 1 2; do for v in old new; do
+            bin=b/bench_cuda_moe
+            [ $v = new ] && bin=build/tests/gpu/bench_cuda_moe
+            one "tiles-$v-$i" 60 -- sh -c "$bin 32 && $bin 64" || continue
+            echo "tiles $v ($i): $(grep -E 'moe decode T=(32|64) .*2 blocks/SM' "$w/tiles-$v-$i.log" |
+                sed -E 's/.*(T=[0-9]+) .*: +([0-9.]+ us) +([0-9]+ GB\/s).*/\1 \2 \3/' | tr '\n' ';')"
+        done; done ;;
+    kernels)
+        for f in ${AB_KERNELS:-moe}; do
+            one "kernels-$f" 200 -- build/tests/gpu/test_cuda_kernels "$f"
+            echo "kernels $f: $(grep -c '^ok' "$w/kernels-$f.log") ok, $(grep -c '^not ok' \
+                "$w/kernels-$f.log") not ok"
+            grep '^not ok' "$w/kernels-$f.log" | head -n 5
+        done ;;
     long)
         bench long 100 LLM_CUDA_GEMM=fp8 -- --prompts 1048576 --decode 4 ;;
     profile)
