@@ -16,15 +16,8 @@
 
 namespace cg = cooperative_groups;
 
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes)
-{
-    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes)
-                 : "memory");
-}
-
-// The same at a shared-window address d (computed once, not converted
-// per copy); all 16 bytes.
+// 16 bytes from global src to shared-window address d (computed once by
+// a caller that copies to many, not converted per copy).
 __device__ __forceinline__ void cp_async16s(uint32_t d, const void *src)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
@@ -35,6 +28,12 @@ __device__ __forceinline__ void cp_async16s(uint32_t d, const void *src, int byt
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes)
                  : "memory");
+}
+
+// The same at a generic pointer into shared memory.
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes)
+{
+    cp_async16s((uint32_t)__cvta_generic_to_shared(dst), src, bytes);
 }
 
 // 4 bytes from global src to shared dst (zeros when not ok).
