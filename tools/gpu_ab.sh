@@ -99,6 +99,12 @@ bench() {   # LABEL SECONDS ENV... -- ARGS...: old and new llm-engine bench
             s/TTFT.*steps); //; s/tokens\/s aggregate.*/tok\/s/; s/  */ /g' | tr '\n' ';')"
     done
 }
+# a batched bench log's rows on one line: "B=32 3.61 ms (graph 3.594 ms) ..."
+graph_rows() {
+    grep -E '^decode (B=|device)' "$1" | sed -E \
+        's/^decode (B=[0-9]+) .*: ([0-9.]+ ms)\/token.*/\1 \2/; s/^decode device +([0-9.]+ ms).*/(graph \1)/' |
+        tr '\n' ' '
+}
 for s in $steps; do
     case $s in
     suite)
@@ -147,9 +153,7 @@ for s in $steps; do
             one "$l" 60 LLM_CUDA_GRAPH_TIME=1 -- $bin bench --synthetic \
                 conf/models/deepseek-v4-flash-rank6.json --tp 1 --kv-cache-dtype fp8 --prompt 8192 \
                 --batch 1,8,32,64 --decode 16 || continue
-            echo "batch2 $v ($i): $(grep -E '^decode (B=|device)' "$w/$l.log" | sed -E \
-                's/^decode (B=[0-9]+) .*: ([0-9.]+ ms)\/token.*/\1 \2/; s/^decode device +([0-9.]+ ms).*/(graph \1)/' |
-                tr '\n' ' ')"
+            echo "batch2 $v ($i): $(graph_rows "$w/$l.log")"
         done; done ;;
     tiles)
         for i in 1 2; do for v in old new; do
@@ -184,9 +188,7 @@ for s in $steps; do
             one "$l" 60 LLM_CUDA_GRAPH_TIME=1 $e -- build/bin/llm-engine bench --synthetic \
                 conf/models/deepseek-v4-flash-rank6.json --tp 1 --kv-cache-dtype fp8 --prompt 8192 \
                 --batch "${AB_BATCH:-32,64}" --decode 16 || continue
-            echo "$sw ($i): $(grep -E '^decode (B=|device)' "$w/$l.log" | sed -E \
-                's/^decode (B=[0-9]+) .*: ([0-9.]+ ms)\/token.*/\1 \2/; s/^decode device +([0-9.]+ ms).*/(graph \1)/' |
-                tr '\n' ' ')"
+            echo "$sw ($i): $(graph_rows "$w/$l.log")"
         done; done ;;
     *)
         echo "gpu_ab.sh: unknown step $s" >&2 ;;
